@@ -1,0 +1,77 @@
+//! # pagoda-core
+//!
+//! The allocation-free heart of Pagoda, an LLM-inference engine: a paged KV
+//! cache (page pool, page tables, reference counts, copy-on-write, LRU
+//! eviction, memory metrics) over storage the caller hands in.
+//!
+//! `#![no_std]`, no `alloc`: an embedded user passes static arrays, a host
+//! passes `Vec`s. There is no clock either; operations that need time take a
+//! [`Timestamp`] from the caller.
+//!
+//! ## The paged KV cache
+//!
+//! Keys and values live in pages of [`PAGE_SIZE`] (16) token slots. The
+//! [`PagePool`] owns the page ids: a free list, a reference count per page and
+//! an LRU list of cached pages nobody references. The [`PageTable`] maps each
+//! sequence's tokens to pages in one dense table that kernels read as it is.
+//! The bytes themselves live in a backend; the core only hands out page ids
+//! and slots (`page × 16 + offset`).
+//!
+//! ```
+//! use pagoda_core::{KvDtype, KvGeometry, PageEntry, PageId, PagePool, PageTable, SeqEntry, Timestamp};
+//!
+//! // A 1 MiB cache for a small model: the pool size comes from the byte budget.
+//! let geometry = KvGeometry::new(4, 2, 64, KvDtype::F16).unwrap();
+//! let pages = geometry.pages_for_budget(1 << 20).unwrap() as usize;
+//! assert_eq!(pages, 32);
+//!
+//! let mut page_storage = [PageEntry::EMPTY; 32];
+//! let mut pool = PagePool::new(&mut page_storage[..pages]).unwrap();
+//! let mut rows = [PageId::from_index(0); 4 * 8]; // 4 sequences × 8 pages (128 tokens)
+//! let mut seqs = [SeqEntry::EMPTY; 4];
+//! let mut table = PageTable::new(&mut rows, &mut seqs).unwrap();
+//!
+//! let prompt = table.create().unwrap();
+//! table.append(prompt, 40, &mut pool, &mut ()).unwrap(); // 3 pages
+//! let token = table.locate(prompt, 39).unwrap();
+//! assert_eq!(token.offset, 39 % 16);
+//!
+//! let stats = pool.stats(Timestamp::from_millis(5));
+//! assert_eq!(stats.pages_in_use(), 3);
+//! assert_eq!(stats.unused_slots(), 3 * 16 - 40);
+//!
+//! table.release(prompt, &mut pool).unwrap();
+//! assert_eq!(pool.free_pages(), 32);
+//! ```
+//!
+//! ## Panic policy
+//!
+//! Nothing a caller does makes this crate panic. Every operation that can be
+//! refused returns a typed error ([`KvError`]) and changes nothing when it
+//! does. Internal invariants are checked with `debug_assert!` only, and the
+//! property tests run them under random operation sequences.
+//!
+//! ## Features
+//!
+//! - `defmt`: logs evictions through `defmt` and derives `defmt::Format` for
+//!   the public types, for embedded targets.
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod error;
+mod geometry;
+mod ids;
+mod log;
+mod page_table;
+mod pool;
+mod stats;
+mod time;
+
+pub use error::KvError;
+pub use geometry::{GeometryError, KvDtype, KvGeometry, MAX_PAGES, PAGE_SIZE};
+pub use ids::{PageId, SeqId, Slot};
+pub use page_table::{Appended, PageCopy, PageTable, SeqEntry, TokenLocation};
+pub use pool::{CacheTag, EvictionListener, PageEntry, PagePool};
+pub use stats::{PageRates, PoolStats};
+pub use time::Timestamp;

@@ -1,0 +1,374 @@
+//! Page tables: which physical page holds each logical token of a sequence.
+//!
+//! The table is one dense `[max_seqs × max_pages_per_seq]` array of page ids
+//! (vLLM's `block_tables`), stored in the caller's slice. Row `r` holds the
+//! pages of the sequence in row `r`, in logical order: token `t` lives in
+//! page `row[t / 16]` at offset `t % 16`. Attention kernels read this array
+//! as it is; nothing is translated per step.
+//!
+//! The table takes references on pages through the [`PagePool`]: appending
+//! allocates, forking shares (refcounts rise), releasing drops references, and
+//! appending into a shared, partly filled last page first copies it
+//! (copy-on-write) and returns the [`PageCopy`] for the backend to run.
+
+use crate::error::KvError;
+use crate::geometry::PAGE_SIZE;
+use crate::ids::{PageId, SeqId, Slot};
+use crate::pool::{EvictionListener, PagePool};
+
+const NIL: u32 = u32::MAX;
+const PAGE: u32 = PAGE_SIZE as u32;
+
+/// The table's bookkeeping for one sequence row. Callers only provide storage
+/// (`[SeqEntry::EMPTY; N]` or a `Vec`); the table initialises it.
+#[derive(Debug, Clone, Copy)]
+pub struct SeqEntry {
+    tokens: u32,
+    pages: u32,
+    generation: u32,
+    next_free: u32,
+    active: bool,
+}
+
+impl SeqEntry {
+    /// An entry ready to be handed to [`PageTable::new`].
+    pub const EMPTY: Self = Self {
+        tokens: 0,
+        pages: 0,
+        generation: 0,
+        next_free: NIL,
+        active: false,
+    };
+}
+
+impl Default for SeqEntry {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
+
+/// Where a token's keys and values live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct TokenLocation {
+    /// The physical page.
+    pub page: PageId,
+    /// The slot within the page, `0..16`.
+    pub offset: u32,
+    /// The slot in the whole KV store: `page × 16 + offset`.
+    pub slot: Slot,
+}
+
+/// A copy the backend must run before writing new tokens: the first `slots`
+/// token slots of `src` (every layer, keys and values) into `dst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct PageCopy {
+    /// The shared page, left untouched for its other holders.
+    pub src: PageId,
+    /// The sequence's fresh private page.
+    pub dst: PageId,
+    /// Leading slots that hold data.
+    pub slots: u32,
+}
+
+/// What an [`append`](PageTable::append) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Appended {
+    /// Position of the first new token.
+    pub first_position: u32,
+    /// Tokens appended.
+    pub tokens: u32,
+    /// Fresh pages the sequence gained (not counting a copy-on-write page).
+    pub pages_added: u32,
+    /// The copy-on-write the backend must run first, if the last page was shared.
+    pub copy: Option<PageCopy>,
+}
+
+/// The page tables of all sequences, over caller-provided storage.
+///
+/// ```
+/// use pagoda_core::{PageEntry, PageId, PagePool, PageTable, SeqEntry};
+/// let mut pages = [PageEntry::EMPTY; 8];
+/// let mut pool = PagePool::new(&mut pages).unwrap();
+/// // Two sequences of up to 4 pages (64 tokens) each.
+/// let mut rows = [PageId::from_index(0); 8];
+/// let mut seqs = [SeqEntry::EMPTY; 2];
+/// let mut table = PageTable::new(&mut rows, &mut seqs).unwrap();
+///
+/// let seq = table.create().unwrap();
+/// table.append(seq, 20, &mut pool, &mut ()).unwrap(); // two pages
+/// let child = table.fork(seq, &mut pool).unwrap(); // shares both
+/// let grown = table.append(child, 1, &mut pool, &mut ()).unwrap();
+/// let copy = grown.copy.unwrap(); // the shared, half-full page was copied
+/// assert_eq!(copy.slots, 4);
+/// assert_eq!(table.locate(seq, 17).unwrap().page, copy.src);
+/// assert_eq!(table.locate(child, 17).unwrap().page, copy.dst);
+/// ```
+#[derive(Debug)]
+pub struct PageTable<'a> {
+    rows: &'a mut [PageId],
+    seqs: &'a mut [SeqEntry],
+    row_len: u32,
+    free_head: u32,
+    active: u32,
+}
+
+impl<'a> PageTable<'a> {
+    /// Builds a table of `seqs.len()` rows of `rows.len() / seqs.len()` pages.
+    ///
+    /// Fails with [`KvError::InvalidStorage`] if either slice is empty, `rows`
+    /// is not a whole number of rows, or a row holds more than `u32::MAX` tokens.
+    pub fn new(rows: &'a mut [PageId], seqs: &'a mut [SeqEntry]) -> Result<Self, KvError> {
+        let n = seqs.len();
+        if n == 0 || rows.is_empty() || rows.len() % n != 0 || n >= NIL as usize {
+            return Err(KvError::InvalidStorage);
+        }
+        let row_len = rows.len() / n;
+        if row_len as u64 * u64::from(PAGE) > u64::from(u32::MAX) {
+            return Err(KvError::InvalidStorage);
+        }
+        rows.fill(PageId(PageId::NONE));
+        for (i, e) in seqs.iter_mut().enumerate() {
+            let next = i as u32 + 1;
+            *e = SeqEntry {
+                next_free: if (next as usize) < n { next } else { NIL },
+                ..SeqEntry::EMPTY
+            };
+        }
+        Ok(Self {
+            rows,
+            seqs,
+            row_len: row_len as u32,
+            free_head: 0,
+            active: 0,
+        })
+    }
+
+    /// Rows in the table: the most sequences that can exist at once.
+    pub fn max_sequences(&self) -> u32 {
+        self.seqs.len() as u32
+    }
+
+    /// Pages in one row.
+    pub fn max_pages_per_sequence(&self) -> u32 {
+        self.row_len
+    }
+
+    /// The most tokens one sequence can hold.
+    pub fn max_tokens_per_sequence(&self) -> u32 {
+        self.row_len * PAGE
+    }
+
+    /// Sequences that currently exist.
+    pub fn active_sequences(&self) -> u32 {
+        self.active
+    }
+
+    /// The whole dense table, row after row, as kernels read it. Entries past
+    /// a sequence's last page are [`PageId::NONE`].
+    pub fn block_table(&self) -> &[PageId] {
+        self.rows
+    }
+
+    /// Starts an empty sequence in a free row.
+    pub fn create(&mut self) -> Result<SeqId, KvError> {
+        let row = self.free_head;
+        if row == NIL {
+            return Err(KvError::NoFreeSequenceSlot);
+        }
+        let e = &mut self.seqs[row as usize];
+        self.free_head = e.next_free;
+        e.active = true;
+        e.tokens = 0;
+        e.pages = 0;
+        e.next_free = NIL;
+        self.active += 1;
+        Ok(SeqId {
+            row,
+            generation: e.generation,
+        })
+    }
+
+    /// Tokens in the sequence.
+    pub fn len(&self, seq: SeqId) -> Result<u32, KvError> {
+        Ok(self.entry(seq)?.tokens)
+    }
+
+    /// Whether the sequence holds no tokens.
+    pub fn is_empty(&self, seq: SeqId) -> Result<bool, KvError> {
+        Ok(self.entry(seq)?.tokens == 0)
+    }
+
+    /// The sequence's pages in logical order: its used part of the row.
+    pub fn pages(&self, seq: SeqId) -> Result<&[PageId], KvError> {
+        let e = self.entry(seq)?;
+        let start = self.row_start(seq);
+        Ok(&self.rows[start..start + e.pages as usize])
+    }
+
+    /// The page, offset and slot holding token `position` of the sequence.
+    pub fn locate(&self, seq: SeqId, position: u32) -> Result<TokenLocation, KvError> {
+        let e = self.entry(seq)?;
+        if position >= e.tokens {
+            return Err(KvError::PositionOutOfRange { len: e.tokens });
+        }
+        let page = self.rows[self.row_start(seq) + (position / PAGE) as usize];
+        let offset = position % PAGE;
+        Ok(TokenLocation {
+            page,
+            offset,
+            slot: page.slot(offset),
+        })
+    }
+
+    /// Writes the slots of positions `first..first + out.len()` into `out`:
+    /// where the backend scatters those tokens' keys and values.
+    pub fn slot_mapping(&self, seq: SeqId, first: u32, out: &mut [Slot]) -> Result<(), KvError> {
+        let e = self.entry(seq)?;
+        let end = u64::from(first) + out.len() as u64;
+        if end > u64::from(e.tokens) {
+            return Err(KvError::PositionOutOfRange { len: e.tokens });
+        }
+        let row = &self.rows[self.row_start(seq)..];
+        for (position, slot) in (first..).zip(out.iter_mut()) {
+            *slot = row[(position / PAGE) as usize].slot(position % PAGE);
+        }
+        Ok(())
+    }
+
+    /// Appends `tokens` tokens to the sequence, taking a fresh page every 16.
+    ///
+    /// If the last page is partly filled and shared with another holder, it is
+    /// first replaced by a private copy and the returned [`Appended::copy`]
+    /// tells the backend what to copy. All pages needed are checked for up
+    /// front: on [`KvError::PoolExhausted`] or [`KvError::SequenceTooLong`]
+    /// nothing changes.
+    pub fn append<L: EvictionListener + ?Sized>(
+        &mut self,
+        seq: SeqId,
+        tokens: u32,
+        pool: &mut PagePool<'_>,
+        listener: &mut L,
+    ) -> Result<Appended, KvError> {
+        let e = *self.entry(seq)?;
+        let max_tokens = self.max_tokens_per_sequence();
+        let new_len = e
+            .tokens
+            .checked_add(tokens)
+            .filter(|&t| t <= max_tokens)
+            .ok_or(KvError::SequenceTooLong { max_tokens })?;
+        let mut done = Appended {
+            first_position: e.tokens,
+            tokens,
+            pages_added: 0,
+            copy: None,
+        };
+        if tokens == 0 {
+            return Ok(done);
+        }
+        let start = self.row_start(seq);
+        let offset = e.tokens % PAGE;
+        let shared_last = if offset != 0 {
+            let last = self.rows[start + e.pages as usize - 1];
+            (pool.refcount(last)? > 1).then_some(last)
+        } else {
+            None
+        };
+        let fresh = new_len.div_ceil(PAGE) - e.pages;
+        let needed = fresh + u32::from(shared_last.is_some());
+        let available = pool.available_pages();
+        if needed > available {
+            return Err(KvError::PoolExhausted { needed, available });
+        }
+
+        // Nothing below can fail: every allocation was accounted for above, and
+        // allocating never evicts a referenced page.
+        if let Some(src) = shared_last {
+            let dst = pool.allocate(listener)?;
+            pool.release(src)?;
+            self.rows[start + e.pages as usize - 1] = dst;
+            done.copy = Some(PageCopy {
+                src,
+                dst,
+                slots: offset,
+            });
+        }
+        if offset != 0 {
+            let last = self.rows[start + e.pages as usize - 1];
+            pool.set_filled(last, (offset + tokens).min(PAGE));
+        }
+        for i in 0..fresh {
+            let page = pool.allocate(listener)?;
+            let page_start = (e.pages + i) * PAGE;
+            pool.set_filled(page, (new_len - page_start).min(PAGE));
+            self.rows[start + (e.pages + i) as usize] = page;
+        }
+        done.pages_added = fresh;
+        let entry = &mut self.seqs[seq.row as usize];
+        entry.tokens = new_len;
+        entry.pages += fresh;
+        Ok(done)
+    }
+
+    /// Starts a new sequence that shares every page of `parent` (each page's
+    /// reference count rises by one). The first append into a shared, partly
+    /// filled page copies it.
+    pub fn fork(&mut self, parent: SeqId, pool: &mut PagePool<'_>) -> Result<SeqId, KvError> {
+        let e = *self.entry(parent)?;
+        if self.free_head == NIL {
+            return Err(KvError::NoFreeSequenceSlot);
+        }
+        let src = self.row_start(parent);
+        for &page in &self.rows[src..src + e.pages as usize] {
+            if pool.refcount(page)? == u32::MAX {
+                return Err(KvError::TooManyReferences);
+            }
+        }
+        let child = self.create()?;
+        let dst = self.row_start(child);
+        for i in 0..e.pages as usize {
+            let page = self.rows[src + i];
+            pool.retain(page)?;
+            self.rows[dst + i] = page;
+        }
+        let c = &mut self.seqs[child.row as usize];
+        c.tokens = e.tokens;
+        c.pages = e.pages;
+        Ok(child)
+    }
+
+    /// Ends the sequence: drops its reference on every page (last page first,
+    /// so deeper pages of a cached prefix become least recently used before
+    /// the pages they extend) and frees its row. The id is stale afterwards.
+    pub fn release(&mut self, seq: SeqId, pool: &mut PagePool<'_>) -> Result<(), KvError> {
+        let e = *self.entry(seq)?;
+        let start = self.row_start(seq);
+        for slot in self.rows[start..start + e.pages as usize].iter_mut().rev() {
+            let released = pool.release(*slot);
+            debug_assert!(released.is_ok(), "a row held a page it had no reference on");
+            *slot = PageId(PageId::NONE);
+        }
+        let entry = &mut self.seqs[seq.row as usize];
+        *entry = SeqEntry {
+            generation: entry.generation.wrapping_add(1),
+            next_free: self.free_head,
+            ..SeqEntry::EMPTY
+        };
+        self.free_head = seq.row;
+        self.active -= 1;
+        Ok(())
+    }
+
+    fn entry(&self, seq: SeqId) -> Result<&SeqEntry, KvError> {
+        match self.seqs.get(seq.row as usize) {
+            Some(e) if e.active && e.generation == seq.generation => Ok(e),
+            _ => Err(KvError::UnknownSequence),
+        }
+    }
+
+    fn row_start(&self, seq: SeqId) -> usize {
+        seq.row as usize * self.row_len as usize
+    }
+}

@@ -1,0 +1,465 @@
+//! The page pool: free list, reference counts and the LRU list of cached pages.
+//!
+//! Every page is in exactly one of three states:
+//!
+//! | state        | refcount | list      | holds data |
+//! |--------------|----------|-----------|------------|
+//! | free         | 0        | free list | no         |
+//! | referenced   | ≥ 1      | none      | yes        |
+//! | evictable    | 0        | LRU list  | yes, kept because a cache holds it |
+//!
+//! A referenced page may also carry a cache tag (a prefix cache holds it while
+//! sequences run on it). When its last reference goes, a tagged page moves to
+//! the most-recently-used end of the LRU list instead of the free list. When
+//! the free list is empty, [`PagePool::allocate`] reclaims the least recently
+//! used evictable page and tells its owner through an [`EvictionListener`].
+//! Referenced pages are never on the LRU list, so a running sequence's pages
+//! can never be evicted.
+//!
+//! Both lists are intrusive (links live in the caller's [`PageEntry`] storage),
+//! so every operation is O(1) and nothing allocates.
+
+use crate::error::KvError;
+use crate::geometry::{MAX_PAGES, PAGE_SIZE};
+use crate::ids::PageId;
+use crate::stats::PoolStats;
+use crate::time::Timestamp;
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PageState {
+    Free,
+    Referenced,
+    Evictable,
+}
+
+/// The pool's bookkeeping for one page. Callers only provide storage for these
+/// (`[PageEntry::EMPTY; N]` in a static, or a `Vec`); the pool initialises them.
+#[derive(Debug, Clone, Copy)]
+pub struct PageEntry {
+    refs: u32,
+    prev: u32,
+    next: u32,
+    tag: u32,
+    filled: u8,
+    cached: bool,
+    state: PageState,
+}
+
+impl PageEntry {
+    /// An entry ready to be handed to [`PagePool::new`].
+    pub const EMPTY: Self = Self {
+        refs: 0,
+        prev: NIL,
+        next: NIL,
+        tag: 0,
+        filled: 0,
+        cached: false,
+        state: PageState::Free,
+    };
+}
+
+impl Default for PageEntry {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
+
+/// Who caches a page, in the owner's own terms (a radix-tree node index, say).
+/// The pool hands it back when it evicts the page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct CacheTag(pub u32);
+
+/// Told when the pool reclaims an evictable page, so the cache that held it can
+/// forget it.
+pub trait EvictionListener {
+    /// `page` no longer holds the data `tag` cached; it has been reused.
+    fn page_evicted(&mut self, page: PageId, tag: CacheTag);
+}
+
+/// For pools without a prefix cache: nothing to tell.
+impl EvictionListener for () {
+    fn page_evicted(&mut self, _page: PageId, _tag: CacheTag) {}
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct LruList {
+    head: u32,
+    tail: u32,
+    len: u32,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    allocated: u64,
+    freed: u64,
+    evictions: u64,
+    reclaimed: u64,
+}
+
+/// A fixed pool of KV pages over caller-provided storage.
+///
+/// ```
+/// use pagoda_core::{PageEntry, PagePool};
+/// let mut storage = [PageEntry::EMPTY; 4];
+/// let mut pool = PagePool::new(&mut storage).unwrap();
+/// let page = pool.allocate(&mut ()).unwrap();
+/// assert_eq!(pool.refcount(page), Ok(1));
+/// pool.release(page).unwrap();
+/// assert_eq!(pool.free_pages(), 4);
+/// ```
+#[derive(Debug)]
+pub struct PagePool<'a> {
+    pages: &'a mut [PageEntry],
+    free_head: u32,
+    free_len: u32,
+    lru: LruList,
+    referenced: u32,
+    filled_slots: u64,
+    counters: Counters,
+}
+
+impl<'a> PagePool<'a> {
+    /// Builds a pool with one page per entry of `storage`, all free.
+    ///
+    /// Fails with [`KvError::InvalidStorage`] if `storage` is empty or has more
+    /// than [`MAX_PAGES`](crate::MAX_PAGES) entries.
+    pub fn new(storage: &'a mut [PageEntry]) -> Result<Self, KvError> {
+        let len = storage.len();
+        if len == 0 || len > MAX_PAGES as usize {
+            return Err(KvError::InvalidStorage);
+        }
+        for (i, entry) in storage.iter_mut().enumerate() {
+            // Fits: len ≤ MAX_PAGES < u32::MAX.
+            let next = i as u32 + 1;
+            *entry = PageEntry {
+                next: if (next as usize) < len { next } else { NIL },
+                ..PageEntry::EMPTY
+            };
+        }
+        Ok(Self {
+            pages: storage,
+            free_head: 0,
+            free_len: len as u32,
+            lru: LruList {
+                head: NIL,
+                tail: NIL,
+                len: 0,
+            },
+            referenced: 0,
+            filled_slots: 0,
+            counters: Counters::default(),
+        })
+    }
+
+    /// Pages in the pool.
+    pub fn total_pages(&self) -> u32 {
+        self.pages.len() as u32
+    }
+
+    /// Pages on the free list.
+    pub fn free_pages(&self) -> u32 {
+        self.free_len
+    }
+
+    /// Pages cached but referenced by nobody: reclaimable on demand.
+    pub fn evictable_pages(&self) -> u32 {
+        self.lru.len
+    }
+
+    /// Pages referenced by at least one holder.
+    pub fn referenced_pages(&self) -> u32 {
+        self.referenced
+    }
+
+    /// Pages an allocation can obtain right now: free plus evictable.
+    pub fn available_pages(&self) -> u32 {
+        self.free_len + self.lru.len
+    }
+
+    /// The page's reference count.
+    pub fn refcount(&self, page: PageId) -> Result<u32, KvError> {
+        Ok(self.entry(page)?.refs)
+    }
+
+    /// The page's cache tag, if a cache holds it.
+    pub fn cache_tag(&self, page: PageId) -> Result<Option<CacheTag>, KvError> {
+        let e = self.entry(page)?;
+        Ok(e.cached.then_some(CacheTag(e.tag)))
+    }
+
+    /// Whether the page is on the free list.
+    pub fn is_free(&self, page: PageId) -> Result<bool, KvError> {
+        Ok(self.entry(page)?.state == PageState::Free)
+    }
+
+    /// Takes a page with a reference count of one. Uses the free list first;
+    /// when it is empty, evicts the least recently used evictable page and
+    /// tells `listener`. Fails with [`KvError::PoolExhausted`] when neither has
+    /// a page; nothing changes then.
+    pub fn allocate<L: EvictionListener + ?Sized>(
+        &mut self,
+        listener: &mut L,
+    ) -> Result<PageId, KvError> {
+        let index = if self.free_head != NIL {
+            let index = self.free_head;
+            self.free_head = self.pages[index as usize].next;
+            self.free_len -= 1;
+            index
+        } else if self.lru.head != NIL {
+            let index = self.lru.head;
+            self.reclaim(index, listener);
+            self.counters.evictions += 1;
+            crate::log::event!("pagoda: evicted 1 page for allocation");
+            index
+        } else {
+            return Err(KvError::PoolExhausted {
+                needed: 1,
+                available: 0,
+            });
+        };
+        self.pages[index as usize] = PageEntry {
+            refs: 1,
+            state: PageState::Referenced,
+            ..PageEntry::EMPTY
+        };
+        self.referenced += 1;
+        self.counters.allocated += 1;
+        Ok(PageId(index))
+    }
+
+    /// Adds a reference to a page that holds data (referenced or evictable).
+    /// An evictable page leaves the LRU list: it is in use again.
+    pub fn retain(&mut self, page: PageId) -> Result<(), KvError> {
+        let e = self.entry(page)?;
+        match e.state {
+            PageState::Free => Err(KvError::PageNotReferenced),
+            _ if e.refs == u32::MAX => Err(KvError::TooManyReferences),
+            PageState::Referenced => {
+                self.pages[page.0 as usize].refs += 1;
+                Ok(())
+            }
+            PageState::Evictable => {
+                self.lru_unlink(page.0);
+                let e = &mut self.pages[page.0 as usize];
+                e.refs = 1;
+                e.state = PageState::Referenced;
+                self.referenced += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// Drops a reference and returns how many remain. A page that reaches zero
+    /// goes to the most-recently-used end of the LRU list if a cache holds it,
+    /// else back to the free list.
+    pub fn release(&mut self, page: PageId) -> Result<u32, KvError> {
+        let e = *self.entry(page)?;
+        if e.state != PageState::Referenced {
+            return Err(KvError::PageNotReferenced);
+        }
+        let refs = e.refs - 1;
+        if refs > 0 {
+            self.pages[page.0 as usize].refs = refs;
+            return Ok(refs);
+        }
+        self.referenced -= 1;
+        if e.cached {
+            let e = &mut self.pages[page.0 as usize];
+            e.refs = 0;
+            e.state = PageState::Evictable;
+            self.lru_push_back(page.0);
+        } else {
+            self.push_free(page.0);
+            self.counters.freed += 1;
+        }
+        Ok(0)
+    }
+
+    /// Marks a referenced page as held by a cache under `tag`. When its last
+    /// reference goes it stays, evictable, instead of being freed.
+    pub fn set_cache_tag(&mut self, page: PageId, tag: CacheTag) -> Result<(), KvError> {
+        if self.entry(page)?.state != PageState::Referenced {
+            return Err(KvError::PageNotReferenced);
+        }
+        let e = &mut self.pages[page.0 as usize];
+        e.cached = true;
+        e.tag = tag.0;
+        Ok(())
+    }
+
+    /// The cache lets go of a page. An evictable page is freed at once; a
+    /// referenced one is freed when its last reference goes. A free page is
+    /// left as it is.
+    pub fn clear_cache_tag(&mut self, page: PageId) -> Result<(), KvError> {
+        match self.entry(page)?.state {
+            PageState::Free => {}
+            PageState::Referenced => self.pages[page.0 as usize].cached = false,
+            PageState::Evictable => {
+                self.lru_unlink(page.0);
+                self.push_free(page.0);
+                self.counters.freed += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks an evictable page as used now: it moves to the most-recently-used
+    /// end of the LRU list. Referenced pages cannot be evicted and are left as
+    /// they are.
+    pub fn touch(&mut self, page: PageId) -> Result<(), KvError> {
+        if self.entry(page)?.state == PageState::Evictable && self.lru.tail != page.0 {
+            self.lru_unlink(page.0);
+            self.lru_push_back(page.0);
+        }
+        Ok(())
+    }
+
+    /// The least recently used evictable page: the next one an allocation
+    /// would reclaim.
+    pub fn least_recently_used(&self) -> Option<PageId> {
+        (self.lru.head != NIL).then_some(PageId(self.lru.head))
+    }
+
+    /// Evicts up to `max` least-recently-used evictable pages onto the free
+    /// list, telling `listener` of each, and returns how many were evicted. It
+    /// counts as one eviction in the metrics.
+    pub fn evict<L: EvictionListener + ?Sized>(&mut self, max: u32, listener: &mut L) -> u32 {
+        let mut evicted = 0;
+        while evicted < max && self.lru.head != NIL {
+            let index = self.lru.head;
+            self.reclaim(index, listener);
+            self.push_free(index);
+            evicted += 1;
+        }
+        if evicted > 0 {
+            self.counters.evictions += 1;
+            crate::log::event!("pagoda: evicted {=u32} pages", evicted);
+        }
+        evicted
+    }
+
+    /// A snapshot of the pool's metrics at `now`.
+    pub fn stats(&self, now: Timestamp) -> PoolStats {
+        PoolStats {
+            at: now,
+            total_pages: self.total_pages(),
+            free_pages: self.free_len,
+            referenced_pages: self.referenced,
+            evictable_pages: self.lru.len,
+            filled_slots: self.filled_slots,
+            allocated_total: self.counters.allocated,
+            freed_total: self.counters.freed,
+            evictions: self.counters.evictions,
+            pages_reclaimed: self.counters.reclaimed,
+        }
+    }
+
+    /// How many of the page's slots hold tokens.
+    pub fn filled_slots(&self, page: PageId) -> Result<u32, KvError> {
+        Ok(u32::from(self.entry(page)?.filled))
+    }
+
+    /// Records how many of a referenced page's slots hold tokens (for the
+    /// fragmentation metric). Callers are the page table and the prefix cache.
+    pub(crate) fn set_filled(&mut self, page: PageId, filled: u32) {
+        debug_assert!(filled as usize <= PAGE_SIZE);
+        let e = &mut self.pages[page.0 as usize];
+        debug_assert_eq!(e.state, PageState::Referenced);
+        self.filled_slots = self.filled_slots - u64::from(e.filled) + u64::from(filled);
+        e.filled = filled as u8;
+    }
+
+    fn entry(&self, page: PageId) -> Result<&PageEntry, KvError> {
+        self.pages.get(page.0 as usize).ok_or(KvError::UnknownPage)
+    }
+
+    /// Takes an evictable page off the LRU list and tells its owner. The caller
+    /// decides where the page goes next.
+    fn reclaim<L: EvictionListener + ?Sized>(&mut self, index: u32, listener: &mut L) {
+        self.lru_unlink(index);
+        let e = &mut self.pages[index as usize];
+        let tag = CacheTag(e.tag);
+        e.cached = false;
+        self.filled_slots -= u64::from(e.filled);
+        e.filled = 0;
+        self.counters.freed += 1;
+        self.counters.reclaimed += 1;
+        listener.page_evicted(PageId(index), tag);
+    }
+
+    /// Puts a page on the free list, dropping whatever it held.
+    fn push_free(&mut self, index: u32) {
+        self.filled_slots -= u64::from(self.pages[index as usize].filled);
+        self.pages[index as usize] = PageEntry {
+            next: self.free_head,
+            ..PageEntry::EMPTY
+        };
+        self.free_head = index;
+        self.free_len += 1;
+    }
+
+    fn lru_push_back(&mut self, index: u32) {
+        let tail = self.lru.tail;
+        {
+            let e = &mut self.pages[index as usize];
+            e.prev = tail;
+            e.next = NIL;
+        }
+        if tail == NIL {
+            self.lru.head = index;
+        } else {
+            self.pages[tail as usize].next = index;
+        }
+        self.lru.tail = index;
+        self.lru.len += 1;
+    }
+
+    fn lru_unlink(&mut self, index: u32) {
+        let (prev, next) = {
+            let e = &self.pages[index as usize];
+            (e.prev, e.next)
+        };
+        if prev == NIL {
+            self.lru.head = next;
+        } else {
+            self.pages[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.lru.tail = prev;
+        } else {
+            self.pages[next as usize].prev = prev;
+        }
+        let e = &mut self.pages[index as usize];
+        e.prev = NIL;
+        e.next = NIL;
+        self.lru.len -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocation_is_lifo_so_recently_freed_pages_stay_hot() {
+        let mut storage = [PageEntry::EMPTY; 3];
+        let mut pool = PagePool::new(&mut storage).unwrap();
+        let a = pool.allocate(&mut ()).unwrap();
+        let b = pool.allocate(&mut ()).unwrap();
+        pool.release(a).unwrap();
+        assert_eq!(pool.allocate(&mut ()).unwrap(), a);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn empty_storage_is_refused() {
+        let mut storage: [PageEntry; 0] = [];
+        assert_eq!(
+            PagePool::new(&mut storage).unwrap_err(),
+            KvError::InvalidStorage
+        );
+    }
+}
