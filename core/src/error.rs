@@ -67,7 +67,10 @@ impl fmt::Display for KvError {
                 write!(f, "sequence would exceed its row of {max_tokens} tokens")
             }
             Self::PositionOutOfRange { len } => {
-                write!(f, "token position out of range for a sequence of {len} tokens")
+                write!(
+                    f,
+                    "token position out of range for a sequence of {len} tokens"
+                )
             }
         }
     }

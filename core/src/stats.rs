@@ -85,8 +85,7 @@ impl PoolStats {
         }
         let secs = micros as f64 / 1e6;
         Some(PageRates {
-            allocated_per_sec: self.allocated_total.saturating_sub(earlier.allocated_total)
-                as f64
+            allocated_per_sec: self.allocated_total.saturating_sub(earlier.allocated_total) as f64
                 / secs,
             freed_per_sec: self.freed_total.saturating_sub(earlier.freed_total) as f64 / secs,
         })
