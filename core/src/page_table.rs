@@ -25,6 +25,9 @@ const PAGE: u32 = PAGE_SIZE as u32;
 pub struct SeqEntry {
     tokens: u32,
     pages: u32,
+    /// The row's last page, kept here so the common append reads one entry
+    /// instead of the entry, then the row, then the pool.
+    last_page: PageId,
     generation: u32,
     next_free: u32,
     active: bool,
@@ -35,6 +38,7 @@ impl SeqEntry {
     pub const EMPTY: Self = Self {
         tokens: 0,
         pages: 0,
+        last_page: PageId(PageId::NONE),
         generation: 0,
         next_free: NIL,
         active: false,
@@ -157,6 +161,7 @@ impl<'a> PageTable<'a> {
     }
 
     /// The most tokens one sequence can hold.
+    #[inline]
     pub fn max_tokens_per_sequence(&self) -> u32 {
         self.row_len * PAGE
     }
@@ -183,6 +188,7 @@ impl<'a> PageTable<'a> {
         e.active = true;
         e.tokens = 0;
         e.pages = 0;
+        e.last_page = PageId(PageId::NONE);
         e.next_free = NIL;
         self.active += 1;
         Ok(SeqId {
@@ -192,6 +198,7 @@ impl<'a> PageTable<'a> {
     }
 
     /// Tokens in the sequence.
+    #[inline]
     pub fn len(&self, seq: SeqId) -> Result<u32, KvError> {
         Ok(self.entry(seq)?.tokens)
     }
@@ -202,6 +209,7 @@ impl<'a> PageTable<'a> {
     }
 
     /// The sequence's pages in logical order: its used part of the row.
+    #[inline]
     pub fn pages(&self, seq: SeqId) -> Result<&[PageId], KvError> {
         let e = self.entry(seq)?;
         let start = self.row_start(seq);
@@ -209,6 +217,7 @@ impl<'a> PageTable<'a> {
     }
 
     /// The page, offset and slot holding token `position` of the sequence.
+    #[inline]
     pub fn locate(&self, seq: SeqId, position: u32) -> Result<TokenLocation, KvError> {
         let e = self.entry(seq)?;
         if position >= e.tokens {
@@ -245,6 +254,7 @@ impl<'a> PageTable<'a> {
     /// tells the backend what to copy. All pages needed are checked for up
     /// front: on [`KvError::PoolExhausted`] or [`KvError::SequenceTooLong`]
     /// nothing changes.
+    #[inline]
     pub fn append<L: EvictionListener + ?Sized>(
         &mut self,
         seq: SeqId,
@@ -252,8 +262,9 @@ impl<'a> PageTable<'a> {
         pool: &mut PagePool<'_>,
         listener: &mut L,
     ) -> Result<Appended, KvError> {
-        let e = *self.entry(seq)?;
         let max_tokens = self.max_tokens_per_sequence();
+        let start = self.row_start(seq);
+        let e = self.entry_mut(seq)?;
         let new_len = e
             .tokens
             .checked_add(tokens)
@@ -268,8 +279,17 @@ impl<'a> PageTable<'a> {
         if tokens == 0 {
             return Ok(done);
         }
-        let start = self.row_start(seq);
         let offset = e.tokens % PAGE;
+        // Fast path, the common decode step: the tokens fit in the sequence's
+        // own partly filled last page. No allocation, no copy.
+        if offset != 0
+            && new_len <= e.pages * PAGE
+            && pool.fill_if_exclusive(e.last_page, offset, tokens)
+        {
+            e.tokens = new_len;
+            return Ok(done);
+        }
+        let e = *e;
         let shared_last = if offset != 0 {
             let last = self.rows[start + e.pages as usize - 1];
             (pool.refcount(last)? > 1).then_some(last)
@@ -306,9 +326,11 @@ impl<'a> PageTable<'a> {
             self.rows[start + (e.pages + i) as usize] = page;
         }
         done.pages_added = fresh;
+        let last_page = self.rows[start + (e.pages + fresh) as usize - 1];
         let entry = &mut self.seqs[seq.row as usize];
         entry.tokens = new_len;
         entry.pages += fresh;
+        entry.last_page = last_page;
         Ok(done)
     }
 
@@ -336,6 +358,7 @@ impl<'a> PageTable<'a> {
         let c = &mut self.seqs[child.row as usize];
         c.tokens = e.tokens;
         c.pages = e.pages;
+        c.last_page = e.last_page;
         Ok(child)
     }
 
@@ -361,8 +384,17 @@ impl<'a> PageTable<'a> {
         Ok(())
     }
 
+    #[inline]
     fn entry(&self, seq: SeqId) -> Result<&SeqEntry, KvError> {
         match self.seqs.get(seq.row as usize) {
+            Some(e) if e.active && e.generation == seq.generation => Ok(e),
+            _ => Err(KvError::UnknownSequence),
+        }
+    }
+
+    #[inline]
+    fn entry_mut(&mut self, seq: SeqId) -> Result<&mut SeqEntry, KvError> {
+        match self.seqs.get_mut(seq.row as usize) {
             Some(e) if e.active && e.generation == seq.generation => Ok(e),
             _ => Err(KvError::UnknownSequence),
         }

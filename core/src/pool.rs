@@ -155,31 +155,37 @@ impl<'a> PagePool<'a> {
     }
 
     /// Pages in the pool.
+    #[inline]
     pub fn total_pages(&self) -> u32 {
         self.pages.len() as u32
     }
 
     /// Pages on the free list.
+    #[inline]
     pub fn free_pages(&self) -> u32 {
         self.free_len
     }
 
     /// Pages cached but referenced by nobody: reclaimable on demand.
+    #[inline]
     pub fn evictable_pages(&self) -> u32 {
         self.lru.len
     }
 
     /// Pages referenced by at least one holder.
+    #[inline]
     pub fn referenced_pages(&self) -> u32 {
         self.referenced
     }
 
     /// Pages an allocation can obtain right now: free plus evictable.
+    #[inline]
     pub fn available_pages(&self) -> u32 {
         self.free_len + self.lru.len
     }
 
     /// The page's reference count.
+    #[inline]
     pub fn refcount(&self, page: PageId) -> Result<u32, KvError> {
         Ok(self.entry(page)?.refs)
     }
@@ -199,6 +205,7 @@ impl<'a> PagePool<'a> {
     /// when it is empty, evicts the least recently used evictable page and
     /// tells `listener`. Fails with [`KvError::PoolExhausted`] when neither has
     /// a page; nothing changes then.
+    #[inline]
     pub fn allocate<L: EvictionListener + ?Sized>(
         &mut self,
         listener: &mut L,
@@ -232,6 +239,7 @@ impl<'a> PagePool<'a> {
 
     /// Adds a reference to a page that holds data (referenced or evictable).
     /// An evictable page leaves the LRU list: it is in use again.
+    #[inline]
     pub fn retain(&mut self, page: PageId) -> Result<(), KvError> {
         let e = self.entry(page)?;
         match e.state {
@@ -255,6 +263,7 @@ impl<'a> PagePool<'a> {
     /// Drops a reference and returns how many remain. A page that reaches zero
     /// goes to the most-recently-used end of the LRU list if a cache holds it,
     /// else back to the free list.
+    #[inline]
     pub fn release(&mut self, page: PageId) -> Result<u32, KvError> {
         let e = *self.entry(page)?;
         if e.state != PageState::Referenced {
@@ -309,6 +318,7 @@ impl<'a> PagePool<'a> {
     /// Marks an evictable page as used now: it moves to the most-recently-used
     /// end of the LRU list. Referenced pages cannot be evicted and are left as
     /// they are.
+    #[inline]
     pub fn touch(&mut self, page: PageId) -> Result<(), KvError> {
         if self.entry(page)?.state == PageState::Evictable && self.lru.tail != page.0 {
             self.lru_unlink(page.0);
@@ -362,8 +372,26 @@ impl<'a> PagePool<'a> {
         Ok(u32::from(self.entry(page)?.filled))
     }
 
+    /// If exactly one holder references the page, records that `more` slots
+    /// after its first `filled` now hold tokens and returns true; else changes
+    /// nothing. The append fast path: one lookup, no read of the old count.
+    #[inline]
+    pub(crate) fn fill_if_exclusive(&mut self, page: PageId, filled: u32, more: u32) -> bool {
+        match self.pages.get_mut(page.0 as usize) {
+            Some(e) if e.refs == 1 => {
+                debug_assert_eq!(u32::from(e.filled), filled);
+                debug_assert!((filled + more) as usize <= PAGE_SIZE);
+                e.filled = (filled + more) as u8;
+                self.filled_slots += u64::from(more);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Records how many of a referenced page's slots hold tokens (for the
     /// fragmentation metric). Callers are the page table and the prefix cache.
+    #[inline]
     pub(crate) fn set_filled(&mut self, page: PageId, filled: u32) {
         debug_assert!(filled as usize <= PAGE_SIZE);
         let e = &mut self.pages[page.0 as usize];
@@ -372,6 +400,7 @@ impl<'a> PagePool<'a> {
         e.filled = filled as u8;
     }
 
+    #[inline]
     fn entry(&self, page: PageId) -> Result<&PageEntry, KvError> {
         self.pages.get(page.0 as usize).ok_or(KvError::UnknownPage)
     }
@@ -391,6 +420,7 @@ impl<'a> PagePool<'a> {
     }
 
     /// Puts a page on the free list, dropping whatever it held.
+    #[inline]
     fn push_free(&mut self, index: u32) {
         self.filled_slots -= u64::from(self.pages[index as usize].filled);
         self.pages[index as usize] = PageEntry {
@@ -401,6 +431,7 @@ impl<'a> PagePool<'a> {
         self.free_len += 1;
     }
 
+    #[inline]
     fn lru_push_back(&mut self, index: u32) {
         let tail = self.lru.tail;
         {
@@ -417,6 +448,7 @@ impl<'a> PagePool<'a> {
         self.lru.len += 1;
     }
 
+    #[inline]
     fn lru_unlink(&mut self, index: u32) {
         let (prev, next) = {
             let e = &self.pages[index as usize];
