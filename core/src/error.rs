@@ -40,6 +40,11 @@ pub enum KvError {
         /// The most tokens one sequence can hold in this table.
         max_tokens: u32,
     },
+    /// The pages are not a path of the prefix cache from its root.
+    NotCached,
+    /// The tokens given for a sequence do not match what the prefix cache
+    /// already holds in its pages.
+    TokensMismatch,
     /// A token position at or past the sequence's length was asked for.
     PositionOutOfRange {
         /// The sequence's length in tokens.
@@ -65,6 +70,10 @@ impl fmt::Display for KvError {
             Self::NoFreeSequenceSlot => f.write_str("every page-table row is in use"),
             Self::SequenceTooLong { max_tokens } => {
                 write!(f, "sequence would exceed its row of {max_tokens} tokens")
+            }
+            Self::NotCached => f.write_str("pages are not a cached path of the prefix cache"),
+            Self::TokensMismatch => {
+                f.write_str("tokens do not match the pages the prefix cache holds for them")
             }
             Self::PositionOutOfRange { len } => {
                 write!(

@@ -65,6 +65,7 @@ mod ids;
 mod log;
 mod page_table;
 mod pool;
+mod radix;
 mod stats;
 mod time;
 
@@ -73,5 +74,6 @@ pub use geometry::{GeometryError, KvDtype, KvGeometry, MAX_PAGES, PAGE_SIZE};
 pub use ids::{PageId, SeqId, Slot};
 pub use page_table::{Appended, PageCopy, PageTable, SeqEntry, TokenLocation};
 pub use pool::{CacheTag, EvictionListener, PageEntry, PagePool};
+pub use radix::{Inserted, PrefixMatch, RadixCache, RadixNode, RadixStats};
 pub use stats::{PageRates, PoolStats};
 pub use time::Timestamp;

@@ -197,6 +197,75 @@ impl<'a> PageTable<'a> {
         })
     }
 
+    /// Starts a sequence on a cached prefix: its row begins with `prefix`, full
+    /// pages from the prefix cache, and it holds a reference on each (which is
+    /// what locks them in the cache while it runs). Call it right after
+    /// [`RadixCache::match_prefix`](crate::RadixCache::match_prefix), before
+    /// any allocation could evict the matched pages.
+    ///
+    /// Fails, changing nothing, if a page is free or unknown, or the prefix is
+    /// longer than a row.
+    pub fn create_with_prefix(
+        &mut self,
+        prefix: &[PageId],
+        pool: &mut PagePool<'_>,
+    ) -> Result<SeqId, KvError> {
+        if prefix.len() > self.row_len as usize {
+            return Err(KvError::SequenceTooLong {
+                max_tokens: self.max_tokens_per_sequence(),
+            });
+        }
+        if self.free_head == NIL {
+            return Err(KvError::NoFreeSequenceSlot);
+        }
+        for (i, &page) in prefix.iter().enumerate() {
+            if let Err(e) = pool.retain(page) {
+                for &held in prefix[..i].iter().rev() {
+                    let released = pool.release(held);
+                    debug_assert!(released.is_ok());
+                }
+                return Err(e);
+            }
+        }
+        let seq = self.create()?;
+        let start = self.row_start(seq);
+        self.rows[start..start + prefix.len()].copy_from_slice(prefix);
+        let e = &mut self.seqs[seq.row as usize];
+        e.pages = prefix.len() as u32;
+        e.tokens = e.pages * PAGE;
+        e.last_page = prefix.last().copied().unwrap_or(PageId(PageId::NONE));
+        Ok(seq)
+    }
+
+    /// Puts `page` in place of the full page at `index` of the sequence's row:
+    /// the prefix cache's deduplication, when it already holds the same
+    /// tokens in another page. Takes a reference on `page`, drops one on the
+    /// page it replaces.
+    pub(crate) fn replace_full_page(
+        &mut self,
+        seq: SeqId,
+        index: u32,
+        page: PageId,
+        pool: &mut PagePool<'_>,
+    ) -> Result<(), KvError> {
+        let e = *self.entry(seq)?;
+        if index >= e.pages || (index + 1) * PAGE > e.tokens {
+            return Err(KvError::PositionOutOfRange { len: e.tokens });
+        }
+        let at = self.row_start(seq) + index as usize;
+        let old = self.rows[at];
+        if old == page {
+            return Ok(());
+        }
+        pool.retain(page)?;
+        pool.release(old)?;
+        self.rows[at] = page;
+        if index + 1 == e.pages {
+            self.seqs[seq.row as usize].last_page = page;
+        }
+        Ok(())
+    }
+
     /// Tokens in the sequence.
     #[inline]
     pub fn len(&self, seq: SeqId) -> Result<u32, KvError> {

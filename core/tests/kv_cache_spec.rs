@@ -621,6 +621,8 @@ mod errors {
             KvError::TooManyReferences,
             KvError::UnknownSequence,
             KvError::NoFreeSequenceSlot,
+            KvError::NotCached,
+            KvError::TokensMismatch,
             KvError::SequenceTooLong { max_tokens: 32 },
             KvError::PositionOutOfRange { len: 3 },
         ];

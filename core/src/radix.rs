@@ -1,0 +1,590 @@
+//! The radix prefix cache (RadixAttention): finished sequences' full pages,
+//! keyed by their tokens, so a new prompt that starts the same way reuses them.
+//!
+//! ## Shape
+//!
+//! A tree over token ids at page granularity: each node is one cached page,
+//! keyed by its 16 tokens under its parent. A prompt's longest cached prefix is
+//! found by walking full pages from the root. Nodes are one page each rather
+//! than compressed runs of pages: the pool tags, counts and evicts pages one at
+//! a time, so a node per page maps one-to-one onto the pool's LRU list and
+//! cache tags, needs no splitting, and a match costs one hash probe per page
+//! either way, O(prefix pages).
+//!
+//! Children are found through one open-addressed hash index over the caller's
+//! slots, keyed by (parent, hash of the page's tokens), linear probing with
+//! backward-shift deletion (no tombstones, so it never degrades). A probe hit
+//! is confirmed by comparing the tokens: a hash collision can never produce a
+//! wrong match.
+//!
+//! ## Locks and references: the one rule
+//!
+//! **A node is locked exactly while its page holds a pool reference.** A
+//! sequence running on a cached prefix holds references on every page of it
+//! (its page-table row, see
+//! [`PageTable::create_with_prefix`](crate::PageTable::create_with_prefix));
+//! [`RadixCache::lock`] takes the same references for a holder without a row.
+//! Since every holder holds a whole path from the root, a locked node's
+//! ancestors are locked too. The pool only ever evicts pages nobody
+//! references, so locked nodes can never be evicted.
+//!
+//! ## Eviction
+//!
+//! Unlocked cached pages sit on the pool's LRU list. Matches touch their path
+//! leaf first, and sequences release their pages last page first, so a node is
+//! always less recently used than its ancestors and LRU order evicts leaves
+//! before their parents: the tree stays prefix-closed. The cache is the pool's
+//! [`EvictionListener`]: when the pool reclaims a page, its node leaves the
+//! tree. (Should a caller break the rule through the raw pool API and an inner
+//! node be evicted, its subtree becomes unreachable and is reclaimed as its
+//! pages are; no match ever returns stale pages.)
+
+use crate::error::KvError;
+use crate::geometry::PAGE_SIZE;
+use crate::ids::{PageId, SeqId};
+use crate::page_table::PageTable;
+use crate::pool::{CacheTag, EvictionListener, PagePool};
+
+const NIL: u32 = u32::MAX;
+const EMPTY_SLOT: u32 = u32::MAX;
+
+/// The tokens of one page.
+type PageTokens = [u32; PAGE_SIZE];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NodeState {
+    Free,
+    Live,
+    /// Evicted while it still had children (only if the one rule was broken):
+    /// out of the index, freed when its last child goes.
+    Detached,
+}
+
+/// One cached page in the tree. Callers only provide storage
+/// (`[RadixNode::EMPTY; N]` or a `Vec`); the cache initialises it.
+#[derive(Debug, Clone, Copy)]
+pub struct RadixNode {
+    tokens: PageTokens,
+    hash: u64,
+    parent: u32,
+    page: PageId,
+    children: u32,
+    next_free: u32,
+    state: NodeState,
+}
+
+impl RadixNode {
+    /// A node ready to be handed to [`RadixCache::new`].
+    pub const EMPTY: Self = Self {
+        tokens: [0; PAGE_SIZE],
+        hash: 0,
+        parent: NIL,
+        page: PageId(PageId::NONE),
+        children: 0,
+        next_free: NIL,
+        state: NodeState::Free,
+    };
+}
+
+impl Default for RadixNode {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
+
+/// The longest cached prefix of a prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct PrefixMatch {
+    /// Matched tokens: always a whole number of pages.
+    pub tokens: u32,
+    /// Matched pages, written to the front of the caller's output slice.
+    pub pages: u32,
+}
+
+/// What an [`insert`](RadixCache::insert) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Inserted {
+    /// Full pages of the sequence now in the cache (new or deduplicated).
+    pub cached_pages: u32,
+    /// Pages added to the tree.
+    pub new_pages: u32,
+    /// Pages the cache already held under the same tokens: the sequence now
+    /// uses the cached page and its own copy was released.
+    pub deduplicated_pages: u32,
+    /// Full pages not cached because the node storage was full and nothing
+    /// could be evicted to make room.
+    pub declined_pages: u32,
+}
+
+/// The cache's metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct RadixStats {
+    /// Tokens looked up by [`match_prefix`](RadixCache::match_prefix).
+    pub tokens_requested: u64,
+    /// Of those, tokens found in the cache.
+    pub tokens_hit: u64,
+    /// Nodes in the tree (each one cached page).
+    pub nodes: u32,
+    /// Node capacity.
+    pub capacity: u32,
+    /// Pages ever added to the tree.
+    pub inserted_pages: u64,
+    /// Pages deduplicated against the tree on insert.
+    pub deduplicated_pages: u64,
+    /// Pages declined on insert for lack of node storage.
+    pub declined_pages: u64,
+    /// Nodes removed by eviction.
+    pub evicted_pages: u64,
+}
+
+impl RadixStats {
+    /// Share of requested tokens served from the cache, in `0.0..=1.0`.
+    pub fn hit_rate(&self) -> f64 {
+        if self.tokens_requested == 0 {
+            0.0
+        } else {
+            self.tokens_hit as f64 / self.tokens_requested as f64
+        }
+    }
+}
+
+/// The prefix cache over caller-provided storage: `nodes` bounds how many pages
+/// it can hold, `index` (a power of two, larger than `nodes`; twice as large
+/// is a good choice, see [`RadixCache::index_len_for`]) holds the hash index.
+///
+/// ```
+/// use pagoda_core::{PageEntry, PageId, PagePool, PageTable, RadixCache, RadixNode, SeqEntry};
+/// let mut page_store = [PageEntry::EMPTY; 8];
+/// let mut pool = PagePool::new(&mut page_store).unwrap();
+/// let mut rows = [PageId::from_index(0); 2 * 4];
+/// let mut seqs = [SeqEntry::EMPTY; 2];
+/// let mut table = PageTable::new(&mut rows, &mut seqs).unwrap();
+/// let mut nodes = [RadixNode::EMPTY; 8];
+/// let mut index = [0u32; 16];
+/// let mut cache = RadixCache::new(&mut nodes, &mut index).unwrap();
+///
+/// // A 40-token prompt runs, then its two full pages are cached.
+/// let prompt: Vec<u32> = (0..40).collect();
+/// let seq = table.create().unwrap();
+/// table.append(seq, 40, &mut pool, &mut cache).unwrap();
+/// cache.insert(&mut table, seq, &prompt, &mut pool).unwrap();
+/// table.release(seq, &mut pool).unwrap();
+///
+/// // The same prompt again: 32 tokens come from the cache.
+/// let mut pages = [PageId::from_index(0); 4];
+/// let hit = cache.match_prefix(&prompt, &mut pages, &mut pool);
+/// assert_eq!(hit.tokens, 32);
+/// let again = table.create_with_prefix(&pages[..hit.pages as usize], &mut pool).unwrap();
+/// table.append(again, 8, &mut pool, &mut cache).unwrap();
+/// assert_eq!(table.len(again).unwrap(), 40);
+/// ```
+#[derive(Debug)]
+pub struct RadixCache<'a> {
+    nodes: &'a mut [RadixNode],
+    index: &'a mut [u32],
+    index_shift: u32,
+    free_head: u32,
+    live: u32,
+    stats: RadixStats,
+}
+
+impl<'a> RadixCache<'a> {
+    /// The index length to pair with `nodes` nodes: the next power of two at
+    /// least twice as large, so probes stay short.
+    pub const fn index_len_for(nodes: usize) -> usize {
+        (nodes.saturating_mul(2)).next_power_of_two()
+    }
+
+    /// Builds an empty cache.
+    ///
+    /// Fails with [`KvError::InvalidStorage`] if `nodes` is empty or too large
+    /// for node ids, or `index` is not a power of two larger than `nodes`.
+    pub fn new(nodes: &'a mut [RadixNode], index: &'a mut [u32]) -> Result<Self, KvError> {
+        let n = nodes.len();
+        if n == 0 || n >= NIL as usize || !index.len().is_power_of_two() || index.len() <= n {
+            return Err(KvError::InvalidStorage);
+        }
+        for (i, node) in nodes.iter_mut().enumerate() {
+            let next = i as u32 + 1;
+            *node = RadixNode {
+                next_free: if (next as usize) < n { next } else { NIL },
+                ..RadixNode::EMPTY
+            };
+        }
+        index.fill(EMPTY_SLOT);
+        let index_shift = 64 - index.len().trailing_zeros();
+        Ok(Self {
+            nodes,
+            index,
+            index_shift,
+            free_head: 0,
+            live: 0,
+            stats: RadixStats {
+                capacity: n as u32,
+                ..RadixStats::default()
+            },
+        })
+    }
+
+    /// Finds the longest cached prefix of `tokens` in whole pages, writes its
+    /// pages to the front of `pages` (at most `pages.len()` of them), marks
+    /// the path as used now, and counts the lookup in the hit rate. Allocates
+    /// nothing; takes no references (see
+    /// [`PageTable::create_with_prefix`](crate::PageTable::create_with_prefix)
+    /// and [`lock`](Self::lock)).
+    pub fn match_prefix(
+        &mut self,
+        tokens: &[u32],
+        pages: &mut [PageId],
+        pool: &mut PagePool<'_>,
+    ) -> PrefixMatch {
+        let mut matched = 0;
+        let mut parent = NIL;
+        for (chunk, out) in tokens.chunks_exact(PAGE_SIZE).zip(pages.iter_mut()) {
+            let Some(node) = self.find_child(parent, page_tokens(chunk)) else {
+                break;
+            };
+            *out = self.nodes[node as usize].page;
+            parent = node;
+            matched += 1;
+        }
+        // Leaf first, so every node stays less recently used than its parent.
+        for &page in pages[..matched as usize].iter().rev() {
+            let touched = pool.touch(page);
+            debug_assert!(touched.is_ok());
+        }
+        let found = PrefixMatch {
+            tokens: matched * PAGE_SIZE as u32,
+            pages: matched,
+        };
+        self.stats.tokens_requested += tokens.len() as u64;
+        self.stats.tokens_hit += u64::from(found.tokens);
+        found
+    }
+
+    /// The length in tokens of the longest cached prefix of `tokens`, without
+    /// touching recency or metrics: for scoring waiting requests.
+    pub fn peek_prefix(&self, tokens: &[u32]) -> u32 {
+        let mut matched = 0;
+        let mut parent = NIL;
+        for chunk in tokens.chunks_exact(PAGE_SIZE) {
+            let Some(node) = self.find_child(parent, page_tokens(chunk)) else {
+                break;
+            };
+            parent = node;
+            matched += PAGE_SIZE as u32;
+        }
+        matched
+    }
+
+    /// Caches the full pages of a running or finished sequence whose token
+    /// ids are `tokens` (its first `len / 16` pages). A page whose tokens the
+    /// tree already holds in another page is deduplicated: the sequence's row
+    /// switches to the cached page and its own copy is released, so identical
+    /// prefixes share one physical page.
+    ///
+    /// When the node storage is full, the least recently used unlocked page is
+    /// evicted to make room; if nothing can be evicted, the remaining pages
+    /// are declined ([`Inserted::declined_pages`]), never a panic.
+    pub fn insert(
+        &mut self,
+        table: &mut PageTable<'_>,
+        seq: SeqId,
+        tokens: &[u32],
+        pool: &mut PagePool<'_>,
+    ) -> Result<Inserted, KvError> {
+        let len = table.len(seq)?.min(tokens.len() as u32);
+        let full_pages = len / PAGE_SIZE as u32;
+        let mut done = Inserted::default();
+        let mut parent = NIL;
+        for (i, chunk) in tokens
+            .chunks_exact(PAGE_SIZE)
+            .take(full_pages as usize)
+            .enumerate()
+        {
+            let key = page_tokens(chunk);
+            let own = table.pages(seq)?[i];
+            let node = match self.find_child(parent, key) {
+                Some(node) => {
+                    let cached = self.nodes[node as usize].page;
+                    if cached != own {
+                        table.replace_full_page(seq, i as u32, cached, pool)?;
+                        done.deduplicated_pages += 1;
+                    }
+                    node
+                }
+                None => {
+                    if pool.cache_tag(own)?.is_some() {
+                        // The page is cached under another path already (the
+                        // caller handed us tokens that differ from the ones
+                        // it holds): refuse to alias it.
+                        return Err(KvError::TokensMismatch);
+                    }
+                    let Some(node) = self.new_node(parent, key, own, pool) else {
+                        done.declined_pages = full_pages - i as u32;
+                        break;
+                    };
+                    pool.set_cache_tag(own, CacheTag(node))?;
+                    done.new_pages += 1;
+                    node
+                }
+            };
+            done.cached_pages += 1;
+            parent = node;
+        }
+        self.stats.inserted_pages += u64::from(done.new_pages);
+        self.stats.deduplicated_pages += u64::from(done.deduplicated_pages);
+        self.stats.declined_pages += u64::from(done.declined_pages);
+        Ok(done)
+    }
+
+    /// Locks a matched path for a holder without a page-table row: takes a
+    /// reference on every page, checking first that `pages` is a path of the
+    /// tree from the root. Fails, changing nothing, if it is not.
+    pub fn lock(&self, pages: &[PageId], pool: &mut PagePool<'_>) -> Result<(), KvError> {
+        let mut parent = NIL;
+        for &page in pages {
+            let node = self.node_of(page, pool)?;
+            if self.nodes[node as usize].parent != parent {
+                return Err(KvError::NotCached);
+            }
+            parent = node;
+        }
+        for (i, &page) in pages.iter().enumerate() {
+            if let Err(e) = pool.retain(page) {
+                for &held in pages[..i].iter().rev() {
+                    let released = pool.release(held);
+                    debug_assert!(released.is_ok());
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Unlocks a path taken with [`lock`](Self::lock): drops the references,
+    /// leaf first, so the pages become evictable deepest first.
+    pub fn unlock(&self, pages: &[PageId], pool: &mut PagePool<'_>) -> Result<(), KvError> {
+        for &page in pages {
+            if pool.refcount(page)? == 0 {
+                return Err(KvError::PageNotReferenced);
+            }
+        }
+        for &page in pages.iter().rev() {
+            pool.release(page)?;
+        }
+        Ok(())
+    }
+
+    /// Evicts up to `pages` least recently used unlocked pages from the tree
+    /// back to the pool's free list; returns how many went.
+    pub fn evict(&mut self, pages: u32, pool: &mut PagePool<'_>) -> u32 {
+        pool.evict(pages, self)
+    }
+
+    /// The cache's metrics.
+    pub fn stats(&self) -> RadixStats {
+        RadixStats {
+            nodes: self.live,
+            ..self.stats
+        }
+    }
+
+    /// Nodes in the tree.
+    pub fn len(&self) -> u32 {
+        self.live
+    }
+
+    /// Whether the tree is empty.
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// The node that caches `page`, if the tree holds it.
+    fn node_of(&self, page: PageId, pool: &PagePool<'_>) -> Result<u32, KvError> {
+        let tag = pool.cache_tag(page)?.ok_or(KvError::NotCached)?;
+        match self.nodes.get(tag.0 as usize) {
+            Some(n) if n.state == NodeState::Live && n.page == page => Ok(tag.0),
+            _ => Err(KvError::NotCached),
+        }
+    }
+
+    #[inline]
+    fn find_child(&self, parent: u32, tokens: &PageTokens) -> Option<u32> {
+        let hash = key_hash(parent, tokens);
+        let mask = self.index.len() - 1;
+        let mut slot = self.home_slot(hash);
+        loop {
+            let node = self.index[slot];
+            if node == EMPTY_SLOT {
+                return None;
+            }
+            let n = &self.nodes[node as usize];
+            if n.hash == hash && n.parent == parent && n.tokens == *tokens {
+                return Some(node);
+            }
+            slot = (slot + 1) & mask;
+        }
+    }
+
+    /// Takes a free node (evicting an unlocked page if there is none) and
+    /// links it under `parent`. `None` if nothing could be freed.
+    fn new_node(
+        &mut self,
+        parent: u32,
+        tokens: &PageTokens,
+        page: PageId,
+        pool: &mut PagePool<'_>,
+    ) -> Option<u32> {
+        while self.free_head == NIL {
+            // Evicting a page frees its node (or, after a broken rule, a
+            // detached node's last child); stop when nothing is evictable.
+            if pool.evict(1, self) == 0 {
+                return None;
+            }
+        }
+        let node = self.free_head;
+        self.free_head = self.nodes[node as usize].next_free;
+        let hash = key_hash(parent, tokens);
+        self.nodes[node as usize] = RadixNode {
+            tokens: *tokens,
+            hash,
+            parent,
+            page,
+            children: 0,
+            next_free: NIL,
+            state: NodeState::Live,
+        };
+        if parent != NIL {
+            self.nodes[parent as usize].children += 1;
+        }
+        let mask = self.index.len() - 1;
+        let mut slot = self.home_slot(hash);
+        while self.index[slot] != EMPTY_SLOT {
+            slot = (slot + 1) & mask;
+        }
+        self.index[slot] = node;
+        self.live += 1;
+        Some(node)
+    }
+
+    /// Takes a live node out of the tree after the pool reclaimed its page.
+    fn remove_node(&mut self, node: u32) {
+        self.unindex(node);
+        self.live -= 1;
+        let parent = self.nodes[node as usize].parent;
+        if parent != NIL {
+            self.child_gone(parent);
+        }
+        if self.nodes[node as usize].children == 0 {
+            self.free_node(node);
+        } else {
+            // Only reachable by breaking the one rule: keep the node so its
+            // children's parent id is not reused, unreachable, until they go.
+            crate::log::event!("pagoda: radix node evicted before its children");
+            self.nodes[node as usize].state = NodeState::Detached;
+        }
+    }
+
+    fn child_gone(&mut self, parent: u32) {
+        let p = &mut self.nodes[parent as usize];
+        p.children -= 1;
+        if p.children == 0 && p.state == NodeState::Detached {
+            self.free_node(parent);
+        }
+    }
+
+    fn free_node(&mut self, node: u32) {
+        self.nodes[node as usize] = RadixNode {
+            next_free: self.free_head,
+            ..RadixNode::EMPTY
+        };
+        self.free_head = node;
+    }
+
+    /// Removes a node from the hash index by backward-shift deletion, which
+    /// keeps every probe chain unbroken without tombstones.
+    fn unindex(&mut self, node: u32) {
+        let mask = self.index.len() - 1;
+        let mut hole = self.home_slot(self.nodes[node as usize].hash);
+        while self.index[hole] != node {
+            debug_assert_ne!(self.index[hole], EMPTY_SLOT, "live node missing from index");
+            hole = (hole + 1) & mask;
+        }
+        let mut slot = hole;
+        loop {
+            slot = (slot + 1) & mask;
+            let moved = self.index[slot];
+            if moved == EMPTY_SLOT {
+                break;
+            }
+            let home = self.home_slot(self.nodes[moved as usize].hash);
+            // Shift back unless its home lies cyclically in (hole, slot].
+            let stays = if hole <= slot {
+                hole < home && home <= slot
+            } else {
+                hole < home || home <= slot
+            };
+            if !stays {
+                self.index[hole] = moved;
+                hole = slot;
+            }
+        }
+        self.index[hole] = EMPTY_SLOT;
+    }
+
+    #[inline]
+    fn home_slot(&self, hash: u64) -> usize {
+        (hash >> self.index_shift) as usize
+    }
+}
+
+impl EvictionListener for RadixCache<'_> {
+    fn page_evicted(&mut self, page: PageId, tag: CacheTag) {
+        match self.nodes.get(tag.0 as usize) {
+            Some(n) if n.state == NodeState::Live && n.page == page => {
+                self.remove_node(tag.0);
+                // The pool counts eviction events and reclaimed pages.
+                self.stats.evicted_pages += 1;
+            }
+            _ => debug_assert!(false, "evicted {page} was not cached by this tree"),
+        }
+    }
+}
+
+/// The first 16 tokens of a chunk of exactly 16.
+#[inline]
+fn page_tokens(chunk: &[u32]) -> &PageTokens {
+    // `chunks_exact(PAGE_SIZE)` only yields full chunks.
+    chunk
+        .first_chunk::<PAGE_SIZE>()
+        .unwrap_or(&[u32::MAX; PAGE_SIZE])
+}
+
+/// A fast hash of (parent, 16 tokens): eight independent 64-bit folded
+/// multiplies, so the work runs in parallel rather than as one long chain.
+/// Matches are confirmed by comparing tokens, so this only spreads keys.
+#[inline]
+fn key_hash(parent: u32, tokens: &PageTokens) -> u64 {
+    const K: [u64; 4] = [
+        0xa076_1d64_78bd_642f,
+        0xe703_7ed1_a0b4_28db,
+        0x8ebc_6af0_9c88_c6e3,
+        0x5899_65cc_7537_4cc3,
+    ];
+    #[inline]
+    fn fold(a: u64, b: u64) -> u64 {
+        let p = u128::from(a) * u128::from(b);
+        (p as u64) ^ ((p >> 64) as u64)
+    }
+    let w = |i: usize| u64::from(tokens[2 * i]) | (u64::from(tokens[2 * i + 1]) << 32);
+    let a = fold(w(0) ^ K[0], w(1) ^ K[1]);
+    let b = fold(w(2) ^ K[2], w(3) ^ K[3]);
+    let c = fold(w(4) ^ K[1], w(5) ^ K[0]);
+    let d = fold(w(6) ^ K[3], w(7) ^ K[2]);
+    let mixed = fold(a ^ c ^ K[0], b ^ d ^ u64::from(parent) ^ K[1]);
+    fold(mixed ^ K[2], K[3])
+}
