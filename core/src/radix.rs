@@ -13,9 +13,10 @@
 //!
 //! Children are found through one open-addressed hash index over the caller's
 //! slots, keyed by (parent, hash of the page's tokens), linear probing with
-//! backward-shift deletion (no tombstones, so it never degrades). A probe hit
-//! is confirmed by comparing the tokens: a hash collision can never produce a
-//! wrong match.
+//! backward-shift deletion (no tombstones, so it never degrades). Each slot
+//! holds the node id and the high half of its key hash, so probing and
+//! deleting touch only the index until a likely hit. A hit is confirmed by
+//! comparing the tokens: a hash collision can never produce a wrong match.
 //!
 //! ## Locks and references: the one rule
 //!
@@ -46,7 +47,13 @@ use crate::page_table::PageTable;
 use crate::pool::{CacheTag, EvictionListener, PagePool};
 
 const NIL: u32 = u32::MAX;
-const EMPTY_SLOT: u32 = u32::MAX;
+const EMPTY_SLOT: u64 = u64::MAX;
+/// An index entry keeps the key hash's high half beside the node id, so probes
+/// and deletions never read a node just to compare or re-home it.
+const HASH_BITS: u64 = 0xFFFF_FFFF_0000_0000;
+/// The most nodes a cache can have: node ids stay below 2^31, so an index
+/// (at most 2^32 slots) is addressed by the stored high hash bits alone.
+const MAX_NODES: usize = 1 << 31;
 
 /// The tokens of one page.
 type PageTokens = [u32; PAGE_SIZE];
@@ -163,7 +170,7 @@ impl RadixStats {
 /// let mut seqs = [SeqEntry::EMPTY; 2];
 /// let mut table = PageTable::new(&mut rows, &mut seqs).unwrap();
 /// let mut nodes = [RadixNode::EMPTY; 8];
-/// let mut index = [0u32; 16];
+/// let mut index = [0u64; 16];
 /// let mut cache = RadixCache::new(&mut nodes, &mut index).unwrap();
 ///
 /// // A 40-token prompt runs, then its two full pages are cached.
@@ -184,7 +191,7 @@ impl RadixStats {
 #[derive(Debug)]
 pub struct RadixCache<'a> {
     nodes: &'a mut [RadixNode],
-    index: &'a mut [u32],
+    index: &'a mut [u64],
     index_shift: u32,
     free_head: u32,
     live: u32,
@@ -200,11 +207,11 @@ impl<'a> RadixCache<'a> {
 
     /// Builds an empty cache.
     ///
-    /// Fails with [`KvError::InvalidStorage`] if `nodes` is empty or too large
-    /// for node ids, or `index` is not a power of two larger than `nodes`.
-    pub fn new(nodes: &'a mut [RadixNode], index: &'a mut [u32]) -> Result<Self, KvError> {
+    /// Fails with [`KvError::InvalidStorage`] if `nodes` is empty or has 2^31
+    /// entries or more, or `index` is not a power of two larger than `nodes`.
+    pub fn new(nodes: &'a mut [RadixNode], index: &'a mut [u64]) -> Result<Self, KvError> {
         let n = nodes.len();
-        if n == 0 || n >= NIL as usize || !index.len().is_power_of_two() || index.len() <= n {
+        if n == 0 || n >= MAX_NODES || !index.len().is_power_of_two() || index.len() <= n {
             return Err(KvError::InvalidStorage);
         }
         for (i, node) in nodes.iter_mut().enumerate() {
@@ -418,13 +425,16 @@ impl<'a> RadixCache<'a> {
         let mask = self.index.len() - 1;
         let mut slot = self.home_slot(hash);
         loop {
-            let node = self.index[slot];
-            if node == EMPTY_SLOT {
+            let entry = self.index[slot];
+            if entry == EMPTY_SLOT {
                 return None;
             }
-            let n = &self.nodes[node as usize];
-            if n.hash == hash && n.parent == parent && n.tokens == *tokens {
-                return Some(node);
+            if entry & HASH_BITS == hash & HASH_BITS {
+                let node = entry as u32;
+                let n = &self.nodes[node as usize];
+                if n.hash == hash && n.parent == parent && n.tokens == *tokens {
+                    return Some(node);
+                }
             }
             slot = (slot + 1) & mask;
         }
@@ -466,7 +476,7 @@ impl<'a> RadixCache<'a> {
         while self.index[slot] != EMPTY_SLOT {
             slot = (slot + 1) & mask;
         }
-        self.index[slot] = node;
+        self.index[slot] = (hash & HASH_BITS) | u64::from(node);
         self.live += 1;
         Some(node)
     }
@@ -510,7 +520,7 @@ impl<'a> RadixCache<'a> {
     fn unindex(&mut self, node: u32) {
         let mask = self.index.len() - 1;
         let mut hole = self.home_slot(self.nodes[node as usize].hash);
-        while self.index[hole] != node {
+        while self.index[hole] as u32 != node {
             debug_assert_ne!(self.index[hole], EMPTY_SLOT, "live node missing from index");
             hole = (hole + 1) & mask;
         }
@@ -521,7 +531,8 @@ impl<'a> RadixCache<'a> {
             if moved == EMPTY_SLOT {
                 break;
             }
-            let home = self.home_slot(self.nodes[moved as usize].hash);
+            // The stored high hash bits are all the home slot needs.
+            let home = self.home_slot(moved);
             // Shift back unless its home lies cyclically in (hole, slot].
             let stays = if hole <= slot {
                 hole < home && home <= slot
@@ -536,6 +547,8 @@ impl<'a> RadixCache<'a> {
         self.index[hole] = EMPTY_SLOT;
     }
 
+    /// The slot a key hash (or an index entry, which keeps the hash's high
+    /// bits) probes first: the top bits, at most 32 of them.
     #[inline]
     fn home_slot(&self, hash: u64) -> usize {
         (hash >> self.index_shift) as usize
@@ -564,27 +577,36 @@ fn page_tokens(chunk: &[u32]) -> &PageTokens {
         .unwrap_or(&[u32::MAX; PAGE_SIZE])
 }
 
-/// A fast hash of (parent, 16 tokens): eight independent 64-bit folded
-/// multiplies, so the work runs in parallel rather than as one long chain.
-/// Matches are confirmed by comparing tokens, so this only spreads keys.
+const K: [u64; 4] = [
+    0xa076_1d64_78bd_642f,
+    0xe703_7ed1_a0b4_28db,
+    0x8ebc_6af0_9c88_c6e3,
+    0x5899_65cc_7537_4cc3,
+];
+
+/// The high and low halves of a 128-bit product, folded.
 #[inline]
-fn key_hash(parent: u32, tokens: &PageTokens) -> u64 {
-    const K: [u64; 4] = [
-        0xa076_1d64_78bd_642f,
-        0xe703_7ed1_a0b4_28db,
-        0x8ebc_6af0_9c88_c6e3,
-        0x5899_65cc_7537_4cc3,
-    ];
-    #[inline]
-    fn fold(a: u64, b: u64) -> u64 {
-        let p = u128::from(a) * u128::from(b);
-        (p as u64) ^ ((p >> 64) as u64)
-    }
+fn fold(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// A fast hash of a page's 16 tokens: four independent folded multiplies, so
+/// the work runs in parallel. It does not depend on the parent, so while one
+/// page's probe waits on memory the CPU already hashes the next page.
+#[inline]
+fn tokens_hash(tokens: &PageTokens) -> u64 {
     let w = |i: usize| u64::from(tokens[2 * i]) | (u64::from(tokens[2 * i + 1]) << 32);
     let a = fold(w(0) ^ K[0], w(1) ^ K[1]);
     let b = fold(w(2) ^ K[2], w(3) ^ K[3]);
     let c = fold(w(4) ^ K[1], w(5) ^ K[0]);
     let d = fold(w(6) ^ K[3], w(7) ^ K[2]);
-    let mixed = fold(a ^ c ^ K[0], b ^ d ^ u64::from(parent) ^ K[1]);
-    fold(mixed ^ K[2], K[3])
+    a.wrapping_add(b.rotate_left(21)) ^ c.wrapping_add(d.rotate_left(43))
+}
+
+/// The index key of a page under `parent`. Matches are confirmed by comparing
+/// tokens, so the hash only has to spread keys.
+#[inline]
+fn key_hash(parent: u32, tokens: &PageTokens) -> u64 {
+    fold(tokens_hash(tokens) ^ K[2], u64::from(parent) ^ K[3])
 }

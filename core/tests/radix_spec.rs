@@ -14,7 +14,7 @@ struct Fixture {
     rows: Vec<PageId>,
     seqs: Vec<SeqEntry>,
     nodes: Vec<RadixNode>,
-    index: Vec<u32>,
+    index: Vec<u64>,
 }
 
 impl Fixture {
@@ -24,7 +24,7 @@ impl Fixture {
             rows: vec![PageId::from_index(0); 4 * 16],
             seqs: vec![SeqEntry::EMPTY; 4],
             nodes: vec![RadixNode::EMPTY; nodes],
-            index: vec![0; RadixCache::index_len_for(nodes)],
+            index: vec![0u64; RadixCache::index_len_for(nodes)],
         }
     }
 
@@ -332,20 +332,20 @@ fn hit_rate_counts_requested_and_served_tokens() {
 #[test]
 fn bad_storage_is_refused() {
     let mut nodes = vec![RadixNode::EMPTY; 4];
-    let mut index = vec![0u32; 6];
+    let mut index = vec![0u64; 6];
     assert_eq!(
         RadixCache::new(&mut nodes, &mut index).unwrap_err(),
         KvError::InvalidStorage,
         "index length must be a power of two"
     );
-    let mut index = vec![0u32; 4];
+    let mut index = vec![0u64; 4];
     assert_eq!(
         RadixCache::new(&mut nodes, &mut index).unwrap_err(),
         KvError::InvalidStorage,
         "index must be larger than the node count"
     );
     let mut none: Vec<RadixNode> = Vec::new();
-    let mut index = vec![0u32; 8];
+    let mut index = vec![0u64; 8];
     assert_eq!(
         RadixCache::new(&mut none, &mut index).unwrap_err(),
         KvError::InvalidStorage
