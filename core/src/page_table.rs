@@ -218,15 +218,7 @@ impl<'a> PageTable<'a> {
         if self.free_head == NIL {
             return Err(KvError::NoFreeSequenceSlot);
         }
-        for (i, &page) in prefix.iter().enumerate() {
-            if let Err(e) = pool.retain(page) {
-                for &held in prefix[..i].iter().rev() {
-                    let released = pool.release(held);
-                    debug_assert!(released.is_ok());
-                }
-                return Err(e);
-            }
-        }
+        pool.retain_all(prefix)?;
         let seq = self.create()?;
         let start = self.row_start(seq);
         self.rows[start..start + prefix.len()].copy_from_slice(prefix);

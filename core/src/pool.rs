@@ -260,6 +260,22 @@ impl<'a> PagePool<'a> {
         }
     }
 
+    /// Adds a reference to every page in `pages`, or to none: if one cannot
+    /// be retained, the ones already taken are dropped again (last first) and
+    /// the error returned.
+    pub fn retain_all(&mut self, pages: &[PageId]) -> Result<(), KvError> {
+        for (i, &page) in pages.iter().enumerate() {
+            if let Err(e) = self.retain(page) {
+                for &held in pages[..i].iter().rev() {
+                    let released = self.release(held);
+                    debug_assert!(released.is_ok(), "a page retained just now");
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     /// Drops a reference and returns how many remain. A page that reaches zero
     /// goes to the most-recently-used end of the LRU list if a cache holds it,
     /// else back to the free list.

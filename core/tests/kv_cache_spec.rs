@@ -608,6 +608,23 @@ mod errors {
     }
 
     #[test]
+    fn retain_all_takes_every_reference_or_none() {
+        let mut storage = vec![PageEntry::EMPTY; 4];
+        let mut pool = PagePool::new(&mut storage).unwrap();
+        let a = pool.allocate(&mut ()).unwrap();
+        let b = pool.allocate(&mut ()).unwrap();
+        let free = PageId::from_index(3);
+        assert_eq!(pool.is_free(free), Ok(true));
+        assert_eq!(
+            pool.retain_all(&[a, b, free]),
+            Err(KvError::PageNotReferenced)
+        );
+        assert_eq!((pool.refcount(a), pool.refcount(b)), (Ok(1), Ok(1)));
+        pool.retain_all(&[a, b]).unwrap();
+        assert_eq!((pool.refcount(a), pool.refcount(b)), (Ok(2), Ok(2)));
+    }
+
+    #[test]
     fn every_error_explains_itself() {
         let all = [
             KvError::InvalidGeometry(GeometryError::ZeroDimension),
