@@ -80,7 +80,8 @@ impl Storage {
 }
 
 impl World<'_> {
-    fn cache_locked(&mut self, t: &[u32], out: &mut [PageId]) {
+    /// Runs a sequence of tokens `t` and caches it, unlocked.
+    fn cache_sequence(&mut self, t: &[u32]) {
         let seq = self.table.create().unwrap();
         self.table
             .append(seq, t.len() as u32, &mut self.pool, &mut self.cache)
@@ -89,6 +90,11 @@ impl World<'_> {
             .insert(&mut self.table, seq, t, &mut self.pool)
             .unwrap();
         self.table.release(seq, &mut self.pool).unwrap();
+    }
+
+    /// Caches `t` and locks it, as a running sequence would.
+    fn cache_locked(&mut self, t: &[u32], out: &mut [PageId]) {
+        self.cache_sequence(t);
         let hit = self.cache.match_prefix(t, out, &mut self.pool);
         self.cache
             .lock(&out[..hit.pages as usize], &mut self.pool)
@@ -156,13 +162,7 @@ fn prefix_cache(c: &mut Criterion) {
                         // 1,000 unlocked cached pages: 8 sequences of 125.
                         for _ in 0..8 {
                             seed += 1;
-                            let t = tokens(seed, 125 * 16);
-                            let seq = w.table.create().unwrap();
-                            w.table
-                                .append(seq, t.len() as u32, &mut w.pool, &mut w.cache)
-                                .unwrap();
-                            w.cache.insert(&mut w.table, seq, &t, &mut w.pool).unwrap();
-                            w.table.release(seq, &mut w.pool).unwrap();
+                            w.cache_sequence(&tokens(seed, 125 * 16));
                         }
                         let start = Instant::now();
                         let evicted = w.cache.evict(1_000, &mut w.pool);

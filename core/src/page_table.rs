@@ -324,7 +324,6 @@ impl<'a> PageTable<'a> {
         listener: &mut L,
     ) -> Result<Appended, KvError> {
         let max_tokens = self.max_tokens_per_sequence();
-        let start = self.row_start(seq);
         let e = self.entry_mut(seq)?;
         let new_len = e
             .tokens
@@ -351,6 +350,7 @@ impl<'a> PageTable<'a> {
             return Ok(done);
         }
         let e = *e;
+        let start = self.row_start(seq);
         let shared_last = if offset != 0 {
             let last = self.rows[start + e.pages as usize - 1];
             (pool.refcount(last)? > 1).then_some(last)

@@ -312,6 +312,7 @@ impl<'a> RadixCache<'a> {
     ) -> Result<Inserted, KvError> {
         let len = table.len(seq)?.min(tokens.len() as u32);
         let full_pages = len / PAGE_SIZE as u32;
+        self.check_cached_pages(table.pages(seq)?, tokens, full_pages, pool)?;
         let mut done = Inserted::default();
         let mut parent = NIL;
         for (i, chunk) in tokens
@@ -331,12 +332,11 @@ impl<'a> RadixCache<'a> {
                     node
                 }
                 None => {
-                    if pool.cache_tag(own)?.is_some() {
-                        // The page is cached under another path already (the
-                        // caller handed us tokens that differ from the ones
-                        // it holds): refuse to alias it.
-                        return Err(KvError::TokensMismatch);
-                    }
+                    debug_assert_eq!(
+                        pool.cache_tag(own),
+                        Ok(None),
+                        "check_cached_pages lets no cached page get here"
+                    );
                     let Some(node) = self.new_node(parent, key, own, pool) else {
                         done.declined_pages = full_pages - i as u32;
                         break;
@@ -359,6 +359,30 @@ impl<'a> RadixCache<'a> {
     /// reference on every page, checking first that `pages` is a path of the
     /// tree from the root. Fails, changing nothing, if it is not.
     pub fn lock(&self, pages: &[PageId], pool: &mut PagePool<'_>) -> Result<(), KvError> {
+        self.check_path(pages, pool)?;
+        pool.retain_all(pages)
+    }
+
+    /// Unlocks a path taken with [`lock`](Self::lock): drops the references,
+    /// leaf first, so the pages become evictable deepest first. Refused,
+    /// changing nothing, unless `pages` is a cached path whose every page is
+    /// referenced. (Only the caller knows it locked them: unlocking pages it
+    /// did not lock takes references that others hold.)
+    pub fn unlock(&self, pages: &[PageId], pool: &mut PagePool<'_>) -> Result<(), KvError> {
+        self.check_path(pages, pool)?;
+        for &page in pages {
+            if pool.refcount(page)? == 0 {
+                return Err(KvError::PageNotReferenced);
+            }
+        }
+        for &page in pages.iter().rev() {
+            pool.release(page)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `pages` is a path of the tree from the root.
+    fn check_path(&self, pages: &[PageId], pool: &PagePool<'_>) -> Result<(), KvError> {
         let mut parent = NIL;
         for &page in pages {
             let node = self.node_of(page, pool)?;
@@ -367,20 +391,39 @@ impl<'a> RadixCache<'a> {
             }
             parent = node;
         }
-        pool.retain_all(pages)?;
         Ok(())
     }
 
-    /// Unlocks a path taken with [`lock`](Self::lock): drops the references,
-    /// leaf first, so the pages become evictable deepest first.
-    pub fn unlock(&self, pages: &[PageId], pool: &mut PagePool<'_>) -> Result<(), KvError> {
-        for &page in pages {
-            if pool.refcount(page)? == 0 {
-                return Err(KvError::PageNotReferenced);
+    /// Before an insert changes anything: the pages of the row that the tree
+    /// already caches must form a path from the root (each under the row's
+    /// previous page) and be cached under these very tokens. Otherwise the
+    /// tokens are not the row's, and inserting them would alias a cached page.
+    fn check_cached_pages(
+        &self,
+        row: &[PageId],
+        tokens: &[u32],
+        full_pages: u32,
+        pool: &PagePool<'_>,
+    ) -> Result<(), KvError> {
+        // The parent a cached page must have; `None` once a page is uncached.
+        let mut parent = Some(NIL);
+        for (&page, chunk) in row
+            .iter()
+            .zip(tokens.chunks_exact(PAGE_SIZE))
+            .take(full_pages as usize)
+        {
+            if pool.cache_tag(page)?.is_none() {
+                parent = None;
+                continue;
             }
-        }
-        for &page in pages.iter().rev() {
-            pool.release(page)?;
+            let node = self
+                .node_of(page, pool)
+                .map_err(|_| KvError::TokensMismatch)?;
+            let n = &self.nodes[node as usize];
+            if parent != Some(n.parent) || n.tokens != *page_tokens(chunk) {
+                return Err(KvError::TokensMismatch);
+            }
+            parent = Some(node);
         }
         Ok(())
     }

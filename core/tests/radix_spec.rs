@@ -287,10 +287,7 @@ fn stale_paths_cannot_be_locked() {
     p.cache.evict(u32::MAX, &mut p.pool);
     assert_eq!(p.cache.lock(&pages, &mut p.pool), Err(KvError::NotCached));
     assert_eq!(p.pool.referenced_pages(), 0, "a refused lock takes nothing");
-    assert_eq!(
-        p.cache.unlock(&pages, &mut p.pool),
-        Err(KvError::PageNotReferenced)
-    );
+    assert_eq!(p.cache.unlock(&pages, &mut p.pool), Err(KvError::NotCached));
 }
 
 #[test]
@@ -306,6 +303,52 @@ fn mismatched_tokens_are_refused() {
         p.cache.insert(&mut p.table, seq, &wrong, &mut p.pool),
         Err(KvError::TokensMismatch)
     );
+    p.table.release(seq, &mut p.pool).unwrap();
+}
+
+#[test]
+fn a_refused_insert_changes_nothing() {
+    let mut f = Fixture::new(16, 16);
+    let mut p = f.parts();
+    let a = tokens(1, 32);
+    let seq = p.start(&a);
+    p.finish(seq, &a);
+    let b = tokens(2, 32);
+    let running = p.start(&b);
+    p.cache
+        .insert(&mut p.table, running, &b, &mut p.pool)
+        .unwrap();
+    let row = p.table.pages(running).unwrap().to_vec();
+    // a's first page with b's second: the first alone would deduplicate
+    // onto a's cached page, the second contradicts what b's row caches.
+    let mixed: Vec<u32> = a[..16].iter().chain(&b[16..]).copied().collect();
+    assert_eq!(
+        p.cache.insert(&mut p.table, running, &mixed, &mut p.pool),
+        Err(KvError::TokensMismatch)
+    );
+    assert_eq!(
+        p.table.pages(running).unwrap(),
+        &row[..],
+        "the row is untouched"
+    );
+    for &page in &row {
+        assert_eq!(p.pool.refcount(page), Ok(1));
+    }
+    assert_eq!(p.cache.len(), 4);
+    p.table.release(running, &mut p.pool).unwrap();
+}
+
+#[test]
+fn only_cached_paths_can_be_unlocked() {
+    let mut f = Fixture::new(16, 16);
+    let mut p = f.parts();
+    let a = tokens(1, 40);
+    let seq = p.start(&a); // running, nothing cached
+    let pages = p.table.pages(seq).unwrap().to_vec();
+    assert_eq!(p.cache.unlock(&pages, &mut p.pool), Err(KvError::NotCached));
+    for &page in &pages {
+        assert_eq!(p.pool.refcount(page), Ok(1), "the sequence keeps its pages");
+    }
     p.table.release(seq, &mut p.pool).unwrap();
 }
 
