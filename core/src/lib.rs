@@ -59,14 +59,20 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(loom)]
+extern crate std;
+
 mod error;
 mod geometry;
 mod ids;
 mod log;
 mod page_table;
 mod pool;
+pub mod queue;
 mod radix;
+mod request;
 mod stats;
+mod sync;
 mod time;
 
 pub use error::KvError;
@@ -74,6 +80,11 @@ pub use geometry::{GeometryError, KvDtype, KvGeometry, MAX_PAGES, PAGE_SIZE};
 pub use ids::{PageId, SeqId, Slot};
 pub use page_table::{Appended, PageCopy, PageTable, SeqEntry, TokenLocation};
 pub use pool::{CacheTag, EvictionListener, PageEntry, PagePool};
+pub use queue::{
+    CancelHandle, Dequeued, QueueError, QueueSlot, QueueStats, Rejected, RequestId, RequestQueue,
+    Selection,
+};
 pub use radix::{Inserted, PrefixMatch, RadixCache, RadixNode, RadixStats};
+pub use request::{Priority, Request};
 pub use stats::{PageRates, PoolStats};
 pub use time::Timestamp;
