@@ -71,6 +71,7 @@ mod pool;
 pub mod queue;
 mod radix;
 mod request;
+pub mod scheduler;
 mod stats;
 mod sync;
 mod time;
@@ -84,7 +85,10 @@ pub use queue::{
     CancelHandle, Dequeued, QueueError, QueueSlot, QueueStats, Rejected, RequestId, RequestQueue,
     Selection,
 };
-pub use radix::{Inserted, PrefixMatch, RadixCache, RadixNode, RadixStats};
+pub use radix::{
+    Growth, GrowthKeys, Inserted, PrefixMatch, PrefixProbe, RadixCache, RadixNode, RadixStats,
+    GROWTH_JOURNAL,
+};
 pub use request::{Priority, Request};
 pub use stats::{PageRates, PoolStats};
 pub use time::Timestamp;

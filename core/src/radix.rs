@@ -196,6 +196,57 @@ pub struct RadixCache<'a> {
     free_head: u32,
     live: u32,
     stats: RadixStats,
+    /// Bumped whenever a node is added or removed.
+    version: u64,
+    /// The keys where recent inserts grew the tree (a ring).
+    growth: [u64; GROWTH_JOURNAL],
+    /// Growth records ever written.
+    growth_count: u64,
+}
+
+/// How many growth points [`RadixCache::growth_since`] remembers.
+pub const GROWTH_JOURNAL: usize = 64;
+
+/// Where a prompt's cached prefix ends, from [`RadixCache::probe_prefix`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct PrefixProbe {
+    /// Matched tokens, a whole number of pages.
+    pub tokens: u32,
+    /// The key the next, uncached full page of the prompt would have in the
+    /// tree: an insert that creates it is what extends this match (see
+    /// [`RadixCache::growth_since`]). `None` if no full page follows.
+    pub next_key: Option<u64>,
+}
+
+/// Where the tree grew since a cursor, from [`RadixCache::growth_since`].
+#[derive(Debug, Clone, Copy)]
+pub enum Growth<'c> {
+    /// The keys of the first new node of each insert, oldest first.
+    Keys(GrowthKeys<'c>),
+    /// More inserts happened than the journal holds: rescore everything.
+    Overflowed,
+}
+
+/// The growth keys since a cursor.
+#[derive(Debug, Clone, Copy)]
+pub struct GrowthKeys<'c> {
+    ring: &'c [u64; GROWTH_JOURNAL],
+    next: u64,
+    end: u64,
+}
+
+impl Iterator for GrowthKeys<'_> {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        if self.next == self.end {
+            return None;
+        }
+        let key = self.ring[(self.next % GROWTH_JOURNAL as u64) as usize];
+        self.next += 1;
+        Some(key)
+    }
 }
 
 impl<'a> RadixCache<'a> {
@@ -240,6 +291,9 @@ impl<'a> RadixCache<'a> {
                 capacity: n as u32,
                 ..RadixStats::default()
             },
+            version: 0,
+            growth: [0; GROWTH_JOURNAL],
+            growth_count: 0,
         })
     }
 
@@ -294,6 +348,73 @@ impl<'a> RadixCache<'a> {
         matched
     }
 
+    /// Like [`match_prefix`](Self::match_prefix) without its side effects:
+    /// writes the matched pages to the front of `pages` and returns how many,
+    /// touching neither recency nor metrics. For checking whether a request
+    /// fits before admitting it.
+    pub fn peek_pages(&self, tokens: &[u32], pages: &mut [PageId]) -> u32 {
+        let mut matched = 0;
+        let mut parent = NIL;
+        for (chunk, out) in tokens.chunks_exact(PAGE_SIZE).zip(pages.iter_mut()) {
+            let Some(node) = self.find_child(parent, page_tokens(chunk)) else {
+                break;
+            };
+            *out = self.nodes[node as usize].page;
+            parent = node;
+            matched += 1;
+        }
+        matched
+    }
+
+    /// Like [`peek_prefix`](Self::peek_prefix), and also the key of the first
+    /// uncached full page, so a scheduler can tell which insert extends this
+    /// prompt's match without scoring it again after every insert.
+    pub fn probe_prefix(&self, tokens: &[u32]) -> PrefixProbe {
+        let mut probe = PrefixProbe::default();
+        let mut parent = NIL;
+        for chunk in tokens.chunks_exact(PAGE_SIZE) {
+            let key = page_tokens(chunk);
+            let Some(node) = self.find_child(parent, key) else {
+                probe.next_key = Some(key_hash(parent, key));
+                break;
+            };
+            parent = node;
+            probe.tokens += PAGE_SIZE as u32;
+        }
+        probe
+    }
+
+    /// A counter that moves whenever a node is added or removed: a score
+    /// computed at one version may be stale at a later one.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// A cursor for [`growth_since`](Self::growth_since): now.
+    pub fn growth_cursor(&self) -> u64 {
+        self.growth_count
+    }
+
+    /// The keys ([`PrefixProbe::next_key`]) of the places where inserts grew
+    /// the tree since `cursor`, or [`Growth::Overflowed`] if the journal lost
+    /// some. Evictions are not listed: they only shorten matches, which a
+    /// scheduler confirms anyway before it admits a request.
+    pub fn growth_since(&self, cursor: u64) -> Growth<'_> {
+        if self.growth_count - cursor.min(self.growth_count) > GROWTH_JOURNAL as u64 {
+            return Growth::Overflowed;
+        }
+        Growth::Keys(GrowthKeys {
+            ring: &self.growth,
+            next: cursor.min(self.growth_count),
+            end: self.growth_count,
+        })
+    }
+
+    fn record_growth(&mut self, key: u64) {
+        self.growth[(self.growth_count % GROWTH_JOURNAL as u64) as usize] = key;
+        self.growth_count += 1;
+    }
+
     /// Caches the full pages of a running or finished sequence whose token
     /// ids are `tokens` (its first `len / 16` pages). A page whose tokens the
     /// tree already holds in another page is deduplicated: the sequence's row
@@ -342,6 +463,11 @@ impl<'a> RadixCache<'a> {
                         break;
                     };
                     pool.set_cache_tag(own, CacheTag(node))?;
+                    if done.new_pages == 0 {
+                        // Only the first new page of an insert can extend a
+                        // waiting prompt's match: its parent existed before.
+                        self.record_growth(key_hash(parent, key));
+                    }
                     done.new_pages += 1;
                     node
                 }
@@ -520,6 +646,7 @@ impl<'a> RadixCache<'a> {
         }
         self.index[slot] = (hash & HASH_BITS) | u64::from(node);
         self.live += 1;
+        self.version += 1;
         Some(node)
     }
 
@@ -527,6 +654,7 @@ impl<'a> RadixCache<'a> {
     fn remove_node(&mut self, node: u32) {
         self.unindex(node);
         self.live -= 1;
+        self.version += 1;
         let parent = self.nodes[node as usize].parent;
         if parent != NIL {
             self.child_gone(parent);
