@@ -300,6 +300,21 @@ pub struct Work {
 }
 
 impl Work {
+    /// A placeholder for plan storage (`[Work::EMPTY; N]`); the scheduler
+    /// overwrites every item it reports.
+    pub const EMPTY: Self = Self {
+        entry: EntryId {
+            slot: NIL,
+            generation: 0,
+        },
+        seq: SeqId {
+            row: NIL,
+            generation: 0,
+        },
+        kind: WorkKind::Decode { position: 0 },
+        copy: None,
+    };
+
     /// Tokens this item computes.
     pub fn tokens(&self) -> u32 {
         match self.kind {
@@ -571,7 +586,10 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
         let slot = &mut self.slots[index as usize];
         self.free_head = slot.next_free;
         let generation = slot.generation;
+        // `heap_item` is a column of the heap arrays, not this entry's.
+        let heap_item = slot.heap_item;
         *slot = SchedSlot {
+            heap_item,
             request: Some(request),
             state: State::Waiting,
             generation,
@@ -1093,7 +1111,10 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
         let mut cursor = self.run_head;
         while cursor != NIL {
             let s = &self.slots[cursor as usize];
-            if s.generated == 0 && s.prefilled < s.prompt_len && s.watch == Some(key) {
+            // Its prompt pages are not all cached yet (those computed in the
+            // last step are cached at the start of the next).
+            let uncached = (s.cached_upto / PAGE_SIZE as u32) < s.prompt_len / PAGE_SIZE as u32;
+            if uncached && s.watch == Some(key) {
                 return true;
             }
             cursor = s.run_next;
