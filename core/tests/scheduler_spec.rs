@@ -675,7 +675,8 @@ mod policy_configuration {
     #[test]
     fn validate_configuration() {
         use ConfigError::*;
-        let cases: &[(&str, &[(&str, &str)], ConfigError)] = &[
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], ConfigError);
+        let cases: &[Case<'_>] = &[
             ("lru", &[], UnknownPolicy),
             ("lpm", &[("cache_weight", "0")], OutOfRange("cache_weight")),
             (

@@ -10,12 +10,14 @@
 //!
 //! Request ids are issued by the queue (slot and generation), so `contains`
 //! is one slot read and a stale id can never name a newer request. The lock is
-//! a fair ticket spin lock from `spin`, held for a few dozen instructions per
-//! call; with the `std` feature, [`blocking`] adds waits that sleep.
+//! a spin lock from `spin`, held for a few dozen instructions per call; with
+//! the `std` feature its waiters yield to the OS, and [`blocking`] adds waits
+//! that sleep.
 //!
 //! ```
 //! use pagoda_core::{KvDtype, KvGeometry, Priority, QueueSlot, Request, RequestQueue, Timestamp};
 //!
+//! #[derive(Debug)]
 //! struct Prompt(Vec<u32>);
 //! impl Request for Prompt {
 //!     fn prompt(&self) -> &[u32] { &self.0 }

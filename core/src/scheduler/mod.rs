@@ -440,7 +440,11 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
     ) -> Result<Self, SchedError> {
         config.validate()?;
         let n = slots.len();
-        if n == 0 || n >= NIL as usize || !watch.len().is_power_of_two() || watch.len() > 1 << 32 {
+        if n == 0
+            || n >= NIL as usize
+            || !watch.len().is_power_of_two()
+            || watch.len() as u64 > 1 << 32
+        {
             return Err(SchedError::InvalidStorage);
         }
         for (i, slot) in slots.iter_mut().enumerate() {
