@@ -62,6 +62,7 @@
 #[cfg(loom)]
 extern crate std;
 
+pub mod backend;
 mod error;
 mod geometry;
 mod ids;

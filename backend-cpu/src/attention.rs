@@ -1,0 +1,234 @@
+//! Paged attention on the CPU: one pass over each sequence's pages with an
+//! online softmax (no score matrix), grouped-query heads together so each
+//! key and value is read once per group, work split across sequences, KV
+//! heads, query tiles and (for long contexts) ranges of the KV length, with
+//! a final merge of the partial softmaxes.
+
+use pagoda_core::backend::{AttentionShape, SeqAttention};
+use pagoda_core::PAGE_SIZE;
+use rayon::prelude::*;
+
+use crate::element::KvElement;
+use crate::kernels::{page_accumulate, page_scores, Isa};
+use crate::store::Layout;
+
+/// Query rows (tokens × grouped heads) processed together: each key row
+/// loaded is used this many times.
+const TILE_ROWS: usize = 8;
+/// The shortest KV range worth its own task.
+const MIN_SPLIT_KEYS: u32 = 256;
+
+/// One task: a KV head of a sequence, a tile of its query tokens and a range
+/// of its keys.
+#[derive(Debug, Clone, Copy)]
+struct Task {
+    seq: u32,
+    head: u32,
+    first_token: u32,
+    tokens: u32,
+    first_key: u32,
+    end_key: u32,
+}
+
+/// A task's softmax state per row: running max, sum and weighted values.
+struct Partial {
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    acc: Vec<f32>,
+}
+
+fn plan(shape: &AttentionShape, batch: &[SeqAttention<'_>], threads: usize) -> Vec<Task> {
+    let group = shape.group() as usize;
+    let tile_tokens = (TILE_ROWS / group).max(1) as u32;
+    let tiles: usize = batch
+        .iter()
+        .map(|s| s.query_len.div_ceil(tile_tokens) as usize * shape.kv_heads as usize)
+        .sum();
+    let target = 4 * threads;
+    let mut tasks = Vec::with_capacity(tiles.max(1) * 2);
+    for (i, seq) in batch.iter().enumerate() {
+        // Few tasks and a long context: split the keys so every core works.
+        let splits = if tiles < target {
+            let wanted = target.div_ceil(tiles.max(1)) as u32;
+            wanted.min(seq.context_len / MIN_SPLIT_KEYS).max(1)
+        } else {
+            1
+        };
+        let chunk = seq.context_len.div_ceil(splits).div_ceil(PAGE_SIZE as u32) * PAGE_SIZE as u32;
+        for head in 0..shape.kv_heads {
+            let mut t = 0;
+            while t < seq.query_len {
+                let tokens = tile_tokens.min(seq.query_len - t);
+                // Keys this tile can see: up to its last token's position.
+                let last = seq.context_len - seq.query_len + t + tokens;
+                let mut k = 0;
+                while k < last {
+                    let end = (k + chunk).min(last);
+                    tasks.push(Task {
+                        seq: i as u32,
+                        head,
+                        first_token: t,
+                        tokens,
+                        first_key: k,
+                        end_key: end,
+                    });
+                    k = end;
+                }
+                t += tokens;
+            }
+        }
+    }
+    tasks
+}
+
+fn run<E: KvElement>(
+    isa: Isa,
+    data: &[E],
+    layout: &Layout,
+    layer: u32,
+    shape: &AttentionShape,
+    seq: &SeqAttention<'_>,
+    queries: &[f32],
+    task: &Task,
+) -> Partial {
+    let dim = shape.head_dim as usize;
+    let group = shape.group() as usize;
+    let rows = task.tokens as usize * group;
+    // Queries of the tile, pre-scaled: row = token × group + g.
+    let mut q = vec![0.0f32; rows * dim];
+    for t in 0..task.tokens as usize {
+        let src = (seq.query_start as usize + task.first_token as usize + t) * shape.q_row();
+        for g in 0..group {
+            let head = task.head as usize * group + g;
+            let from = &queries[src + head * dim..src + (head + 1) * dim];
+            for (d, s) in q[(t * group + g) * dim..][..dim].iter_mut().zip(from) {
+                *d = s * shape.scale;
+            }
+        }
+    }
+    let first_pos = seq.context_len - seq.query_len + task.first_token;
+    let mut max = vec![f32::NEG_INFINITY; rows];
+    let mut sum = vec![0.0f32; rows];
+    let mut acc = vec![0.0f32; rows * dim];
+    let mut scores = vec![0.0f32; rows * 16];
+    let block = layout.head_block();
+    let mut key = task.first_key;
+    while key < task.end_key {
+        let page = seq.pages[key as usize / PAGE_SIZE];
+        let in_page = (task.end_key - key).min(PAGE_SIZE as u32) as usize;
+        let k_base = layout.offset(layer, page.index(), 0) + task.head as usize * block;
+        let v_base = layout.offset(layer, page.index(), 1) + task.head as usize * block;
+        let keys = &data[k_base..k_base + in_page * dim];
+        let values = &data[v_base..v_base + in_page * dim];
+        page_scores(isa, &q, rows, keys, in_page, dim, &mut scores);
+        // Online softmax over this page, row by row.
+        for r in 0..rows {
+            let pos = first_pos + (r / group) as u32;
+            let visible = (pos + 1).saturating_sub(key).min(in_page as u32) as usize;
+            let row = &mut scores[r * 16..r * 16 + 16];
+            if visible == 0 {
+                row.fill(0.0);
+                continue;
+            }
+            let page_max = row[..visible]
+                .iter()
+                .copied()
+                .fold(f32::NEG_INFINITY, f32::max);
+            let new_max = max[r].max(page_max);
+            let correction = (max[r] - new_max).exp();
+            if correction != 1.0 {
+                sum[r] *= correction;
+                for a in &mut acc[r * dim..(r + 1) * dim] {
+                    *a *= correction;
+                }
+            }
+            let mut total = 0.0;
+            for s in &mut row[..visible] {
+                *s = (*s - new_max).exp();
+                total += *s;
+            }
+            row[visible..].fill(0.0);
+            sum[r] += total;
+            max[r] = new_max;
+        }
+        page_accumulate(isa, &mut acc, rows, &scores, values, in_page, dim);
+        key += in_page as u32;
+    }
+    Partial { max, sum, acc }
+}
+
+/// Runs attention for a validated batch, writing every output row.
+#[allow(clippy::too_many_arguments)]
+pub fn attention<E: KvElement>(
+    pool: &rayon::ThreadPool,
+    isa: Isa,
+    data: &[E],
+    layout: &Layout,
+    layer: u32,
+    shape: &AttentionShape,
+    batch: &[SeqAttention<'_>],
+    queries: &[f32],
+    out: &mut [f32],
+) {
+    let tasks = plan(shape, batch, pool.current_num_threads());
+    let partials: Vec<Partial> = pool.install(|| {
+        tasks
+            .par_iter()
+            .map(|t| {
+                run(
+                    isa,
+                    data,
+                    layout,
+                    layer,
+                    shape,
+                    &batch[t.seq as usize],
+                    queries,
+                    t,
+                )
+            })
+            .collect()
+    });
+    // Merge consecutive tasks of the same tile (the KV splits) and write.
+    let dim = shape.head_dim as usize;
+    let group = shape.group() as usize;
+    let mut i = 0;
+    while i < tasks.len() {
+        let t = tasks[i];
+        let mut j = i + 1;
+        while j < tasks.len()
+            && tasks[j].seq == t.seq
+            && tasks[j].head == t.head
+            && tasks[j].first_token == t.first_token
+        {
+            j += 1;
+        }
+        let rows = t.tokens as usize * group;
+        let seq = &batch[t.seq as usize];
+        for r in 0..rows {
+            let max = partials[i..j]
+                .iter()
+                .map(|p| p.max[r])
+                .fold(f32::NEG_INFINITY, f32::max);
+            let mut total = 0.0f32;
+            let token = seq.query_start as usize + t.first_token as usize + r / group;
+            let head = t.head as usize * group + r % group;
+            let dst = &mut out[token * shape.q_row() + head * dim..][..dim];
+            dst.fill(0.0);
+            for p in &partials[i..j] {
+                if p.sum[r] == 0.0 {
+                    continue;
+                }
+                let w = (p.max[r] - max).exp();
+                total += p.sum[r] * w;
+                for (o, a) in dst.iter_mut().zip(&p.acc[r * dim..(r + 1) * dim]) {
+                    *o += a * w;
+                }
+            }
+            let inv = 1.0 / total;
+            for o in dst.iter_mut() {
+                *o *= inv;
+            }
+        }
+        i = j;
+    }
+}

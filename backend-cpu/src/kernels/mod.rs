@@ -1,0 +1,174 @@
+//! The two hot loops of paged attention, per page of 16 keys, with runtime
+//! dispatch to SIMD: scores of many query rows against a page of keys (each
+//! key loaded once for all rows), and accumulation of a page of values
+//! weighted by probabilities (each value loaded once per block of rows).
+//!
+//! The scalar versions are the reference the SIMD versions must match within
+//! rounding (`tests` below compare them on random inputs).
+
+#[cfg(target_arch = "aarch64")]
+mod neon;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use crate::element::KvElement;
+
+/// The instruction set the kernels use, detected once at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// Portable Rust.
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// NEON (always present on aarch64).
+    #[cfg(target_arch = "aarch64")]
+    Neon,
+}
+
+impl Isa {
+    /// The best the CPU supports.
+    pub fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+                && std::arch::is_x86_feature_detected!("f16c")
+            {
+                return Isa::Avx2;
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            if std::arch::is_aarch64_feature_detected!("neon") {
+                return Isa::Neon;
+            }
+        }
+        Isa::Scalar
+    }
+
+    /// A name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => "avx2+fma+f16c",
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => "neon",
+        }
+    }
+}
+
+/// `scores[r * 16 + i] = q[r] · k[i]` for `rows` query rows of `dim` floats
+/// and `keys` (≤ 16) key rows of `dim` elements.
+#[inline]
+pub fn page_scores<E: KvElement>(
+    isa: Isa,
+    q: &[f32],
+    rows: usize,
+    k: &[E],
+    keys: usize,
+    dim: usize,
+    scores: &mut [f32],
+) {
+    assert!(q.len() >= rows * dim && k.len() >= keys * dim && scores.len() >= rows * 16);
+    assert!(keys <= 16 && dim % 8 == 0);
+    match isa {
+        Isa::Scalar => scalar::page_scores(q, rows, k, keys, dim, scores),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Avx2` is only chosen when the CPU has AVX2, FMA and F16C,
+        // and the asserts above bound every access the kernel makes.
+        Isa::Avx2 => unsafe { x86::page_scores(q, rows, k, keys, dim, scores) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: `Neon` is only chosen when the CPU has NEON; the asserts
+        // above bound every access.
+        Isa::Neon => unsafe { neon::page_scores(q, rows, k, keys, dim, scores) },
+    }
+}
+
+/// `acc[r] += Σ_i p[r * 16 + i] · v[i]` for `rows` accumulator rows of `dim`
+/// floats and `keys` (≤ 16) value rows.
+#[inline]
+pub fn page_accumulate<E: KvElement>(
+    isa: Isa,
+    acc: &mut [f32],
+    rows: usize,
+    p: &[f32],
+    v: &[E],
+    keys: usize,
+    dim: usize,
+) {
+    assert!(acc.len() >= rows * dim && v.len() >= keys * dim && p.len() >= rows * 16);
+    assert!(keys <= 16 && dim % 8 == 0);
+    match isa {
+        Isa::Scalar => scalar::page_accumulate(acc, rows, p, v, keys, dim),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `page_scores`.
+        Isa::Avx2 => unsafe { x86::page_accumulate(acc, rows, p, v, keys, dim) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: as in `page_scores`.
+        Isa::Neon => unsafe { neon::page_accumulate(acc, rows, p, v, keys, dim) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::{bf16, f16};
+
+    fn rng(seed: &mut u64) -> f32 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    fn check<E: KvElement>() {
+        let isa = Isa::detect();
+        let mut seed = 7;
+        for dim in [64, 80, 96, 128, 256] {
+            for rows in [1, 3, 8, 13] {
+                for keys in [1, 7, 16] {
+                    let q: Vec<f32> = (0..rows * dim).map(|_| rng(&mut seed)).collect();
+                    let k: Vec<E> = (0..keys * dim)
+                        .map(|_| E::from_f32(rng(&mut seed)))
+                        .collect();
+                    let mut a = vec![f32::NAN; rows * 16];
+                    let mut b = vec![f32::NAN; rows * 16];
+                    page_scores(Isa::Scalar, &q, rows, &k, keys, dim, &mut a);
+                    page_scores(isa, &q, rows, &k, keys, dim, &mut b);
+                    for r in 0..rows {
+                        for i in 0..keys {
+                            let (x, y) = (a[r * 16 + i], b[r * 16 + i]);
+                            assert!((x - y).abs() <= 1e-4 * (1.0 + x.abs()), "{x} vs {y}");
+                        }
+                    }
+                    let p: Vec<f32> = (0..rows * 16).map(|_| rng(&mut seed).abs()).collect();
+                    let start: Vec<f32> = (0..rows * dim).map(|_| rng(&mut seed)).collect();
+                    let (mut a, mut b) = (start.clone(), start);
+                    page_accumulate(Isa::Scalar, &mut a, rows, &p, &k, keys, dim);
+                    page_accumulate(isa, &mut b, rows, &p, &k, keys, dim);
+                    for (x, y) in a.iter().zip(&b) {
+                        assert!((x - y).abs() <= 1e-4 * (1.0 + x.abs()), "{x} vs {y}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn simd_matches_scalar_f32() {
+        check::<f32>();
+    }
+
+    #[test]
+    fn simd_matches_scalar_f16() {
+        check::<f16>();
+    }
+
+    #[test]
+    fn simd_matches_scalar_bf16() {
+        check::<bf16>();
+    }
+}
