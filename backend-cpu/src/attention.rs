@@ -81,6 +81,7 @@ fn plan(shape: &AttentionShape, batch: &[SeqAttention<'_>], threads: usize) -> V
     tasks
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run<E: KvElement>(
     isa: Isa,
     data: &[E],

@@ -60,10 +60,9 @@ pub struct AttentionShape {
 impl AttentionShape {
     /// Query heads sharing one KV head.
     pub const fn group(&self) -> u32 {
-        if self.kv_heads == 0 {
-            0
-        } else {
-            self.q_heads / self.kv_heads
+        match self.q_heads.checked_div(self.kv_heads) {
+            Some(g) => g,
+            None => 0,
         }
     }
 
