@@ -216,6 +216,31 @@ fn scatter_into<E: KvElement>(
     }
 }
 
+fn gather_from<E: KvElement>(
+    data: &[E],
+    layout: &Layout,
+    layer: u32,
+    slots: &[Slot],
+    keys: &mut [f32],
+    values: &mut [f32],
+) {
+    let dim = layout.head_dim;
+    let row = layout.kv_heads * dim;
+    for (i, slot) in slots.iter().enumerate() {
+        let (page, offset) = (slot.page().index(), slot.offset() as usize);
+        for (kv, dst) in [&mut *keys, &mut *values].into_iter().enumerate() {
+            let base = layout.offset(layer, page, kv);
+            for h in 0..layout.kv_heads {
+                let src = base + h * layout.head_block() + offset * dim;
+                let to = &mut dst[i * row + h * dim..i * row + (h + 1) * dim];
+                for (d, s) in to.iter_mut().zip(&data[src..src + dim]) {
+                    *d = s.to_f32();
+                }
+            }
+        }
+    }
+}
+
 fn copy_within<E: KvElement>(data: &mut [E], layout: &Layout, copies: &[PageCopy]) {
     let dim = layout.head_dim;
     for c in copies {
@@ -318,6 +343,31 @@ impl Backend for CpuBackend {
             KvData::Bf16(d) => {
                 attention::attention(pool, isa, d, layout, layer, &shape, batch, queries, out)
             }
+        }
+        Ok(())
+    }
+
+    fn gather(
+        &mut self,
+        store: &CpuKvStore,
+        layer: u32,
+        slots: &[Slot],
+        keys: &mut [f32],
+        values: &mut [f32],
+    ) -> Result<(), CpuError> {
+        validate_scatter(
+            &store.geometry,
+            store.pages,
+            layer,
+            slots,
+            keys.len(),
+            values.len(),
+        )?;
+        let layout = store.layout;
+        match &store.data {
+            KvData::F32(d) => gather_from(d, &layout, layer, slots, keys, values),
+            KvData::F16(d) => gather_from(d, &layout, layer, slots, keys, values),
+            KvData::Bf16(d) => gather_from(d, &layout, layer, slots, keys, values),
         }
         Ok(())
     }

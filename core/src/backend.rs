@@ -205,6 +205,17 @@ pub trait Backend {
         out: &mut [f32],
     ) -> Result<(), Self::Error>;
 
+    /// Reads the keys and values of `layer` at `slots` back as f32 rows (the
+    /// gather half of the spec's kernel integration, for tests and tools).
+    fn gather(
+        &mut self,
+        store: &Self::KvStore,
+        layer: u32,
+        slots: &[Slot],
+        keys: &mut [f32],
+        values: &mut [f32],
+    ) -> Result<(), Self::Error>;
+
     /// Runs copy-on-write copies (every layer, keys and values).
     fn copy_pages(
         &mut self,

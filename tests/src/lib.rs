@@ -1,0 +1,425 @@
+//! The conformance suite every attention backend runs unchanged: a plain
+//! reference implementation (contiguous K/V, f64 accumulation) and cases
+//! built from random inputs (never zero), random page tables over shuffled
+//! physical pages, context lengths on and off page boundaries, mixed
+//! decode/prefill batches, every dtype, head dim and GQA ratio.
+//!
+//! Outputs are poisoned with NaN before each run, so an element a backend
+//! forgets to write fails; NaN never passes a comparison.
+//!
+//! Tolerance: the largest absolute error in an output head, divided by the
+//! largest absolute reference value of that head, must stay below 1e-5 for
+//! f32 storage and 1e-2 for f16/bf16. The reference uses the stored values
+//! (rounded to the dtype), so the tolerance measures the kernel's arithmetic.
+
+use half::{bf16, f16};
+use pagoda_core::backend::{AttentionShape, Backend, BackendError, BackendErrorKind, SeqAttention};
+use pagoda_core::{KvDtype, KvGeometry, PageCopy, PageId, Slot, PAGE_SIZE};
+
+/// Context lengths every backend is tested at: on and off page boundaries.
+pub const CONTEXT_LENGTHS: [u32; 6] = [1, 15, 16, 17, 1000, 4097];
+/// Head dimensions every backend is tested at.
+pub const HEAD_DIMS: [u32; 5] = [64, 80, 96, 128, 256];
+/// Query heads per KV head.
+pub const GQA_RATIOS: [u32; 3] = [1, 4, 8];
+/// Stored dtypes.
+pub const DTYPES: [KvDtype; 3] = [KvDtype::F32, KvDtype::F16, KvDtype::Bf16];
+
+/// The tolerance for a dtype (see the crate docs).
+pub fn tolerance(dtype: KvDtype) -> f64 {
+    match dtype {
+        KvDtype::F32 => 1e-5,
+        KvDtype::F16 | KvDtype::Bf16 => 1e-2,
+    }
+}
+
+/// A small deterministic generator (xorshift), so failures reproduce.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// A value in ±[0.05, 1): random, never zero.
+    pub fn value(&mut self) -> f32 {
+        let m = 0.05 + 0.95 * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32);
+        if self.next_u64() & 1 == 0 {
+            m
+        } else {
+            -m
+        }
+    }
+
+    /// A permutation of `0..n`.
+    pub fn permutation(&mut self, n: u32) -> Vec<u32> {
+        let mut v: Vec<u32> = (0..n).collect();
+        for i in (1..v.len()).rev() {
+            v.swap(i, self.below(i as u64 + 1) as usize);
+        }
+        v
+    }
+}
+
+/// Rounds a value the way the store keeps it.
+pub fn stored(dtype: KvDtype, x: f32) -> f32 {
+    match dtype {
+        KvDtype::F32 => x,
+        KvDtype::F16 => f16::from_f32(x).to_f32(),
+        KvDtype::Bf16 => bf16::from_f32(x).to_f32(),
+    }
+}
+
+/// The reference: attention of `query_len` new tokens (the last positions of
+/// `context_len`) over contiguous keys and values `[context_len, kv_heads,
+/// head_dim]`, in f64. Returns `[query_len, q_heads, head_dim]`.
+pub fn reference_attention(
+    shape: &AttentionShape,
+    keys: &[f32],
+    values: &[f32],
+    context_len: usize,
+    queries: &[f32],
+    query_len: usize,
+) -> Vec<f32> {
+    let (dim, group) = (shape.head_dim as usize, shape.group() as usize);
+    let kv_row = shape.kv_row();
+    let mut out = vec![0.0f32; query_len * shape.q_row()];
+    for t in 0..query_len {
+        let pos = context_len - query_len + t;
+        for h in 0..shape.q_heads as usize {
+            let kvh = h / group;
+            let q = &queries[t * shape.q_row() + h * dim..][..dim];
+            let scores: Vec<f64> = (0..=pos)
+                .map(|j| {
+                    let k = &keys[j * kv_row + kvh * dim..][..dim];
+                    q.iter()
+                        .zip(k)
+                        .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                        .sum::<f64>()
+                        * f64::from(shape.scale)
+                })
+                .collect();
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let total: f64 = weights.iter().sum();
+            for d in 0..dim {
+                let v: f64 = (0..=pos)
+                    .map(|j| weights[j] * f64::from(values[j * kv_row + kvh * dim + d]))
+                    .sum();
+                out[t * shape.q_row() + h * dim + d] = (v / total) as f32;
+            }
+        }
+    }
+    out
+}
+
+/// The largest error of `got` against `want`, per head normalised by the
+/// head's largest reference value; infinite if anything is NaN.
+pub fn normalised_error(got: &[f32], want: &[f32], dim: usize) -> f64 {
+    let mut worst = 0.0f64;
+    for (g, w) in got.chunks(dim).zip(want.chunks(dim)) {
+        let scale = w.iter().map(|x| f64::from(x.abs())).fold(1e-6, f64::max);
+        for (a, b) in g.iter().zip(w) {
+            if a.is_nan() || b.is_nan() {
+                return f64::INFINITY;
+            }
+            worst = worst.max(f64::from((a - b).abs()) / scale);
+        }
+    }
+    worst
+}
+
+/// One sequence of a case, with its contiguous keys and values.
+struct CaseSeq {
+    pages: Vec<PageId>,
+    context_len: u32,
+    query_len: u32,
+    keys: Vec<f32>,
+    values: Vec<f32>,
+}
+
+/// Runs one batch against the reference: sequences of the given
+/// `(context_len, query_len)`, pages shuffled across a pool with spare pages.
+/// Returns the worst normalised error.
+pub fn check_batch<B: Backend>(
+    backend: &mut B,
+    dtype: KvDtype,
+    head_dim: u32,
+    gqa: u32,
+    kv_heads: u32,
+    seqs: &[(u32, u32)],
+    seed: u64,
+) -> f64 {
+    let mut rng = Rng::new(seed);
+    let layers = 2;
+    let layer = 1;
+    let geometry = KvGeometry::new(layers, kv_heads, head_dim, dtype).unwrap();
+    let needed: u32 = seqs.iter().map(|(c, _)| c.div_ceil(PAGE_SIZE as u32)).sum();
+    let total_pages = needed + needed / 2 + 3;
+    let mut store = backend.create_kv_store(geometry, total_pages).unwrap();
+    let physical = rng.permutation(total_pages);
+    let shape = AttentionShape {
+        q_heads: kv_heads * gqa,
+        kv_heads,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+    };
+    let kv_row = shape.kv_row();
+    let mut next_page = 0;
+    let mut case = Vec::new();
+    for &(context_len, query_len) in seqs {
+        let n = context_len.div_ceil(PAGE_SIZE as u32) as usize;
+        let pages: Vec<PageId> = physical[next_page..next_page + n]
+            .iter()
+            .map(|&p| PageId::from_index(p))
+            .collect();
+        next_page += n;
+        let len = context_len as usize * kv_row;
+        let keys: Vec<f32> = (0..len).map(|_| rng.value()).collect();
+        let values: Vec<f32> = (0..len).map(|_| rng.value()).collect();
+        // Cached tokens first, then the new ones: two scatters, as an engine does.
+        let slots: Vec<Slot> = (0..context_len)
+            .map(|p| pages[p as usize / PAGE_SIZE].slot(p % PAGE_SIZE as u32))
+            .collect();
+        let cached = (context_len - query_len) as usize;
+        backend
+            .scatter(
+                &mut store,
+                layer,
+                &slots[..cached],
+                &keys[..cached * kv_row],
+                &values[..cached * kv_row],
+            )
+            .unwrap();
+        backend
+            .scatter(
+                &mut store,
+                layer,
+                &slots[cached..],
+                &keys[cached * kv_row..],
+                &values[cached * kv_row..],
+            )
+            .unwrap();
+        let keys = keys.iter().map(|&x| stored(dtype, x)).collect();
+        let values = values.iter().map(|&x| stored(dtype, x)).collect();
+        case.push(CaseSeq {
+            pages,
+            context_len,
+            query_len,
+            keys,
+            values,
+        });
+    }
+    let rows: u32 = case.iter().map(|s| s.query_len).sum();
+    let queries: Vec<f32> = (0..rows as usize * shape.q_row())
+        .map(|_| rng.value())
+        .collect();
+    let mut start = 0;
+    let batch: Vec<SeqAttention<'_>> = case
+        .iter()
+        .map(|s| {
+            let b = SeqAttention {
+                pages: &s.pages,
+                context_len: s.context_len,
+                query_start: start,
+                query_len: s.query_len,
+            };
+            start += s.query_len;
+            b
+        })
+        .collect();
+    let mut out = vec![f32::NAN; queries.len()];
+    backend
+        .attention(&store, layer, shape, &batch, &queries, &mut out)
+        .unwrap();
+    let mut worst = 0.0f64;
+    for (s, b) in case.iter().zip(&batch) {
+        let row = shape.q_row();
+        let q = &queries[b.query_start as usize * row..][..b.query_len as usize * row];
+        let want = reference_attention(
+            &shape,
+            &s.keys,
+            &s.values,
+            s.context_len as usize,
+            q,
+            s.query_len as usize,
+        );
+        let got = &out[b.query_start as usize * row..][..b.query_len as usize * row];
+        worst = worst.max(normalised_error(got, &want, head_dim as usize));
+    }
+    worst
+}
+
+/// Scatter then gather returns every slot (rounded to the dtype), in every
+/// layer, with pages in shuffled order.
+pub fn check_round_trip<B: Backend>(backend: &mut B, dtype: KvDtype) {
+    let mut rng = Rng::new(11);
+    let geometry = KvGeometry::new(3, 2, 64, dtype).unwrap();
+    let pages = 9;
+    let mut store = backend.create_kv_store(geometry, pages).unwrap();
+    let row = 2 * 64;
+    let slots: Vec<Slot> = rng
+        .permutation(pages * PAGE_SIZE as u32)
+        .into_iter()
+        .map(|s| Slot(u64::from(s)))
+        .collect();
+    for layer in 0..3 {
+        let keys: Vec<f32> = (0..slots.len() * row).map(|_| rng.value()).collect();
+        let values: Vec<f32> = (0..slots.len() * row).map(|_| rng.value()).collect();
+        backend
+            .scatter(&mut store, layer, &slots, &keys, &values)
+            .unwrap();
+        let (mut k, mut v) = (vec![f32::NAN; keys.len()], vec![f32::NAN; values.len()]);
+        backend
+            .gather(&store, layer, &slots, &mut k, &mut v)
+            .unwrap();
+        for (got, want) in k.iter().chain(&v).zip(keys.iter().chain(&values)) {
+            assert_eq!(*got, stored(dtype, *want), "layer {layer}");
+        }
+    }
+}
+
+/// A copy-on-write copy writes the destination's leading slots in every
+/// layer and leaves the source and the destination's other slots intact.
+pub fn check_copy_on_write<B: Backend>(backend: &mut B, dtype: KvDtype) {
+    let mut rng = Rng::new(5);
+    let geometry = KvGeometry::new(2, 2, 64, dtype).unwrap();
+    let mut store = backend.create_kv_store(geometry, 4).unwrap();
+    let row = 2 * 64;
+    let all: Vec<Slot> = (0..4 * PAGE_SIZE as u64).map(Slot).collect();
+    let mut before = Vec::new();
+    for layer in 0..2 {
+        let k: Vec<f32> = (0..all.len() * row).map(|_| rng.value()).collect();
+        let v: Vec<f32> = (0..all.len() * row).map(|_| rng.value()).collect();
+        backend.scatter(&mut store, layer, &all, &k, &v).unwrap();
+        before.push((k, v));
+    }
+    let copy = PageCopy {
+        src: PageId::from_index(1),
+        dst: PageId::from_index(3),
+        slots: 11,
+    };
+    backend.copy_pages(&mut store, &[copy]).unwrap();
+    for (layer, (k0, v0)) in before.iter().enumerate() {
+        let (mut k, mut v) = (vec![0.0; k0.len()], vec![0.0; v0.len()]);
+        backend
+            .gather(&store, layer as u32, &all, &mut k, &mut v)
+            .unwrap();
+        for slot in 0..all.len() {
+            let (page, offset) = (slot / PAGE_SIZE, slot % PAGE_SIZE);
+            let source = if page == 3 && offset < 11 {
+                PAGE_SIZE + offset
+            } else {
+                slot
+            };
+            for (now, was) in [(&k, k0), (&v, v0)] {
+                assert_eq!(
+                    now[slot * row..][..row],
+                    was[source * row..][..row]
+                        .iter()
+                        .map(|&x| stored(dtype, x))
+                        .collect::<Vec<_>>()[..],
+                    "layer {layer} slot {slot}"
+                );
+            }
+        }
+    }
+}
+
+/// Every out-of-range input is refused as invalid input and leaves the
+/// output untouched.
+pub fn check_invalid_inputs<B: Backend>(backend: &mut B) {
+    let geometry = KvGeometry::new(1, 1, 64, KvDtype::F32).unwrap();
+    let mut store = backend.create_kv_store(geometry, 4).unwrap();
+    let shape = AttentionShape {
+        q_heads: 2,
+        kv_heads: 1,
+        head_dim: 64,
+        scale: 0.125,
+    };
+    let good = [PageId::from_index(0), PageId::from_index(1)];
+    let outside = [PageId::from_index(0), PageId::from_index(4)];
+    let q = vec![0.5f32; 2 * 128];
+    let seq = |pages, context_len, query_len| SeqAttention {
+        pages,
+        context_len,
+        query_start: 0,
+        query_len,
+    };
+    let cases: Vec<(Vec<SeqAttention<'_>>, AttentionShape, u32, usize)> = vec![
+        (vec![seq(&outside, 20, 1)], shape, 0, q.len()),
+        (vec![seq(&good, 33, 1)], shape, 0, q.len()),
+        (vec![seq(&good, 20, 0)], shape, 0, q.len()),
+        (vec![seq(&good, 2, 3)], shape, 0, q.len()),
+        (
+            vec![seq(&good, 20, 1)],
+            AttentionShape {
+                head_dim: 72,
+                ..shape
+            },
+            0,
+            q.len(),
+        ),
+        (
+            vec![seq(&good, 20, 1)],
+            AttentionShape {
+                kv_heads: 2,
+                ..shape
+            },
+            0,
+            q.len(),
+        ),
+        (
+            vec![seq(&good, 20, 1)],
+            AttentionShape {
+                scale: f32::NAN,
+                ..shape
+            },
+            0,
+            q.len(),
+        ),
+        (vec![seq(&good, 20, 1)], shape, 1, q.len()),
+        (vec![seq(&good, 20, 2)], shape, 0, 128),
+    ];
+    for (batch, shape, layer, qlen) in cases {
+        let mut out = vec![f32::NAN; 2 * 128];
+        let err = backend
+            .attention(&store, layer, shape, &batch, &q[..qlen], &mut out)
+            .expect_err("refused");
+        assert_eq!(err.kind(), BackendErrorKind::InvalidInput, "{err}");
+        assert!(out.iter().all(|x| x.is_nan()), "output touched: {err}");
+    }
+    let kv = vec![1.0f32; 64];
+    let err = backend
+        .scatter(&mut store, 0, &[Slot(64)], &kv, &kv)
+        .expect_err("slot outside");
+    assert_eq!(err.kind(), BackendErrorKind::InvalidInput);
+    let err = backend
+        .scatter(&mut store, 0, &[Slot(3)], &kv[..63], &kv)
+        .expect_err("short keys");
+    assert_eq!(err.kind(), BackendErrorKind::InvalidInput);
+    let bad_copy = PageCopy {
+        src: PageId::from_index(0),
+        dst: PageId::from_index(9),
+        slots: 3,
+    };
+    let err = backend
+        .copy_pages(&mut store, &[bad_copy])
+        .expect_err("page outside");
+    assert_eq!(err.kind(), BackendErrorKind::InvalidInput);
+}
