@@ -32,7 +32,9 @@ unsafe fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(one)
 }
 
-/// Scores of `R` query rows starting at `q` against `keys` key rows.
+/// Scores of `R` query rows starting at `q` against `keys` key rows. With
+/// few rows, two keys go together: twice the independent FMA chains, and
+/// each query load serves both keys.
 #[inline(always)]
 unsafe fn scores_block<E: KvElement, const R: usize>(
     q: *const f32,
@@ -41,7 +43,30 @@ unsafe fn scores_block<E: KvElement, const R: usize>(
     dim: usize,
     scores: *mut f32,
 ) {
-    for i in 0..keys {
+    let mut first = 0;
+    if R <= 4 {
+        while first + 2 <= keys {
+            let mut a = [_mm256_setzero_ps(); R];
+            let mut b = [_mm256_setzero_ps(); R];
+            let (k0, k1) = (k.add(first * dim), k.add((first + 1) * dim));
+            let mut d = 0;
+            while d < dim {
+                let (x0, x1) = (load8(k0.add(d)), load8(k1.add(d)));
+                for r in 0..R {
+                    let qv = _mm256_loadu_ps(q.add(r * dim + d));
+                    a[r] = _mm256_fmadd_ps(qv, x0, a[r]);
+                    b[r] = _mm256_fmadd_ps(qv, x1, b[r]);
+                }
+                d += 8;
+            }
+            for r in 0..R {
+                *scores.add(r * 16 + first) = hsum(a[r]);
+                *scores.add(r * 16 + first + 1) = hsum(b[r]);
+            }
+            first += 2;
+        }
+    }
+    for i in first..keys {
         let mut acc = [_mm256_setzero_ps(); R];
         let ki = k.add(i * dim);
         let mut d = 0;
