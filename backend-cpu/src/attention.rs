@@ -30,6 +30,14 @@ struct Task {
     end_key: u32,
 }
 
+/// Per-thread buffers reused across tasks: the tile's scaled queries and a
+/// page of scores.
+#[derive(Default)]
+struct Scratch {
+    q: Vec<f32>,
+    scores: Vec<f32>,
+}
+
 /// A task's softmax state per row: running max, sum and weighted values.
 struct Partial {
     max: Vec<f32>,
@@ -91,12 +99,15 @@ fn run<E: KvElement>(
     seq: &SeqAttention<'_>,
     queries: &[f32],
     task: &Task,
+    scratch: &mut Scratch,
 ) -> Partial {
     let dim = shape.head_dim as usize;
     let group = shape.group() as usize;
     let rows = task.tokens as usize * group;
     // Queries of the tile, pre-scaled: row = token × group + g.
-    let mut q = vec![0.0f32; rows * dim];
+    let Scratch { q, scores } = scratch;
+    q.clear();
+    q.resize(rows * dim, 0.0);
     for t in 0..task.tokens as usize {
         let src = (seq.query_start as usize + task.first_token as usize + t) * shape.q_row();
         for g in 0..group {
@@ -111,7 +122,8 @@ fn run<E: KvElement>(
     let mut max = vec![f32::NEG_INFINITY; rows];
     let mut sum = vec![0.0f32; rows];
     let mut acc = vec![0.0f32; rows * dim];
-    let mut scores = vec![0.0f32; rows * 16];
+    scores.clear();
+    scores.resize(rows * 16, 0.0);
     let block = layout.head_block();
     let mut key = task.first_key;
     while key < task.end_key {
@@ -121,7 +133,7 @@ fn run<E: KvElement>(
         let v_base = layout.offset(layer, page.index(), 1) + task.head as usize * block;
         let keys = &data[k_base..k_base + in_page * dim];
         let values = &data[v_base..v_base + in_page * dim];
-        page_scores(isa, &q, rows, keys, in_page, dim, &mut scores);
+        page_scores(isa, q, rows, keys, in_page, dim, scores);
         // Online softmax over this page, row by row.
         for r in 0..rows {
             let pos = first_pos + (r / group) as u32;
@@ -152,7 +164,7 @@ fn run<E: KvElement>(
             sum[r] += total;
             max[r] = new_max;
         }
-        page_accumulate(isa, &mut acc, rows, &scores, values, in_page, dim);
+        page_accumulate(isa, &mut acc, rows, scores, values, in_page, dim);
         key += in_page as u32;
     }
     Partial { max, sum, acc }
@@ -175,17 +187,9 @@ pub fn attention<E: KvElement>(
     let partials: Vec<Partial> = pool.install(|| {
         tasks
             .par_iter()
-            .map(|t| {
-                run(
-                    isa,
-                    data,
-                    layout,
-                    layer,
-                    shape,
-                    &batch[t.seq as usize],
-                    queries,
-                    t,
-                )
+            .map_init(Scratch::default, |scratch, t| {
+                let seq = &batch[t.seq as usize];
+                run(isa, data, layout, layer, shape, seq, queries, t, scratch)
             })
             .collect()
     });

@@ -46,7 +46,7 @@ use pagoda_core::backend::{
     validate_attention, validate_copies, validate_scatter, AttentionShape, Backend, BackendError,
     BackendErrorKind, InputError, SeqAttention,
 };
-use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot, PAGE_SIZE};
+use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot};
 
 pub use element::KvElement;
 pub use kernels::Isa;
@@ -191,6 +191,27 @@ fn alloc<E: KvElement>(n: usize, bytes: u64) -> Result<Vec<E>, CpuError> {
     Ok(v)
 }
 
+/// Every head row a scatter or gather moves: `(kv, row_at, store_at)`, where
+/// `kv` is 0 for keys and 1 for values, `row_at` indexes the caller's packed
+/// `[slots, kv_heads, head_dim]` tensor and `store_at` the store.
+fn slot_rows<'a>(
+    layout: &'a Layout,
+    layer: u32,
+    slots: &'a [Slot],
+) -> impl Iterator<Item = (usize, usize, usize)> + 'a {
+    let dim = layout.head_dim;
+    slots.iter().enumerate().flat_map(move |(i, slot)| {
+        let (page, offset) = (slot.page().index(), slot.offset() as usize);
+        (0..2).flat_map(move |kv| {
+            let base = layout.offset(layer, page, kv);
+            (0..layout.kv_heads).map(move |h| {
+                let row_at = (i * layout.kv_heads + h) * dim;
+                (kv, row_at, base + h * layout.head_block() + offset * dim)
+            })
+        })
+    })
+}
+
 fn scatter_into<E: KvElement>(
     data: &mut [E],
     layout: &Layout,
@@ -200,18 +221,13 @@ fn scatter_into<E: KvElement>(
     values: &[f32],
 ) {
     let dim = layout.head_dim;
-    let row = layout.kv_heads * dim;
-    for (i, slot) in slots.iter().enumerate() {
-        let (page, offset) = (slot.page().index(), slot.offset() as usize);
-        for (kv, src) in [keys, values].into_iter().enumerate() {
-            let base = layout.offset(layer, page, kv);
-            for h in 0..layout.kv_heads {
-                let dst = base + h * layout.head_block() + offset * dim;
-                let from = &src[i * row + h * dim..i * row + (h + 1) * dim];
-                for (d, s) in data[dst..dst + dim].iter_mut().zip(from) {
-                    *d = E::from_f32(*s);
-                }
-            }
+    for (kv, row_at, store_at) in slot_rows(layout, layer, slots) {
+        let src = if kv == 0 { keys } else { values };
+        for (d, s) in data[store_at..store_at + dim]
+            .iter_mut()
+            .zip(&src[row_at..row_at + dim])
+        {
+            *d = E::from_f32(*s);
         }
     }
 }
@@ -225,18 +241,13 @@ fn gather_from<E: KvElement>(
     values: &mut [f32],
 ) {
     let dim = layout.head_dim;
-    let row = layout.kv_heads * dim;
-    for (i, slot) in slots.iter().enumerate() {
-        let (page, offset) = (slot.page().index(), slot.offset() as usize);
-        for (kv, dst) in [&mut *keys, &mut *values].into_iter().enumerate() {
-            let base = layout.offset(layer, page, kv);
-            for h in 0..layout.kv_heads {
-                let src = base + h * layout.head_block() + offset * dim;
-                let to = &mut dst[i * row + h * dim..i * row + (h + 1) * dim];
-                for (d, s) in to.iter_mut().zip(&data[src..src + dim]) {
-                    *d = s.to_f32();
-                }
-            }
+    for (kv, row_at, store_at) in slot_rows(layout, layer, slots) {
+        let dst = if kv == 0 { &mut *keys } else { &mut *values };
+        for (d, s) in dst[row_at..row_at + dim]
+            .iter_mut()
+            .zip(&data[store_at..store_at + dim])
+        {
+            *d = s.to_f32();
         }
     }
 }
@@ -388,6 +399,3 @@ impl Backend for CpuBackend {
         elements * u64::from(store.geometry.dtype().size_bytes())
     }
 }
-
-/// Slots per page, re-exported for callers computing slots by hand.
-pub const SLOTS_PER_PAGE: usize = PAGE_SIZE;

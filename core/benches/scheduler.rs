@@ -179,7 +179,7 @@ fn one_step(w: &mut World, config: SchedulerConfig, policy: Policy, growth: bool
     for g in 0..GROUPS / 2 {
         cache_group(g, &mut pool, &mut table, &mut radix);
     }
-    let mut sched = Scheduler::new(&mut w.slots, &mut w.watch, config, policy, 500).unwrap();
+    let mut sched = Scheduler::new(&mut w.slots, &mut w.watch, config, policy, 32 * 16).unwrap();
     for tag in 0..WAITING as u32 {
         let r = Req(prompt(tag % GROUPS, tag));
         sched

@@ -59,9 +59,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-#[cfg(loom)]
-extern crate std;
-
 pub mod backend;
 mod error;
 mod geometry;

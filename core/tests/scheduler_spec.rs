@@ -308,23 +308,11 @@ mod priority_queues {
         }
         let before = e.sched.metrics().rescored;
         let (_, work) = e.schedule();
-        let admitted: Vec<u32> = e.admitted(&work);
-        let shared = |tag: u32| {
-            let p = &e
-                .sched
-                .request(
-                    work.iter()
-                        .find(|w| e.sched.request(w.entry).unwrap().tag == tag)
-                        .unwrap()
-                        .entry,
-                )
-                .unwrap()
-                .prompt;
-            p.iter().take_while(|&&t| t < 1_000_000_000).count()
-        };
+        assert_eq!(e.admitted(&work).len(), 16);
         // The best scores (256 shared of 261 tokens) come first.
-        for tag in &admitted {
-            assert_eq!(shared(*tag), 256);
+        for w in &work {
+            let p = &e.sched.request(w.entry).unwrap().prompt;
+            assert_eq!(p.iter().take_while(|&&t| t < 1_000_000_000).count(), 256);
         }
         assert_eq!(
             e.sched.metrics().rescored,
@@ -340,14 +328,7 @@ mod priority_queues {
         e.add(1, prompt(1, 0, 1, 50), 1, Priority::Normal);
         e.add(2, prompt(2, 0, 2, 50), 1, Priority::Normal);
         e.add(3, prompt(9, 64, 3, 10), 1, Priority::Normal);
-        // Group 9's prefix gets cached by a request finishing elsewhere.
-        let cfg = SchedulerConfig {
-            max_batch: 1,
-            ..config()
-        };
-        let mut other = Engine::new(64, cfg, lpm());
-        let _ = &mut other;
-        // Run a critical request of group 9 through this engine.
+        // A critical request of group 9 runs and caches the prefix.
         e.add(4, prompt(9, 64, 4, 1), 1, Priority::Critical);
         let (_, work) = e.schedule();
         assert_eq!(e.admitted(&work), vec![4]);
@@ -847,5 +828,65 @@ mod issue_duties {
         assert_eq!(e.pool.referenced_pages(), 0);
         assert!(e.sched.is_idle());
         assert!(e.cancel(running).is_err(), "stale id");
+    }
+
+    #[test]
+    fn output_is_capped_to_the_row_and_overlong_prompts_refused() {
+        // Rows hold 1,024 tokens.
+        let mut e = Engine::new(128, config(), Policy::default());
+        let too_long = e.sched.add(
+            Req {
+                tag: 9,
+                prompt: vec![1; 1024],
+                max_new: 1,
+            },
+            pagoda_core::RequestId::from_bits(9),
+            Priority::Normal,
+            0,
+            Timestamp(0),
+            &e.radix,
+        );
+        assert_eq!(
+            too_long.unwrap_err().1,
+            pagoda_core::scheduler::SchedError::TooLong
+        );
+        // 1,000 prompt tokens and 500 asked: 24 fit, and the request finishes.
+        let id = e.add(1, prompt(1, 0, 1, 1000), 500, Priority::Normal);
+        let mut generated = 0;
+        while !e.sched.is_idle() {
+            let (_, work) = e.schedule();
+            generated = generated.max(e.sched.generated(id).unwrap_or(0));
+            e.complete(&work, STEP);
+        }
+        assert_eq!(generated, 23, "the 24th token finishes it");
+        assert_eq!(e.sched.metrics().generated_tokens, 24);
+        assert_eq!(e.pool.referenced_pages(), 0);
+    }
+
+    #[test]
+    fn an_overdue_request_the_pool_can_never_hold_blocks_nobody() {
+        let cfg = SchedulerConfig {
+            max_batch: 4,
+            fairness_threshold_us: Some(STEP),
+            ..config()
+        };
+        // 20 pages hold 320 tokens; a 600-token prompt never fits.
+        let mut e = Engine::new(20, cfg, Policy::default());
+        let huge = e.add(0, prompt(0, 0, 0, 600), 1, Priority::Normal);
+        e.now += 10 * STEP;
+        let mut finished = Vec::new();
+        for tag in 1..6 {
+            e.add(tag, prompt(tag, 0, tag, 30), 2, Priority::Normal);
+            let (_, work) = e.schedule();
+            finished.extend(e.complete(&work, STEP));
+        }
+        for _ in 0..10 {
+            let (_, work) = e.schedule();
+            finished.extend(e.complete(&work, STEP));
+        }
+        finished.sort_unstable();
+        assert_eq!(finished, vec![1, 2, 3, 4, 5]);
+        assert_eq!(e.cancel(huge).unwrap().tag, 0);
+        assert!(e.sched.is_idle());
     }
 }

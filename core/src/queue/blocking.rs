@@ -6,6 +6,8 @@
 //! condition variable when a consumer is asleep, so enqueue stays a spin-lock
 //! operation when nobody waits.
 
+// Only compiled with the `std` feature (see `queue/mod.rs`); the default
+// build, which the no-std check links, never sees this module.
 extern crate std;
 
 use core::fmt;

@@ -475,9 +475,8 @@ impl<R> Drop for RequestQueue<'_, R> {
     /// Drops every waiting request, so the caller's slots hold nothing after
     /// the queue is gone.
     fn drop(&mut self) {
-        let state = self.state.lock();
-        // `lock` on a queue we own exclusively never waits.
-        let mut state = state;
+        // We own the queue exclusively, so this lock never waits.
+        let mut state = self.state.lock();
         for slot in state.slots.iter_mut() {
             slot.request = None;
         }

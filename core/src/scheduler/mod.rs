@@ -199,7 +199,6 @@ pub struct SchedSlot<R> {
     prompt_len: u32,
     max_output: u32,
     // Waiting: the score and where the match would grow.
-    matched: u32,
     key: f64,
     scored_at: u64,
     watch: Option<u64>,
@@ -235,7 +234,6 @@ impl<R> SchedSlot<R> {
         arrived_at: Timestamp(0),
         prompt_len: 0,
         max_output: 0,
-        matched: 0,
         key: 0.0,
         scored_at: 0,
         watch: None,
@@ -403,7 +401,7 @@ pub struct Scheduler<'s, R, P = Policy> {
     waiting: u32,
     policy: P,
     config: SchedulerConfig,
-    max_prompt: u32,
+    max_context: u32,
     epoch: Option<Timestamp>,
     growth_cursor: u64,
     metrics: SchedulerMetrics,
@@ -426,9 +424,11 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
         slots.next_power_of_two()
     }
 
-    /// A scheduler for up to `slots.len()` waiting and running requests,
-    /// whose prompts are at most `max_prompt_tokens` long (the page-table
-    /// row, less room to generate). `watch` (a power of two; see
+    /// A scheduler for up to `slots.len()` waiting and running requests
+    /// whose sequences hold at most `max_context_tokens` tokens (the
+    /// page-table row's length, or less to keep a prompt within the pool).
+    /// Longer prompts are refused at [`add`](Self::add) and output is capped
+    /// so a sequence never outgrows its row. `watch` (a power of two; see
     /// [`watch_len_for`](Self::watch_len_for)) indexes waiting requests by
     /// where their cached prefix would grow.
     pub fn new(
@@ -436,7 +436,7 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
         watch: &'s mut [u32],
         config: SchedulerConfig,
         policy: P,
-        max_prompt_tokens: u32,
+        max_context_tokens: u32,
     ) -> Result<Self, SchedError> {
         config.validate()?;
         let n = slots.len();
@@ -469,7 +469,7 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
             waiting: 0,
             policy,
             config,
-            max_prompt: max_prompt_tokens,
+            max_context: max_context_tokens,
             epoch: None,
             growth_cursor: 0,
             metrics: SchedulerMetrics::default(),
@@ -565,7 +565,9 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
 
     /// Adds a waiting request. `arrival` orders requests that arrived at the
     /// same time (the queue's arrival counter). Refused, handing the request
-    /// back, when the scheduler is full or the prompt is empty or too long.
+    /// back, when the scheduler is full or the prompt is empty or leaves no
+    /// room in the context to generate; `max_output_tokens` is capped to the
+    /// room left.
     pub fn add(
         &mut self,
         request: R,
@@ -579,14 +581,18 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
         if prompt_len == 0 {
             return Err((request, SchedError::EmptyPrompt));
         }
-        if prompt_len > self.max_prompt as usize {
+        if prompt_len >= self.max_context as usize {
             return Err((request, SchedError::TooLong));
         }
         if self.free_head == NIL {
             return Err((request, SchedError::Full));
         }
         let index = self.free_head;
-        let max_output = request.max_output_tokens();
+        // The last sampled token is never appended, so a sequence holds
+        // prompt + output − 1 tokens: this cap keeps it inside its row.
+        let max_output = request
+            .max_output_tokens()
+            .min(self.max_context - prompt_len as u32);
         let slot = &mut self.slots[index as usize];
         self.free_head = slot.next_free;
         let generation = slot.generation;
@@ -702,7 +708,7 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
         self.metrics.finished += 1;
         self.metrics.last_finish = Some(self.metrics.last_finish.map_or(now, |t| t.max(now)));
         self.unlink_running(entry.slot);
-        let request = self.free_slot(entry.slot);
+        let request = self.free_slot(entry.slot).ok_or(SchedError::UnknownEntry)?;
         Ok(Finished { request, cached })
     }
 
@@ -722,7 +728,7 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
             State::Free => return Err(SchedError::UnknownEntry),
         }
         self.metrics.cancelled += 1;
-        Ok(self.free_slot(entry.slot))
+        self.free_slot(entry.slot).ok_or(SchedError::UnknownEntry)
     }
 
     /// Visits every entry (waiting and running) with its id and request.
@@ -826,18 +832,11 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
                         break;
                     }
                     Err(KvError::PoolExhausted { .. }) => {
-                        let victim = self.run_tail;
-                        if victim == next {
-                            next = NIL;
-                        }
-                        self.preempt(victim, kv);
-                        step.preempted += 1;
-                        if victim == cursor {
+                        if self.preempt_lowest(cursor, &mut next, kv, step) {
                             break;
                         }
                     }
-                    // The row is full: the request cannot grow; it finishes
-                    // when the engine sees no decode for it.
+                    // Cannot happen: `add` caps output at the row's length.
                     Err(_) => break,
                 }
             }
@@ -881,13 +880,7 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
                     // Nothing else progresses this step: free pages by
                     // preempting from the bottom, or this would deadlock.
                     Err(KvError::PoolExhausted { .. }) if step.work == 0 => {
-                        let victim = self.run_tail;
-                        if victim == next {
-                            next = NIL;
-                        }
-                        self.preempt(victim, kv);
-                        step.preempted += 1;
-                        if victim == cursor {
+                        if self.preempt_lowest(cursor, &mut next, kv, step) {
                             break;
                         }
                     }
@@ -920,7 +913,8 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
             cursor = s.run_next;
         }
         let threshold = self
-            .policy_threshold()
+            .policy
+            .fairness_threshold_us()
             .or(self.config.fairness_threshold_us);
         let mut skipped = NIL;
         let mut skips = 0;
@@ -955,10 +949,10 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
                 }
             }
             let slot = &self.slots[candidate as usize];
-            let request = slot
-                .request
-                .as_ref()
-                .expect("waiting entries hold a request");
+            let Some(request) = slot.request.as_ref() else {
+                debug_assert!(false, "waiting entries hold a request");
+                break;
+            };
             let prompt = request.prompt();
             let lookup = &prompt[..prompt.len() - 1];
             // Wait a step for a prefix another running request is computing.
@@ -995,8 +989,9 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
             let needed = whole - u64::from(matched_pages) + evictable;
             let available = u64::from(kv.pool.available_pages()).saturating_sub(reserved);
             if needed > available {
-                if overdue {
-                    // Hold the pages that free up for the overdue request.
+                // Hold the pages that free up for an overdue request, unless
+                // even the whole pool could never hold it.
+                if overdue && whole <= u64::from(kv.pool.total_pages()) {
                     break;
                 }
                 self.skip(candidate, &mut skipped);
@@ -1030,7 +1025,6 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
             s.prefilled = matched;
             s.cached_upto = matched;
             s.generated = 0;
-            s.matched = matched;
             let (wait, first_time, prompt_len) =
                 (now.micros_since(s.arrived_at), !s.admitted, s.prompt_len);
             s.admitted = true;
@@ -1133,6 +1127,26 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
         *skipped = index;
     }
 
+    /// Preempts the lowest-priority running sequence so `cursor` can get
+    /// pages. `next` is the caller's place in the running list: the victim is
+    /// the list's tail, so if it was `next`, nothing follows any more.
+    /// Returns whether `cursor` itself was the victim.
+    fn preempt_lowest(
+        &mut self,
+        cursor: u32,
+        next: &mut u32,
+        kv: &mut KvState<'_, '_>,
+        step: &mut StepPlan,
+    ) -> bool {
+        let victim = self.run_tail;
+        if victim == *next {
+            *next = NIL;
+        }
+        self.preempt(victim, kv);
+        step.preempted += 1;
+        victim == cursor
+    }
+
     /// Releases a running sequence and puts its request back in line with
     /// its original arrival, to be computed again.
     fn preempt(&mut self, index: u32, kv: &mut KvState<'_, '_>) {
@@ -1148,10 +1162,6 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
         s.state = State::Waiting;
         self.metrics.preemptions += 1;
         self.enter_waiting(index, kv.radix);
-    }
-
-    fn policy_threshold(&self) -> Option<u64> {
-        self.policy.fairness_threshold_us()
     }
 
     // ---- waiting set -------------------------------------------------------
@@ -1192,7 +1202,6 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
             - self.config.aging_per_second * age;
         let version = radix.version();
         let s = &mut self.slots[index as usize];
-        s.matched = probe.tokens;
         s.key = key;
         s.scored_at = version;
         s.watch = probe.next_key;
@@ -1338,11 +1347,12 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
     }
 
     /// Frees a slot that is in no heap and no running list.
-    fn free_slot(&mut self, index: u32) -> R {
+    fn free_slot(&mut self, index: u32) -> Option<R> {
         self.unwatch(index);
         let free_head = self.free_head;
         let s = &mut self.slots[index as usize];
-        let request = s.request.take().expect("live entries hold a request");
+        let request = s.request.take();
+        debug_assert!(request.is_some(), "live entries hold a request");
         s.state = State::Free;
         s.generation = s.generation.wrapping_add(1);
         s.next_free = free_head;

@@ -15,6 +15,7 @@ use super::{
     WorkKind,
 };
 use crate::error::KvError;
+use crate::geometry::PAGE_SIZE;
 use crate::ids::PageId;
 use crate::page_table::{PageTable, SeqEntry};
 use crate::pool::{PageEntry, PagePool};
@@ -191,16 +192,16 @@ pub fn replay<'t>(
     let mut pool = PagePool::new(&mut *storage.pages)?;
     let mut table = PageTable::new(&mut *storage.rows, &mut *storage.seqs)?;
     let mut radix = RadixCache::new(&mut *storage.nodes, &mut *storage.index)?;
-    let max_prompt = table
+    // A prompt must fit its row and the whole pool.
+    let max_context = table
         .max_tokens_per_sequence()
-        .saturating_sub(1)
-        .min(pool.total_pages().saturating_mul(16).saturating_sub(16));
+        .min(pool.total_pages().saturating_mul(PAGE_SIZE as u32));
     let mut scheduler = Scheduler::new(
         &mut *storage.slots,
         &mut *storage.watch,
         config,
         policy,
-        max_prompt,
+        max_context,
     )?;
     let plan = &mut *storage.plan;
     let mut kv = KvState {

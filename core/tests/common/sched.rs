@@ -74,7 +74,7 @@ impl<P: SchedulerPolicy> Engine<P> {
             leak(vec![0u32; Scheduler::<Req>::watch_len_for(slots)]),
             config,
             policy,
-            (rows_per_seq * 16 - 1) as u32,
+            (rows_per_seq * 16) as u32,
         )
         .unwrap();
         Self {
