@@ -1,0 +1,186 @@
+//! The shape of a Llama-architecture decoder.
+
+use std::fmt;
+
+use pagoda_core::backend::{AttentionShape, SUPPORTED_HEAD_DIMS};
+use pagoda_core::{KvDtype, KvGeometry};
+
+/// Hyper-parameters of a Llama-style decoder: token embedding, `layers` ×
+/// (RMSNorm, grouped-query attention with rotary positions, RMSNorm, SwiGLU
+/// MLP), final RMSNorm, output head.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct ModelConfig {
+    /// Token ids are `0..vocab`.
+    pub vocab: u32,
+    /// Width of the residual stream.
+    pub hidden: u32,
+    /// Decoder layers.
+    pub layers: u32,
+    /// Query heads.
+    pub q_heads: u32,
+    /// Key/value heads (a divisor of `q_heads`).
+    pub kv_heads: u32,
+    /// Dimension of one head.
+    pub head_dim: u32,
+    /// Width of the MLP's hidden layer.
+    pub ffn: u32,
+    /// Base of the rotary position embedding.
+    pub rope_theta: f32,
+    /// RMSNorm epsilon.
+    pub rms_eps: f32,
+    /// Longest sequence (prompt plus output) the model serves.
+    pub max_context: u32,
+}
+
+impl ModelConfig {
+    /// The embedded default: a small model of the Llama shape (4 layers,
+    /// 8 query heads over 2 KV heads of 64 dims, a 2,048-token vocabulary,
+    /// 4.2 M parameters), big enough that compute dominates a step and small
+    /// enough that `pagoda bench` finishes in seconds on two cores.
+    pub const EMBEDDED: Self = Self {
+        vocab: 2048,
+        hidden: 256,
+        layers: 4,
+        q_heads: 8,
+        kv_heads: 2,
+        head_dim: 64,
+        ffn: 768,
+        rope_theta: 10_000.0,
+        rms_eps: 1e-5,
+        max_context: 2048,
+    };
+
+    /// Checks every size: positive, heads that group, a head dimension the
+    /// backends support (even, for rotary pairs), a finite RoPE base.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        let sizes = [
+            ("vocab", self.vocab),
+            ("hidden", self.hidden),
+            ("layers", self.layers),
+            ("q_heads", self.q_heads),
+            ("kv_heads", self.kv_heads),
+            ("ffn", self.ffn),
+            ("max_context", self.max_context),
+        ];
+        for (name, value) in sizes {
+            if value == 0 {
+                return Err(ModelError::Config(format!("{name} must be positive")));
+            }
+        }
+        if self.q_heads % self.kv_heads != 0 {
+            return Err(ModelError::Config(format!(
+                "q_heads ({}) must be a multiple of kv_heads ({})",
+                self.q_heads, self.kv_heads
+            )));
+        }
+        if !SUPPORTED_HEAD_DIMS.contains(&self.head_dim) {
+            return Err(ModelError::Config(format!(
+                "head_dim {} is not supported (valid: {SUPPORTED_HEAD_DIMS:?})",
+                self.head_dim
+            )));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 1.0) {
+            return Err(ModelError::Config("rope_theta must be above 1".into()));
+        }
+        if !(self.rms_eps.is_finite() && self.rms_eps > 0.0) {
+            return Err(ModelError::Config("rms_eps must be positive".into()));
+        }
+        Ok(())
+    }
+
+    /// Width of all query heads together.
+    pub const fn q_dim(&self) -> usize {
+        (self.q_heads * self.head_dim) as usize
+    }
+
+    /// Width of all key (or value) heads together.
+    pub const fn kv_dim(&self) -> usize {
+        (self.kv_heads * self.head_dim) as usize
+    }
+
+    /// The KV cache's geometry for this model.
+    pub fn kv_geometry(&self, dtype: KvDtype) -> Result<KvGeometry, ModelError> {
+        KvGeometry::new(self.layers, self.kv_heads, self.head_dim, dtype)
+            .map_err(|e| ModelError::Config(format!("KV geometry: {e}")))
+    }
+
+    /// The attention's head layout and `1/sqrt(head_dim)` scale.
+    pub fn attention_shape(&self) -> AttentionShape {
+        AttentionShape {
+            q_heads: self.q_heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            scale: 1.0 / (self.head_dim as f32).sqrt(),
+        }
+    }
+
+    /// Parameters, for reports.
+    pub fn parameters(&self) -> u64 {
+        let (h, q, kv, f) = (
+            u64::from(self.hidden),
+            self.q_dim() as u64,
+            self.kv_dim() as u64,
+            u64::from(self.ffn),
+        );
+        let layer = h * q * 2 + h * kv * 2 + 3 * h * f + 2 * h;
+        2 * u64::from(self.vocab) * h + u64::from(self.layers) * layer + h
+    }
+}
+
+/// A model that cannot be built or run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelError {
+    /// The configuration is inconsistent.
+    Config(String),
+    /// A weight tensor has the wrong shape.
+    Shape {
+        /// The tensor.
+        name: String,
+        /// The shape it must have.
+        expected: Vec<usize>,
+        /// The shape it has.
+        found: Vec<usize>,
+    },
+    /// A token id outside the vocabulary.
+    Token {
+        /// The token.
+        token: u32,
+        /// The vocabulary size.
+        vocab: u32,
+    },
+    /// A position past the model's context.
+    Position {
+        /// The position.
+        position: u32,
+        /// The context length.
+        max_context: u32,
+    },
+}
+
+impl fmt::Display for ModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(msg) => write!(f, "invalid model configuration: {msg}"),
+            Self::Shape {
+                name,
+                expected,
+                found,
+            } => write!(
+                f,
+                "weight {name} has shape {found:?}, the configuration needs {expected:?}"
+            ),
+            Self::Token { token, vocab } => {
+                write!(f, "token {token} is outside the vocabulary (0..{vocab})")
+            }
+            Self::Position {
+                position,
+                max_context,
+            } => write!(
+                f,
+                "position {position} is past the model's context of {max_context}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ModelError {}

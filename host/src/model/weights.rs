@@ -1,0 +1,156 @@
+//! A model's weights, whatever their source.
+//!
+//! [`Weights::from_parts`] takes tensors from anywhere (the embedded seeded
+//! default today, a GGUF file next) and checks every shape against the
+//! [`ModelConfig`], so the forward pass never meets a malformed tensor.
+//! Projection matrices are stored `[in, out]` so a row of activations times
+//! the matrix is the projection; a loader whose format stores `[out, in]`
+//! passes the transposed view's data.
+
+use ndarray::{Array1, Array2};
+
+use super::config::{ModelConfig, ModelError};
+
+/// One decoder layer's tensors.
+#[derive(Debug, Clone)]
+pub struct LayerWeights {
+    /// RMSNorm gain before attention, `[hidden]`.
+    pub attn_norm: Array1<f32>,
+    /// Query projection, `[hidden, q_heads × head_dim]`.
+    pub wq: Array2<f32>,
+    /// Key projection, `[hidden, kv_heads × head_dim]`.
+    pub wk: Array2<f32>,
+    /// Value projection, `[hidden, kv_heads × head_dim]`.
+    pub wv: Array2<f32>,
+    /// Output projection, `[q_heads × head_dim, hidden]`.
+    pub wo: Array2<f32>,
+    /// RMSNorm gain before the MLP, `[hidden]`.
+    pub ffn_norm: Array1<f32>,
+    /// SwiGLU gate, `[hidden, ffn]`.
+    pub w_gate: Array2<f32>,
+    /// SwiGLU up projection, `[hidden, ffn]`.
+    pub w_up: Array2<f32>,
+    /// MLP down projection, `[ffn, hidden]`.
+    pub w_down: Array2<f32>,
+}
+
+/// Every tensor of a model, shape-checked against its configuration.
+#[derive(Debug, Clone)]
+pub struct Weights {
+    config: ModelConfig,
+    /// Token embedding, `[vocab, hidden]`.
+    pub(crate) embed: Array2<f32>,
+    pub(crate) layers: Vec<LayerWeights>,
+    /// Final RMSNorm gain, `[hidden]`.
+    pub(crate) final_norm: Array1<f32>,
+    /// Output head, `[hidden, vocab]`.
+    pub(crate) lm_head: Array2<f32>,
+}
+
+impl Weights {
+    /// Assembles weights from tensors, checking each shape.
+    pub fn from_parts(
+        config: ModelConfig,
+        embed: Array2<f32>,
+        layers: Vec<LayerWeights>,
+        final_norm: Array1<f32>,
+        lm_head: Array2<f32>,
+    ) -> Result<Self, ModelError> {
+        config.validate()?;
+        let (v, h, q, kv, f) = (
+            config.vocab as usize,
+            config.hidden as usize,
+            config.q_dim(),
+            config.kv_dim(),
+            config.ffn as usize,
+        );
+        check("embed", embed.shape(), &[v, h])?;
+        check("final_norm", final_norm.shape(), &[h])?;
+        check("lm_head", lm_head.shape(), &[h, v])?;
+        if layers.len() != config.layers as usize {
+            return Err(ModelError::Config(format!(
+                "{} layers given, the configuration has {}",
+                layers.len(),
+                config.layers
+            )));
+        }
+        for (i, layer) in layers.iter().enumerate() {
+            let name = |t: &str| format!("layers.{i}.{t}");
+            check(&name("attn_norm"), layer.attn_norm.shape(), &[h])?;
+            check(&name("wq"), layer.wq.shape(), &[h, q])?;
+            check(&name("wk"), layer.wk.shape(), &[h, kv])?;
+            check(&name("wv"), layer.wv.shape(), &[h, kv])?;
+            check(&name("wo"), layer.wo.shape(), &[q, h])?;
+            check(&name("ffn_norm"), layer.ffn_norm.shape(), &[h])?;
+            check(&name("w_gate"), layer.w_gate.shape(), &[h, f])?;
+            check(&name("w_up"), layer.w_up.shape(), &[h, f])?;
+            check(&name("w_down"), layer.w_down.shape(), &[f, h])?;
+        }
+        let finite = embed.iter().all(|x| x.is_finite()) && lm_head.iter().all(|x| x.is_finite());
+        if !finite {
+            return Err(ModelError::Config("weights hold NaN or infinity".into()));
+        }
+        Ok(Self {
+            config,
+            embed,
+            layers,
+            final_norm,
+            lm_head,
+        })
+    }
+
+    /// Weights drawn from `seed`: each projection uniform with unit output
+    /// variance (±√3/√fan_in), norms at one. Same seed, same model, on every
+    /// machine.
+    pub fn seeded(config: ModelConfig, seed: u64) -> Result<Self, ModelError> {
+        config.validate()?;
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut matrix = |rows: usize, cols: usize| {
+            let bound = 3f32.sqrt() / (rows as f32).sqrt();
+            Array2::from_shape_simple_fn((rows, cols), || (rng.f32() * 2.0 - 1.0) * bound)
+        };
+        let (v, h, q, kv, f) = (
+            config.vocab as usize,
+            config.hidden as usize,
+            config.q_dim(),
+            config.kv_dim(),
+            config.ffn as usize,
+        );
+        // Embedding rows of unit variance: fan-in 1.
+        let embed = matrix(1, v * h)
+            .into_shape_with_order((v, h))
+            .map_err(|e| ModelError::Config(e.to_string()))?;
+        let layers = (0..config.layers)
+            .map(|_| LayerWeights {
+                attn_norm: Array1::ones(h),
+                wq: matrix(h, q),
+                wk: matrix(h, kv),
+                wv: matrix(h, kv),
+                wo: matrix(q, h),
+                ffn_norm: Array1::ones(h),
+                w_gate: matrix(h, f),
+                w_up: matrix(h, f),
+                w_down: matrix(f, h),
+            })
+            .collect();
+        let lm_head = matrix(h, v);
+        Self::from_parts(config, embed, layers, Array1::ones(h), lm_head)
+    }
+
+    /// The configuration the tensors were checked against.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+}
+
+fn check(name: &str, found: &[usize], expected: &[usize]) -> Result<(), ModelError> {
+    if found == expected {
+        Ok(())
+    } else {
+        Err(ModelError::Shape {
+            name: name.into(),
+            expected: expected.to_vec(),
+            found: found.to_vec(),
+        })
+    }
+}
