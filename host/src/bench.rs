@@ -397,8 +397,14 @@ impl Accumulator {
     ) -> PolicyReport {
         let requests = self.records.len() as u64;
         let records: Vec<RequestRecord> = self.records.into_iter().flatten().collect();
-        let count = |prefix: &str| records.iter().filter(|r| r.outcome.starts_with(prefix)).count() as u64;
-        let (finished, cancelled, rejected) = (count("finished"), count("cancelled"), count("rejected"));
+        let count = |prefix: &str| {
+            records
+                .iter()
+                .filter(|r| r.outcome.starts_with(prefix))
+                .count() as u64
+        };
+        let (finished, cancelled, rejected) =
+            (count("finished"), count("cancelled"), count("rejected"));
         let collect = |f: fn(&RequestRecord) -> Option<f64>| -> Vec<f64> {
             records
                 .iter()
@@ -406,10 +412,22 @@ impl Accumulator {
                 .filter_map(f)
                 .collect()
         };
-        let per_s = |x: f64| if duration_s > 0.0 { x / duration_s } else { 0.0 };
+        let per_s = |x: f64| {
+            if duration_s > 0.0 {
+                x / duration_s
+            } else {
+                0.0
+            }
+        };
         let admitted_tokens = self.cached_tokens + self.prefill_tokens;
         let total_us = self.bookkeeping_us + self.compute_us;
-        let pct = |a: u64, b: u64| if b == 0 { 0.0 } else { 100.0 * a as f64 / b as f64 };
+        let pct = |a: u64, b: u64| {
+            if b == 0 {
+                0.0
+            } else {
+                100.0 * a as f64 / b as f64
+            }
+        };
         let weight = self.weight.max(1.0);
         PolicyReport {
             policy: policy.to_string(),
@@ -432,13 +450,19 @@ impl Accumulator {
             pool_utilization_pct: self.util_weighted / weight,
             pool_peak_utilization_pct: self.peak_util,
             fragmentation_pct: self.frag_weighted / weight,
-            pages_allocated_per_s: per_s((end_pool.allocated_total - start_pool.allocated_total) as f64),
+            pages_allocated_per_s: per_s(
+                (end_pool.allocated_total - start_pool.allocated_total) as f64,
+            ),
             pages_freed_per_s: per_s((end_pool.freed_total - start_pool.freed_total) as f64),
             evictions: end_pool.evictions - start_pool.evictions,
             pages_evicted: end_pool.pages_reclaimed - start_pool.pages_reclaimed,
             preemptions: self.preemptions,
             steps: self.steps,
-            mean_batch: if self.steps == 0 { 0.0 } else { self.batch_sum as f64 / self.steps as f64 },
+            mean_batch: if self.steps == 0 {
+                0.0
+            } else {
+                self.batch_sum as f64 / self.steps as f64
+            },
             peak_running: self.peak_running,
             bookkeeping_pct: pct(self.bookkeeping_us, total_us),
             bookkeeping_pct_at_mark: (self.mark_total_us > 0)

@@ -315,7 +315,9 @@ impl<'s, B: Backend> Engine<'s, B> {
         storage: &'s mut EngineStorage,
     ) -> Result<Self, EngineError<B::Error>> {
         let mc = model.config();
-        let geometry = mc.kv_geometry(config.kv_dtype).map_err(EngineError::Model)?;
+        let geometry = mc
+            .kv_geometry(config.kv_dtype)
+            .map_err(EngineError::Model)?;
         config
             .scheduler
             .validate()
@@ -627,9 +629,9 @@ impl<'s, B: Backend> Engine<'s, B> {
             };
             b.positions.extend(first_position..first_position + len);
             let at = b.slots.len();
-            b.slots
-                .resize(at + len as usize, Slot(0));
-            self.table.slot_mapping(w.seq, first_position, &mut b.slots[at..])?;
+            b.slots.resize(at + len as usize, Slot(0));
+            self.table
+                .slot_mapping(w.seq, first_position, &mut b.slots[at..])?;
             b.seqs.push((i, query_start, len, first_position + len));
             if samples {
                 b.sample_rows.push(query_start + len - 1);
@@ -685,10 +687,7 @@ impl<'s, B: Backend> Engine<'s, B> {
         let mut sampled = Vec::with_capacity(b.samplers.len());
         for (row, &i) in b.samplers.iter().enumerate() {
             let entry = self.plan[i].entry;
-            let request = self
-                .sched
-                .request(entry)
-                .ok_or(SchedError::UnknownEntry)?;
+            let request = self.sched.request(entry).ok_or(SchedError::UnknownEntry)?;
             let live = self.live[entry.index() as usize]
                 .as_mut()
                 .ok_or_else(|| EngineError::Core("sampled entry has no state".into()))?;

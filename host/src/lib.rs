@@ -3,7 +3,8 @@
 //! work on a Llama-architecture [`model`], and the `pagoda bench` benchmark
 //! ([`workload`], [`bench`], [`report`]).
 
-pub mod model;
-pub mod engine;
 pub mod bench;
+pub mod engine;
+pub mod model;
+pub mod report;
 pub mod workload;

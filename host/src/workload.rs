@@ -328,9 +328,9 @@ pub fn parse_trace(text: &str, vocab: u32) -> Result<Vec<TraceEntry>, Vec<TraceE
 fn parse_line(line: &str, vocab: u32) -> Result<TraceEntry, String> {
     let value: serde_json::Value =
         serde_json::from_str(line).map_err(|e| format!("not valid JSON: {e}"))?;
-    let obj = value
-        .as_object()
-        .ok_or("expected a JSON object like {\"arrival\": 0.5, \"prompt\": \"...\", \"max_tokens\": 32}")?;
+    let obj = value.as_object().ok_or(
+        "expected a JSON object like {\"arrival\": 0.5, \"prompt\": \"...\", \"max_tokens\": 32}",
+    )?;
     for key in obj.keys() {
         if !TRACE_FIELDS.split(", ").any(|f| f == key) {
             return Err(format!("unknown field '{key}' (valid: {TRACE_FIELDS})"));
@@ -351,7 +351,9 @@ fn parse_line(line: &str, vocab: u32) -> Result<TraceEntry, String> {
             text.bytes().map(u32::from).collect::<Vec<u32>>()
         }
         (None, Some(ids)) => {
-            let ids = ids.as_array().ok_or("prompt_tokens must be an array of token ids")?;
+            let ids = ids
+                .as_array()
+                .ok_or("prompt_tokens must be an array of token ids")?;
             let mut out = Vec::with_capacity(ids.len());
             for id in ids {
                 match id.as_u64() {
@@ -370,7 +372,9 @@ fn parse_line(line: &str, vocab: u32) -> Result<TraceEntry, String> {
         return Err("the prompt is empty".into());
     }
     if let Some(&t) = prompt.iter().find(|&&t| t >= vocab) {
-        return Err(format!("prompt token {t} is outside the vocabulary (0..{vocab})"));
+        return Err(format!(
+            "prompt token {t} is outside the vocabulary (0..{vocab})"
+        ));
     }
     let max_tokens = match obj.get("max_tokens") {
         None => return Err("missing max_tokens".into()),
@@ -472,9 +476,9 @@ mod tests {
             .iter()
             .enumerate()
             .filter(|(i, e)| {
-                t[..*i].iter().any(|p| {
-                    p.prompt.len() < e.prompt.len() && e.prompt.starts_with(&p.prompt)
-                })
+                t[..*i]
+                    .iter()
+                    .any(|p| p.prompt.len() < e.prompt.len() && e.prompt.starts_with(&p.prompt))
             })
             .count();
         assert!(extended >= 50, "{extended} turns extend an earlier turn");
@@ -483,7 +487,11 @@ mod tests {
         let deep = t
             .iter()
             .enumerate()
-            .filter(|(i, e)| t[..*i].iter().any(|p| common_prefix(&p.prompt, &e.prompt) > 64))
+            .filter(|(i, e)| {
+                t[..*i]
+                    .iter()
+                    .any(|p| common_prefix(&p.prompt, &e.prompt) > 64)
+            })
             .count();
         assert!(deep > 10, "{deep} prompts share past the trunk");
         // No sharing: no two prompts share a page.
@@ -527,7 +535,8 @@ mod tests {
     fn trace_round_trips_and_reports_bad_lines() {
         let t = spec(WorkloadKind::FewShot).generate();
         assert_eq!(parse_trace(&write_trace(&t), 500), Ok(t));
-        let text = "{\"arrival\": 0.5, \"prompt\": \"hi\", \"max_tokens\": 3, \"priority\": \"high\"}\n\
+        let text =
+            "{\"arrival\": 0.5, \"prompt\": \"hi\", \"max_tokens\": 3, \"priority\": \"high\"}\n\
                     \n# comment\n\
                     {\"prompt\": \"x\"}\n\
                     not json\n\
@@ -539,10 +548,15 @@ mod tests {
         assert_eq!(lines, vec![4, 5, 6, 7, 8]);
         assert!(errors[0].message.contains("max_tokens"));
         assert!(errors[2].message.contains("999"));
-        assert!(errors[3].message.contains("valid: low, normal, high, critical"));
+        assert!(errors[3]
+            .message
+            .contains("valid: low, normal, high, critical"));
         assert!(errors[4].message.contains("unknown field 'colour'"));
-        let ok = parse_trace("{\"arrival\": 0.5, \"prompt\": \"hi\", \"max_tokens\": 3}", 500)
-            .unwrap();
+        let ok = parse_trace(
+            "{\"arrival\": 0.5, \"prompt\": \"hi\", \"max_tokens\": 3}",
+            500,
+        )
+        .unwrap();
         assert_eq!(ok[0].prompt, vec![104, 105]);
         assert_eq!(ok[0].arrival_us, 500_000);
     }

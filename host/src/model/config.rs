@@ -35,7 +35,7 @@ pub struct ModelConfig {
 impl ModelConfig {
     /// The embedded default: a small model of the Llama shape (4 layers,
     /// 8 query heads over 2 KV heads of 64 dims, a 2,048-token vocabulary,
-    /// 4.2 M parameters), big enough that compute dominates a step and small
+    /// 4.7 M parameters with the embedding and output head), big enough that compute dominates a step and small
     /// enough that `pagoda bench` finishes in seconds on two cores.
     pub const EMBEDDED: Self = Self {
         vocab: 2048,

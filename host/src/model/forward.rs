@@ -113,7 +113,8 @@ impl Model {
         let c = self.config();
         self.check(input).map_err(ForwardError::Model)?;
         let t = input.tokens.len();
-        let (hidden, q_dim, kv_dim, ffn) = (c.hidden as usize, c.q_dim(), c.kv_dim(), c.ffn as usize);
+        let (hidden, q_dim, kv_dim, ffn) =
+            (c.hidden as usize, c.q_dim(), c.kv_dim(), c.ffn as usize);
         let shape = c.attention_shape();
         let w = &self.weights;
 
@@ -131,7 +132,13 @@ impl Model {
             self.rope(&mut act.q[..t * q_dim], c.q_heads, input.positions);
             self.rope(&mut act.k[..t * kv_dim], c.kv_heads, input.positions);
             backend
-                .scatter(store, layer_id, input.slots, &act.k[..t * kv_dim], &act.v[..t * kv_dim])
+                .scatter(
+                    store,
+                    layer_id,
+                    input.slots,
+                    &act.k[..t * kv_dim],
+                    &act.v[..t * kv_dim],
+                )
                 .map_err(ForwardError::Backend)?;
             view(&mut act.attn, t, q_dim);
             backend
@@ -149,13 +156,25 @@ impl Model {
 
             rms_norm(&act.x, &mut act.h, t, hidden, &layer.ffn_norm, c.rms_eps);
             let h = read(&act.h, t, hidden);
-            general_mat_mul(1.0, &h, &layer.w_gate, 0.0, &mut view(&mut act.gate, t, ffn));
+            general_mat_mul(
+                1.0,
+                &h,
+                &layer.w_gate,
+                0.0,
+                &mut view(&mut act.gate, t, ffn),
+            );
             general_mat_mul(1.0, &h, &layer.w_up, 0.0, &mut view(&mut act.up, t, ffn));
             for (g, u) in act.gate[..t * ffn].iter_mut().zip(&act.up[..t * ffn]) {
                 *g = *g / (1.0 + (-*g).exp()) * u;
             }
             let gate = read(&act.gate, t, ffn);
-            general_mat_mul(1.0, &gate, &layer.w_down, 1.0, &mut view(&mut act.x, t, hidden));
+            general_mat_mul(
+                1.0,
+                &gate,
+                &layer.w_down,
+                1.0,
+                &mut view(&mut act.x, t, hidden),
+            );
         }
 
         // Only the rows that sample need the output head.
@@ -170,8 +189,8 @@ impl Model {
         if logits.len() != s * vocab {
             logits.resize(s * vocab, 0.0);
         }
-        let mut out = ArrayViewMut2::from_shape((s, vocab), &mut logits[..])
-            .expect("logits sized above");
+        let mut out =
+            ArrayViewMut2::from_shape((s, vocab), &mut logits[..]).expect("logits sized above");
         general_mat_mul(1.0, &read(&act.last, s, hidden), &w.lm_head, 0.0, &mut out);
         Ok(())
     }
@@ -228,7 +247,14 @@ impl Model {
 }
 
 /// `out = x / rms(x) × gain`, row by row.
-fn rms_norm(x: &[f32], out: &mut Vec<f32>, rows: usize, width: usize, gain: &Array1<f32>, eps: f32) {
+fn rms_norm(
+    x: &[f32],
+    out: &mut Vec<f32>,
+    rows: usize,
+    width: usize,
+    gain: &Array1<f32>,
+    eps: f32,
+) {
     if out.len() < rows * width {
         out.resize(rows * width, 0.0);
     }

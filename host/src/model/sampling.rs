@@ -72,7 +72,12 @@ pub struct Sampler {
 
 impl Sampler {
     /// Picks a token from one row of logits. NaN logits never win.
-    pub fn sample(&mut self, logits: &[f32], params: &SamplingParams, rng: &mut fastrand::Rng) -> u32 {
+    pub fn sample(
+        &mut self,
+        logits: &[f32],
+        params: &SamplingParams,
+        rng: &mut fastrand::Rng,
+    ) -> u32 {
         if params.temperature == 0.0 {
             return argmax(logits);
         }
@@ -149,7 +154,10 @@ mod tests {
         assert_eq!(argmax(&[0.1, f32::NAN, 3.0, 2.0, 3.0]), 2);
         let mut s = Sampler::default();
         let mut rng = fastrand::Rng::with_seed(1);
-        assert_eq!(s.sample(&[1.0, 5.0, 2.0], &SamplingParams::GREEDY, &mut rng), 1);
+        assert_eq!(
+            s.sample(&[1.0, 5.0, 2.0], &SamplingParams::GREEDY, &mut rng),
+            1
+        );
     }
 
     #[test]
@@ -207,7 +215,10 @@ mod tests {
         for (i, w) in weights.iter().enumerate() {
             let expected = w / total;
             let got = f64::from(seen[i]) / f64::from(n);
-            assert!((got - expected).abs() < 0.015, "token {i}: {got} vs {expected}");
+            assert!(
+                (got - expected).abs() < 0.015,
+                "token {i}: {got} vs {expected}"
+            );
         }
     }
 
@@ -222,7 +233,9 @@ mod tests {
         let draw = |seed| {
             let mut s = Sampler::default();
             let mut rng = fastrand::Rng::with_seed(seed);
-            (0..50).map(|_| s.sample(&logits, &p, &mut rng)).collect::<Vec<_>>()
+            (0..50)
+                .map(|_| s.sample(&logits, &p, &mut rng))
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(5), draw(5));
         assert_ne!(draw(5), draw(6));
