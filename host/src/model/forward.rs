@@ -100,6 +100,11 @@ impl Model {
         self.weights.config()
     }
 
+    /// The model's weights.
+    pub fn weights(&self) -> &Weights {
+        &self.weights
+    }
+
     /// Runs one step: writes this step's keys and values into the KV store
     /// and `sample_rows.len() × vocab` logits into `logits`.
     pub fn forward<B: Backend>(

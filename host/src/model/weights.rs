@@ -141,6 +141,26 @@ impl Weights {
     pub fn config(&self) -> &ModelConfig {
         &self.config
     }
+
+    /// Token embedding, `[vocab, hidden]`.
+    pub fn embed(&self) -> &Array2<f32> {
+        &self.embed
+    }
+
+    /// The decoder layers.
+    pub fn layers(&self) -> &[LayerWeights] {
+        &self.layers
+    }
+
+    /// Final RMSNorm gain, `[hidden]`.
+    pub fn final_norm(&self) -> &Array1<f32> {
+        &self.final_norm
+    }
+
+    /// Output head, `[hidden, vocab]`.
+    pub fn lm_head(&self) -> &Array2<f32> {
+        &self.lm_head
+    }
 }
 
 fn check(name: &str, found: &[usize], expected: &[usize]) -> Result<(), ModelError> {

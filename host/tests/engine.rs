@@ -1,0 +1,473 @@
+//! The host engine against plain references: the paged, chunked, batched
+//! forward pass against a dense f64 Llama forward; greedy generation through
+//! the engine against greedy generation by the reference; cancellation,
+//! preemption and rejection without a leaked page or a lost request.
+
+use pagoda_core::backend::{Backend, SeqAttention};
+use pagoda_core::scheduler::{Fcfs, Policy, SchedulerConfig};
+use pagoda_core::{KvDtype, PageId, Priority, Slot, PAGE_SIZE};
+use pagoda_cpu::CpuBackend;
+use pagoda_host::engine::{
+    Engine, EngineConfig, EngineStorage, GenRequest, Outcome, Rejection, StopReason,
+};
+use pagoda_host::model::{Activations, Model, ModelConfig, SamplingParams, StepInput, Weights};
+
+const CONFIG: ModelConfig = ModelConfig {
+    vocab: 97,
+    hidden: 64,
+    layers: 2,
+    q_heads: 4,
+    kv_heads: 2,
+    head_dim: 64,
+    ffn: 96,
+    rope_theta: 10_000.0,
+    rms_eps: 1e-5,
+    max_context: 256,
+};
+
+fn model() -> Model {
+    Model::new(Weights::seeded(CONFIG, 42).unwrap())
+}
+
+/// Logits of every position of `tokens`, by a dense f64 forward pass with
+/// plain loops: the definition the engine must match.
+fn reference_logits(model: &Model, tokens: &[u32]) -> Vec<Vec<f64>> {
+    let c = model.config();
+    let w = model.weights();
+    let (n, hd, d) = (tokens.len(), c.hidden as usize, c.head_dim as usize);
+    let group = (c.q_heads / c.kv_heads) as usize;
+    let matmul = |x: &[Vec<f64>], m: &ndarray::Array2<f32>| -> Vec<Vec<f64>> {
+        x.iter()
+            .map(|row| {
+                (0..m.ncols())
+                    .map(|j| {
+                        row.iter()
+                            .enumerate()
+                            .map(|(i, v)| v * f64::from(m[[i, j]]))
+                            .sum()
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    let norm = |x: &[Vec<f64>], g: &ndarray::Array1<f32>| -> Vec<Vec<f64>> {
+        x.iter()
+            .map(|row| {
+                let ms = row.iter().map(|v| v * v).sum::<f64>() / row.len() as f64;
+                let inv = 1.0 / (ms + f64::from(c.rms_eps)).sqrt();
+                row.iter()
+                    .zip(g)
+                    .map(|(v, g)| v * inv * f64::from(*g))
+                    .collect()
+            })
+            .collect()
+    };
+    let rope = |x: &mut [Vec<f64>], heads: usize| {
+        for (pos, row) in x.iter_mut().enumerate() {
+            for h in 0..heads {
+                for i in 0..d / 2 {
+                    let freq = f64::from(c.rope_theta).powf(-2.0 * i as f64 / d as f64);
+                    let (sin, cos) = (pos as f64 * freq).sin_cos();
+                    let (a, b) = (row[h * d + i], row[h * d + i + d / 2]);
+                    row[h * d + i] = a * cos - b * sin;
+                    row[h * d + i + d / 2] = b * cos + a * sin;
+                }
+            }
+        }
+    };
+    let mut x: Vec<Vec<f64>> = tokens
+        .iter()
+        .map(|&t| {
+            w.embed()
+                .row(t as usize)
+                .iter()
+                .map(|&v| f64::from(v))
+                .collect()
+        })
+        .collect();
+    for layer in w.layers() {
+        let h = norm(&x, &layer.attn_norm);
+        let mut q = matmul(&h, &layer.wq);
+        let mut k = matmul(&h, &layer.wk);
+        let v = matmul(&h, &layer.wv);
+        rope(&mut q, c.q_heads as usize);
+        rope(&mut k, c.kv_heads as usize);
+        let scale = 1.0 / (d as f64).sqrt();
+        let mut attn = vec![vec![0.0; c.q_dim()]; n];
+        for i in 0..n {
+            for qh in 0..c.q_heads as usize {
+                let kh = qh / group;
+                let scores: Vec<f64> = (0..=i)
+                    .map(|j| {
+                        (0..d)
+                            .map(|e| q[i][qh * d + e] * k[j][kh * d + e])
+                            .sum::<f64>()
+                            * scale
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::MIN, f64::max);
+                let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let total: f64 = weights.iter().sum();
+                for (j, wj) in weights.iter().enumerate() {
+                    for e in 0..d {
+                        attn[i][qh * d + e] += wj / total * v[j][kh * d + e];
+                    }
+                }
+            }
+        }
+        let o = matmul(&attn, &layer.wo);
+        for (xr, or) in x.iter_mut().zip(&o) {
+            for (a, b) in xr.iter_mut().zip(or) {
+                *a += b;
+            }
+        }
+        let h = norm(&x, &layer.ffn_norm);
+        let gate = matmul(&h, &layer.w_gate);
+        let up = matmul(&h, &layer.w_up);
+        let act: Vec<Vec<f64>> = gate
+            .iter()
+            .zip(&up)
+            .map(|(g, u)| {
+                g.iter()
+                    .zip(u)
+                    .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                    .collect()
+            })
+            .collect();
+        let down = matmul(&act, &layer.w_down);
+        for (xr, dr) in x.iter_mut().zip(&down) {
+            for (a, b) in xr.iter_mut().zip(dr) {
+                *a += b;
+            }
+        }
+    }
+    let _ = hd;
+    matmul(&norm(&x, w.final_norm()), w.lm_head())
+}
+
+fn argmax(row: &[f64]) -> u32 {
+    let mut best = 0;
+    for (i, v) in row.iter().enumerate() {
+        if *v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn prompt(seed: u64, len: usize) -> Vec<u32> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..len).map(|_| rng.u32(0..CONFIG.vocab)).collect()
+}
+
+#[test]
+fn paged_chunked_forward_matches_the_dense_reference() {
+    let model = model();
+    for (dtype, tolerance) in [
+        (KvDtype::F32, 2e-3),
+        (KvDtype::F16, 3e-2),
+        (KvDtype::Bf16, 1.5e-1),
+    ] {
+        let mut backend = CpuBackend::new();
+        let geometry = CONFIG.kv_geometry(dtype).unwrap();
+        let mut store = backend.create_kv_store(geometry, 64).unwrap();
+        let tokens = prompt(1, 45);
+        let expected = reference_logits(&model, &tokens);
+        // Scattered physical pages: the sequence's pages are 40, 7, 33.
+        let pages = [
+            PageId::from_index(40),
+            PageId::from_index(7),
+            PageId::from_index(33),
+        ];
+        let mut act = Activations::default();
+        let mut logits = Vec::new();
+        let mut start = 0;
+        for chunk in [13usize, 1, 2, 29] {
+            let end = start + chunk;
+            let positions: Vec<u32> = (start as u32..end as u32).collect();
+            let slots: Vec<Slot> = positions
+                .iter()
+                .map(|&p| pages[p as usize / PAGE_SIZE].slot(p % PAGE_SIZE as u32))
+                .collect();
+            let seqs = [SeqAttention {
+                pages: &pages,
+                context_len: end as u32,
+                query_start: 0,
+                query_len: chunk as u32,
+            }];
+            let rows: Vec<u32> = (0..chunk as u32).collect();
+            let input = StepInput {
+                tokens: &tokens[start..end],
+                positions: &positions,
+                slots: &slots,
+                seqs: &seqs,
+                sample_rows: &rows,
+            };
+            model
+                .forward(&mut backend, &mut store, &input, &mut act, &mut logits)
+                .unwrap();
+            let vocab = CONFIG.vocab as usize;
+            for (r, pos) in (start..end).enumerate() {
+                let got = &logits[r * vocab..(r + 1) * vocab];
+                let want = &expected[pos];
+                let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                for (g, w) in got.iter().zip(want) {
+                    assert!(
+                        (f64::from(*g) - w).abs() <= tolerance * scale,
+                        "{dtype:?} position {pos}: {g} vs {w}"
+                    );
+                }
+            }
+            start = end;
+        }
+    }
+}
+
+fn engine_config(kv_pages: u32, token_budget: u32) -> EngineConfig {
+    EngineConfig {
+        scheduler: SchedulerConfig {
+            max_batch: 8,
+            token_budget,
+            // No wall-clock fairness: the schedule, and so the output, is
+            // the same on every run.
+            fairness_threshold_us: None,
+            ..SchedulerConfig::default()
+        },
+        policy: Policy::Fcfs(Fcfs),
+        kv_pages,
+        kv_dtype: KvDtype::F32,
+        queue_capacity: 64,
+        scheduler_slots: 32,
+    }
+}
+
+fn request(tag: u64, prompt: Vec<u32>, max_new: u32) -> GenRequest {
+    GenRequest {
+        tag,
+        prompt,
+        max_new_tokens: max_new,
+        sampling: SamplingParams::GREEDY,
+        seed: tag,
+        stop_token: None,
+    }
+}
+
+/// Runs requests to the end; returns outcomes sorted by tag, the number of
+/// preemptions and whether the engine ended clean.
+fn run(config: &EngineConfig, requests: Vec<GenRequest>) -> (Vec<Outcome>, u64, bool) {
+    let model = model();
+    let mut storage = EngineStorage::new(config, CONFIG.max_context);
+    let mut engine = Engine::new(&model, CpuBackend::new(), config, &mut storage).unwrap();
+    for r in requests {
+        let now = engine.now();
+        engine.submit(r, Priority::Normal, now);
+    }
+    let mut preempted = 0;
+    let mut steps = 0;
+    while !engine.is_idle() {
+        preempted += u64::from(engine.step().unwrap().plan.preempted);
+        steps += 1;
+        assert!(steps < 10_000, "no progress");
+    }
+    let mut outcomes = engine.take_outcomes();
+    outcomes.sort_by_key(tag);
+    (outcomes, preempted, engine.audit().is_clean())
+}
+
+fn tag(o: &Outcome) -> u64 {
+    match o {
+        Outcome::Finished(c) => c.tag,
+        Outcome::Cancelled { tag } | Outcome::Rejected { tag, .. } => *tag,
+    }
+}
+
+fn output(o: &Outcome) -> &[u32] {
+    match o {
+        Outcome::Finished(c) => &c.output,
+        _ => panic!("not finished: {o:?}"),
+    }
+}
+
+#[test]
+fn batched_greedy_generation_matches_the_reference() {
+    let model = model();
+    // Three prompts sharing a 32-token prefix, generated together with a
+    // small token budget (chunked prefill beside decode).
+    let shared = prompt(7, 32);
+    let prompts: Vec<Vec<u32>> = (0..3)
+        .map(|i| {
+            let mut p = shared.clone();
+            p.extend(prompt(100 + i, 5 + 7 * i as usize));
+            p
+        })
+        .collect();
+    let requests = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| request(i as u64, p.clone(), 6))
+        .collect();
+    let (outcomes, _, clean) = run(&engine_config(64, 24), requests);
+    assert!(clean);
+    for (p, o) in prompts.iter().zip(&outcomes) {
+        let mut tokens = p.clone();
+        for _ in 0..6 {
+            let logits = reference_logits(&model, &tokens);
+            tokens.push(argmax(logits.last().unwrap()));
+        }
+        assert_eq!(output(o), &tokens[p.len()..], "request {}", tag(o));
+        if let Outcome::Finished(c) = o {
+            assert_eq!(c.stop, StopReason::Length);
+            assert!(c.arrived <= c.admitted && c.admitted <= c.first_token);
+            assert!(c.first_token <= c.finished);
+        }
+    }
+}
+
+#[test]
+fn preemption_under_page_pressure_recomputes_the_same_tokens() {
+    let requests: Vec<GenRequest> = (0..8)
+        .map(|i| request(i, prompt(200 + i, 40 + 3 * i as usize), 40))
+        .collect();
+    let (roomy, roomy_preempted, clean) = run(&engine_config(256, 64), requests.clone());
+    assert!(clean);
+    assert_eq!(roomy_preempted, 0);
+    // 8 sequences of up to 100 tokens need about 56 pages: 24 forces
+    // preemption.
+    let (tight, tight_preempted, clean) = run(&engine_config(24, 64), requests);
+    assert!(clean, "pages leaked under preemption");
+    assert!(tight_preempted > 0, "the small pool should preempt");
+    assert_eq!(roomy.len(), tight.len());
+    for (a, b) in roomy.iter().zip(&tight) {
+        assert_eq!(output(a), output(b), "request {}", tag(a));
+    }
+    let preemptions: u32 = tight
+        .iter()
+        .map(|o| match o {
+            Outcome::Finished(c) => c.preemptions,
+            _ => 0,
+        })
+        .sum();
+    assert!(preemptions > 0);
+}
+
+#[test]
+fn bad_requests_are_refused_with_a_reason_and_leak_nothing() {
+    let mut too_long = request(3, prompt(5, 300), 4);
+    too_long.max_new_tokens = 4;
+    let bad_sampling = GenRequest {
+        sampling: SamplingParams {
+            temperature: f32::NAN,
+            ..SamplingParams::GREEDY
+        },
+        ..request(4, prompt(6, 5), 4)
+    };
+    let requests = vec![
+        request(0, vec![1, 2, 500], 4),
+        request(1, vec![], 4),
+        request(2, prompt(4, 5), 0),
+        too_long,
+        bad_sampling,
+        request(5, prompt(8, 20), 4),
+        // Needs more pages than the whole pool.
+        request(6, prompt(9, 200), 4),
+    ];
+    let (outcomes, _, clean) = run(&engine_config(8, 64), requests);
+    assert!(clean);
+    assert_eq!(outcomes.len(), 7, "every request accounted for once");
+    let reason = |i: usize| match &outcomes[i] {
+        Outcome::Rejected { reason, .. } => reason.clone(),
+        o => panic!("request {i} was not rejected: {o:?}"),
+    };
+    assert!(matches!(reason(0), Rejection::Invalid(m) if m.contains("500")));
+    assert!(matches!(reason(1), Rejection::Queue(m) if m.contains("empty")));
+    assert!(matches!(reason(2), Rejection::Invalid(m) if m.contains("max_new_tokens")));
+    assert!(matches!(
+        reason(3),
+        Rejection::Queue(_) | Rejection::Scheduler(_)
+    ));
+    assert!(matches!(reason(4), Rejection::Invalid(m) if m.contains("temperature")));
+    assert_eq!(output(&outcomes[5]).len(), 4);
+    assert!(matches!(reason(6), Rejection::Queue(m) if m.contains("pool")));
+}
+
+#[test]
+fn cancellation_at_any_moment_frees_everything() {
+    let model = model();
+    let config = engine_config(48, 32);
+    for seed in 0..12u64 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut storage = EngineStorage::new(&config, CONFIG.max_context);
+        let mut engine = Engine::new(&model, CpuBackend::new(), &config, &mut storage).unwrap();
+        let shared = prompt(seed, 24);
+        let mut ids = Vec::new();
+        let n = 20;
+        for i in 0..n {
+            let mut p = shared.clone();
+            p.extend(prompt(1000 + i, rng.usize(1..30)));
+            let now = engine.now();
+            ids.push(engine.submit(request(i, p, rng.u32(1..12)), Priority::Normal, now));
+        }
+        let mut cancelled = 0;
+        let mut steps = 0;
+        while !engine.is_idle() {
+            // Cancel a random request (queued, waiting, running or gone).
+            if rng.bool() {
+                if let Some(Some(id)) = ids.get(rng.usize(0..ids.len())) {
+                    if engine.cancel(*id) {
+                        cancelled += 1;
+                    }
+                }
+            }
+            engine.step().unwrap();
+            steps += 1;
+            assert!(steps < 10_000);
+        }
+        let outcomes = engine.take_outcomes();
+        let mut tags: Vec<u64> = outcomes.iter().map(tag).collect();
+        tags.sort_unstable();
+        assert_eq!(
+            tags,
+            (0..n).collect::<Vec<_>>(),
+            "each request exactly once"
+        );
+        let n_cancelled = outcomes
+            .iter()
+            .filter(|o| matches!(o, Outcome::Cancelled { .. }))
+            .count();
+        assert_eq!(n_cancelled, cancelled);
+        let audit = engine.audit();
+        assert!(audit.is_clean(), "seed {seed}: {audit:?}");
+        // A cancelled id is gone for good.
+        for id in ids.iter().flatten() {
+            assert!(!engine.cancel(*id));
+        }
+    }
+}
+
+#[test]
+fn a_shared_prefix_is_computed_once() {
+    let model = model();
+    let config = engine_config(64, 256);
+    let mut storage = EngineStorage::new(&config, CONFIG.max_context);
+    let mut engine = Engine::new(&model, CpuBackend::new(), &config, &mut storage).unwrap();
+    let shared = prompt(77, 64);
+    let mut computed = 0;
+    let mut cached = 0;
+    for i in 0..4u64 {
+        let mut p = shared.clone();
+        p.extend(prompt(300 + i, 10));
+        let now = engine.now();
+        engine.submit(request(i, p, 3), Priority::Normal, now);
+        while !engine.is_idle() {
+            let step = engine.step().unwrap();
+            computed += step.plan.prefill_tokens;
+            cached += step.plan.cached_tokens;
+        }
+    }
+    // The first request computes 74 tokens; each later one only its own 10
+    // (the 64 shared tokens are four full pages).
+    assert_eq!(cached, 3 * 64);
+    assert_eq!(computed, 74 + 3 * 10);
+    assert!(engine.audit().is_clean());
+    assert!(engine.audit().cached_pages >= 4);
+}
