@@ -20,7 +20,7 @@ use pagoda_host::workload::{
 
 /// Seed of the embedded model's weights: fixed, so every run serves the same
 /// model.
-const EMBEDDED_WEIGHTS_SEED: u64 = 0x5EED_0F_9A60DA;
+const EMBEDDED_WEIGHTS_SEED: u64 = 0x5EED_0F9A_60DA;
 
 #[derive(Parser)]
 #[command(
@@ -37,6 +37,7 @@ struct Cli {
 enum Command {
     /// Run a workload under each policy and compare throughput, latency,
     /// cache reuse, memory and overhead.
+    #[command(args_override_self = true)]
     Bench(BenchArgs),
 }
 
@@ -136,7 +137,15 @@ struct BenchArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.kind() == clap::error::ErrorKind::InvalidSubcommand => {
+            eprint!("{e}");
+            eprintln!("valid commands: bench");
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Bench(args) => bench(args),
     };
@@ -194,7 +203,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
             let trace = parse_trace(&text, model_config.vocab).map_err(|errors| {
                 let mut m = format!("trace {} has {} bad line(s):", path.display(), errors.len());
                 for e in errors.iter().take(20) {
-                    m.push_str(&format!("\n  {}:{}", path.display(), e));
+                    m.push_str(&format!("\n  {}:{}: {}", path.display(), e.line, e.message));
                 }
                 m
             })?;

@@ -141,9 +141,7 @@ impl FromStr for LengthDist {
             ["lognormal", median, sigma] => {
                 let median = count(median)?;
                 match sigma.trim().parse::<f64>() {
-                    Ok(s) if s.is_finite() && s >= 0.0 && s <= 4.0 => {
-                        Ok(Self::LogNormal(median, s))
-                    }
+                    Ok(s) if (0.0..=4.0).contains(&s) => Ok(Self::LogNormal(median, s)),
                     _ => Err(format!("lognormal SIGMA '{sigma}' must be in 0..=4")),
                 }
             }

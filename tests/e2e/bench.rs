@@ -1,0 +1,265 @@
+//! End-to-end tests of the `pagoda` binary: small `bench` runs whose JSON
+//! report must hold its invariants (every request accounted for, no leaked
+//! page, hit rates that match the workload's sharing, LPM at least FCFS on
+//! shared prefixes), and clean errors for bad arguments and bad traces.
+//!
+//! Built as an integration test of `pagoda-host` (see its `Cargo.toml`), so
+//! Cargo builds the binary first and hands its path over.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn pagoda(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pagoda"))
+        .args(args)
+        .output()
+        .expect("the pagoda binary runs")
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pagoda-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// A small, quick run: few requests, short prompts and outputs.
+const SMALL: &[&str] = &[
+    "bench",
+    "--quiet",
+    "--requests",
+    "48",
+    "--shared-len",
+    "128",
+    "--groups",
+    "4",
+    "--prompt-len",
+    "uniform:8:40",
+    "--output-len",
+    "uniform:2:8",
+    "--kv-pages",
+    "512",
+    "--fairness-ms",
+    "0",
+];
+
+/// Runs `bench` with `SMALL` plus `extra`, returns the JSON report.
+fn bench(name: &str, extra: &[&str]) -> Value {
+    let json = temp(&format!("{name}.json"));
+    let mut args: Vec<&str> = SMALL.to_vec();
+    args.extend_from_slice(extra);
+    let json_arg = json.to_str().unwrap().to_string();
+    args.extend_from_slice(&["--json", &json_arg]);
+    let out = pagoda(&args);
+    assert!(
+        out.status.success(),
+        "pagoda {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("cache hit rate"),
+        "no table on stdout:\n{table}"
+    );
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+}
+
+fn policy<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["policy"] == name)
+        .unwrap_or_else(|| panic!("no {name} in the report"))
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
+
+/// Every request accounted for exactly once and every page free or cached.
+fn assert_accounted(p: &Value) {
+    let requests = num(p, "requests");
+    let accounted = num(p, "finished") + num(p, "cancelled") + num(p, "rejected");
+    assert_eq!(requests, accounted, "{}", p["policy"]);
+    assert_eq!(p["per_request"].as_array().unwrap().len() as f64, requests);
+    assert_eq!(p["leak_free"], true, "{}: {}", p["policy"], p["audit"]);
+    let audit = &p["audit"];
+    assert_eq!(audit["referenced_pages"], 0);
+    assert_eq!(audit["active_sequences"], 0);
+    assert_eq!(
+        num(audit, "free_pages") + num(audit, "cached_pages"),
+        num(audit, "total_pages")
+    );
+}
+
+#[test]
+fn no_sharing_hits_nothing_and_accounts_for_everything() {
+    let report = bench("no-sharing", &["--workload", "no-sharing"]);
+    for name in ["fcfs", "lpm"] {
+        let p = policy(&report, name);
+        assert_accounted(p);
+        assert_eq!(num(p, "finished"), 48.0);
+        assert!(
+            num(p, "cache_hit_rate_pct") < 2.0,
+            "{name}: {}",
+            p["cache_hit_rate_pct"]
+        );
+        assert!(num(p, "decode_tokens") >= 48.0 * 2.0);
+        assert!(p["ttft_ms"]["p99"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn shared_prefixes_hit_and_lpm_hits_at_least_as_much_as_fcfs() {
+    for workload in ["few-shot", "multi-turn", "tree-of-thought"] {
+        let report = bench(workload, &["--workload", workload]);
+        let fcfs = policy(&report, "fcfs");
+        let lpm = policy(&report, "lpm");
+        assert_accounted(fcfs);
+        assert_accounted(lpm);
+        let (f, l) = (
+            num(fcfs, "cache_hit_rate_pct"),
+            num(lpm, "cache_hit_rate_pct"),
+        );
+        assert!(l > 40.0, "{workload}: LPM hit rate {l}");
+        assert!(l >= f, "{workload}: LPM {l} below FCFS {f}");
+        assert!((num(lpm, "hit_rate_gain_over_fcfs_pp") - (l - f)).abs() < 1e-9);
+    }
+}
+
+#[test]
+fn cancellations_are_accounted_for_and_free_their_pages() {
+    let report = bench("cancel", &["--cancel-fraction", "0.5", "--policy", "lpm"]);
+    let p = policy(&report, "lpm");
+    assert_accounted(p);
+    assert!(num(p, "cancelled") > 0.0);
+    assert!(num(p, "finished") > 0.0);
+}
+
+#[test]
+fn a_saved_trace_replays_with_the_same_tokens() {
+    let trace = temp("saved.jsonl");
+    let trace_arg = trace.to_str().unwrap();
+    // One sequence at a time: the same batches every run, so the same
+    // floating-point sums and the same greedy tokens.
+    let one = ["--policy", "fcfs", "--max-batch", "1", "--requests", "12"];
+    let mut first_args = one.to_vec();
+    first_args.extend_from_slice(&["--save-trace", trace_arg]);
+    let first = bench("replay-1", &first_args);
+    let mut replay_args = one.to_vec();
+    replay_args.extend_from_slice(&["--trace", trace_arg]);
+    let second = bench("replay-2", &replay_args);
+    let (a, b) = (policy(&first, "fcfs"), policy(&second, "fcfs"));
+    assert_eq!(num(a, "requests"), 12.0);
+    assert_eq!(a["output_digest"], b["output_digest"]);
+    assert_eq!(num(a, "decode_tokens"), num(b, "decode_tokens"));
+}
+
+#[test]
+fn the_plot_is_an_svg_with_a_line_per_policy() {
+    let svg = temp("plot.svg");
+    bench("plot", &["--plot", svg.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg"));
+    assert!(text.trim_end().ends_with("</svg>"));
+    // Two CDF panels × two policies.
+    assert_eq!(text.matches("<polyline").count(), 4);
+}
+
+fn assert_clean_error(out: &Output, needles: &[&str]) {
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for needle in needles {
+        assert!(
+            stderr.contains(needle),
+            "stderr lacks {needle:?}:\n{stderr}"
+        );
+    }
+    assert!(!stderr.contains("panicked"), "a panic:\n{stderr}");
+    assert!(
+        !stderr.contains("RUST_BACKTRACE"),
+        "a backtrace hint:\n{stderr}"
+    );
+}
+
+#[test]
+fn bad_arguments_give_clear_errors_with_the_valid_choices() {
+    assert_clean_error(
+        &pagoda(&["bench", "--workload", "chat"]),
+        &["few-shot", "multi-turn", "tree-of-thought", "no-sharing"],
+    );
+    assert_clean_error(
+        &pagoda(&["bench", "--policy", "random"]),
+        &["valid: fcfs", "lpm"],
+    );
+    assert_clean_error(
+        &pagoda(&["bench", "--policy", "lpm:cache_weight=-1"]),
+        &["cache_weight"],
+    );
+    assert_clean_error(
+        &pagoda(&["bench", "--prompt-len", "uniform:9:4"]),
+        &["MIN above MAX"],
+    );
+    assert_clean_error(
+        &pagoda(&["bench", "--output-len", "many"]),
+        &["valid: N, uniform:MIN:MAX, lognormal:MEDIAN:SIGMA"],
+    );
+    assert_clean_error(
+        &pagoda(&["bench", "--backend", "metal"]),
+        &["cpu", "vulkan"],
+    );
+    assert_clean_error(
+        &pagoda(&["bench", "--backend", "vulkan"]),
+        &["pagoda-vulkan"],
+    );
+    assert_clean_error(&pagoda(&["bench", "--max-batch", "0"]), &["max-batch"]);
+    assert_clean_error(&pagoda(&["bench", "--top-p", "1.5"]), &["top-p"]);
+    assert_clean_error(&pagoda(&["bench", "--rate=-3"]), &["rate"]);
+    assert_clean_error(&pagoda(&["frobnicate"]), &["bench"]);
+    assert_clean_error(
+        &pagoda(&["bench", "--trace", "/nonexistent/trace.jsonl"]),
+        &["cannot read trace"],
+    );
+}
+
+#[test]
+fn bad_trace_lines_are_reported_with_their_numbers() {
+    let trace = temp("bad.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"arrival\": 0, \"prompt\": \"hello\", \"max_tokens\": 4}\n\
+         {\"arrival\": 0.1, \"prompt\": \"world\"}\n\
+         {\"arrival\": -1, \"prompt\": \"x\", \"max_tokens\": 2}\n\
+         {\"prompt_tokens\": [1, 2, 99999], \"max_tokens\": 2}\n",
+    )
+    .unwrap();
+    let path = trace.to_str().unwrap();
+    let out = pagoda(&["bench", "--quiet", "--trace", path]);
+    assert_clean_error(
+        &out,
+        &[
+            "3 bad line(s)",
+            &format!("{path}:2: missing max_tokens"),
+            &format!("{path}:3: arrival"),
+            &format!("{path}:4: prompt token 99999"),
+        ],
+    );
+    // A good trace runs.
+    std::fs::write(
+        &trace,
+        "{\"arrival\": 0, \"prompt\": \"hello there\", \"max_tokens\": 3, \"priority\": \"high\"}\n\
+         {\"arrival\": 0.01, \"prompt_tokens\": [5, 6, 7], \"max_tokens\": 2}\n",
+    )
+    .unwrap();
+    let out = pagoda(&["bench", "--quiet", "--trace", path]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(Path::new(path).exists());
+}
