@@ -294,8 +294,6 @@ pub struct Engine<'s, B: Backend> {
     plan: Vec<Work>,
     live: Vec<Option<Live>>,
     entries: HashMap<RequestId, EntryId>,
-    /// Arrival time of requests still in the queue.
-    queued_at: HashMap<RequestId, Timestamp>,
     outcomes: Vec<Outcome>,
     batch: Batch,
     activations: Activations,
@@ -356,7 +354,6 @@ impl<'s, B: Backend> Engine<'s, B> {
             plan: vec![Work::EMPTY; config.scheduler.max_batch as usize],
             live,
             entries: HashMap::new(),
-            queued_at: HashMap::new(),
             outcomes: Vec::new(),
             batch: Batch::default(),
             activations: Activations::default(),
@@ -403,11 +400,9 @@ impl<'s, B: Backend> Engine<'s, B> {
             self.outcomes.push(Outcome::Rejected { tag, reason });
             return None;
         }
+        // The queue's timestamp is the arrival: latencies count from it.
         match self.queue.enqueue(request, priority, arrived) {
-            Ok(id) => {
-                self.queued_at.insert(id, arrived);
-                Some(id)
-            }
+            Ok(id) => Some(id),
             Err(rejected) => {
                 self.outcomes.push(Outcome::Rejected {
                     tag,
@@ -440,7 +435,6 @@ impl<'s, B: Backend> Engine<'s, B> {
     /// it was found.
     pub fn cancel(&mut self, id: RequestId) -> bool {
         if let Some(request) = self.queue.remove(id) {
-            self.queued_at.remove(&id);
             self.outcomes.push(Outcome::Cancelled { tag: request.tag });
             return true;
         }
@@ -554,7 +548,7 @@ impl<'s, B: Backend> Engine<'s, B> {
                 break;
             };
             let id = dequeued.id;
-            let arrived = self.queued_at.remove(&id).unwrap_or(dequeued.enqueued_at);
+            let arrived = dequeued.enqueued_at;
             let seed = dequeued.request.seed;
             match self.sched.add_dequeued(dequeued, &self.radix) {
                 Ok(entry) => {

@@ -92,7 +92,7 @@ struct BenchArgs {
     /// Attention backend.
     #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
     backend: BackendKind,
-    /// CPU backend threads (0: one per core).
+    /// Threads for attention and matrix products (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
     /// Pages in the KV pool (16 tokens each).
@@ -191,6 +191,11 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         );
     }
 
+    if args.threads > 0 {
+        // The matrix products' thread pool reads this on first use; keep it
+        // to the same count as the attention backend.
+        std::env::set_var("MATMUL_NUM_THREADS", args.threads.to_string());
+    }
     let model_config = ModelConfig::EMBEDDED;
     let weights =
         Weights::seeded(model_config, EMBEDDED_WEIGHTS_SEED).map_err(|e| e.to_string())?;
