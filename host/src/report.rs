@@ -132,6 +132,30 @@ impl BenchReport {
             }
             out.push('\n');
         }
+        // Why requests were refused, once per distinct reason.
+        for p in &self.policies {
+            let mut reasons: Vec<(&str, usize)> = Vec::new();
+            for r in &p.per_request {
+                if let Some(reason) = r.outcome.strip_prefix("rejected: ") {
+                    match reasons.iter_mut().find(|(x, _)| *x == reason) {
+                        Some((_, n)) => *n += 1,
+                        None => reasons.push((reason, 1)),
+                    }
+                }
+            }
+            const SHOWN: usize = 3;
+            for (reason, n) in reasons.iter().take(SHOWN) {
+                let _ = writeln!(out, "{}: {n} rejected: {reason}", p.policy);
+            }
+            if reasons.len() > SHOWN {
+                let rest: usize = reasons[SHOWN..].iter().map(|r| r.1).sum();
+                let _ = writeln!(
+                    out,
+                    "{}: {rest} more rejected (reasons in --json)",
+                    p.policy
+                );
+            }
+        }
         out
     }
 
