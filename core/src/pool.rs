@@ -343,6 +343,28 @@ impl<'a> PagePool<'a> {
         Ok(())
     }
 
+    /// Whether the evictable pages among `pages` are already the most
+    /// recently used ones, in that order (most recent first), so touching
+    /// them from last to first would change nothing. Reading the order is
+    /// cheaper than rewriting it, and a hot prefix matched again and again
+    /// is usually already there.
+    pub fn is_most_recent(&self, pages: &[PageId]) -> bool {
+        let mut cursor = self.lru.tail;
+        for page in pages {
+            match self.pages.get(page.0 as usize) {
+                Some(e) if e.state == PageState::Evictable => {
+                    if cursor != page.0 {
+                        return false;
+                    }
+                    cursor = e.prev;
+                }
+                Some(_) => {}
+                None => return false,
+            }
+        }
+        true
+    }
+
     /// The least recently used evictable page: the next one an allocation
     /// would reclaim.
     pub fn least_recently_used(&self) -> Option<PageId> {

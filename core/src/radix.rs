@@ -319,10 +319,14 @@ impl<'a> RadixCache<'a> {
             parent = node;
             matched += 1;
         }
-        // Leaf first, so every node stays less recently used than its parent.
-        for &page in pages[..matched as usize].iter().rev() {
-            let touched = pool.touch(page);
-            debug_assert!(touched.is_ok());
+        // Leaf first, so every node stays less recently used than its parent
+        // (nothing to do when the path already is the most recent).
+        let path = &pages[..matched as usize];
+        if !pool.is_most_recent(path) {
+            for &page in path.iter().rev() {
+                let touched = pool.touch(page);
+                debug_assert!(touched.is_ok());
+            }
         }
         let found = PrefixMatch {
             tokens: matched * PAGE_SIZE as u32,

@@ -410,6 +410,35 @@ mod eviction_policy {
     }
 
     #[test]
+    fn most_recent_order_is_read_without_rewriting() {
+        let mut storage = vec![PageEntry::EMPTY; 5];
+        let mut pool = PagePool::new(&mut storage).unwrap();
+        let pages: Vec<_> = (0..5).map(|_| pool.allocate(&mut ()).unwrap()).collect();
+        // Page 4 stays referenced: it is not on the LRU list at all.
+        for (i, &p) in pages[..4].iter().enumerate() {
+            cache_and_release(&mut pool, p, i as u32);
+        }
+        // Released 0, 1, 2, 3: most recent first is 3, 2, 1, 0.
+        assert!(pool.is_most_recent(&[pages[3], pages[2]]));
+        assert!(pool.is_most_recent(&[pages[3], pages[4], pages[2], pages[1]]));
+        assert!(!pool.is_most_recent(&[pages[2], pages[3]]));
+        assert!(!pool.is_most_recent(&[pages[3], pages[1]]));
+        assert!(pool.is_most_recent(&[]));
+        assert!(!pool.is_most_recent(&[PageId::from_index(99)]));
+        // Touching leaf first makes the path the most recent, root last.
+        for &p in [pages[0], pages[1]].iter().rev() {
+            pool.touch(p).unwrap();
+        }
+        assert!(pool.is_most_recent(&[pages[0], pages[1], pages[3]]));
+        let mut ev = Evictions::default();
+        for _ in 0..4 {
+            pool.allocate(&mut ev).unwrap();
+        }
+        let order: Vec<_> = ev.0.iter().map(|&(p, _)| p).collect();
+        assert_eq!(order, vec![pages[2], pages[3], pages[1], pages[0]]);
+    }
+
+    #[test]
     fn preserve_active_sequences() {
         let mut s = Storage::new(4, 2, 4);
         let (mut pool, mut table) = s.split();
