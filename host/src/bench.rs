@@ -259,7 +259,6 @@ pub fn run_policy<B: Backend>(
     let audit = engine.audit();
     Ok(acc.finish(
         config.policy.name(),
-        start,
         duration_s,
         &start_pool,
         &end_pool,
@@ -389,7 +388,6 @@ impl Accumulator {
     fn finish(
         self,
         policy: &str,
-        _start: Timestamp,
         duration_s: f64,
         start_pool: &pagoda_core::PoolStats,
         end_pool: &pagoda_core::PoolStats,

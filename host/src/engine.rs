@@ -338,9 +338,10 @@ impl<'s, B: Backend> Engine<'s, B> {
         let table = PageTable::new(rows, seqs)?;
         let radix = RadixCache::new(nodes, index)?;
         let queue = RequestQueue::new(queue, geometry, config.kv_pages)?;
+        // One engine-side state per scheduler slot, indexed by entry.
+        let live = (0..slots.len()).map(|_| None).collect();
         let max_context = table.max_tokens_per_sequence().min(mc.max_context);
         let sched = Scheduler::new(slots, watch, config.scheduler, config.policy, max_context)?;
-        let live = (0..sched_capacity(config)).map(|_| None).collect();
         Ok(Self {
             model,
             backend,
@@ -747,10 +748,6 @@ impl<'s, B: Backend> Engine<'s, B> {
         }));
         Ok(())
     }
-}
-
-fn sched_capacity(config: &EngineConfig) -> u32 {
-    config.scheduler_slots.max(1)
 }
 
 /// Where every page and request is; see [`Engine::audit`].

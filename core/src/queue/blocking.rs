@@ -6,8 +6,10 @@
 //! condition variable when a consumer is asleep, so enqueue stays a spin-lock
 //! operation when nobody waits.
 
-// Only compiled with the `std` feature (see `queue/mod.rs`); the default
-// build, which the no-std check links, never sees this module.
+// Only compiled with the `std` feature (gated here and in `queue/mod.rs`):
+// the default build, which the no-std check links, never sees this module.
+#![cfg(feature = "std")]
+
 extern crate std;
 
 use core::fmt;

@@ -38,7 +38,7 @@ use core::fmt;
 use crate::error::KvError;
 use crate::geometry::{KvGeometry, PAGE_SIZE};
 use crate::ids::{PageId, SeqId};
-use crate::page_table::{PageCopy, PageTable};
+use crate::page_table::{Appended, PageCopy, PageTable};
 use crate::pool::PagePool;
 use crate::queue::{Dequeued, RequestId};
 use crate::radix::{Growth, Inserted, PrefixProbe, RadixCache};
@@ -815,30 +815,21 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
                 cursor = next;
                 continue;
             };
-            loop {
-                match kv.table.append(seq, 1, kv.pool, kv.radix) {
-                    Ok(appended) => {
-                        plan[step.work] = Work {
-                            entry: self.entry_id(cursor),
-                            seq,
-                            kind: WorkKind::Decode {
-                                position: appended.first_position,
-                            },
-                            copy: appended.copy,
-                        };
-                        step.work += 1;
-                        step.decode_tokens += 1;
-                        *budget -= 1;
-                        break;
-                    }
-                    Err(KvError::PoolExhausted { .. }) => {
-                        if self.preempt_lowest(cursor, &mut next, kv, step) {
-                            break;
-                        }
-                    }
-                    // Cannot happen: `add` caps output at the row's length.
-                    Err(_) => break,
-                }
+            // A decode always gets its page: preempt from the bottom if need be.
+            if let Some(appended) =
+                self.append_or_preempt(cursor, &mut next, seq, 1, true, kv, step)
+            {
+                plan[step.work] = Work {
+                    entry: self.entry_id(cursor),
+                    seq,
+                    kind: WorkKind::Decode {
+                        position: appended.first_position,
+                    },
+                    copy: appended.copy,
+                };
+                step.work += 1;
+                step.decode_tokens += 1;
+                *budget -= 1;
             }
             cursor = next;
         }
@@ -861,32 +852,14 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
             };
             let start = slot.prefilled;
             let len = (slot.prompt_len - start).min(*budget);
-            loop {
-                match kv.table.append(seq, len, kv.pool, kv.radix) {
-                    Ok(appended) => {
-                        self.push_prefill(
-                            cursor,
-                            seq,
-                            start,
-                            len,
-                            false,
-                            appended.copy,
-                            plan,
-                            step,
-                        );
-                        *budget -= len;
-                        break;
-                    }
-                    // Nothing else progresses this step: free pages by
-                    // preempting from the bottom, or this would deadlock.
-                    Err(KvError::PoolExhausted { .. }) if step.work == 0 => {
-                        if self.preempt_lowest(cursor, &mut next, kv, step) {
-                            break;
-                        }
-                    }
-                    // Others progress and will free pages; wait a step.
-                    Err(_) => break,
-                }
+            // Preempt only when nothing else progresses this step (or this
+            // would deadlock); otherwise others will free pages: wait a step.
+            let may_preempt = step.work == 0;
+            if let Some(appended) =
+                self.append_or_preempt(cursor, &mut next, seq, len, may_preempt, kv, step)
+            {
+                self.push_prefill(cursor, seq, start, len, false, appended.copy, plan, step);
+                *budget -= len;
             }
             cursor = next;
         }
@@ -1131,6 +1104,34 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
     /// pages. `next` is the caller's place in the running list: the victim is
     /// the list's tail, so if it was `next`, nothing follows any more.
     /// Returns whether `cursor` itself was the victim.
+    /// Appends `len` tokens to the running entry at `cursor`. When the pool
+    /// is exhausted and `may_preempt`, preempts from the bottom of the running
+    /// list until the append fits or the entry itself was preempted (`None`).
+    /// Any other refusal is `None` too: `add` caps output at the row's length.
+    #[allow(clippy::too_many_arguments)]
+    fn append_or_preempt(
+        &mut self,
+        cursor: u32,
+        next: &mut u32,
+        seq: SeqId,
+        len: u32,
+        may_preempt: bool,
+        kv: &mut KvState<'_, '_>,
+        step: &mut StepPlan,
+    ) -> Option<Appended> {
+        loop {
+            match kv.table.append(seq, len, kv.pool, kv.radix) {
+                Ok(appended) => return Some(appended),
+                Err(KvError::PoolExhausted { .. }) if may_preempt => {
+                    if self.preempt_lowest(cursor, next, kv, step) {
+                        return None;
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
     fn preempt_lowest(
         &mut self,
         cursor: u32,
