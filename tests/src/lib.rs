@@ -423,3 +423,92 @@ pub fn check_invalid_inputs<B: Backend>(backend: &mut B) {
         .expect_err("page outside");
     assert_eq!(err.kind(), BackendErrorKind::InvalidInput);
 }
+
+/// Defines the suite's tests for a backend, so every backend runs the same
+/// cases. `$backends` returns the `(label, backend)` pairs to test (none
+/// skips); `$after` checks a backend once its cases ran (e.g. that the
+/// validation layer reported nothing).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($backends:path, $after:path) => {
+        #[test]
+        fn every_dtype_head_dim_and_gqa_ratio_matches_the_reference() {
+            for (label, mut backend) in $backends() {
+                for (i, &dtype) in $crate::DTYPES.iter().enumerate() {
+                    for (j, &dim) in $crate::HEAD_DIMS.iter().enumerate() {
+                        for (k, &gqa) in $crate::GQA_RATIOS.iter().enumerate() {
+                            let seed = (i * 100 + j * 10 + k) as u64;
+                            // A mixed batch: decode, prefill, chunked prefill, page edges.
+                            let seqs = [(1, 1), (15, 15), (16, 1), (17, 5), (40, 40), (100, 30)];
+                            let err =
+                                $crate::check_batch(&mut backend, dtype, dim, gqa, 2, &seqs, seed);
+                            assert!(
+                                err < $crate::tolerance(dtype),
+                                "{label} {dtype:?} dim {dim} gqa {gqa}: error {err}"
+                            );
+                        }
+                    }
+                }
+                $after(&backend);
+            }
+        }
+
+        #[test]
+        fn long_contexts_on_and_off_page_boundaries() {
+            for (label, mut backend) in $backends() {
+                for &ctx in &$crate::CONTEXT_LENGTHS {
+                    for (dtype, dim, gqa) in [
+                        (pagoda_core::KvDtype::F32, 128, 4),
+                        (pagoda_core::KvDtype::F16, 64, 8),
+                        (pagoda_core::KvDtype::Bf16, 256, 1),
+                    ] {
+                        // Decode, and a chunk of new tokens at the end of the context.
+                        let seqs = [(ctx, 1), (ctx, ctx.min(17))];
+                        let err = $crate::check_batch(
+                            &mut backend,
+                            dtype,
+                            dim,
+                            gqa,
+                            1,
+                            &seqs,
+                            u64::from(ctx),
+                        );
+                        assert!(
+                            err < $crate::tolerance(dtype),
+                            "{label} ctx {ctx} {dtype:?} dim {dim} gqa {gqa}: error {err}"
+                        );
+                    }
+                }
+                $after(&backend);
+            }
+        }
+
+        #[test]
+        fn scatter_then_gather_round_trips_every_slot() {
+            for (_, mut backend) in $backends() {
+                for dtype in $crate::DTYPES {
+                    $crate::check_round_trip(&mut backend, dtype);
+                }
+                $after(&backend);
+            }
+        }
+
+        #[test]
+        fn copy_on_write_leaves_the_source_intact() {
+            for (_, mut backend) in $backends() {
+                for dtype in $crate::DTYPES {
+                    $crate::check_copy_on_write(&mut backend, dtype);
+                }
+                $after(&backend);
+            }
+        }
+
+        #[test]
+        fn out_of_range_input_is_refused_before_touching_memory() {
+            for (_, mut backend) in $backends() {
+                $crate::check_invalid_inputs(&mut backend);
+                $after(&backend);
+            }
+        }
+    };
+}

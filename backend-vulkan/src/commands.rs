@@ -1,0 +1,218 @@
+//! Recording, submitting and timing one batch of dispatches: one command
+//! buffer, one fence, one timestamp query pool, reused for every call.
+
+use std::sync::Arc;
+
+use ash::vk;
+
+use crate::context::Context;
+use crate::kernels::{Kernel, Params, Pipelines};
+use crate::VulkanError;
+
+/// Dispatches one submission may time.
+pub(crate) const MAX_DISPATCHES: u32 = 8;
+
+/// One kernel dispatch of a submission.
+pub(crate) struct Dispatch {
+    pub kernel: Kernel,
+    pub params: Params,
+    pub groups: u32,
+}
+
+/// A kernel's time on the device, from GPU timestamps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelTime {
+    /// The kernel.
+    pub kernel: Kernel,
+    /// Nanoseconds between the timestamps around its dispatch.
+    pub nanos: f64,
+}
+
+pub(crate) struct Commands {
+    ctx: Arc<Context>,
+    pool: vk::CommandPool,
+    cmd: vk::CommandBuffer,
+    fence: vk::Fence,
+    queries: vk::QueryPool,
+}
+
+impl Commands {
+    pub fn new(ctx: &Arc<Context>) -> Result<Self, VulkanError> {
+        let mut this = Self {
+            ctx: ctx.clone(),
+            pool: vk::CommandPool::null(),
+            cmd: vk::CommandBuffer::null(),
+            fence: vk::Fence::null(),
+            queries: vk::QueryPool::null(),
+        };
+        let device = &ctx.device;
+        // SAFETY: valid create infos on a live device; each handle is stored
+        // in `this` at once so its Drop destroys it if a later step fails.
+        unsafe {
+            let info = vk::CommandPoolCreateInfo::default()
+                .queue_family_index(ctx.queue_family)
+                .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+            this.pool = device
+                .create_command_pool(&info, None)
+                .map_err(VulkanError::vk("vkCreateCommandPool"))?;
+            let info = vk::CommandBufferAllocateInfo::default()
+                .command_pool(this.pool)
+                .level(vk::CommandBufferLevel::PRIMARY)
+                .command_buffer_count(1);
+            this.cmd = device
+                .allocate_command_buffers(&info)
+                .map_err(VulkanError::vk("vkAllocateCommandBuffers"))?[0];
+            this.fence = device
+                .create_fence(&vk::FenceCreateInfo::default(), None)
+                .map_err(VulkanError::vk("vkCreateFence"))?;
+            if ctx.info.timestamp_period_ns.is_some() {
+                let info = vk::QueryPoolCreateInfo::default()
+                    .query_type(vk::QueryType::TIMESTAMP)
+                    .query_count(2 * MAX_DISPATCHES);
+                this.queries = device
+                    .create_query_pool(&info, None)
+                    .map_err(VulkanError::vk("vkCreateQueryPool"))?;
+            }
+        }
+        Ok(this)
+    }
+
+    /// Records `fill` (zeroing whole buffers first), then the dispatches with
+    /// a barrier after each, submits, and waits. Returns each dispatch's time
+    /// when the device has timestamps.
+    pub fn run(
+        &mut self,
+        pipelines: &Pipelines,
+        fill: &[vk::Buffer],
+        dispatches: &[Dispatch],
+    ) -> Result<Vec<KernelTime>, VulkanError> {
+        let device = &self.ctx.device;
+        let timed =
+            self.queries != vk::QueryPool::null() && dispatches.len() as u32 <= MAX_DISPATCHES;
+        let shader_rw = vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE;
+        let fill_to_compute = [vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(shader_rw)];
+        let to_compute = [vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+            .dst_access_mask(shader_rw)];
+        let to_host = [vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(vk::AccessFlags::HOST_READ)];
+        // SAFETY: the command buffer is not pending (every submission is
+        // waited for below before returning); every handle recorded belongs
+        // to this device and outlives the wait.
+        unsafe {
+            device
+                .reset_command_buffer(self.cmd, vk::CommandBufferResetFlags::empty())
+                .map_err(VulkanError::vk("vkResetCommandBuffer"))?;
+            let begin = vk::CommandBufferBeginInfo::default()
+                .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+            device
+                .begin_command_buffer(self.cmd, &begin)
+                .map_err(VulkanError::vk("vkBeginCommandBuffer"))?;
+            if timed {
+                device.cmd_reset_query_pool(self.cmd, self.queries, 0, 2 * MAX_DISPATCHES);
+            }
+            for &buffer in fill {
+                device.cmd_fill_buffer(self.cmd, buffer, 0, vk::WHOLE_SIZE, 0);
+            }
+            let src = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
+            if !fill.is_empty() {
+                device.cmd_pipeline_barrier(
+                    self.cmd,
+                    vk::PipelineStageFlags::TRANSFER,
+                    vk::PipelineStageFlags::COMPUTE_SHADER,
+                    vk::DependencyFlags::empty(),
+                    &fill_to_compute,
+                    &[],
+                    &[],
+                );
+            }
+            for (i, d) in dispatches.iter().enumerate() {
+                let i = i as u32;
+                if timed {
+                    device.cmd_write_timestamp(
+                        self.cmd,
+                        vk::PipelineStageFlags::COMPUTE_SHADER,
+                        self.queries,
+                        2 * i,
+                    );
+                }
+                pipelines.record(self.cmd, d.kernel, &d.params, d.groups);
+                if timed {
+                    device.cmd_write_timestamp(
+                        self.cmd,
+                        vk::PipelineStageFlags::COMPUTE_SHADER,
+                        self.queries,
+                        2 * i + 1,
+                    );
+                }
+                device.cmd_pipeline_barrier(
+                    self.cmd,
+                    vk::PipelineStageFlags::COMPUTE_SHADER,
+                    vk::PipelineStageFlags::COMPUTE_SHADER,
+                    vk::DependencyFlags::empty(),
+                    &to_compute,
+                    &[],
+                    &[],
+                );
+            }
+            device.cmd_pipeline_barrier(
+                self.cmd,
+                src,
+                vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &to_host,
+                &[],
+                &[],
+            );
+            device
+                .end_command_buffer(self.cmd)
+                .map_err(VulkanError::vk("vkEndCommandBuffer"))?;
+            let cmds = [self.cmd];
+            let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+            device
+                .queue_submit(self.ctx.queue, &submit, self.fence)
+                .map_err(VulkanError::vk("vkQueueSubmit"))?;
+            let waited = device.wait_for_fences(&[self.fence], true, u64::MAX);
+            // Reset even after a failed wait, so the next call starts clean.
+            let reset = device.reset_fences(&[self.fence]);
+            waited.map_err(VulkanError::vk("vkWaitForFences"))?;
+            reset.map_err(VulkanError::vk("vkResetFences"))?;
+        }
+        if !timed || dispatches.is_empty() {
+            return Ok(Vec::new());
+        }
+        let period = f64::from(self.ctx.info.timestamp_period_ns.unwrap_or(1.0));
+        let mut stamps = vec![0u64; 2 * dispatches.len()];
+        // SAFETY: the queries were written by the submission just waited for.
+        unsafe {
+            device
+                .get_query_pool_results(self.queries, 0, &mut stamps, vk::QueryResultFlags::TYPE_64)
+                .map_err(VulkanError::vk("vkGetQueryPoolResults"))?;
+        }
+        Ok(dispatches
+            .iter()
+            .zip(stamps.chunks_exact(2))
+            .map(|(d, s)| KernelTime {
+                kernel: d.kernel,
+                nanos: s[1].wrapping_sub(s[0]) as f64 * period,
+            })
+            .collect())
+    }
+}
+
+impl Drop for Commands {
+    fn drop(&mut self) {
+        // SAFETY: no submission is pending (each is waited for); null
+        // handles are ignored by Vulkan.
+        unsafe {
+            let device = &self.ctx.device;
+            let _ = device.device_wait_idle();
+            device.destroy_query_pool(self.queries, None);
+            device.destroy_fence(self.fence, None);
+            device.destroy_command_pool(self.pool, None);
+        }
+    }
+}

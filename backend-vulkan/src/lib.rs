@@ -1,0 +1,559 @@
+//! # pagoda-vulkan
+//!
+//! Pagoda's Vulkan paged-attention backend, implementing
+//! [`pagoda_core::backend::Backend`] with SPIR-V compute shaders through
+//! `ash`, memory from `gpu-allocator`: inference on AMD, Intel, Arm,
+//! Qualcomm and NVIDIA GPUs alike, and on Mesa's lavapipe where there is none.
+//!
+//! - **Device**: a discrete GPU first, then an integrated one, then any
+//!   other (lavapipe last); [`DEVICE_ENV`] or [`VulkanOptions::device`]
+//!   picks one by index or name. [`VulkanBackend::info`] reports the device,
+//!   its limits and the features in use.
+//! - **Memory**: the KV store lives in device memory, split into up to
+//!   [`KV_CHUNKS`](kernels::KV_CHUNKS) storage buffers so a pool larger than
+//!   `maxStorageBufferRange` (128 MiB on lavapipe) still works. Queries,
+//!   outputs, batch metadata and split-KV partials live in buffers the
+//!   backend keeps and grows, never reallocates per call.
+//! - **Kernels** (`shaders/*.comp`, listed once in `shaders/kernels.list`,
+//!   committed as SPIR-V and checked as they load): scatter, gather, page
+//!   copy for copy-on-write, paged attention (tiles of grouped-query heads ×
+//!   new tokens, causal, online softmax, split across the KV length for long
+//!   decodes) and the merge of split partials. f16 and bf16 are read as
+//!   packed words and widened to f32, so every device runs the same code;
+//!   scores and sums are f32 (f16 arithmetic would not meet the f16 tolerance
+//!   of the conformance suite over 4k-token contexts).
+//! - **Checks**: every input is validated before anything is recorded, the
+//!   same checks as every backend. The bounds-checking kernel variants
+//!   (default in debug builds) check every index on the device too.
+//! - **Timing**: GPU timestamps around every dispatch,
+//!   [`VulkanBackend::last_timings`].
+//!
+//! ```no_run
+//! use pagoda_core::backend::Backend;
+//! use pagoda_core::{KvDtype, KvGeometry};
+//! use pagoda_vulkan::{VulkanBackend, VulkanOptions};
+//!
+//! let mut gpu = VulkanBackend::new(&VulkanOptions::from_env()).unwrap();
+//! println!("{}", gpu.info());
+//! let geometry = KvGeometry::new(32, 8, 128, KvDtype::F16).unwrap();
+//! let store = gpu.create_kv_store(geometry, 4096).unwrap();
+//! assert_eq!(gpu.memory_bytes(&store), 4096 * geometry.bytes_per_page());
+//! ```
+
+mod commands;
+mod context;
+mod error;
+mod kernels;
+mod memory;
+mod plan;
+mod store;
+
+use std::sync::Arc;
+
+use ash::vk;
+use gpu_allocator::MemoryLocation;
+use half::{bf16, f16};
+use pagoda_core::backend::{
+    validate_attention, validate_copies, validate_scatter, AttentionShape, Backend, SeqAttention,
+};
+use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot, PAGE_SIZE};
+
+pub use commands::KernelTime;
+pub use context::{DeviceInfo, DeviceKind, VulkanOptions, DEVICE_ENV, VALIDATION_ENV};
+pub use error::VulkanError;
+pub use kernels::{Kernel, KV_CHUNKS};
+pub use store::VulkanKvStore;
+
+use commands::{Commands, Dispatch};
+use context::Context;
+use kernels::{Params, Pipelines};
+use memory::Buffer;
+
+/// Workgroups one dispatch asks for at most; kernels loop over the rest.
+const MAX_GROUPS: u32 = 65_535;
+
+/// The buffers every call reuses, grown when a call needs more.
+struct Io {
+    input: Buffer,
+    output: Buffer,
+    meta: Buffer,
+    partials: Buffer,
+    faults: Buffer,
+}
+
+/// The Vulkan backend: a device, its pipelines and reusable buffers. Every
+/// call records one command buffer, submits it and waits, so results are
+/// ready when it returns.
+pub struct VulkanBackend {
+    io: Option<Io>,
+    commands: Commands,
+    pipelines: Pipelines,
+    timings: Vec<KernelTime>,
+    max_chunk_bytes: Option<u64>,
+    ctx: Arc<Context>,
+}
+
+impl std::fmt::Debug for VulkanBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VulkanBackend")
+            .field("device", &self.ctx.info.name)
+            .finish()
+    }
+}
+
+impl VulkanBackend {
+    /// Opens the device `options` choose and builds every pipeline.
+    pub fn new(options: &VulkanOptions) -> Result<Self, VulkanError> {
+        let ctx = Context::new(options)?;
+        let pipelines = Pipelines::new(&ctx, ctx.info.bounds_checks)?;
+        let commands = Commands::new(&ctx)?;
+        let mut backend = Self {
+            io: None,
+            commands,
+            pipelines,
+            timings: Vec::new(),
+            max_chunk_bytes: options.max_chunk_bytes,
+            ctx: ctx.clone(),
+        };
+        let small = |name| Buffer::new(&ctx, name, 4096, MemoryLocation::CpuToGpu);
+        backend.io = Some(Io {
+            input: small("inputs")?,
+            output: Buffer::new(&ctx, "outputs", 4096, MemoryLocation::GpuToCpu)?,
+            meta: small("meta")?,
+            partials: Buffer::new(&ctx, "partials", 4096, MemoryLocation::GpuOnly)?,
+            faults: Buffer::new(&ctx, "faults", 16, MemoryLocation::GpuToCpu)?,
+        });
+        Ok(backend)
+    }
+
+    /// The device in use, its limits and features.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.ctx.info
+    }
+
+    /// Every message the validation layer reported (empty unless it is on).
+    pub fn validation_messages(&self) -> Vec<String> {
+        self.ctx.validation_messages()
+    }
+
+    /// Device time of each dispatch of the last call, from GPU timestamps
+    /// (empty if the device has none).
+    pub fn last_timings(&self) -> &[KernelTime] {
+        &self.timings
+    }
+
+    fn io(&mut self) -> &mut Io {
+        self.io.as_mut().expect("io buffers live until drop")
+    }
+
+    /// Grows `which` buffer to hold `bytes`, refusing more than one binding
+    /// may cover.
+    fn ensure(&mut self, which: fn(&mut Io) -> &mut Buffer, bytes: u64) -> Result<(), VulkanError> {
+        let limit = self.ctx.info.max_storage_buffer_range;
+        if bytes > limit {
+            return Err(VulkanError::Unsupported(format!(
+                "a batch needs a {bytes}-byte buffer, more than one binding covers ({limit})"
+            )));
+        }
+        let ctx = self.ctx.clone();
+        let slot = which(self.io());
+        if slot.bytes >= bytes {
+            return Ok(());
+        }
+        let location = location_of(slot);
+        let grown = Buffer::new(&ctx, "io", bytes.max(slot.bytes * 2).min(limit), location)?;
+        std::mem::replace(slot, grown).destroy(&ctx);
+        Ok(())
+    }
+
+    /// Binds `store` and the I/O buffers, runs `dispatches`, and checks the
+    /// bounds-checking fault word.
+    fn run(
+        &mut self,
+        store: &VulkanKvStore,
+        fill: &[vk::Buffer],
+        dispatches: &[Dispatch],
+    ) -> Result<(), VulkanError> {
+        let io = self.io.as_mut().expect("io buffers live until drop");
+        io.faults.mapped()?[..4].copy_from_slice(&0u32.to_le_bytes());
+        let chunks: Vec<vk::Buffer> = store.chunks.iter().map(|c| c.handle).collect();
+        self.pipelines.bind(
+            &chunks,
+            [
+                io.input.handle,
+                io.output.handle,
+                io.meta.handle,
+                io.partials.handle,
+                io.faults.handle,
+            ],
+        );
+        self.timings = self.commands.run(&self.pipelines, fill, dispatches)?;
+        let io = self.io.as_mut().expect("io buffers live until drop");
+        let fault = u32::from_le_bytes(io.faults.mapped()?[..4].try_into().unwrap_or([0; 4]));
+        if fault != 0 {
+            return Err(VulkanError::ShaderFault(fault));
+        }
+        Ok(())
+    }
+
+    /// Push constants describing `store` and the I/O buffers' sizes.
+    fn params(&mut self, store: &VulkanKvStore, layer: u32, count: u32) -> Params {
+        let g = store.geometry;
+        let io = self.io();
+        Params {
+            dtype: store::dtype_code(g.dtype()),
+            layer,
+            layers: g.layers(),
+            kv_heads: g.kv_heads(),
+            head_dim: g.head_dim(),
+            pages_per_chunk: store.pages_per_chunk,
+            page_words: store.page_words,
+            pages: store.pages,
+            count,
+            chunks: store.chunks.len() as u32,
+            input_words: words(io.input.bytes),
+            output_words: words(io.output.bytes),
+            meta_words: words(io.meta.bytes),
+            partial_words: words(io.partials.bytes),
+            ..Params::default()
+        }
+    }
+
+    fn check_store(&self, store: &VulkanKvStore) -> Result<(), VulkanError> {
+        if store.same_device(&self.ctx) {
+            Ok(())
+        } else {
+            Err(VulkanError::Unsupported(
+                "the KV store belongs to another Vulkan backend".into(),
+            ))
+        }
+    }
+
+    /// Uploads `meta` words.
+    fn upload_meta(&mut self, meta: &[u32]) -> Result<(), VulkanError> {
+        self.ensure(|io| &mut io.meta, meta.len() as u64 * 4)?;
+        write_words(self.io().meta.mapped()?, meta.iter().copied());
+        Ok(())
+    }
+}
+
+fn words(bytes: u64) -> u32 {
+    u32::try_from(bytes / 4).unwrap_or(u32::MAX)
+}
+
+fn location_of(buffer: &Buffer) -> MemoryLocation {
+    buffer.location
+}
+
+fn write_words(dst: &mut [u8], words: impl Iterator<Item = u32>) {
+    for (d, w) in dst.chunks_exact_mut(4).zip(words) {
+        d.copy_from_slice(&w.to_le_bytes());
+    }
+}
+
+/// A slot's (page, offset) pair for the kernels.
+fn slot_words(slots: &[Slot]) -> Vec<u32> {
+    slots
+        .iter()
+        .flat_map(|s| {
+            [
+                (s.0 / PAGE_SIZE as u64) as u32,
+                (s.0 % PAGE_SIZE as u64) as u32,
+            ]
+        })
+        .collect()
+}
+
+/// Packs f32 values into the store's dtype, two 16-bit values per word (low
+/// half first), rounded to nearest even as `half` does.
+fn pack(dtype: KvDtype, values: &[f32], out: &mut Vec<u32>) {
+    match dtype {
+        KvDtype::F32 => out.extend(values.iter().map(|v| v.to_bits())),
+        KvDtype::F16 => out.extend(values.chunks_exact(2).map(|p| {
+            u32::from(f16::from_f32(p[0]).to_bits())
+                | u32::from(f16::from_f32(p[1]).to_bits()) << 16
+        })),
+        KvDtype::Bf16 => out.extend(values.chunks_exact(2).map(|p| {
+            u32::from(bf16::from_f32(p[0]).to_bits())
+                | u32::from(bf16::from_f32(p[1]).to_bits()) << 16
+        })),
+    }
+}
+
+/// Widens words of the store's dtype back to f32.
+fn unpack(dtype: KvDtype, words: &[u8], out: &mut [f32]) {
+    let mut it = words
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+    match dtype {
+        KvDtype::F32 => {
+            for (o, w) in out.iter_mut().zip(it) {
+                *o = f32::from_bits(w);
+            }
+        }
+        KvDtype::F16 | KvDtype::Bf16 => {
+            for pair in out.chunks_exact_mut(2) {
+                let w = it.next().unwrap_or(0);
+                let (lo, hi) = ((w & 0xFFFF) as u16, (w >> 16) as u16);
+                if dtype == KvDtype::F16 {
+                    pair[0] = f16::from_bits(lo).to_f32();
+                    pair[1] = f16::from_bits(hi).to_f32();
+                } else {
+                    pair[0] = bf16::from_bits(lo).to_f32();
+                    pair[1] = bf16::from_bits(hi).to_f32();
+                }
+            }
+        }
+    }
+}
+
+impl Backend for VulkanBackend {
+    type KvStore = VulkanKvStore;
+    type Error = VulkanError;
+
+    fn name(&self) -> &'static str {
+        "vulkan"
+    }
+
+    fn create_kv_store(
+        &mut self,
+        geometry: KvGeometry,
+        pages: u32,
+    ) -> Result<VulkanKvStore, VulkanError> {
+        let store = VulkanKvStore::new(&self.ctx, geometry, pages, self.max_chunk_bytes)?;
+        // Start from zeros, not whatever the memory held before.
+        let fill: Vec<vk::Buffer> = store.chunks.iter().map(|c| c.handle).collect();
+        self.run(&store, &fill, &[])?;
+        Ok(store)
+    }
+
+    fn scatter(
+        &mut self,
+        store: &mut VulkanKvStore,
+        layer: u32,
+        slots: &[Slot],
+        keys: &[f32],
+        values: &[f32],
+    ) -> Result<(), VulkanError> {
+        self.check_store(store)?;
+        validate_scatter(
+            &store.geometry,
+            store.pages,
+            layer,
+            slots,
+            keys.len(),
+            values.len(),
+        )?;
+        if slots.is_empty() {
+            return Ok(());
+        }
+        let dtype = store.geometry.dtype();
+        let row = store.geometry.kv_heads() as usize * store.geometry.head_dim() as usize;
+        let mut packed = Vec::with_capacity(slots.len() * row * 2);
+        for (k, v) in keys.chunks_exact(row).zip(values.chunks_exact(row)) {
+            pack(dtype, k, &mut packed);
+            pack(dtype, v, &mut packed);
+        }
+        self.ensure(|io| &mut io.input, packed.len() as u64 * 4)?;
+        write_words(self.io().input.mapped()?, packed.into_iter());
+        self.upload_meta(&slot_words(slots))?;
+        let params = self.params(store, layer, slots.len() as u32);
+        let groups = params.count.min(MAX_GROUPS);
+        self.run(
+            store,
+            &[],
+            &[Dispatch {
+                kernel: Kernel::Scatter,
+                params,
+                groups,
+            }],
+        )
+    }
+
+    fn attention(
+        &mut self,
+        store: &VulkanKvStore,
+        layer: u32,
+        shape: AttentionShape,
+        batch: &[SeqAttention<'_>],
+        queries: &[f32],
+        out: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        self.check_store(store)?;
+        let rows = validate_attention(
+            &store.geometry,
+            store.pages,
+            layer,
+            &shape,
+            batch,
+            queries.len(),
+            out.len(),
+        )?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let q_row = shape.q_row();
+        let floats = rows as usize * q_row;
+        let plan = plan::plan_attention(&shape, batch);
+        self.ensure(|io| &mut io.input, floats as u64 * 4)?;
+        self.ensure(|io| &mut io.output, floats as u64 * 4)?;
+        let partial_bytes = u64::from(plan.partial_records) * (u64::from(shape.head_dim) + 2) * 4;
+        self.ensure(|io| &mut io.partials, partial_bytes)?;
+        write_words(
+            self.io().input.mapped()?,
+            queries[..floats].iter().map(|q| q.to_bits()),
+        );
+        self.upload_meta(&plan.meta)?;
+        let mut params = self.params(store, layer, plan.items);
+        params.q_heads = shape.q_heads;
+        params.scale = shape.scale;
+        params.item_offset = plan.item_offset;
+        let mut dispatches = vec![Dispatch {
+            kernel: Kernel::Attention,
+            params,
+            groups: plan.items.min(MAX_GROUPS),
+        }];
+        if plan.merges > 0 {
+            let merge = Params {
+                count: plan.merges,
+                item_offset: plan.merge_offset,
+                ..params
+            };
+            dispatches.push(Dispatch {
+                kernel: Kernel::Merge,
+                params: merge,
+                groups: plan.merges.min(MAX_GROUPS),
+            });
+        }
+        self.run(store, &[], &dispatches)?;
+        // Copy back only the rows the batch owns; others are the caller's.
+        let results = self.io().output.mapped()?;
+        for seq in batch {
+            let start = seq.query_start as usize * q_row;
+            let len = seq.query_len as usize * q_row;
+            for (o, w) in out[start..start + len]
+                .iter_mut()
+                .zip(results[start * 4..(start + len) * 4].chunks_exact(4))
+            {
+                *o = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            }
+        }
+        Ok(())
+    }
+
+    fn gather(
+        &mut self,
+        store: &VulkanKvStore,
+        layer: u32,
+        slots: &[Slot],
+        keys: &mut [f32],
+        values: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        self.check_store(store)?;
+        validate_scatter(
+            &store.geometry,
+            store.pages,
+            layer,
+            slots,
+            keys.len(),
+            values.len(),
+        )?;
+        if slots.is_empty() {
+            return Ok(());
+        }
+        let dtype = store.geometry.dtype();
+        let row = keys.len() / slots.len();
+        let row_bytes = row * dtype.size_bytes() as usize;
+        self.ensure(|io| &mut io.output, (slots.len() * row_bytes * 2) as u64)?;
+        self.upload_meta(&slot_words(slots))?;
+        let params = self.params(store, layer, slots.len() as u32);
+        let groups = params.count.min(MAX_GROUPS);
+        self.run(
+            store,
+            &[],
+            &[Dispatch {
+                kernel: Kernel::Gather,
+                params,
+                groups,
+            }],
+        )?;
+        let results = self.io().output.mapped()?;
+        for (i, slot) in results[..slots.len() * row_bytes * 2]
+            .chunks_exact(row_bytes * 2)
+            .enumerate()
+        {
+            unpack(dtype, &slot[..row_bytes], &mut keys[i * row..][..row]);
+            unpack(dtype, &slot[row_bytes..], &mut values[i * row..][..row]);
+        }
+        Ok(())
+    }
+
+    fn copy_pages(
+        &mut self,
+        store: &mut VulkanKvStore,
+        copies: &[PageCopy],
+    ) -> Result<(), VulkanError> {
+        self.check_store(store)?;
+        validate_copies(store.pages, copies)?;
+        if copies.is_empty() {
+            return Ok(());
+        }
+        let meta: Vec<u32> = copies
+            .iter()
+            .flat_map(|c| [c.src.index(), c.dst.index(), c.slots])
+            .collect();
+        self.upload_meta(&meta)?;
+        let params = self.params(store, 0, copies.len() as u32);
+        let groups = params.count.min(MAX_GROUPS);
+        self.run(
+            store,
+            &[],
+            &[Dispatch {
+                kernel: Kernel::Copy,
+                params,
+                groups,
+            }],
+        )
+    }
+
+    fn memory_bytes(&self, store: &VulkanKvStore) -> u64 {
+        store.bytes()
+    }
+}
+
+impl Drop for VulkanBackend {
+    fn drop(&mut self) {
+        // SAFETY: a plain wait; every submission was already waited for.
+        let _ = unsafe { self.ctx.device.device_wait_idle() };
+        if let Some(io) = self.io.take() {
+            for b in [io.input, io.output, io.meta, io.partials, io.faults] {
+                b.destroy(&self.ctx);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packing_rounds_like_half_and_round_trips() {
+        let values = [1.0f32, -2.5, 0.1, 65504.0, 1e-8, 3.3];
+        for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Bf16] {
+            let mut words = Vec::new();
+            pack(dtype, &values, &mut words);
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let mut back = [0.0f32; 6];
+            unpack(dtype, &bytes, &mut back);
+            for (b, v) in back.iter().zip(values) {
+                let want = match dtype {
+                    KvDtype::F32 => v,
+                    KvDtype::F16 => f16::from_f32(v).to_f32(),
+                    KvDtype::Bf16 => bf16::from_f32(v).to_f32(),
+                };
+                assert_eq!(*b, want, "{dtype:?}");
+            }
+        }
+    }
+}

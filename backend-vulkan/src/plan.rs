@@ -1,0 +1,250 @@
+//! Turns an attention batch into the kernels' metadata: a sequence table,
+//! the page lists, work items (tiles of query vectors over a KV range) and,
+//! for split decode, merge entries. Pure host code, tested without a device.
+
+use pagoda_core::backend::{AttentionShape, SeqAttention};
+use pagoda_core::PAGE_SIZE;
+
+/// Query vectors (query heads × new tokens) one workgroup takes at most, by
+/// head dim: the tile's queries and one page of keys must fit in the 32 KiB
+/// of shared memory lavapipe (and most GPUs) give a workgroup.
+pub(crate) fn max_vectors(head_dim: u32) -> u32 {
+    if head_dim <= 128 {
+        16
+    } else {
+        8
+    }
+}
+
+/// Below this many workgroups the device has idle cores, so long contexts
+/// are split across their KV length.
+pub(crate) const TARGET_WORKGROUPS: u32 = 1024;
+/// A split covers at least this many tokens, so the merge stays cheap.
+pub(crate) const MIN_SPLIT_TOKENS: u32 = 512;
+/// Marks an item that writes its outputs directly (`NO_PARTIAL` in GLSL).
+const NO_PARTIAL: u32 = u32::MAX;
+/// Words of one work item (see `attention.comp`).
+const ITEM_WORDS: usize = 9;
+
+/// The metadata of one attention call.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct AttentionPlan {
+    /// Sequence table, page lists, items, then merge entries.
+    pub meta: Vec<u32>,
+    /// Where the items start in `meta`.
+    pub item_offset: u32,
+    /// Work items.
+    pub items: u32,
+    /// Where the merge entries start in `meta`.
+    pub merge_offset: u32,
+    /// Merge entries (query vectors whose KV range was split).
+    pub merges: u32,
+    /// Partial records (running max, sum, then `head_dim` accumulators).
+    pub partial_records: u32,
+}
+
+/// One work item before it is written into the metadata.
+struct Item {
+    seq: u32,
+    kv_head: u32,
+    head0: u32,
+    hcount: u32,
+    i0: u32,
+    rcount: u32,
+    kv_end: u32,
+}
+
+/// Plans a validated batch (see [`pagoda_core::backend::validate_attention`]).
+pub(crate) fn plan_attention(shape: &AttentionShape, batch: &[SeqAttention<'_>]) -> AttentionPlan {
+    let group = shape.group();
+    let hcount_max = group.min(max_vectors(shape.head_dim));
+    let rows_per_tile = (max_vectors(shape.head_dim) / hcount_max).max(1);
+    let mut meta = Vec::new();
+    // Sequence table: 4 words each, then every sequence's used pages.
+    let pages_start = batch.len() * 4;
+    let mut page_at = pages_start as u32;
+    for seq in batch {
+        let used = (seq.context_len as usize).div_ceil(PAGE_SIZE);
+        meta.extend_from_slice(&[page_at, seq.context_len, seq.query_start, seq.query_len]);
+        page_at += used as u32;
+    }
+    for seq in batch {
+        let used = (seq.context_len as usize).div_ceil(PAGE_SIZE);
+        meta.extend(seq.pages[..used].iter().map(|p| p.index()));
+    }
+    let mut items = Vec::new();
+    for (s, seq) in batch.iter().enumerate() {
+        for kv_head in 0..shape.kv_heads {
+            for head0 in (0..group).step_by(hcount_max as usize) {
+                for i0 in (0..seq.query_len).step_by(rows_per_tile as usize) {
+                    let rcount = rows_per_tile.min(seq.query_len - i0);
+                    items.push(Item {
+                        seq: s as u32,
+                        kv_head,
+                        head0,
+                        hcount: hcount_max.min(group - head0),
+                        i0,
+                        rcount,
+                        // One past the position of the tile's last row.
+                        kv_end: seq.context_len - seq.query_len + i0 + rcount,
+                    });
+                }
+            }
+        }
+    }
+    // Few items over long contexts leave the device idle: split them.
+    let wanted = TARGET_WORKGROUPS.div_ceil((items.len() as u32).max(1));
+    let item_offset = meta.len() as u32;
+    let mut merges = Vec::new();
+    let mut partial_records = 0u32;
+    let mut count = 0u32;
+    for item in &items {
+        let pages = item.kv_end.div_ceil(PAGE_SIZE as u32);
+        let splits = wanted.min(item.kv_end / MIN_SPLIT_TOKENS).max(1);
+        let pages_per_split = pages.div_ceil(splits);
+        let splits = pages.div_ceil(pages_per_split);
+        let vectors = item.hcount * item.rcount;
+        let first_record = partial_records;
+        for split in 0..splits {
+            let begin = split * pages_per_split * PAGE_SIZE as u32;
+            let end = ((split + 1) * pages_per_split * PAGE_SIZE as u32).min(item.kv_end);
+            let partial = if splits == 1 {
+                NO_PARTIAL
+            } else {
+                let at = partial_records;
+                partial_records += vectors;
+                at
+            };
+            meta.extend_from_slice(&[
+                item.seq,
+                item.kv_head,
+                item.head0,
+                item.hcount,
+                item.i0,
+                item.rcount,
+                begin,
+                end,
+                partial,
+            ]);
+            count += 1;
+        }
+        if splits > 1 {
+            let seq = &batch[item.seq as usize];
+            for v in 0..vectors {
+                let (r, h) = (v / item.hcount, v % item.hcount);
+                merges.extend_from_slice(&[
+                    seq.query_start + item.i0 + r,
+                    item.kv_head * group + item.head0 + h,
+                    first_record + v,
+                    splits,
+                    vectors,
+                ]);
+            }
+        }
+    }
+    debug_assert_eq!(
+        meta.len(),
+        item_offset as usize + count as usize * ITEM_WORDS
+    );
+    let merge_offset = meta.len() as u32;
+    let merge_count = (merges.len() / 5) as u32;
+    meta.extend(merges);
+    AttentionPlan {
+        meta,
+        item_offset,
+        items: count,
+        merge_offset,
+        merges: merge_count,
+        partial_records,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pagoda_core::PageId;
+
+    fn shape(q_heads: u32, kv_heads: u32, head_dim: u32) -> AttentionShape {
+        AttentionShape {
+            q_heads,
+            kv_heads,
+            head_dim,
+            scale: 0.1,
+        }
+    }
+
+    fn items(plan: &AttentionPlan) -> Vec<&[u32]> {
+        plan.meta[plan.item_offset as usize..plan.merge_offset as usize]
+            .chunks(ITEM_WORDS)
+            .collect()
+    }
+
+    #[test]
+    fn every_query_vector_is_covered_once_with_its_causal_range() {
+        let pages: Vec<PageId> = (0..8).map(PageId::from_index).collect();
+        let batch = [
+            SeqAttention {
+                pages: &pages[..2],
+                context_len: 20,
+                query_start: 0,
+                query_len: 20,
+            },
+            SeqAttention {
+                pages: &pages[2..],
+                context_len: 90,
+                query_start: 20,
+                query_len: 1,
+            },
+        ];
+        let s = shape(8, 2, 64);
+        let plan = plan_attention(&s, &batch);
+        assert_eq!(plan.merges, 0, "short contexts are not split");
+        let mut seen = vec![0u32; 21 * 8];
+        for it in items(&plan) {
+            let (seq, kv_head, head0, hcount, i0, rcount, begin, end, partial) = (
+                it[0], it[1], it[2], it[3], it[4], it[5], it[6], it[7], it[8],
+            );
+            assert_eq!(partial, NO_PARTIAL);
+            assert_eq!(begin, 0);
+            assert!(hcount * rcount <= max_vectors(64));
+            let b = &batch[seq as usize];
+            assert_eq!(end, b.context_len - b.query_len + i0 + rcount);
+            for r in 0..rcount {
+                for h in 0..hcount {
+                    seen[((b.query_start + i0 + r) * 8 + kv_head * 4 + head0 + h) as usize] += 1;
+                }
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1), "{seen:?}");
+        // The page list holds the used pages of each sequence.
+        assert_eq!(&plan.meta[8..10], &[0, 1]);
+        assert_eq!(&plan.meta[10..16], &[2, 3, 4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn a_long_decode_is_split_on_page_boundaries_and_merged() {
+        let pages: Vec<PageId> = (0..257).map(PageId::from_index).collect();
+        let batch = [SeqAttention {
+            pages: &pages,
+            context_len: 4097,
+            query_start: 0,
+            query_len: 1,
+        }];
+        let s = shape(4, 1, 128);
+        let plan = plan_attention(&s, &batch);
+        let its = items(&plan);
+        assert!(its.len() > 1);
+        assert_eq!(plan.merges, 4, "one merge per query head");
+        let mut next = 0;
+        for it in &its {
+            assert_eq!(it[6], next, "splits tile the range");
+            assert_eq!(it[6] % PAGE_SIZE as u32, 0);
+            assert!(it[7] > it[6], "no empty split");
+            next = it[7];
+        }
+        assert_eq!(next, 4097);
+        assert_eq!(plan.partial_records, 4 * its.len() as u32);
+        let merge = &plan.meta[plan.merge_offset as usize..][..5];
+        assert_eq!(merge, &[0, 0, 0, its.len() as u32, 4]);
+    }
+}

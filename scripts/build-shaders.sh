@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Compiles every kernel in shaders/kernels.list to SPIR-V in shaders/spirv/.
+#   scripts/build-shaders.sh          rebuild the committed SPIR-V
+#   scripts/build-shaders.sh --check  rebuild into a temporary folder, validate
+#                                     each module with spirv-val, and fail if
+#                                     the committed SPIR-V differs
+# Needs glslc (Debian: glslc) and, for --check, spirv-val (spirv-tools).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+shaders="$root/shaders"
+check=false
+[[ "${1:-}" == "--check" ]] && check=true
+out="$shaders/spirv"
+if $check; then
+    out="$(mktemp -d)"
+    trap 'rm -rf "$out"' EXIT
+fi
+mkdir -p "$out"
+flags=(--target-env=vulkan1.1 -O -I "$shaders")
+status=0
+while read -r name; do
+    [[ -z "$name" || "$name" == \#* ]] && continue
+    glslc "${flags[@]}" -o "$out/$name.spv" "$shaders/$name.comp"
+    glslc "${flags[@]}" -DBOUNDS_CHECK -o "$out/$name.checked.spv" "$shaders/$name.comp"
+    if $check; then
+        for variant in "$name.spv" "$name.checked.spv"; do
+            spirv-val --target-env vulkan1.1 "$out/$variant"
+            if ! cmp -s "$out/$variant" "$shaders/spirv/$variant"; then
+                echo "shaders/spirv/$variant is stale: run scripts/build-shaders.sh and commit it" >&2
+                status=1
+            fi
+        done
+    fi
+done <"$shaders/kernels.list"
+# No SPIR-V without a kernel in the list.
+if $check; then
+    for spv in "$shaders"/spirv/*.spv; do
+        if [[ ! -e "$out/$(basename "$spv")" ]]; then
+            echo "shaders/spirv/$(basename "$spv") has no kernel in shaders/kernels.list" >&2
+            status=1
+        fi
+    done
+    [[ $status == 0 ]] && echo "SPIR-V is current and valid"
+fi
+exit $status

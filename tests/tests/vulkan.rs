@@ -1,0 +1,157 @@
+//! The conformance suite against the Vulkan backend, under the Khronos
+//! validation layer with the bounds-checking kernels, plus what only a
+//! device backend has: a KV pool split across storage buffers, timestamps.
+//!
+//! With `CI=true` a missing device or validation layer fails the run;
+//! elsewhere the tests skip with one line saying why.
+
+use pagoda_conformance::*;
+use pagoda_core::backend::{AttentionShape, Backend, SeqAttention};
+use pagoda_core::{KvDtype, KvGeometry, PageId, Slot, PAGE_SIZE};
+use pagoda_vulkan::{Kernel, VulkanBackend, VulkanError, VulkanOptions};
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+fn open(options: VulkanOptions) -> Option<VulkanBackend> {
+    let checked = VulkanOptions {
+        validation: Some(true),
+        bounds_checks: Some(true),
+        ..options.clone()
+    };
+    match VulkanBackend::new(&checked) {
+        Ok(b) => Some(b),
+        Err(e) if in_ci() => panic!("CI=true needs a Vulkan device with validation layers: {e}"),
+        Err(VulkanError::Unsupported(why)) if why.contains("validation") => {
+            eprintln!("Vulkan tests run without the validation layer: {why}");
+            let unvalidated = VulkanOptions {
+                validation: Some(false),
+                ..checked
+            };
+            VulkanBackend::new(&unvalidated).ok()
+        }
+        Err(e) => {
+            eprintln!("skipping Vulkan tests: {e}");
+            None
+        }
+    }
+}
+
+fn backends() -> Vec<(String, VulkanBackend)> {
+    open(VulkanOptions::from_env())
+        .map(|b| (format!("vulkan {}", b.info().name), b))
+        .into_iter()
+        .collect()
+}
+
+/// Fails on any message of the validation layer.
+fn after(backend: &VulkanBackend) {
+    let messages = backend.validation_messages();
+    assert!(messages.is_empty(), "validation layer: {messages:#?}");
+}
+
+conformance_tests!(backends, after);
+
+#[test]
+fn the_device_and_its_features_are_reported() {
+    for (_, backend) in backends() {
+        let info = backend.info().to_string();
+        eprintln!("{info}");
+        assert!(info.contains(&backend.info().name));
+        assert!(backend.info().max_storage_buffer_range > 0);
+    }
+}
+
+#[test]
+fn a_pool_split_across_storage_buffers_matches_the_reference() {
+    // Chunks capped at 16 pages: the batch's pages spread over 7 bindings.
+    let page = KvGeometry::new(2, 2, 64, KvDtype::F32)
+        .unwrap()
+        .bytes_per_page();
+    let options = VulkanOptions {
+        max_chunk_bytes: Some(16 * page),
+        ..VulkanOptions::from_env()
+    };
+    let Some(mut backend) = open(options) else {
+        return;
+    };
+    for dtype in DTYPES {
+        let err = check_batch(&mut backend, dtype, 64, 4, 2, &[(700, 1), (300, 40)], 3);
+        assert!(err < tolerance(dtype), "{dtype:?}: {err}");
+    }
+    after(&backend);
+}
+
+#[test]
+fn a_pool_beyond_max_storage_buffer_range_works() {
+    let Some(mut backend) = open(VulkanOptions::from_env()) else {
+        return;
+    };
+    let geometry = KvGeometry::new(1, 8, 128, KvDtype::F32).unwrap();
+    // One page more than a binding covers (128 MiB on lavapipe, capped at
+    // 512 MiB of test memory on devices with larger ranges).
+    let range = backend.info().max_storage_buffer_range.min(512 << 20);
+    let pages = (range / geometry.bytes_per_page()) as u32 + 1;
+    let mut store = backend.create_kv_store(geometry, pages).unwrap();
+    assert!(store.chunks() >= 2, "{store:?}");
+    // A sequence over the last pages of the first binding and the first of
+    // the second: attention reads across the split.
+    let mut rng = Rng::new(17);
+    let first = pages - 40;
+    let seq_pages: Vec<PageId> = (first..pages).rev().map(PageId::from_index).collect();
+    let context_len = 40 * PAGE_SIZE as u32 - 7;
+    let slots: Vec<Slot> = (0..context_len)
+        .map(|p| seq_pages[p as usize / PAGE_SIZE].slot(p % PAGE_SIZE as u32))
+        .collect();
+    let row = 8 * 128;
+    let keys: Vec<f32> = (0..slots.len() * row).map(|_| rng.value()).collect();
+    let values: Vec<f32> = (0..slots.len() * row).map(|_| rng.value()).collect();
+    backend
+        .scatter(&mut store, 0, &slots, &keys, &values)
+        .unwrap();
+    let (mut k, mut v) = (vec![f32::NAN; keys.len()], vec![f32::NAN; values.len()]);
+    backend.gather(&store, 0, &slots, &mut k, &mut v).unwrap();
+    assert_eq!(k, keys);
+    assert_eq!(v, values);
+    let shape = AttentionShape {
+        q_heads: 32,
+        kv_heads: 8,
+        head_dim: 128,
+        scale: 1.0 / 128f32.sqrt(),
+    };
+    let queries: Vec<f32> = (0..3 * shape.q_row()).map(|_| rng.value()).collect();
+    let batch = [SeqAttention {
+        pages: &seq_pages,
+        context_len,
+        query_start: 0,
+        query_len: 3,
+    }];
+    let mut out = vec![f32::NAN; queries.len()];
+    backend
+        .attention(&store, 0, shape, &batch, &queries, &mut out)
+        .unwrap();
+    let want = reference_attention(&shape, &keys, &values, context_len as usize, &queries, 3);
+    let err = normalised_error(&out, &want, 128);
+    assert!(err < tolerance(KvDtype::F32), "error {err}");
+    after(&backend);
+}
+
+#[test]
+fn every_dispatch_is_timed_on_the_device() {
+    let Some(mut backend) = open(VulkanOptions::from_env()) else {
+        return;
+    };
+    if backend.info().timestamp_period_ns.is_none() {
+        eprintln!("{} has no compute timestamps", backend.info().name);
+        return;
+    }
+    // A long decode: split across the KV length, then merged.
+    let err = check_batch(&mut backend, KvDtype::F16, 128, 4, 1, &[(4097, 1)], 5);
+    assert!(err < tolerance(KvDtype::F16));
+    let timings = backend.last_timings();
+    let kernels: Vec<Kernel> = timings.iter().map(|t| t.kernel).collect();
+    assert_eq!(kernels, [Kernel::Attention, Kernel::Merge]);
+    assert!(timings.iter().all(|t| t.nanos > 0.0), "{timings:?}");
+    after(&backend);
+}
