@@ -203,6 +203,73 @@ impl Commands {
     }
 }
 
+impl Commands {
+    /// Times one `vkCmdCopyBuffer` of `bytes` from `src` to `dst` with GPU
+    /// timestamps (wall clock if the device has none); returns nanoseconds.
+    pub fn time_copy(
+        &mut self,
+        src: vk::Buffer,
+        dst: vk::Buffer,
+        bytes: u64,
+    ) -> Result<f64, VulkanError> {
+        let device = &self.ctx.device;
+        let timed = self.queries != vk::QueryPool::null();
+        let started = std::time::Instant::now();
+        // SAFETY: as in `run`: the command buffer is idle, the buffers are
+        // live and at least `bytes` long, and the submission is waited for.
+        unsafe {
+            device
+                .reset_command_buffer(self.cmd, vk::CommandBufferResetFlags::empty())
+                .map_err(VulkanError::vk("vkResetCommandBuffer"))?;
+            let begin = vk::CommandBufferBeginInfo::default()
+                .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+            device
+                .begin_command_buffer(self.cmd, &begin)
+                .map_err(VulkanError::vk("vkBeginCommandBuffer"))?;
+            if timed {
+                device.cmd_reset_query_pool(self.cmd, self.queries, 0, 2);
+                device.cmd_write_timestamp(
+                    self.cmd,
+                    vk::PipelineStageFlags::TRANSFER,
+                    self.queries,
+                    0,
+                );
+            }
+            let region = [vk::BufferCopy::default().size(bytes)];
+            device.cmd_copy_buffer(self.cmd, src, dst, &region);
+            if timed {
+                device.cmd_write_timestamp(
+                    self.cmd,
+                    vk::PipelineStageFlags::TRANSFER,
+                    self.queries,
+                    1,
+                );
+            }
+            device
+                .end_command_buffer(self.cmd)
+                .map_err(VulkanError::vk("vkEndCommandBuffer"))?;
+            let cmds = [self.cmd];
+            let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+            device
+                .queue_submit(self.ctx.queue, &submit, self.fence)
+                .map_err(VulkanError::vk("vkQueueSubmit"))?;
+            let waited = device.wait_for_fences(&[self.fence], true, u64::MAX);
+            let reset = device.reset_fences(&[self.fence]);
+            waited.map_err(VulkanError::vk("vkWaitForFences"))?;
+            reset.map_err(VulkanError::vk("vkResetFences"))?;
+            if !timed {
+                return Ok(started.elapsed().as_secs_f64() * 1e9);
+            }
+            let mut stamps = [0u64; 2];
+            device
+                .get_query_pool_results(self.queries, 0, &mut stamps, vk::QueryResultFlags::TYPE_64)
+                .map_err(VulkanError::vk("vkGetQueryPoolResults"))?;
+            let period = f64::from(self.ctx.info.timestamp_period_ns.unwrap_or(1.0));
+            Ok(stamps[1].wrapping_sub(stamps[0]) as f64 * period)
+        }
+    }
+}
+
 impl Drop for Commands {
     fn drop(&mut self) {
         // SAFETY: no submission is pending (each is waited for); null

@@ -142,6 +142,38 @@ impl VulkanBackend {
         &self.timings
     }
 
+    /// The device's copy bandwidth in bytes read + written per second: the
+    /// best of `repeats` `vkCmdCopyBuffer`s of `bytes / 2` between two
+    /// device-local buffers, timed with GPU timestamps. The baseline the
+    /// benchmarks compare kernel bandwidth against.
+    pub fn copy_bandwidth(&mut self, bytes: u64, repeats: u32) -> Result<f64, VulkanError> {
+        let half = (bytes / 2)
+            .min(self.ctx.info.max_allocation_bytes)
+            .max(1 << 20);
+        let src = Buffer::new(&self.ctx, "copy source", half, MemoryLocation::GpuOnly)?;
+        let dst = match Buffer::new(&self.ctx, "copy destination", half, MemoryLocation::GpuOnly) {
+            Ok(d) => d,
+            Err(e) => {
+                src.destroy(&self.ctx);
+                return Err(e);
+            }
+        };
+        let mut best = f64::INFINITY;
+        let mut result = Ok(());
+        for _ in 0..repeats.max(1) {
+            match self.commands.time_copy(src.handle, dst.handle, half) {
+                Ok(ns) => best = best.min(ns),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        src.destroy(&self.ctx);
+        dst.destroy(&self.ctx);
+        result.map(|()| 2.0 * half as f64 / (best * 1e-9))
+    }
+
     fn io(&mut self) -> &mut Io {
         self.io.as_mut().expect("io buffers live until drop")
     }
