@@ -17,6 +17,7 @@ use pagoda_host::report::BenchReport;
 use pagoda_host::workload::{
     parse_trace, write_trace, Arrivals, LengthDist, WorkloadKind, WorkloadSpec,
 };
+use pagoda_vulkan::{VulkanBackend, VulkanOptions};
 
 /// Seed of the embedded model's weights: fixed, so every run serves the same
 /// model.
@@ -183,14 +184,6 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         top_p: args.top_p,
     };
     sampling.validate().map_err(|e| format!("sampling: {e}"))?;
-    if args.backend == BackendKind::Vulkan {
-        return Err(
-            "the Vulkan backend is not in this build: the pagoda-vulkan crate \
-                    (Vulkan compute shaders over ash) has not landed yet; use --backend cpu"
-                .into(),
-        );
-    }
-
     if args.threads > 0 {
         // The matrix products' thread pool reads this on first use; keep it
         // to the same count as the attention backend.
@@ -275,13 +268,21 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         concurrency_mark: args.max_batch.min(256),
     };
 
-    let probe = CpuBackend::with_threads(args.threads).map_err(|e| e.to_string())?;
-    let backend_desc = format!(
-        "cpu backend ({:?}, {} threads)",
-        probe.isa(),
-        probe.threads()
-    );
-    drop(probe);
+    let backend_desc = match args.backend {
+        BackendKind::Cpu => {
+            let probe = CpuBackend::with_threads(args.threads).map_err(|e| e.to_string())?;
+            format!(
+                "cpu backend ({:?}, {} threads)",
+                probe.isa(),
+                probe.threads()
+            )
+        }
+        BackendKind::Vulkan => {
+            let probe = VulkanBackend::new(&VulkanOptions::from_env())
+                .map_err(|e| format!("--backend vulkan: {e}"))?;
+            format!("vulkan backend ({})", probe.info().name)
+        }
+    };
     let title = format!(
         "pagoda bench · {source} · embedded model ({:.1} M params) · {backend_desc} · {} KV pages · seed {}",
         model_config.parameters() as f64 / 1e6,
@@ -305,10 +306,18 @@ fn bench(args: BenchArgs) -> Result<(), String> {
                 .progress_chars("=> "),
         );
         bar.set_prefix(policy.name());
-        let backend = CpuBackend::with_threads(args.threads).map_err(|e| e.to_string())?;
-        let report = run_policy(&model, backend, &engine, *policy, &trace, &options, || {
-            bar.inc(1)
-        })
+        let tick = || bar.inc(1);
+        let report = match args.backend {
+            BackendKind::Cpu => {
+                let backend = CpuBackend::with_threads(args.threads).map_err(|e| e.to_string())?;
+                run_policy(&model, backend, &engine, *policy, &trace, &options, tick)
+            }
+            BackendKind::Vulkan => {
+                let backend = VulkanBackend::new(&VulkanOptions::from_env())
+                    .map_err(|e| format!("--backend vulkan: {e}"))?;
+                run_policy(&model, backend, &engine, *policy, &trace, &options, tick)
+            }
+        }
         .map_err(|e| format!("{} run: {e}", policy.name()))?;
         bar.finish_and_clear();
         reports.push(report);
@@ -326,7 +335,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
             "rate": args.rate,
             "trace": args.trace.as_ref().map(|p| p.display().to_string()),
             "policies": args.policies,
-            "backend": "cpu",
+            "backend": if args.backend == BackendKind::Vulkan { "vulkan" } else { "cpu" },
             "kv_pages": args.kv_pages,
             "kv_dtype": format!("{:?}", engine.kv_dtype),
             "max_batch": args.max_batch,
