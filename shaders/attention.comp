@@ -19,6 +19,7 @@
 //
 // Each score is one invocation's dot product from shared memory, so the hot
 // loop needs no cross-lane reduction and no shader assumes a subgroup width.
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
 #define WG 128u
@@ -158,11 +159,15 @@ void main() {
                 uint pos = tok0 + t;
                 float score = NEG_INF;
                 if (pos >= kv_begin && pos < kv_end && pos <= first_pos + v / hcount) {
-                    float dot_qk = 0.0;
-                    for (uint d = 0u; d < dim; d++) {
-                        dot_qk += q_s[v * dim + d] * k_s[t * (dim + 1u) + d];
+                    // Four independent sums shorten the dependency chain.
+                    vec4 dot_qk = vec4(0.0);
+                    uint qa = v * dim;
+                    uint ka = t * (dim + 1u);
+                    for (uint d = 0u; d < dim; d += 4u) {
+                        dot_qk += vec4(q_s[qa + d], q_s[qa + d + 1u], q_s[qa + d + 2u], q_s[qa + d + 3u])
+                            * vec4(k_s[ka + d], k_s[ka + d + 1u], k_s[ka + d + 2u], k_s[ka + d + 3u]);
                     }
-                    score = dot_qk * p.scale;
+                    score = (dot_qk.x + dot_qk.y + dot_qk.z + dot_qk.w) * p.scale;
                 }
                 s_s[s] = score;
             }
@@ -201,12 +206,17 @@ void main() {
                 if (k < pairs) {
                     uint v = k / half_dim;
                     uint d = (k % half_dim) * 2u;
+                    // All 16 loads are issued before any is used, so their
+                    // latencies overlap (masked keys have probability 0 and are skipped).
+                    vec2 vals[PAGE_SIZE];
+                    [[unroll]] for (uint t = 0u; t < PAGE_SIZE; t++) {
+                        vals[t] = load_pair(c, values_at + t * rw + pair_word(d));
+                    }
                     vec2 a = acc[j] * alpha_s[v];
-                    for (uint t = 0u; t < PAGE_SIZE; t++) {
+                    [[unroll]] for (uint t = 0u; t < PAGE_SIZE; t++) {
+                        // A masked slot may hold anything (inf · 0 is NaN).
                         float prob = p_s[v * PAGE_SIZE + t];
-                        if (prob != 0.0) {
-                            a += prob * load_pair(c, values_at + t * rw + pair_word(d));
-                        }
+                        a += prob == 0.0 ? vec2(0.0) : prob * vals[t];
                     }
                     acc[j] = a;
                 }

@@ -19,6 +19,28 @@ pub(crate) struct Dispatch {
     pub groups: u32,
 }
 
+/// A buffer-to-buffer copy recorded around the dispatches.
+pub(crate) struct Transfer {
+    pub src: vk::Buffer,
+    pub src_offset: u64,
+    pub dst: vk::Buffer,
+    pub bytes: u64,
+}
+
+impl Transfer {
+    /// # Safety
+    /// `cmd` is recording and both buffers are live and large enough.
+    unsafe fn record(&self, device: &ash::Device, cmd: vk::CommandBuffer) {
+        if self.bytes > 0 {
+            let region = [vk::BufferCopy::default()
+                .src_offset(self.src_offset)
+                .size(self.bytes)];
+            // SAFETY: as the caller guarantees.
+            unsafe { device.cmd_copy_buffer(cmd, self.src, self.dst, &region) };
+        }
+    }
+}
+
 /// A kernel's time on the device, from GPU timestamps.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct KernelTime {
@@ -77,14 +99,17 @@ impl Commands {
         Ok(this)
     }
 
-    /// Records `fill` (zeroing whole buffers first), then the dispatches with
-    /// a barrier after each, submits, and waits. Returns each dispatch's time
-    /// when the device has timestamps.
+    /// Records `fill` (zeroing whole buffers) and the `uploads` (staging to
+    /// device-local buffers), then the dispatches with a barrier after each,
+    /// then the `downloads` (device-local to host-visible); submits and
+    /// waits. Returns each dispatch's time when the device has timestamps.
     pub fn run(
         &mut self,
         pipelines: &Pipelines,
         fill: &[vk::Buffer],
+        uploads: &[Transfer],
         dispatches: &[Dispatch],
+        downloads: &[Transfer],
     ) -> Result<Vec<KernelTime>, VulkanError> {
         let device = &self.ctx.device;
         let timed =
@@ -95,7 +120,7 @@ impl Commands {
             .dst_access_mask(shader_rw)];
         let to_compute = [vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-            .dst_access_mask(shader_rw)];
+            .dst_access_mask(shader_rw | vk::AccessFlags::TRANSFER_READ)];
         let to_host = [vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
             .dst_access_mask(vk::AccessFlags::HOST_READ)];
@@ -118,7 +143,10 @@ impl Commands {
                 device.cmd_fill_buffer(self.cmd, buffer, 0, vk::WHOLE_SIZE, 0);
             }
             let src = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
-            if !fill.is_empty() {
+            for t in uploads {
+                t.record(device, self.cmd);
+            }
+            if !fill.is_empty() || !uploads.is_empty() {
                 device.cmd_pipeline_barrier(
                     self.cmd,
                     vk::PipelineStageFlags::TRANSFER,
@@ -151,12 +179,15 @@ impl Commands {
                 device.cmd_pipeline_barrier(
                     self.cmd,
                     vk::PipelineStageFlags::COMPUTE_SHADER,
-                    vk::PipelineStageFlags::COMPUTE_SHADER,
+                    vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
                     vk::DependencyFlags::empty(),
                     &to_compute,
                     &[],
                     &[],
                 );
+            }
+            for t in downloads {
+                t.record(device, self.cmd);
             }
             device.cmd_pipeline_barrier(
                 self.cmd,

@@ -64,7 +64,7 @@ pub use error::VulkanError;
 pub use kernels::{Kernel, KV_CHUNKS};
 pub use store::VulkanKvStore;
 
-use commands::{Commands, Dispatch};
+use commands::{Commands, Dispatch, Transfer};
 use context::Context;
 use kernels::{Params, Pipelines};
 use memory::Buffer;
@@ -72,13 +72,23 @@ use memory::Buffer;
 /// Workgroups one dispatch asks for at most; kernels loop over the rest.
 const MAX_GROUPS: u32 = 65_535;
 
-/// The buffers every call reuses, grown when a call needs more.
+/// The buffers every call reuses, grown when a call needs more. Kernels
+/// read and write device-local buffers only; each call's inputs and
+/// metadata go through one host-visible staging buffer, its results come
+/// back through another.
 struct Io {
     input: Buffer,
     output: Buffer,
     meta: Buffer,
     partials: Buffer,
     faults: Buffer,
+    upload: Buffer,
+    download: Buffer,
+}
+
+/// Where metadata starts in the upload staging buffer, after `input_bytes`.
+fn meta_offset(input_bytes: u64) -> u64 {
+    input_bytes.next_multiple_of(256)
 }
 
 /// The Vulkan backend: a device, its pipelines and reusable buffers. Every
@@ -115,13 +125,15 @@ impl VulkanBackend {
             max_chunk_bytes: options.max_chunk_bytes,
             ctx: ctx.clone(),
         };
-        let small = |name| Buffer::new(&ctx, name, 4096, MemoryLocation::CpuToGpu);
+        let device = |name| Buffer::new(&ctx, name, 4096, MemoryLocation::GpuOnly);
         backend.io = Some(Io {
-            input: small("inputs")?,
-            output: Buffer::new(&ctx, "outputs", 4096, MemoryLocation::GpuToCpu)?,
-            meta: small("meta")?,
-            partials: Buffer::new(&ctx, "partials", 4096, MemoryLocation::GpuOnly)?,
+            input: device("inputs")?,
+            output: device("outputs")?,
+            meta: device("meta")?,
+            partials: device("partials")?,
             faults: Buffer::new(&ctx, "faults", 16, MemoryLocation::GpuToCpu)?,
+            upload: Buffer::new(&ctx, "upload", 8192, MemoryLocation::CpuToGpu)?,
+            download: Buffer::new(&ctx, "download", 4096, MemoryLocation::GpuToCpu)?,
         });
         Ok(backend)
     }
@@ -198,14 +210,33 @@ impl VulkanBackend {
         Ok(())
     }
 
-    /// Binds `store` and the I/O buffers, runs `dispatches`, and checks the
-    /// bounds-checking fault word.
+    /// Stages a call's input words and metadata words for upload, growing
+    /// the buffers they need. Returns their byte sizes.
+    fn stage(&mut self, input: &[u32], meta: &[u32]) -> Result<(u64, u64), VulkanError> {
+        let (input_bytes, meta_bytes) = (input.len() as u64 * 4, meta.len() as u64 * 4);
+        self.ensure(|io| &mut io.input, input_bytes)?;
+        self.ensure(|io| &mut io.meta, meta_bytes)?;
+        let offset = meta_offset(input_bytes);
+        self.ensure(|io| &mut io.upload, offset + meta_bytes)?;
+        let staging = self.io().upload.mapped()?;
+        write_words(&mut staging[..input.len() * 4], input.iter().copied());
+        write_words(&mut staging[offset as usize..], meta.iter().copied());
+        Ok((input_bytes, meta_bytes))
+    }
+
+    /// Binds `store` and the I/O buffers; uploads what [`Self::stage`]
+    /// staged (`staged` bytes of input and metadata); runs `dispatches`;
+    /// downloads `download` bytes of outputs; checks the bounds-checking
+    /// fault word.
     fn run(
         &mut self,
         store: &VulkanKvStore,
         fill: &[vk::Buffer],
+        staged: (u64, u64),
         dispatches: &[Dispatch],
+        download: u64,
     ) -> Result<(), VulkanError> {
+        self.ensure(|io| &mut io.download, download)?;
         let io = self.io.as_mut().expect("io buffers live until drop");
         io.faults.mapped()?[..4].copy_from_slice(&0u32.to_le_bytes());
         let chunks: Vec<vk::Buffer> = store.chunks.iter().map(|c| c.handle).collect();
@@ -219,7 +250,29 @@ impl VulkanBackend {
                 io.faults.handle,
             ],
         );
-        self.timings = self.commands.run(&self.pipelines, fill, dispatches)?;
+        let uploads = [
+            Transfer {
+                src: io.upload.handle,
+                src_offset: 0,
+                dst: io.input.handle,
+                bytes: staged.0,
+            },
+            Transfer {
+                src: io.upload.handle,
+                src_offset: meta_offset(staged.0),
+                dst: io.meta.handle,
+                bytes: staged.1,
+            },
+        ];
+        let downloads = [Transfer {
+            src: io.output.handle,
+            src_offset: 0,
+            dst: io.download.handle,
+            bytes: download,
+        }];
+        self.timings =
+            self.commands
+                .run(&self.pipelines, fill, &uploads, dispatches, &downloads)?;
         let io = self.io.as_mut().expect("io buffers live until drop");
         let fault = u32::from_le_bytes(io.faults.mapped()?[..4].try_into().unwrap_or([0; 4]));
         if fault != 0 {
@@ -259,13 +312,6 @@ impl VulkanBackend {
                 "the KV store belongs to another Vulkan backend".into(),
             ))
         }
-    }
-
-    /// Uploads `meta` words.
-    fn upload_meta(&mut self, meta: &[u32]) -> Result<(), VulkanError> {
-        self.ensure(|io| &mut io.meta, meta.len() as u64 * 4)?;
-        write_words(self.io().meta.mapped()?, meta.iter().copied());
-        Ok(())
     }
 }
 
@@ -355,7 +401,7 @@ impl Backend for VulkanBackend {
         let store = VulkanKvStore::new(&self.ctx, geometry, pages, self.max_chunk_bytes)?;
         // Start from zeros, not whatever the memory held before.
         let fill: Vec<vk::Buffer> = store.chunks.iter().map(|c| c.handle).collect();
-        self.run(&store, &fill, &[])?;
+        self.run(&store, &fill, (0, 0), &[], 0)?;
         Ok(store)
     }
 
@@ -386,20 +432,15 @@ impl Backend for VulkanBackend {
             pack(dtype, k, &mut packed);
             pack(dtype, v, &mut packed);
         }
-        self.ensure(|io| &mut io.input, packed.len() as u64 * 4)?;
-        write_words(self.io().input.mapped()?, packed.into_iter());
-        self.upload_meta(&slot_words(slots))?;
+        let staged = self.stage(&packed, &slot_words(slots))?;
         let params = self.params(store, layer, slots.len() as u32);
         let groups = params.count.min(MAX_GROUPS);
-        self.run(
-            store,
-            &[],
-            &[Dispatch {
-                kernel: Kernel::Scatter,
-                params,
-                groups,
-            }],
-        )
+        let scatter = Dispatch {
+            kernel: Kernel::Scatter,
+            params,
+            groups,
+        };
+        self.run(store, &[], staged, &[scatter], 0)
     }
 
     fn attention(
@@ -427,15 +468,11 @@ impl Backend for VulkanBackend {
         let q_row = shape.q_row();
         let floats = rows as usize * q_row;
         let plan = plan::plan_attention(&shape, batch);
-        self.ensure(|io| &mut io.input, floats as u64 * 4)?;
         self.ensure(|io| &mut io.output, floats as u64 * 4)?;
         let partial_bytes = u64::from(plan.partial_records) * (u64::from(shape.head_dim) + 2) * 4;
         self.ensure(|io| &mut io.partials, partial_bytes)?;
-        write_words(
-            self.io().input.mapped()?,
-            queries[..floats].iter().map(|q| q.to_bits()),
-        );
-        self.upload_meta(&plan.meta)?;
+        let query_words: Vec<u32> = queries[..floats].iter().map(|q| q.to_bits()).collect();
+        let staged = self.stage(&query_words, &plan.meta)?;
         let mut params = self.params(store, layer, plan.items);
         params.q_heads = shape.q_heads;
         params.scale = shape.scale;
@@ -457,9 +494,9 @@ impl Backend for VulkanBackend {
                 groups: plan.merges.min(MAX_GROUPS),
             });
         }
-        self.run(store, &[], &dispatches)?;
+        self.run(store, &[], staged, &dispatches, floats as u64 * 4)?;
         // Copy back only the rows the batch owns; others are the caller's.
-        let results = self.io().output.mapped()?;
+        let results = self.io().download.mapped()?;
         for seq in batch {
             let start = seq.query_start as usize * q_row;
             let len = seq.query_len as usize * q_row;
@@ -496,20 +533,18 @@ impl Backend for VulkanBackend {
         let dtype = store.geometry.dtype();
         let row = keys.len() / slots.len();
         let row_bytes = row * dtype.size_bytes() as usize;
-        self.ensure(|io| &mut io.output, (slots.len() * row_bytes * 2) as u64)?;
-        self.upload_meta(&slot_words(slots))?;
+        let bytes = (slots.len() * row_bytes * 2) as u64;
+        self.ensure(|io| &mut io.output, bytes)?;
+        let staged = self.stage(&[], &slot_words(slots))?;
         let params = self.params(store, layer, slots.len() as u32);
         let groups = params.count.min(MAX_GROUPS);
-        self.run(
-            store,
-            &[],
-            &[Dispatch {
-                kernel: Kernel::Gather,
-                params,
-                groups,
-            }],
-        )?;
-        let results = self.io().output.mapped()?;
+        let gather = Dispatch {
+            kernel: Kernel::Gather,
+            params,
+            groups,
+        };
+        self.run(store, &[], staged, &[gather], bytes)?;
+        let results = self.io().download.mapped()?;
         for (i, slot) in results[..slots.len() * row_bytes * 2]
             .chunks_exact(row_bytes * 2)
             .enumerate()
@@ -534,18 +569,15 @@ impl Backend for VulkanBackend {
             .iter()
             .flat_map(|c| [c.src.index(), c.dst.index(), c.slots])
             .collect();
-        self.upload_meta(&meta)?;
+        let staged = self.stage(&[], &meta)?;
         let params = self.params(store, 0, copies.len() as u32);
         let groups = params.count.min(MAX_GROUPS);
-        self.run(
-            store,
-            &[],
-            &[Dispatch {
-                kernel: Kernel::Copy,
-                params,
-                groups,
-            }],
-        )
+        let copy = Dispatch {
+            kernel: Kernel::Copy,
+            params,
+            groups,
+        };
+        self.run(store, &[], staged, &[copy], 0)
     }
 
     fn memory_bytes(&self, store: &VulkanKvStore) -> u64 {
@@ -558,7 +590,15 @@ impl Drop for VulkanBackend {
         // SAFETY: a plain wait; every submission was already waited for.
         let _ = unsafe { self.ctx.device.device_wait_idle() };
         if let Some(io) = self.io.take() {
-            for b in [io.input, io.output, io.meta, io.partials, io.faults] {
+            for b in [
+                io.input,
+                io.output,
+                io.meta,
+                io.partials,
+                io.faults,
+                io.upload,
+                io.download,
+            ] {
                 b.destroy(&self.ctx);
             }
         }
