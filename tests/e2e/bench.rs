@@ -97,6 +97,28 @@ fn assert_accounted(p: &Value) {
 }
 
 #[test]
+fn the_vulkan_backend_runs_the_engine_leak_free() {
+    let json = temp("vulkan.json");
+    let mut args: Vec<&str> = SMALL.to_vec();
+    args.extend_from_slice(&["--backend", "vulkan", "--requests", "6", "--policy", "lpm"]);
+    args.extend_from_slice(&["--json", json.to_str().unwrap()]);
+    let out = pagoda(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Lavapipe in CI; elsewhere without a Vulkan device, one line and skip.
+    let in_ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    if !out.status.success() && stderr.contains("--backend vulkan:") && !in_ci {
+        eprintln!("skipping: {}", stderr.trim());
+        return;
+    }
+    assert!(out.status.success(), "pagoda {args:?} failed:\n{stderr}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let lpm = policy(&report, "lpm");
+    assert_accounted(lpm);
+    assert_eq!(num(lpm, "finished"), 6.0);
+    assert_eq!(report["settings"]["backend"], "vulkan");
+}
+
+#[test]
 fn no_sharing_hits_nothing_and_accounts_for_everything() {
     let report = bench("no-sharing", &["--workload", "no-sharing"]);
     for name in ["fcfs", "lpm"] {
@@ -211,10 +233,6 @@ fn bad_arguments_give_clear_errors_with_the_valid_choices() {
     assert_clean_error(
         &pagoda(&["bench", "--backend", "metal"]),
         &["cpu", "vulkan"],
-    );
-    assert_clean_error(
-        &pagoda(&["bench", "--backend", "vulkan"]),
-        &["pagoda-vulkan"],
     );
     assert_clean_error(&pagoda(&["bench", "--max-batch", "0"]), &["max-batch"]);
     assert_clean_error(&pagoda(&["bench", "--top-p", "1.5"]), &["top-p"]);
