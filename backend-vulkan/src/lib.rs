@@ -610,6 +610,47 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_checked_kernels_report_an_out_of_range_access() {
+        let options = VulkanOptions {
+            bounds_checks: Some(true),
+            validation: Some(false),
+            ..VulkanOptions::from_env()
+        };
+        let mut gpu = match VulkanBackend::new(&options) {
+            Ok(gpu) => gpu,
+            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("{e}"),
+            Err(e) => {
+                eprintln!("skipping: {e}");
+                return;
+            }
+        };
+        let geometry = KvGeometry::new(1, 1, 64, KvDtype::F32).unwrap();
+        let store = gpu.create_kv_store(geometry, 2).unwrap();
+        // Past the host's validation: a slot on page 5 of a 2-page store.
+        let staged = gpu.stage(&[0u32; 128], &[5, 0]).unwrap();
+        let params = gpu.params(&store, 0, 1);
+        let scatter = Dispatch {
+            kernel: Kernel::Scatter,
+            params,
+            groups: 1,
+        };
+        let err = gpu.run(&store, &[], staged, &[scatter], 0).unwrap_err();
+        assert!(
+            matches!(err, VulkanError::ShaderFault(bits) if bits & 1 != 0),
+            "{err}"
+        );
+        // The same call within range is fine.
+        let staged = gpu.stage(&[0u32; 128], &[1, 3]).unwrap();
+        let params = gpu.params(&store, 0, 1);
+        let scatter = Dispatch {
+            kernel: Kernel::Scatter,
+            params,
+            groups: 1,
+        };
+        gpu.run(&store, &[], staged, &[scatter], 0).unwrap();
+    }
+
+    #[test]
     fn packing_rounds_like_half_and_round_trips() {
         let values = [1.0f32, -2.5, 0.1, 65504.0, 1e-8, 3.3];
         for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Bf16] {
