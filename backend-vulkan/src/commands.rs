@@ -111,9 +111,7 @@ impl Commands {
         dispatches: &[Dispatch],
         downloads: &[Transfer],
     ) -> Result<Vec<KernelTime>, VulkanError> {
-        let device = &self.ctx.device;
-        let timed =
-            self.queries != vk::QueryPool::null() && dispatches.len() as u32 <= MAX_DISPATCHES;
+        let timed = self.timed() && dispatches.len() as u32 <= MAX_DISPATCHES;
         let shader_rw = vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE;
         let fill_to_compute = [vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
@@ -124,9 +122,125 @@ impl Commands {
         let to_host = [vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
             .dst_access_mask(vk::AccessFlags::HOST_READ)];
+        let queries = self.queries;
+        self.submit_and_wait(|device, cmd| {
+            // SAFETY: `cmd` is recording; every handle recorded belongs to
+            // this device and outlives the wait that follows.
+            unsafe {
+                if timed {
+                    device.cmd_reset_query_pool(cmd, queries, 0, 2 * MAX_DISPATCHES);
+                }
+                for &buffer in fill {
+                    device.cmd_fill_buffer(cmd, buffer, 0, vk::WHOLE_SIZE, 0);
+                }
+                for t in uploads {
+                    t.record(device, cmd);
+                }
+                if !fill.is_empty() || !uploads.is_empty() {
+                    device.cmd_pipeline_barrier(
+                        cmd,
+                        vk::PipelineStageFlags::TRANSFER,
+                        vk::PipelineStageFlags::COMPUTE_SHADER,
+                        vk::DependencyFlags::empty(),
+                        &fill_to_compute,
+                        &[],
+                        &[],
+                    );
+                }
+                let stamp = vk::PipelineStageFlags::COMPUTE_SHADER;
+                for (i, d) in (0u32..).zip(dispatches) {
+                    if timed {
+                        device.cmd_write_timestamp(cmd, stamp, queries, 2 * i);
+                    }
+                    pipelines.record(cmd, d.kernel, &d.params, d.groups);
+                    if timed {
+                        device.cmd_write_timestamp(cmd, stamp, queries, 2 * i + 1);
+                    }
+                    device.cmd_pipeline_barrier(
+                        cmd,
+                        vk::PipelineStageFlags::COMPUTE_SHADER,
+                        vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                        vk::DependencyFlags::empty(),
+                        &to_compute,
+                        &[],
+                        &[],
+                    );
+                }
+                for t in downloads {
+                    t.record(device, cmd);
+                }
+                device.cmd_pipeline_barrier(
+                    cmd,
+                    vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                    vk::PipelineStageFlags::HOST,
+                    vk::DependencyFlags::empty(),
+                    &to_host,
+                    &[],
+                    &[],
+                );
+            }
+        })?;
+        if !timed || dispatches.is_empty() {
+            return Ok(Vec::new());
+        }
+        let nanos = self.read_timestamps(dispatches.len())?;
+        Ok(dispatches
+            .iter()
+            .zip(nanos)
+            .map(|(d, nanos)| KernelTime {
+                kernel: d.kernel,
+                nanos,
+            })
+            .collect())
+    }
+
+    /// Times one `vkCmdCopyBuffer` of `bytes` from `src` to `dst` with GPU
+    /// timestamps (wall clock if the device has none); returns nanoseconds.
+    pub fn time_copy(
+        &mut self,
+        src: vk::Buffer,
+        dst: vk::Buffer,
+        bytes: u64,
+    ) -> Result<f64, VulkanError> {
+        let timed = self.timed();
+        let queries = self.queries;
+        let started = std::time::Instant::now();
+        self.submit_and_wait(|device, cmd| {
+            let stage = vk::PipelineStageFlags::TRANSFER;
+            let region = [vk::BufferCopy::default().size(bytes)];
+            // SAFETY: `cmd` is recording; the buffers are live and at least
+            // `bytes` long until the wait that follows.
+            unsafe {
+                if timed {
+                    device.cmd_reset_query_pool(cmd, queries, 0, 2);
+                    device.cmd_write_timestamp(cmd, stage, queries, 0);
+                }
+                device.cmd_copy_buffer(cmd, src, dst, &region);
+                if timed {
+                    device.cmd_write_timestamp(cmd, stage, queries, 1);
+                }
+            }
+        })?;
+        if timed {
+            Ok(self.read_timestamps(1)?[0])
+        } else {
+            Ok(started.elapsed().as_secs_f64() * 1e9)
+        }
+    }
+
+    fn timed(&self) -> bool {
+        self.queries != vk::QueryPool::null()
+    }
+
+    /// Resets the command buffer, lets `record` fill it, submits it and
+    /// waits for the device to finish it.
+    fn submit_and_wait(
+        &mut self,
+        record: impl FnOnce(&ash::Device, vk::CommandBuffer),
+    ) -> Result<(), VulkanError> {
+        let device = &self.ctx.device;
         // SAFETY: the command buffer is not pending (every submission is
-        // waited for below before returning); every handle recorded belongs
-        // to this device and outlives the wait.
+        // waited for here before returning), and the fence is unsignalled.
         unsafe {
             device
                 .reset_command_buffer(self.cmd, vk::CommandBufferResetFlags::empty())
@@ -136,68 +250,7 @@ impl Commands {
             device
                 .begin_command_buffer(self.cmd, &begin)
                 .map_err(VulkanError::vk("vkBeginCommandBuffer"))?;
-            if timed {
-                device.cmd_reset_query_pool(self.cmd, self.queries, 0, 2 * MAX_DISPATCHES);
-            }
-            for &buffer in fill {
-                device.cmd_fill_buffer(self.cmd, buffer, 0, vk::WHOLE_SIZE, 0);
-            }
-            let src = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
-            for t in uploads {
-                t.record(device, self.cmd);
-            }
-            if !fill.is_empty() || !uploads.is_empty() {
-                device.cmd_pipeline_barrier(
-                    self.cmd,
-                    vk::PipelineStageFlags::TRANSFER,
-                    vk::PipelineStageFlags::COMPUTE_SHADER,
-                    vk::DependencyFlags::empty(),
-                    &fill_to_compute,
-                    &[],
-                    &[],
-                );
-            }
-            for (i, d) in dispatches.iter().enumerate() {
-                let i = i as u32;
-                if timed {
-                    device.cmd_write_timestamp(
-                        self.cmd,
-                        vk::PipelineStageFlags::COMPUTE_SHADER,
-                        self.queries,
-                        2 * i,
-                    );
-                }
-                pipelines.record(self.cmd, d.kernel, &d.params, d.groups);
-                if timed {
-                    device.cmd_write_timestamp(
-                        self.cmd,
-                        vk::PipelineStageFlags::COMPUTE_SHADER,
-                        self.queries,
-                        2 * i + 1,
-                    );
-                }
-                device.cmd_pipeline_barrier(
-                    self.cmd,
-                    vk::PipelineStageFlags::COMPUTE_SHADER,
-                    vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
-                    vk::DependencyFlags::empty(),
-                    &to_compute,
-                    &[],
-                    &[],
-                );
-            }
-            for t in downloads {
-                t.record(device, self.cmd);
-            }
-            device.cmd_pipeline_barrier(
-                self.cmd,
-                src,
-                vk::PipelineStageFlags::HOST,
-                vk::DependencyFlags::empty(),
-                &to_host,
-                &[],
-                &[],
-            );
+            record(device, self.cmd);
             device
                 .end_command_buffer(self.cmd)
                 .map_err(VulkanError::vk("vkEndCommandBuffer"))?;
@@ -212,92 +265,24 @@ impl Commands {
             waited.map_err(VulkanError::vk("vkWaitForFences"))?;
             reset.map_err(VulkanError::vk("vkResetFences"))?;
         }
-        if !timed || dispatches.is_empty() {
-            return Ok(Vec::new());
-        }
-        let period = f64::from(self.ctx.info.timestamp_period_ns.unwrap_or(1.0));
-        let mut stamps = vec![0u64; 2 * dispatches.len()];
+        Ok(())
+    }
+
+    /// Nanoseconds between each pair of the first `pairs` × 2 timestamps.
+    fn read_timestamps(&self, pairs: usize) -> Result<Vec<f64>, VulkanError> {
+        let mut stamps = vec![0u64; 2 * pairs];
         // SAFETY: the queries were written by the submission just waited for.
         unsafe {
-            device
+            self.ctx
+                .device
                 .get_query_pool_results(self.queries, 0, &mut stamps, vk::QueryResultFlags::TYPE_64)
                 .map_err(VulkanError::vk("vkGetQueryPoolResults"))?;
         }
-        Ok(dispatches
-            .iter()
-            .zip(stamps.chunks_exact(2))
-            .map(|(d, s)| KernelTime {
-                kernel: d.kernel,
-                nanos: s[1].wrapping_sub(s[0]) as f64 * period,
-            })
+        let period = f64::from(self.ctx.info.timestamp_period_ns.unwrap_or(1.0));
+        Ok(stamps
+            .chunks_exact(2)
+            .map(|s| s[1].wrapping_sub(s[0]) as f64 * period)
             .collect())
-    }
-}
-
-impl Commands {
-    /// Times one `vkCmdCopyBuffer` of `bytes` from `src` to `dst` with GPU
-    /// timestamps (wall clock if the device has none); returns nanoseconds.
-    pub fn time_copy(
-        &mut self,
-        src: vk::Buffer,
-        dst: vk::Buffer,
-        bytes: u64,
-    ) -> Result<f64, VulkanError> {
-        let device = &self.ctx.device;
-        let timed = self.queries != vk::QueryPool::null();
-        let started = std::time::Instant::now();
-        // SAFETY: as in `run`: the command buffer is idle, the buffers are
-        // live and at least `bytes` long, and the submission is waited for.
-        unsafe {
-            device
-                .reset_command_buffer(self.cmd, vk::CommandBufferResetFlags::empty())
-                .map_err(VulkanError::vk("vkResetCommandBuffer"))?;
-            let begin = vk::CommandBufferBeginInfo::default()
-                .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-            device
-                .begin_command_buffer(self.cmd, &begin)
-                .map_err(VulkanError::vk("vkBeginCommandBuffer"))?;
-            if timed {
-                device.cmd_reset_query_pool(self.cmd, self.queries, 0, 2);
-                device.cmd_write_timestamp(
-                    self.cmd,
-                    vk::PipelineStageFlags::TRANSFER,
-                    self.queries,
-                    0,
-                );
-            }
-            let region = [vk::BufferCopy::default().size(bytes)];
-            device.cmd_copy_buffer(self.cmd, src, dst, &region);
-            if timed {
-                device.cmd_write_timestamp(
-                    self.cmd,
-                    vk::PipelineStageFlags::TRANSFER,
-                    self.queries,
-                    1,
-                );
-            }
-            device
-                .end_command_buffer(self.cmd)
-                .map_err(VulkanError::vk("vkEndCommandBuffer"))?;
-            let cmds = [self.cmd];
-            let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
-            device
-                .queue_submit(self.ctx.queue, &submit, self.fence)
-                .map_err(VulkanError::vk("vkQueueSubmit"))?;
-            let waited = device.wait_for_fences(&[self.fence], true, u64::MAX);
-            let reset = device.reset_fences(&[self.fence]);
-            waited.map_err(VulkanError::vk("vkWaitForFences"))?;
-            reset.map_err(VulkanError::vk("vkResetFences"))?;
-            if !timed {
-                return Ok(started.elapsed().as_secs_f64() * 1e9);
-            }
-            let mut stamps = [0u64; 2];
-            device
-                .get_query_pool_results(self.queries, 0, &mut stamps, vk::QueryResultFlags::TYPE_64)
-                .map_err(VulkanError::vk("vkGetQueryPoolResults"))?;
-            let period = f64::from(self.ctx.info.timestamp_period_ns.unwrap_or(1.0));
-            Ok(stamps[1].wrapping_sub(stamps[0]) as f64 * period)
-        }
     }
 }
 

@@ -41,7 +41,8 @@ pub struct VulkanOptions {
 }
 
 impl VulkanOptions {
-    /// Options from the environment ([`DEVICE_ENV`], [`VALIDATION_ENV`]).
+    /// Every choice left to the environment: [`DEVICE_ENV`] and
+    /// [`VALIDATION_ENV`] are read when the backend opens.
     pub fn from_env() -> Self {
         Self::default()
     }

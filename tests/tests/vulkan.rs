@@ -65,7 +65,8 @@ fn the_device_and_its_features_are_reported() {
 
 #[test]
 fn a_pool_split_across_storage_buffers_matches_the_reference() {
-    // Chunks capped at 16 pages: the batch's pages spread over 7 bindings.
+    // Chunks capped at 16 f32 pages (32 at 16 bits): the batch's pages
+    // spread over 7 bindings (4 at 16 bits).
     let page = KvGeometry::new(2, 2, 64, KvDtype::F32)
         .unwrap()
         .bytes_per_page();
@@ -77,6 +78,11 @@ fn a_pool_split_across_storage_buffers_matches_the_reference() {
         return;
     };
     for dtype in DTYPES {
+        // check_batch's pool for this batch: 63 pages used, half again spare.
+        let geometry = KvGeometry::new(2, 2, 64, dtype).unwrap();
+        let probe = backend.create_kv_store(geometry, 97).unwrap();
+        assert!(probe.chunks() >= 4, "{dtype:?}: {probe:?}");
+        drop(probe);
         let err = check_batch(&mut backend, dtype, 64, 4, 2, &[(700, 1), (300, 40)], 3);
         assert!(err < tolerance(dtype), "{dtype:?}: {err}");
     }
