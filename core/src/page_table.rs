@@ -330,26 +330,49 @@ impl<'a> PageTable<'a> {
             .checked_add(tokens)
             .filter(|&t| t <= max_tokens)
             .ok_or(KvError::SequenceTooLong { max_tokens })?;
+        let first_position = e.tokens;
+        let offset = first_position % PAGE;
+        // Fast path, the common decode step: the tokens fit in the sequence's
+        // own partly filled last page. No allocation, no copy. It is small
+        // enough to inline into the caller's loop; the rest is out of line.
+        // (The result is built at each return, not up front and copied: the
+        // copy's wide loads of narrow stores cost more than the whole path.)
+        if tokens == 0
+            || (offset != 0
+                && new_len <= e.pages * PAGE
+                && pool.fill_if_exclusive(e.last_page, offset, tokens))
+        {
+            e.tokens = new_len;
+            return Ok(Appended {
+                first_position,
+                tokens,
+                pages_added: 0,
+                copy: None,
+            });
+        }
+        let e = *e;
+        self.append_pages(seq, e, tokens, new_len, pool, listener)
+    }
+
+    /// The part of [`append`](Self::append) that takes pages: a fresh page at
+    /// each page boundary, or a private copy of a shared last page.
+    #[inline(never)]
+    fn append_pages<L: EvictionListener + ?Sized>(
+        &mut self,
+        seq: SeqId,
+        e: SeqEntry,
+        tokens: u32,
+        new_len: u32,
+        pool: &mut PagePool<'_>,
+        listener: &mut L,
+    ) -> Result<Appended, KvError> {
+        let offset = e.tokens % PAGE;
         let mut done = Appended {
             first_position: e.tokens,
             tokens,
             pages_added: 0,
             copy: None,
         };
-        if tokens == 0 {
-            return Ok(done);
-        }
-        let offset = e.tokens % PAGE;
-        // Fast path, the common decode step: the tokens fit in the sequence's
-        // own partly filled last page. No allocation, no copy.
-        if offset != 0
-            && new_len <= e.pages * PAGE
-            && pool.fill_if_exclusive(e.last_page, offset, tokens)
-        {
-            e.tokens = new_len;
-            return Ok(done);
-        }
-        let e = *e;
         let start = self.row_start(seq);
         let shared_last = if offset != 0 {
             let last = self.rows[start + e.pages as usize - 1];
@@ -366,8 +389,9 @@ impl<'a> PageTable<'a> {
 
         // Nothing below can fail: every allocation was accounted for above, and
         // allocating never evicts a referenced page.
+        let exhausted = KvError::PoolExhausted { needed, available };
         if let Some(src) = shared_last {
-            let dst = pool.allocate(listener)?;
+            let dst = pool.take(listener).ok_or(exhausted)?;
             pool.release(src)?;
             self.rows[start + e.pages as usize - 1] = dst;
             done.copy = Some(PageCopy {
@@ -381,7 +405,7 @@ impl<'a> PageTable<'a> {
             pool.set_filled(last, (offset + tokens).min(PAGE));
         }
         for i in 0..fresh {
-            let page = pool.allocate(listener)?;
+            let page = pool.take(listener).ok_or(exhausted)?;
             let page_start = (e.pages + i) * PAGE;
             pool.set_filled(page, (new_len - page_start).min(PAGE));
             self.rows[start + (e.pages + i) as usize] = page;

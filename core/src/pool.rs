@@ -210,22 +210,28 @@ impl<'a> PagePool<'a> {
         &mut self,
         listener: &mut L,
     ) -> Result<PageId, KvError> {
+        self.take(listener).ok_or(KvError::PoolExhausted {
+            needed: 1,
+            available: 0,
+        })
+    }
+
+    /// [`allocate`](Self::allocate) without the error: `None` when no page is
+    /// free or evictable. Returns in registers, so callers that checked
+    /// [`available_pages`](Self::available_pages) first pay for no error
+    /// value on their hot path.
+    #[inline]
+    pub(crate) fn take<L: EvictionListener + ?Sized>(
+        &mut self,
+        listener: &mut L,
+    ) -> Option<PageId> {
         let index = if self.free_head != NIL {
             let index = self.free_head;
             self.free_head = self.pages[index as usize].next;
             self.free_len -= 1;
             index
-        } else if self.lru.head != NIL {
-            let index = self.lru.head;
-            self.reclaim(index, listener);
-            self.counters.evictions += 1;
-            crate::log::event!("pagoda: evicted 1 page for allocation");
-            index
         } else {
-            return Err(KvError::PoolExhausted {
-                needed: 1,
-                available: 0,
-            });
+            self.evict_for_allocation(listener)?
         };
         self.pages[index as usize] = PageEntry {
             refs: 1,
@@ -234,7 +240,24 @@ impl<'a> PagePool<'a> {
         };
         self.referenced += 1;
         self.counters.allocated += 1;
-        Ok(PageId(index))
+        Some(PageId(index))
+    }
+
+    /// Reclaims the least recently used evictable page for an allocation,
+    /// telling `listener`. Out of line, so the free-list path stays small.
+    #[inline(never)]
+    fn evict_for_allocation<L: EvictionListener + ?Sized>(
+        &mut self,
+        listener: &mut L,
+    ) -> Option<u32> {
+        let index = self.lru.head;
+        if index == NIL {
+            return None;
+        }
+        self.reclaim(index, listener);
+        self.counters.evictions += 1;
+        crate::log::event!("pagoda: evicted 1 page for allocation");
+        Some(index)
     }
 
     /// Adds a reference to a page that holds data (referenced or evictable).
