@@ -12,11 +12,14 @@
 //! either way, O(prefix pages).
 //!
 //! Children are found through one open-addressed hash index over the caller's
-//! slots, keyed by (parent, hash of the page's tokens), linear probing with
+//! slots, keyed by a hash of the whole prefix (the parent's key folded with
+//! the page's tokens, so every key of a prompt is known before any node is
+//! found and successive probes overlap), linear probing with
 //! backward-shift deletion (no tombstones, so it never degrades). Each slot
 //! holds the node id and the high half of its key hash, so probing and
 //! deleting touch only the index until a likely hit. A hit is confirmed by
-//! comparing the tokens: a hash collision can never produce a wrong match.
+//! comparing the parent and the tokens: a hash collision can never produce a
+//! wrong match.
 //!
 //! ## Locks and references: the one rule
 //!
@@ -311,8 +314,11 @@ impl<'a> RadixCache<'a> {
     ) -> PrefixMatch {
         let mut matched = 0;
         let mut parent = NIL;
+        let mut key = ROOT_KEY;
         for (chunk, out) in tokens.chunks_exact(PAGE_SIZE).zip(pages.iter_mut()) {
-            let Some(node) = self.find_child(parent, page_tokens(chunk)) else {
+            let chunk = page_tokens(chunk);
+            key = key_hash(key, chunk);
+            let Some(node) = self.find_child(parent, key, chunk) else {
                 break;
             };
             *out = self.nodes[node as usize].page;
@@ -342,8 +348,11 @@ impl<'a> RadixCache<'a> {
     pub fn peek_prefix(&self, tokens: &[u32]) -> u32 {
         let mut matched = 0;
         let mut parent = NIL;
+        let mut key = ROOT_KEY;
         for chunk in tokens.chunks_exact(PAGE_SIZE) {
-            let Some(node) = self.find_child(parent, page_tokens(chunk)) else {
+            let chunk = page_tokens(chunk);
+            key = key_hash(key, chunk);
+            let Some(node) = self.find_child(parent, key, chunk) else {
                 break;
             };
             parent = node;
@@ -359,8 +368,11 @@ impl<'a> RadixCache<'a> {
     pub fn peek_pages(&self, tokens: &[u32], pages: &mut [PageId]) -> u32 {
         let mut matched = 0;
         let mut parent = NIL;
+        let mut key = ROOT_KEY;
         for (chunk, out) in tokens.chunks_exact(PAGE_SIZE).zip(pages.iter_mut()) {
-            let Some(node) = self.find_child(parent, page_tokens(chunk)) else {
+            let chunk = page_tokens(chunk);
+            key = key_hash(key, chunk);
+            let Some(node) = self.find_child(parent, key, chunk) else {
                 break;
             };
             *out = self.nodes[node as usize].page;
@@ -376,10 +388,12 @@ impl<'a> RadixCache<'a> {
     pub fn probe_prefix(&self, tokens: &[u32]) -> PrefixProbe {
         let mut probe = PrefixProbe::default();
         let mut parent = NIL;
+        let mut key = ROOT_KEY;
         for chunk in tokens.chunks_exact(PAGE_SIZE) {
-            let key = page_tokens(chunk);
-            let Some(node) = self.find_child(parent, key) else {
-                probe.next_key = Some(key_hash(parent, key));
+            let chunk = page_tokens(chunk);
+            key = key_hash(key, chunk);
+            let Some(node) = self.find_child(parent, key, chunk) else {
+                probe.next_key = Some(key);
                 break;
             };
             parent = node;
@@ -440,14 +454,16 @@ impl<'a> RadixCache<'a> {
         self.check_cached_pages(table.pages(seq)?, tokens, full_pages, pool)?;
         let mut done = Inserted::default();
         let mut parent = NIL;
+        let mut key = ROOT_KEY;
         for (i, chunk) in tokens
             .chunks_exact(PAGE_SIZE)
             .take(full_pages as usize)
             .enumerate()
         {
-            let key = page_tokens(chunk);
+            let chunk = page_tokens(chunk);
+            key = key_hash(key, chunk);
             let own = table.pages(seq)?[i];
-            let node = match self.find_child(parent, key) {
+            let node = match self.find_child(parent, key, chunk) {
                 Some(node) => {
                     let cached = self.nodes[node as usize].page;
                     if cached != own {
@@ -462,7 +478,7 @@ impl<'a> RadixCache<'a> {
                         Ok(None),
                         "check_cached_pages lets no cached page get here"
                     );
-                    let Some(node) = self.new_node(parent, key, own, pool) else {
+                    let Some(node) = self.new_node(parent, key, chunk, own, pool) else {
                         done.declined_pages = full_pages - i as u32;
                         break;
                     };
@@ -470,7 +486,7 @@ impl<'a> RadixCache<'a> {
                     if done.new_pages == 0 {
                         // Only the first new page of an insert can extend a
                         // waiting prompt's match: its parent existed before.
-                        self.record_growth(key_hash(parent, key));
+                        self.record_growth(key);
                     }
                     done.new_pages += 1;
                     node
@@ -591,9 +607,11 @@ impl<'a> RadixCache<'a> {
         }
     }
 
-    #[inline]
-    fn find_child(&self, parent: u32, tokens: &PageTokens) -> Option<u32> {
-        let hash = key_hash(parent, tokens);
+    /// The child of `parent` holding `tokens`, whose key (see [`key_hash`])
+    /// is `hash`. Always inlined: as a call, its result goes through memory
+    /// and the walk's probes stop overlapping.
+    #[inline(always)]
+    fn find_child(&self, parent: u32, hash: u64, tokens: &PageTokens) -> Option<u32> {
         let mask = self.index.len() - 1;
         let mut slot = self.home_slot(hash);
         loop {
@@ -604,7 +622,7 @@ impl<'a> RadixCache<'a> {
             if entry & HASH_BITS == hash & HASH_BITS {
                 let node = entry as u32;
                 let n = &self.nodes[node as usize];
-                if n.hash == hash && n.parent == parent && n.tokens == *tokens {
+                if n.hash == hash && n.parent == parent && same_tokens(&n.tokens, tokens) {
                     return Some(node);
                 }
             }
@@ -617,6 +635,7 @@ impl<'a> RadixCache<'a> {
     fn new_node(
         &mut self,
         parent: u32,
+        hash: u64,
         tokens: &PageTokens,
         page: PageId,
         pool: &mut PagePool<'_>,
@@ -630,7 +649,6 @@ impl<'a> RadixCache<'a> {
         }
         let node = self.free_head;
         self.free_head = self.nodes[node as usize].next_free;
-        let hash = key_hash(parent, tokens);
         self.nodes[node as usize] = RadixNode {
             tokens: *tokens,
             hash,
@@ -781,9 +799,24 @@ fn tokens_hash(tokens: &PageTokens) -> u64 {
     a.wrapping_add(b.rotate_left(21)) ^ c.wrapping_add(d.rotate_left(43))
 }
 
-/// The index key of a page under `parent`. Matches are confirmed by comparing
-/// tokens, so the hash only has to spread keys.
+/// Whether two pages hold the same tokens. Folds the differences instead of
+/// comparing element by element, which compiles to a few vector instructions
+/// in place of a call to `bcmp`.
 #[inline]
-fn key_hash(parent: u32, tokens: &PageTokens) -> u64 {
-    fold(tokens_hash(tokens) ^ K[2], u64::from(parent) ^ K[3])
+fn same_tokens(a: &PageTokens, b: &PageTokens) -> bool {
+    a.iter().zip(b).fold(0, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+/// The key of the tree's root: the "parent key" of every first page.
+const ROOT_KEY: u64 = K[0];
+
+/// The index key of a page whose parent's key is `parent_key`: a hash of the
+/// whole prefix up to and including this page. Keying by the prefix, not by
+/// the parent's node id, lets a match compute every page's key before it has
+/// found any node, so the index probes of successive pages do not wait on one
+/// another (their loads overlap). Matches are confirmed by comparing the
+/// parent and the tokens, so the hash only has to spread keys.
+#[inline]
+fn key_hash(parent_key: u64, tokens: &PageTokens) -> u64 {
+    fold(tokens_hash(tokens) ^ K[2], parent_key ^ K[3])
 }
