@@ -11,11 +11,19 @@ fn main() {
     let list = shaders.join("kernels.list");
     println!("cargo:rerun-if-changed={}", list.display());
     let text = fs::read_to_string(&list).expect("shaders/kernels.list is readable");
-    let names: Vec<&str> = text
+    // Each line: name, then optionally its source and defines.
+    let lines: Vec<Vec<&str>> = text
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.split_whitespace().collect())
         .collect();
+    let names: Vec<&str> = lines.iter().map(|l| l[0]).collect();
+    let defines = |name: &str, define: &str| {
+        lines
+            .iter()
+            .any(|l| l[0] == name && l.iter().skip(2).any(|d| *d == define))
+    };
 
     let camel = |name: &str| -> String {
         name.split('_')
@@ -41,6 +49,17 @@ fn main() {
     out.push_str("    ];\n\n    /// The kernel's name in the list.\n    pub const fn name(self) -> &'static str {\n        match self {\n");
     for n in &names {
         writeln!(out, "            Kernel::{} => \"{n}\",", camel(n)).unwrap();
+    }
+    out.push_str("        }\n    }\n\n    /// What the device must have to run the kernel.\n    pub const fn needs(self) -> Needs {\n        match self {\n");
+    for n in &names {
+        writeln!(
+            out,
+            "            Kernel::{} => Needs {{ subgroup_shuffle: {}, float16: {} }},",
+            camel(n),
+            defines(n, "-DSUBGROUP"),
+            defines(n, "-DF16_ARITH")
+        )
+        .unwrap();
     }
     out.push_str("        }\n    }\n\n    /// The committed SPIR-V: plain, or the bounds-checking variant.\n    pub(crate) const fn spirv(self, checked: bool) -> &'static [u8] {\n        match (self, checked) {\n");
     for n in &names {

@@ -18,10 +18,13 @@ fi
 mkdir -p "$out"
 flags=(--target-env=vulkan1.1 -O -I "$shaders")
 status=0
-while read -r name; do
+# shellcheck disable=SC2206 # defines are split on purpose
+while read -r name source defines; do
     [[ -z "$name" || "$name" == \#* ]] && continue
-    glslc "${flags[@]}" -o "$out/$name.spv" "$shaders/$name.comp"
-    glslc "${flags[@]}" -DBOUNDS_CHECK -o "$out/$name.checked.spv" "$shaders/$name.comp"
+    src="$shaders/${source:-$name}.comp"
+    defs=($defines)
+    glslc "${flags[@]}" "${defs[@]}" -o "$out/$name.spv" "$src"
+    glslc "${flags[@]}" "${defs[@]}" -DBOUNDS_CHECK -o "$out/$name.checked.spv" "$src"
     if $check; then
         for variant in "$name.spv" "$name.checked.spv"; do
             spirv-val --target-env vulkan1.1 "$out/$variant"

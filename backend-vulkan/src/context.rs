@@ -17,6 +17,12 @@ use crate::VulkanError;
 pub const DEVICE_ENV: &str = "PAGODA_VULKAN_DEVICE";
 /// The environment variable that turns the Khronos validation layer on (`1`).
 pub const VALIDATION_ENV: &str = "PAGODA_VULKAN_VALIDATION";
+/// The environment variable that turns the subgroup kernel variants off
+/// (`0`) where the device has them.
+pub const SUBGROUPS_ENV: &str = "PAGODA_VULKAN_SUBGROUPS";
+/// The environment variable that turns the f16-arithmetic kernel variants
+/// off (`0`) where the device has them.
+pub const FLOAT16_ENV: &str = "PAGODA_VULKAN_F16";
 
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
@@ -38,11 +44,19 @@ pub struct VulkanOptions {
     /// Caps each KV chunk (one storage-buffer binding) below the device's
     /// `maxStorageBufferRange`, so tests can split a small pool.
     pub max_chunk_bytes: Option<u64>,
+    /// Use the kernel variants that reduce with subgroup shuffles where the
+    /// device has them (`None`: yes, unless [`SUBGROUPS_ENV`] is `0`).
+    /// `Some(false)` runs the plain variants, e.g. to test them.
+    pub subgroups: Option<bool>,
+    /// Use the variants that multiply in f16 for f16 stores where the device
+    /// has `shaderFloat16` (`None`: yes, unless [`FLOAT16_ENV`] is `0`).
+    pub float16: Option<bool>,
 }
 
 impl VulkanOptions {
-    /// Every choice left to the environment: [`DEVICE_ENV`] and
-    /// [`VALIDATION_ENV`] are read when the backend opens.
+    /// Every choice left to the environment: [`DEVICE_ENV`],
+    /// [`VALIDATION_ENV`], [`SUBGROUPS_ENV`] and [`FLOAT16_ENV`] are read
+    /// when the backend opens.
     pub fn from_env() -> Self {
         Self::default()
     }
@@ -99,9 +113,13 @@ pub struct DeviceInfo {
     pub max_shared_memory: u32,
     /// Default subgroup width.
     pub subgroup_size: u32,
+    /// Subgroup shuffles in compute shaders, at least 4 lanes wide: what the
+    /// `SUBGROUP` kernel variants need.
+    pub subgroup_shuffle: bool,
     /// Nanoseconds per timestamp tick, if compute timestamps are supported.
     pub timestamp_period_ns: Option<f32>,
-    /// `shaderFloat16` (reported; the kernels compute in f32, see the crate docs).
+    /// `shaderFloat16` (Vulkan 1.2 or later): what the `F16_ARITH` kernel
+    /// variants need. Enabled on the device when present.
     pub shader_float16: bool,
     /// `storageBuffer16BitAccess` (reported; f16/bf16 are read as packed words).
     pub storage_16bit: bool,
@@ -109,6 +127,10 @@ pub struct DeviceInfo {
     pub bounds_checks: bool,
     /// Whether the validation layer is on.
     pub validation: bool,
+    /// Whether the subgroup kernel variants are in use.
+    pub use_subgroups: bool,
+    /// Whether the f16-arithmetic kernel variants are in use (f16 stores).
+    pub use_float16: bool,
 }
 
 impl fmt::Display for DeviceInfo {
@@ -116,16 +138,20 @@ impl fmt::Display for DeviceInfo {
         write!(
             f,
             "{} ({:?}, Vulkan {}): storage buffer range {} MiB, shared memory {} KiB, subgroup {}, \
-             timestamps {}, shaderFloat16 {}, 16-bit storage {}, bounds checks {}, validation {}",
+             subgroup shuffles {}, timestamps {}, shaderFloat16 {}, 16-bit storage {}; kernels: \
+             subgroups {}, f16 arithmetic {}, bounds checks {}; validation {}",
             self.name,
             self.kind,
             self.api_version,
             self.max_storage_buffer_range >> 20,
             self.max_shared_memory >> 10,
             self.subgroup_size,
+            self.subgroup_shuffle,
             if self.timestamp_period_ns.is_some() { "yes" } else { "no" },
             self.shader_float16,
             self.storage_16bit,
+            self.use_subgroups,
+            self.use_float16,
             self.bounds_checks,
             self.validation,
         )
@@ -216,9 +242,11 @@ impl Context {
                 ));
             }
         }
+        // 1.2, so a 1.2 device's shaderFloat16 can be enabled; a 1.1 device
+        // still works (only 1.1 features are used on it).
         let app = vk::ApplicationInfo::default()
             .application_name(c"pagoda")
-            .api_version(vk::API_VERSION_1_1);
+            .api_version(vk::API_VERSION_1_2);
         let layers = [VALIDATION_LAYER.as_ptr()];
         let extensions = [ash::ext::debug_utils::NAME.as_ptr()];
         let mut create = vk::InstanceCreateInfo::default().application_info(&app);
@@ -266,16 +294,26 @@ impl Context {
         let (physical, queue_family, mut info) = chosen;
         info.bounds_checks = options.bounds_checks.unwrap_or(cfg!(debug_assertions));
         info.validation = validation;
+        let wanted = |option: Option<bool>, env: &str| {
+            option.unwrap_or_else(|| std::env::var(env).map_or(true, |v| v != "0"))
+        };
+        info.use_subgroups = info.subgroup_shuffle && wanted(options.subgroups, SUBGROUPS_ENV);
+        info.use_float16 = info.shader_float16 && wanted(options.float16, FLOAT16_ENV);
 
         let features = vk::PhysicalDeviceFeatures::default()
             .shader_storage_buffer_array_dynamic_indexing(true);
+        let mut float16 =
+            vk::PhysicalDeviceShaderFloat16Int8Features::default().shader_float16(true);
         let priorities = [1.0f32];
         let queues = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(queue_family)
             .queue_priorities(&priorities)];
-        let create = vk::DeviceCreateInfo::default()
+        let mut create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
             .enabled_features(&features);
+        if info.use_float16 {
+            create = create.push_next(&mut float16);
+        }
         // SAFETY: `physical` came from this instance; the infos outlive the call.
         let device = unsafe { instance.create_device(physical, &create, None) }
             .map_err(VulkanError::vk("vkCreateDevice"))?;
@@ -436,7 +474,7 @@ fn choose_device(
     let (index, physical, family, name, props, family_props) = pick.clone();
     // SAFETY: plain queries of an enumerated device; the chained structs
     // live on this stack frame for the duration of the calls.
-    let (features, f16, subgroup) = unsafe {
+    let (features, f16, (subgroup, shuffle)) = unsafe {
         let features = instance.get_physical_device_features(physical);
         let mut storage16 = vk::PhysicalDevice16BitStorageFeatures::default();
         let mut float16 = vk::PhysicalDeviceShaderFloat16Int8Features::default();
@@ -450,10 +488,20 @@ fn choose_device(
         (
             features,
             (
-                float16.shader_float16 == vk::TRUE,
+                // The f16 feature struct is core from Vulkan 1.2 on.
+                float16.shader_float16 == vk::TRUE && props.api_version >= vk::API_VERSION_1_2,
                 storage16.storage_buffer16_bit_access == vk::TRUE,
             ),
-            subgroup.subgroup_size,
+            (
+                subgroup.subgroup_size,
+                subgroup.subgroup_size >= 4
+                    && subgroup
+                        .supported_stages
+                        .contains(vk::ShaderStageFlags::COMPUTE)
+                    && subgroup
+                        .supported_operations
+                        .contains(vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::SHUFFLE),
+            ),
         )
     };
     if features.shader_storage_buffer_array_dynamic_indexing != vk::TRUE {
@@ -479,11 +527,14 @@ fn choose_device(
         max_allocation_bytes: max_allocation,
         max_shared_memory: limits.max_compute_shared_memory_size,
         subgroup_size: subgroup,
+        subgroup_shuffle: shuffle,
         timestamp_period_ns: timestamps.then_some(limits.timestamp_period),
         shader_float16: f16.0,
         storage_16bit: f16.1,
         bounds_checks: false,
         validation: false,
+        use_subgroups: false,
+        use_float16: false,
     };
     Ok((physical, family, info))
 }

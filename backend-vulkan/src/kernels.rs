@@ -12,6 +12,16 @@ use crate::VulkanError;
 
 include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 
+/// What a kernel variant needs of the device (from its defines in
+/// `shaders/kernels.list`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Needs {
+    /// Subgroup shuffles (`SUBGROUP`).
+    pub subgroup_shuffle: bool,
+    /// `shaderFloat16` (`F16_ARITH`).
+    pub float16: bool,
+}
+
 /// Storage buffers the KV pool may be split across (`KV_CHUNKS` in
 /// `shaders/common.glsl`).
 pub const KV_CHUNKS: usize = 8;
@@ -158,6 +168,15 @@ impl Pipelines {
                 .allocate_descriptor_sets(&info)
                 .map_err(VulkanError::vk("vkAllocateDescriptorSets"))?[0];
             for kernel in Kernel::ALL {
+                // Variants the device cannot run (or that are turned off) get
+                // no pipeline; the backend never picks them.
+                let needs = kernel.needs();
+                if (needs.subgroup_shuffle && !ctx.info.use_subgroups)
+                    || (needs.float16 && !ctx.info.use_float16)
+                {
+                    this.pipelines.push(vk::Pipeline::null());
+                    continue;
+                }
                 let code = load_spirv(kernel, kernel.spirv(checked))?;
                 let info = vk::ShaderModuleCreateInfo::default().code(&code);
                 let module = device

@@ -313,6 +313,19 @@ impl VulkanBackend {
     }
 
     /// A dispatch of `kernel` over `count` records of `store`'s `layer`.
+    /// The decode kernel variant for a store's dtype: subgroup shuffles and
+    /// f16 products where the device has them and they are not turned off.
+    fn decode_kernel(&self, dtype: KvDtype) -> Kernel {
+        let info = &self.ctx.info;
+        let f16 = info.use_float16 && dtype == KvDtype::F16;
+        match (info.use_subgroups, f16) {
+            (false, false) => Kernel::Decode,
+            (true, false) => Kernel::DecodeSubgroup,
+            (false, true) => Kernel::DecodeF16,
+            (true, true) => Kernel::DecodeF16Subgroup,
+        }
+    }
+
     fn dispatch(
         &mut self,
         kernel: Kernel,
@@ -504,11 +517,25 @@ impl Backend for VulkanBackend {
         params.q_heads = shape.q_heads;
         params.scale = shape.scale;
         params.item_offset = plan.item_offset;
-        let mut dispatches = vec![Dispatch {
-            kernel: Kernel::Attention,
-            params,
-            groups: plan.items.min(MAX_GROUPS),
-        }];
+        let mut dispatches = Vec::with_capacity(3);
+        if plan.items > 0 {
+            dispatches.push(Dispatch {
+                kernel: Kernel::Attention,
+                params,
+                groups: plan.items.min(MAX_GROUPS),
+            });
+        }
+        if plan.decode_items > 0 {
+            dispatches.push(Dispatch {
+                kernel: self.decode_kernel(store.geometry.dtype()),
+                params: Params {
+                    count: plan.decode_items,
+                    item_offset: plan.decode_offset,
+                    ..params
+                },
+                groups: plan.decode_items.min(MAX_GROUPS),
+            });
+        }
         if plan.merges > 0 {
             let merge = Params {
                 count: plan.merges,

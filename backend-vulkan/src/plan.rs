@@ -1,6 +1,8 @@
 //! Turns an attention batch into the kernels' metadata: a sequence table,
-//! the page lists, work items (tiles of query vectors over a KV range) and,
-//! for split decode, merge entries. Pure host code, tested without a device.
+//! the page lists, work items (tiles of query vectors over a KV range; the
+//! items of decoding sequences, one new token each, listed apart for the
+//! decode kernel) and, for split decode, merge entries. Pure host code,
+//! tested without a device.
 
 use pagoda_core::backend::{AttentionShape, SeqAttention};
 use pagoda_core::PAGE_SIZE;
@@ -31,10 +33,14 @@ const ITEM_WORDS: usize = 9;
 pub(crate) struct AttentionPlan {
     /// Sequence table, page lists, items, then merge entries.
     pub meta: Vec<u32>,
-    /// Where the items start in `meta`.
+    /// Where the tile items (for `attention.comp`) start in `meta`.
     pub item_offset: u32,
-    /// Work items.
+    /// Tile items.
     pub items: u32,
+    /// Where the decode items (for `decode.comp`) start in `meta`.
+    pub decode_offset: u32,
+    /// Decode items: one new token of one sequence, all heads of a group.
+    pub decode_items: u32,
     /// Where the merge entries start in `meta`.
     pub merge_offset: u32,
     /// Merge entries (query vectors whose KV range was split).
@@ -72,8 +78,14 @@ pub(crate) fn plan_attention(shape: &AttentionShape, batch: &[SeqAttention<'_>])
         let used = (seq.context_len as usize).div_ceil(PAGE_SIZE);
         meta.extend(seq.pages[..used].iter().map(|p| p.index()));
     }
-    let mut items = Vec::new();
+    let mut tiles = Vec::new();
+    let mut decodes = Vec::new();
     for (s, seq) in batch.iter().enumerate() {
+        let items = if seq.query_len == 1 {
+            &mut decodes
+        } else {
+            &mut tiles
+        };
         for kv_head in 0..shape.kv_heads {
             for head0 in (0..group).step_by(hcount_max as usize) {
                 for i0 in (0..seq.query_len).step_by(rows_per_tile as usize) {
@@ -93,69 +105,93 @@ pub(crate) fn plan_attention(shape: &AttentionShape, batch: &[SeqAttention<'_>])
         }
     }
     // Few items over long contexts leave the device idle: split them.
-    let wanted = TARGET_WORKGROUPS.div_ceil((items.len() as u32).max(1));
+    let wanted = TARGET_WORKGROUPS.div_ceil(((tiles.len() + decodes.len()) as u32).max(1));
+    let mut splitter = Splitter {
+        wanted,
+        group,
+        merges: Vec::new(),
+        partial_records: 0,
+    };
     let item_offset = meta.len() as u32;
-    let mut merges = Vec::new();
-    let mut partial_records = 0u32;
-    let mut count = 0u32;
-    for item in &items {
-        let pages = item.kv_end.div_ceil(PAGE_SIZE as u32);
-        let splits = wanted.min(item.kv_end / MIN_SPLIT_TOKENS).max(1);
-        let pages_per_split = pages.div_ceil(splits);
-        let splits = pages.div_ceil(pages_per_split);
-        let vectors = item.hcount * item.rcount;
-        let first_record = partial_records;
-        for split in 0..splits {
-            let begin = split * pages_per_split * PAGE_SIZE as u32;
-            let end = ((split + 1) * pages_per_split * PAGE_SIZE as u32).min(item.kv_end);
-            let partial = if splits == 1 {
-                NO_PARTIAL
-            } else {
-                let at = partial_records;
-                partial_records += vectors;
-                at
-            };
-            meta.extend_from_slice(&[
-                item.seq,
-                item.kv_head,
-                item.head0,
-                item.hcount,
-                item.i0,
-                item.rcount,
-                begin,
-                end,
-                partial,
-            ]);
-            count += 1;
-        }
-        if splits > 1 {
-            let seq = &batch[item.seq as usize];
-            for v in 0..vectors {
-                let (r, h) = (v / item.hcount, v % item.hcount);
-                merges.extend_from_slice(&[
-                    seq.query_start + item.i0 + r,
-                    item.kv_head * group + item.head0 + h,
-                    first_record + v,
-                    splits,
-                    vectors,
-                ]);
-            }
-        }
-    }
-    debug_assert_eq!(
-        meta.len(),
-        item_offset as usize + count as usize * ITEM_WORDS
-    );
+    let items = splitter.write(&tiles, batch, &mut meta);
+    let decode_offset = meta.len() as u32;
+    let decode_items = splitter.write(&decodes, batch, &mut meta);
     let merge_offset = meta.len() as u32;
-    let merge_count = (merges.len() / 5) as u32;
-    meta.extend(merges);
+    let merges = (splitter.merges.len() / 5) as u32;
+    meta.extend(splitter.merges);
     AttentionPlan {
         meta,
         item_offset,
-        items: count,
+        items,
+        decode_offset,
+        decode_items,
         merge_offset,
-        merges: merge_count,
-        partial_records,
+        merges,
+        partial_records: splitter.partial_records,
+    }
+}
+
+/// Writes items into the metadata, split across their KV length, and
+/// collects the merges the splits need.
+struct Splitter {
+    /// Splits wanted per item (before the minimum split length).
+    wanted: u32,
+    group: u32,
+    merges: Vec<u32>,
+    partial_records: u32,
+}
+
+impl Splitter {
+    /// Writes `items` and returns how many records they became.
+    fn write(&mut self, items: &[Item], batch: &[SeqAttention<'_>], meta: &mut Vec<u32>) -> u32 {
+        let start = meta.len();
+        let mut count = 0u32;
+        for item in items {
+            let pages = item.kv_end.div_ceil(PAGE_SIZE as u32);
+            let splits = self.wanted.min(item.kv_end / MIN_SPLIT_TOKENS).max(1);
+            let pages_per_split = pages.div_ceil(splits);
+            let splits = pages.div_ceil(pages_per_split);
+            let vectors = item.hcount * item.rcount;
+            let first_record = self.partial_records;
+            for split in 0..splits {
+                let begin = split * pages_per_split * PAGE_SIZE as u32;
+                let end = ((split + 1) * pages_per_split * PAGE_SIZE as u32).min(item.kv_end);
+                let partial = if splits == 1 {
+                    NO_PARTIAL
+                } else {
+                    let at = self.partial_records;
+                    self.partial_records += vectors;
+                    at
+                };
+                meta.extend_from_slice(&[
+                    item.seq,
+                    item.kv_head,
+                    item.head0,
+                    item.hcount,
+                    item.i0,
+                    item.rcount,
+                    begin,
+                    end,
+                    partial,
+                ]);
+                count += 1;
+            }
+            if splits > 1 {
+                let seq = &batch[item.seq as usize];
+                for v in 0..vectors {
+                    let (r, h) = (v / item.hcount, v % item.hcount);
+                    self.merges.extend_from_slice(&[
+                        seq.query_start + item.i0 + r,
+                        item.kv_head * self.group + item.head0 + h,
+                        first_record + v,
+                        splits,
+                        vectors,
+                    ]);
+                }
+            }
+        }
+        debug_assert_eq!(meta.len(), start + count as usize * ITEM_WORDS);
+        count
     }
 }
 

@@ -38,11 +38,39 @@ fn open(options: VulkanOptions) -> Option<VulkanBackend> {
     }
 }
 
+/// The device once per distinct set of kernel variants it can run: with
+/// subgroup shuffles and f16 products where it has them, and with each
+/// turned off, so every variant passes the same cases.
 fn backends() -> Vec<(String, VulkanBackend)> {
-    open(VulkanOptions::from_env())
-        .map(|b| (format!("vulkan {}", b.info().name), b))
-        .into_iter()
-        .collect()
+    let mut out: Vec<(String, VulkanBackend)> = Vec::new();
+    for (subgroups, float16) in [
+        (None, None),
+        (Some(false), None),
+        (None, Some(false)),
+        (Some(false), Some(false)),
+    ] {
+        let options = VulkanOptions {
+            subgroups,
+            float16,
+            ..VulkanOptions::from_env()
+        };
+        let Some(b) = open(options) else {
+            break;
+        };
+        let info = b.info();
+        let variant = (info.use_subgroups, info.use_float16);
+        if out
+            .iter()
+            .all(|(_, o)| (o.info().use_subgroups, o.info().use_float16) != variant)
+        {
+            let name = format!(
+                "vulkan {} (subgroups {}, f16 {})",
+                info.name, variant.0, variant.1
+            );
+            out.push((name, b));
+        }
+    }
+    out
 }
 
 /// Fails on any message of the validation layer.
@@ -156,12 +184,24 @@ fn every_dispatch_is_timed_on_the_device() {
         eprintln!("{} has no compute timestamps", backend.info().name);
         return;
     }
-    // A long decode: split across the KV length, then merged.
-    let err = check_batch(&mut backend, KvDtype::F16, 128, 4, 1, &[(4097, 1)], 5);
+    // A long decode, split across the KV length and merged, beside a
+    // prefill: the tile kernel, the decode kernel, the merge.
+    let err = check_batch(
+        &mut backend,
+        KvDtype::F16,
+        128,
+        4,
+        1,
+        &[(4097, 1), (40, 24)],
+        5,
+    );
     assert!(err < tolerance(KvDtype::F16));
     let timings = backend.last_timings();
     let kernels: Vec<Kernel> = timings.iter().map(|t| t.kernel).collect();
-    assert_eq!(kernels, [Kernel::Attention, Kernel::Merge]);
+    assert_eq!(kernels.len(), 3, "{kernels:?}");
+    assert_eq!(kernels[0], Kernel::Attention);
+    assert!(kernels[1].name().starts_with("decode"), "{kernels:?}");
+    assert_eq!(kernels[2], Kernel::Merge);
     assert!(timings.iter().all(|t| t.nanos > 0.0), "{timings:?}");
     after(&backend);
 }
