@@ -498,9 +498,9 @@ fn choose_device(
                     && subgroup
                         .supported_stages
                         .contains(vk::ShaderStageFlags::COMPUTE)
-                    && subgroup
-                        .supported_operations
-                        .contains(vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::SHUFFLE),
+                    && subgroup.supported_operations.contains(
+                        vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::SHUFFLE,
+                    ),
             ),
         )
     };

@@ -16,11 +16,15 @@
 //!   backend keeps and grows, never reallocates per call.
 //! - **Kernels** (`shaders/*.comp`, listed once in `shaders/kernels.list`,
 //!   committed as SPIR-V and checked as they load): scatter, gather, page
-//!   copy for copy-on-write, paged attention (tiles of grouped-query heads ×
-//!   new tokens, causal, online softmax, split across the KV length for long
-//!   decodes) and the merge of split partials. f16 and bf16 are read as
-//!   packed words and widened to f32, so every device runs the same code;
-//!   scores and sums are f32 (an f16-arithmetic variant is not built yet).
+//!   copy for copy-on-write, paged attention for prefill (tiles of
+//!   grouped-query heads × new tokens, causal, online softmax), a decode
+//!   kernel shaped around reading the KV once (keys scored token-parallel,
+//!   one softmax step per 128 keys, coalesced value rows), both split across
+//!   the KV length for long contexts, and the merge of split partials. f16
+//!   and bf16 are read as packed words. The decode kernel has variants picked
+//!   when the backend opens: subgroup shuffles where the device has them, f16
+//!   products for f16 stores where it has `shaderFloat16`, f32 otherwise
+//!   ([`VulkanOptions::subgroups`], [`VulkanOptions::float16`]).
 //! - **Checks**: every input is validated before anything is recorded, the
 //!   same checks as every backend. The bounds-checking kernel variants
 //!   (default in debug builds) check every index on the device too.
@@ -59,7 +63,9 @@ use pagoda_core::backend::{
 use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot, PAGE_SIZE};
 
 pub use commands::KernelTime;
-pub use context::{DeviceInfo, DeviceKind, VulkanOptions, DEVICE_ENV, VALIDATION_ENV};
+pub use context::{
+    DeviceInfo, DeviceKind, VulkanOptions, DEVICE_ENV, FLOAT16_ENV, SUBGROUPS_ENV, VALIDATION_ENV,
+};
 pub use error::VulkanError;
 pub use kernels::{Kernel, KV_CHUNKS};
 pub use store::VulkanKvStore;

@@ -235,6 +235,14 @@ mod tests {
         let s = shape(8, 2, 64);
         let plan = plan_attention(&s, &batch);
         assert_eq!(plan.merges, 0, "short contexts are not split");
+        // The decoding sequence's items (one per KV head, all 4 grouped
+        // heads each) are listed apart, after the prefill's tiles.
+        assert_eq!(plan.decode_items, 2);
+        assert_eq!(plan.items, 10, "20 rows of 4 heads in tiles of 16, per KV head");
+        let decode = &plan.meta[plan.decode_offset as usize..plan.merge_offset as usize];
+        for it in decode.chunks(ITEM_WORDS) {
+            assert_eq!((it[0], it[3], it[5]), (1, 4, 1), "{it:?}");
+        }
         let mut seen = vec![0u32; 21 * 8];
         for it in items(&plan) {
             let (seq, kv_head, head0, hcount, i0, rcount, begin, end, partial) = (
