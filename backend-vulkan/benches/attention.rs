@@ -12,7 +12,8 @@
 //!    bytes read + written per second: the baseline.
 //! 3. **Decode** at contexts 512 to 32k, batch 1 and 32, head dim 64 and 128,
 //!    GQA 4 (32 query heads over 8 KV heads), f16 KV: kernel time from GPU
-//!    timestamps (median of 10 calls after 2 warm-ups), K/V bytes read per
+//!    timestamps (median of 10 calls after 2 warm-ups; of 3 after 1 on a CPU
+//!    device), K/V bytes read per
 //!    second and their share of the copy bandwidth. Cases whose store exceeds
 //!    `PAGODA_BENCH_MAX_BYTES` (default 64 MiB on a CPU device, 16 GiB
 //!    otherwise) are skipped. The timed stores hold zeros: the kernels' work
@@ -33,8 +34,10 @@ use pagoda_vulkan::{DeviceKind, VulkanBackend, VulkanOptions};
 
 const KV_HEADS: u32 = 8;
 const Q_HEADS: u32 = 32;
-const WARMUP: usize = 2;
-const RUNS: usize = 10;
+/// Warm-up and timed calls per case on a GPU; a CPU device (lavapipe) runs
+/// `CPU_DEVICE_REPEATS`, or the benchmark would take hours.
+const REPEATS: (usize, usize) = (2, 10);
+const CPU_DEVICE_REPEATS: (usize, usize) = (1, 3);
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -55,7 +58,12 @@ struct Timing {
     wall_ns: f64,
 }
 
-fn run_case<B: Backend>(backend: &mut B, case: &Case, kernel_time: impl Fn(&B) -> f64) -> Timing {
+fn run_case<B: Backend>(
+    backend: &mut B,
+    case: &Case,
+    (warmup, runs): (usize, usize),
+    kernel_time: impl Fn(&B) -> f64,
+) -> Timing {
     let geometry = KvGeometry::new(1, KV_HEADS, case.head_dim, KvDtype::F16).unwrap();
     let per_seq = case.context.div_ceil(PAGE_SIZE as u32);
     let pages = per_seq * case.batch;
@@ -85,12 +93,12 @@ fn run_case<B: Backend>(backend: &mut B, case: &Case, kernel_time: impl Fn(&B) -
     let queries: Vec<f32> = (0..rows * shape.q_row()).map(|_| rng.value()).collect();
     let mut out = vec![0.0f32; queries.len()];
     let (mut kernel, mut wall) = (Vec::new(), Vec::new());
-    for i in 0..WARMUP + RUNS {
+    for i in 0..warmup + runs {
         let start = Instant::now();
         backend
             .attention(&store, 0, shape, &batch, &queries, &mut out)
             .unwrap();
-        if i >= WARMUP {
+        if i >= warmup {
             wall.push(start.elapsed().as_secs_f64() * 1e9);
             kernel.push(kernel_time(backend));
         }
@@ -115,6 +123,7 @@ fn main() {
         }
     };
     let on_cpu = gpu.info().kind == DeviceKind::Cpu;
+    let repeats = if on_cpu { CPU_DEVICE_REPEATS } else { REPEATS };
     println!("device: {}", gpu.info());
 
     // 1. Check before timing.
@@ -184,7 +193,7 @@ fn main() {
                 if store_bytes > budget {
                     continue;
                 }
-                let t = run_case(&mut gpu, &case, kernel_ns);
+                let t = run_case(&mut gpu, &case, repeats, kernel_ns);
                 let kv_bytes = u64::from(batch) * u64::from(context) * geometry.bytes_per_token();
                 let gbs = kv_bytes as f64 / t.kernel_ns;
                 print!(
@@ -193,7 +202,7 @@ fn main() {
                     100.0 * gbs * 1e9 / copy
                 );
                 if let Some(cpu) = cpu.as_mut() {
-                    let c = run_case(cpu, &case, |_| 0.0);
+                    let c = run_case(cpu, &case, repeats, |_| 0.0);
                     print!(
                         "   {:>11.1}  {:>15.2}",
                         c.wall_ns / 1e3,
@@ -215,7 +224,7 @@ fn main() {
             context: 2048,
             new: 2048,
         };
-        let t = run_case(&mut gpu, &case, kernel_ns);
+        let t = run_case(&mut gpu, &case, repeats, kernel_ns);
         // Q·K and P·V: 2 flops per multiply-add, over the causal triangle.
         let pairs = 2048.0 * 2049.0 / 2.0;
         let flops = 4.0 * pairs * f64::from(Q_HEADS) * f64::from(head_dim);
@@ -225,7 +234,7 @@ fn main() {
             flops / t.kernel_ns / 1e3
         );
         if let Some(cpu) = cpu.as_mut() {
-            let c = run_case(cpu, &case, |_| 0.0);
+            let c = run_case(cpu, &case, repeats, |_| 0.0);
             print!(
                 ", cpu {:.2} ms wall, cpu/vulkan wall {:.2}",
                 c.wall_ns / 1e6,

@@ -238,7 +238,10 @@ mod tests {
         // The decoding sequence's items (one per KV head, all 4 grouped
         // heads each) are listed apart, after the prefill's tiles.
         assert_eq!(plan.decode_items, 2);
-        assert_eq!(plan.items, 10, "20 rows of 4 heads in tiles of 16, per KV head");
+        assert_eq!(
+            plan.items, 10,
+            "20 rows of 4 heads in tiles of 16, per KV head"
+        );
         let decode = &plan.meta[plan.decode_offset as usize..plan.merge_offset as usize];
         for it in decode.chunks(ITEM_WORDS) {
             assert_eq!((it[0], it[3], it[5]), (1, 4, 1), "{it:?}");
