@@ -109,6 +109,13 @@ fn run_case<B: Backend>(
     }
 }
 
+/// The CPU backend's wall time for the same case, when it runs beside a CPU
+/// device.
+fn cpu_wall_ns(cpu: &mut Option<CpuBackend>, case: &Case, repeats: (usize, usize)) -> Option<f64> {
+    cpu.as_mut()
+        .map(|cpu| run_case(cpu, case, repeats, |_| 0.0).wall_ns)
+}
+
 fn main() {
     let options = VulkanOptions {
         bounds_checks: Some(false),
@@ -201,13 +208,8 @@ fn main() {
                     t.kernel_ns / 1e3,
                     100.0 * gbs * 1e9 / copy
                 );
-                if let Some(cpu) = cpu.as_mut() {
-                    let c = run_case(cpu, &case, repeats, |_| 0.0);
-                    print!(
-                        "   {:>11.1}  {:>15.2}",
-                        c.wall_ns / 1e3,
-                        c.wall_ns / t.wall_ns
-                    );
+                if let Some(c) = cpu_wall_ns(&mut cpu, &case, repeats) {
+                    print!("   {:>11.1}  {:>15.2}", c / 1e3, c / t.wall_ns);
                 }
                 println!();
             }
@@ -233,12 +235,11 @@ fn main() {
             t.kernel_ns / 1e6,
             flops / t.kernel_ns / 1e3
         );
-        if let Some(cpu) = cpu.as_mut() {
-            let c = run_case(cpu, &case, repeats, |_| 0.0);
+        if let Some(c) = cpu_wall_ns(&mut cpu, &case, repeats) {
             print!(
                 ", cpu {:.2} ms wall, cpu/vulkan wall {:.2}",
-                c.wall_ns / 1e6,
-                c.wall_ns / t.wall_ns
+                c / 1e6,
+                c / t.wall_ns
             );
         }
         println!();

@@ -102,29 +102,27 @@ mod tests {
 
     #[test]
     fn device_errors_map_to_their_kinds() {
-        let kind = |result| {
-            VulkanError::Vk {
+        for (result, want) in [
+            (
+                vk::Result::ERROR_OUT_OF_DEVICE_MEMORY,
+                BackendErrorKind::OutOfMemory,
+            ),
+            (
+                vk::Result::ERROR_OUT_OF_HOST_MEMORY,
+                BackendErrorKind::OutOfMemory,
+            ),
+            (vk::Result::ERROR_DEVICE_LOST, BackendErrorKind::DeviceLost),
+            (
+                vk::Result::ERROR_INITIALIZATION_FAILED,
+                BackendErrorKind::Unsupported,
+            ),
+        ] {
+            let error = VulkanError::Vk {
                 call: "vkQueueSubmit",
                 result,
-            }
-            .kind()
-        };
-        assert_eq!(
-            kind(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY),
-            BackendErrorKind::OutOfMemory
-        );
-        assert_eq!(
-            kind(vk::Result::ERROR_OUT_OF_HOST_MEMORY),
-            BackendErrorKind::OutOfMemory
-        );
-        assert_eq!(
-            kind(vk::Result::ERROR_DEVICE_LOST),
-            BackendErrorKind::DeviceLost
-        );
-        assert_eq!(
-            kind(vk::Result::ERROR_INITIALIZATION_FAILED),
-            BackendErrorKind::Unsupported
-        );
+            };
+            assert_eq!(error.kind(), want, "{result:?}");
+        }
         let alloc: VulkanError = gpu_allocator::AllocationError::OutOfMemory.into();
         assert_eq!(alloc.kind(), BackendErrorKind::OutOfMemory);
         let input: VulkanError = InputError::Scale.into();

@@ -22,6 +22,14 @@ pub struct Needs {
     pub float16: bool,
 }
 
+impl Needs {
+    /// Whether a kernel with these needs may run where subgroup shuffles and
+    /// f16 arithmetic are (or are not) available and wanted.
+    pub(crate) fn met(self, subgroups: bool, float16: bool) -> bool {
+        (subgroups || !self.subgroup_shuffle) && (float16 || !self.float16)
+    }
+}
+
 /// Storage buffers the KV pool may be split across (`KV_CHUNKS` in
 /// `shaders/common.glsl`).
 pub const KV_CHUNKS: usize = 8;
@@ -170,9 +178,9 @@ impl Pipelines {
             for kernel in Kernel::ALL {
                 // Variants the device cannot run (or that are turned off) get
                 // no pipeline; the backend never picks them.
-                let needs = kernel.needs();
-                if (needs.subgroup_shuffle && !ctx.info.use_subgroups)
-                    || (needs.float16 && !ctx.info.use_float16)
+                if !kernel
+                    .needs()
+                    .met(ctx.info.use_subgroups, ctx.info.use_float16)
                 {
                     this.pipelines.push(vk::Pipeline::null());
                     continue;
@@ -201,7 +209,13 @@ impl Pipelines {
     }
 
     pub fn pipeline(&self, kernel: Kernel) -> vk::Pipeline {
-        self.pipelines[kernel as usize]
+        let pipeline = self.pipelines[kernel as usize];
+        debug_assert!(
+            pipeline != vk::Pipeline::null(),
+            "{} was picked on a device without what it needs",
+            kernel.name()
+        );
+        pipeline
     }
 
     /// Records a dispatch of `groups` workgroups.

@@ -319,17 +319,19 @@ impl VulkanBackend {
     }
 
     /// A dispatch of `kernel` over `count` records of `store`'s `layer`.
-    /// The decode kernel variant for a store's dtype: subgroup shuffles and
-    /// f16 products where the device has them and they are not turned off.
+    /// The decode kernel variant for a store's dtype: the first, in order of
+    /// preference, whose needs are met (f16 products only for f16 stores).
     fn decode_kernel(&self, dtype: KvDtype) -> Kernel {
         let info = &self.ctx.info;
-        let f16 = info.use_float16 && dtype == KvDtype::F16;
-        match (info.use_subgroups, f16) {
-            (false, false) => Kernel::Decode,
-            (true, false) => Kernel::DecodeSubgroup,
-            (false, true) => Kernel::DecodeF16,
-            (true, true) => Kernel::DecodeF16Subgroup,
-        }
+        let float16 = info.use_float16 && dtype == KvDtype::F16;
+        [
+            Kernel::DecodeF16Subgroup,
+            Kernel::DecodeF16,
+            Kernel::DecodeSubgroup,
+        ]
+        .into_iter()
+        .find(|k| k.needs().met(info.use_subgroups, float16))
+        .unwrap_or(Kernel::Decode)
     }
 
     fn dispatch(
