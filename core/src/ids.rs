@@ -74,6 +74,7 @@ impl SeqId {
 
 impl fmt::Display for SeqId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "seq#{}.{}", self.row, self.generation)
+        // The generation is odd for live ids; halved, it counts the row's uses.
+        write!(f, "seq#{}.{}", self.row, self.generation / 2)
     }
 }

@@ -28,9 +28,11 @@ pub struct SeqEntry {
     /// The row's last page, kept here so the common append reads one entry
     /// instead of the entry, then the row, then the pool.
     last_page: PageId,
+    /// Odd while the row holds a sequence, even while it is free: one compare
+    /// checks both that the row is live and that an id is not stale (ids are
+    /// only minted with the odd generation of a live row).
     generation: u32,
     next_free: u32,
-    active: bool,
 }
 
 impl SeqEntry {
@@ -41,7 +43,6 @@ impl SeqEntry {
         last_page: PageId(PageId::NONE),
         generation: 0,
         next_free: NIL,
-        active: false,
     };
 }
 
@@ -185,7 +186,8 @@ impl<'a> PageTable<'a> {
         }
         let e = &mut self.seqs[row as usize];
         self.free_head = e.next_free;
-        e.active = true;
+        // Even (free) to odd (live).
+        e.generation = e.generation.wrapping_add(1);
         e.tokens = 0;
         e.pages = 0;
         e.last_page = PageId(PageId::NONE);
@@ -323,26 +325,22 @@ impl<'a> PageTable<'a> {
         pool: &mut PagePool<'_>,
         listener: &mut L,
     ) -> Result<Appended, KvError> {
-        let max_tokens = self.max_tokens_per_sequence();
         let e = self.entry_mut(seq)?;
-        let new_len = e
-            .tokens
-            .checked_add(tokens)
-            .filter(|&t| t <= max_tokens)
-            .ok_or(KvError::SequenceTooLong { max_tokens })?;
         let first_position = e.tokens;
         let offset = first_position % PAGE;
         // Fast path, the common decode step: the tokens fit in the sequence's
-        // own partly filled last page. No allocation, no copy. It is small
-        // enough to inline into the caller's loop; the rest is out of line.
-        // (The result is built at each return, not up front and copied: the
-        // copy's wide loads of narrow stores cost more than the whole path.)
-        if tokens == 0
-            || (offset != 0
-                && new_len <= e.pages * PAGE
-                && pool.fill_if_exclusive(e.last_page, offset, tokens))
+        // own partly filled last page. No allocation, no copy, and no length
+        // check: a row holds whole pages, so tokens that fit the last page fit
+        // the row. It is small enough to inline into the caller's loop; the
+        // rest is out of line. (The result is built at each return, not up
+        // front and copied: the copy's wide loads of narrow stores cost more
+        // than the whole path.)
+        debug_assert_eq!(e.pages, first_position.div_ceil(PAGE));
+        if offset != 0
+            && tokens <= PAGE - offset
+            && pool.fill_if_exclusive(e.last_page, offset, tokens)
         {
-            e.tokens = new_len;
+            e.tokens = first_position + tokens;
             return Ok(Appended {
                 first_position,
                 tokens,
@@ -350,8 +348,7 @@ impl<'a> PageTable<'a> {
                 copy: None,
             });
         }
-        let e = *e;
-        self.append_pages(seq, e, tokens, new_len, pool, listener)
+        self.append_pages(seq, tokens, pool, listener)
     }
 
     /// The part of [`append`](Self::append) that takes pages: a fresh page at
@@ -360,27 +357,37 @@ impl<'a> PageTable<'a> {
     fn append_pages<L: EvictionListener + ?Sized>(
         &mut self,
         seq: SeqId,
-        e: SeqEntry,
         tokens: u32,
-        new_len: u32,
         pool: &mut PagePool<'_>,
         listener: &mut L,
     ) -> Result<Appended, KvError> {
-        let offset = e.tokens % PAGE;
+        let max_tokens = self.max_tokens_per_sequence();
+        // Field by field: a whole-entry copy would wait on the fast path's
+        // recent narrow store to `tokens`.
+        let entry = self.entry(seq)?;
+        let (len, pages) = (entry.tokens, entry.pages);
+        let new_len = len
+            .checked_add(tokens)
+            .filter(|&t| t <= max_tokens)
+            .ok_or(KvError::SequenceTooLong { max_tokens })?;
         let mut done = Appended {
-            first_position: e.tokens,
+            first_position: len,
             tokens,
             pages_added: 0,
             copy: None,
         };
+        if tokens == 0 {
+            return Ok(done);
+        }
+        let offset = len % PAGE;
         let start = self.row_start(seq);
         let shared_last = if offset != 0 {
-            let last = self.rows[start + e.pages as usize - 1];
+            let last = self.rows[start + pages as usize - 1];
             (pool.refcount(last)? > 1).then_some(last)
         } else {
             None
         };
-        let fresh = new_len.div_ceil(PAGE) - e.pages;
+        let fresh = new_len.div_ceil(PAGE) - pages;
         let needed = fresh + u32::from(shared_last.is_some());
         let available = pool.available_pages();
         if needed > available {
@@ -393,7 +400,7 @@ impl<'a> PageTable<'a> {
         if let Some(src) = shared_last {
             let dst = pool.take(listener).ok_or(exhausted)?;
             pool.release(src)?;
-            self.rows[start + e.pages as usize - 1] = dst;
+            self.rows[start + pages as usize - 1] = dst;
             done.copy = Some(PageCopy {
                 src,
                 dst,
@@ -401,17 +408,17 @@ impl<'a> PageTable<'a> {
             });
         }
         if offset != 0 {
-            let last = self.rows[start + e.pages as usize - 1];
+            let last = self.rows[start + pages as usize - 1];
             pool.set_filled(last, (offset + tokens).min(PAGE));
         }
         for i in 0..fresh {
             let page = pool.take(listener).ok_or(exhausted)?;
-            let page_start = (e.pages + i) * PAGE;
+            let page_start = (pages + i) * PAGE;
             pool.set_filled(page, (new_len - page_start).min(PAGE));
-            self.rows[start + (e.pages + i) as usize] = page;
+            self.rows[start + (pages + i) as usize] = page;
         }
         done.pages_added = fresh;
-        let last_page = self.rows[start + (e.pages + fresh) as usize - 1];
+        let last_page = self.rows[start + (pages + fresh) as usize - 1];
         let entry = &mut self.seqs[seq.row as usize];
         entry.tokens = new_len;
         entry.pages += fresh;
@@ -460,6 +467,7 @@ impl<'a> PageTable<'a> {
         }
         let entry = &mut self.seqs[seq.row as usize];
         *entry = SeqEntry {
+            // Odd (live) to even (free): every id of this sequence is stale.
             generation: entry.generation.wrapping_add(1),
             next_free: self.free_head,
             ..SeqEntry::EMPTY
@@ -472,7 +480,7 @@ impl<'a> PageTable<'a> {
     #[inline]
     fn entry(&self, seq: SeqId) -> Result<&SeqEntry, KvError> {
         match self.seqs.get(seq.row as usize) {
-            Some(e) if e.active && e.generation == seq.generation => Ok(e),
+            Some(e) if e.generation == seq.generation => Ok(e),
             _ => Err(KvError::UnknownSequence),
         }
     }
@@ -480,7 +488,7 @@ impl<'a> PageTable<'a> {
     #[inline]
     fn entry_mut(&mut self, seq: SeqId) -> Result<&mut SeqEntry, KvError> {
         match self.seqs.get_mut(seq.row as usize) {
-            Some(e) if e.active && e.generation == seq.generation => Ok(e),
+            Some(e) if e.generation == seq.generation => Ok(e),
             _ => Err(KvError::UnknownSequence),
         }
     }

@@ -295,6 +295,28 @@ mod page_sharing {
     }
 
     #[test]
+    fn appending_nothing_changes_nothing() {
+        let mut s = Storage::new(8, 2, 4);
+        let (mut pool, mut table) = s.split();
+        let a = table.create().unwrap();
+        let none = table.append(a, 0, &mut pool, &mut ()).unwrap();
+        assert_eq!((none.pages_added, none.copy), (0, None));
+        assert_eq!(table.pages(a).unwrap().len(), 0);
+        table.append(a, 20, &mut pool, &mut ()).unwrap();
+        let b = table.fork(a, &mut pool).unwrap();
+        let shared_last = table.pages(a).unwrap()[1];
+        // No token to write, so the shared partial page is not copied.
+        let none = table.append(b, 0, &mut pool, &mut ()).unwrap();
+        assert_eq!(
+            (none.first_position, none.pages_added, none.copy),
+            (20, 0, None)
+        );
+        assert_eq!(table.pages(b).unwrap()[1], shared_last);
+        assert_eq!(pool.refcount(shared_last), Ok(2));
+        assert_eq!(pool.free_pages(), 6);
+    }
+
+    #[test]
     fn copy_on_write() {
         let mut s = Storage::new(8, 2, 4);
         let (mut pool, mut table) = s.split();
@@ -680,8 +702,12 @@ mod errors {
     #[test]
     fn sequence_ids_display_with_generation() {
         let mut s = Storage::new(1, 1, 1);
-        let (_, mut table) = s.split();
+        let (mut pool, mut table) = s.split();
         let seq: SeqId = table.create().unwrap();
         assert_eq!(seq.to_string(), "seq#0.0");
+        table.release(seq, &mut pool).unwrap();
+        let again = table.create().unwrap();
+        assert_eq!(again.to_string(), "seq#0.1");
+        assert_ne!(seq, again);
     }
 }
