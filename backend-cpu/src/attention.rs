@@ -9,7 +9,7 @@ use pagoda_core::PAGE_SIZE;
 use rayon::prelude::*;
 
 use crate::element::KvElement;
-use crate::kernels::{page_accumulate, page_scores, Isa};
+use crate::kernels::{page_accumulate, page_scores, page_softmax, prefetch, Isa};
 use crate::store::Layout;
 
 /// Query rows (tokens × grouped heads) processed together: each key row
@@ -30,12 +30,14 @@ struct Task {
     end_key: u32,
 }
 
-/// Per-thread buffers reused across tasks: the tile's scaled queries and a
-/// page of scores.
+/// Per-thread buffers reused across tasks: the tile's scaled queries, a page
+/// of scores, and per row the keys it sees in the page and its rescale factor.
 #[derive(Default)]
 struct Scratch {
     q: Vec<f32>,
     scores: Vec<f32>,
+    visible: Vec<u32>,
+    correction: Vec<f32>,
 }
 
 /// A task's softmax state per row: running max, sum and weighted values.
@@ -105,7 +107,12 @@ fn run<E: KvElement>(
     let group = shape.group() as usize;
     let rows = task.tokens as usize * group;
     // Queries of the tile, pre-scaled: row = token × group + g.
-    let Scratch { q, scores } = scratch;
+    let Scratch {
+        q,
+        scores,
+        visible,
+        correction,
+    } = scratch;
     q.clear();
     q.resize(rows * dim, 0.0);
     for t in 0..task.tokens as usize {
@@ -133,36 +140,31 @@ fn run<E: KvElement>(
         let v_base = layout.offset(layer, page.index(), 1) + task.head as usize * block;
         let keys = &data[k_base..k_base + in_page * dim];
         let values = &data[v_base..v_base + in_page * dim];
+        let next = key + in_page as u32;
+        if next < task.end_key {
+            let page = seq.pages[next as usize / PAGE_SIZE].index();
+            let len = (task.end_key - next).min(PAGE_SIZE as u32) as usize * dim;
+            let k_next = layout.offset(layer, page, 0) + task.head as usize * block;
+            let v_next = layout.offset(layer, page, 1) + task.head as usize * block;
+            prefetch(&data[k_next..k_next + len]);
+            prefetch(&data[v_next..v_next + len]);
+        }
         page_scores(isa, q, rows, keys, in_page, dim, scores);
-        // Online softmax over this page, row by row.
-        for r in 0..rows {
+        // Online softmax over this page: a row sees keys up to its token's
+        // position (all of them, but for the tile's own tokens in prefill).
+        visible.clear();
+        visible.extend((0..rows).map(|r| {
             let pos = first_pos + (r / group) as u32;
-            let visible = (pos + 1).saturating_sub(key).min(in_page as u32) as usize;
-            let row = &mut scores[r * 16..r * 16 + 16];
-            if visible == 0 {
-                row.fill(0.0);
-                continue;
-            }
-            let page_max = row[..visible]
-                .iter()
-                .copied()
-                .fold(f32::NEG_INFINITY, f32::max);
-            let new_max = max[r].max(page_max);
-            let correction = (max[r] - new_max).exp();
-            if correction != 1.0 {
-                sum[r] *= correction;
+            (pos + 1).saturating_sub(key).min(in_page as u32)
+        }));
+        correction.resize(rows, 1.0);
+        page_softmax(isa, scores, visible, &mut max, &mut sum, correction);
+        for (r, &c) in correction.iter().enumerate() {
+            if c != 1.0 {
                 for a in &mut acc[r * dim..(r + 1) * dim] {
-                    *a *= correction;
+                    *a *= c;
                 }
             }
-            for s in &mut row[..visible] {
-                *s -= new_max;
-            }
-            row[visible..].fill(f32::NEG_INFINITY);
-            exp_page(row);
-            let total: f32 = row.iter().sum();
-            sum[r] += total;
-            max[r] = new_max;
         }
         page_accumulate(isa, &mut acc, rows, scores, values, in_page, dim);
         key += in_page as u32;
@@ -235,53 +237,5 @@ pub fn attention<E: KvElement>(
             }
         }
         i = j;
-    }
-}
-
-/// `e^x` for a page of 16 scores, all `≤ 0` (or `-inf` for masked keys, which
-/// become exactly 0). Branch-free, so the compiler vectorises it: Cody–Waite
-/// range reduction `x = n·ln2 + r` and a degree-6 polynomial for `e^r`
-/// (relative error about 2e-7, far inside the f32 tolerance).
-#[inline]
-fn exp_page(x: &mut [f32]) {
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    for v in x.iter_mut() {
-        let masked = *v < -87.0;
-        let y = v.max(-87.0);
-        // Round to nearest for y ≤ 0 with a truncating conversion (one SSE2
-        // instruction; `round` would be a library call).
-        let n = (y * core::f32::consts::LOG2_E - 0.5) as i32 as f32;
-        let r = y - n * LN2_HI - n * LN2_LO;
-        let p = 1.0
-            + r * (1.0
-                + r * (0.5
-                    + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-        let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
-        *v = if masked { 0.0 } else { p * scale };
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn exp_page_matches_std() {
-        let mut xs = [0.0f32; 16];
-        let mut worst = 0.0f64;
-        for step in 0..20_000 {
-            let base = -(step as f32) * 0.004;
-            for (i, x) in xs.iter_mut().enumerate() {
-                *x = base - i as f32 * 0.0003;
-            }
-            let want: Vec<f64> = xs.iter().map(|&x| f64::from(x).exp()).collect();
-            super::exp_page(&mut xs);
-            for (g, w) in xs.iter().zip(&want) {
-                worst = worst.max((f64::from(*g) - w).abs() / w);
-            }
-        }
-        assert!(worst < 1e-6, "relative error {worst}");
-        let mut masked = [f32::NEG_INFINITY; 16];
-        super::exp_page(&mut masked);
-        assert!(masked.iter().all(|&x| x == 0.0));
     }
 }

@@ -60,6 +60,29 @@ impl Isa {
     }
 }
 
+/// Asks the memory system to start loading `block` into the caches, one
+/// request per 64-byte line, without waiting for it. Attention calls it on
+/// the next page's keys and values while it computes on this page's: pages
+/// sit anywhere in the pool, and each head's 16 rows are only a few KiB, too
+/// short a run for the hardware prefetcher to pick up before it ends.
+#[inline]
+pub fn prefetch<E>(block: &[E]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let bytes = std::mem::size_of_val(block);
+        let start = block.as_ptr().cast::<i8>();
+        for line in (0..bytes).step_by(64) {
+            // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is
+            // a hint that never faults or changes program state; every
+            // address is inside `block` anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(line)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = block;
+}
+
 /// `scores[r * 16 + i] = q[r] · k[i]` for `rows` query rows of `dim` floats
 /// and `keys` (≤ 16) key rows of `dim` elements.
 #[inline]
@@ -112,6 +135,33 @@ pub fn page_accumulate<E: KvElement>(
     }
 }
 
+/// One online-softmax step over a page of scores (`visible.len()` rows of
+/// 16): row `r` sees its first `visible[r]` keys. Each row becomes its
+/// weights `e^(s - m)` (0 for keys it does not see), where `m` is the row's
+/// new running maximum; `max[r]` and `sum[r]` are updated, and
+/// `correction[r]` gets `e^(old m - m)`, the factor the row's accumulated
+/// values must be rescaled by (1 when the maximum did not move).
+#[inline]
+pub fn page_softmax(
+    isa: Isa,
+    scores: &mut [f32],
+    visible: &[u32],
+    max: &mut [f32],
+    sum: &mut [f32],
+    correction: &mut [f32],
+) {
+    let rows = visible.len();
+    assert!(scores.len() >= rows * 16 && max.len() >= rows && sum.len() >= rows);
+    assert!(correction.len() >= rows && visible.iter().all(|&v| v <= 16));
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Avx2` is only chosen when the CPU has AVX2 and FMA; the
+        // asserts above bound every access.
+        Isa::Avx2 => unsafe { x86::page_softmax(scores, visible, max, sum, correction) },
+        _ => scalar::page_softmax(scores, visible, max, sum, correction),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,6 +201,58 @@ mod tests {
                     page_accumulate(isa, &mut b, rows, &p, &k, keys, dim);
                     for (x, y) in a.iter().zip(&b) {
                         assert!((x - y).abs() <= 1e-4 * (1.0 + x.abs()), "{x} vs {y}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn exp_matches_std() {
+        let mut worst = 0.0f64;
+        // Down to -87, below which weights (< 2e-38) flush to 0.
+        for step in 0..348_000 {
+            let x = -(step as f32) * 0.000_25;
+            let want = f64::from(x).exp();
+            worst = worst.max((f64::from(scalar::exp_nonpositive(x)) - want).abs() / want);
+        }
+        assert!(worst < 1e-6, "relative error {worst}");
+        assert_eq!(scalar::exp_nonpositive(-100.0), 0.0);
+        assert_eq!(scalar::exp_nonpositive(f32::NEG_INFINITY), 0.0);
+    }
+
+    #[test]
+    fn softmax_simd_matches_scalar() {
+        let isa = Isa::detect();
+        let mut seed = 11;
+        for rows in [1, 4, 8, 13] {
+            // (running max, running sum) for the scalar and the SIMD path.
+            let fresh = (vec![f32::NEG_INFINITY; rows], vec![0.0f32; rows]);
+            let mut state = [fresh.clone(), fresh];
+            // Several pages in a row, with the visible count varying (causal
+            // masks, partial last pages, rows that see nothing).
+            for page in 0..6 {
+                let scores: Vec<f32> = (0..rows * 16).map(|_| 8.0 * rng(&mut seed)).collect();
+                let visible: Vec<u32> = (0..rows)
+                    .map(|r| ((r * 5 + page * 3) % 17) as u32)
+                    .collect();
+                let mut out = [scores.clone(), scores];
+                let mut corr = [vec![f32::NAN; rows], vec![f32::NAN; rows]];
+                for (k, use_isa) in [Isa::Scalar, isa].into_iter().enumerate() {
+                    let (max, sum) = &mut state[k];
+                    page_softmax(use_isa, &mut out[k], &visible, max, sum, &mut corr[k]);
+                }
+                let close = |x: f32, y: f32| (x - y).abs() <= 1e-5 * (1.0 + x.abs());
+                for r in 0..rows {
+                    assert!(close(corr[0][r], corr[1][r]), "correction row {r}");
+                    assert!(close(state[0].1[r], state[1].1[r]), "sum row {r}");
+                    assert_eq!(state[0].0[r], state[1].0[r], "max row {r}");
+                    for i in 0..16 {
+                        let (x, y) = (out[0][r * 16 + i], out[1][r * 16 + i]);
+                        assert!(close(x, y), "row {r} key {i}: {x} vs {y}");
+                        if i >= visible[r] as usize {
+                            assert_eq!(y, 0.0, "an unseen key weighs nothing");
+                        }
                     }
                 }
             }

@@ -32,11 +32,30 @@ unsafe fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(one)
 }
 
-/// Scores of `R` query rows starting at `q` against `keys` key rows. With
-/// few rows, two keys go together: twice the independent FMA chains, and
-/// each query load serves both keys.
+/// The lane sums of eight vectors, as one vector: lane `i` is the sum of
+/// `v[i]`'s lanes. Pairwise horizontal adds share the work, 9 instructions
+/// instead of 8 separate reductions.
 #[inline(always)]
-unsafe fn scores_block<E: KvElement, const R: usize>(
+unsafe fn hsum8(v: &[__m256; 8]) -> __m256 {
+    let h01 = _mm256_hadd_ps(v[0], v[1]);
+    let h23 = _mm256_hadd_ps(v[2], v[3]);
+    let h45 = _mm256_hadd_ps(v[4], v[5]);
+    let h67 = _mm256_hadd_ps(v[6], v[7]);
+    // Per 128-bit half: [s0 s1 s2 s3] and [s4 s5 s6 s7] partial sums.
+    let h0123 = _mm256_hadd_ps(h01, h23);
+    let h4567 = _mm256_hadd_ps(h45, h67);
+    let low = _mm256_permute2f128_ps::<0x20>(h0123, h4567);
+    let high = _mm256_permute2f128_ps::<0x31>(h0123, h4567);
+    _mm256_add_ps(low, high)
+}
+
+/// Scores of `R` query rows starting at `q` against `keys` key rows, `K`
+/// keys at a time. An FMA waits on the previous one into the same
+/// accumulator, so a block keeps `R × K = 8` accumulators in flight (enough
+/// to cover the FMA latency at two per cycle); each key load serves all `R`
+/// rows and each query load all `K` keys.
+#[inline(always)]
+unsafe fn scores_block<E: KvElement, const R: usize, const K: usize>(
     q: *const f32,
     k: *const E,
     keys: usize,
@@ -44,42 +63,46 @@ unsafe fn scores_block<E: KvElement, const R: usize>(
     scores: *mut f32,
 ) {
     let mut first = 0;
-    if R <= 4 {
-        while first + 2 <= keys {
-            let mut a = [_mm256_setzero_ps(); R];
-            let mut b = [_mm256_setzero_ps(); R];
-            let (k0, k1) = (k.add(first * dim), k.add((first + 1) * dim));
-            let mut d = 0;
-            while d < dim {
-                let (x0, x1) = (load8(k0.add(d)), load8(k1.add(d)));
-                for r in 0..R {
-                    let qv = _mm256_loadu_ps(q.add(r * dim + d));
-                    a[r] = _mm256_fmadd_ps(qv, x0, a[r]);
-                    b[r] = _mm256_fmadd_ps(qv, x1, b[r]);
-                }
-                d += 8;
-            }
-            for r in 0..R {
-                *scores.add(r * 16 + first) = hsum(a[r]);
-                *scores.add(r * 16 + first + 1) = hsum(b[r]);
-            }
-            first += 2;
-        }
-    }
-    for i in first..keys {
-        let mut acc = [_mm256_setzero_ps(); R];
-        let ki = k.add(i * dim);
+    while first + K <= keys {
+        let mut a = [[_mm256_setzero_ps(); K]; R];
         let mut d = 0;
         while d < dim {
-            let kv = load8(ki.add(d));
-            for (r, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(r * dim + d)), kv, *a);
+            let mut x = [_mm256_setzero_ps(); K];
+            for (j, x) in x.iter_mut().enumerate() {
+                *x = load8(k.add((first + j) * dim + d));
+            }
+            for (r, a) in a.iter_mut().enumerate() {
+                let qv = _mm256_loadu_ps(q.add(r * dim + d));
+                for (a, x) in a.iter_mut().zip(&x) {
+                    *a = _mm256_fmadd_ps(qv, *x, *a);
+                }
             }
             d += 8;
         }
-        for (r, a) in acc.iter().enumerate() {
-            *scores.add(r * 16 + i) = hsum(*a);
+        if R * K == 8 {
+            // All eight sums at once, row-major: row r's K sums are lanes
+            // r·K.., contiguous in its scores row.
+            let sums = hsum8(&*(a.as_ptr().cast::<[__m256; 8]>()));
+            let mut lanes = [0.0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), sums);
+            for r in 0..R {
+                core::ptr::copy_nonoverlapping(
+                    lanes.as_ptr().add(r * K),
+                    scores.add(r * 16 + first),
+                    K,
+                );
+            }
+        } else {
+            for (r, a) in a.iter().enumerate() {
+                for (j, a) in a.iter().enumerate() {
+                    *scores.add(r * 16 + first + j) = hsum(*a);
+                }
+            }
         }
+        first += K;
+    }
+    if first < keys {
+        scores_block::<E, R, 1>(q, k.add(first * dim), keys - first, dim, scores.add(first));
     }
 }
 
@@ -102,19 +125,19 @@ pub unsafe fn page_scores<E: KvElement>(
         let left = rows - r;
         let step = match left {
             8.. => {
-                scores_block::<E, 8>(qp, k.as_ptr(), keys, dim, sp);
+                scores_block::<E, 8, 1>(qp, k.as_ptr(), keys, dim, sp);
                 8
             }
             4..=7 => {
-                scores_block::<E, 4>(qp, k.as_ptr(), keys, dim, sp);
+                scores_block::<E, 4, 2>(qp, k.as_ptr(), keys, dim, sp);
                 4
             }
             2..=3 => {
-                scores_block::<E, 2>(qp, k.as_ptr(), keys, dim, sp);
+                scores_block::<E, 2, 4>(qp, k.as_ptr(), keys, dim, sp);
                 2
             }
             _ => {
-                scores_block::<E, 1>(qp, k.as_ptr(), keys, dim, sp);
+                scores_block::<E, 1, 8>(qp, k.as_ptr(), keys, dim, sp);
                 1
             }
         };
@@ -122,9 +145,11 @@ pub unsafe fn page_scores<E: KvElement>(
     }
 }
 
-/// Accumulates `keys` weighted value rows into `R` accumulator rows.
+/// Accumulates `keys` weighted value rows into `R` accumulator rows, `D`
+/// vectors of each row at a time (`R × D = 8` accumulators in flight, as in
+/// [`scores_block`]); a tail narrower than `D` vectors goes one at a time.
 #[inline(always)]
-unsafe fn accumulate_block<E: KvElement, const R: usize>(
+unsafe fn accumulate_block<E: KvElement, const R: usize, const D: usize>(
     acc: *mut f32,
     p: *const f32,
     v: *const E,
@@ -132,21 +157,48 @@ unsafe fn accumulate_block<E: KvElement, const R: usize>(
     dim: usize,
 ) {
     let mut d = 0;
+    while d + 8 * D <= dim {
+        accumulate_strip::<E, R, D>(acc, p, v, keys, dim, d);
+        d += 8 * D;
+    }
     while d < dim {
-        let mut a = [_mm256_setzero_ps(); R];
-        for (r, x) in a.iter_mut().enumerate() {
-            *x = _mm256_loadu_ps(acc.add(r * dim + d));
+        accumulate_strip::<E, R, 1>(acc, p, v, keys, dim, d);
+        d += 8;
+    }
+}
+
+/// Columns `d..d + 8 × D` of [`accumulate_block`].
+#[inline(always)]
+unsafe fn accumulate_strip<E: KvElement, const R: usize, const D: usize>(
+    acc: *mut f32,
+    p: *const f32,
+    v: *const E,
+    keys: usize,
+    dim: usize,
+    d: usize,
+) {
+    let mut a = [[_mm256_setzero_ps(); D]; R];
+    for (r, a) in a.iter_mut().enumerate() {
+        for (j, a) in a.iter_mut().enumerate() {
+            *a = _mm256_loadu_ps(acc.add(r * dim + d + 8 * j));
         }
-        for i in 0..keys {
-            let vv = load8(v.add(i * dim + d));
-            for (r, x) in a.iter_mut().enumerate() {
-                *x = _mm256_fmadd_ps(_mm256_set1_ps(*p.add(r * 16 + i)), vv, *x);
+    }
+    for i in 0..keys {
+        let mut x = [_mm256_setzero_ps(); D];
+        for (j, x) in x.iter_mut().enumerate() {
+            *x = load8(v.add(i * dim + d + 8 * j));
+        }
+        for (r, a) in a.iter_mut().enumerate() {
+            let w = _mm256_set1_ps(*p.add(r * 16 + i));
+            for (a, x) in a.iter_mut().zip(&x) {
+                *a = _mm256_fmadd_ps(w, *x, *a);
             }
         }
-        for (r, x) in a.iter().enumerate() {
-            _mm256_storeu_ps(acc.add(r * dim + d), *x);
+    }
+    for (r, a) in a.iter().enumerate() {
+        for (j, a) in a.iter().enumerate() {
+            _mm256_storeu_ps(acc.add(r * dim + d + 8 * j), *a);
         }
-        d += 8;
     }
 }
 
@@ -168,22 +220,99 @@ pub unsafe fn page_accumulate<E: KvElement>(
         let left = rows - r;
         let step = match left {
             8.. => {
-                accumulate_block::<E, 8>(ap, pp, v.as_ptr(), keys, dim);
+                accumulate_block::<E, 8, 1>(ap, pp, v.as_ptr(), keys, dim);
                 8
             }
             4..=7 => {
-                accumulate_block::<E, 4>(ap, pp, v.as_ptr(), keys, dim);
+                accumulate_block::<E, 4, 2>(ap, pp, v.as_ptr(), keys, dim);
                 4
             }
             2..=3 => {
-                accumulate_block::<E, 2>(ap, pp, v.as_ptr(), keys, dim);
+                accumulate_block::<E, 2, 4>(ap, pp, v.as_ptr(), keys, dim);
                 2
             }
             _ => {
-                accumulate_block::<E, 1>(ap, pp, v.as_ptr(), keys, dim);
+                accumulate_block::<E, 1, 8>(ap, pp, v.as_ptr(), keys, dim);
                 1
             }
         };
         r += step;
+    }
+}
+
+/// `e^x` in 8 lanes for `x ≤ 0`, `-inf` giving 0: the steps of
+/// [`scalar::exp_nonpositive`](super::scalar::exp_nonpositive).
+#[inline(always)]
+unsafe fn exp8(x: __m256) -> __m256 {
+    use super::scalar::{LN2_HI, LN2_LO};
+    let floor = _mm256_set1_ps(-87.0);
+    let masked = _mm256_cmp_ps::<_CMP_LT_OQ>(x, floor);
+    let y = _mm256_max_ps(x, floor);
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        y,
+        _mm256_set1_ps(core::f32::consts::LOG2_E),
+    ));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), y);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+    let mut p = _mm256_set1_ps(1.0 / 720.0);
+    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let exponent = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(exponent));
+    _mm256_andnot_ps(masked, _mm256_mul_ps(p, scale))
+}
+
+/// The largest of a vector's eight lanes.
+#[inline(always)]
+unsafe fn hmax(v: __m256) -> f32 {
+    let quad = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let pair = _mm_max_ps(quad, _mm_movehl_ps(quad, quad));
+    let one = _mm_max_ss(pair, _mm_shuffle_ps::<0b01>(pair, pair));
+    _mm_cvtss_f32(one)
+}
+
+/// See [`super::page_softmax`]: a row's 16 scores are two vectors, masked,
+/// reduced and exponentiated without leaving registers.
+///
+/// Safety: the CPU has AVX2 and FMA; `scores` holds `visible.len() × 16`
+/// elements, `max`, `sum` and `correction` `visible.len()`, and every
+/// `visible` entry is at most 16.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn page_softmax(
+    scores: &mut [f32],
+    visible: &[u32],
+    max: &mut [f32],
+    sum: &mut [f32],
+    correction: &mut [f32],
+) {
+    let lanes_low = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let lanes_high = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
+    let minus_inf = _mm256_set1_ps(f32::NEG_INFINITY);
+    for (r, &seen) in visible.iter().enumerate() {
+        let row = scores.as_mut_ptr().add(r * 16);
+        if seen == 0 {
+            _mm256_storeu_ps(row, _mm256_setzero_ps());
+            _mm256_storeu_ps(row.add(8), _mm256_setzero_ps());
+            *correction.get_unchecked_mut(r) = 1.0;
+            continue;
+        }
+        // Keys at or past `seen` become -inf, hence weight 0.
+        let n = _mm256_set1_epi32(seen as i32);
+        let keep_low = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, lanes_low));
+        let keep_high = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, lanes_high));
+        let low = _mm256_blendv_ps(minus_inf, _mm256_loadu_ps(row), keep_low);
+        let high = _mm256_blendv_ps(minus_inf, _mm256_loadu_ps(row.add(8)), keep_high);
+        let old_max = *max.get_unchecked(r);
+        let new_max = old_max.max(hmax(_mm256_max_ps(low, high)));
+        let m = _mm256_set1_ps(new_max);
+        let low = exp8(_mm256_sub_ps(low, m));
+        let high = exp8(_mm256_sub_ps(high, m));
+        _mm256_storeu_ps(row, low);
+        _mm256_storeu_ps(row.add(8), high);
+        let c = super::scalar::exp_nonpositive(old_max - new_max);
+        *sum.get_unchecked_mut(r) = *sum.get_unchecked(r) * c + hsum(_mm256_add_ps(low, high));
+        *max.get_unchecked_mut(r) = new_max;
+        *correction.get_unchecked_mut(r) = c;
     }
 }
