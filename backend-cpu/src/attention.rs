@@ -9,7 +9,7 @@ use pagoda_core::PAGE_SIZE;
 use rayon::prelude::*;
 
 use crate::element::KvElement;
-use crate::kernels::{page_accumulate, page_scores, page_softmax, prefetch, Isa};
+use crate::kernels::{page_accumulate, page_scores, page_softmax, Isa};
 use crate::store::Layout;
 
 /// Query rows (tokens × grouped heads) processed together: each key row
@@ -18,12 +18,13 @@ const TILE_ROWS: usize = 8;
 /// The shortest KV range worth its own task.
 const MIN_SPLIT_KEYS: u32 = 256;
 
-/// One task: a KV head of a sequence, a tile of its query tokens and a range
-/// of its keys.
+/// One task: KV heads `head..head + heads` of a sequence, a tile of its
+/// query tokens and a range of its keys.
 #[derive(Debug, Clone, Copy)]
 struct Task {
     seq: u32,
     head: u32,
+    heads: u32,
     first_token: u32,
     tokens: u32,
     first_key: u32,
@@ -47,12 +48,28 @@ struct Partial {
     acc: Vec<f32>,
 }
 
+/// KV heads one task covers for a sequence. A decode-sized tile takes every
+/// head, so the task walks each page's keys (then values) of all heads as
+/// one contiguous run: long runs are what the hardware prefetcher streams
+/// well, where one head's few KiB per page, scattered, are not. Longer tiles
+/// (prefill) are compute-bound and take one head each.
+fn heads_per_task(shape: &AttentionShape, seq: &SeqAttention<'_>, tile_tokens: u32) -> u32 {
+    if seq.query_len <= tile_tokens {
+        shape.kv_heads
+    } else {
+        1
+    }
+}
+
 fn plan(shape: &AttentionShape, batch: &[SeqAttention<'_>], threads: usize) -> Vec<Task> {
     let group = shape.group() as usize;
     let tile_tokens = (TILE_ROWS / group).max(1) as u32;
     let tiles: usize = batch
         .iter()
-        .map(|s| s.query_len.div_ceil(tile_tokens) as usize * shape.kv_heads as usize)
+        .map(|s| {
+            let head_groups = shape.kv_heads / heads_per_task(shape, s, tile_tokens);
+            s.query_len.div_ceil(tile_tokens) as usize * head_groups as usize
+        })
         .sum();
     let target = 4 * threads;
     let mut tasks = Vec::with_capacity(tiles.max(1) * 2);
@@ -65,7 +82,8 @@ fn plan(shape: &AttentionShape, batch: &[SeqAttention<'_>], threads: usize) -> V
             1
         };
         let chunk = seq.context_len.div_ceil(splits).div_ceil(PAGE_SIZE as u32) * PAGE_SIZE as u32;
-        for head in 0..shape.kv_heads {
+        let heads = heads_per_task(shape, seq, tile_tokens);
+        for head in (0..shape.kv_heads).step_by(heads as usize) {
             let mut t = 0;
             while t < seq.query_len {
                 let tokens = tile_tokens.min(seq.query_len - t);
@@ -77,6 +95,7 @@ fn plan(shape: &AttentionShape, batch: &[SeqAttention<'_>], threads: usize) -> V
                     tasks.push(Task {
                         seq: i as u32,
                         head,
+                        heads,
                         first_token: t,
                         tokens,
                         first_key: k,
@@ -105,23 +124,28 @@ fn run<E: KvElement>(
 ) -> Partial {
     let dim = shape.head_dim as usize;
     let group = shape.group() as usize;
-    let rows = task.tokens as usize * group;
-    // Queries of the tile, pre-scaled: row = token × group + g.
+    // Rows of one head (token × group + g), then all heads, head-major.
+    let head_rows = task.tokens as usize * group;
+    let rows = task.heads as usize * head_rows;
     let Scratch {
         q,
         scores,
         visible,
         correction,
     } = scratch;
+    // Queries of the tile, pre-scaled.
     q.clear();
     q.resize(rows * dim, 0.0);
-    for t in 0..task.tokens as usize {
-        let src = (seq.query_start as usize + task.first_token as usize + t) * shape.q_row();
-        for g in 0..group {
-            let head = task.head as usize * group + g;
-            let from = &queries[src + head * dim..src + (head + 1) * dim];
-            for (d, s) in q[(t * group + g) * dim..][..dim].iter_mut().zip(from) {
-                *d = s * shape.scale;
+    for h in 0..task.heads as usize {
+        for t in 0..task.tokens as usize {
+            let src = (seq.query_start as usize + task.first_token as usize + t) * shape.q_row();
+            for g in 0..group {
+                let head = (task.head as usize + h) * group + g;
+                let from = &queries[src + head * dim..src + (head + 1) * dim];
+                let row = h * head_rows + t * group + g;
+                for (d, s) in q[row * dim..][..dim].iter_mut().zip(from) {
+                    *d = s * shape.scale;
+                }
             }
         }
     }
@@ -130,43 +154,57 @@ fn run<E: KvElement>(
     let mut sum = vec![0.0f32; rows];
     let mut acc = vec![0.0f32; rows * dim];
     scores.clear();
-    scores.resize(rows * 16, 0.0);
+    scores.resize(head_rows * 16, 0.0);
+    correction.resize(head_rows, 1.0);
     let block = layout.head_block();
+    let first_block = task.head as usize * block;
+    let blocks = task.heads as usize * block;
     let mut key = task.first_key;
     while key < task.end_key {
-        let page = seq.pages[key as usize / PAGE_SIZE];
+        let page = seq.pages[key as usize / PAGE_SIZE].index();
         let in_page = (task.end_key - key).min(PAGE_SIZE as u32) as usize;
-        let k_base = layout.offset(layer, page.index(), 0) + task.head as usize * block;
-        let v_base = layout.offset(layer, page.index(), 1) + task.head as usize * block;
-        let keys = &data[k_base..k_base + in_page * dim];
-        let values = &data[v_base..v_base + in_page * dim];
-        let next = key + in_page as u32;
-        if next < task.end_key {
-            let page = seq.pages[next as usize / PAGE_SIZE].index();
-            let len = (task.end_key - next).min(PAGE_SIZE as u32) as usize * dim;
-            let k_next = layout.offset(layer, page, 0) + task.head as usize * block;
-            let v_next = layout.offset(layer, page, 1) + task.head as usize * block;
-            prefetch(&data[k_next..k_next + len]);
-            prefetch(&data[v_next..v_next + len]);
-        }
-        page_scores(isa, q, rows, keys, in_page, dim, scores);
-        // Online softmax over this page: a row sees keys up to its token's
-        // position (all of them, but for the tile's own tokens in prefill).
+        let k_base = layout.offset(layer, page, 0) + first_block;
+        let v_base = layout.offset(layer, page, 1) + first_block;
+        let keys = &data[k_base..k_base + blocks];
+        let values = &data[v_base..v_base + blocks];
+        // A row sees keys up to its token's position: all of the page, but
+        // for the tile's own tokens in prefill. The same for every head.
         visible.clear();
-        visible.extend((0..rows).map(|r| {
+        visible.extend((0..head_rows).map(|r| {
             let pos = first_pos + (r / group) as u32;
             (pos + 1).saturating_sub(key).min(in_page as u32)
         }));
-        correction.resize(rows, 1.0);
-        page_softmax(isa, scores, visible, &mut max, &mut sum, correction);
-        for (r, &c) in correction.iter().enumerate() {
-            if c != 1.0 {
-                for a in &mut acc[r * dim..(r + 1) * dim] {
-                    *a *= c;
+        for h in 0..task.heads as usize {
+            let (rows_of_head, head_block) = (h * head_rows..(h + 1) * head_rows, h * block);
+            let keys = &keys[head_block..head_block + in_page * dim];
+            let values = &values[head_block..head_block + in_page * dim];
+            let acc = &mut acc[rows_of_head.start * dim..rows_of_head.end * dim];
+            page_scores(
+                isa,
+                &q[rows_of_head.start * dim..],
+                head_rows,
+                keys,
+                in_page,
+                dim,
+                scores,
+            );
+            page_softmax(
+                isa,
+                scores,
+                visible,
+                &mut max[rows_of_head.clone()],
+                &mut sum[rows_of_head],
+                correction,
+            );
+            for (r, &c) in correction.iter().enumerate() {
+                if c != 1.0 {
+                    for a in &mut acc[r * dim..(r + 1) * dim] {
+                        *a *= c;
+                    }
                 }
             }
+            page_accumulate(isa, acc, head_rows, scores, values, in_page, dim);
         }
-        page_accumulate(isa, &mut acc, rows, scores, values, in_page, dim);
         key += in_page as u32;
     }
     Partial { max, sum, acc }
@@ -209,16 +247,17 @@ pub fn attention<E: KvElement>(
         {
             j += 1;
         }
-        let rows = t.tokens as usize * group;
+        let head_rows = t.tokens as usize * group;
         let seq = &batch[t.seq as usize];
-        for r in 0..rows {
+        for r in 0..t.heads as usize * head_rows {
             let max = partials[i..j]
                 .iter()
                 .map(|p| p.max[r])
                 .fold(f32::NEG_INFINITY, f32::max);
             let mut total = 0.0f32;
-            let token = seq.query_start as usize + t.first_token as usize + r / group;
-            let head = t.head as usize * group + r % group;
+            let (h, in_head) = (r / head_rows, r % head_rows);
+            let token = seq.query_start as usize + t.first_token as usize + in_head / group;
+            let head = (t.head as usize + h) * group + in_head % group;
             let dst = &mut out[token * shape.q_row() + head * dim..][..dim];
             dst.fill(0.0);
             for p in &partials[i..j] {
