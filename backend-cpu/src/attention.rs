@@ -9,7 +9,7 @@ use pagoda_core::PAGE_SIZE;
 use rayon::prelude::*;
 
 use crate::element::KvElement;
-use crate::kernels::{page_accumulate, page_scores, page_softmax, Isa};
+use crate::kernels::{page_accumulate, page_scores, page_softmax, prefetch, Isa};
 use crate::store::Layout;
 
 /// Query rows (tokens × grouped heads) processed together: each key row
@@ -179,6 +179,11 @@ fn run<E: KvElement>(
             let keys = &keys[head_block..head_block + in_page * dim];
             let values = &values[head_block..head_block + in_page * dim];
             let acc = &mut acc[rows_of_head.start * dim..rows_of_head.end * dim];
+            // Start loading this head's values while its scores are
+            // computed: they are read column by column, an order the
+            // hardware prefetcher does not follow. (Keys are read row by
+            // row, which it does.)
+            prefetch(values);
             page_scores(
                 isa,
                 &q[rows_of_head.start * dim..],

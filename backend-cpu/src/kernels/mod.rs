@@ -60,6 +60,27 @@ impl Isa {
     }
 }
 
+/// Asks the memory system to start loading `block` into the caches, one
+/// request per 64-byte line, without waiting for it. A no-op where there is
+/// no stable prefetch instruction (the hardware prefetcher still works).
+#[inline]
+pub fn prefetch<E>(block: &[E]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let bytes = std::mem::size_of_val(block);
+        let start = block.as_ptr().cast::<i8>();
+        for line in (0..bytes).step_by(64) {
+            // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is
+            // a hint that never faults or changes program state; every
+            // address is inside `block` anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(line)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = block;
+}
+
 /// `scores[r * 16 + i] = q[r] · k[i]` for `rows` query rows of `dim` floats
 /// and `keys` (≤ 16) key rows of `dim` elements.
 #[inline]
