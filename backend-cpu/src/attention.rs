@@ -1,8 +1,9 @@
 //! Paged attention on the CPU: one pass over each sequence's pages with an
 //! online softmax (no score matrix), grouped-query heads together so each
 //! key and value is read once per group, work split across sequences, KV
-//! heads, query tiles and (for long contexts) ranges of the KV length, with
-//! a final merge of the partial softmaxes.
+//! heads (decode tiles take them all, reading each page as long runs), query
+//! tiles and (for long contexts) ranges of the KV length, with a final merge
+//! of the partial softmaxes.
 
 use pagoda_core::backend::{AttentionShape, SeqAttention};
 use pagoda_core::PAGE_SIZE;
