@@ -2,7 +2,9 @@
 //! run:
 //!
 //! - `bandwidth/copy`: a large multi-threaded copy; criterion reports bytes
-//!   read + written per second, the machine's memory bandwidth.
+//!   read + written per second, the machine's memory bandwidth (the
+//!   targets' baseline); `bandwidth/read` sums a large buffer, the rate at
+//!   which the cores can stream memory in with nothing written back.
 //! - `decode/*`: one decode step (GQA 4: 32 query heads, 8 KV heads, f16
 //!   KV) at batch 1 and 32, contexts 512 to 32k, head dims 64 and 128;
 //!   throughput is the K/V bytes read. `paged` uses shuffled pages,
@@ -99,8 +101,19 @@ fn decode(c: &mut Criterion) {
             black_box(&dst);
         })
     });
+    // Reading alone, the access pattern of decode: every byte once, nothing
+    // written back.
+    let words = vec![1u64; copy_bytes / 8];
+    group.bench_function("read", |b| {
+        b.iter(|| {
+            words
+                .par_chunks(1 << 17)
+                .map(|c| c.iter().fold(0u64, |a, &w| a.wrapping_add(w)))
+                .reduce(|| 0, u64::wrapping_add)
+        })
+    });
     group.finish();
-    drop((src, dst));
+    drop((src, dst, words));
 
     let mut group = c.benchmark_group("decode");
     group.sample_size(10);
