@@ -6,7 +6,8 @@
 //!   targets' baseline); `bandwidth/read` sums a large buffer, the rate at
 //!   which the cores can stream memory in with nothing written back.
 //! - `decode/*`: one decode step (GQA 4: 32 query heads, 8 KV heads, f16
-//!   KV) at batch 1 and 32, contexts 512 to 32k, head dims 64 and 128;
+//!   KV) at batch 1 and 32, contexts 512 to 32k, head dims 64 and 128
+//!   (and 64 tokens, a call small enough for the calling thread alone);
 //!   throughput is the K/V bytes read. `paged` uses shuffled pages,
 //!   `contiguous` the same kernel on pages in order.
 //! - `peak/fma`: single-precision FMA throughput of every core (AVX2+FMA),
@@ -118,6 +119,8 @@ fn decode(c: &mut Criterion) {
     let mut group = c.benchmark_group("decode");
     group.sample_size(10);
     let cases: &[(u32, u32, u32, bool)] = &[
+        // Four pages: small enough to run on the calling thread.
+        (128, 1, 64, true),
         (64, 1, 512, true),
         (64, 1, 4096, true),
         (64, 1, 32768, true),

@@ -10,14 +10,32 @@ use pagoda_core::PAGE_SIZE;
 use rayon::prelude::*;
 
 use crate::element::KvElement;
-use crate::kernels::{page_accumulate, page_scores, page_softmax, prefetch, Isa};
+use crate::kernels::{page_accumulate, page_scores, page_softmax, Isa};
 use crate::store::Layout;
 
 /// Query rows (tokens × grouped heads) processed together: each key row
 /// loaded is used this many times.
 const TILE_ROWS: usize = 8;
 /// The shortest KV range worth its own task.
-const MIN_SPLIT_KEYS: u32 = 256;
+const MIN_SPLIT_KEYS: u32 = 64;
+/// Work (in pages × KV heads × blocks of `TILE_ROWS` query rows, each about
+/// a microsecond) below which a call runs on the calling thread. Handing
+/// work to the pool's threads and waiting for them costs tens of
+/// microseconds (two thread wake-ups; more in a VM), which a short decode
+/// would spend several times over.
+const SERIAL_WORK: usize = 64;
+
+/// The call's work in the units of [`SERIAL_WORK`].
+fn work(shape: &AttentionShape, batch: &[SeqAttention<'_>]) -> usize {
+    let group = shape.group() as usize;
+    batch
+        .iter()
+        .map(|s| {
+            let blocks = (s.query_len as usize * group).div_ceil(TILE_ROWS);
+            s.context_len.div_ceil(PAGE_SIZE as u32) as usize * shape.kv_heads as usize * blocks
+        })
+        .sum()
+}
 
 /// One task: KV heads `head..head + heads` of a sequence, a tile of its
 /// query tokens and a range of its keys.
@@ -162,12 +180,21 @@ fn run<E: KvElement>(
     let blocks = task.heads as usize * block;
     let mut key = task.first_key;
     while key < task.end_key {
-        let page = seq.pages[key as usize / PAGE_SIZE].index();
+        let page_index = key as usize / PAGE_SIZE;
+        let page = seq.pages[page_index].index();
         let in_page = (task.end_key - key).min(PAGE_SIZE as u32) as usize;
         let k_base = layout.offset(layer, page, 0) + first_block;
         let v_base = layout.offset(layer, page, 1) + first_block;
         let keys = &data[k_base..k_base + blocks];
         let values = &data[v_base..v_base + blocks];
+        // The task's next page, whose first head's blocks the last head
+        // prefetches.
+        let next = (key as usize + in_page < task.end_key as usize).then(|| {
+            let page = seq.pages[page_index + 1].index();
+            let k = layout.offset(layer, page, 0) + first_block;
+            let v = layout.offset(layer, page, 1) + first_block;
+            (&data[k..k + block], &data[v..v + block])
+        });
         // A row sees keys up to its token's position: all of the page, but
         // for the tile's own tokens in prefill. The same for every head.
         visible.clear();
@@ -177,14 +204,18 @@ fn run<E: KvElement>(
         }));
         for h in 0..task.heads as usize {
             let (rows_of_head, head_block) = (h * head_rows..(h + 1) * head_rows, h * block);
+            // The blocks computed after this head's: the next head's, or
+            // the next page's first. The kernels load them while they work
+            // on this head's, so memory and arithmetic overlap.
+            let (keys_ahead, values_ahead) = if h + 1 < task.heads as usize {
+                let next_head = head_block + block..head_block + 2 * block;
+                (&keys[next_head.clone()], &values[next_head])
+            } else {
+                next.unwrap_or((&[], &[]))
+            };
             let keys = &keys[head_block..head_block + in_page * dim];
             let values = &values[head_block..head_block + in_page * dim];
             let acc = &mut acc[rows_of_head.start * dim..rows_of_head.end * dim];
-            // Start loading this head's values while its scores are
-            // computed: they are read column by column, an order the
-            // hardware prefetcher does not follow. (Keys are read row by
-            // row, which it does.)
-            prefetch(values);
             page_scores(
                 isa,
                 &q[rows_of_head.start * dim..],
@@ -193,6 +224,7 @@ fn run<E: KvElement>(
                 in_page,
                 dim,
                 scores,
+                keys_ahead,
             );
             page_softmax(
                 isa,
@@ -209,7 +241,16 @@ fn run<E: KvElement>(
                     }
                 }
             }
-            page_accumulate(isa, acc, head_rows, scores, values, in_page, dim);
+            page_accumulate(
+                isa,
+                acc,
+                head_rows,
+                scores,
+                values,
+                in_page,
+                dim,
+                values_ahead,
+            );
         }
         key += in_page as u32;
     }
@@ -229,16 +270,26 @@ pub fn attention<E: KvElement>(
     queries: &[f32],
     out: &mut [f32],
 ) {
-    let tasks = plan(shape, batch, pool.current_num_threads());
-    let partials: Vec<Partial> = pool.install(|| {
-        tasks
-            .par_iter()
-            .map_init(Scratch::default, |scratch, t| {
-                let seq = &batch[t.seq as usize];
-                run(isa, data, layout, layer, shape, seq, queries, t, scratch)
-            })
-            .collect()
-    });
+    let serial = work(shape, batch) < SERIAL_WORK;
+    let tasks = plan(
+        shape,
+        batch,
+        if serial {
+            1
+        } else {
+            pool.current_num_threads()
+        },
+    );
+    let task = |scratch: &mut Scratch, t: &Task| {
+        let seq = &batch[t.seq as usize];
+        run(isa, data, layout, layer, shape, seq, queries, t, scratch)
+    };
+    let partials: Vec<Partial> = if serial {
+        let mut scratch = Scratch::default();
+        tasks.iter().map(|t| task(&mut scratch, t)).collect()
+    } else {
+        pool.install(|| tasks.par_iter().map_init(Scratch::default, task).collect())
+    };
     // Merge consecutive tasks of the same tile (the KV splits) and write.
     let dim = shape.head_dim as usize;
     let group = shape.group() as usize;

@@ -19,8 +19,9 @@ conformance_tests!(backends, after);
 
 #[test]
 fn split_kv_on_one_thread_and_many_agree() {
-    // One long sequence on 1 thread (no split) and on 8 (split across the KV
-    // length, then merged): both match the reference.
+    // One long sequence on 1 thread and on 8, split across the KV length
+    // into different numbers of ranges, then merged: both match the
+    // reference.
     for threads in [1, 8] {
         let mut backend = CpuBackend::with_threads(threads).unwrap();
         let err = check_batch(&mut backend, KvDtype::F32, 128, 4, 2, &[(4097, 1)], 9);

@@ -60,30 +60,15 @@ impl Isa {
     }
 }
 
-/// Asks the memory system to start loading `block` into the caches, one
-/// request per 64-byte line, without waiting for it. A no-op where there is
-/// no stable prefetch instruction (the hardware prefetcher still works).
-#[inline]
-pub fn prefetch<E>(block: &[E]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let bytes = std::mem::size_of_val(block);
-        let start = block.as_ptr().cast::<i8>();
-        for line in (0..bytes).step_by(64) {
-            // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is
-            // a hint that never faults or changes program state; every
-            // address is inside `block` anyway.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(line)) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = block;
-}
-
 /// `scores[r * 16 + i] = q[r] · k[i]` for `rows` query rows of `dim` floats
 /// and `keys` (≤ 16) key rows of `dim` elements.
+///
+/// `ahead` is the block of keys the caller scores next (or empty). The SIMD
+/// kernels prefetch it a row at a time while they compute, so the memory
+/// system keeps streaming during the arithmetic: a decode step is bound by
+/// how well the two overlap.
 #[inline]
+#[allow(clippy::too_many_arguments)]
 pub fn page_scores<E: KvElement>(
     isa: Isa,
     q: &[f32],
@@ -92,15 +77,16 @@ pub fn page_scores<E: KvElement>(
     keys: usize,
     dim: usize,
     scores: &mut [f32],
+    ahead: &[E],
 ) {
     assert!(q.len() >= rows * dim && k.len() >= keys * dim && scores.len() >= rows * 16);
-    assert!(keys <= 16 && dim % 8 == 0);
+    assert!(keys <= 16 && dim % 8 == 0 && (ahead.is_empty() || ahead.len() >= keys * dim));
     match isa {
         Isa::Scalar => scalar::page_scores(q, rows, k, keys, dim, scores),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Avx2` is only chosen when the CPU has AVX2, FMA and F16C,
         // and the asserts above bound every access the kernel makes.
-        Isa::Avx2 => unsafe { x86::page_scores(q, rows, k, keys, dim, scores) },
+        Isa::Avx2 => unsafe { x86::page_scores(q, rows, k, keys, dim, scores, ahead) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: `Neon` is only chosen when the CPU has NEON; the asserts
         // above bound every access.
@@ -109,8 +95,9 @@ pub fn page_scores<E: KvElement>(
 }
 
 /// `acc[r] += Σ_i p[r * 16 + i] · v[i]` for `rows` accumulator rows of `dim`
-/// floats and `keys` (≤ 16) value rows.
+/// floats and `keys` (≤ 16) value rows; `ahead` as in [`page_scores`].
 #[inline]
+#[allow(clippy::too_many_arguments)]
 pub fn page_accumulate<E: KvElement>(
     isa: Isa,
     acc: &mut [f32],
@@ -119,14 +106,15 @@ pub fn page_accumulate<E: KvElement>(
     v: &[E],
     keys: usize,
     dim: usize,
+    ahead: &[E],
 ) {
     assert!(acc.len() >= rows * dim && v.len() >= keys * dim && p.len() >= rows * 16);
-    assert!(keys <= 16 && dim % 8 == 0);
+    assert!(keys <= 16 && dim % 8 == 0 && (ahead.is_empty() || ahead.len() >= keys * dim));
     match isa {
         Isa::Scalar => scalar::page_accumulate(acc, rows, p, v, keys, dim),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `page_scores`.
-        Isa::Avx2 => unsafe { x86::page_accumulate(acc, rows, p, v, keys, dim) },
+        Isa::Avx2 => unsafe { x86::page_accumulate(acc, rows, p, v, keys, dim, ahead) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: as in `page_scores`.
         Isa::Neon => unsafe { neon::page_accumulate(acc, rows, p, v, keys, dim) },
@@ -184,8 +172,8 @@ mod tests {
                         .collect();
                     let mut a = vec![f32::NAN; rows * 16];
                     let mut b = vec![f32::NAN; rows * 16];
-                    page_scores(Isa::Scalar, &q, rows, &k, keys, dim, &mut a);
-                    page_scores(isa, &q, rows, &k, keys, dim, &mut b);
+                    page_scores(Isa::Scalar, &q, rows, &k, keys, dim, &mut a, &[]);
+                    page_scores(isa, &q, rows, &k, keys, dim, &mut b, &k);
                     for r in 0..rows {
                         for i in 0..keys {
                             let (x, y) = (a[r * 16 + i], b[r * 16 + i]);
@@ -195,8 +183,8 @@ mod tests {
                     let p: Vec<f32> = (0..rows * 16).map(|_| rng(&mut seed).abs()).collect();
                     let start: Vec<f32> = (0..rows * dim).map(|_| rng(&mut seed)).collect();
                     let (mut a, mut b) = (start.clone(), start);
-                    page_accumulate(Isa::Scalar, &mut a, rows, &p, &k, keys, dim);
-                    page_accumulate(isa, &mut b, rows, &p, &k, keys, dim);
+                    page_accumulate(Isa::Scalar, &mut a, rows, &p, &k, keys, dim, &[]);
+                    page_accumulate(isa, &mut b, rows, &p, &k, keys, dim, &k);
                     for (x, y) in a.iter().zip(&b) {
                         assert!((x - y).abs() <= 1e-4 * (1.0 + x.abs()), "{x} vs {y}");
                     }
