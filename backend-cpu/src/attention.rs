@@ -213,7 +213,8 @@ fn run<E: KvElement>(
             } else {
                 next.unwrap_or((&[], &[]))
             };
-            let keys = &keys[head_block..head_block + in_page * dim];
+            // Keys are dimension-major: the whole block, scored 16 wide.
+            let keys = &keys[head_block..head_block + block];
             let values = &values[head_block..head_block + in_page * dim];
             let acc = &mut acc[rows_of_head.start * dim..rows_of_head.end * dim];
             page_scores(

@@ -46,7 +46,7 @@ use pagoda_core::backend::{
     validate_attention, validate_copies, validate_scatter, AttentionShape, Backend, BackendError,
     BackendErrorKind, InputError, SeqAttention,
 };
-use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot};
+use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot, PAGE_SIZE};
 
 pub use element::KvElement;
 pub use kernels::Isa;
@@ -191,22 +191,35 @@ fn alloc<E: KvElement>(n: usize, bytes: u64) -> Result<Vec<E>, CpuError> {
     Ok(v)
 }
 
-/// Every head row a scatter or gather moves: `(kv, row_at, store_at)`, where
-/// `kv` is 0 for keys and 1 for values, `row_at` indexes the caller's packed
-/// `[slots, kv_heads, head_dim]` tensor and `store_at` the store.
+/// One head row a scatter or gather moves.
+struct SlotRow {
+    /// 0 for keys, 1 for values.
+    kv: usize,
+    /// Its start in the caller's packed `[slots, kv_heads, head_dim]` tensor.
+    row_at: usize,
+    /// Its first element in the store.
+    store_at: usize,
+    /// The distance between its elements in the store.
+    stride: usize,
+}
+
+/// Every head row a scatter or gather of `slots` moves.
 fn slot_rows<'a>(
     layout: &'a Layout,
     layer: u32,
     slots: &'a [Slot],
-) -> impl Iterator<Item = (usize, usize, usize)> + 'a {
+) -> impl Iterator<Item = SlotRow> + 'a {
     let dim = layout.head_dim;
     slots.iter().enumerate().flat_map(move |(i, slot)| {
         let (page, offset) = (slot.page().index(), slot.offset() as usize);
         (0..2).flat_map(move |kv| {
             let base = layout.offset(layer, page, kv);
-            (0..layout.kv_heads).map(move |h| {
-                let row_at = (i * layout.kv_heads + h) * dim;
-                (kv, row_at, base + h * layout.head_block() + offset * dim)
+            let (in_block, stride) = layout.row_in_block(kv, offset);
+            (0..layout.kv_heads).map(move |h| SlotRow {
+                kv,
+                row_at: (i * layout.kv_heads + h) * dim,
+                store_at: base + h * layout.head_block() + in_block,
+                stride,
             })
         })
     })
@@ -221,12 +234,10 @@ fn scatter_into<E: KvElement>(
     values: &[f32],
 ) {
     let dim = layout.head_dim;
-    for (kv, row_at, store_at) in slot_rows(layout, layer, slots) {
-        let src = if kv == 0 { keys } else { values };
-        for (d, s) in data[store_at..store_at + dim]
-            .iter_mut()
-            .zip(&src[row_at..row_at + dim])
-        {
+    for row in slot_rows(layout, layer, slots) {
+        let src = if row.kv == 0 { keys } else { values };
+        let stored = data[row.store_at..].iter_mut().step_by(row.stride);
+        for (d, s) in stored.zip(&src[row.row_at..row.row_at + dim]) {
             *d = E::from_f32(*s);
         }
     }
@@ -241,12 +252,14 @@ fn gather_from<E: KvElement>(
     values: &mut [f32],
 ) {
     let dim = layout.head_dim;
-    for (kv, row_at, store_at) in slot_rows(layout, layer, slots) {
-        let dst = if kv == 0 { &mut *keys } else { &mut *values };
-        for (d, s) in dst[row_at..row_at + dim]
-            .iter_mut()
-            .zip(&data[store_at..store_at + dim])
-        {
+    for row in slot_rows(layout, layer, slots) {
+        let dst = if row.kv == 0 {
+            &mut *keys
+        } else {
+            &mut *values
+        };
+        let stored = data[row.store_at..].iter().step_by(row.stride);
+        for (d, s) in dst[row.row_at..row.row_at + dim].iter_mut().zip(stored) {
             *d = s.to_f32();
         }
     }
@@ -255,7 +268,7 @@ fn gather_from<E: KvElement>(
 fn copy_within<E: KvElement>(data: &mut [E], layout: &Layout, copies: &[PageCopy]) {
     let dim = layout.head_dim;
     for c in copies {
-        let n = c.slots as usize * dim;
+        let n = c.slots as usize;
         for layer in 0..layout.layers as u32 {
             for kv in 0..2 {
                 let (src, dst) = (
@@ -264,7 +277,16 @@ fn copy_within<E: KvElement>(data: &mut [E], layout: &Layout, copies: &[PageCopy
                 );
                 for h in 0..layout.kv_heads {
                     let at = h * layout.head_block();
-                    data.copy_within(src + at..src + at + n, dst + at);
+                    if kv == 0 {
+                        // Dimension-major: the first `n` slots of each
+                        // dimension's row of 16.
+                        for d in 0..dim {
+                            let row = at + d * PAGE_SIZE;
+                            data.copy_within(src + row..src + row + n, dst + row);
+                        }
+                    } else {
+                        data.copy_within(src + at..src + at + n * dim, dst + at);
+                    }
                 }
             }
         }

@@ -1,8 +1,11 @@
 //! The KV store's layout in host memory.
 //!
-//! Layer-major, then page, then keys before values, then KV head: one page's
-//! keys of one layer are `[kv_heads, 16, head_dim]` contiguous elements, the
-//! shape the core's geometry describes, so one head's 16 keys are one run.
+//! Layer-major, then page, then keys before values, then KV head, so one
+//! head's 16 keys (or values) in a page are one contiguous block. Inside it
+//! values are slot-major, `[16, head_dim]`: attention weighs whole value
+//! rows. Keys are dimension-major, `[head_dim, 16]`: one dimension of all 16
+//! keys is two 8-lane vectors, so a query's 16 scores accumulate in
+//! registers with no horizontal sums.
 
 use pagoda_core::{KvGeometry, PAGE_SIZE};
 
@@ -46,5 +49,15 @@ impl Layout {
     /// Start of `page`'s keys (`kv = 0`) or values (`kv = 1`) of `layer`.
     pub fn offset(&self, layer: u32, page: u32, kv: usize) -> usize {
         ((layer as usize * self.pages + page as usize) * 2 + kv) * self.page_block()
+    }
+
+    /// Where slot `offset`'s row of one head starts inside the head's
+    /// block, and the distance between its consecutive elements.
+    pub fn row_in_block(&self, kv: usize, offset: usize) -> (usize, usize) {
+        if kv == 0 {
+            (offset, PAGE_SIZE)
+        } else {
+            (offset * self.head_dim, 1)
+        }
     }
 }

@@ -61,7 +61,9 @@ impl Isa {
 }
 
 /// `scores[r * 16 + i] = q[r] · k[i]` for `rows` query rows of `dim` floats
-/// and `keys` (≤ 16) key rows of `dim` elements.
+/// and `keys` (≤ 16) keys, `k` being a dimension-major `[dim, 16]` block
+/// (see [`crate::store`]). Scores past `keys` are unspecified: the softmax
+/// masks them.
 ///
 /// `ahead` is the block of keys the caller scores next (or empty). The SIMD
 /// kernels prefetch it a row at a time while they compute, so the memory
@@ -79,14 +81,14 @@ pub fn page_scores<E: KvElement>(
     scores: &mut [f32],
     ahead: &[E],
 ) {
-    assert!(q.len() >= rows * dim && k.len() >= keys * dim && scores.len() >= rows * 16);
-    assert!(keys <= 16 && dim % 8 == 0 && (ahead.is_empty() || ahead.len() >= keys * dim));
+    assert!(q.len() >= rows * dim && k.len() >= 16 * dim && scores.len() >= rows * 16);
+    assert!(keys <= 16 && dim % 8 == 0 && (ahead.is_empty() || ahead.len() >= 16 * dim));
     match isa {
         Isa::Scalar => scalar::page_scores(q, rows, k, keys, dim, scores),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Avx2` is only chosen when the CPU has AVX2, FMA and F16C,
         // and the asserts above bound every access the kernel makes.
-        Isa::Avx2 => unsafe { x86::page_scores(q, rows, k, keys, dim, scores, ahead) },
+        Isa::Avx2 => unsafe { x86::page_scores(q, rows, k, dim, scores, ahead) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: `Neon` is only chosen when the CPU has NEON; the asserts
         // above bound every access.
@@ -167,9 +169,9 @@ mod tests {
             for rows in [1, 3, 8, 13] {
                 for keys in [1, 7, 16] {
                     let q: Vec<f32> = (0..rows * dim).map(|_| rng(&mut seed)).collect();
-                    let k: Vec<E> = (0..keys * dim)
-                        .map(|_| E::from_f32(rng(&mut seed)))
-                        .collect();
+                    // A full block, so the transposed keys (`[dim, 16]`) and
+                    // the values (`[16, dim]`, first `keys` rows) share it.
+                    let k: Vec<E> = (0..16 * dim).map(|_| E::from_f32(rng(&mut seed))).collect();
                     let mut a = vec![f32::NAN; rows * 16];
                     let mut b = vec![f32::NAN; rows * 16];
                     page_scores(Isa::Scalar, &q, rows, &k, keys, dim, &mut a, &[]);

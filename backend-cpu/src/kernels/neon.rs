@@ -29,10 +29,12 @@ unsafe fn load4<E: KvElement>(ptr: *const E) -> float32x4_t {
     }
 }
 
-/// See [`super::page_scores`].
+/// See [`super::page_scores`]: per dimension, the 16 keys of the
+/// dimension-major block are four vectors, multiplied by the row's query
+/// element.
 ///
-/// Safety: the CPU has NEON; the slices hold `rows × dim`, `keys × dim` and
-/// `rows × 16` elements, `dim` is a multiple of 8.
+/// Safety: the CPU has NEON; `q` holds `rows × dim` elements, `k`
+/// `16 × dim` and `scores` `rows × 16`.
 #[target_feature(enable = "neon")]
 pub unsafe fn page_scores<E: KvElement>(
     q: &[f32],
@@ -44,17 +46,18 @@ pub unsafe fn page_scores<E: KvElement>(
 ) {
     for r in 0..rows {
         let qr = q.as_ptr().add(r * dim);
-        for i in 0..keys {
-            let ki = k.as_ptr().add(i * dim);
-            let (mut a, mut b) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
-            let mut d = 0;
-            while d < dim {
-                a = vfmaq_f32(a, vld1q_f32(qr.add(d)), load4(ki.add(d)));
-                b = vfmaq_f32(b, vld1q_f32(qr.add(d + 4)), load4(ki.add(d + 4)));
-                d += 8;
+        let mut a = [vdupq_n_f32(0.0); 4];
+        for d in 0..dim {
+            let w = vdupq_n_f32(*qr.add(d));
+            for (j, a) in a.iter_mut().enumerate() {
+                *a = vfmaq_f32(*a, w, load4(k.as_ptr().add(d * 16 + 4 * j)));
             }
-            *scores.get_unchecked_mut(r * 16 + i) = vaddvq_f32(vaddq_f32(a, b));
         }
+        let mut row = [0.0f32; 16];
+        for (j, a) in a.iter().enumerate() {
+            vst1q_f32(row.as_mut_ptr().add(4 * j), *a);
+        }
+        scores[r * 16..r * 16 + keys].copy_from_slice(&row[..keys]);
     }
 }
 

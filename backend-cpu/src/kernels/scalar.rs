@@ -13,7 +13,8 @@ pub fn page_scores<E: KvElement>(
     for r in 0..rows {
         let qr = &q[r * dim..(r + 1) * dim];
         for i in 0..keys {
-            let ki = &k[i * dim..(i + 1) * dim];
+            // Key `i` is column `i` of the dimension-major block.
+            let ki = k[i..].iter().step_by(16);
             scores[r * 16 + i] = qr.iter().zip(ki).map(|(a, b)| a * b.to_f32()).sum();
         }
     }

@@ -56,89 +56,49 @@ unsafe fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(one)
 }
 
-/// The lane sums of eight vectors, as one vector: lane `i` is the sum of
-/// `v[i]`'s lanes. Pairwise horizontal adds share the work, 9 instructions
-/// instead of 8 separate reductions.
+/// Scores of `R` query rows starting at `q` against the 16 keys of a
+/// dimension-major block: per dimension the 16 keys are two vectors and a
+/// row's query element one broadcast, so the accumulators hold the scores
+/// themselves, with no horizontal sums. An FMA waits on the previous one
+/// into the same accumulator, so `S` sets of `R × 2` accumulators take
+/// alternate dimensions, `R × 2 × S = 8` in flight (enough to cover the FMA
+/// latency at two per cycle). `ahead` (the next block to be scored, or
+/// null) is prefetched 8 dimensions at a time as they are used, so its load
+/// overlaps this block's arithmetic.
 #[inline(always)]
-unsafe fn hsum8(v: &[__m256; 8]) -> __m256 {
-    let h01 = _mm256_hadd_ps(v[0], v[1]);
-    let h23 = _mm256_hadd_ps(v[2], v[3]);
-    let h45 = _mm256_hadd_ps(v[4], v[5]);
-    let h67 = _mm256_hadd_ps(v[6], v[7]);
-    // Per 128-bit half: [s0 s1 s2 s3] and [s4 s5 s6 s7] partial sums.
-    let h0123 = _mm256_hadd_ps(h01, h23);
-    let h4567 = _mm256_hadd_ps(h45, h67);
-    let low = _mm256_permute2f128_ps::<0x20>(h0123, h4567);
-    let high = _mm256_permute2f128_ps::<0x31>(h0123, h4567);
-    _mm256_add_ps(low, high)
-}
-
-/// Scores of `R` query rows starting at `q` against `keys` key rows, `K`
-/// keys at a time. An FMA waits on the previous one into the same
-/// accumulator, so a block keeps `R × K = 8` accumulators in flight (enough
-/// to cover the FMA latency at two per cycle); each key load serves all `R`
-/// rows and each query load all `K` keys. Each key row's counterpart in
-/// `ahead` (the next block to be scored, or null) is prefetched as the row
-/// is used, so the load of the next block overlaps this one's arithmetic.
-#[inline(always)]
-unsafe fn scores_block<E: KvElement, const R: usize, const K: usize>(
+unsafe fn scores_block<E: KvElement, const R: usize, const S: usize>(
     q: *const f32,
     k: *const E,
-    keys: usize,
     dim: usize,
     scores: *mut f32,
     ahead: *const u8,
 ) {
-    let row_bytes = dim * size_of::<E>();
-    let mut first = 0;
-    while first + K <= keys {
-        prefetch_lines(advance(ahead, first * row_bytes), K * row_bytes);
-        let mut a = [[_mm256_setzero_ps(); K]; R];
-        let mut d = 0;
-        while d < dim {
-            let mut x = [_mm256_setzero_ps(); K];
-            for (j, x) in x.iter_mut().enumerate() {
-                *x = load8(k.add((first + j) * dim + d));
-            }
-            for (r, a) in a.iter_mut().enumerate() {
-                let qv = _mm256_loadu_ps(q.add(r * dim + d));
-                for (a, x) in a.iter_mut().zip(&x) {
-                    *a = _mm256_fmadd_ps(qv, *x, *a);
-                }
-            }
-            d += 8;
-        }
-        if R * K == 8 {
-            // All eight sums at once, row-major: row r's K sums are lanes
-            // r·K.., contiguous in its scores row.
-            let sums = hsum8(&*(a.as_ptr().cast::<[__m256; 8]>()));
-            let mut lanes = [0.0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), sums);
-            for r in 0..R {
-                core::ptr::copy_nonoverlapping(
-                    lanes.as_ptr().add(r * K),
-                    scores.add(r * 16 + first),
-                    K,
-                );
-            }
-        } else {
-            for (r, a) in a.iter().enumerate() {
-                for (j, a) in a.iter().enumerate() {
-                    *scores.add(r * 16 + first + j) = hsum(*a);
-                }
+    let chunk_bytes = 8 * 16 * size_of::<E>();
+    let mut a = [[[_mm256_setzero_ps(); 2]; R]; S];
+    let mut d = 0;
+    while d < dim {
+        prefetch_lines(advance(ahead, d * 16 * size_of::<E>()), chunk_bytes);
+        for i in 0..8 {
+            let at = d + i;
+            let low = load8(k.add(at * 16));
+            let high = load8(k.add(at * 16 + 8));
+            for (r, a) in a[i % S].iter_mut().enumerate() {
+                let w = _mm256_broadcast_ss(&*q.add(r * dim + at));
+                a[0] = _mm256_fmadd_ps(w, low, a[0]);
+                a[1] = _mm256_fmadd_ps(w, high, a[1]);
             }
         }
-        first += K;
+        d += 8;
     }
-    if first < keys {
-        scores_block::<E, R, 1>(
-            q,
-            k.add(first * dim),
-            keys - first,
-            dim,
-            scores.add(first),
-            advance(ahead, first * row_bytes),
-        );
+    for r in 0..R {
+        let mut low = a[0][r][0];
+        let mut high = a[0][r][1];
+        for set in &a[1..] {
+            low = _mm256_add_ps(low, set[r][0]);
+            high = _mm256_add_ps(high, set[r][1]);
+        }
+        _mm256_storeu_ps(scores.add(r * 16), low);
+        _mm256_storeu_ps(scores.add(r * 16 + 8), high);
     }
 }
 
@@ -151,40 +111,36 @@ fn ahead_ptr<E>(ahead: &[E]) -> *const u8 {
     }
 }
 
-/// See [`super::page_scores`].
+/// See [`super::page_scores`]: all 16 keys are scored, whatever `keys` is.
 ///
-/// Safety: the CPU has AVX2, FMA and F16C; the slices hold `rows × dim`,
-/// `keys × dim` and `rows × 16` elements, `dim` is a multiple of 8, and
-/// `ahead` is empty or holds `keys × dim` elements.
+/// Safety: the CPU has AVX2, FMA and F16C; `q` holds `rows × dim` elements,
+/// `k` `16 × dim`, `scores` `rows × 16`, `dim` is a multiple of 8, and
+/// `ahead` is empty or holds `16 × dim` elements.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn page_scores<E: KvElement>(
     q: &[f32],
     rows: usize,
     k: &[E],
-    keys: usize,
     dim: usize,
     scores: &mut [f32],
     ahead: &[E],
 ) {
     // The first row block prefetches `ahead`; later ones find it loaded.
     let mut ahead = ahead_ptr(ahead);
-    // Blocks of at most 4 rows × 2 keys: 6 loads feed 8 FMAs. (8 rows × 1 key
-    // needs 9 loads for 8 FMAs and measured 15% slower on prefill.)
     let mut r = 0;
     while r < rows {
         let (qp, sp) = (q.as_ptr().add(r * dim), scores.as_mut_ptr().add(r * 16));
-        let left = rows - r;
-        let step = match left {
+        let step = match rows - r {
             4.. => {
-                scores_block::<E, 4, 2>(qp, k.as_ptr(), keys, dim, sp, ahead);
+                scores_block::<E, 4, 1>(qp, k.as_ptr(), dim, sp, ahead);
                 4
             }
             2..=3 => {
-                scores_block::<E, 2, 4>(qp, k.as_ptr(), keys, dim, sp, ahead);
+                scores_block::<E, 2, 2>(qp, k.as_ptr(), dim, sp, ahead);
                 2
             }
             _ => {
-                scores_block::<E, 1, 8>(qp, k.as_ptr(), keys, dim, sp, ahead);
+                scores_block::<E, 1, 4>(qp, k.as_ptr(), dim, sp, ahead);
                 1
             }
         };
@@ -229,12 +185,14 @@ unsafe fn accumulate_strip<E: KvElement, const R: usize, const D: usize>(
     d: usize,
     ahead: *const u8,
 ) {
-    let (row_bytes, column) = (dim * size_of::<E>(), d * size_of::<E>());
-    let ahead = if column % 64 == 0 {
-        ahead
-    } else {
-        std::ptr::null()
-    };
+    // The line of each of `ahead`'s rows at this strip's columns, when the
+    // strip starts a new line; outside the key loop, which stays branch-free.
+    let column = d * size_of::<E>();
+    if !ahead.is_null() && column % 64 == 0 {
+        for i in 0..keys {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.add(i * dim * size_of::<E>() + column).cast::<i8>());
+        }
+    }
     let mut a = [[_mm256_setzero_ps(); D]; R];
     for (r, a) in a.iter_mut().enumerate() {
         for (j, a) in a.iter_mut().enumerate() {
@@ -242,7 +200,6 @@ unsafe fn accumulate_strip<E: KvElement, const R: usize, const D: usize>(
         }
     }
     for i in 0..keys {
-        prefetch_lines(advance(ahead, i * row_bytes + column), 1);
         let mut x = [_mm256_setzero_ps(); D];
         for (j, x) in x.iter_mut().enumerate() {
             *x = load8(v.add(i * dim + d + 8 * j));
@@ -331,8 +288,43 @@ unsafe fn hmax(v: __m256) -> f32 {
     _mm_cvtss_f32(one)
 }
 
-/// See [`super::page_softmax`]: a row's 16 scores are two vectors, masked,
-/// reduced and exponentiated without leaving registers.
+/// The maxima of four vectors' lanes, as one 4-lane vector.
+#[inline(always)]
+unsafe fn hmax4(v: [__m256; 4]) -> __m128 {
+    // Interleave rows 0/1 and 2/3, then 01/23, taking maxima each time.
+    let t01 = _mm256_max_ps(
+        _mm256_unpacklo_ps(v[0], v[1]),
+        _mm256_unpackhi_ps(v[0], v[1]),
+    );
+    let t23 = _mm256_max_ps(
+        _mm256_unpacklo_ps(v[2], v[3]),
+        _mm256_unpackhi_ps(v[2], v[3]),
+    );
+    let u = _mm256_max_ps(
+        _mm256_shuffle_ps::<0b01_00_01_00>(t01, t23),
+        _mm256_shuffle_ps::<0b11_10_11_10>(t01, t23),
+    );
+    _mm_max_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps::<1>(u))
+}
+
+/// The sums of four vectors' lanes, as one 4-lane vector.
+#[inline(always)]
+unsafe fn hsum4(v: [__m256; 4]) -> __m128 {
+    let h = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h))
+}
+
+/// Lane `i` of a 4-lane vector, in all eight lanes.
+#[inline(always)]
+unsafe fn splat<const I: i32>(v: __m128) -> __m256 {
+    _mm256_broadcastss_ps(_mm_permute_ps::<I>(v))
+}
+
+/// See [`super::page_softmax`]. Four rows at a time (the rows of one KV
+/// head in a decode step): their 16 scores are eight vectors, and the
+/// per-row maxima, sums and rescale factors are 4-lane vectors, so the
+/// horizontal reductions and exponentials of the four rows overlap instead
+/// of forming four serial chains. Remaining rows go one at a time.
 ///
 /// Safety: the CPU has AVX2 and FMA; `scores` holds `visible.len() × 16`
 /// elements, `max`, `sum` and `correction` `visible.len()`, and every
@@ -348,20 +340,73 @@ pub unsafe fn page_softmax(
     let lanes_low = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     let lanes_high = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
     let minus_inf = _mm256_set1_ps(f32::NEG_INFINITY);
-    for (r, &seen) in visible.iter().enumerate() {
-        let row = scores.as_mut_ptr().add(r * 16);
+    let base = scores.as_mut_ptr();
+    // Row `r`'s scores, keys at or past `seen` replaced by -inf (weight 0).
+    let masked = |r: usize, seen: u32| {
+        let row = base.add(r * 16);
+        let n = _mm256_set1_epi32(seen as i32);
+        let keep_low = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, lanes_low));
+        let keep_high = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, lanes_high));
+        (
+            _mm256_blendv_ps(minus_inf, _mm256_loadu_ps(row), keep_low),
+            _mm256_blendv_ps(minus_inf, _mm256_loadu_ps(row.add(8)), keep_high),
+        )
+    };
+    let rows = visible.len();
+    let mut r = 0;
+    while r + 4 <= rows {
+        let mut low = [_mm256_setzero_ps(); 4];
+        let mut high = [_mm256_setzero_ps(); 4];
+        for i in 0..4 {
+            (low[i], high[i]) = masked(r + i, *visible.get_unchecked(r + i));
+        }
+        let both = [0, 1, 2, 3].map(|i| _mm256_max_ps(low[i], high[i]));
+        let old_max = _mm_loadu_ps(max.as_ptr().add(r));
+        let new_max = _mm_max_ps(old_max, hmax4(both));
+        // A row that has seen nothing yet keeps a -inf maximum; subtracting
+        // 0 instead keeps its weights at 0 rather than NaN.
+        let unseen = _mm_cmpeq_ps(new_max, _mm_set1_ps(f32::NEG_INFINITY));
+        let m = _mm_andnot_ps(unseen, new_max);
+        let m8 = [
+            splat::<0>(m),
+            splat::<0x55>(m),
+            splat::<0xAA>(m),
+            splat::<0xFF>(m),
+        ];
+        let mut row_sums = [_mm256_setzero_ps(); 4];
+        for i in 0..4 {
+            let row = base.add((r + i) * 16);
+            let l = exp8(_mm256_sub_ps(low[i], m8[i]));
+            let h = exp8(_mm256_sub_ps(high[i], m8[i]));
+            _mm256_storeu_ps(row, l);
+            _mm256_storeu_ps(row.add(8), h);
+            row_sums[i] = _mm256_add_ps(l, h);
+        }
+        // e^(old - new), in the low four lanes; 1 for a row that sees no
+        // key in this page (as the one-row path gives).
+        let c = _mm256_castps256_ps128(exp8(_mm256_castps128_ps256(_mm_sub_ps(old_max, m))));
+        let seen = _mm_loadu_si128(visible.as_ptr().add(r).cast::<__m128i>());
+        let none = _mm_castsi128_ps(_mm_cmpeq_epi32(seen, _mm_setzero_si128()));
+        let c = _mm_blendv_ps(c, _mm_set1_ps(1.0), none);
+        let old_sum = _mm_loadu_ps(sum.as_ptr().add(r));
+        _mm_storeu_ps(
+            sum.as_mut_ptr().add(r),
+            _mm_fmadd_ps(old_sum, c, hsum4(row_sums)),
+        );
+        _mm_storeu_ps(max.as_mut_ptr().add(r), new_max);
+        _mm_storeu_ps(correction.as_mut_ptr().add(r), c);
+        r += 4;
+    }
+    for r in r..rows {
+        let seen = *visible.get_unchecked(r);
+        let row = base.add(r * 16);
         if seen == 0 {
             _mm256_storeu_ps(row, _mm256_setzero_ps());
             _mm256_storeu_ps(row.add(8), _mm256_setzero_ps());
             *correction.get_unchecked_mut(r) = 1.0;
             continue;
         }
-        // Keys at or past `seen` become -inf, hence weight 0.
-        let n = _mm256_set1_epi32(seen as i32);
-        let keep_low = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, lanes_low));
-        let keep_high = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, lanes_high));
-        let low = _mm256_blendv_ps(minus_inf, _mm256_loadu_ps(row), keep_low);
-        let high = _mm256_blendv_ps(minus_inf, _mm256_loadu_ps(row.add(8)), keep_high);
+        let (low, high) = masked(r, seen);
         let old_max = *max.get_unchecked(r);
         let new_max = old_max.max(hmax(_mm256_max_ps(low, high)));
         let m = _mm256_set1_ps(new_max);
