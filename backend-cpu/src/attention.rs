@@ -213,9 +213,10 @@ fn run<E: KvElement>(
             } else {
                 next.unwrap_or((&[], &[]))
             };
-            // Keys are dimension-major: the whole block, scored 16 wide.
+            // Whole blocks (keys are scored 16 wide, values are tiled; see
+            // `store`).
             let keys = &keys[head_block..head_block + block];
-            let values = &values[head_block..head_block + in_page * dim];
+            let values = &values[head_block..head_block + block];
             let acc = &mut acc[rows_of_head.start * dim..rows_of_head.end * dim];
             page_scores(
                 isa,

@@ -50,7 +50,7 @@ use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot, PAGE_SIZE};
 
 pub use element::KvElement;
 pub use kernels::Isa;
-use store::Layout;
+use store::{in_block, Layout};
 
 /// Why the CPU backend refused or failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,10 +197,10 @@ struct SlotRow {
     kv: usize,
     /// Its start in the caller's packed `[slots, kv_heads, head_dim]` tensor.
     row_at: usize,
-    /// Its first element in the store.
-    store_at: usize,
-    /// The distance between its elements in the store.
-    stride: usize,
+    /// The start of its head's block in the store.
+    block_at: usize,
+    /// Its slot in the page.
+    offset: usize,
 }
 
 /// Every head row a scatter or gather of `slots` moves.
@@ -214,12 +214,11 @@ fn slot_rows<'a>(
         let (page, offset) = (slot.page().index(), slot.offset() as usize);
         (0..2).flat_map(move |kv| {
             let base = layout.offset(layer, page, kv);
-            let (in_block, stride) = layout.row_in_block(kv, offset);
             (0..layout.kv_heads).map(move |h| SlotRow {
                 kv,
                 row_at: (i * layout.kv_heads + h) * dim,
-                store_at: base + h * layout.head_block() + in_block,
-                stride,
+                block_at: base + h * layout.head_block(),
+                offset,
             })
         })
     })
@@ -236,9 +235,9 @@ fn scatter_into<E: KvElement>(
     let dim = layout.head_dim;
     for row in slot_rows(layout, layer, slots) {
         let src = if row.kv == 0 { keys } else { values };
-        let stored = data[row.store_at..].iter_mut().step_by(row.stride);
-        for (d, s) in stored.zip(&src[row.row_at..row.row_at + dim]) {
-            *d = E::from_f32(*s);
+        let block = &mut data[row.block_at..row.block_at + layout.head_block()];
+        for (d, s) in src[row.row_at..row.row_at + dim].iter().enumerate() {
+            block[in_block(row.kv, row.offset, d)] = E::from_f32(*s);
         }
     }
 }
@@ -258,15 +257,14 @@ fn gather_from<E: KvElement>(
         } else {
             &mut *values
         };
-        let stored = data[row.store_at..].iter().step_by(row.stride);
-        for (d, s) in dst[row.row_at..row.row_at + dim].iter_mut().zip(stored) {
-            *d = s.to_f32();
+        let block = &data[row.block_at..row.block_at + layout.head_block()];
+        for (d, out) in dst[row.row_at..row.row_at + dim].iter_mut().enumerate() {
+            *out = block[in_block(row.kv, row.offset, d)].to_f32();
         }
     }
 }
 
 fn copy_within<E: KvElement>(data: &mut [E], layout: &Layout, copies: &[PageCopy]) {
-    let dim = layout.head_dim;
     for c in copies {
         let n = c.slots as usize;
         for layer in 0..layout.layers as u32 {
@@ -275,17 +273,11 @@ fn copy_within<E: KvElement>(data: &mut [E], layout: &Layout, copies: &[PageCopy
                     layout.offset(layer, c.src.index(), kv),
                     layout.offset(layer, c.dst.index(), kv),
                 );
+                let (runs, width) = layout.runs(kv);
                 for h in 0..layout.kv_heads {
-                    let at = h * layout.head_block();
-                    if kv == 0 {
-                        // Dimension-major: the first `n` slots of each
-                        // dimension's row of 16.
-                        for d in 0..dim {
-                            let row = at + d * PAGE_SIZE;
-                            data.copy_within(src + row..src + row + n, dst + row);
-                        }
-                    } else {
-                        data.copy_within(src + at..src + at + n * dim, dst + at);
+                    for run in 0..runs {
+                        let at = h * layout.head_block() + run * PAGE_SIZE * width;
+                        data.copy_within(src + at..src + at + n * width, dst + at);
                     }
                 }
             }

@@ -1,11 +1,17 @@
 //! The KV store's layout in host memory.
 //!
 //! Layer-major, then page, then keys before values, then KV head, so one
-//! head's 16 keys (or values) in a page are one contiguous block. Inside it
-//! values are slot-major, `[16, head_dim]`: attention weighs whole value
-//! rows. Keys are dimension-major, `[head_dim, 16]`: one dimension of all 16
-//! keys is two 8-lane vectors, so a query's 16 scores accumulate in
-//! registers with no horizontal sums.
+//! head's 16 keys (or values) in a page are one contiguous block, laid out
+//! for the order the kernels read it:
+//!
+//! - keys are dimension-major, `[head_dim, 16]`: one dimension of all 16
+//!   keys is two 8-lane vectors, so a query's 16 scores accumulate in
+//!   registers with no horizontal sums;
+//! - values are tiled, `[head_dim / 16, 16, 16]`: 16 columns of all 16
+//!   slots are one run, the strip the weighted sum works on at a time, so
+//!   the block is read front to back (slot-major rows would be read
+//!   column-strip by column-strip, 256 bytes apart, which the hardware
+//!   prefetchers do not follow).
 
 use pagoda_core::{KvGeometry, PAGE_SIZE};
 
@@ -51,13 +57,34 @@ impl Layout {
         ((layer as usize * self.pages + page as usize) * 2 + kv) * self.page_block()
     }
 
-    /// Where slot `offset`'s row of one head starts inside the head's
-    /// block, and the distance between its consecutive elements.
-    pub fn row_in_block(&self, kv: usize, offset: usize) -> (usize, usize) {
+    /// Runs of 16 slots in one head's keys (`kv = 0`) or values (`kv = 1`),
+    /// and the elements of one slot in each run: the first `n` slots of a
+    /// block are the first `n × width` elements of every run.
+    pub fn runs(&self, kv: usize) -> (usize, usize) {
         if kv == 0 {
-            (offset, PAGE_SIZE)
+            (self.head_dim, 1)
         } else {
-            (offset * self.head_dim, 1)
+            (self.head_dim / VALUE_TILE, VALUE_TILE)
         }
     }
+}
+
+/// Columns per tile of a value block.
+pub const VALUE_TILE: usize = 16;
+
+/// Where element `d` of slot `offset` is inside one head's key block
+/// (`kv = 0`) or value block (`kv = 1`).
+#[inline]
+pub fn in_block(kv: usize, offset: usize, d: usize) -> usize {
+    if kv == 0 {
+        d * PAGE_SIZE + offset
+    } else {
+        value_at(offset, d)
+    }
+}
+
+/// Where element `d` of value row `slot` is inside a value block.
+#[inline(always)]
+pub fn value_at(slot: usize, d: usize) -> usize {
+    (d / VALUE_TILE) * (PAGE_SIZE * VALUE_TILE) + slot * VALUE_TILE + d % VALUE_TILE
 }

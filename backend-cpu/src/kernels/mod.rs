@@ -97,7 +97,9 @@ pub fn page_scores<E: KvElement>(
 }
 
 /// `acc[r] += Σ_i p[r * 16 + i] · v[i]` for `rows` accumulator rows of `dim`
-/// floats and `keys` (≤ 16) value rows; `ahead` as in [`page_scores`].
+/// floats and `keys` (≤ 16) value rows, `v` being a tiled
+/// `[dim / 16, 16, 16]` block (see [`crate::store`]); `ahead` as in
+/// [`page_scores`].
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub fn page_accumulate<E: KvElement>(
@@ -110,8 +112,8 @@ pub fn page_accumulate<E: KvElement>(
     dim: usize,
     ahead: &[E],
 ) {
-    assert!(acc.len() >= rows * dim && v.len() >= keys * dim && p.len() >= rows * 16);
-    assert!(keys <= 16 && dim % 8 == 0 && (ahead.is_empty() || ahead.len() >= keys * dim));
+    assert!(acc.len() >= rows * dim && v.len() >= 16 * dim && p.len() >= rows * 16);
+    assert!(keys <= 16 && dim % 16 == 0 && (ahead.is_empty() || ahead.len() >= 16 * dim));
     match isa {
         Isa::Scalar => scalar::page_accumulate(acc, rows, p, v, keys, dim),
         #[cfg(target_arch = "x86_64")]
@@ -165,7 +167,7 @@ mod tests {
     fn check<E: KvElement>() {
         let isa = Isa::detect();
         let mut seed = 7;
-        for dim in [64, 80, 96, 128, 256] {
+        for dim in [64, 80, 96, 128, 192, 256] {
             for rows in [1, 3, 8, 13] {
                 for keys in [1, 7, 16] {
                     let q: Vec<f32> = (0..rows * dim).map(|_| rng(&mut seed)).collect();

@@ -5,6 +5,7 @@ use std::arch::aarch64::*;
 use pagoda_core::KvDtype;
 
 use crate::element::KvElement;
+use crate::store::value_at;
 
 /// Four elements at `ptr`, widened to f32.
 ///
@@ -80,7 +81,7 @@ pub unsafe fn page_accumulate<E: KvElement>(
             let mut x = vld1q_f32(ar.add(d));
             for i in 0..keys {
                 let w = vdupq_n_f32(*p.get_unchecked(r * 16 + i));
-                x = vfmaq_f32(x, w, load4(v.as_ptr().add(i * dim + d)));
+                x = vfmaq_f32(x, w, load4(v.as_ptr().add(value_at(i, d))));
             }
             vst1q_f32(ar.add(d), x);
             d += 4;

@@ -1,6 +1,7 @@
 //! Portable kernels: the reference for the SIMD ones.
 
 use crate::element::KvElement;
+use crate::store::value_at;
 
 pub fn page_scores<E: KvElement>(
     q: &[f32],
@@ -32,8 +33,8 @@ pub fn page_accumulate<E: KvElement>(
         let ar = &mut acc[r * dim..(r + 1) * dim];
         for i in 0..keys {
             let w = p[r * 16 + i];
-            for (a, b) in ar.iter_mut().zip(&v[i * dim..(i + 1) * dim]) {
-                *a += w * b.to_f32();
+            for (d, a) in ar.iter_mut().enumerate() {
+                *a += w * v[value_at(i, d)].to_f32();
             }
         }
     }

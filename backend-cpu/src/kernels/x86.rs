@@ -3,9 +3,10 @@
 
 use std::arch::x86_64::*;
 
-use pagoda_core::KvDtype;
+use pagoda_core::{KvDtype, PAGE_SIZE};
 
 use crate::element::KvElement;
+use crate::store::{value_at, VALUE_TILE};
 
 /// Eight elements at `ptr`, widened to f32.
 ///
@@ -185,13 +186,15 @@ unsafe fn accumulate_strip<E: KvElement, const R: usize, const D: usize>(
     d: usize,
     ahead: *const u8,
 ) {
-    // The line of each of `ahead`'s rows at this strip's columns, when the
-    // strip starts a new line; outside the key loop, which stays branch-free.
-    let column = d * size_of::<E>();
-    if !ahead.is_null() && column % 64 == 0 {
-        for i in 0..keys {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.add(i * dim * size_of::<E>() + column).cast::<i8>());
-        }
+    // The tiles of `ahead` at this strip's columns, when the strip starts a
+    // tile; outside the key loop, which stays branch-free.
+    if d % VALUE_TILE == 0 {
+        let tiles = (8 * D).div_ceil(VALUE_TILE);
+        let tile_bytes = PAGE_SIZE * VALUE_TILE * size_of::<E>();
+        prefetch_lines(
+            advance(ahead, value_at(0, d) * size_of::<E>()),
+            tiles * tile_bytes,
+        );
     }
     let mut a = [[_mm256_setzero_ps(); D]; R];
     for (r, a) in a.iter_mut().enumerate() {
@@ -202,7 +205,7 @@ unsafe fn accumulate_strip<E: KvElement, const R: usize, const D: usize>(
     for i in 0..keys {
         let mut x = [_mm256_setzero_ps(); D];
         for (j, x) in x.iter_mut().enumerate() {
-            *x = load8(v.add(i * dim + d + 8 * j));
+            *x = load8(v.add(value_at(i, d + 8 * j)));
         }
         for (r, a) in a.iter_mut().enumerate() {
             let w = _mm256_set1_ps(*p.add(r * 16 + i));
