@@ -44,7 +44,7 @@ use std::fmt;
 use half::{bf16, f16};
 use pagoda_core::backend::{
     validate_attention, validate_copies, validate_scatter, AttentionShape, Backend, BackendError,
-    BackendErrorKind, InputError, SeqAttention,
+    BackendErrorKind, InputError, SeqAttention, SUPPORTED_HEAD_DIMS,
 };
 use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot, PAGE_SIZE};
 
@@ -298,6 +298,11 @@ impl Backend for CpuBackend {
         geometry: KvGeometry,
         pages: u32,
     ) -> Result<CpuKvStore, CpuError> {
+        // The block layouts tile values 16 columns at a time, and attention
+        // refuses other dims anyway: refuse them before any memory exists.
+        if !SUPPORTED_HEAD_DIMS.contains(&geometry.head_dim()) {
+            return Err(InputError::HeadDim(geometry.head_dim()).into());
+        }
         let layout = Layout::new(&geometry, pages);
         let bytes = geometry.bytes_per_page().saturating_mul(u64::from(pages));
         let n = layout.elements().ok_or(CpuError::OutOfMemory { bytes })?;

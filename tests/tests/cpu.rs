@@ -28,3 +28,21 @@ fn split_kv_on_one_thread_and_many_agree() {
         assert!(err < tolerance(KvDtype::F32), "{threads} threads: {err}");
     }
 }
+
+#[test]
+fn a_store_with_an_unsupported_head_dim_is_refused() {
+    use pagoda_core::backend::{Backend, BackendError, BackendErrorKind, InputError};
+    use pagoda_core::KvGeometry;
+    use pagoda_cpu::CpuError;
+    let mut backend = CpuBackend::new();
+    // Any head dim makes a valid geometry, but the CPU's value tiles (16
+    // columns) and its kernels only handle the supported ones.
+    for dim in [8, 72, 100] {
+        let geometry = KvGeometry::new(1, 2, dim, KvDtype::F16).unwrap();
+        let err = backend.create_kv_store(geometry, 4).unwrap_err();
+        assert!(matches!(err, CpuError::Input(InputError::HeadDim(d)) if d == dim));
+        assert_eq!(err.kind(), BackendErrorKind::InvalidInput);
+    }
+    let geometry = KvGeometry::new(1, 2, 80, KvDtype::F16).unwrap();
+    assert!(backend.create_kv_store(geometry, 4).is_ok());
+}

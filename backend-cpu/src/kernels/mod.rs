@@ -66,7 +66,7 @@ impl Isa {
 /// masks them.
 ///
 /// `ahead` is the block of keys the caller scores next (or empty). The SIMD
-/// kernels prefetch it a row at a time while they compute, so the memory
+/// kernels prefetch it a few lines at a time while they compute, so the memory
 /// system keeps streaming during the arithmetic: a decode step is bound by
 /// how well the two overlap.
 #[inline]

@@ -153,8 +153,8 @@ pub unsafe fn page_scores<E: KvElement>(
 /// Accumulates `keys` weighted value rows into `R` accumulator rows, `D`
 /// vectors of each row at a time (`R × D = 8` accumulators in flight, as in
 /// [`scores_block`]); a tail narrower than `D` vectors goes one at a time.
-/// `ahead` (or null) is prefetched as in [`scores_block`], a line of each
-/// row whenever a strip starts a new line.
+/// `ahead` (or null) is prefetched as in [`scores_block`], one value tile
+/// (16 columns of all 16 slots) whenever a strip starts one.
 #[inline(always)]
 unsafe fn accumulate_block<E: KvElement, const R: usize, const D: usize>(
     acc: *mut f32,
