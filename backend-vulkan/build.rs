@@ -54,7 +54,7 @@ fn main() {
     for n in &names {
         writeln!(
             out,
-            "            Kernel::{} => Needs {{ subgroup_shuffle: {}, float16: {} }},",
+            "            Kernel::{} => Needs {{ subgroup_arithmetic: {}, float16: {} }},",
             camel(n),
             defines(n, "-DSUBGROUP"),
             defines(n, "-DF16_ARITH")

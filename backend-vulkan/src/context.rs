@@ -44,7 +44,7 @@ pub struct VulkanOptions {
     /// Caps each KV chunk (one storage-buffer binding) below the device's
     /// `maxStorageBufferRange`, so tests can split a small pool.
     pub max_chunk_bytes: Option<u64>,
-    /// Use the kernel variants that reduce with subgroup shuffles where the
+    /// Use the kernel variants that reduce with subgroup arithmetic where the
     /// device has them (`None`: yes, unless [`SUBGROUPS_ENV`] is `0`).
     /// `Some(false)` runs the plain variants, e.g. to test them.
     pub subgroups: Option<bool>,
@@ -113,9 +113,9 @@ pub struct DeviceInfo {
     pub max_shared_memory: u32,
     /// Default subgroup width.
     pub subgroup_size: u32,
-    /// Subgroup shuffles in compute shaders, at least 4 lanes wide: what the
+    /// Subgroup arithmetic (max, add) in compute shaders: what the
     /// `SUBGROUP` kernel variants need.
-    pub subgroup_shuffle: bool,
+    pub subgroup_arithmetic: bool,
     /// Nanoseconds per timestamp tick, if compute timestamps are supported.
     pub timestamp_period_ns: Option<f32>,
     /// `shaderFloat16` (Vulkan 1.2 or later): what the `F16_ARITH` kernel
@@ -138,7 +138,7 @@ impl fmt::Display for DeviceInfo {
         write!(
             f,
             "{} ({:?}, Vulkan {}): storage buffer range {} MiB, shared memory {} KiB, subgroup {}, \
-             subgroup shuffles {}, timestamps {}, shaderFloat16 {}, 16-bit storage {}; kernels: \
+             subgroup arithmetic {}, timestamps {}, shaderFloat16 {}, 16-bit storage {}; kernels: \
              subgroups {}, f16 arithmetic {}, bounds checks {}; validation {}",
             self.name,
             self.kind,
@@ -146,7 +146,7 @@ impl fmt::Display for DeviceInfo {
             self.max_storage_buffer_range >> 20,
             self.max_shared_memory >> 10,
             self.subgroup_size,
-            self.subgroup_shuffle,
+            self.subgroup_arithmetic,
             if self.timestamp_period_ns.is_some() { "yes" } else { "no" },
             self.shader_float16,
             self.storage_16bit,
@@ -297,7 +297,7 @@ impl Context {
         let wanted = |option: Option<bool>, env: &str| {
             option.unwrap_or_else(|| std::env::var(env).map_or(true, |v| v != "0"))
         };
-        info.use_subgroups = info.subgroup_shuffle && wanted(options.subgroups, SUBGROUPS_ENV);
+        info.use_subgroups = info.subgroup_arithmetic && wanted(options.subgroups, SUBGROUPS_ENV);
         info.use_float16 = info.shader_float16 && wanted(options.float16, FLOAT16_ENV);
 
         let features = vk::PhysicalDeviceFeatures::default()
@@ -474,7 +474,7 @@ fn choose_device(
     let (index, physical, family, name, props, family_props) = pick.clone();
     // SAFETY: plain queries of an enumerated device; the chained structs
     // live on this stack frame for the duration of the calls.
-    let (features, f16, (subgroup, shuffle)) = unsafe {
+    let (features, f16, (subgroup, arithmetic)) = unsafe {
         let features = instance.get_physical_device_features(physical);
         let mut storage16 = vk::PhysicalDevice16BitStorageFeatures::default();
         let mut float16 = vk::PhysicalDeviceShaderFloat16Int8Features::default();
@@ -494,12 +494,11 @@ fn choose_device(
             ),
             (
                 subgroup.subgroup_size,
-                subgroup.subgroup_size >= 4
-                    && subgroup
-                        .supported_stages
-                        .contains(vk::ShaderStageFlags::COMPUTE)
+                subgroup
+                    .supported_stages
+                    .contains(vk::ShaderStageFlags::COMPUTE)
                     && subgroup.supported_operations.contains(
-                        vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::SHUFFLE,
+                        vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::ARITHMETIC,
                     ),
             ),
         )
@@ -527,7 +526,7 @@ fn choose_device(
         max_allocation_bytes: max_allocation,
         max_shared_memory: limits.max_compute_shared_memory_size,
         subgroup_size: subgroup,
-        subgroup_shuffle: shuffle,
+        subgroup_arithmetic: arithmetic,
         timestamp_period_ns: timestamps.then_some(limits.timestamp_period),
         shader_float16: f16.0,
         storage_16bit: f16.1,

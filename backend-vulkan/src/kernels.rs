@@ -16,17 +16,17 @@ include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 /// `shaders/kernels.list`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Needs {
-    /// Subgroup shuffles (`SUBGROUP`).
-    pub subgroup_shuffle: bool,
+    /// Subgroup arithmetic, max and add (`SUBGROUP`).
+    pub subgroup_arithmetic: bool,
     /// `shaderFloat16` (`F16_ARITH`).
     pub float16: bool,
 }
 
 impl Needs {
-    /// Whether a kernel with these needs may run where subgroup shuffles and
+    /// Whether a kernel with these needs may run where subgroup arithmetic and
     /// f16 arithmetic are (or are not) available and wanted.
     pub(crate) fn met(self, subgroups: bool, float16: bool) -> bool {
-        (subgroups || !self.subgroup_shuffle) && (float16 || !self.float16)
+        (subgroups || !self.subgroup_arithmetic) && (float16 || !self.float16)
     }
 }
 

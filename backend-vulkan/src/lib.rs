@@ -18,11 +18,13 @@
 //!   committed as SPIR-V and checked as they load): scatter, gather, page
 //!   copy for copy-on-write, paged attention for prefill (tiles of
 //!   grouped-query heads × new tokens, causal, online softmax), a decode
-//!   kernel shaped around reading the KV once (keys scored token-parallel,
-//!   one softmax step per 128 keys, coalesced value rows), both split across
-//!   the KV length for long contexts, and the merge of split partials. f16
-//!   and bf16 are read as packed words. The decode kernel has variants picked
-//!   when the backend opens: subgroup shuffles where the device has them, f16
+//!   kernel shaped around reading the KV once (a tile of keys and values
+//!   loaded in coalesced 16-byte reads, all issued before any is used; one
+//!   softmax step per tile; each value row read once for all the heads of
+//!   its group), both split across the KV length for long contexts, and the
+//!   merge of split partials. f16 and bf16 are read as packed words. The
+//!   decode kernel has variants picked when the backend opens: subgroup
+//!   max and add for the softmax where the device has them, f16
 //!   products for f16 stores where it has `shaderFloat16`, f32 otherwise
 //!   ([`VulkanOptions::subgroups`], [`VulkanOptions::float16`]).
 //! - **Checks**: every input is validated before anything is recorded, the

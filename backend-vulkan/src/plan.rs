@@ -18,6 +18,10 @@ pub(crate) fn max_vectors(head_dim: u32) -> u32 {
     }
 }
 
+/// Query heads one decode item takes at most (`MAX_HEADS` in `decode.comp`,
+/// which keeps every head's accumulators in registers); larger groups are
+/// split into several items.
+pub(crate) const DECODE_MAX_HEADS: u32 = 8;
 /// Below this many workgroups the device has idle cores, so long contexts
 /// are split across their KV length.
 pub(crate) const TARGET_WORKGROUPS: u32 = 1024;
@@ -63,8 +67,9 @@ struct Item {
 /// Plans a validated batch (see [`pagoda_core::backend::validate_attention`]).
 pub(crate) fn plan_attention(shape: &AttentionShape, batch: &[SeqAttention<'_>]) -> AttentionPlan {
     let group = shape.group();
-    let hcount_max = group.min(max_vectors(shape.head_dim));
-    let rows_per_tile = (max_vectors(shape.head_dim) / hcount_max).max(1);
+    let tile_heads = group.min(max_vectors(shape.head_dim));
+    let rows_per_tile = (max_vectors(shape.head_dim) / tile_heads).max(1);
+    let decode_heads = group.min(DECODE_MAX_HEADS);
     let mut meta = Vec::new();
     // Sequence table: 4 words each, then every sequence's used pages.
     let pages_start = batch.len() * 4;
@@ -81,10 +86,10 @@ pub(crate) fn plan_attention(shape: &AttentionShape, batch: &[SeqAttention<'_>])
     let mut tiles = Vec::new();
     let mut decodes = Vec::new();
     for (s, seq) in batch.iter().enumerate() {
-        let items = if seq.query_len == 1 {
-            &mut decodes
+        let (items, hcount_max) = if seq.query_len == 1 {
+            (&mut decodes, decode_heads)
         } else {
-            &mut tiles
+            (&mut tiles, tile_heads)
         };
         for kv_head in 0..shape.kv_heads {
             for head0 in (0..group).step_by(hcount_max as usize) {
@@ -266,6 +271,31 @@ mod tests {
         // The page list holds the used pages of each sequence.
         assert_eq!(&plan.meta[8..10], &[0, 1]);
         assert_eq!(&plan.meta[10..16], &[2, 3, 4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn a_wide_group_is_decoded_in_items_of_at_most_eight_heads() {
+        let pages: Vec<PageId> = (0..4).map(PageId::from_index).collect();
+        let batch = [SeqAttention {
+            pages: &pages,
+            context_len: 50,
+            query_start: 0,
+            query_len: 1,
+        }];
+        let s = shape(24, 2, 128);
+        let plan = plan_attention(&s, &batch);
+        assert_eq!(plan.items, 0);
+        let decode = &plan.meta[plan.decode_offset as usize..plan.merge_offset as usize];
+        let mut seen = [0u32; 24];
+        for it in decode.chunks(ITEM_WORDS) {
+            let (kv_head, head0, hcount) = (it[1], it[2], it[3]);
+            assert!(hcount <= DECODE_MAX_HEADS, "{it:?}");
+            for h in head0..head0 + hcount {
+                seen[(kv_head * 12 + h) as usize] += 1;
+            }
+        }
+        assert_eq!(plan.decode_items, 4, "12 heads per KV head: 8 + 4");
+        assert!(seen.iter().all(|&n| n == 1), "{seen:?}");
     }
 
     #[test]

@@ -454,6 +454,41 @@ macro_rules! conformance_tests {
         }
 
         #[test]
+        fn wide_query_groups_and_head_dim_192_match_the_reference() {
+            // Groups wider than a decode item takes (8 heads) are split
+            // across items; 192 is the supported head dim the sweep above
+            // leaves out.
+            use pagoda_core::KvDtype::{Bf16, F16, F32};
+            for (label, mut backend) in $backends() {
+                for (i, (dtype, dim, gqa)) in [
+                    (F16, 192, 16),
+                    (F32, 192, 2),
+                    (Bf16, 128, 12),
+                    (F16, 64, 16),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    let seqs = [(1, 1), (600, 1), (33, 33), (1000, 3)];
+                    let err = $crate::check_batch(
+                        &mut backend,
+                        dtype,
+                        dim,
+                        gqa,
+                        2,
+                        &seqs,
+                        900 + i as u64,
+                    );
+                    assert!(
+                        err < $crate::tolerance(dtype),
+                        "{label} {dtype:?} dim {dim} gqa {gqa}: error {err}"
+                    );
+                }
+                $after(&backend);
+            }
+        }
+
+        #[test]
         fn long_contexts_on_and_off_page_boundaries() {
             for (label, mut backend) in $backends() {
                 for &ctx in &$crate::CONTEXT_LENGTHS {

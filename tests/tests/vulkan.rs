@@ -39,7 +39,7 @@ fn open(options: VulkanOptions) -> Option<VulkanBackend> {
 }
 
 /// The device once per distinct set of kernel variants it can run: with
-/// subgroup shuffles and f16 products where it has them, and with each
+/// subgroup arithmetic and f16 products where it has them, and with each
 /// turned off, so every variant passes the same cases.
 fn backends() -> Vec<(String, VulkanBackend)> {
     let mut out: Vec<(String, VulkanBackend)> = Vec::new();
