@@ -160,6 +160,13 @@ void main() {
     // lanes take in MAX_LOADS loads each.
     uint tile = min(min(KS_VECS / (PAGE_SIZE * stride) * PAGE_SIZE, MAX_TILE),
                     lanes * MAX_LOADS / PAGE_SIZE * PAGE_SIZE);
+#ifdef SUBGROUP
+    // This invocation's place among its subgroup's active invocations, and
+    // their number: the softmax splits a head's keys by these, so it stays
+    // right even where a device launches partial subgroups.
+    uint sg_lane = subgroupExclusiveAdd(1u);
+    uint sg_width = subgroupAdd(1u);
+#endif
     if (tile == 0u) {
 #ifdef BOUNDS_CHECK
         if (tid == 0u) { atomicOr(fault, FAULT_META); }
@@ -275,12 +282,12 @@ void main() {
             for (uint h = gl_SubgroupID; h < hcount; h += gl_NumSubgroups) {
                 float m_old = m_s[cur][h];
                 float m = NEG_INF;
-                for (uint k = gl_SubgroupInvocationID; k < n; k += gl_SubgroupSize) {
+                for (uint k = sg_lane; k < n; k += sg_width) {
                     m = max(m, s_s[h * tile + k]);
                 }
                 float m_new = max(m_old, subgroupMax(m));
                 float sum = 0.0;
-                for (uint k = gl_SubgroupInvocationID; k < tile; k += gl_SubgroupSize) {
+                for (uint k = sg_lane; k < tile; k += sg_width) {
                     float s = s_s[h * tile + k];
                     float prob = s == NEG_INF ? 0.0 : exp(s - m_new);
                     s_s[h * tile + k] = prob;
