@@ -18,7 +18,10 @@
 //!    `PAGODA_BENCH_MAX_BYTES` (default 64 MiB on a CPU device, 16 GiB
 //!    otherwise) are skipped. The timed stores hold zeros: the kernels' work
 //!    does not depend on the values, which the check step covers.
-//! 4. **Prefill** of 2,048 tokens (causal), f16 KV: kernel time and TFLOP/s.
+//! 4. **Decode variants**: one long decode case (32k, or 2k on a CPU
+//!    device) with every kernel variant the device has (subgroup softmax,
+//!    f16 products, each on and off), so one run says which is fastest.
+//! 5. **Prefill** of 2,048 tokens (causal), f16 KV: kernel time and TFLOP/s.
 //!
 //! On a CPU implementation (lavapipe) every case also runs on the CPU
 //! backend in the same run, and the ratio of wall times is printed.
@@ -216,7 +219,48 @@ fn main() {
         }
     }
 
-    // 4. Prefill.
+    // 4. Every decode variant the device has, on one long case, so that one
+    // run on a new device says which the backend should prefer.
+    let case = Case {
+        head_dim: 128,
+        batch: 1,
+        context: if on_cpu { 2048 } else { 32768 },
+        new: 1,
+    };
+    let geometry = KvGeometry::new(1, KV_HEADS, case.head_dim, KvDtype::F16).unwrap();
+    let kv_bytes = u64::from(case.context) * geometry.bytes_per_token();
+    println!();
+    println!(
+        "decode variants (f16 KV, dim {}, batch 1, context {})",
+        case.head_dim, case.context
+    );
+    let mut seen = Vec::new();
+    for (subgroups, float16) in [(true, true), (true, false), (false, true), (false, false)] {
+        let variant_options = VulkanOptions {
+            subgroups: Some(subgroups),
+            float16: Some(float16),
+            ..options.clone()
+        };
+        let Ok(mut variant) = VulkanBackend::new(&variant_options) else {
+            continue;
+        };
+        let used = (variant.info().use_subgroups, variant.info().use_float16);
+        if seen.contains(&used) {
+            continue;
+        }
+        seen.push(used);
+        let t = run_case(&mut variant, &case, repeats, kernel_ns);
+        let gbs = kv_bytes as f64 / t.kernel_ns;
+        println!(
+            "subgroups {:<5} f16 products {:<5} kernel {:>9.1} µs {gbs:>8.1} GB/s {:>5.0}% of copy",
+            used.0,
+            used.1,
+            t.kernel_ns / 1e3,
+            100.0 * gbs * 1e9 / copy
+        );
+    }
+
+    // 5. Prefill.
     println!();
     println!("prefill (2,048 new tokens, causal, f16 KV, GQA 4)");
     for head_dim in [64, 128] {
