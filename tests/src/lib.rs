@@ -424,6 +424,27 @@ pub fn check_invalid_inputs<B: Backend>(backend: &mut B) {
     assert_eq!(err.kind(), BackendErrorKind::InvalidInput);
 }
 
+/// Runs [`check_batch`] and fails, naming the backend (`label`) and the
+/// case, when the error is past the dtype's tolerance.
+#[allow(clippy::too_many_arguments)]
+pub fn assert_batch_matches<B: Backend>(
+    backend: &mut B,
+    label: &str,
+    dtype: KvDtype,
+    head_dim: u32,
+    gqa: u32,
+    kv_heads: u32,
+    seqs: &[(u32, u32)],
+    seed: u64,
+) {
+    let err = check_batch(backend, dtype, head_dim, gqa, kv_heads, seqs, seed);
+    assert!(
+        err < tolerance(dtype),
+        "{label} {dtype:?} dim {head_dim} gqa {gqa} kv heads {kv_heads} (context, new) {seqs:?}: \
+         error {err}"
+    );
+}
+
 /// Defines the suite's tests for a backend, so every backend runs the same
 /// cases. `$backends` returns the `(label, backend)` pairs to test (none
 /// skips); `$after` checks a backend once its cases ran (e.g. that the
@@ -440,11 +461,15 @@ macro_rules! conformance_tests {
                             let seed = (i * 100 + j * 10 + k) as u64;
                             // A mixed batch: decode, prefill, chunked prefill, page edges.
                             let seqs = [(1, 1), (15, 15), (16, 1), (17, 5), (40, 40), (100, 30)];
-                            let err =
-                                $crate::check_batch(&mut backend, dtype, dim, gqa, 2, &seqs, seed);
-                            assert!(
-                                err < $crate::tolerance(dtype),
-                                "{label} {dtype:?} dim {dim} gqa {gqa}: error {err}"
+                            $crate::assert_batch_matches(
+                                &mut backend,
+                                &label,
+                                dtype,
+                                dim,
+                                gqa,
+                                2,
+                                &seqs,
+                                seed,
                             );
                         }
                     }
@@ -470,18 +495,16 @@ macro_rules! conformance_tests {
                 .enumerate()
                 {
                     let seqs = [(1, 1), (600, 1), (33, 33), (1000, 3)];
-                    let err = $crate::check_batch(
+                    let seed = 900 + i as u64;
+                    $crate::assert_batch_matches(
                         &mut backend,
+                        &label,
                         dtype,
                         dim,
                         gqa,
                         2,
                         &seqs,
-                        900 + i as u64,
-                    );
-                    assert!(
-                        err < $crate::tolerance(dtype),
-                        "{label} {dtype:?} dim {dim} gqa {gqa}: error {err}"
+                        seed,
                     );
                 }
                 $after(&backend);
@@ -499,18 +522,16 @@ macro_rules! conformance_tests {
                     ] {
                         // Decode, and a chunk of new tokens at the end of the context.
                         let seqs = [(ctx, 1), (ctx, ctx.min(17))];
-                        let err = $crate::check_batch(
+                        let seed = u64::from(ctx);
+                        $crate::assert_batch_matches(
                             &mut backend,
+                            &label,
                             dtype,
                             dim,
                             gqa,
                             1,
                             &seqs,
-                            u64::from(ctx),
-                        );
-                        assert!(
-                            err < $crate::tolerance(dtype),
-                            "{label} ctx {ctx} {dtype:?} dim {dim} gqa {gqa}: error {err}"
+                            seed,
                         );
                     }
                 }
