@@ -17,6 +17,11 @@ use crate::VulkanError;
 pub const DEVICE_ENV: &str = "PAGODA_VULKAN_DEVICE";
 /// The environment variable that turns the Khronos validation layer on (`1`).
 pub const VALIDATION_ENV: &str = "PAGODA_VULKAN_VALIDATION";
+/// Shared memory the kernels use per workgroup at most (the tile kernel's
+/// queries and page of keys; the decode kernel's key tile, queries and
+/// scores: 28.3 KiB). Devices that give less are refused when they open.
+const KERNEL_SHARED_MEMORY: u32 = 32 << 10;
+
 /// The environment variable that turns the subgroup kernel variants off
 /// (`0`) where the device has them.
 pub const SUBGROUPS_ENV: &str = "PAGODA_VULKAN_SUBGROUPS";
@@ -508,6 +513,13 @@ fn choose_device(
             "{name} lacks shaderStorageBufferArrayDynamicIndexing, which the chunked KV pool needs"
         )));
     }
+    let limits = props.limits;
+    if limits.max_compute_shared_memory_size < KERNEL_SHARED_MEMORY {
+        return Err(VulkanError::Unsupported(format!(
+            "{name} gives a workgroup {} bytes of shared memory; the kernels need {KERNEL_SHARED_MEMORY}",
+            limits.max_compute_shared_memory_size
+        )));
+    }
     // SAFETY: a plain query of an enumerated device.
     let max_allocation = unsafe {
         let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
@@ -515,7 +527,6 @@ fn choose_device(
         instance.get_physical_device_properties2(physical, &mut props2);
         maintenance3.max_memory_allocation_size
     };
-    let limits = props.limits;
     let timestamps = family_props.timestamp_valid_bits > 0 && limits.timestamp_period > 0.0;
     let info = DeviceInfo {
         index,
