@@ -63,6 +63,7 @@ pub mod backend;
 mod error;
 mod geometry;
 mod ids;
+pub mod list;
 mod log;
 mod page_table;
 mod pool;

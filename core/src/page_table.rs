@@ -14,9 +14,8 @@
 use crate::error::KvError;
 use crate::geometry::PAGE_SIZE;
 use crate::ids::{PageId, SeqId, Slot};
+use crate::list::{Stack, StackNode, NIL};
 use crate::pool::{EvictionListener, PagePool};
-
-const NIL: u32 = u32::MAX;
 const PAGE: u32 = PAGE_SIZE as u32;
 
 /// The table's bookkeeping for one sequence row. Callers only provide storage
@@ -49,6 +48,19 @@ impl SeqEntry {
 impl Default for SeqEntry {
     fn default() -> Self {
         Self::EMPTY
+    }
+}
+
+/// Free rows are a stack through `next_free`.
+impl StackNode for SeqEntry {
+    #[inline]
+    fn next(&self) -> u32 {
+        self.next_free
+    }
+
+    #[inline]
+    fn set_next(&mut self, next: u32) {
+        self.next_free = next;
     }
 }
 
@@ -116,7 +128,7 @@ pub struct PageTable<'a> {
     rows: &'a mut [PageId],
     seqs: &'a mut [SeqEntry],
     row_len: u32,
-    free_head: u32,
+    free: Stack,
     active: u32,
 }
 
@@ -135,18 +147,13 @@ impl<'a> PageTable<'a> {
             return Err(KvError::InvalidStorage);
         }
         rows.fill(PageId(PageId::NONE));
-        for (i, e) in seqs.iter_mut().enumerate() {
-            let next = i as u32 + 1;
-            *e = SeqEntry {
-                next_free: if (next as usize) < n { next } else { NIL },
-                ..SeqEntry::EMPTY
-            };
-        }
+        seqs.fill(SeqEntry::EMPTY);
+        let free = Stack::with_all(seqs);
         Ok(Self {
             rows,
             seqs,
             row_len: row_len as u32,
-            free_head: 0,
+            free,
             active: 0,
         })
     }
@@ -180,12 +187,11 @@ impl<'a> PageTable<'a> {
 
     /// Starts an empty sequence in a free row.
     pub fn create(&mut self) -> Result<SeqId, KvError> {
-        let row = self.free_head;
-        if row == NIL {
-            return Err(KvError::NoFreeSequenceSlot);
-        }
+        let row = self
+            .free
+            .pop(self.seqs)
+            .ok_or(KvError::NoFreeSequenceSlot)?;
         let e = &mut self.seqs[row as usize];
-        self.free_head = e.next_free;
         // Even (free) to odd (live).
         e.generation = e.generation.wrapping_add(1);
         e.tokens = 0;
@@ -217,7 +223,7 @@ impl<'a> PageTable<'a> {
                 max_tokens: self.max_tokens_per_sequence(),
             });
         }
-        if self.free_head == NIL {
+        if self.free.is_empty() {
             return Err(KvError::NoFreeSequenceSlot);
         }
         pool.retain_all(prefix)?;
@@ -431,7 +437,7 @@ impl<'a> PageTable<'a> {
     /// filled page copies it.
     pub fn fork(&mut self, parent: SeqId, pool: &mut PagePool<'_>) -> Result<SeqId, KvError> {
         let e = *self.entry(parent)?;
-        if self.free_head == NIL {
+        if self.free.is_empty() {
             return Err(KvError::NoFreeSequenceSlot);
         }
         let src = self.row_start(parent);
@@ -469,10 +475,10 @@ impl<'a> PageTable<'a> {
         *entry = SeqEntry {
             // Odd (live) to even (free): every id of this sequence is stale.
             generation: entry.generation.wrapping_add(1),
-            next_free: self.free_head,
             ..SeqEntry::EMPTY
         };
-        self.free_head = seq.row;
+        let freed = self.free.push(self.seqs, seq.row);
+        debug_assert!(freed);
         self.active -= 1;
         Ok(())
     }

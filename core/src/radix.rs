@@ -46,10 +46,9 @@
 use crate::error::KvError;
 use crate::geometry::PAGE_SIZE;
 use crate::ids::{PageId, SeqId};
+use crate::list::{Stack, StackNode, NIL};
 use crate::page_table::PageTable;
 use crate::pool::{CacheTag, EvictionListener, PagePool};
-
-const NIL: u32 = u32::MAX;
 const EMPTY_SLOT: u64 = u64::MAX;
 /// An index entry keeps the key hash's high half beside the node id, so probes
 /// and deletions never read a node just to compare or re-home it.
@@ -99,6 +98,19 @@ impl RadixNode {
 impl Default for RadixNode {
     fn default() -> Self {
         Self::EMPTY
+    }
+}
+
+/// Free nodes are a stack through `next_free`.
+impl StackNode for RadixNode {
+    #[inline]
+    fn next(&self) -> u32 {
+        self.next_free
+    }
+
+    #[inline]
+    fn set_next(&mut self, next: u32) {
+        self.next_free = next;
     }
 }
 
@@ -196,7 +208,7 @@ pub struct RadixCache<'a> {
     nodes: &'a mut [RadixNode],
     index: &'a mut [u64],
     index_shift: u32,
-    free_head: u32,
+    free: Stack,
     live: u32,
     stats: RadixStats,
     /// Bumped whenever a node is added or removed.
@@ -275,20 +287,15 @@ impl<'a> RadixCache<'a> {
         {
             return Err(KvError::InvalidStorage);
         }
-        for (i, node) in nodes.iter_mut().enumerate() {
-            let next = i as u32 + 1;
-            *node = RadixNode {
-                next_free: if (next as usize) < n { next } else { NIL },
-                ..RadixNode::EMPTY
-            };
-        }
+        nodes.fill(RadixNode::EMPTY);
+        let free = Stack::with_all(nodes);
         index.fill(EMPTY_SLOT);
         let index_shift = 64 - index.len().trailing_zeros();
         Ok(Self {
             nodes,
             index,
             index_shift,
-            free_head: 0,
+            free,
             live: 0,
             stats: RadixStats {
                 capacity: n as u32,
@@ -640,15 +647,16 @@ impl<'a> RadixCache<'a> {
         page: PageId,
         pool: &mut PagePool<'_>,
     ) -> Option<u32> {
-        while self.free_head == NIL {
+        let node = loop {
+            if let Some(node) = self.free.pop(self.nodes) {
+                break node;
+            }
             // Evicting a page frees its node (or, after a broken rule, a
             // detached node's last child); stop when nothing is evictable.
             if pool.evict(1, self) == 0 {
                 return None;
             }
-        }
-        let node = self.free_head;
-        self.free_head = self.nodes[node as usize].next_free;
+        };
         self.nodes[node as usize] = RadixNode {
             tokens: *tokens,
             hash,
@@ -700,11 +708,9 @@ impl<'a> RadixCache<'a> {
     }
 
     fn free_node(&mut self, node: u32) {
-        self.nodes[node as usize] = RadixNode {
-            next_free: self.free_head,
-            ..RadixNode::EMPTY
-        };
-        self.free_head = node;
+        self.nodes[node as usize] = RadixNode::EMPTY;
+        let freed = self.free.push(self.nodes, node);
+        debug_assert!(freed);
     }
 
     /// Removes a node from the hash index by backward-shift deletion, which
