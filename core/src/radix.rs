@@ -43,6 +43,9 @@
 //! node be evicted, its subtree becomes unreachable and is reclaimed as its
 //! pages are; no match ever returns stale pages.)
 
+use core::convert::Infallible;
+use core::iter::repeat;
+
 use crate::error::KvError;
 use crate::geometry::PAGE_SIZE;
 use crate::ids::{PageId, SeqId};
@@ -222,6 +225,18 @@ pub struct RadixCache<'a> {
 /// How many growth points [`RadixCache::growth_since`] remembers.
 pub const GROWTH_JOURNAL: usize = 64;
 
+/// Where a [`RadixCache::walk`] stopped.
+#[derive(Debug, Clone, Copy)]
+struct Walk {
+    /// Full pages matched.
+    pages: u32,
+    /// The node of the last matched page, or `NIL` if none matched.
+    last: u32,
+    /// The key of the first full page not found; `None` if the walk ran out
+    /// of full pages (or reached its limit) first.
+    next_key: Option<u64>,
+}
+
 /// Where a prompt's cached prefix ends, from [`RadixCache::probe_prefix`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -319,19 +334,7 @@ impl<'a> RadixCache<'a> {
         pages: &mut [PageId],
         pool: &mut PagePool<'_>,
     ) -> PrefixMatch {
-        let mut matched = 0;
-        let mut parent = NIL;
-        let mut key = ROOT_KEY;
-        for (chunk, out) in tokens.chunks_exact(PAGE_SIZE).zip(pages.iter_mut()) {
-            let chunk = page_tokens(chunk);
-            key = key_hash(key, chunk);
-            let Some(node) = self.find_child(parent, key, chunk) else {
-                break;
-            };
-            *out = self.nodes[node as usize].page;
-            parent = node;
-            matched += 1;
-        }
+        let matched = self.peek_pages(tokens, pages);
         // Leaf first, so every node stays less recently used than its parent
         // (nothing to do when the path already is the most recent).
         let path = &pages[..matched as usize];
@@ -351,62 +354,74 @@ impl<'a> RadixCache<'a> {
     }
 
     /// The length in tokens of the longest cached prefix of `tokens`, without
-    /// touching recency or metrics: for scoring waiting requests.
+    /// touching recency or metrics: for scoring waiting requests. The same as
+    /// [`probe_prefix`](Self::probe_prefix)`.tokens`.
     pub fn peek_prefix(&self, tokens: &[u32]) -> u32 {
-        let mut matched = 0;
-        let mut parent = NIL;
-        let mut key = ROOT_KEY;
-        for chunk in tokens.chunks_exact(PAGE_SIZE) {
-            let chunk = page_tokens(chunk);
-            key = key_hash(key, chunk);
-            let Some(node) = self.find_child(parent, key, chunk) else {
-                break;
-            };
-            parent = node;
-            matched += PAGE_SIZE as u32;
-        }
-        matched
+        self.probe_prefix(tokens).tokens
     }
 
     /// Like [`match_prefix`](Self::match_prefix) without its side effects:
     /// writes the matched pages to the front of `pages` and returns how many,
     /// touching neither recency nor metrics. For checking whether a request
     /// fits before admitting it.
+    #[inline]
     pub fn peek_pages(&self, tokens: &[u32], pages: &mut [PageId]) -> u32 {
-        let mut matched = 0;
-        let mut parent = NIL;
-        let mut key = ROOT_KEY;
-        for (chunk, out) in tokens.chunks_exact(PAGE_SIZE).zip(pages.iter_mut()) {
-            let chunk = page_tokens(chunk);
-            key = key_hash(key, chunk);
-            let Some(node) = self.find_child(parent, key, chunk) else {
-                break;
-            };
-            *out = self.nodes[node as usize].page;
-            parent = node;
-            matched += 1;
+        let walk = self.walk(tokens, pages.iter_mut(), |out, node| {
+            *out = node.page;
+            Ok::<(), Infallible>(())
+        });
+        match walk {
+            Ok(walk) => walk.pages,
+            Err(never) => match never {},
         }
-        matched
     }
 
     /// Like [`peek_prefix`](Self::peek_prefix), and also the key of the first
     /// uncached full page, so a scheduler can tell which insert extends this
     /// prompt's match without scoring it again after every insert.
     pub fn probe_prefix(&self, tokens: &[u32]) -> PrefixProbe {
-        let mut probe = PrefixProbe::default();
-        let mut parent = NIL;
+        match self.walk(tokens, repeat(()), |(), _| Ok::<(), Infallible>(())) {
+            Ok(walk) => PrefixProbe {
+                tokens: walk.pages * PAGE_SIZE as u32,
+                next_key: walk.next_key,
+            },
+            Err(never) => match never {},
+        }
+    }
+
+    /// The one prefix walk behind every lookup: follows the full pages of
+    /// `tokens` down from the root while the tree holds them, pairing each
+    /// with the next item of `outs` (the walk stops when they run out) and
+    /// calling `visit` with that item and the matched node. Stops early with
+    /// `visit`'s error. Every key is a function of the
+    /// tokens alone (see [`key_hash`]), so the index probes of successive
+    /// pages overlap; always inlined, so they stay overlapped and a visitor
+    /// that cannot fail costs nothing.
+    #[inline(always)]
+    fn walk<O, E>(
+        &self,
+        tokens: &[u32],
+        outs: impl IntoIterator<Item = O>,
+        mut visit: impl FnMut(O, &RadixNode) -> Result<(), E>,
+    ) -> Result<Walk, E> {
+        let mut walk = Walk {
+            pages: 0,
+            last: NIL,
+            next_key: None,
+        };
         let mut key = ROOT_KEY;
-        for chunk in tokens.chunks_exact(PAGE_SIZE) {
+        for (chunk, out) in tokens.chunks_exact(PAGE_SIZE).zip(outs) {
             let chunk = page_tokens(chunk);
             key = key_hash(key, chunk);
-            let Some(node) = self.find_child(parent, key, chunk) else {
-                probe.next_key = Some(key);
+            let Some(node) = self.find_child(walk.last, key, chunk) else {
+                walk.next_key = Some(key);
                 break;
             };
-            parent = node;
-            probe.tokens += PAGE_SIZE as u32;
+            visit(out, &self.nodes[node as usize])?;
+            walk.last = node;
+            walk.pages += 1;
         }
-        probe
+        Ok(walk)
     }
 
     /// A counter that moves whenever a node is added or removed: a score
@@ -458,47 +473,48 @@ impl<'a> RadixCache<'a> {
     ) -> Result<Inserted, KvError> {
         let len = table.len(seq)?.min(tokens.len() as u32);
         let full_pages = len / PAGE_SIZE as u32;
-        self.check_cached_pages(table.pages(seq)?, tokens, full_pages, pool)?;
+        let tokens = &tokens[..(full_pages as usize) * PAGE_SIZE];
+        let (found, to_dedup) = self.check_row(table.pages(seq)?, tokens, pool)?;
         let mut done = Inserted::default();
-        let mut parent = NIL;
-        let mut key = ROOT_KEY;
-        for (i, chunk) in tokens
-            .chunks_exact(PAGE_SIZE)
-            .take(full_pages as usize)
-            .enumerate()
-        {
+        if to_dedup > 0 {
+            // The path the check walked, again, now that nothing can refuse.
+            let walked = self.walk(tokens, 0u32.., |depth, node| {
+                let own = table.pages(seq)?[depth as usize];
+                if node.page != own {
+                    table.replace_full_page(seq, depth, node.page, pool)?;
+                    done.deduplicated_pages += 1;
+                }
+                Ok::<(), KvError>(())
+            })?;
+            debug_assert_eq!(walked.pages, found.pages);
+        }
+        done.cached_pages = found.pages;
+        // The walk stopped at the first uncached page, if any, and has its key.
+        debug_assert!(found.next_key.is_some() || found.pages == full_pages);
+        let (mut parent, mut key) = (found.last, found.next_key.unwrap_or(ROOT_KEY));
+        let uncached = tokens.chunks_exact(PAGE_SIZE).skip(found.pages as usize);
+        for (i, chunk) in (found.pages..).zip(uncached) {
             let chunk = page_tokens(chunk);
-            key = key_hash(key, chunk);
-            let own = table.pages(seq)?[i];
-            let node = match self.find_child(parent, key, chunk) {
-                Some(node) => {
-                    let cached = self.nodes[node as usize].page;
-                    if cached != own {
-                        table.replace_full_page(seq, i as u32, cached, pool)?;
-                        done.deduplicated_pages += 1;
-                    }
-                    node
-                }
-                None => {
-                    debug_assert_eq!(
-                        pool.cache_tag(own),
-                        Ok(None),
-                        "check_cached_pages lets no cached page get here"
-                    );
-                    let Some(node) = self.new_node(parent, key, chunk, own, pool) else {
-                        done.declined_pages = full_pages - i as u32;
-                        break;
-                    };
-                    pool.set_cache_tag(own, CacheTag(node))?;
-                    if done.new_pages == 0 {
-                        // Only the first new page of an insert can extend a
-                        // waiting prompt's match: its parent existed before.
-                        self.record_growth(key);
-                    }
-                    done.new_pages += 1;
-                    node
-                }
+            if i > found.pages {
+                key = key_hash(key, chunk);
+            }
+            let own = table.pages(seq)?[i as usize];
+            debug_assert_eq!(
+                pool.cache_tag(own),
+                Ok(None),
+                "check_row lets no cached page get here"
+            );
+            let Some(node) = self.new_node(parent, key, chunk, own, pool) else {
+                done.declined_pages = full_pages - i;
+                break;
             };
+            pool.set_cache_tag(own, CacheTag(node))?;
+            if done.new_pages == 0 {
+                // Only the first new page of an insert can extend a waiting
+                // prompt's match: its parent existed before.
+                self.record_growth(key);
+            }
+            done.new_pages += 1;
             done.cached_pages += 1;
             parent = node;
         }
@@ -547,38 +563,40 @@ impl<'a> RadixCache<'a> {
         Ok(())
     }
 
-    /// Before an insert changes anything: the pages of the row that the tree
-    /// already caches must form a path from the root (each under the row's
-    /// previous page) and be cached under these very tokens. Otherwise the
-    /// tokens are not the row's, and inserting them would alias a cached page.
-    fn check_cached_pages(
+    /// Before an insert changes anything: walks the tree along `tokens` (whole
+    /// pages) and checks the row against it. The row's pages that the tree
+    /// caches must be the walked path itself, from the root; past them, every
+    /// page must be uncached. Otherwise the tokens are not the row's, and
+    /// inserting them would alias a cached page. Returns the walk and how
+    /// many of the row's pages the walked path holds in other pages (to
+    /// deduplicate).
+    fn check_row(
         &self,
         row: &[PageId],
         tokens: &[u32],
-        full_pages: u32,
         pool: &PagePool<'_>,
-    ) -> Result<(), KvError> {
-        // The parent a cached page must have; `None` once a page is uncached.
-        let mut parent = Some(NIL);
-        for (&page, chunk) in row
-            .iter()
-            .zip(tokens.chunks_exact(PAGE_SIZE))
-            .take(full_pages as usize)
-        {
-            if pool.cache_tag(page)?.is_none() {
-                parent = None;
-                continue;
+    ) -> Result<(Walk, u32), KvError> {
+        let mut to_dedup = 0;
+        let found = self.walk(tokens, row.iter().copied(), |own, node| {
+            if own == node.page {
+                // Cached pages come first in a row: none after a copy.
+                if to_dedup > 0 {
+                    return Err(KvError::TokensMismatch);
+                }
+            } else if pool.cache_tag(own)?.is_some() {
+                return Err(KvError::TokensMismatch);
+            } else {
+                to_dedup += 1;
             }
-            let node = self
-                .node_of(page, pool)
-                .map_err(|_| KvError::TokensMismatch)?;
-            let n = &self.nodes[node as usize];
-            if parent != Some(n.parent) || n.tokens != *page_tokens(chunk) {
+            Ok(())
+        })?;
+        let past = row.iter().take(tokens.len() / PAGE_SIZE);
+        for &page in past.skip(found.pages as usize) {
+            if pool.cache_tag(page)?.is_some() {
                 return Err(KvError::TokensMismatch);
             }
-            parent = Some(node);
         }
-        Ok(())
+        Ok((found, to_dedup))
     }
 
     /// Evicts up to `pages` least recently used unlocked pages from the tree
