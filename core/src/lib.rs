@@ -47,8 +47,11 @@
 //! ## Panic policy
 //!
 //! Nothing a caller does makes this crate panic. Every operation that can be
-//! refused returns a typed error ([`KvError`]) and changes nothing when it
-//! does. Internal invariants are checked with `debug_assert!` only, and the
+//! refused returns a typed error and changes nothing when it does: each
+//! returns the narrowest type that covers what it can refuse
+//! ([`StorageError`] at construction, [`PoolExhausted`], [`PageError`],
+//! [`TableFull`], [`SeqError`], [`AppendError`]), and operations that compose
+//! others return their union, [`KvError`]. Internal invariants are checked with `debug_assert!` only, and the
 //! property tests run them under random operation sequences.
 //!
 //! ## Features
@@ -75,7 +78,9 @@ mod stats;
 mod sync;
 mod time;
 
-pub use error::KvError;
+pub use error::{
+    AppendError, KvError, PageError, PoolExhausted, SeqError, StorageError, TableFull,
+};
 pub use geometry::{GeometryError, KvDtype, KvGeometry, MAX_PAGES, PAGE_SIZE};
 pub use ids::{PageId, SeqId, Slot};
 pub use page_table::{Appended, PageCopy, PageTable, SeqEntry, TokenLocation};

@@ -19,7 +19,7 @@
 //! Both lists are intrusive (links live in the caller's [`PageEntry`] storage),
 //! so every operation is O(1) and nothing allocates.
 
-use crate::error::KvError;
+use crate::error::{PageError, PoolExhausted, StorageError};
 use crate::geometry::{MAX_PAGES, PAGE_SIZE};
 use crate::ids::PageId;
 use crate::list::{Link, List, ListNode, Stack, StackNode};
@@ -138,12 +138,14 @@ pub struct PagePool<'a> {
 impl<'a> PagePool<'a> {
     /// Builds a pool with one page per entry of `storage`, all free.
     ///
-    /// Fails with [`KvError::InvalidStorage`] if `storage` is empty or has more
-    /// than [`MAX_PAGES`](crate::MAX_PAGES) entries.
-    pub fn new(storage: &'a mut [PageEntry]) -> Result<Self, KvError> {
-        let len = storage.len();
-        if len == 0 || len > MAX_PAGES as usize {
-            return Err(KvError::InvalidStorage);
+    /// Fails with [`StorageError::Empty`] if `storage` is empty, or
+    /// [`StorageError::TooLarge`] if it has more than
+    /// [`MAX_PAGES`](crate::MAX_PAGES) entries.
+    pub fn new(storage: &'a mut [PageEntry]) -> Result<Self, StorageError> {
+        match storage.len() {
+            0 => return Err(StorageError::Empty),
+            len if len > MAX_PAGES as usize => return Err(StorageError::TooLarge),
+            _ => {}
         }
         storage.fill(PageEntry::EMPTY);
         // len ≤ MAX_PAGES < NIL, so every page goes on the free list.
@@ -190,31 +192,31 @@ impl<'a> PagePool<'a> {
 
     /// The page's reference count.
     #[inline]
-    pub fn refcount(&self, page: PageId) -> Result<u32, KvError> {
+    pub fn refcount(&self, page: PageId) -> Result<u32, PageError> {
         Ok(self.entry(page)?.refs)
     }
 
     /// The page's cache tag, if a cache holds it.
-    pub fn cache_tag(&self, page: PageId) -> Result<Option<CacheTag>, KvError> {
+    pub fn cache_tag(&self, page: PageId) -> Result<Option<CacheTag>, PageError> {
         let e = self.entry(page)?;
         Ok(e.cached.then_some(CacheTag(e.tag)))
     }
 
     /// Whether the page is on the free list.
-    pub fn is_free(&self, page: PageId) -> Result<bool, KvError> {
+    pub fn is_free(&self, page: PageId) -> Result<bool, PageError> {
         Ok(self.entry(page)?.state == PageState::Free)
     }
 
     /// Takes a page with a reference count of one. Uses the free list first;
     /// when it is empty, evicts the least recently used evictable page and
-    /// tells `listener`. Fails with [`KvError::PoolExhausted`] when neither has
+    /// tells `listener`. Fails with [`PoolExhausted`] when neither has
     /// a page; nothing changes then.
     #[inline]
     pub fn allocate<L: EvictionListener + ?Sized>(
         &mut self,
         listener: &mut L,
-    ) -> Result<PageId, KvError> {
-        self.take(listener).ok_or(KvError::PoolExhausted {
+    ) -> Result<PageId, PoolExhausted> {
+        self.take(listener).ok_or(PoolExhausted {
             needed: 1,
             available: 0,
         })
@@ -260,11 +262,11 @@ impl<'a> PagePool<'a> {
     /// Adds a reference to a page that holds data (referenced or evictable).
     /// An evictable page leaves the LRU list: it is in use again.
     #[inline]
-    pub fn retain(&mut self, page: PageId) -> Result<(), KvError> {
+    pub fn retain(&mut self, page: PageId) -> Result<(), PageError> {
         let e = self.entry(page)?;
         match e.state {
-            PageState::Free => Err(KvError::PageNotReferenced),
-            _ if e.refs == u32::MAX => Err(KvError::TooManyReferences),
+            PageState::Free => Err(PageError::NotReferenced),
+            _ if e.refs == u32::MAX => Err(PageError::TooManyReferences),
             PageState::Referenced => {
                 self.pages[page.0 as usize].refs += 1;
                 Ok(())
@@ -283,7 +285,7 @@ impl<'a> PagePool<'a> {
     /// Adds a reference to every page in `pages`, or to none: if one cannot
     /// be retained, the ones already taken are dropped again (last first) and
     /// the error returned.
-    pub fn retain_all(&mut self, pages: &[PageId]) -> Result<(), KvError> {
+    pub fn retain_all(&mut self, pages: &[PageId]) -> Result<(), PageError> {
         for (i, &page) in pages.iter().enumerate() {
             if let Err(e) = self.retain(page) {
                 for &held in pages[..i].iter().rev() {
@@ -300,10 +302,10 @@ impl<'a> PagePool<'a> {
     /// goes to the most-recently-used end of the LRU list if a cache holds it,
     /// else back to the free list.
     #[inline]
-    pub fn release(&mut self, page: PageId) -> Result<u32, KvError> {
+    pub fn release(&mut self, page: PageId) -> Result<u32, PageError> {
         let e = *self.entry(page)?;
         if e.state != PageState::Referenced {
-            return Err(KvError::PageNotReferenced);
+            return Err(PageError::NotReferenced);
         }
         let refs = e.refs - 1;
         if refs > 0 {
@@ -325,9 +327,9 @@ impl<'a> PagePool<'a> {
 
     /// Marks a referenced page as held by a cache under `tag`. When its last
     /// reference goes it stays, evictable, instead of being freed.
-    pub fn set_cache_tag(&mut self, page: PageId, tag: CacheTag) -> Result<(), KvError> {
+    pub fn set_cache_tag(&mut self, page: PageId, tag: CacheTag) -> Result<(), PageError> {
         if self.entry(page)?.state != PageState::Referenced {
-            return Err(KvError::PageNotReferenced);
+            return Err(PageError::NotReferenced);
         }
         let e = &mut self.pages[page.0 as usize];
         e.cached = true;
@@ -338,7 +340,7 @@ impl<'a> PagePool<'a> {
     /// The cache lets go of a page. An evictable page is freed at once; a
     /// referenced one is freed when its last reference goes. A free page is
     /// left as it is.
-    pub fn clear_cache_tag(&mut self, page: PageId) -> Result<(), KvError> {
+    pub fn clear_cache_tag(&mut self, page: PageId) -> Result<(), PageError> {
         match self.entry(page)?.state {
             PageState::Free => {}
             PageState::Referenced => self.pages[page.0 as usize].cached = false,
@@ -355,7 +357,7 @@ impl<'a> PagePool<'a> {
     /// end of the LRU list. Referenced pages cannot be evicted and are left as
     /// they are.
     #[inline]
-    pub fn touch(&mut self, page: PageId) -> Result<(), KvError> {
+    pub fn touch(&mut self, page: PageId) -> Result<(), PageError> {
         if self.entry(page)?.state == PageState::Evictable && self.lru.tail() != Some(page.0) {
             self.lru.remove(self.pages, page.0);
             self.lru.push_back(self.pages, page.0);
@@ -428,7 +430,7 @@ impl<'a> PagePool<'a> {
     }
 
     /// How many of the page's slots hold tokens.
-    pub fn filled_slots(&self, page: PageId) -> Result<u32, KvError> {
+    pub fn filled_slots(&self, page: PageId) -> Result<u32, PageError> {
         Ok(u32::from(self.entry(page)?.filled))
     }
 
@@ -461,8 +463,10 @@ impl<'a> PagePool<'a> {
     }
 
     #[inline]
-    fn entry(&self, page: PageId) -> Result<&PageEntry, KvError> {
-        self.pages.get(page.0 as usize).ok_or(KvError::UnknownPage)
+    fn entry(&self, page: PageId) -> Result<&PageEntry, PageError> {
+        self.pages
+            .get(page.0 as usize)
+            .ok_or(PageError::UnknownPage)
     }
 
     /// Takes an evictable page off the LRU list and tells its owner. The caller
@@ -509,7 +513,7 @@ mod tests {
         let mut storage: [PageEntry; 0] = [];
         assert_eq!(
             PagePool::new(&mut storage).unwrap_err(),
-            KvError::InvalidStorage
+            StorageError::Empty
         );
     }
 }

@@ -46,7 +46,7 @@
 use core::convert::Infallible;
 use core::iter::repeat;
 
-use crate::error::KvError;
+use crate::error::{KvError, StorageError};
 use crate::geometry::PAGE_SIZE;
 use crate::ids::{PageId, SeqId};
 use crate::list::{Stack, StackNode, NIL};
@@ -288,19 +288,21 @@ impl<'a> RadixCache<'a> {
 
     /// Builds an empty cache.
     ///
-    /// Fails with [`KvError::InvalidStorage`] if `nodes` is empty or has 2^31
-    /// entries or more, or `index` is not a power of two larger than `nodes`
-    /// and at most 2^32.
-    pub fn new(nodes: &'a mut [RadixNode], index: &'a mut [u64]) -> Result<Self, KvError> {
+    /// Fails with [`StorageError::Empty`] if `nodes` is empty,
+    /// [`StorageError::TooLarge`] if it has 2^31 entries or more, or
+    /// [`StorageError::Mismatched`] if `index` is not a power of two larger
+    /// than `nodes` and at most 2^32.
+    pub fn new(nodes: &'a mut [RadixNode], index: &'a mut [u64]) -> Result<Self, StorageError> {
         let n = nodes.len();
         let slots = index.len() as u64;
-        if n == 0
-            || n >= MAX_NODES
-            || !slots.is_power_of_two()
-            || slots <= n as u64
-            || slots > 1 << 32
-        {
-            return Err(KvError::InvalidStorage);
+        if n == 0 {
+            return Err(StorageError::Empty);
+        }
+        if n >= MAX_NODES {
+            return Err(StorageError::TooLarge);
+        }
+        if !slots.is_power_of_two() || slots <= n as u64 || slots > 1 << 32 {
+            return Err(StorageError::Mismatched);
         }
         nodes.fill(RadixNode::EMPTY);
         let free = Stack::with_all(nodes);
@@ -529,7 +531,7 @@ impl<'a> RadixCache<'a> {
     /// tree from the root. Fails, changing nothing, if it is not.
     pub fn lock(&self, pages: &[PageId], pool: &mut PagePool<'_>) -> Result<(), KvError> {
         self.check_path(pages, pool)?;
-        pool.retain_all(pages)
+        Ok(pool.retain_all(pages)?)
     }
 
     /// Unlocks a path taken with [`lock`](Self::lock): drops the references,

@@ -43,6 +43,7 @@ pub mod blocking;
 
 use core::fmt;
 
+use crate::error::StorageError;
 use crate::geometry::KvGeometry;
 use crate::list::{Link, List, ListNode, Stack, StackNode, NIL};
 use crate::request::{Priority, Request};
@@ -259,16 +260,20 @@ impl<'s, R: Request> RequestQueue<'s, R> {
     /// request's footprint reserves all its `max_output_tokens`; see
     /// [`with_output_reserve`](Self::with_output_reserve) to cap that.
     ///
-    /// Fails with [`crate::KvError::InvalidStorage`] if `slots` is empty or
-    /// has 2^32 − 1 entries or more, or `pool_pages` is zero.
+    /// Fails with [`StorageError::Empty`] if `slots` is empty or
+    /// `pool_pages` is zero, or [`StorageError::TooLarge`] if `slots` has
+    /// 2^32 − 1 entries or more.
     pub fn new(
         slots: &'s mut [QueueSlot<R>],
         geometry: KvGeometry,
         pool_pages: u32,
-    ) -> Result<Self, crate::KvError> {
+    ) -> Result<Self, StorageError> {
         let n = slots.len();
-        if n == 0 || n >= NIL as usize || pool_pages == 0 {
-            return Err(crate::KvError::InvalidStorage);
+        if n == 0 || pool_pages == 0 {
+            return Err(StorageError::Empty);
+        }
+        if n >= NIL as usize {
+            return Err(StorageError::TooLarge);
         }
         for slot in slots.iter_mut() {
             slot.request = None;
