@@ -44,6 +44,10 @@
 //! assert_eq!(pool.free_pages(), 32);
 //! ```
 //!
+//! The pool, the page table, the prefix cache, the request queue and the
+//! scheduler keep their free lists and orders as intrusive lists over the
+//! caller's entries: one implementation, [`list`].
+//!
 //! ## Panic policy
 //!
 //! Nothing a caller does makes this crate panic. Every operation that can be

@@ -16,8 +16,10 @@
 //! Referenced pages are never on the LRU list, so a running sequence's pages
 //! can never be evicted.
 //!
-//! Both lists are intrusive (links live in the caller's [`PageEntry`] storage),
-//! so every operation is O(1) and nothing allocates.
+//! Both lists are intrusive (links live in the caller's [`PageEntry`] storage,
+//! see [`crate::list`]): the free list a [`Stack`] (an allocation touches only
+//! the page it takes), the LRU list a [`List`]. Every operation is O(1) and
+//! nothing allocates.
 
 use crate::error::{PageError, PoolExhausted, StorageError};
 use crate::geometry::{MAX_PAGES, PAGE_SIZE};

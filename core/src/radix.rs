@@ -366,7 +366,7 @@ impl<'a> RadixCache<'a> {
     /// writes the matched pages to the front of `pages` and returns how many,
     /// touching neither recency nor metrics. For checking whether a request
     /// fits before admitting it.
-    #[inline]
+    #[inline(always)]
     pub fn peek_pages(&self, tokens: &[u32], pages: &mut [PageId]) -> u32 {
         let walk = self.walk(tokens, pages.iter_mut(), |out, node| {
             *out = node.page;

@@ -3,7 +3,8 @@
 //!
 //! Many producers, one consumer. Requests wait in four priority classes,
 //! first in, first out within a class. Unlike a heap with lazy tombstones, every
-//! class is an intrusive doubly linked list over the caller's slots, so
+//! class is an intrusive doubly linked [`List`] over the
+//! caller's slots, so
 //! cancelling or removing a request unlinks it at once in O(1): `len` counts
 //! exactly the requests that can still be handed out, and nothing cancelled is
 //! ever returned.
