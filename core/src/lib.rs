@@ -44,11 +44,18 @@
 //! assert_eq!(pool.free_pages(), 32);
 //! ```
 //!
+//! The pool, the page table, the prefix cache, the request queue and the
+//! scheduler keep their free lists and orders as intrusive lists over the
+//! caller's entries: one implementation, [`list`].
+//!
 //! ## Panic policy
 //!
 //! Nothing a caller does makes this crate panic. Every operation that can be
-//! refused returns a typed error ([`KvError`]) and changes nothing when it
-//! does. Internal invariants are checked with `debug_assert!` only, and the
+//! refused returns a typed error and changes nothing when it does: each
+//! returns the narrowest type that covers what it can refuse
+//! ([`StorageError`] at construction, [`PoolExhausted`], [`PageError`],
+//! [`TableFull`], [`SeqError`], [`AppendError`]), and operations that compose
+//! others return their union, [`KvError`]. Internal invariants are checked with `debug_assert!` only, and the
 //! property tests run them under random operation sequences.
 //!
 //! ## Features
@@ -63,6 +70,7 @@ pub mod backend;
 mod error;
 mod geometry;
 mod ids;
+pub mod list;
 mod log;
 mod page_table;
 mod pool;
@@ -74,7 +82,9 @@ mod stats;
 mod sync;
 mod time;
 
-pub use error::KvError;
+pub use error::{
+    AppendError, KvError, PageError, PoolExhausted, SeqError, StorageError, TableFull,
+};
 pub use geometry::{GeometryError, KvDtype, KvGeometry, MAX_PAGES, PAGE_SIZE};
 pub use ids::{PageId, SeqId, Slot};
 pub use page_table::{Appended, PageCopy, PageTable, SeqEntry, TokenLocation};

@@ -11,12 +11,11 @@
 //! appending into a shared, partly filled last page first copies it
 //! (copy-on-write) and returns the [`PageCopy`] for the backend to run.
 
-use crate::error::KvError;
+use crate::error::{AppendError, KvError, SeqError, StorageError, TableFull};
 use crate::geometry::PAGE_SIZE;
 use crate::ids::{PageId, SeqId, Slot};
+use crate::list::{Stack, StackNode, NIL};
 use crate::pool::{EvictionListener, PagePool};
-
-const NIL: u32 = u32::MAX;
 const PAGE: u32 = PAGE_SIZE as u32;
 
 /// The table's bookkeeping for one sequence row. Callers only provide storage
@@ -49,6 +48,19 @@ impl SeqEntry {
 impl Default for SeqEntry {
     fn default() -> Self {
         Self::EMPTY
+    }
+}
+
+/// Free rows are a stack through `next_free`.
+impl StackNode for SeqEntry {
+    #[inline]
+    fn next(&self) -> u32 {
+        self.next_free
+    }
+
+    #[inline]
+    fn set_next(&mut self, next: u32) {
+        self.next_free = next;
     }
 }
 
@@ -116,37 +128,37 @@ pub struct PageTable<'a> {
     rows: &'a mut [PageId],
     seqs: &'a mut [SeqEntry],
     row_len: u32,
-    free_head: u32,
+    free: Stack,
     active: u32,
 }
 
 impl<'a> PageTable<'a> {
     /// Builds a table of `seqs.len()` rows of `rows.len() / seqs.len()` pages.
     ///
-    /// Fails with [`KvError::InvalidStorage`] if either slice is empty, `rows`
-    /// is not a whole number of rows, or a row holds more than `u32::MAX` tokens.
-    pub fn new(rows: &'a mut [PageId], seqs: &'a mut [SeqEntry]) -> Result<Self, KvError> {
+    /// Fails with [`StorageError::Empty`] if either slice is empty,
+    /// [`StorageError::Mismatched`] if `rows` is not a whole number of rows,
+    /// or [`StorageError::TooLarge`] if there are `u32::MAX` rows or more or
+    /// a row holds more than `u32::MAX` tokens.
+    pub fn new(rows: &'a mut [PageId], seqs: &'a mut [SeqEntry]) -> Result<Self, StorageError> {
         let n = seqs.len();
-        if n == 0 || rows.is_empty() || rows.len() % n != 0 || n >= NIL as usize {
-            return Err(KvError::InvalidStorage);
+        if n == 0 || rows.is_empty() {
+            return Err(StorageError::Empty);
+        }
+        if rows.len() % n != 0 {
+            return Err(StorageError::Mismatched);
         }
         let row_len = rows.len() / n;
-        if row_len as u64 * u64::from(PAGE) > u64::from(u32::MAX) {
-            return Err(KvError::InvalidStorage);
+        if n >= NIL as usize || row_len as u64 * u64::from(PAGE) > u64::from(u32::MAX) {
+            return Err(StorageError::TooLarge);
         }
         rows.fill(PageId(PageId::NONE));
-        for (i, e) in seqs.iter_mut().enumerate() {
-            let next = i as u32 + 1;
-            *e = SeqEntry {
-                next_free: if (next as usize) < n { next } else { NIL },
-                ..SeqEntry::EMPTY
-            };
-        }
+        seqs.fill(SeqEntry::EMPTY);
+        let free = Stack::with_all(seqs);
         Ok(Self {
             rows,
             seqs,
             row_len: row_len as u32,
-            free_head: 0,
+            free,
             active: 0,
         })
     }
@@ -179,13 +191,9 @@ impl<'a> PageTable<'a> {
     }
 
     /// Starts an empty sequence in a free row.
-    pub fn create(&mut self) -> Result<SeqId, KvError> {
-        let row = self.free_head;
-        if row == NIL {
-            return Err(KvError::NoFreeSequenceSlot);
-        }
+    pub fn create(&mut self) -> Result<SeqId, TableFull> {
+        let row = self.free.pop(self.seqs).ok_or(TableFull)?;
         let e = &mut self.seqs[row as usize];
-        self.free_head = e.next_free;
         // Even (free) to odd (live).
         e.generation = e.generation.wrapping_add(1);
         e.tokens = 0;
@@ -217,7 +225,7 @@ impl<'a> PageTable<'a> {
                 max_tokens: self.max_tokens_per_sequence(),
             });
         }
-        if self.free_head == NIL {
+        if self.free.is_empty() {
             return Err(KvError::NoFreeSequenceSlot);
         }
         pool.retain_all(prefix)?;
@@ -262,18 +270,18 @@ impl<'a> PageTable<'a> {
 
     /// Tokens in the sequence.
     #[inline]
-    pub fn len(&self, seq: SeqId) -> Result<u32, KvError> {
+    pub fn len(&self, seq: SeqId) -> Result<u32, SeqError> {
         Ok(self.entry(seq)?.tokens)
     }
 
     /// Whether the sequence holds no tokens.
-    pub fn is_empty(&self, seq: SeqId) -> Result<bool, KvError> {
+    pub fn is_empty(&self, seq: SeqId) -> Result<bool, SeqError> {
         Ok(self.entry(seq)?.tokens == 0)
     }
 
     /// The sequence's pages in logical order: its used part of the row.
     #[inline]
-    pub fn pages(&self, seq: SeqId) -> Result<&[PageId], KvError> {
+    pub fn pages(&self, seq: SeqId) -> Result<&[PageId], SeqError> {
         let e = self.entry(seq)?;
         let start = self.row_start(seq);
         Ok(&self.rows[start..start + e.pages as usize])
@@ -281,10 +289,10 @@ impl<'a> PageTable<'a> {
 
     /// The page, offset and slot holding token `position` of the sequence.
     #[inline]
-    pub fn locate(&self, seq: SeqId, position: u32) -> Result<TokenLocation, KvError> {
+    pub fn locate(&self, seq: SeqId, position: u32) -> Result<TokenLocation, SeqError> {
         let e = self.entry(seq)?;
         if position >= e.tokens {
-            return Err(KvError::PositionOutOfRange { len: e.tokens });
+            return Err(SeqError::PositionOutOfRange { len: e.tokens });
         }
         let page = self.rows[self.row_start(seq) + (position / PAGE) as usize];
         let offset = position % PAGE;
@@ -297,11 +305,11 @@ impl<'a> PageTable<'a> {
 
     /// Writes the slots of positions `first..first + out.len()` into `out`:
     /// where the backend scatters those tokens' keys and values.
-    pub fn slot_mapping(&self, seq: SeqId, first: u32, out: &mut [Slot]) -> Result<(), KvError> {
+    pub fn slot_mapping(&self, seq: SeqId, first: u32, out: &mut [Slot]) -> Result<(), SeqError> {
         let e = self.entry(seq)?;
         let end = u64::from(first) + out.len() as u64;
         if end > u64::from(e.tokens) {
-            return Err(KvError::PositionOutOfRange { len: e.tokens });
+            return Err(SeqError::PositionOutOfRange { len: e.tokens });
         }
         let row = &self.rows[self.row_start(seq)..];
         for (position, slot) in (first..).zip(out.iter_mut()) {
@@ -315,8 +323,7 @@ impl<'a> PageTable<'a> {
     /// If the last page is partly filled and shared with another holder, it is
     /// first replaced by a private copy and the returned [`Appended::copy`]
     /// tells the backend what to copy. All pages needed are checked for up
-    /// front: on [`KvError::PoolExhausted`] or [`KvError::SequenceTooLong`]
-    /// nothing changes.
+    /// front: on any [`AppendError`] nothing changes.
     #[inline]
     pub fn append<L: EvictionListener + ?Sized>(
         &mut self,
@@ -324,8 +331,10 @@ impl<'a> PageTable<'a> {
         tokens: u32,
         pool: &mut PagePool<'_>,
         listener: &mut L,
-    ) -> Result<Appended, KvError> {
-        let e = self.entry_mut(seq)?;
+    ) -> Result<Appended, AppendError> {
+        let e = self
+            .entry_mut(seq)
+            .map_err(|_| AppendError::UnknownSequence)?;
         let first_position = e.tokens;
         let offset = first_position % PAGE;
         // Fast path, the common decode step: the tokens fit in the sequence's
@@ -360,16 +369,16 @@ impl<'a> PageTable<'a> {
         tokens: u32,
         pool: &mut PagePool<'_>,
         listener: &mut L,
-    ) -> Result<Appended, KvError> {
+    ) -> Result<Appended, AppendError> {
         let max_tokens = self.max_tokens_per_sequence();
         // Field by field: a whole-entry copy would wait on the fast path's
         // recent narrow store to `tokens`.
-        let entry = self.entry(seq)?;
+        let entry = self.entry(seq).map_err(|_| AppendError::UnknownSequence)?;
         let (len, pages) = (entry.tokens, entry.pages);
         let new_len = len
             .checked_add(tokens)
             .filter(|&t| t <= max_tokens)
-            .ok_or(KvError::SequenceTooLong { max_tokens })?;
+            .ok_or(AppendError::SequenceTooLong { max_tokens })?;
         let mut done = Appended {
             first_position: len,
             tokens,
@@ -383,7 +392,8 @@ impl<'a> PageTable<'a> {
         let start = self.row_start(seq);
         let shared_last = if offset != 0 {
             let last = self.rows[start + pages as usize - 1];
-            (pool.refcount(last)? > 1).then_some(last)
+            // A page of the row is always in the pool.
+            (pool.refcount(last).unwrap_or(0) > 1).then_some(last)
         } else {
             None
         };
@@ -391,15 +401,16 @@ impl<'a> PageTable<'a> {
         let needed = fresh + u32::from(shared_last.is_some());
         let available = pool.available_pages();
         if needed > available {
-            return Err(KvError::PoolExhausted { needed, available });
+            return Err(AppendError::PoolExhausted { needed, available });
         }
 
         // Nothing below can fail: every allocation was accounted for above, and
         // allocating never evicts a referenced page.
-        let exhausted = KvError::PoolExhausted { needed, available };
+        let exhausted = AppendError::PoolExhausted { needed, available };
         if let Some(src) = shared_last {
             let dst = pool.take(listener).ok_or(exhausted)?;
-            pool.release(src)?;
+            let released = pool.release(src);
+            debug_assert!(released.is_ok(), "a row held a page it had no reference on");
             self.rows[start + pages as usize - 1] = dst;
             done.copy = Some(PageCopy {
                 src,
@@ -431,7 +442,7 @@ impl<'a> PageTable<'a> {
     /// filled page copies it.
     pub fn fork(&mut self, parent: SeqId, pool: &mut PagePool<'_>) -> Result<SeqId, KvError> {
         let e = *self.entry(parent)?;
-        if self.free_head == NIL {
+        if self.free.is_empty() {
             return Err(KvError::NoFreeSequenceSlot);
         }
         let src = self.row_start(parent);
@@ -457,7 +468,7 @@ impl<'a> PageTable<'a> {
     /// Ends the sequence: drops its reference on every page (last page first,
     /// so deeper pages of a cached prefix become least recently used before
     /// the pages they extend) and frees its row. The id is stale afterwards.
-    pub fn release(&mut self, seq: SeqId, pool: &mut PagePool<'_>) -> Result<(), KvError> {
+    pub fn release(&mut self, seq: SeqId, pool: &mut PagePool<'_>) -> Result<(), SeqError> {
         let e = *self.entry(seq)?;
         let start = self.row_start(seq);
         for slot in self.rows[start..start + e.pages as usize].iter_mut().rev() {
@@ -469,27 +480,27 @@ impl<'a> PageTable<'a> {
         *entry = SeqEntry {
             // Odd (live) to even (free): every id of this sequence is stale.
             generation: entry.generation.wrapping_add(1),
-            next_free: self.free_head,
             ..SeqEntry::EMPTY
         };
-        self.free_head = seq.row;
+        let freed = self.free.push(self.seqs, seq.row);
+        debug_assert!(freed);
         self.active -= 1;
         Ok(())
     }
 
     #[inline]
-    fn entry(&self, seq: SeqId) -> Result<&SeqEntry, KvError> {
+    fn entry(&self, seq: SeqId) -> Result<&SeqEntry, SeqError> {
         match self.seqs.get(seq.row as usize) {
             Some(e) if e.generation == seq.generation => Ok(e),
-            _ => Err(KvError::UnknownSequence),
+            _ => Err(SeqError::UnknownSequence),
         }
     }
 
     #[inline]
-    fn entry_mut(&mut self, seq: SeqId) -> Result<&mut SeqEntry, KvError> {
+    fn entry_mut(&mut self, seq: SeqId) -> Result<&mut SeqEntry, SeqError> {
         match self.seqs.get_mut(seq.row as usize) {
             Some(e) if e.generation == seq.generation => Ok(e),
-            _ => Err(KvError::UnknownSequence),
+            _ => Err(SeqError::UnknownSequence),
         }
     }
 

@@ -16,16 +16,17 @@
 //! Referenced pages are never on the LRU list, so a running sequence's pages
 //! can never be evicted.
 //!
-//! Both lists are intrusive (links live in the caller's [`PageEntry`] storage),
-//! so every operation is O(1) and nothing allocates.
+//! Both lists are intrusive (links live in the caller's [`PageEntry`] storage,
+//! see [`crate::list`]): the free list a [`Stack`] (an allocation touches only
+//! the page it takes), the LRU list a [`List`]. Every operation is O(1) and
+//! nothing allocates.
 
-use crate::error::KvError;
+use crate::error::{PageError, PoolExhausted, StorageError};
 use crate::geometry::{MAX_PAGES, PAGE_SIZE};
 use crate::ids::PageId;
+use crate::list::{Link, List, ListNode, Stack, StackNode};
 use crate::stats::PoolStats;
 use crate::time::Timestamp;
-
-const NIL: u32 = u32::MAX;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PageState {
@@ -39,8 +40,8 @@ enum PageState {
 #[derive(Debug, Clone, Copy)]
 pub struct PageEntry {
     refs: u32,
-    prev: u32,
-    next: u32,
+    /// On the free list (`next` only) or the LRU list, never both.
+    link: Link,
     tag: u32,
     filled: u8,
     cached: bool,
@@ -51,8 +52,7 @@ impl PageEntry {
     /// An entry ready to be handed to [`PagePool::new`].
     pub const EMPTY: Self = Self {
         refs: 0,
-        prev: NIL,
-        next: NIL,
+        link: Link::UNLINKED,
         tag: 0,
         filled: 0,
         cached: false,
@@ -63,6 +63,30 @@ impl PageEntry {
 impl Default for PageEntry {
     fn default() -> Self {
         Self::EMPTY
+    }
+}
+
+impl ListNode for PageEntry {
+    #[inline]
+    fn link(&self) -> &Link {
+        &self.link
+    }
+
+    #[inline]
+    fn link_mut(&mut self) -> &mut Link {
+        &mut self.link
+    }
+}
+
+impl StackNode for PageEntry {
+    #[inline]
+    fn next(&self) -> u32 {
+        self.link.next
+    }
+
+    #[inline]
+    fn set_next(&mut self, next: u32) {
+        self.link.next = next;
     }
 }
 
@@ -82,13 +106,6 @@ pub trait EvictionListener {
 /// For pools without a prefix cache: nothing to tell.
 impl EvictionListener for () {
     fn page_evicted(&mut self, _page: PageId, _tag: CacheTag) {}
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-struct LruList {
-    head: u32,
-    tail: u32,
-    len: u32,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -113,9 +130,8 @@ struct Counters {
 #[derive(Debug)]
 pub struct PagePool<'a> {
     pages: &'a mut [PageEntry],
-    free_head: u32,
-    free_len: u32,
-    lru: LruList,
+    free: Stack,
+    lru: List,
     referenced: u32,
     filled_slots: u64,
     counters: Counters,
@@ -124,30 +140,22 @@ pub struct PagePool<'a> {
 impl<'a> PagePool<'a> {
     /// Builds a pool with one page per entry of `storage`, all free.
     ///
-    /// Fails with [`KvError::InvalidStorage`] if `storage` is empty or has more
-    /// than [`MAX_PAGES`](crate::MAX_PAGES) entries.
-    pub fn new(storage: &'a mut [PageEntry]) -> Result<Self, KvError> {
-        let len = storage.len();
-        if len == 0 || len > MAX_PAGES as usize {
-            return Err(KvError::InvalidStorage);
+    /// Fails with [`StorageError::Empty`] if `storage` is empty, or
+    /// [`StorageError::TooLarge`] if it has more than
+    /// [`MAX_PAGES`](crate::MAX_PAGES) entries.
+    pub fn new(storage: &'a mut [PageEntry]) -> Result<Self, StorageError> {
+        match storage.len() {
+            0 => return Err(StorageError::Empty),
+            len if len > MAX_PAGES as usize => return Err(StorageError::TooLarge),
+            _ => {}
         }
-        for (i, entry) in storage.iter_mut().enumerate() {
-            // Fits: len ≤ MAX_PAGES < u32::MAX.
-            let next = i as u32 + 1;
-            *entry = PageEntry {
-                next: if (next as usize) < len { next } else { NIL },
-                ..PageEntry::EMPTY
-            };
-        }
+        storage.fill(PageEntry::EMPTY);
+        // len ≤ MAX_PAGES < NIL, so every page goes on the free list.
+        let free = Stack::with_all(storage);
         Ok(Self {
             pages: storage,
-            free_head: 0,
-            free_len: len as u32,
-            lru: LruList {
-                head: NIL,
-                tail: NIL,
-                len: 0,
-            },
+            free,
+            lru: List::new(),
             referenced: 0,
             filled_slots: 0,
             counters: Counters::default(),
@@ -163,13 +171,13 @@ impl<'a> PagePool<'a> {
     /// Pages on the free list.
     #[inline]
     pub fn free_pages(&self) -> u32 {
-        self.free_len
+        self.free.len()
     }
 
     /// Pages cached but referenced by nobody: reclaimable on demand.
     #[inline]
     pub fn evictable_pages(&self) -> u32 {
-        self.lru.len
+        self.lru.len()
     }
 
     /// Pages referenced by at least one holder.
@@ -181,36 +189,36 @@ impl<'a> PagePool<'a> {
     /// Pages an allocation can obtain right now: free plus evictable.
     #[inline]
     pub fn available_pages(&self) -> u32 {
-        self.free_len + self.lru.len
+        self.free.len() + self.lru.len()
     }
 
     /// The page's reference count.
     #[inline]
-    pub fn refcount(&self, page: PageId) -> Result<u32, KvError> {
+    pub fn refcount(&self, page: PageId) -> Result<u32, PageError> {
         Ok(self.entry(page)?.refs)
     }
 
     /// The page's cache tag, if a cache holds it.
-    pub fn cache_tag(&self, page: PageId) -> Result<Option<CacheTag>, KvError> {
+    pub fn cache_tag(&self, page: PageId) -> Result<Option<CacheTag>, PageError> {
         let e = self.entry(page)?;
         Ok(e.cached.then_some(CacheTag(e.tag)))
     }
 
     /// Whether the page is on the free list.
-    pub fn is_free(&self, page: PageId) -> Result<bool, KvError> {
+    pub fn is_free(&self, page: PageId) -> Result<bool, PageError> {
         Ok(self.entry(page)?.state == PageState::Free)
     }
 
     /// Takes a page with a reference count of one. Uses the free list first;
     /// when it is empty, evicts the least recently used evictable page and
-    /// tells `listener`. Fails with [`KvError::PoolExhausted`] when neither has
+    /// tells `listener`. Fails with [`PoolExhausted`] when neither has
     /// a page; nothing changes then.
     #[inline]
     pub fn allocate<L: EvictionListener + ?Sized>(
         &mut self,
         listener: &mut L,
-    ) -> Result<PageId, KvError> {
-        self.take(listener).ok_or(KvError::PoolExhausted {
+    ) -> Result<PageId, PoolExhausted> {
+        self.take(listener).ok_or(PoolExhausted {
             needed: 1,
             available: 0,
         })
@@ -225,13 +233,9 @@ impl<'a> PagePool<'a> {
         &mut self,
         listener: &mut L,
     ) -> Option<PageId> {
-        let index = if self.free_head != NIL {
-            let index = self.free_head;
-            self.free_head = self.pages[index as usize].next;
-            self.free_len -= 1;
-            index
-        } else {
-            self.evict_for_allocation(listener)?
+        let index = match self.free.pop(self.pages) {
+            Some(index) => index,
+            None => self.evict_for_allocation(listener)?,
         };
         self.pages[index as usize] = PageEntry {
             refs: 1,
@@ -250,10 +254,7 @@ impl<'a> PagePool<'a> {
         &mut self,
         listener: &mut L,
     ) -> Option<u32> {
-        let index = self.lru.head;
-        if index == NIL {
-            return None;
-        }
+        let index = self.lru.head()?;
         self.reclaim(index, listener);
         self.counters.evictions += 1;
         crate::log::event!("pagoda: evicted 1 page for allocation");
@@ -263,17 +264,17 @@ impl<'a> PagePool<'a> {
     /// Adds a reference to a page that holds data (referenced or evictable).
     /// An evictable page leaves the LRU list: it is in use again.
     #[inline]
-    pub fn retain(&mut self, page: PageId) -> Result<(), KvError> {
+    pub fn retain(&mut self, page: PageId) -> Result<(), PageError> {
         let e = self.entry(page)?;
         match e.state {
-            PageState::Free => Err(KvError::PageNotReferenced),
-            _ if e.refs == u32::MAX => Err(KvError::TooManyReferences),
+            PageState::Free => Err(PageError::NotReferenced),
+            _ if e.refs == u32::MAX => Err(PageError::TooManyReferences),
             PageState::Referenced => {
                 self.pages[page.0 as usize].refs += 1;
                 Ok(())
             }
             PageState::Evictable => {
-                self.lru_unlink(page.0);
+                self.lru.remove(self.pages, page.0);
                 let e = &mut self.pages[page.0 as usize];
                 e.refs = 1;
                 e.state = PageState::Referenced;
@@ -286,7 +287,7 @@ impl<'a> PagePool<'a> {
     /// Adds a reference to every page in `pages`, or to none: if one cannot
     /// be retained, the ones already taken are dropped again (last first) and
     /// the error returned.
-    pub fn retain_all(&mut self, pages: &[PageId]) -> Result<(), KvError> {
+    pub fn retain_all(&mut self, pages: &[PageId]) -> Result<(), PageError> {
         for (i, &page) in pages.iter().enumerate() {
             if let Err(e) = self.retain(page) {
                 for &held in pages[..i].iter().rev() {
@@ -303,10 +304,10 @@ impl<'a> PagePool<'a> {
     /// goes to the most-recently-used end of the LRU list if a cache holds it,
     /// else back to the free list.
     #[inline]
-    pub fn release(&mut self, page: PageId) -> Result<u32, KvError> {
+    pub fn release(&mut self, page: PageId) -> Result<u32, PageError> {
         let e = *self.entry(page)?;
         if e.state != PageState::Referenced {
-            return Err(KvError::PageNotReferenced);
+            return Err(PageError::NotReferenced);
         }
         let refs = e.refs - 1;
         if refs > 0 {
@@ -318,7 +319,7 @@ impl<'a> PagePool<'a> {
             let e = &mut self.pages[page.0 as usize];
             e.refs = 0;
             e.state = PageState::Evictable;
-            self.lru_push_back(page.0);
+            self.lru.push_back(self.pages, page.0);
         } else {
             self.push_free(page.0);
             self.counters.freed += 1;
@@ -328,9 +329,9 @@ impl<'a> PagePool<'a> {
 
     /// Marks a referenced page as held by a cache under `tag`. When its last
     /// reference goes it stays, evictable, instead of being freed.
-    pub fn set_cache_tag(&mut self, page: PageId, tag: CacheTag) -> Result<(), KvError> {
+    pub fn set_cache_tag(&mut self, page: PageId, tag: CacheTag) -> Result<(), PageError> {
         if self.entry(page)?.state != PageState::Referenced {
-            return Err(KvError::PageNotReferenced);
+            return Err(PageError::NotReferenced);
         }
         let e = &mut self.pages[page.0 as usize];
         e.cached = true;
@@ -341,12 +342,12 @@ impl<'a> PagePool<'a> {
     /// The cache lets go of a page. An evictable page is freed at once; a
     /// referenced one is freed when its last reference goes. A free page is
     /// left as it is.
-    pub fn clear_cache_tag(&mut self, page: PageId) -> Result<(), KvError> {
+    pub fn clear_cache_tag(&mut self, page: PageId) -> Result<(), PageError> {
         match self.entry(page)?.state {
             PageState::Free => {}
             PageState::Referenced => self.pages[page.0 as usize].cached = false,
             PageState::Evictable => {
-                self.lru_unlink(page.0);
+                self.lru.remove(self.pages, page.0);
                 self.push_free(page.0);
                 self.counters.freed += 1;
             }
@@ -358,10 +359,10 @@ impl<'a> PagePool<'a> {
     /// end of the LRU list. Referenced pages cannot be evicted and are left as
     /// they are.
     #[inline]
-    pub fn touch(&mut self, page: PageId) -> Result<(), KvError> {
-        if self.entry(page)?.state == PageState::Evictable && self.lru.tail != page.0 {
-            self.lru_unlink(page.0);
-            self.lru_push_back(page.0);
+    pub fn touch(&mut self, page: PageId) -> Result<(), PageError> {
+        if self.entry(page)?.state == PageState::Evictable && self.lru.tail() != Some(page.0) {
+            self.lru.remove(self.pages, page.0);
+            self.lru.push_back(self.pages, page.0);
         }
         Ok(())
     }
@@ -372,14 +373,14 @@ impl<'a> PagePool<'a> {
     /// cheaper than rewriting it, and a hot prefix matched again and again
     /// is usually already there.
     pub fn is_most_recent(&self, pages: &[PageId]) -> bool {
-        let mut cursor = self.lru.tail;
+        let mut cursor = self.lru.tail();
         for page in pages {
             match self.pages.get(page.0 as usize) {
                 Some(e) if e.state == PageState::Evictable => {
-                    if cursor != page.0 {
+                    if cursor != Some(page.0) {
                         return false;
                     }
-                    cursor = e.prev;
+                    cursor = List::prev(self.pages, page.0);
                 }
                 Some(_) => {}
                 None => return false,
@@ -391,7 +392,7 @@ impl<'a> PagePool<'a> {
     /// The least recently used evictable page: the next one an allocation
     /// would reclaim.
     pub fn least_recently_used(&self) -> Option<PageId> {
-        (self.lru.head != NIL).then_some(PageId(self.lru.head))
+        self.lru.head().map(PageId)
     }
 
     /// Evicts up to `max` least-recently-used evictable pages onto the free
@@ -399,8 +400,10 @@ impl<'a> PagePool<'a> {
     /// counts as one eviction in the metrics.
     pub fn evict<L: EvictionListener + ?Sized>(&mut self, max: u32, listener: &mut L) -> u32 {
         let mut evicted = 0;
-        while evicted < max && self.lru.head != NIL {
-            let index = self.lru.head;
+        while evicted < max {
+            let Some(index) = self.lru.head() else {
+                break;
+            };
             self.reclaim(index, listener);
             self.push_free(index);
             evicted += 1;
@@ -417,9 +420,9 @@ impl<'a> PagePool<'a> {
         PoolStats {
             at: now,
             total_pages: self.total_pages(),
-            free_pages: self.free_len,
+            free_pages: self.free.len(),
             referenced_pages: self.referenced,
-            evictable_pages: self.lru.len,
+            evictable_pages: self.lru.len(),
             filled_slots: self.filled_slots,
             allocated_total: self.counters.allocated,
             freed_total: self.counters.freed,
@@ -429,7 +432,7 @@ impl<'a> PagePool<'a> {
     }
 
     /// How many of the page's slots hold tokens.
-    pub fn filled_slots(&self, page: PageId) -> Result<u32, KvError> {
+    pub fn filled_slots(&self, page: PageId) -> Result<u32, PageError> {
         Ok(u32::from(self.entry(page)?.filled))
     }
 
@@ -462,14 +465,16 @@ impl<'a> PagePool<'a> {
     }
 
     #[inline]
-    fn entry(&self, page: PageId) -> Result<&PageEntry, KvError> {
-        self.pages.get(page.0 as usize).ok_or(KvError::UnknownPage)
+    fn entry(&self, page: PageId) -> Result<&PageEntry, PageError> {
+        self.pages
+            .get(page.0 as usize)
+            .ok_or(PageError::UnknownPage)
     }
 
     /// Takes an evictable page off the LRU list and tells its owner. The caller
     /// decides where the page goes next.
     fn reclaim<L: EvictionListener + ?Sized>(&mut self, index: u32, listener: &mut L) {
-        self.lru_unlink(index);
+        self.lru.remove(self.pages, index);
         let e = &mut self.pages[index as usize];
         let tag = CacheTag(e.tag);
         e.cached = false;
@@ -484,51 +489,9 @@ impl<'a> PagePool<'a> {
     #[inline]
     fn push_free(&mut self, index: u32) {
         self.filled_slots -= u64::from(self.pages[index as usize].filled);
-        self.pages[index as usize] = PageEntry {
-            next: self.free_head,
-            ..PageEntry::EMPTY
-        };
-        self.free_head = index;
-        self.free_len += 1;
-    }
-
-    #[inline]
-    fn lru_push_back(&mut self, index: u32) {
-        let tail = self.lru.tail;
-        {
-            let e = &mut self.pages[index as usize];
-            e.prev = tail;
-            e.next = NIL;
-        }
-        if tail == NIL {
-            self.lru.head = index;
-        } else {
-            self.pages[tail as usize].next = index;
-        }
-        self.lru.tail = index;
-        self.lru.len += 1;
-    }
-
-    #[inline]
-    fn lru_unlink(&mut self, index: u32) {
-        let (prev, next) = {
-            let e = &self.pages[index as usize];
-            (e.prev, e.next)
-        };
-        if prev == NIL {
-            self.lru.head = next;
-        } else {
-            self.pages[prev as usize].next = next;
-        }
-        if next == NIL {
-            self.lru.tail = prev;
-        } else {
-            self.pages[next as usize].prev = prev;
-        }
-        let e = &mut self.pages[index as usize];
-        e.prev = NIL;
-        e.next = NIL;
-        self.lru.len -= 1;
+        self.pages[index as usize] = PageEntry::EMPTY;
+        let pushed = self.free.push(self.pages, index);
+        debug_assert!(pushed);
     }
 }
 
@@ -552,7 +515,7 @@ mod tests {
         let mut storage: [PageEntry; 0] = [];
         assert_eq!(
             PagePool::new(&mut storage).unwrap_err(),
-            KvError::InvalidStorage
+            StorageError::Empty
         );
     }
 }

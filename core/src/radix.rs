@@ -43,13 +43,15 @@
 //! node be evicted, its subtree becomes unreachable and is reclaimed as its
 //! pages are; no match ever returns stale pages.)
 
-use crate::error::KvError;
+use core::convert::Infallible;
+use core::iter::repeat;
+
+use crate::error::{KvError, StorageError};
 use crate::geometry::PAGE_SIZE;
 use crate::ids::{PageId, SeqId};
+use crate::list::{Stack, StackNode, NIL};
 use crate::page_table::PageTable;
 use crate::pool::{CacheTag, EvictionListener, PagePool};
-
-const NIL: u32 = u32::MAX;
 const EMPTY_SLOT: u64 = u64::MAX;
 /// An index entry keeps the key hash's high half beside the node id, so probes
 /// and deletions never read a node just to compare or re-home it.
@@ -99,6 +101,19 @@ impl RadixNode {
 impl Default for RadixNode {
     fn default() -> Self {
         Self::EMPTY
+    }
+}
+
+/// Free nodes are a stack through `next_free`.
+impl StackNode for RadixNode {
+    #[inline]
+    fn next(&self) -> u32 {
+        self.next_free
+    }
+
+    #[inline]
+    fn set_next(&mut self, next: u32) {
+        self.next_free = next;
     }
 }
 
@@ -196,7 +211,7 @@ pub struct RadixCache<'a> {
     nodes: &'a mut [RadixNode],
     index: &'a mut [u64],
     index_shift: u32,
-    free_head: u32,
+    free: Stack,
     live: u32,
     stats: RadixStats,
     /// Bumped whenever a node is added or removed.
@@ -209,6 +224,18 @@ pub struct RadixCache<'a> {
 
 /// How many growth points [`RadixCache::growth_since`] remembers.
 pub const GROWTH_JOURNAL: usize = 64;
+
+/// Where a [`RadixCache::walk`] stopped.
+#[derive(Debug, Clone, Copy)]
+struct Walk {
+    /// Full pages matched.
+    pages: u32,
+    /// The node of the last matched page, or `NIL` if none matched.
+    last: u32,
+    /// The key of the first full page not found; `None` if the walk ran out
+    /// of full pages (or reached its limit) first.
+    next_key: Option<u64>,
+}
 
 /// Where a prompt's cached prefix ends, from [`RadixCache::probe_prefix`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -261,34 +288,31 @@ impl<'a> RadixCache<'a> {
 
     /// Builds an empty cache.
     ///
-    /// Fails with [`KvError::InvalidStorage`] if `nodes` is empty or has 2^31
-    /// entries or more, or `index` is not a power of two larger than `nodes`
-    /// and at most 2^32.
-    pub fn new(nodes: &'a mut [RadixNode], index: &'a mut [u64]) -> Result<Self, KvError> {
+    /// Fails with [`StorageError::Empty`] if `nodes` is empty,
+    /// [`StorageError::TooLarge`] if it has 2^31 entries or more, or
+    /// [`StorageError::Mismatched`] if `index` is not a power of two larger
+    /// than `nodes` and at most 2^32.
+    pub fn new(nodes: &'a mut [RadixNode], index: &'a mut [u64]) -> Result<Self, StorageError> {
         let n = nodes.len();
         let slots = index.len() as u64;
-        if n == 0
-            || n >= MAX_NODES
-            || !slots.is_power_of_two()
-            || slots <= n as u64
-            || slots > 1 << 32
-        {
-            return Err(KvError::InvalidStorage);
+        if n == 0 {
+            return Err(StorageError::Empty);
         }
-        for (i, node) in nodes.iter_mut().enumerate() {
-            let next = i as u32 + 1;
-            *node = RadixNode {
-                next_free: if (next as usize) < n { next } else { NIL },
-                ..RadixNode::EMPTY
-            };
+        if n >= MAX_NODES {
+            return Err(StorageError::TooLarge);
         }
+        if !slots.is_power_of_two() || slots <= n as u64 || slots > 1 << 32 {
+            return Err(StorageError::Mismatched);
+        }
+        nodes.fill(RadixNode::EMPTY);
+        let free = Stack::with_all(nodes);
         index.fill(EMPTY_SLOT);
         let index_shift = 64 - index.len().trailing_zeros();
         Ok(Self {
             nodes,
             index,
             index_shift,
-            free_head: 0,
+            free,
             live: 0,
             stats: RadixStats {
                 capacity: n as u32,
@@ -312,19 +336,7 @@ impl<'a> RadixCache<'a> {
         pages: &mut [PageId],
         pool: &mut PagePool<'_>,
     ) -> PrefixMatch {
-        let mut matched = 0;
-        let mut parent = NIL;
-        let mut key = ROOT_KEY;
-        for (chunk, out) in tokens.chunks_exact(PAGE_SIZE).zip(pages.iter_mut()) {
-            let chunk = page_tokens(chunk);
-            key = key_hash(key, chunk);
-            let Some(node) = self.find_child(parent, key, chunk) else {
-                break;
-            };
-            *out = self.nodes[node as usize].page;
-            parent = node;
-            matched += 1;
-        }
+        let matched = self.peek_pages(tokens, pages);
         // Leaf first, so every node stays less recently used than its parent
         // (nothing to do when the path already is the most recent).
         let path = &pages[..matched as usize];
@@ -344,62 +356,74 @@ impl<'a> RadixCache<'a> {
     }
 
     /// The length in tokens of the longest cached prefix of `tokens`, without
-    /// touching recency or metrics: for scoring waiting requests.
+    /// touching recency or metrics: for scoring waiting requests. The same as
+    /// [`probe_prefix`](Self::probe_prefix)`.tokens`.
     pub fn peek_prefix(&self, tokens: &[u32]) -> u32 {
-        let mut matched = 0;
-        let mut parent = NIL;
-        let mut key = ROOT_KEY;
-        for chunk in tokens.chunks_exact(PAGE_SIZE) {
-            let chunk = page_tokens(chunk);
-            key = key_hash(key, chunk);
-            let Some(node) = self.find_child(parent, key, chunk) else {
-                break;
-            };
-            parent = node;
-            matched += PAGE_SIZE as u32;
-        }
-        matched
+        self.probe_prefix(tokens).tokens
     }
 
     /// Like [`match_prefix`](Self::match_prefix) without its side effects:
     /// writes the matched pages to the front of `pages` and returns how many,
     /// touching neither recency nor metrics. For checking whether a request
     /// fits before admitting it.
+    #[inline(always)]
     pub fn peek_pages(&self, tokens: &[u32], pages: &mut [PageId]) -> u32 {
-        let mut matched = 0;
-        let mut parent = NIL;
-        let mut key = ROOT_KEY;
-        for (chunk, out) in tokens.chunks_exact(PAGE_SIZE).zip(pages.iter_mut()) {
-            let chunk = page_tokens(chunk);
-            key = key_hash(key, chunk);
-            let Some(node) = self.find_child(parent, key, chunk) else {
-                break;
-            };
-            *out = self.nodes[node as usize].page;
-            parent = node;
-            matched += 1;
+        let walk = self.walk(tokens, pages.iter_mut(), |out, node| {
+            *out = node.page;
+            Ok::<(), Infallible>(())
+        });
+        match walk {
+            Ok(walk) => walk.pages,
+            Err(never) => match never {},
         }
-        matched
     }
 
     /// Like [`peek_prefix`](Self::peek_prefix), and also the key of the first
     /// uncached full page, so a scheduler can tell which insert extends this
     /// prompt's match without scoring it again after every insert.
     pub fn probe_prefix(&self, tokens: &[u32]) -> PrefixProbe {
-        let mut probe = PrefixProbe::default();
-        let mut parent = NIL;
+        match self.walk(tokens, repeat(()), |(), _| Ok::<(), Infallible>(())) {
+            Ok(walk) => PrefixProbe {
+                tokens: walk.pages * PAGE_SIZE as u32,
+                next_key: walk.next_key,
+            },
+            Err(never) => match never {},
+        }
+    }
+
+    /// The one prefix walk behind every lookup: follows the full pages of
+    /// `tokens` down from the root while the tree holds them, pairing each
+    /// with the next item of `outs` (the walk stops when they run out) and
+    /// calling `visit` with that item and the matched node. Stops early with
+    /// `visit`'s error. Every key is a function of the
+    /// tokens alone (see [`key_hash`]), so the index probes of successive
+    /// pages overlap; always inlined, so they stay overlapped and a visitor
+    /// that cannot fail costs nothing.
+    #[inline(always)]
+    fn walk<O, E>(
+        &self,
+        tokens: &[u32],
+        outs: impl IntoIterator<Item = O>,
+        mut visit: impl FnMut(O, &RadixNode) -> Result<(), E>,
+    ) -> Result<Walk, E> {
+        let mut walk = Walk {
+            pages: 0,
+            last: NIL,
+            next_key: None,
+        };
         let mut key = ROOT_KEY;
-        for chunk in tokens.chunks_exact(PAGE_SIZE) {
+        for (chunk, out) in tokens.chunks_exact(PAGE_SIZE).zip(outs) {
             let chunk = page_tokens(chunk);
             key = key_hash(key, chunk);
-            let Some(node) = self.find_child(parent, key, chunk) else {
-                probe.next_key = Some(key);
+            let Some(node) = self.find_child(walk.last, key, chunk) else {
+                walk.next_key = Some(key);
                 break;
             };
-            parent = node;
-            probe.tokens += PAGE_SIZE as u32;
+            visit(out, &self.nodes[node as usize])?;
+            walk.last = node;
+            walk.pages += 1;
         }
-        probe
+        Ok(walk)
     }
 
     /// A counter that moves whenever a node is added or removed: a score
@@ -451,47 +475,48 @@ impl<'a> RadixCache<'a> {
     ) -> Result<Inserted, KvError> {
         let len = table.len(seq)?.min(tokens.len() as u32);
         let full_pages = len / PAGE_SIZE as u32;
-        self.check_cached_pages(table.pages(seq)?, tokens, full_pages, pool)?;
+        let tokens = &tokens[..(full_pages as usize) * PAGE_SIZE];
+        let (found, to_dedup) = self.check_row(table.pages(seq)?, tokens, pool)?;
         let mut done = Inserted::default();
-        let mut parent = NIL;
-        let mut key = ROOT_KEY;
-        for (i, chunk) in tokens
-            .chunks_exact(PAGE_SIZE)
-            .take(full_pages as usize)
-            .enumerate()
-        {
+        if to_dedup > 0 {
+            // The path the check walked, again, now that nothing can refuse.
+            let walked = self.walk(tokens, 0u32.., |depth, node| {
+                let own = table.pages(seq)?[depth as usize];
+                if node.page != own {
+                    table.replace_full_page(seq, depth, node.page, pool)?;
+                    done.deduplicated_pages += 1;
+                }
+                Ok::<(), KvError>(())
+            })?;
+            debug_assert_eq!(walked.pages, found.pages);
+        }
+        done.cached_pages = found.pages;
+        // The walk stopped at the first uncached page, if any, and has its key.
+        debug_assert!(found.next_key.is_some() || found.pages == full_pages);
+        let (mut parent, mut key) = (found.last, found.next_key.unwrap_or(ROOT_KEY));
+        let uncached = tokens.chunks_exact(PAGE_SIZE).skip(found.pages as usize);
+        for (i, chunk) in (found.pages..).zip(uncached) {
             let chunk = page_tokens(chunk);
-            key = key_hash(key, chunk);
-            let own = table.pages(seq)?[i];
-            let node = match self.find_child(parent, key, chunk) {
-                Some(node) => {
-                    let cached = self.nodes[node as usize].page;
-                    if cached != own {
-                        table.replace_full_page(seq, i as u32, cached, pool)?;
-                        done.deduplicated_pages += 1;
-                    }
-                    node
-                }
-                None => {
-                    debug_assert_eq!(
-                        pool.cache_tag(own),
-                        Ok(None),
-                        "check_cached_pages lets no cached page get here"
-                    );
-                    let Some(node) = self.new_node(parent, key, chunk, own, pool) else {
-                        done.declined_pages = full_pages - i as u32;
-                        break;
-                    };
-                    pool.set_cache_tag(own, CacheTag(node))?;
-                    if done.new_pages == 0 {
-                        // Only the first new page of an insert can extend a
-                        // waiting prompt's match: its parent existed before.
-                        self.record_growth(key);
-                    }
-                    done.new_pages += 1;
-                    node
-                }
+            if i > found.pages {
+                key = key_hash(key, chunk);
+            }
+            let own = table.pages(seq)?[i as usize];
+            debug_assert_eq!(
+                pool.cache_tag(own),
+                Ok(None),
+                "check_row lets no cached page get here"
+            );
+            let Some(node) = self.new_node(parent, key, chunk, own, pool) else {
+                done.declined_pages = full_pages - i;
+                break;
             };
+            pool.set_cache_tag(own, CacheTag(node))?;
+            if done.new_pages == 0 {
+                // Only the first new page of an insert can extend a waiting
+                // prompt's match: its parent existed before.
+                self.record_growth(key);
+            }
+            done.new_pages += 1;
             done.cached_pages += 1;
             parent = node;
         }
@@ -506,7 +531,7 @@ impl<'a> RadixCache<'a> {
     /// tree from the root. Fails, changing nothing, if it is not.
     pub fn lock(&self, pages: &[PageId], pool: &mut PagePool<'_>) -> Result<(), KvError> {
         self.check_path(pages, pool)?;
-        pool.retain_all(pages)
+        Ok(pool.retain_all(pages)?)
     }
 
     /// Unlocks a path taken with [`lock`](Self::lock): drops the references,
@@ -540,38 +565,40 @@ impl<'a> RadixCache<'a> {
         Ok(())
     }
 
-    /// Before an insert changes anything: the pages of the row that the tree
-    /// already caches must form a path from the root (each under the row's
-    /// previous page) and be cached under these very tokens. Otherwise the
-    /// tokens are not the row's, and inserting them would alias a cached page.
-    fn check_cached_pages(
+    /// Before an insert changes anything: walks the tree along `tokens` (whole
+    /// pages) and checks the row against it. The row's pages that the tree
+    /// caches must be the walked path itself, from the root; past them, every
+    /// page must be uncached. Otherwise the tokens are not the row's, and
+    /// inserting them would alias a cached page. Returns the walk and how
+    /// many of the row's pages the walked path holds in other pages (to
+    /// deduplicate).
+    fn check_row(
         &self,
         row: &[PageId],
         tokens: &[u32],
-        full_pages: u32,
         pool: &PagePool<'_>,
-    ) -> Result<(), KvError> {
-        // The parent a cached page must have; `None` once a page is uncached.
-        let mut parent = Some(NIL);
-        for (&page, chunk) in row
-            .iter()
-            .zip(tokens.chunks_exact(PAGE_SIZE))
-            .take(full_pages as usize)
-        {
-            if pool.cache_tag(page)?.is_none() {
-                parent = None;
-                continue;
+    ) -> Result<(Walk, u32), KvError> {
+        let mut to_dedup = 0;
+        let found = self.walk(tokens, row.iter().copied(), |own, node| {
+            if own == node.page {
+                // Cached pages come first in a row: none after a copy.
+                if to_dedup > 0 {
+                    return Err(KvError::TokensMismatch);
+                }
+            } else if pool.cache_tag(own)?.is_some() {
+                return Err(KvError::TokensMismatch);
+            } else {
+                to_dedup += 1;
             }
-            let node = self
-                .node_of(page, pool)
-                .map_err(|_| KvError::TokensMismatch)?;
-            let n = &self.nodes[node as usize];
-            if parent != Some(n.parent) || n.tokens != *page_tokens(chunk) {
+            Ok(())
+        })?;
+        let past = row.iter().take(tokens.len() / PAGE_SIZE);
+        for &page in past.skip(found.pages as usize) {
+            if pool.cache_tag(page)?.is_some() {
                 return Err(KvError::TokensMismatch);
             }
-            parent = Some(node);
         }
-        Ok(())
+        Ok((found, to_dedup))
     }
 
     /// Evicts up to `pages` least recently used unlocked pages from the tree
@@ -640,15 +667,16 @@ impl<'a> RadixCache<'a> {
         page: PageId,
         pool: &mut PagePool<'_>,
     ) -> Option<u32> {
-        while self.free_head == NIL {
+        let node = loop {
+            if let Some(node) = self.free.pop(self.nodes) {
+                break node;
+            }
             // Evicting a page frees its node (or, after a broken rule, a
             // detached node's last child); stop when nothing is evictable.
             if pool.evict(1, self) == 0 {
                 return None;
             }
-        }
-        let node = self.free_head;
-        self.free_head = self.nodes[node as usize].next_free;
+        };
         self.nodes[node as usize] = RadixNode {
             tokens: *tokens,
             hash,
@@ -700,11 +728,9 @@ impl<'a> RadixCache<'a> {
     }
 
     fn free_node(&mut self, node: u32) {
-        self.nodes[node as usize] = RadixNode {
-            next_free: self.free_head,
-            ..RadixNode::EMPTY
-        };
-        self.free_head = node;
+        self.nodes[node as usize] = RadixNode::EMPTY;
+        let freed = self.free.push(self.nodes, node);
+        debug_assert!(freed);
     }
 
     /// Removes a node from the hash index by backward-shift deletion, which

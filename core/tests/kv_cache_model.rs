@@ -15,8 +15,8 @@
 use std::collections::{HashMap, VecDeque};
 
 use pagoda_core::{
-    CacheTag, EvictionListener, KvError, PageEntry, PageId, PagePool, PageTable, SeqEntry, SeqId,
-    Timestamp,
+    AppendError, CacheTag, EvictionListener, KvError, PageEntry, PageId, PagePool, PageTable,
+    SeqEntry, SeqError, SeqId, TableFull, Timestamp,
 };
 use proptest::prelude::*;
 
@@ -145,7 +145,7 @@ impl Harness {
         // Release everything: every page is free or cached, nothing referenced.
         while let Some((seq, _, _)) = h.model.seqs.first().cloned() {
             h.step(Op::Release { seq: 0 }, &mut pool, &mut table);
-            assert_eq!(table.len(seq), Err(KvError::UnknownSequence));
+            assert_eq!(table.len(seq), Err(SeqError::UnknownSequence));
         }
         h.check(&pool, &table);
         assert_eq!(pool.referenced_pages(), 0);
@@ -165,10 +165,7 @@ impl Harness {
         match op {
             Op::Create => match table.create() {
                 Ok(seq) => m.seqs.push((seq, Vec::new(), 0)),
-                Err(e) => {
-                    assert_eq!(e, KvError::NoFreeSequenceSlot);
-                    assert_eq!(n, SEQS);
-                }
+                Err(TableFull) => assert_eq!(n, SEQS),
             },
             Op::Append { seq, tokens } if n > 0 => {
                 let i = seq % n;
@@ -182,9 +179,15 @@ impl Harness {
                 let available = m.free_count() + m.lru.len() as u32;
                 let result = table.append(id, tokens, pool, &mut evicted);
                 if new_len > (ROW * 16) as u32 {
-                    assert_eq!(result, Err(KvError::SequenceTooLong { max_tokens: 128 }));
+                    assert_eq!(
+                        result,
+                        Err(AppendError::SequenceTooLong { max_tokens: 128 })
+                    );
                 } else if needed > available {
-                    assert_eq!(result, Err(KvError::PoolExhausted { needed, available }));
+                    assert_eq!(
+                        result,
+                        Err(AppendError::PoolExhausted { needed, available })
+                    );
                 } else {
                     let done = result.unwrap();
                     assert_eq!(done.pages_added as usize, fresh);
@@ -229,7 +232,7 @@ impl Harness {
             }
             Op::ReleaseStale => {
                 if let Some(&id) = m.stale.last() {
-                    assert_eq!(table.release(id, pool), Err(KvError::UnknownSequence));
+                    assert_eq!(table.release(id, pool), Err(SeqError::UnknownSequence));
                 }
             }
             Op::Cache { seq, page } if n > 0 => {

@@ -4,8 +4,9 @@
 //! the backends.
 
 use pagoda_core::{
-    CacheTag, EvictionListener, GeometryError, KvDtype, KvError, KvGeometry, PageEntry, PageId,
-    PagePool, PageTable, SeqEntry, SeqId, Timestamp, PAGE_SIZE,
+    AppendError, CacheTag, EvictionListener, GeometryError, KvDtype, KvError, KvGeometry,
+    PageEntry, PageError, PageId, PagePool, PageTable, PoolExhausted, SeqEntry, SeqError, SeqId,
+    StorageError, TableFull, Timestamp, PAGE_SIZE,
 };
 
 /// Owns the storage a pool and a table run over.
@@ -226,11 +227,11 @@ mod page_table_management {
         }
         assert_eq!(
             table.locate(seq, 40),
-            Err(KvError::PositionOutOfRange { len: 40 })
+            Err(SeqError::PositionOutOfRange { len: 40 })
         );
         assert_eq!(
             table.slot_mapping(seq, 35, &mut slots),
-            Err(KvError::PositionOutOfRange { len: 40 })
+            Err(SeqError::PositionOutOfRange { len: 40 })
         );
     }
 
@@ -344,7 +345,7 @@ mod page_sharing {
         assert_eq!(table.append(b, 1, &mut pool, &mut ()).unwrap().copy, None);
         // A shared page that is full needs no copy: new tokens go to a new page.
         let c = table.create();
-        assert_eq!(c, Err(KvError::NoFreeSequenceSlot));
+        assert_eq!(c, Err(TableFull));
         table.release(b, &mut pool).unwrap();
         table.append(a, 12, &mut pool, &mut ()).unwrap();
         let b = table.fork(a, &mut pool).unwrap();
@@ -481,7 +482,7 @@ mod eviction_policy {
         let err = table.append(other, 1, &mut pool, &mut ev).unwrap_err();
         assert_eq!(
             err,
-            KvError::PoolExhausted {
+            AppendError::PoolExhausted {
                 needed: 1,
                 available: 0
             }
@@ -547,8 +548,7 @@ mod errors {
             g.pages_for_budget(u64::MAX),
             Err(GeometryError::TooManyPages)
         );
-        let e: KvError = GeometryError::Overflow.into();
-        assert!(e.to_string().contains("overflow"));
+        assert!(GeometryError::Overflow.to_string().contains("overflow"));
     }
 
     #[test]
@@ -556,19 +556,19 @@ mod errors {
         let mut no_pages: Vec<PageEntry> = Vec::new();
         assert_eq!(
             PagePool::new(&mut no_pages).unwrap_err(),
-            KvError::InvalidStorage
+            StorageError::Empty
         );
         let mut rows = vec![PageId::from_index(0); 7];
         let mut seqs = vec![SeqEntry::EMPTY; 2];
         assert_eq!(
             PageTable::new(&mut rows, &mut seqs).unwrap_err(),
-            KvError::InvalidStorage,
+            StorageError::Mismatched,
             "7 pages are not a whole number of 2 rows"
         );
         let mut rows: Vec<PageId> = Vec::new();
         assert_eq!(
             PageTable::new(&mut rows, &mut seqs).unwrap_err(),
-            KvError::InvalidStorage
+            StorageError::Empty
         );
     }
 
@@ -580,14 +580,17 @@ mod errors {
         table.release(seq, &mut pool).unwrap();
         let reused = table.create().unwrap();
         assert_eq!(reused.row(), seq.row());
-        assert_eq!(table.len(seq), Err(KvError::UnknownSequence));
+        assert_eq!(table.len(seq), Err(SeqError::UnknownSequence));
         assert_eq!(
             table.append(seq, 1, &mut pool, &mut ()),
-            Err(KvError::UnknownSequence)
+            Err(AppendError::UnknownSequence)
         );
-        assert_eq!(table.release(seq, &mut pool), Err(KvError::UnknownSequence));
+        assert_eq!(
+            table.release(seq, &mut pool),
+            Err(SeqError::UnknownSequence)
+        );
         assert_eq!(table.fork(seq, &mut pool), Err(KvError::UnknownSequence));
-        assert_eq!(table.locate(seq, 0), Err(KvError::UnknownSequence));
+        assert_eq!(table.locate(seq, 0), Err(SeqError::UnknownSequence));
         assert_eq!(table.len(reused), Ok(0));
     }
 
@@ -598,12 +601,12 @@ mod errors {
         let seq = table.create().unwrap();
         assert_eq!(
             table.append(seq, 33, &mut pool, &mut ()),
-            Err(KvError::SequenceTooLong { max_tokens: 32 })
+            Err(AppendError::SequenceTooLong { max_tokens: 32 })
         );
         table.append(seq, 32, &mut pool, &mut ()).unwrap();
         assert_eq!(
             table.append(seq, u32::MAX, &mut pool, &mut ()),
-            Err(KvError::SequenceTooLong { max_tokens: 32 })
+            Err(AppendError::SequenceTooLong { max_tokens: 32 })
         );
         assert_eq!(table.len(seq), Ok(32));
         assert_eq!(pool.free_pages(), 6);
@@ -619,7 +622,7 @@ mod errors {
         // b needs a copy of the shared last page plus two fresh pages: 3 > 1.
         assert_eq!(
             table.append(b, 30, &mut pool, &mut ()),
-            Err(KvError::PoolExhausted {
+            Err(AppendError::PoolExhausted {
                 needed: 3,
                 available: 1
             })
@@ -635,26 +638,26 @@ mod errors {
         let mut pool = PagePool::new(&mut storage).unwrap();
         let free = PageId::from_index(1);
         let outside = PageId::from_index(2);
-        assert_eq!(pool.release(free), Err(KvError::PageNotReferenced));
-        assert_eq!(pool.retain(free), Err(KvError::PageNotReferenced));
+        assert_eq!(pool.release(free), Err(PageError::NotReferenced));
+        assert_eq!(pool.retain(free), Err(PageError::NotReferenced));
         assert_eq!(
             pool.set_cache_tag(free, CacheTag(0)),
-            Err(KvError::PageNotReferenced)
+            Err(PageError::NotReferenced)
         );
-        assert_eq!(pool.refcount(outside), Err(KvError::UnknownPage));
-        assert_eq!(pool.release(outside), Err(KvError::UnknownPage));
-        assert_eq!(pool.touch(outside), Err(KvError::UnknownPage));
+        assert_eq!(pool.refcount(outside), Err(PageError::UnknownPage));
+        assert_eq!(pool.release(outside), Err(PageError::UnknownPage));
+        assert_eq!(pool.touch(outside), Err(PageError::UnknownPage));
         let a = pool.allocate(&mut ()).unwrap();
         let _b = pool.allocate(&mut ()).unwrap();
         assert_eq!(
             pool.allocate(&mut ()),
-            Err(KvError::PoolExhausted {
+            Err(PoolExhausted {
                 needed: 1,
                 available: 0
             })
         );
         pool.release(a).unwrap();
-        assert_eq!(pool.release(a), Err(KvError::PageNotReferenced));
+        assert_eq!(pool.release(a), Err(PageError::NotReferenced));
         assert_eq!(pool.free_pages(), 1);
     }
 
@@ -668,7 +671,7 @@ mod errors {
         assert_eq!(pool.is_free(free), Ok(true));
         assert_eq!(
             pool.retain_all(&[a, b, free]),
-            Err(KvError::PageNotReferenced)
+            Err(PageError::NotReferenced)
         );
         assert_eq!((pool.refcount(a), pool.refcount(b)), (Ok(1), Ok(1)));
         pool.retain_all(&[a, b]).unwrap();
@@ -678,8 +681,6 @@ mod errors {
     #[test]
     fn every_error_explains_itself() {
         let all = [
-            KvError::InvalidGeometry(GeometryError::ZeroDimension),
-            KvError::InvalidStorage,
             KvError::PoolExhausted {
                 needed: 2,
                 available: 1,
@@ -697,6 +698,120 @@ mod errors {
         for e in all {
             assert!(e.to_string().len() > 10, "{e:?}");
         }
+        let storage = [
+            StorageError::Empty,
+            StorageError::TooLarge,
+            StorageError::Mismatched,
+        ];
+        for e in storage {
+            assert!(e.to_string().len() > 10, "{e:?}");
+        }
+    }
+
+    /// Every narrow error becomes the [`KvError`] variant of the same name and
+    /// fields, with the same message, so `?` composes operations losslessly.
+    #[test]
+    fn narrow_errors_convert_to_kv_error_losslessly() {
+        let exhausted = PoolExhausted {
+            needed: 3,
+            available: 1,
+        };
+        let kv = KvError::PoolExhausted {
+            needed: 3,
+            available: 1,
+        };
+        let pairs: [(String, KvError, KvError); 11] = [
+            (exhausted.to_string(), exhausted.into(), kv),
+            (
+                AppendError::from(exhausted).to_string(),
+                AppendError::from(exhausted).into(),
+                kv,
+            ),
+            (
+                PageError::UnknownPage.to_string(),
+                PageError::UnknownPage.into(),
+                KvError::UnknownPage,
+            ),
+            (
+                PageError::NotReferenced.to_string(),
+                PageError::NotReferenced.into(),
+                KvError::PageNotReferenced,
+            ),
+            (
+                PageError::TooManyReferences.to_string(),
+                PageError::TooManyReferences.into(),
+                KvError::TooManyReferences,
+            ),
+            (
+                TableFull.to_string(),
+                TableFull.into(),
+                KvError::NoFreeSequenceSlot,
+            ),
+            (
+                SeqError::UnknownSequence.to_string(),
+                SeqError::UnknownSequence.into(),
+                KvError::UnknownSequence,
+            ),
+            (
+                SeqError::PositionOutOfRange { len: 7 }.to_string(),
+                SeqError::PositionOutOfRange { len: 7 }.into(),
+                KvError::PositionOutOfRange { len: 7 },
+            ),
+            (
+                AppendError::UnknownSequence.to_string(),
+                AppendError::UnknownSequence.into(),
+                KvError::UnknownSequence,
+            ),
+            (
+                AppendError::SequenceTooLong { max_tokens: 32 }.to_string(),
+                AppendError::SequenceTooLong { max_tokens: 32 }.into(),
+                KvError::SequenceTooLong { max_tokens: 32 },
+            ),
+            (
+                AppendError::PoolExhausted {
+                    needed: 3,
+                    available: 1,
+                }
+                .to_string(),
+                AppendError::PoolExhausted {
+                    needed: 3,
+                    available: 1,
+                }
+                .into(),
+                kv,
+            ),
+        ];
+        for (message, converted, expected) in pairs {
+            assert_eq!(converted, expected);
+            assert_eq!(message, expected.to_string());
+        }
+    }
+
+    /// An operation that composes the pool and the table reports the narrow
+    /// refusal it met, as a [`KvError`].
+    #[test]
+    fn composed_operations_report_the_part_that_refused() {
+        let mut s = Storage::new(4, 1, 2);
+        let (mut pool, mut table) = s.split();
+        let seq = table.create().unwrap();
+        assert_eq!(table.fork(seq, &mut pool), Err(KvError::NoFreeSequenceSlot));
+        let free = PageId::from_index(3);
+        table.release(seq, &mut pool).unwrap();
+        assert_eq!(
+            table.create_with_prefix(&[free], &mut pool),
+            Err(KvError::PageNotReferenced)
+        );
+        let outside = PageId::from_index(9);
+        assert_eq!(
+            table.create_with_prefix(&[outside], &mut pool),
+            Err(KvError::UnknownPage)
+        );
+        assert_eq!(
+            table.create_with_prefix(&[free; 3], &mut pool),
+            Err(KvError::SequenceTooLong { max_tokens: 32 })
+        );
+        assert_eq!(table.active_sequences(), 0);
+        assert_eq!(pool.free_pages(), 4);
     }
 
     #[test]

@@ -14,7 +14,8 @@
 use std::collections::HashSet;
 
 use pagoda_core::{
-    KvError, PageEntry, PageId, PagePool, PageTable, RadixCache, RadixNode, SeqEntry, SeqId,
+    AppendError, KvError, PageEntry, PageId, PagePool, PageTable, RadixCache, RadixNode, SeqEntry,
+    SeqId,
 };
 use proptest::prelude::*;
 
@@ -198,7 +199,7 @@ impl Harness<'_> {
             .append(seq, rest, &mut self.pool, &mut self.cache)
         {
             Ok(_) => self.running.push((seq, tokens)),
-            Err(KvError::PoolExhausted { .. }) => {
+            Err(AppendError::PoolExhausted { .. }) => {
                 self.table.release(seq, &mut self.pool).unwrap();
             }
             Err(e) => panic!("append: {e}"),

@@ -4,8 +4,8 @@
 //! prefix cache provides them.
 
 use pagoda_core::{
-    KvError, PageEntry, PageId, PagePool, PageTable, RadixCache, RadixNode, SeqEntry, SeqId,
-    Timestamp,
+    AppendError, KvError, PageEntry, PageId, PagePool, PageTable, RadixCache, RadixNode, SeqEntry,
+    SeqId, StorageError, Timestamp,
 };
 
 /// Storage for a pool, a table and a cache.
@@ -199,7 +199,7 @@ fn locked_paths_survive_eviction_pressure() {
     let s = p.table.create().unwrap();
     assert!(matches!(
         p.table.append(s, 16 * 7, &mut p.pool, &mut p.cache),
-        Err(KvError::PoolExhausted { .. })
+        Err(AppendError::PoolExhausted { .. })
     ));
     p.cache.unlock(locked, &mut p.pool).unwrap();
     p.table
@@ -378,19 +378,19 @@ fn bad_storage_is_refused() {
     let mut index = vec![0u64; 6];
     assert_eq!(
         RadixCache::new(&mut nodes, &mut index).unwrap_err(),
-        KvError::InvalidStorage,
+        StorageError::Mismatched,
         "index length must be a power of two"
     );
     let mut index = vec![0u64; 4];
     assert_eq!(
         RadixCache::new(&mut nodes, &mut index).unwrap_err(),
-        KvError::InvalidStorage,
+        StorageError::Mismatched,
         "index must be larger than the node count"
     );
     let mut none: Vec<RadixNode> = Vec::new();
     let mut index = vec![0u64; 8];
     assert_eq!(
         RadixCache::new(&mut none, &mut index).unwrap_err(),
-        KvError::InvalidStorage
+        StorageError::Empty
     );
 }

@@ -572,8 +572,14 @@ mod flaws_fixed {
     #[test]
     fn invalid_storage_is_a_typed_error() {
         let mut none: Vec<QueueSlot<Req>> = Vec::new();
-        assert!(RequestQueue::new(&mut none, geometry(), 8).is_err());
+        assert_eq!(
+            RequestQueue::new(&mut none, geometry(), 8).unwrap_err(),
+            pagoda_core::StorageError::Empty
+        );
         let mut s = slots::<Req>(2);
-        assert!(RequestQueue::new(&mut s, geometry(), 0).is_err());
+        assert_eq!(
+            RequestQueue::new(&mut s, geometry(), 0).unwrap_err(),
+            pagoda_core::StorageError::Empty
+        );
     }
 }

@@ -31,8 +31,8 @@ use pagoda_core::scheduler::{
 };
 use pagoda_core::{
     KvDtype, KvError, KvGeometry, PageCopy, PageEntry, PageId, PagePool, PageTable, PoolStats,
-    Priority, RadixCache, RadixNode, RadixStats, Request, RequestId, RequestQueue, SeqEntry, Slot,
-    Timestamp, PAGE_SIZE,
+    Priority, RadixCache, RadixNode, RadixStats, Request, RequestId, RequestQueue, SeqEntry,
+    SeqError, Slot, StorageError, Timestamp, PAGE_SIZE,
 };
 
 use crate::model::{Activations, ForwardError, Model, ModelError, Sampler, SamplingParams};
@@ -193,6 +193,18 @@ impl<E: fmt::Debug + fmt::Display> std::error::Error for EngineError<E> {}
 
 impl<E> From<KvError> for EngineError<E> {
     fn from(e: KvError) -> Self {
+        Self::Core(e.to_string())
+    }
+}
+
+impl<E> From<StorageError> for EngineError<E> {
+    fn from(e: StorageError) -> Self {
+        Self::Core(e.to_string())
+    }
+}
+
+impl<E> From<SeqError> for EngineError<E> {
+    fn from(e: SeqError) -> Self {
         Self::Core(e.to_string())
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! Many producers, one consumer. Requests wait in four priority classes,
 //! first in, first out within a class. Unlike a heap with lazy tombstones, every
-//! class is an intrusive doubly linked list over the caller's slots, so
+//! class is an intrusive doubly linked [`List`] over the
+//! caller's slots, so
 //! cancelling or removing a request unlinks it at once in O(1): `len` counts
 //! exactly the requests that can still be handed out, and nothing cancelled is
 //! ever returned.
@@ -43,12 +44,12 @@ pub mod blocking;
 
 use core::fmt;
 
+use crate::error::StorageError;
 use crate::geometry::KvGeometry;
+use crate::list::{Link, List, ListNode, Stack, StackNode, NIL};
 use crate::request::{Priority, Request};
 use crate::sync::Mutex;
 use crate::time::Timestamp;
-
-const NIL: u32 = u32::MAX;
 
 /// A request's id, issued by [`RequestQueue::enqueue`]. Ids of removed or
 /// handed-out requests never match a later request in the same slot.
@@ -171,8 +172,9 @@ pub struct QueueSlot<R> {
     request: Option<R>,
     generation: u32,
     priority: Priority,
-    prev: u32,
-    next: u32,
+    /// On its class's list while waiting, on the free list (`next` only)
+    /// while empty.
+    link: Link,
     arrival: u64,
     enqueued_at: Timestamp,
     footprint: u64,
@@ -184,8 +186,7 @@ impl<R> QueueSlot<R> {
         request: None,
         generation: 0,
         priority: Priority::Normal,
-        prev: NIL,
-        next: NIL,
+        link: Link::UNLINKED,
         arrival: 0,
         enqueued_at: Timestamp(0),
         footprint: 0,
@@ -198,23 +199,36 @@ impl<R> Default for QueueSlot<R> {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct List {
-    head: u32,
-    tail: u32,
+impl<R> ListNode for QueueSlot<R> {
+    #[inline]
+    fn link(&self) -> &Link {
+        &self.link
+    }
+
+    #[inline]
+    fn link_mut(&mut self) -> &mut Link {
+        &mut self.link
+    }
 }
 
-const EMPTY_LIST: List = List {
-    head: NIL,
-    tail: NIL,
-};
+impl<R> StackNode for QueueSlot<R> {
+    #[inline]
+    fn next(&self) -> u32 {
+        self.link.next
+    }
+
+    #[inline]
+    fn set_next(&mut self, next: u32) {
+        self.link.next = next;
+    }
+}
 
 /// Everything the lock protects.
 #[derive(Debug)]
 struct State<'s, R> {
     slots: &'s mut [QueueSlot<R>],
     classes: [List; Priority::COUNT],
-    free_head: u32,
+    free: Stack,
     len: usize,
     next_arrival: u64,
     stats: QueueStats,
@@ -247,27 +261,31 @@ impl<'s, R: Request> RequestQueue<'s, R> {
     /// request's footprint reserves all its `max_output_tokens`; see
     /// [`with_output_reserve`](Self::with_output_reserve) to cap that.
     ///
-    /// Fails with [`crate::KvError::InvalidStorage`] if `slots` is empty or
-    /// has 2^32 − 1 entries or more, or `pool_pages` is zero.
+    /// Fails with [`StorageError::Empty`] if `slots` is empty or
+    /// `pool_pages` is zero, or [`StorageError::TooLarge`] if `slots` has
+    /// 2^32 − 1 entries or more.
     pub fn new(
         slots: &'s mut [QueueSlot<R>],
         geometry: KvGeometry,
         pool_pages: u32,
-    ) -> Result<Self, crate::KvError> {
+    ) -> Result<Self, StorageError> {
         let n = slots.len();
-        if n == 0 || n >= NIL as usize || pool_pages == 0 {
-            return Err(crate::KvError::InvalidStorage);
+        if n == 0 || pool_pages == 0 {
+            return Err(StorageError::Empty);
         }
-        for (i, slot) in slots.iter_mut().enumerate() {
+        if n >= NIL as usize {
+            return Err(StorageError::TooLarge);
+        }
+        for slot in slots.iter_mut() {
             slot.request = None;
-            slot.prev = NIL;
-            slot.next = if i + 1 < n { i as u32 + 1 } else { NIL };
+            slot.link = Link::UNLINKED;
         }
+        let free = Stack::with_all(slots);
         Ok(Self {
             state: Mutex::new(State {
                 slots,
-                classes: [EMPTY_LIST; Priority::COUNT],
-                free_head: 0,
+                classes: [List::new(); Priority::COUNT],
+                free,
                 len: 0,
                 next_arrival: 0,
                 stats: QueueStats::default(),
@@ -326,19 +344,20 @@ impl<'s, R: Request> RequestQueue<'s, R> {
             }
         };
         let mut state = self.state.lock();
-        let footprint = match check {
-            Ok(bytes) if state.free_head != NIL => bytes,
-            other => {
+        let State { slots, free, .. } = &mut *state;
+        let (footprint, index) = match check.and_then(|bytes| {
+            let index = free.pop(slots).ok_or(QueueError::Full)?;
+            Ok((bytes, index))
+        }) {
+            Ok(taken) => taken,
+            Err(error) => {
                 state.stats.rejected += 1;
-                let error = other.err().unwrap_or(QueueError::Full);
                 return Err(Rejected { error, request });
             }
         };
-        let index = state.free_head;
         let arrival = state.next_arrival;
         state.next_arrival += 1;
         let slot = &mut state.slots[index as usize];
-        let free_next = slot.next;
         slot.request = Some(request);
         slot.priority = priority;
         slot.arrival = arrival;
@@ -348,7 +367,6 @@ impl<'s, R: Request> RequestQueue<'s, R> {
             slot: index,
             generation: slot.generation,
         };
-        state.free_head = free_next;
         state.push_back(index);
         state.len += 1;
         state.stats.enqueued += 1;
@@ -362,10 +380,9 @@ impl<'s, R: Request> RequestQueue<'s, R> {
     /// waiting.
     pub fn try_dequeue(&self) -> Option<Dequeued<R>> {
         let mut state = self.state.lock();
-        let class = Priority::HIGHEST_FIRST
+        let head = Priority::HIGHEST_FIRST
             .iter()
-            .find(|p| state.classes[p.index()].head != NIL)?;
-        let head = state.classes[class.index()].head;
+            .find_map(|p| state.classes[p.index()].head())?;
         let taken = state.take(head);
         if taken.is_some() {
             state.stats.dequeued += 1;
@@ -389,20 +406,19 @@ impl<'s, R: Request> RequestQueue<'s, R> {
         let mut picked = Selection::default();
         let mut state = self.state.lock();
         'classes: for class in Priority::HIGHEST_FIRST {
-            let mut cursor = state.classes[class.index()].head;
-            while cursor != NIL {
+            let mut next = state.classes[class.index()].head();
+            while let Some(cursor) = next {
                 if picked.count == max_count || memory_budget - picked.bytes < smallest {
                     break 'classes;
                 }
+                next = List::next(state.slots, cursor);
                 let slot = &state.slots[cursor as usize];
-                let next = slot.next;
                 if slot.footprint <= memory_budget - picked.bytes {
                     picked.bytes += slot.footprint;
                     out[picked.count] = state.take(cursor);
                     picked.count += 1;
                     state.stats.dequeued += 1;
                 }
-                cursor = next;
             }
         }
         picked
@@ -442,8 +458,7 @@ impl<'s, R: Request> RequestQueue<'s, R> {
     pub fn clear(&self) {
         let mut state = self.state.lock();
         for class in Priority::HIGHEST_FIRST {
-            while state.classes[class.index()].head != NIL {
-                let head = state.classes[class.index()].head;
+            while let Some(head) = state.classes[class.index()].head() {
                 drop(state.take(head));
                 state.stats.removed += 1;
             }
@@ -497,25 +512,14 @@ impl<R> State<'_, R> {
 
     fn push_back(&mut self, index: u32) {
         let class = self.slots[index as usize].priority.index();
-        let tail = self.classes[class].tail;
-        {
-            let slot = &mut self.slots[index as usize];
-            slot.prev = tail;
-            slot.next = NIL;
-        }
-        if tail == NIL {
-            self.classes[class].head = index;
-        } else {
-            self.slots[tail as usize].next = index;
-        }
-        self.classes[class].tail = index;
+        let pushed = self.classes[class].push_back(self.slots, index);
+        debug_assert!(pushed);
     }
 
     /// Unlinks a waiting slot, frees it and returns its request.
     fn take(&mut self, index: u32) -> Option<Dequeued<R>> {
-        let slot = &mut self.slots[index as usize];
+        let slot = self.slots.get_mut(index as usize)?;
         let request = slot.request.take()?;
-        let (prev, next, class) = (slot.prev, slot.next, slot.priority.index());
         let taken = Dequeued {
             id: RequestId {
                 slot: index,
@@ -528,19 +532,8 @@ impl<R> State<'_, R> {
             footprint_bytes: slot.footprint,
         };
         slot.generation = slot.generation.wrapping_add(1);
-        slot.prev = NIL;
-        slot.next = self.free_head;
-        self.free_head = index;
-        if prev == NIL {
-            self.classes[class].head = next;
-        } else {
-            self.slots[prev as usize].next = next;
-        }
-        if next == NIL {
-            self.classes[class].tail = prev;
-        } else {
-            self.slots[next as usize].prev = prev;
-        }
+        self.classes[taken.priority.index()].remove(self.slots, index);
+        self.free.push(self.slots, index);
         self.len -= 1;
         Some(taken)
     }

@@ -35,7 +35,7 @@ pub mod replay;
 
 use core::fmt;
 
-use crate::error::KvError;
+use crate::error::{AppendError, KvError};
 use crate::geometry::{KvGeometry, PAGE_SIZE};
 use crate::ids::{PageId, SeqId};
 use crate::page_table::{Appended, PageCopy, PageTable};
@@ -1122,7 +1122,7 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
         loop {
             match kv.table.append(seq, len, kv.pool, kv.radix) {
                 Ok(appended) => return Some(appended),
-                Err(KvError::PoolExhausted { .. }) if may_preempt => {
+                Err(AppendError::PoolExhausted { .. }) if may_preempt => {
                     if self.preempt_lowest(cursor, next, kv, step) {
                         return None;
                     }

@@ -14,7 +14,7 @@ use super::{
     KvState, Policy, SchedError, SchedSlot, Scheduler, SchedulerConfig, SchedulerMetrics, Work,
     WorkKind,
 };
-use crate::error::KvError;
+use crate::error::StorageError;
 use crate::geometry::PAGE_SIZE;
 use crate::ids::PageId;
 use crate::page_table::{PageTable, SeqEntry};
@@ -111,7 +111,7 @@ pub struct ReplayStorage<'a, 't> {
 #[non_exhaustive]
 pub enum ReplayError {
     /// The storage cannot build a pool, table or cache.
-    Kv(KvError),
+    Storage(StorageError),
     /// The scheduler refused its storage or configuration.
     Scheduler(SchedError),
     /// Requests are not in arrival order.
@@ -126,7 +126,7 @@ pub enum ReplayError {
 impl fmt::Display for ReplayError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Kv(e) => write!(f, "replay storage: {e}"),
+            Self::Storage(e) => write!(f, "replay storage: {e}"),
             Self::Scheduler(e) => write!(f, "replay scheduler: {e}"),
             Self::UnsortedTrace => f.write_str("trace is not in arrival order"),
             Self::Stalled { at_us } => write!(f, "replay stalled at {at_us} µs"),
@@ -134,9 +134,9 @@ impl fmt::Display for ReplayError {
     }
 }
 
-impl From<KvError> for ReplayError {
-    fn from(e: KvError) -> Self {
-        Self::Kv(e)
+impl From<StorageError> for ReplayError {
+    fn from(e: StorageError) -> Self {
+        Self::Storage(e)
     }
 }
 
