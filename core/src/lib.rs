@@ -59,10 +59,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// The unit tests' property checks need std.
+#[cfg(test)]
+extern crate std;
+
 pub mod backend;
 mod error;
 mod geometry;
 mod ids;
+mod kv_cache;
 mod log;
 mod page_table;
 mod pool;
@@ -77,6 +82,7 @@ mod time;
 pub use error::KvError;
 pub use geometry::{GeometryError, KvDtype, KvGeometry, MAX_PAGES, PAGE_SIZE};
 pub use ids::{PageId, SeqId, Slot};
+pub use kv_cache::{Admission, Admitted, KvCache, KvStorage};
 pub use page_table::{Appended, PageCopy, PageTable, SeqEntry, TokenLocation};
 pub use pool::{CacheTag, EvictionListener, PageEntry, PagePool};
 pub use queue::{

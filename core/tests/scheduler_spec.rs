@@ -88,7 +88,7 @@ mod policy_interface {
         let (_, work) = e.schedule();
         assert_eq!(e.admitted(&work), vec![1]);
         e.complete(&work, STEP);
-        e.sched.set_policy(lpm(), &e.radix);
+        e.sched.set_policy(lpm(), &e.kv);
         assert_eq!(e.sched.waiting(), 3, "nothing lost in the switch");
         assert_eq!(e.run_to_idle(STEP), vec![2, 4, 3]);
     }
@@ -349,7 +349,7 @@ mod cache_aware_scoring {
         let mut e = Engine::new(512, config(), lpm());
         warm(&mut e, 0, prompt(7, 96, 0, 1));
         e.add(1, prompt(7, 80, 1, 30), 1, Priority::Normal);
-        let expected = e.radix.peek_prefix(&prompt(7, 80, 1, 30)[..109]);
+        let expected = e.kv.radix().peek_prefix(&prompt(7, 80, 1, 30)[..109]);
         assert_eq!(expected, 80);
         let (step, _) = e.schedule();
         assert_eq!(step.cached_tokens, expected);
@@ -799,7 +799,7 @@ mod issue_duties {
         let mut steps = 0;
         while !e.sched.is_idle() {
             let (_, work) = e.schedule();
-            assert!(e.pool.referenced_pages() <= 12);
+            assert!(e.kv.pool().referenced_pages() <= 12);
             finished.extend(e.complete(&work, STEP));
             steps += 1;
             assert!(steps < 5_000, "deadlock");
@@ -807,7 +807,7 @@ mod issue_duties {
         finished.sort_unstable();
         assert_eq!(finished, vec![0, 1, 2, 3]);
         assert!(e.sched.metrics().preemptions > 0);
-        assert_eq!(e.pool.referenced_pages(), 0, "no page leaked");
+        assert_eq!(e.kv.pool().referenced_pages(), 0, "no page leaked");
     }
 
     #[test]
@@ -821,11 +821,11 @@ mod issue_duties {
         let waiting = e.add(1, prompt(1, 0, 1, 100), 50, Priority::Low);
         let (_, work) = e.schedule();
         e.complete(&work, STEP);
-        assert!(e.pool.referenced_pages() > 0);
+        assert!(e.kv.pool().referenced_pages() > 0);
         let r0 = e.cancel(running).unwrap();
         let r1 = e.cancel(waiting).unwrap();
         assert_eq!((r0.tag, r1.tag), (0, 1));
-        assert_eq!(e.pool.referenced_pages(), 0);
+        assert_eq!(e.kv.pool().referenced_pages(), 0);
         assert!(e.sched.is_idle());
         assert!(e.cancel(running).is_err(), "stale id");
     }
@@ -844,7 +844,7 @@ mod issue_duties {
             Priority::Normal,
             0,
             Timestamp(0),
-            &e.radix,
+            &e.kv,
         );
         assert_eq!(
             too_long.unwrap_err().1,
@@ -860,7 +860,7 @@ mod issue_duties {
         }
         assert_eq!(generated, 23, "the 24th token finishes it");
         assert_eq!(e.sched.metrics().generated_tokens, 24);
-        assert_eq!(e.pool.referenced_pages(), 0);
+        assert_eq!(e.kv.pool().referenced_pages(), 0);
     }
 
     #[test]

@@ -11,16 +11,15 @@
 use core::fmt;
 
 use super::{
-    KvState, Policy, SchedError, SchedSlot, Scheduler, SchedulerConfig, SchedulerMetrics, Work,
-    WorkKind,
+    Policy, SchedError, SchedSlot, Scheduler, SchedulerConfig, SchedulerMetrics, Work, WorkKind,
 };
 use crate::error::KvError;
-use crate::geometry::PAGE_SIZE;
 use crate::ids::PageId;
-use crate::page_table::{PageTable, SeqEntry};
-use crate::pool::{PageEntry, PagePool};
+use crate::kv_cache::{KvCache, KvStorage};
+use crate::page_table::SeqEntry;
+use crate::pool::PageEntry;
 use crate::queue::RequestId;
-use crate::radix::{RadixCache, RadixNode};
+use crate::radix::RadixNode;
 use crate::request::{Priority, Request};
 use crate::time::Timestamp;
 
@@ -94,7 +93,7 @@ pub struct ReplayStorage<'a, 't> {
     pub seqs: &'a mut [SeqEntry],
     /// Radix nodes.
     pub nodes: &'a mut [RadixNode],
-    /// Radix index (see [`RadixCache::index_len_for`]).
+    /// Radix index (see [`RadixCache::index_len_for`](crate::RadixCache::index_len_for)).
     pub index: &'a mut [u64],
     /// Scheduler slots: how many requests may wait or run at once.
     pub slots: &'a mut [SchedSlot<TraceRequest<'t>>],
@@ -189,27 +188,23 @@ pub fn replay<'t>(
     if trace.windows(2).any(|w| w[0].arrival > w[1].arrival) {
         return Err(ReplayError::UnsortedTrace);
     }
-    let mut pool = PagePool::new(&mut *storage.pages)?;
-    let mut table = PageTable::new(&mut *storage.rows, &mut *storage.seqs)?;
-    let mut radix = RadixCache::new(&mut *storage.nodes, &mut *storage.index)?;
+    let mut kv = KvCache::new(KvStorage {
+        pages: &mut *storage.pages,
+        rows: &mut *storage.rows,
+        seqs: &mut *storage.seqs,
+        nodes: &mut *storage.nodes,
+        index: &mut *storage.index,
+        scratch: &mut *storage.scratch,
+    })?;
     // A prompt must fit its row and the whole pool.
-    let max_context = table
-        .max_tokens_per_sequence()
-        .min(pool.total_pages().saturating_mul(PAGE_SIZE as u32));
     let mut scheduler = Scheduler::new(
         &mut *storage.slots,
         &mut *storage.watch,
         config,
         policy,
-        max_context,
+        kv.max_context_tokens(),
     )?;
     let plan = &mut *storage.plan;
-    let mut kv = KvState {
-        pool: &mut pool,
-        table: &mut table,
-        radix: &mut radix,
-        scratch: &mut *storage.scratch,
-    };
     let mut now = trace.first().map_or(Timestamp(0), |r| r.arrival);
     let mut next = 0;
     let mut steps = 0u64;
@@ -224,7 +219,7 @@ pub fn replay<'t>(
                 request.priority,
                 next as u64,
                 request.arrival,
-                kv.radix,
+                &kv,
             ) {
                 Ok(_) => next += 1,
                 Err((_, SchedError::Full)) => break,
@@ -279,7 +274,7 @@ pub fn replay<'t>(
         metrics: scheduler.metrics().clone(),
         steps,
         rejected,
-        leaked_pages: kv.pool.referenced_pages(),
+        leaked_pages: kv.referenced_pages(),
     })
 }
 
