@@ -890,3 +890,121 @@ mod issue_duties {
         assert!(e.sched.is_idle());
     }
 }
+
+mod caller_input {
+    use super::*;
+    use pagoda_core::scheduler::SchedError;
+    use pagoda_core::{KvCache, KvStorage, Request, RequestId};
+    use std::cell::Cell;
+
+    #[test]
+    fn an_empty_prompt_is_a_typed_refusal_that_changes_nothing() {
+        let mut e = Engine::new(32, config(), lpm());
+        let refused = e.sched.add(
+            Req {
+                tag: 1,
+                prompt: Vec::new(),
+                max_new: 4,
+            },
+            RequestId::from_bits(1),
+            Priority::Normal,
+            0,
+            Timestamp(0),
+            &e.kv,
+        );
+        let (request, error) = refused.unwrap_err();
+        assert_eq!(error, SchedError::EmptyPrompt);
+        assert_eq!(request.tag, 1, "the request is handed back");
+        assert!(e.sched.is_idle());
+        let (step, _) = e.schedule();
+        assert_eq!(step.work, 0);
+    }
+
+    #[test]
+    fn a_one_slot_scheduler_watches_with_a_one_bucket_table() {
+        // `watch_len_for(1)` is 1: every key lands in the one bucket.
+        let mut e = Engine::with_slots(64, 1, config(), lpm());
+        warm(&mut e, 0, prompt(7, 64, 0, 8));
+        e.add(1, prompt(7, 64, 1, 8), 2, Priority::Normal);
+        assert_eq!(e.run_to_idle(STEP), vec![1]);
+        assert_eq!(e.sched.metrics().cached_tokens, 64);
+        assert_eq!(e.kv.pool().referenced_pages(), 0);
+    }
+
+    /// A request whose prompt shrinks after it was added.
+    struct Shrinking {
+        tokens: Vec<u32>,
+        len: Cell<usize>,
+    }
+
+    impl Request for Shrinking {
+        fn prompt(&self) -> &[u32] {
+            &self.tokens[..self.len.get()]
+        }
+        fn max_output_tokens(&self) -> u32 {
+            2
+        }
+    }
+
+    #[test]
+    fn a_prompt_that_changes_after_add_is_never_a_panic() {
+        let mut pages = vec![PageEntry::EMPTY; 64];
+        let mut rows = vec![PageId::from_index(0); 2 * 16];
+        let mut seqs = vec![SeqEntry::EMPTY; 2];
+        let mut nodes = vec![RadixNode::EMPTY; 64];
+        let mut index = vec![0u64; RadixCache::index_len_for(64)];
+        let mut scratch = vec![PageId::from_index(0); 16];
+        let mut kv = KvCache::new(KvStorage {
+            pages: &mut pages,
+            rows: &mut rows,
+            seqs: &mut seqs,
+            nodes: &mut nodes,
+            index: &mut index,
+            scratch: &mut scratch,
+        })
+        .unwrap();
+        let mut slots: Vec<SchedSlot<Shrinking>> = (0..4).map(|_| SchedSlot::EMPTY).collect();
+        let mut watch = vec![0u32; 4];
+        let cfg = SchedulerConfig {
+            max_batch: 2,
+            token_budget: 16,
+            ..config()
+        };
+        let max_context = kv.max_context_tokens();
+        let mut sched = Scheduler::new(&mut slots, &mut watch, cfg, lpm(), max_context).unwrap();
+        let tokens: Vec<u32> = (0..100).collect();
+        let mut entries = Vec::new();
+        for (i, len) in [(0u32, 100usize), (1, 40)] {
+            let request = Shrinking {
+                tokens: tokens.clone(),
+                len: Cell::new(len),
+            };
+            let id = RequestId::from_bits(u64::from(i));
+            let entry = sched.add(request, id, Priority::Normal, i.into(), Timestamp(0), &kv);
+            entries.push(entry.ok().unwrap());
+        }
+        let mut plan = vec![Work::EMPTY; 2];
+        for round in 0..20u64 {
+            // Both prompts shrink to nothing while the scheduler holds them.
+            if round == 1 {
+                for &entry in &entries {
+                    if let Some(r) = sched.request(entry) {
+                        r.len.set(0);
+                    }
+                }
+            }
+            let step = sched.schedule(Timestamp(round), &mut kv, &mut plan);
+            for w in &plan[..step.work] {
+                let samples = matches!(w.kind, WorkKind::Decode { .. })
+                    || matches!(w.kind, WorkKind::Prefill { last: true, .. });
+                if samples && sched.record_token(w.entry, Timestamp(round)).unwrap() {
+                    let finished = sched.finish(w.entry, &[], Timestamp(round), &mut kv);
+                    assert!(finished.is_ok());
+                }
+            }
+        }
+        assert!(sched.is_idle(), "both requests ran to the end");
+        assert_eq!(kv.referenced_pages(), 0);
+        assert_eq!(kv.active_sequences(), 0);
+    }
+}

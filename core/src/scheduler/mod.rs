@@ -353,7 +353,10 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
                 longest = longest.max(len);
             }
         }
-        step.padding_tokens = step.prefills * longest - step.prefill_tokens;
+        step.padding_tokens = step
+            .prefills
+            .saturating_mul(longest)
+            .saturating_sub(step.prefill_tokens);
         step
     }
 
@@ -365,7 +368,7 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
         if slot.state != State::Running {
             return Err(SchedError::NotRunning);
         }
-        slot.generated += 1;
+        slot.generated = slot.generated.saturating_add(1);
         let arrived = slot.arrived_at;
         let first = slot.first_token_at.is_none();
         if first {

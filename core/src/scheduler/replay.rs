@@ -255,7 +255,7 @@ pub fn replay<'t>(
             }
         }
         now = Timestamp(now.micros() + cost.step(step.prefill_tokens, step.decode_tokens));
-        for work in &plan[..step.work] {
+        for work in plan.get(..step.work).unwrap_or(&[]) {
             let samples = match work.kind {
                 WorkKind::Prefill { last, .. } => last,
                 WorkKind::Decode { .. } => true,

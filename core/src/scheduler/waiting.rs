@@ -163,8 +163,11 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
         self.growth_cursor = radix.growth_cursor();
     }
 
+    /// The key's bucket: its top bits. A one-bucket table shifts by 64,
+    /// which `checked_shr` maps to bucket 0 instead of overflowing.
+    #[inline]
     fn watch_bucket(&self, key: u64) -> usize {
-        (key >> self.watch_shift) as usize
+        key.checked_shr(self.watch_shift).unwrap_or(0) as usize
     }
 
     fn rewatch(&mut self, index: u32) {
