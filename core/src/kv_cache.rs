@@ -9,41 +9,6 @@
 //! sequence on its cached prefix, append to it, cache what it computed,
 //! finish or release it. Every refusal returns a [`KvError`] and changes
 //! nothing.
-//!
-//! ```
-//! use pagoda_core::{KvCache, KvStorage, PageEntry, PageId, RadixCache, RadixNode, SeqEntry};
-//!
-//! let mut pages = [PageEntry::EMPTY; 16];
-//! let mut rows = [PageId::from_index(0); 2 * 8]; // 2 sequences of 8 pages
-//! let mut seqs = [SeqEntry::EMPTY; 2];
-//! let mut nodes = [RadixNode::EMPTY; 16];
-//! let mut index = [0u64; RadixCache::index_len_for(16)];
-//! let mut scratch = [PageId::from_index(0); 8];
-//! let mut kv = KvCache::new(KvStorage {
-//!     pages: &mut pages,
-//!     rows: &mut rows,
-//!     seqs: &mut seqs,
-//!     nodes: &mut nodes,
-//!     index: &mut index,
-//!     scratch: &mut scratch,
-//! })
-//! .unwrap();
-//!
-//! let prompt: Vec<u32> = (0..40).collect();
-//! let admission = kv.peek_admission(&prompt);
-//! assert_eq!(admission.matched_tokens(), 0);
-//! assert_eq!(admission.pages_needed(), 3); // 40 tokens and the first output
-//! let first = kv.admit(&prompt, &admission, 40).unwrap();
-//! kv.finish(first.seq, &prompt).unwrap(); // two full pages cached
-//!
-//! // The same prompt again starts on the two cached pages.
-//! let admission = kv.peek_admission(&prompt);
-//! assert_eq!(admission.matched_tokens(), 32);
-//! let again = kv.admit(&prompt, &admission, 8).unwrap();
-//! assert_eq!(again.appended.first_position, 32);
-//! kv.release(again.seq).unwrap();
-//! assert_eq!(kv.pool().referenced_pages(), 0);
-//! ```
 
 use crate::error::KvError;
 use crate::geometry::{KvGeometry, PAGE_SIZE};
@@ -129,8 +94,44 @@ pub struct Admitted {
     pub appended: Appended,
 }
 
-/// The page pool, page tables and prefix cache over caller storage; see the
-/// [module docs](self).
+/// The page pool, page tables and prefix cache over caller storage, and the
+/// operations that use them together. Every refusal returns a [`KvError`]
+/// and changes nothing.
+///
+/// ```
+/// use pagoda_core::{KvCache, KvStorage, PageEntry, PageId, RadixCache, RadixNode, SeqEntry};
+///
+/// let mut pages = [PageEntry::EMPTY; 16];
+/// let mut rows = [PageId::from_index(0); 2 * 8]; // 2 sequences of 8 pages
+/// let mut seqs = [SeqEntry::EMPTY; 2];
+/// let mut nodes = [RadixNode::EMPTY; 16];
+/// let mut index = [0u64; RadixCache::index_len_for(16)];
+/// let mut scratch = [PageId::from_index(0); 8];
+/// let mut kv = KvCache::new(KvStorage {
+///     pages: &mut pages,
+///     rows: &mut rows,
+///     seqs: &mut seqs,
+///     nodes: &mut nodes,
+///     index: &mut index,
+///     scratch: &mut scratch,
+/// })
+/// .unwrap();
+///
+/// let prompt: Vec<u32> = (0..40).collect();
+/// let admission = kv.peek_admission(&prompt);
+/// assert_eq!(admission.matched_tokens(), 0);
+/// assert_eq!(admission.pages_needed(), 3); // 40 tokens and the first output
+/// let first = kv.admit(&prompt, &admission, 40).unwrap();
+/// kv.finish(first.seq, &prompt).unwrap(); // two full pages cached
+///
+/// // The same prompt again starts on the two cached pages.
+/// let admission = kv.peek_admission(&prompt);
+/// assert_eq!(admission.matched_tokens(), 32);
+/// let again = kv.admit(&prompt, &admission, 8).unwrap();
+/// assert_eq!(again.appended.first_position, 32);
+/// kv.release(again.seq).unwrap();
+/// assert_eq!(kv.pool().referenced_pages(), 0);
+/// ```
 #[derive(Debug)]
 pub struct KvCache<'a> {
     pool: PagePool<'a>,
@@ -172,16 +173,19 @@ impl<'a> KvCache<'a> {
     }
 
     /// The page pool, to read.
+    #[inline]
     pub fn pool(&self) -> &PagePool<'a> {
         &self.pool
     }
 
     /// The page tables, to read.
+    #[inline]
     pub fn table(&self) -> &PageTable<'a> {
         &self.table
     }
 
     /// The prefix cache, to read.
+    #[inline]
     pub fn radix(&self) -> &RadixCache<'a> {
         &self.radix
     }
@@ -197,6 +201,7 @@ impl<'a> KvCache<'a> {
     /// Finds the longest cached prefix of `prompt` (all but its last token,
     /// which is computed to sample the first output) and what admitting it
     /// would take, touching neither recency nor metrics.
+    #[inline]
     pub fn peek_admission(&mut self, prompt: &[u32]) -> Admission {
         let lookup = lookup(prompt);
         let matched_pages = self.radix.peek_pages(lookup, self.scratch);
@@ -282,6 +287,7 @@ impl<'a> KvCache<'a> {
 
     /// Pages the sequence lacks to hold `tokens` tokens: what a running
     /// prefill still needs, for admission to keep in reserve.
+    #[inline]
     pub fn pages_short(&self, seq: SeqId, tokens: u64) -> u64 {
         let held = self.table.pages(seq).map_or(0, |p| p.len() as u64);
         KvGeometry::pages_for_tokens(tokens).saturating_sub(held)
@@ -298,6 +304,7 @@ impl<'a> KvCache<'a> {
     /// Caches the sequence's full pages whose tokens are `tokens` (a
     /// computed prompt prefix), so other requests can share them; see
     /// [`RadixCache::insert`].
+    #[inline]
     pub fn cache(&mut self, seq: SeqId, tokens: &[u32]) -> Result<Inserted, KvError> {
         self.radix
             .insert(&mut self.table, seq, tokens, &mut self.pool)
@@ -316,6 +323,7 @@ impl<'a> KvCache<'a> {
     }
 
     /// Releases a sequence without caching it (cancelled or preempted).
+    #[inline]
     pub fn release(&mut self, seq: SeqId) -> Result<(), KvError> {
         self.table.release(seq, &mut self.pool)
     }
@@ -333,6 +341,7 @@ impl<'a> KvCache<'a> {
     }
 
     /// The whole block table, as kernels read it.
+    #[inline]
     pub fn block_table(&self) -> &[PageId] {
         self.table.block_table()
     }
@@ -355,11 +364,13 @@ impl<'a> KvCache<'a> {
     }
 
     /// Sequences holding a row.
+    #[inline]
     pub fn active_sequences(&self) -> u32 {
         self.table.active_sequences()
     }
 
     /// Pages some sequence references: zero once every sequence has left.
+    #[inline]
     pub fn referenced_pages(&self) -> u32 {
         self.pool.referenced_pages()
     }

@@ -44,6 +44,11 @@
 //! assert_eq!(pool.free_pages(), 32);
 //! ```
 //!
+//! [`KvCache`] puts the pool, the page tables and the prefix cache
+//! ([`RadixCache`]) behind one owner, so the scheduler and an engine admit a
+//! sequence on its cached prefix, append, cache and finish through one API
+//! instead of threading the three parts through every call.
+//!
 //! ## Panic policy
 //!
 //! Nothing a caller does makes this crate panic. Every operation that can be
