@@ -28,7 +28,7 @@
 //! `class + score + rate × (now − arrival)`, and since `rate × now` is the
 //! same for everyone the heap orders by `class + score − rate × arrival`,
 //! which never changes while the request waits.
-
+//!
 //! ## Modules
 //!
 //! [`config`] holds the limits, [`plan`] the step plan the engine reads,
