@@ -36,6 +36,21 @@ pub struct KvStorage<'a> {
     pub scratch: &'a mut [PageId],
 }
 
+impl KvStorage<'_> {
+    /// The same storage, borrowed again: to build one cache after another
+    /// over it (each starts afresh).
+    pub fn reborrow(&mut self) -> KvStorage<'_> {
+        KvStorage {
+            pages: &mut *self.pages,
+            rows: &mut *self.rows,
+            seqs: &mut *self.seqs,
+            nodes: &mut *self.nodes,
+            index: &mut *self.index,
+            scratch: &mut *self.scratch,
+        }
+    }
+}
+
 /// What admitting a prompt would take, found without changing anything:
 /// see [`KvCache::peek_admission`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

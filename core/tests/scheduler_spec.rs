@@ -9,7 +9,9 @@ use pagoda_core::scheduler::{
     ConfigError, Fcfs, Histogram, Lpm, MatchScore, Policy, SchedSlot, Scheduler, SchedulerConfig,
     SchedulerPolicy, Work, WorkKind,
 };
-use pagoda_core::{PageEntry, PageId, Priority, RadixCache, RadixNode, SeqEntry, Timestamp};
+use pagoda_core::{
+    KvStorage, PageEntry, PageId, Priority, RadixCache, RadixNode, SeqEntry, Timestamp,
+};
 
 const STEP: u64 = 10_000;
 
@@ -497,14 +499,16 @@ mod policy_metrics {
         let mut scratch = vec![PageId::from_index(0); 64];
         let mut plan = vec![Work::EMPTY; cfg.max_batch as usize];
         let mut storage = ReplayStorage {
-            pages: &mut pe,
-            rows: &mut rows,
-            seqs: &mut seqs,
-            nodes: &mut nodes,
-            index: &mut index,
+            kv: KvStorage {
+                pages: &mut pe,
+                rows: &mut rows,
+                seqs: &mut seqs,
+                nodes: &mut nodes,
+                index: &mut index,
+                scratch: &mut scratch,
+            },
             slots: &mut ss,
             watch: &mut watch,
-            scratch: &mut scratch,
             plan: &mut plan,
         };
         compare(&trace, &mut storage, cfg, policy, CostModel::default()).unwrap()
@@ -894,7 +898,7 @@ mod issue_duties {
 mod caller_input {
     use super::*;
     use pagoda_core::scheduler::SchedError;
-    use pagoda_core::{KvCache, KvStorage, Request, RequestId};
+    use pagoda_core::{KvCache, Request, RequestId};
     use std::cell::Cell;
 
     #[test]

@@ -14,12 +14,8 @@ use super::{
     Policy, SchedError, SchedSlot, Scheduler, SchedulerConfig, SchedulerMetrics, Work, WorkKind,
 };
 use crate::error::KvError;
-use crate::ids::PageId;
 use crate::kv_cache::{KvCache, KvStorage};
-use crate::page_table::SeqEntry;
-use crate::pool::PageEntry;
 use crate::queue::RequestId;
-use crate::radix::RadixNode;
 use crate::request::{Priority, Request};
 use crate::time::Timestamp;
 
@@ -85,22 +81,13 @@ impl CostModel {
 /// The storage a replay runs on; every run starts it afresh.
 #[derive(Debug)]
 pub struct ReplayStorage<'a, 't> {
-    /// Page pool entries: the KV pool's size.
-    pub pages: &'a mut [PageEntry],
-    /// Page-table rows (`max_batch × pages per sequence`).
-    pub rows: &'a mut [PageId],
-    /// Page-table sequence entries (at least `max_batch`).
-    pub seqs: &'a mut [SeqEntry],
-    /// Radix nodes.
-    pub nodes: &'a mut [RadixNode],
-    /// Radix index (see [`RadixCache::index_len_for`](crate::RadixCache::index_len_for)).
-    pub index: &'a mut [u64],
+    /// The KV cache's storage: the pool's size, page-table rows (at least
+    /// `max_batch` sequences), radix nodes and index, a scratch row.
+    pub kv: KvStorage<'a>,
     /// Scheduler slots: how many requests may wait or run at once.
     pub slots: &'a mut [SchedSlot<TraceRequest<'t>>],
     /// Scheduler watch table.
     pub watch: &'a mut [u32],
-    /// One row of page ids.
-    pub scratch: &'a mut [PageId],
     /// The step plan (at least `max_batch`).
     pub plan: &'a mut [Work],
 }
@@ -188,14 +175,7 @@ pub fn replay<'t>(
     if trace.windows(2).any(|w| w[0].arrival > w[1].arrival) {
         return Err(ReplayError::UnsortedTrace);
     }
-    let mut kv = KvCache::new(KvStorage {
-        pages: &mut *storage.pages,
-        rows: &mut *storage.rows,
-        seqs: &mut *storage.seqs,
-        nodes: &mut *storage.nodes,
-        index: &mut *storage.index,
-        scratch: &mut *storage.scratch,
-    })?;
+    let mut kv = KvCache::new(storage.kv.reborrow())?;
     // A prompt must fit its row and the whole pool.
     let mut scheduler = Scheduler::new(
         &mut *storage.slots,
