@@ -13,9 +13,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use pagoda_core::scheduler::{KvState, Lpm, Policy, SchedSlot, Scheduler, SchedulerConfig, Work};
+use pagoda_core::scheduler::{Lpm, Policy, SchedSlot, Scheduler, SchedulerConfig, Work};
 use pagoda_core::{
-    KvDtype, KvGeometry, PageEntry, PageId, PagePool, PageTable, Priority, QueueSlot, RadixCache,
+    KvCache, KvDtype, KvGeometry, KvStorage, PageEntry, PageId, Priority, QueueSlot, RadixCache,
     RadixNode, Request, RequestId, RequestQueue, SeqEntry, Timestamp,
 };
 
@@ -164,20 +164,25 @@ fn step_bench(c: &mut Criterion, name: &str, policy: Policy, growth: bool) {
 }
 
 fn one_step(w: &mut World, config: SchedulerConfig, policy: Policy, growth: bool) -> Duration {
-    let mut pool = PagePool::new(&mut w.pages).unwrap();
-    let mut table = PageTable::new(&mut w.rows, &mut w.seqs).unwrap();
-    let mut radix = RadixCache::new(&mut w.nodes, &mut w.index).unwrap();
-    let cache_group =
-        |g: u32, pool: &mut PagePool<'_>, table: &mut PageTable<'_>, radix: &mut RadixCache<'_>| {
-            let p = prompt(g, 0);
-            let seq = table.create().unwrap();
-            table.append(seq, 256, pool, radix).unwrap();
-            radix.insert(table, seq, &p[..256], pool).unwrap();
-            table.release(seq, pool).unwrap();
-        };
+    let mut kv = KvCache::new(KvStorage {
+        pages: &mut w.pages,
+        rows: &mut w.rows,
+        seqs: &mut w.seqs,
+        nodes: &mut w.nodes,
+        index: &mut w.index,
+        scratch: &mut w.scratch,
+    })
+    .unwrap();
+    // Caches a group's 256-token prefix: a sequence computes it and leaves.
+    let cache_group = |g: u32, kv: &mut KvCache<'_>| {
+        let p = prompt(g, 0);
+        let admission = kv.peek_admission(&p[..257]);
+        let seq = kv.admit(&p[..257], &admission, 256).unwrap().seq;
+        kv.finish(seq, &p[..256]).unwrap();
+    };
     // Half the groups' prefixes are cached.
     for g in 0..GROUPS / 2 {
-        cache_group(g, &mut pool, &mut table, &mut radix);
+        cache_group(g, &mut kv);
     }
     let mut sched = Scheduler::new(&mut w.slots, &mut w.watch, config, policy, 32 * 16).unwrap();
     for tag in 0..WAITING as u32 {
@@ -189,20 +194,14 @@ fn one_step(w: &mut World, config: SchedulerConfig, policy: Policy, growth: bool
                 Priority::Normal,
                 tag.into(),
                 Timestamp(0),
-                &radix,
+                &kv,
             )
             .unwrap();
     }
     if growth {
         // The prefix every 100th request shares gets cached.
-        cache_group(GROUPS - 1, &mut pool, &mut table, &mut radix);
+        cache_group(GROUPS - 1, &mut kv);
     }
-    let mut kv = KvState {
-        pool: &mut pool,
-        table: &mut table,
-        radix: &mut radix,
-        scratch: &mut w.scratch,
-    };
     let start = Instant::now();
     let step = sched.schedule(Timestamp(1_000), &mut kv, &mut w.plan);
     let took = start.elapsed();

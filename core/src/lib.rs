@@ -48,6 +48,11 @@
 //! scheduler keep their free lists and orders as intrusive lists over the
 //! caller's entries: one implementation, [`list`].
 //!
+//! [`KvCache`] puts the pool, the page tables and the prefix cache
+//! ([`RadixCache`]) behind one owner, so the scheduler and an engine admit a
+//! sequence on its cached prefix, append, cache and finish through one API
+//! instead of threading the three parts through every call.
+//!
 //! ## Panic policy
 //!
 //! Nothing a caller does makes this crate panic. Every operation that can be
@@ -66,10 +71,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// The unit tests' property checks need std.
+#[cfg(test)]
+extern crate std;
+
 pub mod backend;
 mod error;
 mod geometry;
 mod ids;
+mod kv_cache;
 pub mod list;
 mod log;
 mod page_table;
@@ -87,6 +97,7 @@ pub use error::{
 };
 pub use geometry::{GeometryError, KvDtype, KvGeometry, MAX_PAGES, PAGE_SIZE};
 pub use ids::{PageId, SeqId, Slot};
+pub use kv_cache::{Admission, Admitted, KvCache, KvStorage};
 pub use page_table::{Appended, PageCopy, PageTable, SeqEntry, TokenLocation};
 pub use pool::{CacheTag, EvictionListener, PageEntry, PagePool};
 pub use queue::{

@@ -90,7 +90,7 @@ proptest! {
     #[test]
     fn scheduler_keeps_its_promises((cfg, pages, lpm) in config(), ops in prop::collection::vec(op(), 1..400)) {
         let mut e = Engine::with_slots(pages, 512, cfg, policy(lpm));
-        let total = e.pool.total_pages();
+        let total = e.kv.pool().total_pages();
         let mut live: Vec<(u32, pagoda_core::scheduler::EntryId)> = Vec::new();
         let mut arrived_at: HashMap<u32, u64> = HashMap::new();
         let mut admitted: HashSet<u32> = HashSet::new();
@@ -125,7 +125,7 @@ proptest! {
             }
             prop_assert!(tokens <= cfg.token_budget);
             prop_assert!(e.sched.running() <= cfg.max_batch);
-            let (free, cached, held) = (e.pool.free_pages(), e.pool.evictable_pages(), e.pool.referenced_pages());
+            let (free, cached, held) = (e.kv.pool().free_pages(), e.kv.pool().evictable_pages(), e.kv.pool().referenced_pages());
             prop_assert_eq!(free + cached + held, total);
             if let Some(old) = overdue {
                 if !newly.contains(&old) && !admitted.contains(&old) {
@@ -164,7 +164,7 @@ proptest! {
                 Op::Cancel { .. } => {}
                 Op::Switch { lpm } => {
                     let waiting = e.sched.waiting();
-                    e.sched.set_policy(policy(lpm), &e.radix);
+                    e.sched.set_policy(policy(lpm), &e.kv);
                     prop_assert_eq!(e.sched.waiting(), waiting);
                 }
             }
@@ -178,6 +178,6 @@ proptest! {
         }
         prop_assert!(live.is_empty());
         prop_assert_eq!(gone.len() as u32, next_tag, "every request ended exactly once");
-        prop_assert_eq!(e.pool.referenced_pages(), 0);
+        prop_assert_eq!(e.kv.pool().referenced_pages(), 0);
     }
 }

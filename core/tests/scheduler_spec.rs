@@ -9,7 +9,9 @@ use pagoda_core::scheduler::{
     ConfigError, Fcfs, Histogram, Lpm, MatchScore, Policy, SchedSlot, Scheduler, SchedulerConfig,
     SchedulerPolicy, Work, WorkKind,
 };
-use pagoda_core::{PageEntry, PageId, Priority, RadixCache, RadixNode, SeqEntry, Timestamp};
+use pagoda_core::{
+    KvStorage, PageEntry, PageId, Priority, RadixCache, RadixNode, SeqEntry, Timestamp,
+};
 
 const STEP: u64 = 10_000;
 
@@ -88,7 +90,7 @@ mod policy_interface {
         let (_, work) = e.schedule();
         assert_eq!(e.admitted(&work), vec![1]);
         e.complete(&work, STEP);
-        e.sched.set_policy(lpm(), &e.radix);
+        e.sched.set_policy(lpm(), &e.kv);
         assert_eq!(e.sched.waiting(), 3, "nothing lost in the switch");
         assert_eq!(e.run_to_idle(STEP), vec![2, 4, 3]);
     }
@@ -349,7 +351,7 @@ mod cache_aware_scoring {
         let mut e = Engine::new(512, config(), lpm());
         warm(&mut e, 0, prompt(7, 96, 0, 1));
         e.add(1, prompt(7, 80, 1, 30), 1, Priority::Normal);
-        let expected = e.radix.peek_prefix(&prompt(7, 80, 1, 30)[..109]);
+        let expected = e.kv.radix().peek_prefix(&prompt(7, 80, 1, 30)[..109]);
         assert_eq!(expected, 80);
         let (step, _) = e.schedule();
         assert_eq!(step.cached_tokens, expected);
@@ -497,14 +499,16 @@ mod policy_metrics {
         let mut scratch = vec![PageId::from_index(0); 64];
         let mut plan = vec![Work::EMPTY; cfg.max_batch as usize];
         let mut storage = ReplayStorage {
-            pages: &mut pe,
-            rows: &mut rows,
-            seqs: &mut seqs,
-            nodes: &mut nodes,
-            index: &mut index,
+            kv: KvStorage {
+                pages: &mut pe,
+                rows: &mut rows,
+                seqs: &mut seqs,
+                nodes: &mut nodes,
+                index: &mut index,
+                scratch: &mut scratch,
+            },
             slots: &mut ss,
             watch: &mut watch,
-            scratch: &mut scratch,
             plan: &mut plan,
         };
         compare(&trace, &mut storage, cfg, policy, CostModel::default()).unwrap()
@@ -799,7 +803,7 @@ mod issue_duties {
         let mut steps = 0;
         while !e.sched.is_idle() {
             let (_, work) = e.schedule();
-            assert!(e.pool.referenced_pages() <= 12);
+            assert!(e.kv.pool().referenced_pages() <= 12);
             finished.extend(e.complete(&work, STEP));
             steps += 1;
             assert!(steps < 5_000, "deadlock");
@@ -807,7 +811,7 @@ mod issue_duties {
         finished.sort_unstable();
         assert_eq!(finished, vec![0, 1, 2, 3]);
         assert!(e.sched.metrics().preemptions > 0);
-        assert_eq!(e.pool.referenced_pages(), 0, "no page leaked");
+        assert_eq!(e.kv.pool().referenced_pages(), 0, "no page leaked");
     }
 
     #[test]
@@ -821,11 +825,11 @@ mod issue_duties {
         let waiting = e.add(1, prompt(1, 0, 1, 100), 50, Priority::Low);
         let (_, work) = e.schedule();
         e.complete(&work, STEP);
-        assert!(e.pool.referenced_pages() > 0);
+        assert!(e.kv.pool().referenced_pages() > 0);
         let r0 = e.cancel(running).unwrap();
         let r1 = e.cancel(waiting).unwrap();
         assert_eq!((r0.tag, r1.tag), (0, 1));
-        assert_eq!(e.pool.referenced_pages(), 0);
+        assert_eq!(e.kv.pool().referenced_pages(), 0);
         assert!(e.sched.is_idle());
         assert!(e.cancel(running).is_err(), "stale id");
     }
@@ -844,7 +848,7 @@ mod issue_duties {
             Priority::Normal,
             0,
             Timestamp(0),
-            &e.radix,
+            &e.kv,
         );
         assert_eq!(
             too_long.unwrap_err().1,
@@ -860,7 +864,7 @@ mod issue_duties {
         }
         assert_eq!(generated, 23, "the 24th token finishes it");
         assert_eq!(e.sched.metrics().generated_tokens, 24);
-        assert_eq!(e.pool.referenced_pages(), 0);
+        assert_eq!(e.kv.pool().referenced_pages(), 0);
     }
 
     #[test]
@@ -888,5 +892,123 @@ mod issue_duties {
         assert_eq!(finished, vec![1, 2, 3, 4, 5]);
         assert_eq!(e.cancel(huge).unwrap().tag, 0);
         assert!(e.sched.is_idle());
+    }
+}
+
+mod caller_input {
+    use super::*;
+    use pagoda_core::scheduler::SchedError;
+    use pagoda_core::{KvCache, Request, RequestId};
+    use std::cell::Cell;
+
+    #[test]
+    fn an_empty_prompt_is_a_typed_refusal_that_changes_nothing() {
+        let mut e = Engine::new(32, config(), lpm());
+        let refused = e.sched.add(
+            Req {
+                tag: 1,
+                prompt: Vec::new(),
+                max_new: 4,
+            },
+            RequestId::from_bits(1),
+            Priority::Normal,
+            0,
+            Timestamp(0),
+            &e.kv,
+        );
+        let (request, error) = refused.unwrap_err();
+        assert_eq!(error, SchedError::EmptyPrompt);
+        assert_eq!(request.tag, 1, "the request is handed back");
+        assert!(e.sched.is_idle());
+        let (step, _) = e.schedule();
+        assert_eq!(step.work, 0);
+    }
+
+    #[test]
+    fn a_one_slot_scheduler_watches_with_a_one_bucket_table() {
+        // `watch_len_for(1)` is 1: every key lands in the one bucket.
+        let mut e = Engine::with_slots(64, 1, config(), lpm());
+        warm(&mut e, 0, prompt(7, 64, 0, 8));
+        e.add(1, prompt(7, 64, 1, 8), 2, Priority::Normal);
+        assert_eq!(e.run_to_idle(STEP), vec![1]);
+        assert_eq!(e.sched.metrics().cached_tokens, 64);
+        assert_eq!(e.kv.pool().referenced_pages(), 0);
+    }
+
+    /// A request whose prompt shrinks after it was added.
+    struct Shrinking {
+        tokens: Vec<u32>,
+        len: Cell<usize>,
+    }
+
+    impl Request for Shrinking {
+        fn prompt(&self) -> &[u32] {
+            &self.tokens[..self.len.get()]
+        }
+        fn max_output_tokens(&self) -> u32 {
+            2
+        }
+    }
+
+    #[test]
+    fn a_prompt_that_changes_after_add_is_never_a_panic() {
+        let mut pages = vec![PageEntry::EMPTY; 64];
+        let mut rows = vec![PageId::from_index(0); 2 * 16];
+        let mut seqs = vec![SeqEntry::EMPTY; 2];
+        let mut nodes = vec![RadixNode::EMPTY; 64];
+        let mut index = vec![0u64; RadixCache::index_len_for(64)];
+        let mut scratch = vec![PageId::from_index(0); 16];
+        let mut kv = KvCache::new(KvStorage {
+            pages: &mut pages,
+            rows: &mut rows,
+            seqs: &mut seqs,
+            nodes: &mut nodes,
+            index: &mut index,
+            scratch: &mut scratch,
+        })
+        .unwrap();
+        let mut slots: Vec<SchedSlot<Shrinking>> = (0..4).map(|_| SchedSlot::EMPTY).collect();
+        let mut watch = vec![0u32; 4];
+        let cfg = SchedulerConfig {
+            max_batch: 2,
+            token_budget: 16,
+            ..config()
+        };
+        let max_context = kv.max_context_tokens();
+        let mut sched = Scheduler::new(&mut slots, &mut watch, cfg, lpm(), max_context).unwrap();
+        let tokens: Vec<u32> = (0..100).collect();
+        let mut entries = Vec::new();
+        for (i, len) in [(0u32, 100usize), (1, 40)] {
+            let request = Shrinking {
+                tokens: tokens.clone(),
+                len: Cell::new(len),
+            };
+            let id = RequestId::from_bits(u64::from(i));
+            let entry = sched.add(request, id, Priority::Normal, i.into(), Timestamp(0), &kv);
+            entries.push(entry.ok().unwrap());
+        }
+        let mut plan = vec![Work::EMPTY; 2];
+        for round in 0..20u64 {
+            // Both prompts shrink to nothing while the scheduler holds them.
+            if round == 1 {
+                for &entry in &entries {
+                    if let Some(r) = sched.request(entry) {
+                        r.len.set(0);
+                    }
+                }
+            }
+            let step = sched.schedule(Timestamp(round), &mut kv, &mut plan);
+            for w in &plan[..step.work] {
+                let samples = matches!(w.kind, WorkKind::Decode { .. })
+                    || matches!(w.kind, WorkKind::Prefill { last: true, .. });
+                if samples && sched.record_token(w.entry, Timestamp(round)).unwrap() {
+                    let finished = sched.finish(w.entry, &[], Timestamp(round), &mut kv);
+                    assert!(finished.is_ok());
+                }
+            }
+        }
+        assert!(sched.is_idle(), "both requests ran to the end");
+        assert_eq!(kv.referenced_pages(), 0);
+        assert_eq!(kv.active_sequences(), 0);
     }
 }

@@ -26,11 +26,10 @@ use std::time::Instant;
 use pagoda_core::backend::{Backend, SeqAttention};
 use pagoda_core::queue::QueueSlot;
 use pagoda_core::scheduler::{
-    EntryId, KvState, Policy, SchedError, SchedSlot, Scheduler, SchedulerConfig, StepPlan, Work,
-    WorkKind,
+    EntryId, Policy, SchedError, SchedSlot, Scheduler, SchedulerConfig, StepPlan, Work, WorkKind,
 };
 use pagoda_core::{
-    KvDtype, KvError, KvGeometry, PageCopy, PageEntry, PageId, PagePool, PageTable, PoolStats,
+    KvCache, KvDtype, KvError, KvGeometry, KvStorage, PageCopy, PageEntry, PageId, PoolStats,
     Priority, RadixCache, RadixNode, RadixStats, Request, RequestId, RequestQueue, SeqEntry,
     SeqError, Slot, StorageError, Timestamp, PAGE_SIZE,
 };
@@ -298,10 +297,7 @@ pub struct Engine<'s, B: Backend> {
     backend: B,
     store: B::KvStore,
     queue: RequestQueue<'s, GenRequest>,
-    pool: PagePool<'s>,
-    table: PageTable<'s>,
-    radix: RadixCache<'s>,
-    scratch: &'s mut [PageId],
+    kv: KvCache<'s>,
     sched: Scheduler<'s, GenRequest>,
     plan: Vec<Work>,
     live: Vec<Option<Live>>,
@@ -346,23 +342,25 @@ impl<'s, B: Backend> Engine<'s, B> {
             watch,
             scratch,
         } = storage;
-        let pool = PagePool::new(pages)?;
-        let table = PageTable::new(rows, seqs)?;
-        let radix = RadixCache::new(nodes, index)?;
+        let kv = KvCache::new(KvStorage {
+            pages,
+            rows,
+            seqs,
+            nodes,
+            index,
+            scratch,
+        })?;
         let queue = RequestQueue::new(queue, geometry, config.kv_pages)?;
         // One engine-side state per scheduler slot, indexed by entry.
         let live = (0..slots.len()).map(|_| None).collect();
-        let max_context = table.max_tokens_per_sequence().min(mc.max_context);
+        let max_context = kv.table().max_tokens_per_sequence().min(mc.max_context);
         let sched = Scheduler::new(slots, watch, config.scheduler, config.policy, max_context)?;
         Ok(Self {
             model,
             backend,
             store,
             queue,
-            pool,
-            table,
-            radix,
-            scratch,
+            kv,
             sched,
             plan: vec![Work::EMPTY; config.scheduler.max_batch as usize],
             live,
@@ -454,13 +452,7 @@ impl<'s, B: Backend> Engine<'s, B> {
         let Some(entry) = self.entries.remove(&id) else {
             return false;
         };
-        let mut kv = KvState {
-            pool: &mut self.pool,
-            table: &mut self.table,
-            radix: &mut self.radix,
-            scratch: self.scratch,
-        };
-        match self.sched.cancel(entry, &mut kv) {
+        match self.sched.cancel(entry, &mut self.kv) {
             Ok(request) => {
                 self.live[entry.index() as usize] = None;
                 self.outcomes.push(Outcome::Cancelled { tag: request.tag });
@@ -492,12 +484,12 @@ impl<'s, B: Backend> Engine<'s, B> {
 
     /// The page pool's metrics now.
     pub fn pool_stats(&self) -> PoolStats {
-        self.pool.stats(self.now())
+        self.kv.pool_stats(self.now())
     }
 
     /// The prefix cache's metrics.
     pub fn radix_stats(&self) -> RadixStats {
-        self.radix.stats()
+        self.kv.radix_stats()
     }
 
     /// The scheduler (its metrics and policy).
@@ -508,13 +500,13 @@ impl<'s, B: Backend> Engine<'s, B> {
     /// Checks that nothing leaked: no sequence, no referenced page, every
     /// page free or cached. Meaningful when the engine is idle.
     pub fn audit(&self) -> Audit {
-        let stats = self.pool.stats(self.now());
+        let stats = self.kv.pool_stats(self.now());
         Audit {
             total_pages: stats.total_pages,
             free_pages: stats.free_pages,
             cached_pages: stats.evictable_pages,
             referenced_pages: stats.referenced_pages,
-            active_sequences: self.table.active_sequences(),
+            active_sequences: self.kv.active_sequences(),
             waiting: self.waiting(),
             running: self.running(),
         }
@@ -525,15 +517,7 @@ impl<'s, B: Backend> Engine<'s, B> {
         let started = Instant::now();
         let now = self.now();
         self.pull_from_queue();
-        let plan = {
-            let mut kv = KvState {
-                pool: &mut self.pool,
-                table: &mut self.table,
-                radix: &mut self.radix,
-                scratch: self.scratch,
-            };
-            self.sched.schedule(now, &mut kv, &mut self.plan)
-        };
+        let plan = self.sched.schedule(now, &mut self.kv, &mut self.plan);
         self.pack(plan.work, now)?;
         let packed = Instant::now();
 
@@ -563,7 +547,7 @@ impl<'s, B: Backend> Engine<'s, B> {
             let id = dequeued.id;
             let arrived = dequeued.enqueued_at;
             let seed = dequeued.request.seed;
-            match self.sched.add_dequeued(dequeued, &self.radix) {
+            match self.sched.add_dequeued(dequeued, &self.kv) {
                 Ok(entry) => {
                     self.entries.insert(id, entry);
                     self.live[entry.index() as usize] = Some(Live {
@@ -637,7 +621,7 @@ impl<'s, B: Backend> Engine<'s, B> {
             b.positions.extend(first_position..first_position + len);
             let at = b.slots.len();
             b.slots.resize(at + len as usize, Slot(0));
-            self.table
+            self.kv
                 .slot_mapping(w.seq, first_position, &mut b.slots[at..])?;
             b.seqs.push((i, query_start, len, first_position + len));
             if samples {
@@ -665,7 +649,7 @@ impl<'s, B: Backend> Engine<'s, B> {
         let mut seqs = Vec::with_capacity(b.seqs.len());
         for &(i, query_start, query_len, context_len) in &b.seqs {
             seqs.push(SeqAttention {
-                pages: self.table.pages(self.plan[i].seq)?,
+                pages: self.kv.pages(self.plan[i].seq)?,
                 context_len,
                 query_start,
                 query_len,
@@ -735,13 +719,7 @@ impl<'s, B: Backend> Engine<'s, B> {
         let mut tokens = Vec::with_capacity(request.prompt.len() + live.output.len());
         tokens.extend_from_slice(&request.prompt);
         tokens.extend_from_slice(&live.output);
-        let mut kv = KvState {
-            pool: &mut self.pool,
-            table: &mut self.table,
-            radix: &mut self.radix,
-            scratch: self.scratch,
-        };
-        let finished = self.sched.finish(entry, &tokens, now, &mut kv)?;
+        let finished = self.sched.finish(entry, &tokens, now, &mut self.kv)?;
         self.entries.remove(&live.id);
         self.outcomes.push(Outcome::Finished(Completion {
             tag: finished.request.tag,

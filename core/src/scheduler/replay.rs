@@ -11,16 +11,11 @@
 use core::fmt;
 
 use super::{
-    KvState, Policy, SchedError, SchedSlot, Scheduler, SchedulerConfig, SchedulerMetrics, Work,
-    WorkKind,
+    Policy, SchedError, SchedSlot, Scheduler, SchedulerConfig, SchedulerMetrics, Work, WorkKind,
 };
 use crate::error::StorageError;
-use crate::geometry::PAGE_SIZE;
-use crate::ids::PageId;
-use crate::page_table::{PageTable, SeqEntry};
-use crate::pool::{PageEntry, PagePool};
+use crate::kv_cache::{KvCache, KvStorage};
 use crate::queue::RequestId;
-use crate::radix::{RadixCache, RadixNode};
 use crate::request::{Priority, Request};
 use crate::time::Timestamp;
 
@@ -86,22 +81,13 @@ impl CostModel {
 /// The storage a replay runs on; every run starts it afresh.
 #[derive(Debug)]
 pub struct ReplayStorage<'a, 't> {
-    /// Page pool entries: the KV pool's size.
-    pub pages: &'a mut [PageEntry],
-    /// Page-table rows (`max_batch × pages per sequence`).
-    pub rows: &'a mut [PageId],
-    /// Page-table sequence entries (at least `max_batch`).
-    pub seqs: &'a mut [SeqEntry],
-    /// Radix nodes.
-    pub nodes: &'a mut [RadixNode],
-    /// Radix index (see [`RadixCache::index_len_for`]).
-    pub index: &'a mut [u64],
+    /// The KV cache's storage: the pool's size, page-table rows (at least
+    /// `max_batch` sequences), radix nodes and index, a scratch row.
+    pub kv: KvStorage<'a>,
     /// Scheduler slots: how many requests may wait or run at once.
     pub slots: &'a mut [SchedSlot<TraceRequest<'t>>],
     /// Scheduler watch table.
     pub watch: &'a mut [u32],
-    /// One row of page ids.
-    pub scratch: &'a mut [PageId],
     /// The step plan (at least `max_batch`).
     pub plan: &'a mut [Work],
 }
@@ -189,27 +175,16 @@ pub fn replay<'t>(
     if trace.windows(2).any(|w| w[0].arrival > w[1].arrival) {
         return Err(ReplayError::UnsortedTrace);
     }
-    let mut pool = PagePool::new(&mut *storage.pages)?;
-    let mut table = PageTable::new(&mut *storage.rows, &mut *storage.seqs)?;
-    let mut radix = RadixCache::new(&mut *storage.nodes, &mut *storage.index)?;
+    let mut kv = KvCache::new(storage.kv.reborrow())?;
     // A prompt must fit its row and the whole pool.
-    let max_context = table
-        .max_tokens_per_sequence()
-        .min(pool.total_pages().saturating_mul(PAGE_SIZE as u32));
     let mut scheduler = Scheduler::new(
         &mut *storage.slots,
         &mut *storage.watch,
         config,
         policy,
-        max_context,
+        kv.max_context_tokens(),
     )?;
     let plan = &mut *storage.plan;
-    let mut kv = KvState {
-        pool: &mut pool,
-        table: &mut table,
-        radix: &mut radix,
-        scratch: &mut *storage.scratch,
-    };
     let mut now = trace.first().map_or(Timestamp(0), |r| r.arrival);
     let mut next = 0;
     let mut steps = 0u64;
@@ -224,7 +199,7 @@ pub fn replay<'t>(
                 request.priority,
                 next as u64,
                 request.arrival,
-                kv.radix,
+                &kv,
             ) {
                 Ok(_) => next += 1,
                 Err((_, SchedError::Full)) => break,
@@ -260,7 +235,7 @@ pub fn replay<'t>(
             }
         }
         now = Timestamp(now.micros() + cost.step(step.prefill_tokens, step.decode_tokens));
-        for work in &plan[..step.work] {
+        for work in plan.get(..step.work).unwrap_or(&[]) {
             let samples = match work.kind {
                 WorkKind::Prefill { last, .. } => last,
                 WorkKind::Decode { .. } => true,
@@ -279,7 +254,7 @@ pub fn replay<'t>(
         metrics: scheduler.metrics().clone(),
         steps,
         rejected,
-        leaked_pages: kv.pool.referenced_pages(),
+        leaked_pages: kv.referenced_pages(),
     })
 }
 

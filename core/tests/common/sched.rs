@@ -3,11 +3,11 @@
 #![allow(dead_code)]
 
 use pagoda_core::scheduler::{
-    EntryId, KvState, Policy, SchedSlot, Scheduler, SchedulerConfig, SchedulerPolicy, StepPlan,
-    Work, WorkKind,
+    EntryId, Policy, SchedSlot, Scheduler, SchedulerConfig, SchedulerPolicy, StepPlan, Work,
+    WorkKind,
 };
 use pagoda_core::{
-    PageEntry, PageId, PagePool, PageTable, Priority, RadixCache, RadixNode, Request, RequestId,
+    KvCache, KvStorage, PageEntry, PageId, Priority, RadixCache, RadixNode, Request, RequestId,
     SeqEntry, Timestamp,
 };
 
@@ -39,10 +39,7 @@ fn leak<T>(v: Vec<T>) -> &'static mut [T] {
 }
 
 pub struct Engine<P: SchedulerPolicy = Policy> {
-    pub pool: PagePool<'static>,
-    pub table: PageTable<'static>,
-    pub radix: RadixCache<'static>,
-    pub scratch: &'static mut [PageId],
+    pub kv: KvCache<'static>,
     pub sched: Scheduler<'static, Req, P>,
     pub plan: Vec<Work>,
     pub now: u64,
@@ -57,17 +54,15 @@ impl<P: SchedulerPolicy> Engine<P> {
     pub fn with_slots(pages: usize, slots: usize, config: SchedulerConfig, policy: P) -> Self {
         let rows_per_seq = 64;
         let max_seqs = config.max_batch as usize;
-        let pool = PagePool::new(leak(vec![PageEntry::EMPTY; pages])).unwrap();
-        let table = PageTable::new(
-            leak(vec![PageId::from_index(0); max_seqs * rows_per_seq]),
-            leak(vec![SeqEntry::EMPTY; max_seqs]),
-        )
-        .unwrap();
         let nodes = pages.max(1);
-        let radix = RadixCache::new(
-            leak(vec![RadixNode::EMPTY; nodes]),
-            leak(vec![0u64; RadixCache::index_len_for(nodes)]),
-        )
+        let kv = KvCache::new(KvStorage {
+            pages: leak(vec![PageEntry::EMPTY; pages]),
+            rows: leak(vec![PageId::from_index(0); max_seqs * rows_per_seq]),
+            seqs: leak(vec![SeqEntry::EMPTY; max_seqs]),
+            nodes: leak(vec![RadixNode::EMPTY; nodes]),
+            index: leak(vec![0u64; RadixCache::index_len_for(nodes)]),
+            scratch: leak(vec![PageId::from_index(0); rows_per_seq]),
+        })
         .unwrap();
         let sched = Scheduler::new(
             leak((0..slots).map(|_| SchedSlot::EMPTY).collect()),
@@ -78,10 +73,7 @@ impl<P: SchedulerPolicy> Engine<P> {
         )
         .unwrap();
         Self {
-            pool,
-            table,
-            radix,
-            scratch: leak(vec![PageId::from_index(0); rows_per_seq]),
+            kv,
             sched,
             plan: vec![Work::EMPTY; max_seqs],
             now: 0,
@@ -103,31 +95,19 @@ impl<P: SchedulerPolicy> Engine<P> {
                 priority,
                 arrival,
                 Timestamp(self.now),
-                &self.radix,
+                &self.kv,
             )
             .unwrap()
     }
 
     pub fn cancel(&mut self, entry: EntryId) -> Result<Req, pagoda_core::scheduler::SchedError> {
-        let mut kv = KvState {
-            pool: &mut self.pool,
-            table: &mut self.table,
-            radix: &mut self.radix,
-            scratch: self.scratch,
-        };
-        self.sched.cancel(entry, &mut kv)
+        self.sched.cancel(entry, &mut self.kv)
     }
 
     /// Plans a step at the current time; returns the plan and its items.
     pub fn schedule(&mut self) -> (StepPlan, Vec<Work>) {
         let now = Timestamp(self.now);
-        let mut kv = KvState {
-            pool: &mut self.pool,
-            table: &mut self.table,
-            radix: &mut self.radix,
-            scratch: self.scratch,
-        };
-        let step = self.sched.schedule(now, &mut kv, &mut self.plan);
+        let step = self.sched.schedule(now, &mut self.kv, &mut self.plan);
         (step, self.plan[..step.work].to_vec())
     }
 
@@ -147,14 +127,8 @@ impl<P: SchedulerPolicy> Engine<P> {
             {
                 let req = self.sched.request(w.entry).unwrap().clone();
                 let now = Timestamp(self.now);
-                let mut kv = KvState {
-                    pool: &mut self.pool,
-                    table: &mut self.table,
-                    radix: &mut self.radix,
-                    scratch: self.scratch,
-                };
                 self.sched
-                    .finish(w.entry, &req.prompt, now, &mut kv)
+                    .finish(w.entry, &req.prompt, now, &mut self.kv)
                     .unwrap();
                 done.push(req.tag);
             }

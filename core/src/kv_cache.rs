@@ -1,0 +1,620 @@
+//! The KV cache as one owner: the page pool, the page tables, the prefix
+//! cache and a scratch row, behind the operations a scheduler and an engine
+//! need.
+//!
+//! The three parts depend on each other (an append may evict from the
+//! prefix cache; caching a sequence rewrites its row and retains pages), so
+//! every caller used to thread all of them through each call. [`KvCache`]
+//! keeps that wiring in one place and reads in one direction: admit a
+//! sequence on its cached prefix, append to it, cache what it computed,
+//! finish or release it. Every refusal returns a [`KvError`] and changes
+//! nothing.
+
+use crate::error::{AppendError, KvError, SeqError, StorageError};
+use crate::geometry::{KvGeometry, PAGE_SIZE};
+use crate::ids::{PageId, SeqId, Slot};
+use crate::page_table::{Appended, PageTable, SeqEntry};
+use crate::pool::{PageEntry, PagePool};
+use crate::radix::{Inserted, RadixCache, RadixNode, RadixStats};
+use crate::stats::PoolStats;
+use crate::time::Timestamp;
+
+/// The caller's storage for a [`KvCache`], in one place.
+#[derive(Debug)]
+pub struct KvStorage<'a> {
+    /// Page pool entries: the KV pool's size.
+    pub pages: &'a mut [PageEntry],
+    /// Page-table rows (`sequences × pages per sequence`).
+    pub rows: &'a mut [PageId],
+    /// Page-table sequence entries.
+    pub seqs: &'a mut [SeqEntry],
+    /// Radix nodes.
+    pub nodes: &'a mut [RadixNode],
+    /// Radix index (see [`RadixCache::index_len_for`]).
+    pub index: &'a mut [u64],
+    /// One row of page ids (at least the table's pages per sequence).
+    pub scratch: &'a mut [PageId],
+}
+
+impl KvStorage<'_> {
+    /// The same storage, borrowed again: to build one cache after another
+    /// over it (each starts afresh).
+    pub fn reborrow(&mut self) -> KvStorage<'_> {
+        KvStorage {
+            pages: &mut *self.pages,
+            rows: &mut *self.rows,
+            seqs: &mut *self.seqs,
+            nodes: &mut *self.nodes,
+            index: &mut *self.index,
+            scratch: &mut *self.scratch,
+        }
+    }
+}
+
+/// What admitting a prompt would take, found without changing anything:
+/// see [`KvCache::peek_admission`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    matched_pages: u32,
+    /// Matched pages nobody references: admitting takes them off the
+    /// evictable list, so they count against the pages available.
+    evictable: u32,
+    prompt_tokens: u32,
+    /// Which peek filled the scratch row, and the prefix cache's version then.
+    ticket: u64,
+    version: u64,
+}
+
+impl Admission {
+    /// Prompt tokens found in the prefix cache (whole pages).
+    pub fn matched_tokens(&self) -> u32 {
+        self.matched_pages * PAGE_SIZE as u32
+    }
+
+    /// Pages of the prompt found in the prefix cache.
+    pub fn matched_pages(&self) -> u32 {
+        self.matched_pages
+    }
+
+    /// Pages the sequence holds once its whole prompt and first output token
+    /// are in.
+    pub fn whole_pages(&self) -> u64 {
+        KvGeometry::pages_for_tokens(u64::from(self.prompt_tokens) + 1)
+    }
+
+    /// Pages the whole prompt and the first output token take from the
+    /// pool's available pages: to compare with
+    /// [`PagePool::available_pages`].
+    pub fn pages_needed(&self) -> u64 {
+        self.pages_for(u64::from(self.prompt_tokens) + 1)
+    }
+
+    /// Pages a sequence of `tokens` tokens starting on the matched prefix
+    /// takes from the available pages: the one rule for both the caller's
+    /// check and [`KvCache::admit`]'s.
+    fn pages_for(&self, tokens: u64) -> u64 {
+        KvGeometry::pages_for_tokens(tokens).saturating_sub(u64::from(self.matched_pages))
+            + u64::from(self.evictable)
+    }
+}
+
+/// A sequence [`KvCache::admit`] started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    /// The new sequence.
+    pub seq: SeqId,
+    /// Prompt tokens it starts with from the prefix cache.
+    pub matched_tokens: u32,
+    /// What appending the first chunk did.
+    pub appended: Appended,
+}
+
+/// The page pool, page tables and prefix cache over caller storage, and the
+/// operations that use them together. Every refusal returns a [`KvError`]
+/// and changes nothing.
+///
+/// ```
+/// use pagoda_core::{KvCache, KvStorage, PageEntry, PageId, RadixCache, RadixNode, SeqEntry};
+///
+/// let mut pages = [PageEntry::EMPTY; 16];
+/// let mut rows = [PageId::from_index(0); 2 * 8]; // 2 sequences of 8 pages
+/// let mut seqs = [SeqEntry::EMPTY; 2];
+/// let mut nodes = [RadixNode::EMPTY; 16];
+/// let mut index = [0u64; RadixCache::index_len_for(16)];
+/// let mut scratch = [PageId::from_index(0); 8];
+/// let mut kv = KvCache::new(KvStorage {
+///     pages: &mut pages,
+///     rows: &mut rows,
+///     seqs: &mut seqs,
+///     nodes: &mut nodes,
+///     index: &mut index,
+///     scratch: &mut scratch,
+/// })
+/// .unwrap();
+///
+/// let prompt: Vec<u32> = (0..40).collect();
+/// let admission = kv.peek_admission(&prompt);
+/// assert_eq!(admission.matched_tokens(), 0);
+/// assert_eq!(admission.pages_needed(), 3); // 40 tokens and the first output
+/// let first = kv.admit(&prompt, &admission, 40).unwrap();
+/// kv.finish(first.seq, &prompt).unwrap(); // two full pages cached
+///
+/// // The same prompt again starts on the two cached pages.
+/// let admission = kv.peek_admission(&prompt);
+/// assert_eq!(admission.matched_tokens(), 32);
+/// let again = kv.admit(&prompt, &admission, 8).unwrap();
+/// assert_eq!(again.appended.first_position, 32);
+/// kv.release(again.seq).unwrap();
+/// assert_eq!(kv.pool().referenced_pages(), 0);
+/// ```
+#[derive(Debug)]
+pub struct KvCache<'a> {
+    pool: PagePool<'a>,
+    table: PageTable<'a>,
+    radix: RadixCache<'a>,
+    scratch: &'a mut [PageId],
+    /// Counts [`peek_admission`](Self::peek_admission) calls: an
+    /// [`Admission`] from an earlier one no longer describes the scratch row.
+    peeks: u64,
+}
+
+impl<'a> KvCache<'a> {
+    /// Builds the pool, table and cache over `storage`.
+    pub fn new(storage: KvStorage<'a>) -> Result<Self, StorageError> {
+        let pool = PagePool::new(storage.pages)?;
+        let table = PageTable::new(storage.rows, storage.seqs)?;
+        let radix = RadixCache::new(storage.nodes, storage.index)?;
+        Self::from_parts(pool, table, radix, storage.scratch)
+    }
+
+    /// Puts parts built elsewhere together. Refused
+    /// ([`StorageError::Mismatched`]) when `scratch` is shorter than a row.
+    pub fn from_parts(
+        pool: PagePool<'a>,
+        table: PageTable<'a>,
+        radix: RadixCache<'a>,
+        scratch: &'a mut [PageId],
+    ) -> Result<Self, StorageError> {
+        if scratch.len() < table.max_pages_per_sequence() as usize {
+            return Err(StorageError::Mismatched);
+        }
+        Ok(Self {
+            pool,
+            table,
+            radix,
+            scratch,
+            peeks: 0,
+        })
+    }
+
+    /// The page pool, to read.
+    #[inline]
+    pub fn pool(&self) -> &PagePool<'a> {
+        &self.pool
+    }
+
+    /// The page tables, to read.
+    #[inline]
+    pub fn table(&self) -> &PageTable<'a> {
+        &self.table
+    }
+
+    /// The prefix cache, to read.
+    #[inline]
+    pub fn radix(&self) -> &RadixCache<'a> {
+        &self.radix
+    }
+
+    /// The most tokens one sequence can hold: its row, or the whole pool if
+    /// that is smaller.
+    pub fn max_context_tokens(&self) -> u32 {
+        self.table
+            .max_tokens_per_sequence()
+            .min(self.pool.total_pages().saturating_mul(PAGE_SIZE as u32))
+    }
+
+    /// Finds the longest cached prefix of `prompt` (all but its last token,
+    /// which is computed to sample the first output) and what admitting it
+    /// would take, touching neither recency nor metrics.
+    #[inline]
+    pub fn peek_admission(&mut self, prompt: &[u32]) -> Admission {
+        let lookup = lookup(prompt);
+        let matched_pages = self.radix.peek_pages(lookup, self.scratch);
+        let evictable = self
+            .scratch
+            .get(..matched_pages as usize)
+            .unwrap_or(&[])
+            .iter()
+            .filter(|&&p| self.pool.refcount(p) == Ok(0))
+            .count() as u32;
+        self.peeks += 1;
+        Admission {
+            matched_pages,
+            evictable,
+            prompt_tokens: u32::try_from(prompt.len()).unwrap_or(u32::MAX),
+            ticket: self.peeks,
+            version: self.radix.version(),
+        }
+    }
+
+    /// Starts a sequence for `prompt` on its cached prefix and appends the
+    /// first `chunk` prompt tokens after it. `admission` is this prompt's
+    /// latest [`peek_admission`](Self::peek_admission); when the cache
+    /// changed since, the prefix is looked up again.
+    ///
+    /// Refused, changing nothing, when no row is free, the sequence would
+    /// outgrow its row, or the pool lacks the pages
+    /// ([`Admission::pages_needed`]'s rule for `matched + chunk` tokens).
+    pub fn admit(
+        &mut self,
+        prompt: &[u32],
+        admission: &Admission,
+        chunk: u32,
+    ) -> Result<Admitted, KvError> {
+        let fresh = admission.ticket == self.peeks
+            && admission.version == self.radix.version()
+            && admission.prompt_tokens as usize == prompt.len();
+        let admission = if fresh {
+            *admission
+        } else {
+            self.peek_admission(prompt)
+        };
+        let matched_tokens = admission.matched_tokens();
+        let tokens = u64::from(matched_tokens) + u64::from(chunk);
+        if self.table.active_sequences() >= self.table.max_sequences() {
+            return Err(KvError::NoFreeSequenceSlot);
+        }
+        let max_tokens = self.table.max_tokens_per_sequence();
+        if tokens > u64::from(max_tokens) {
+            return Err(KvError::SequenceTooLong { max_tokens });
+        }
+        let needed = admission.pages_for(tokens);
+        let available = self.pool.available_pages();
+        if needed > u64::from(available) {
+            return Err(KvError::PoolExhausted {
+                needed: u32::try_from(needed).unwrap_or(u32::MAX),
+                available,
+            });
+        }
+        let hit = self
+            .radix
+            .match_prefix(lookup(prompt), self.scratch, &mut self.pool);
+        debug_assert_eq!(hit.pages, admission.matched_pages);
+        let prefix = self.scratch.get(..hit.pages as usize).unwrap_or(&[]);
+        let seq = self.table.create_with_prefix(prefix, &mut self.pool)?;
+        match self
+            .table
+            .append(seq, chunk, &mut self.pool, &mut self.radix)
+        {
+            Ok(appended) => Ok(Admitted {
+                seq,
+                matched_tokens: hit.tokens,
+                appended,
+            }),
+            Err(e) => {
+                // Unreachable after the checks above; undo all the same.
+                let released = self.table.release(seq, &mut self.pool);
+                debug_assert!(released.is_ok());
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Pages the sequence lacks to hold `tokens` tokens: what a running
+    /// prefill still needs, for admission to keep in reserve.
+    #[inline]
+    pub fn pages_short(&self, seq: SeqId, tokens: u64) -> u64 {
+        let held = self.table.pages(seq).map_or(0, |p| p.len() as u64);
+        KvGeometry::pages_for_tokens(tokens).saturating_sub(held)
+    }
+
+    /// Appends `tokens` tokens to the sequence, evicting cached pages if the
+    /// free list runs dry; see [`PageTable::append`].
+    #[inline]
+    pub fn append(&mut self, seq: SeqId, tokens: u32) -> Result<Appended, AppendError> {
+        self.table
+            .append(seq, tokens, &mut self.pool, &mut self.radix)
+    }
+
+    /// Caches the sequence's full pages whose tokens are `tokens` (a
+    /// computed prompt prefix), so other requests can share them; see
+    /// [`RadixCache::insert`].
+    #[inline]
+    pub fn cache(&mut self, seq: SeqId, tokens: &[u32]) -> Result<Inserted, KvError> {
+        self.radix
+            .insert(&mut self.table, seq, tokens, &mut self.pool)
+    }
+
+    /// Ends a sequence that completed: caches its full pages under `tokens`
+    /// (prompt then output) and releases it. An unknown sequence is refused
+    /// and nothing changes; otherwise the sequence is released whatever
+    /// caching did, and the result says what that was.
+    pub fn finish(&mut self, seq: SeqId, tokens: &[u32]) -> Result<Inserted, KvError> {
+        self.table.len(seq)?;
+        let cached = self.cache(seq, tokens);
+        let released = self.table.release(seq, &mut self.pool);
+        debug_assert!(released.is_ok());
+        cached
+    }
+
+    /// Releases a sequence without caching it (cancelled or preempted).
+    #[inline]
+    pub fn release(&mut self, seq: SeqId) -> Result<(), SeqError> {
+        self.table.release(seq, &mut self.pool)
+    }
+
+    /// The sequence's pages, in order.
+    #[inline]
+    pub fn pages(&self, seq: SeqId) -> Result<&[PageId], SeqError> {
+        self.table.pages(seq)
+    }
+
+    /// Tokens in the sequence.
+    #[inline]
+    pub fn len(&self, seq: SeqId) -> Result<u32, SeqError> {
+        self.table.len(seq)
+    }
+
+    /// The whole block table, as kernels read it.
+    #[inline]
+    pub fn block_table(&self) -> &[PageId] {
+        self.table.block_table()
+    }
+
+    /// The KV slots of the sequence's tokens from `first`; see
+    /// [`PageTable::slot_mapping`].
+    #[inline]
+    pub fn slot_mapping(&self, seq: SeqId, first: u32, out: &mut [Slot]) -> Result<(), SeqError> {
+        self.table.slot_mapping(seq, first, out)
+    }
+
+    /// The pool's metrics at `now`.
+    pub fn pool_stats(&self, now: Timestamp) -> PoolStats {
+        self.pool.stats(now)
+    }
+
+    /// The prefix cache's metrics.
+    pub fn radix_stats(&self) -> RadixStats {
+        self.radix.stats()
+    }
+
+    /// Sequences holding a row.
+    #[inline]
+    pub fn active_sequences(&self) -> u32 {
+        self.table.active_sequences()
+    }
+
+    /// Pages some sequence references: zero once every sequence has left.
+    #[inline]
+    pub fn referenced_pages(&self) -> u32 {
+        self.pool.referenced_pages()
+    }
+}
+
+/// A prompt's tokens that may come from the cache: all but the last, which
+/// is computed to sample the first output. Total: empty for an empty prompt.
+#[inline]
+fn lookup(prompt: &[u32]) -> &[u32] {
+    prompt.split_last().map_or(&[], |(_, rest)| rest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::vec;
+    use std::vec::Vec;
+
+    const PAGES: usize = 14; // fewer than SEQS × ROW: appends run out
+    const ROW: usize = 6; // pages per sequence: 96 tokens
+    const SEQS: usize = 4;
+
+    struct Storage {
+        pages: Vec<PageEntry>,
+        rows: Vec<PageId>,
+        seqs: Vec<SeqEntry>,
+        nodes: Vec<RadixNode>,
+        index: Vec<u64>,
+        scratch: Vec<PageId>,
+    }
+
+    impl Storage {
+        fn new() -> Self {
+            Self {
+                pages: vec![PageEntry::EMPTY; PAGES],
+                rows: vec![PageId::from_index(0); SEQS * ROW],
+                seqs: vec![SeqEntry::EMPTY; SEQS],
+                nodes: vec![RadixNode::EMPTY; PAGES],
+                index: vec![0; RadixCache::index_len_for(PAGES)],
+                scratch: vec![PageId::from_index(0); ROW],
+            }
+        }
+
+        fn kv(&mut self) -> KvCache<'_> {
+            KvCache::new(KvStorage {
+                pages: &mut self.pages,
+                rows: &mut self.rows,
+                seqs: &mut self.seqs,
+                nodes: &mut self.nodes,
+                index: &mut self.index,
+                scratch: &mut self.scratch,
+            })
+            .unwrap()
+        }
+    }
+
+    /// Everything a refusal must leave as it was.
+    fn snapshot(kv: &KvCache<'_>) -> (PoolStats, RadixStats, u32, Option<PageId>, u64) {
+        (
+            kv.pool_stats(Timestamp(0)),
+            kv.radix_stats(),
+            kv.active_sequences(),
+            kv.pool().least_recently_used(),
+            kv.radix().version(),
+        )
+    }
+
+    /// A prompt of `len` tokens from one of three families that share
+    /// prefixes (token `i` of family `f` is `f * 1000 + i`).
+    fn prompt(family: u32, len: usize) -> Vec<u32> {
+        (0..len as u32).map(|i| family * 1000 + i).collect()
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Admit { family: u32, len: usize, chunk: u32 },
+        AdmitAfterOtherPeek { family: u32, other: u32, len: usize },
+        Append { seq: usize, tokens: u32 },
+        Cache { seq: usize },
+        Finish { seq: usize },
+        Release { seq: usize },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..3u32, 0..120usize, 0..110u32)
+                .prop_map(|(family, len, chunk)| Op::Admit { family, len, chunk }),
+            1 => (0..3u32, 0..3u32, 1..90usize)
+                .prop_map(|(family, other, len)| Op::AdmitAfterOtherPeek { family, other, len }),
+            3 => (0..SEQS, 0..40u32).prop_map(|(seq, tokens)| Op::Append { seq, tokens }),
+            1 => (0..SEQS).prop_map(|seq| Op::Cache { seq }),
+            2 => (0..SEQS).prop_map(|seq| Op::Finish { seq }),
+            1 => (0..SEQS).prop_map(|seq| Op::Release { seq }),
+        ]
+    }
+
+    /// A live sequence in the model: its id and the tokens it holds.
+    struct Live {
+        seq: SeqId,
+        tokens: Vec<u32>,
+    }
+
+    fn admit(
+        kv: &mut KvCache<'_>,
+        live: &mut Vec<Live>,
+        p: &[u32],
+        admission: &Admission,
+        chunk: u32,
+    ) -> Result<(), TestCaseError> {
+        let before = snapshot(kv);
+        match kv.admit(p, admission, chunk) {
+            Ok(admitted) => {
+                let len = admitted.matched_tokens + chunk;
+                prop_assert!(admitted.matched_tokens as usize <= p.len().saturating_sub(1));
+                prop_assert_eq!(admitted.appended.first_position, admitted.matched_tokens);
+                prop_assert_eq!(kv.len(admitted.seq), Ok(len));
+                // Tokens past the prompt are the sequence's own.
+                let own = 50_000 + 100 * live.len() as u32;
+                let tokens = (0..len as usize)
+                    .map(|i| p.get(i).copied().unwrap_or(own + i as u32))
+                    .collect();
+                live.push(Live {
+                    seq: admitted.seq,
+                    tokens,
+                });
+            }
+            Err(_) => prop_assert_eq!(snapshot(kv), before, "a refused admission changed state"),
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn kv_cache_refusals_change_nothing_and_nothing_leaks(
+            ops in proptest::collection::vec(op(), 0..80)
+        ) {
+            let mut storage = Storage::new();
+            let mut kv = storage.kv();
+            let mut live: Vec<Live> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Admit { family, len, chunk } => {
+                        let p = prompt(family, len);
+                        let admission = kv.peek_admission(&p);
+                        prop_assert!(admission.matched_tokens() as usize <= len.saturating_sub(1));
+                        admit(&mut kv, &mut live, &p, &admission, chunk)?;
+                    }
+                    Op::AdmitAfterOtherPeek { family, other, len } => {
+                        // A stale admission is looked up again, never trusted.
+                        let p = prompt(family, len);
+                        let admission = kv.peek_admission(&p);
+                        let _ = kv.peek_admission(&prompt(other, len));
+                        let chunk = len as u32 - admission.matched_tokens().min(len as u32);
+                        admit(&mut kv, &mut live, &p, &admission, chunk)?;
+                    }
+                    Op::Append { seq, tokens } => {
+                        let Some(l) = live.get_mut(seq) else { continue };
+                        let before = snapshot(&kv);
+                        match kv.append(l.seq, tokens) {
+                            Ok(a) => {
+                                prop_assert_eq!(a.first_position as usize, l.tokens.len());
+                                let start = l.tokens.len() as u32;
+                                let own = 70_000 + 100 * seq as u32;
+                                l.tokens.extend((start..start + tokens).map(|i| own + i));
+                            }
+                            Err(_) => prop_assert_eq!(snapshot(&kv), before),
+                        }
+                    }
+                    Op::Cache { seq } => {
+                        let Some(l) = live.get(seq) else { continue };
+                        prop_assert!(kv.cache(l.seq, &l.tokens).is_ok());
+                    }
+                    Op::Finish { seq } => {
+                        if seq >= live.len() { continue; }
+                        let l = live.swap_remove(seq);
+                        prop_assert!(kv.finish(l.seq, &l.tokens).is_ok());
+                        prop_assert!(kv.len(l.seq).is_err(), "finished means released");
+                        let before = snapshot(&kv);
+                        prop_assert!(kv.finish(l.seq, &l.tokens).is_err());
+                        prop_assert_eq!(snapshot(&kv), before);
+                    }
+                    Op::Release { seq } => {
+                        if seq >= live.len() { continue; }
+                        let l = live.swap_remove(seq);
+                        prop_assert!(kv.release(l.seq).is_ok());
+                        prop_assert!(kv.release(l.seq).is_err());
+                    }
+                }
+                prop_assert_eq!(kv.active_sequences() as usize, live.len());
+                for l in &live {
+                    prop_assert_eq!(kv.len(l.seq), Ok(l.tokens.len() as u32));
+                    let pages = kv.pages(l.seq).unwrap().len();
+                    prop_assert_eq!(pages, l.tokens.len().div_ceil(PAGE_SIZE));
+                }
+                let s = kv.pool_stats(Timestamp(0));
+                prop_assert_eq!(
+                    s.free_pages + s.evictable_pages + s.referenced_pages,
+                    s.total_pages
+                );
+            }
+            for l in live.drain(..) {
+                prop_assert!(kv.release(l.seq).is_ok());
+            }
+            prop_assert_eq!(kv.referenced_pages(), 0);
+        }
+    }
+
+    #[test]
+    fn scratch_shorter_than_a_row_is_refused() {
+        let mut s = Storage::new();
+        let pool = PagePool::new(&mut s.pages).unwrap();
+        let table = PageTable::new(&mut s.rows, &mut s.seqs).unwrap();
+        let radix = RadixCache::new(&mut s.nodes, &mut s.index).unwrap();
+        let short = &mut s.scratch[..ROW - 1];
+        let refused = KvCache::from_parts(pool, table, radix, short);
+        assert_eq!(refused.unwrap_err(), StorageError::Mismatched);
+    }
+
+    #[test]
+    fn an_empty_prompt_matches_nothing_and_admits_without_panic() {
+        let mut s = Storage::new();
+        let mut kv = s.kv();
+        let admission = kv.peek_admission(&[]);
+        assert_eq!(admission.matched_tokens(), 0);
+        assert_eq!(admission.pages_needed(), 1, "room for the first output");
+        let admitted = kv.admit(&[], &admission, 0).unwrap();
+        assert_eq!(kv.len(admitted.seq), Ok(0));
+        kv.release(admitted.seq).unwrap();
+        assert_eq!(kv.referenced_pages(), 0);
+    }
+}

@@ -1,0 +1,153 @@
+//! The slot array: one slot per waiting or running request, its id with a
+//! generation so a stale id is refused, and the free list.
+
+use super::heap::{HeapCell, NIL};
+use super::{SchedError, Scheduler, SchedulerPolicy};
+use crate::ids::SeqId;
+use crate::queue::RequestId;
+use crate::request::{Priority, Request};
+use crate::time::Timestamp;
+
+/// A request inside the scheduler, waiting or running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct EntryId {
+    pub(super) slot: u32,
+    pub(super) generation: u32,
+}
+
+impl EntryId {
+    /// The slot index, dense in `0..capacity`: handy for per-request arrays.
+    pub const fn index(self) -> u32 {
+        self.slot
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum State {
+    Free,
+    Waiting,
+    Running,
+}
+
+/// One request's place in the scheduler. Callers only provide storage
+/// (`[SchedSlot::EMPTY; N]`, or a `Vec` of them).
+#[derive(Debug)]
+pub struct SchedSlot<R> {
+    pub(super) request: Option<R>,
+    pub(super) state: State,
+    pub(super) generation: u32,
+    pub(super) id: RequestId,
+    pub(super) priority: Priority,
+    pub(super) arrival: u64,
+    pub(super) arrived_at: Timestamp,
+    pub(super) prompt_len: u32,
+    pub(super) max_output: u32,
+    // Waiting: the score and where the match would grow.
+    pub(super) key: f64,
+    pub(super) scored_at: u64,
+    pub(super) watch: Option<u64>,
+    pub(super) watch_prev: u32,
+    pub(super) watch_next: u32,
+    /// Its cells in the policy and age heaps.
+    pub(super) by_policy: HeapCell,
+    pub(super) by_age: HeapCell,
+    pub(super) skip_next: u32,
+    // Running.
+    pub(super) seq: Option<SeqId>,
+    pub(super) prefilled: u32,
+    /// Prompt tokens of this attempt already put in the prefix cache.
+    pub(super) cached_upto: u32,
+    pub(super) generated: u32,
+    pub(super) admitted: bool,
+    pub(super) first_token_at: Option<Timestamp>,
+    pub(super) run_prev: u32,
+    pub(super) run_next: u32,
+    pub(super) next_free: u32,
+}
+
+impl<R> SchedSlot<R> {
+    /// A slot ready for [`Scheduler::new`].
+    pub const EMPTY: Self = Self {
+        request: None,
+        state: State::Free,
+        generation: 0,
+        id: RequestId::from_bits(0),
+        priority: Priority::Normal,
+        arrival: 0,
+        arrived_at: Timestamp(0),
+        prompt_len: 0,
+        max_output: 0,
+        key: 0.0,
+        scored_at: 0,
+        watch: None,
+        watch_prev: NIL,
+        watch_next: NIL,
+        by_policy: HeapCell::EMPTY,
+        by_age: HeapCell::EMPTY,
+        skip_next: NIL,
+        seq: None,
+        prefilled: 0,
+        cached_upto: 0,
+        generated: 0,
+        admitted: false,
+        first_token_at: None,
+        run_prev: NIL,
+        run_next: NIL,
+        next_free: NIL,
+    };
+}
+
+impl<R> Default for SchedSlot<R> {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
+
+impl<R: Request> SchedSlot<R> {
+    /// The prompt as it was added: at most `prompt_len` tokens, whatever the
+    /// request returns now.
+    pub(super) fn prompt(&self) -> &[u32] {
+        let prompt = self.request.as_ref().map_or(&[][..], |r| r.prompt());
+        prompt.get(..self.prompt_len as usize).unwrap_or(prompt)
+    }
+}
+
+impl<R, P> Scheduler<'_, R, P> {
+    pub(super) fn entry_id(&self, index: u32) -> EntryId {
+        EntryId {
+            slot: index,
+            generation: self.slots[index as usize].generation,
+        }
+    }
+
+    pub(super) fn live(&self, entry: EntryId) -> Result<&SchedSlot<R>, SchedError> {
+        self.slots
+            .get(entry.slot as usize)
+            .filter(|s| s.generation == entry.generation && s.state != State::Free)
+            .ok_or(SchedError::UnknownEntry)
+    }
+
+    pub(super) fn live_mut(&mut self, entry: EntryId) -> Result<&mut SchedSlot<R>, SchedError> {
+        self.slots
+            .get_mut(entry.slot as usize)
+            .filter(|s| s.generation == entry.generation && s.state != State::Free)
+            .ok_or(SchedError::UnknownEntry)
+    }
+}
+
+impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
+    /// Frees a slot that is in no heap and no running list.
+    pub(super) fn free_slot(&mut self, index: u32) -> Option<R> {
+        self.unwatch(index);
+        let free_head = self.free_head;
+        let s = &mut self.slots[index as usize];
+        let request = s.request.take();
+        debug_assert!(request.is_some(), "live entries hold a request");
+        s.state = State::Free;
+        s.generation = s.generation.wrapping_add(1);
+        s.next_free = free_head;
+        self.free_head = index;
+        request
+    }
+}
