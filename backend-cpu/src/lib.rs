@@ -34,6 +34,8 @@
 //! assert!(out.iter().all(|&o| o == 2.0)); // one key: softmax weight 1
 //! ```
 
+#![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+
 mod attention;
 mod data;
 mod element;

@@ -255,7 +255,9 @@ impl std::ops::Deref for Device {
 impl Drop for Device {
     fn drop(&mut self) {
         // SAFETY: nothing made from the device is left (see the type's
-        // docs) and the context waited for it to be idle.
+        // docs) and nothing is running on it: the context waits for it to
+        // be idle before dropping it, and before a context exists nothing
+        // was submitted.
         unsafe { self.0.destroy_device(None) };
     }
 }

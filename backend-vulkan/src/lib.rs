@@ -45,6 +45,8 @@
 //! assert_eq!(gpu.memory_bytes(&store), 4096 * geometry.bytes_per_page());
 //! ```
 
+#![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+
 mod commands;
 mod context;
 mod error;
