@@ -10,7 +10,7 @@
 //!   picks one by index or name. [`VulkanBackend::info`] reports the device,
 //!   its limits and the features in use.
 //! - **Memory**: the KV store lives in device memory, split into up to
-//!   [`KV_CHUNKS`](kernels::KV_CHUNKS) storage buffers so a pool larger than
+//!   [`KV_CHUNKS`] storage buffers so a pool larger than
 //!   `maxStorageBufferRange` (128 MiB on lavapipe) still works. Queries,
 //!   outputs, batch metadata and split-KV partials live in buffers the
 //!   backend keeps and grows, never reallocates per call.
@@ -32,6 +32,12 @@
 //!   (default in debug builds) check every index on the device too.
 //! - **Timing**: GPU timestamps around every dispatch,
 //!   [`VulkanBackend::last_timings`].
+//! - **Ownership**: every buffer, store, pipeline set and command pool
+//!   holds the shared context (instance, device, allocator) and frees
+//!   itself when dropped, also when creation fails part-way; the context
+//!   goes last, after waiting for the device. Under validation, a
+//!   [`ValidationLog`] kept by the caller hears what the layer says at
+//!   teardown, where it reports anything never freed.
 //!
 //! ```no_run
 //! use pagoda_core::backend::Backend;
