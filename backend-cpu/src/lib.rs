@@ -34,20 +34,23 @@
 //! assert!(out.iter().all(|&o| o == 2.0)); // one key: softmax weight 1
 //! ```
 
+#![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+
 mod attention;
+mod data;
 mod element;
 mod kernels;
 mod store;
 
 use std::fmt;
 
-use half::{bf16, f16};
 use pagoda_core::backend::{
     validate_attention, validate_copies, validate_scatter, AttentionShape, Backend, BackendError,
     BackendErrorKind, InputError, SeqAttention, SUPPORTED_HEAD_DIMS,
 };
-use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot, PAGE_SIZE};
+use pagoda_core::{KvGeometry, PageCopy, Slot, PAGE_SIZE};
 
+use data::{with_elements, KvData};
 pub use element::KvElement;
 pub use kernels::Isa;
 use store::{in_block, Layout};
@@ -93,14 +96,6 @@ impl From<InputError> for CpuError {
     fn from(e: InputError) -> Self {
         Self::Input(e)
     }
-}
-
-/// The keys and values, in the dtype the geometry names.
-#[derive(Debug)]
-enum KvData {
-    F32(Vec<f32>),
-    F16(Vec<f16>),
-    Bf16(Vec<bf16>),
 }
 
 /// A KV store in host memory; see `store.rs` for the layout.
@@ -181,14 +176,6 @@ impl CpuBackend {
     pub fn threads(&self) -> usize {
         self.pool.current_num_threads()
     }
-}
-
-fn alloc<E: KvElement>(n: usize, bytes: u64) -> Result<Vec<E>, CpuError> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| CpuError::OutOfMemory { bytes })?;
-    v.resize(n, E::default());
-    Ok(v)
 }
 
 /// One head row a scatter or gather moves.
@@ -306,11 +293,7 @@ impl Backend for CpuBackend {
         let layout = Layout::new(&geometry, pages);
         let bytes = geometry.bytes_per_page().saturating_mul(u64::from(pages));
         let n = layout.elements().ok_or(CpuError::OutOfMemory { bytes })?;
-        let data = match geometry.dtype() {
-            KvDtype::F32 => KvData::F32(alloc(n, bytes)?),
-            KvDtype::F16 => KvData::F16(alloc(n, bytes)?),
-            KvDtype::Bf16 => KvData::Bf16(alloc(n, bytes)?),
-        };
+        let data = KvData::zeroed(geometry.dtype(), n, bytes)?;
         Ok(CpuKvStore {
             geometry,
             pages,
@@ -336,11 +319,9 @@ impl Backend for CpuBackend {
             values.len(),
         )?;
         let layout = store.layout;
-        match &mut store.data {
-            KvData::F32(d) => scatter_into(d, &layout, layer, slots, keys, values),
-            KvData::F16(d) => scatter_into(d, &layout, layer, slots, keys, values),
-            KvData::Bf16(d) => scatter_into(d, &layout, layer, slots, keys, values),
-        }
+        with_elements!(&mut store.data, |d| scatter_into(
+            d, &layout, layer, slots, keys, values
+        ));
         Ok(())
     }
 
@@ -363,17 +344,9 @@ impl Backend for CpuBackend {
             out.len(),
         )?;
         let (pool, isa, layout) = (&self.pool, self.isa, &store.layout);
-        match &store.data {
-            KvData::F32(d) => {
-                attention::attention(pool, isa, d, layout, layer, &shape, batch, queries, out)
-            }
-            KvData::F16(d) => {
-                attention::attention(pool, isa, d, layout, layer, &shape, batch, queries, out)
-            }
-            KvData::Bf16(d) => {
-                attention::attention(pool, isa, d, layout, layer, &shape, batch, queries, out)
-            }
-        }
+        with_elements!(&store.data, |d| attention::attention(
+            pool, isa, d, layout, layer, &shape, batch, queries, out
+        ));
         Ok(())
     }
 
@@ -394,22 +367,16 @@ impl Backend for CpuBackend {
             values.len(),
         )?;
         let layout = store.layout;
-        match &store.data {
-            KvData::F32(d) => gather_from(d, &layout, layer, slots, keys, values),
-            KvData::F16(d) => gather_from(d, &layout, layer, slots, keys, values),
-            KvData::Bf16(d) => gather_from(d, &layout, layer, slots, keys, values),
-        }
+        with_elements!(&store.data, |d| gather_from(
+            d, &layout, layer, slots, keys, values
+        ));
         Ok(())
     }
 
     fn copy_pages(&mut self, store: &mut CpuKvStore, copies: &[PageCopy]) -> Result<(), CpuError> {
         validate_copies(store.pages, copies)?;
         let layout = store.layout;
-        match &mut store.data {
-            KvData::F32(d) => copy_within(d, &layout, copies),
-            KvData::F16(d) => copy_within(d, &layout, copies),
-            KvData::Bf16(d) => copy_within(d, &layout, copies),
-        }
+        with_elements!(&mut store.data, |d| copy_within(d, &layout, copies));
         Ok(())
     }
 

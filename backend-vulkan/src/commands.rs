@@ -7,7 +7,7 @@ use ash::vk;
 
 use crate::context::Context;
 use crate::kernels::{Kernel, Params, Pipelines};
-use crate::VulkanError;
+use crate::{inject, VulkanError};
 
 /// Dispatches one submission may time.
 pub(crate) const MAX_DISPATCHES: u32 = 8;
@@ -71,6 +71,7 @@ impl Commands {
         // SAFETY: valid create infos on a live device; each handle is stored
         // in `this` at once so its Drop destroys it if a later step fails.
         unsafe {
+            inject::before("vkCreateCommandPool")?;
             let info = vk::CommandPoolCreateInfo::default()
                 .queue_family_index(ctx.queue_family)
                 .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
@@ -81,9 +82,11 @@ impl Commands {
                 .command_pool(this.pool)
                 .level(vk::CommandBufferLevel::PRIMARY)
                 .command_buffer_count(1);
+            inject::before("vkAllocateCommandBuffers")?;
             this.cmd = device
                 .allocate_command_buffers(&info)
                 .map_err(VulkanError::vk("vkAllocateCommandBuffers"))?[0];
+            inject::before("vkCreateFence")?;
             this.fence = device
                 .create_fence(&vk::FenceCreateInfo::default(), None)
                 .map_err(VulkanError::vk("vkCreateFence"))?;
@@ -91,6 +94,7 @@ impl Commands {
                 let info = vk::QueryPoolCreateInfo::default()
                     .query_type(vk::QueryType::TIMESTAMP)
                     .query_count(2 * MAX_DISPATCHES);
+                inject::before("vkCreateQueryPool")?;
                 this.queries = device
                     .create_query_pool(&info, None)
                     .map_err(VulkanError::vk("vkCreateQueryPool"))?;
@@ -233,7 +237,8 @@ impl Commands {
     }
 
     /// Resets the command buffer, lets `record` fill it, submits it and
-    /// waits for the device to finish it.
+    /// waits for the device to finish it. Nothing is pending when it
+    /// returns, even on error: buffers may be freed between calls.
     fn submit_and_wait(
         &mut self,
         record: impl FnOnce(&ash::Device, vk::CommandBuffer),
@@ -260,6 +265,11 @@ impl Commands {
                 .queue_submit(self.ctx.queue, &submit, self.fence)
                 .map_err(VulkanError::vk("vkQueueSubmit"))?;
             let waited = device.wait_for_fences(&[self.fence], true, u64::MAX);
+            if waited.is_err() {
+                // Whatever the fence could not say, the device is idle (or
+                // lost) after this.
+                let _ = device.device_wait_idle();
+            }
             // Reset even after a failed wait, so the next call starts clean.
             let reset = device.reset_fences(&[self.fence]);
             waited.map_err(VulkanError::vk("vkWaitForFences"))?;

@@ -1,16 +1,16 @@
 //! The Vulkan instance and device: selection, the validation layer, the
 //! allocator, and the device's limits and features as reported.
 
-use std::ffi::{c_void, CStr};
+use std::ffi::CStr;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 use gpu_allocator::AllocationSizes;
 
-use crate::VulkanError;
+use crate::validation::ValidationLog;
+use crate::{inject, VulkanError};
 
 /// The environment variable that picks a device: its index in Vulkan's
 /// enumeration, or a case-insensitive part of its name (`llvmpipe`, `nvidia`).
@@ -42,6 +42,11 @@ pub struct VulkanOptions {
     /// reports (see [`VulkanBackend::validation_messages`](crate::VulkanBackend::validation_messages)).
     /// `None` reads [`VALIDATION_ENV`].
     pub validation: Option<bool>,
+    /// Where the validation layer's messages go: a log the caller keeps,
+    /// to read what the layer said even when opening fails, or after the
+    /// backend is dropped (leaked objects are reported as the device is
+    /// destroyed). `None`: a new log.
+    pub validation_log: Option<ValidationLog>,
     /// Run the bounds-checking kernels, which check every index and report
     /// an out-of-range access as [`VulkanError::ShaderFault`]. `None` means
     /// on in debug builds (tests), off in release builds.
@@ -163,55 +168,114 @@ impl fmt::Display for DeviceInfo {
     }
 }
 
-/// What the validation layer said.
-#[derive(Debug, Default)]
-pub(crate) struct ValidationLog {
-    pub messages: Mutex<Vec<String>>,
+/// The loader, the instance and the messenger feeding the validation log.
+/// The context's last field, so it is destroyed after the device.
+struct Instance {
+    handle: ash::Instance,
+    debug: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
+    /// Keeps the messengers' pointer into the log valid until the instance
+    /// (and the messenger chained to its creation) is gone.
+    _log: ValidationLog,
+    /// The loaded library; dropped after the instance is destroyed.
+    _entry: ash::Entry,
 }
 
-unsafe extern "system" fn on_validation_message(
-    severity: vk::DebugUtilsMessageSeverityFlagsEXT,
-    _types: vk::DebugUtilsMessageTypeFlagsEXT,
-    data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
-    user: *mut c_void,
-) -> vk::Bool32 {
-    if severity.intersects(
-        vk::DebugUtilsMessageSeverityFlagsEXT::ERROR
-            | vk::DebugUtilsMessageSeverityFlagsEXT::WARNING,
-    ) {
-        // SAFETY: `user` is the `ValidationLog` the context keeps alive (boxed,
-        // never moved) until after the messenger is destroyed; `data` and its
-        // message are valid for the duration of the callback, as Vulkan
-        // guarantees.
-        let (log, message) = unsafe {
-            let log = &*(user as *const ValidationLog);
-            let message = (*data)
-                .message_as_c_str()
-                .map(|m| m.to_string_lossy().into_owned());
-            (log, message.unwrap_or_default())
+impl Instance {
+    fn new(entry: ash::Entry, log: &ValidationLog, validation: bool) -> Result<Self, VulkanError> {
+        // 1.2, so a 1.2 device's shaderFloat16 can be enabled; a 1.1 device
+        // still works (only 1.1 features are used on it).
+        let app = vk::ApplicationInfo::default()
+            .application_name(c"pagoda")
+            .api_version(vk::API_VERSION_1_2);
+        let layers = [VALIDATION_LAYER.as_ptr()];
+        let extensions = [ash::ext::debug_utils::NAME.as_ptr()];
+        // Chained to the instance's creation, the messenger also hears what
+        // the layer says while the instance is created and destroyed.
+        let mut during_creation = log.messenger_info();
+        let mut create = vk::InstanceCreateInfo::default().application_info(&app);
+        if validation {
+            create = create
+                .enabled_layer_names(&layers)
+                .enabled_extension_names(&extensions)
+                .push_next(&mut during_creation);
+        }
+        inject::before("vkCreateInstance")?;
+        // SAFETY: the create info and everything it points to outlive the
+        // call; the log the messenger writes to is kept by `_log`.
+        let handle = unsafe { entry.create_instance(&create, None) }
+            .map_err(VulkanError::vk("vkCreateInstance"))?;
+        let mut instance = Self {
+            handle,
+            debug: None,
+            _log: log.clone(),
+            _entry: entry,
         };
-        if let Ok(mut messages) = log.messages.lock() {
-            messages.push(format!("{severity:?}: {message}"));
+        if validation {
+            let utils = ash::ext::debug_utils::Instance::new(&instance._entry, &instance.handle);
+            inject::before("vkCreateDebugUtilsMessengerEXT")?;
+            // SAFETY: a valid create info on a live instance; the log the
+            // callback writes to outlives the messenger (see `_log`).
+            let messenger =
+                unsafe { utils.create_debug_utils_messenger(&log.messenger_info(), None) }
+                    .map_err(VulkanError::vk("vkCreateDebugUtilsMessengerEXT"))?;
+            instance.debug = Some((utils, messenger));
+        }
+        Ok(instance)
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        // SAFETY: the instance outlives everything made from it: the device
+        // is a field of the context declared before this one (or was never
+        // made), so it is already destroyed.
+        unsafe {
+            if let Some((utils, messenger)) = self.debug.take() {
+                utils.destroy_debug_utils_messenger(messenger, None);
+            }
+            self.handle.destroy_instance(None);
         }
     }
-    vk::FALSE
+}
+
+/// The logical device, destroyed when dropped. Everything made from it
+/// (the allocator, buffers, pipelines, command pools) is dropped first:
+/// the allocator is an earlier field of the context, the rest hold the
+/// context.
+pub(crate) struct Device(ash::Device);
+
+impl std::ops::Deref for Device {
+    type Target = ash::Device;
+
+    fn deref(&self) -> &ash::Device {
+        &self.0
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // SAFETY: nothing made from the device is left (see the type's
+        // docs) and nothing is running on it: the context waits for it to
+        // be idle before dropping it, and before a context exists nothing
+        // was submitted.
+        unsafe { self.0.destroy_device(None) };
+    }
 }
 
 /// The instance, the device and everything created from them directly.
-/// Shared (`Arc`) by the backend and its stores, so the device outlives
-/// every buffer; dropping the last owner waits for the device, destroys
-/// everything and reports buffers that were never freed.
+/// Shared (`Arc`) by the backend, its buffers, stores, pipelines and
+/// command pool, so it outlives all of them; when the last owner lets go,
+/// it waits for the device to be idle, then its fields are dropped in
+/// order: the allocator, the device, the instance.
 pub(crate) struct Context {
-    _entry: ash::Entry,
-    pub instance: ash::Instance,
-    debug: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
-    pub validation: Box<ValidationLog>,
-    pub device: ash::Device,
+    allocator: Mutex<Allocator>,
+    pub device: Device,
     pub queue: vk::Queue,
     pub queue_family: u32,
-    pub allocator: Mutex<Option<Allocator>>,
-    pub live_buffers: AtomicUsize,
     pub info: DeviceInfo,
+    pub validation: ValidationLog,
+    /// Read only while the device is made; kept to be destroyed last.
+    _instance: Instance,
 }
 
 fn version(v: u32) -> String {
@@ -247,56 +311,10 @@ impl Context {
                 ));
             }
         }
-        // 1.2, so a 1.2 device's shaderFloat16 can be enabled; a 1.1 device
-        // still works (only 1.1 features are used on it).
-        let app = vk::ApplicationInfo::default()
-            .application_name(c"pagoda")
-            .api_version(vk::API_VERSION_1_2);
-        let layers = [VALIDATION_LAYER.as_ptr()];
-        let extensions = [ash::ext::debug_utils::NAME.as_ptr()];
-        let mut create = vk::InstanceCreateInfo::default().application_info(&app);
-        if validation {
-            create = create
-                .enabled_layer_names(&layers)
-                .enabled_extension_names(&extensions);
-        }
-        // SAFETY: the create info and the arrays it points to outlive the call.
-        let instance = unsafe { entry.create_instance(&create, None) }
-            .map_err(VulkanError::vk("vkCreateInstance"))?;
-        let log = Box::<ValidationLog>::default();
-        let debug = if validation {
-            let utils = ash::ext::debug_utils::Instance::new(&entry, &instance);
-            let info = vk::DebugUtilsMessengerCreateInfoEXT::default()
-                .message_severity(
-                    vk::DebugUtilsMessageSeverityFlagsEXT::ERROR
-                        | vk::DebugUtilsMessageSeverityFlagsEXT::WARNING,
-                )
-                .message_type(
-                    vk::DebugUtilsMessageTypeFlagsEXT::GENERAL
-                        | vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
-                        | vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE,
-                )
-                .pfn_user_callback(Some(on_validation_message))
-                .user_data(&*log as *const ValidationLog as *mut c_void);
-            // SAFETY: the log the callback reads is boxed and outlives the
-            // messenger, which Drop destroys before the instance.
-            match unsafe { utils.create_debug_utils_messenger(&info, None) } {
-                Ok(m) => Some((utils, m)),
-                Err(e) => {
-                    // SAFETY: nothing else was created from the instance.
-                    unsafe { instance.destroy_instance(None) };
-                    return Err(VulkanError::vk("vkCreateDebugUtilsMessengerEXT")(e));
-                }
-            }
-        } else {
-            None
-        };
-        let partial = Partial {
-            instance: &instance,
-            debug: debug.as_ref(),
-        };
-        let chosen = choose_device(&instance, options.device.clone())?;
-        let (physical, queue_family, mut info) = chosen;
+        let log = options.validation_log.clone().unwrap_or_default();
+        let instance = Instance::new(entry, &log, validation)?;
+        let (physical, queue_family, mut info) =
+            choose_device(&instance.handle, options.device.clone())?;
         info.bounds_checks = options.bounds_checks.unwrap_or(cfg!(debug_assertions));
         info.validation = validation;
         let wanted = |option: Option<bool>, env: &str| {
@@ -319,93 +337,50 @@ impl Context {
         if info.use_float16 {
             create = create.push_next(&mut float16);
         }
+        inject::before("vkCreateDevice")?;
         // SAFETY: `physical` came from this instance; the infos outlive the call.
-        let device = unsafe { instance.create_device(physical, &create, None) }
-            .map_err(VulkanError::vk("vkCreateDevice"))?;
+        let device = Device(
+            unsafe { instance.handle.create_device(physical, &create, None) }
+                .map_err(VulkanError::vk("vkCreateDevice"))?,
+        );
         // SAFETY: the queue family and index were requested above.
         let queue = unsafe { device.get_device_queue(queue_family, 0) };
+        inject::before("gpu_allocator::vulkan::Allocator::new")?;
         let allocator = Allocator::new(&AllocatorCreateDesc {
-            instance: instance.clone(),
-            device: device.clone(),
+            instance: instance.handle.clone(),
+            device: device.0.clone(),
             physical_device: physical,
             debug_settings: Default::default(),
             buffer_device_address: false,
             allocation_sizes: AllocationSizes::default(),
-        });
-        let allocator = match allocator {
-            Ok(a) => a,
-            Err(e) => {
-                // SAFETY: nothing was created from the device yet.
-                unsafe { device.destroy_device(None) };
-                return Err(e.into());
-            }
-        };
-        std::mem::forget(partial);
+        })?;
         Ok(Arc::new(Self {
-            _entry: entry,
-            instance,
-            debug,
-            validation: log,
+            allocator: Mutex::new(allocator),
             device,
             queue,
             queue_family,
-            allocator: Mutex::new(Some(allocator)),
-            live_buffers: AtomicUsize::new(0),
             info,
+            validation: log,
+            _instance: instance,
         }))
     }
 
-    /// Every message the validation layer reported so far.
-    pub fn validation_messages(&self) -> Vec<String> {
-        self.validation
-            .messages
+    /// The allocator, locked. A panic while it was held cannot have left
+    /// it half-updated in a way that matters more than losing the device,
+    /// so a poisoned lock is taken as is.
+    pub fn allocator(&self) -> std::sync::MutexGuard<'_, Allocator> {
+        self.allocator
             .lock()
-            .map(|m| m.clone())
-            .unwrap_or_default()
-    }
-}
-
-/// Cleans up the instance (and messenger) when device setup fails part-way.
-struct Partial<'a> {
-    instance: &'a ash::Instance,
-    debug: Option<&'a (ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
-}
-
-impl Drop for Partial<'_> {
-    fn drop(&mut self) {
-        // SAFETY: only reached when `Context::new` fails after creating the
-        // instance and before creating a device: nothing else uses them.
-        unsafe {
-            if let Some((utils, messenger)) = self.debug {
-                utils.destroy_debug_utils_messenger(*messenger, None);
-            }
-            self.instance.destroy_instance(None);
-        }
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
 impl Drop for Context {
     fn drop(&mut self) {
-        // SAFETY: the context is the last owner of the device: every store,
-        // pipeline and command pool that holds it has been dropped, so no
-        // work is in flight after the wait and nothing uses these handles.
-        unsafe {
-            let _ = self.device.device_wait_idle();
-            if let Ok(mut allocator) = self.allocator.lock() {
-                allocator.take();
-            }
-            let live = self.live_buffers.load(Ordering::Relaxed);
-            if live != 0 {
-                eprintln!(
-                    "pagoda-vulkan: {live} buffers were not freed before the device was destroyed"
-                );
-            }
-            self.device.destroy_device(None);
-            if let Some((utils, messenger)) = self.debug.take() {
-                utils.destroy_debug_utils_messenger(messenger, None);
-            }
-            self.instance.destroy_instance(None);
-        }
+        // SAFETY: a plain wait on a live device. The context is the last
+        // owner of the device, so after the wait nothing uses it and the
+        // fields can be destroyed in order (allocator, device, instance).
+        let _ = unsafe { self.device.device_wait_idle() };
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ash::vk;
 
 use crate::context::Context;
-use crate::VulkanError;
+use crate::{inject, VulkanError};
 
 include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 
@@ -147,6 +147,7 @@ impl Pipelines {
         // SAFETY: valid create infos on a live device; every handle created
         // here is stored in `this` at once, so its Drop destroys it on error.
         unsafe {
+            inject::before("vkCreateDescriptorSetLayout")?;
             this.set_layout = device
                 .create_descriptor_set_layout(&info, None)
                 .map_err(VulkanError::vk("vkCreateDescriptorSetLayout"))?;
@@ -157,6 +158,7 @@ impl Pipelines {
             let info = vk::PipelineLayoutCreateInfo::default()
                 .set_layouts(&set_layouts)
                 .push_constant_ranges(&ranges);
+            inject::before("vkCreatePipelineLayout")?;
             this.layout = device
                 .create_pipeline_layout(&info, None)
                 .map_err(VulkanError::vk("vkCreatePipelineLayout"))?;
@@ -166,12 +168,14 @@ impl Pipelines {
             let info = vk::DescriptorPoolCreateInfo::default()
                 .max_sets(1)
                 .pool_sizes(&sizes);
+            inject::before("vkCreateDescriptorPool")?;
             this.pool = device
                 .create_descriptor_pool(&info, None)
                 .map_err(VulkanError::vk("vkCreateDescriptorPool"))?;
             let info = vk::DescriptorSetAllocateInfo::default()
                 .descriptor_pool(this.pool)
                 .set_layouts(&set_layouts);
+            inject::before("vkAllocateDescriptorSets")?;
             this.set = device
                 .allocate_descriptor_sets(&info)
                 .map_err(VulkanError::vk("vkAllocateDescriptorSets"))?[0];
@@ -187,6 +191,7 @@ impl Pipelines {
                 }
                 let code = load_spirv(kernel, kernel.spirv(checked))?;
                 let info = vk::ShaderModuleCreateInfo::default().code(&code);
+                inject::before("vkCreateShaderModule")?;
                 let module = device
                     .create_shader_module(&info, None)
                     .map_err(VulkanError::vk("vkCreateShaderModule"))?;
@@ -197,12 +202,14 @@ impl Pipelines {
                 let info = [vk::ComputePipelineCreateInfo::default()
                     .stage(stage)
                     .layout(this.layout)];
-                let pipeline =
-                    device.create_compute_pipelines(vk::PipelineCache::null(), &info, None);
+                let pipeline = inject::before("vkCreateComputePipelines").and_then(|()| {
+                    device
+                        .create_compute_pipelines(vk::PipelineCache::null(), &info, None)
+                        .map_err(|(_, e)| VulkanError::vk("vkCreateComputePipelines")(e))
+                });
+                // The module is only needed while the pipeline is made.
                 device.destroy_shader_module(module, None);
-                let pipeline =
-                    pipeline.map_err(|(_, e)| VulkanError::vk("vkCreateComputePipelines")(e))?[0];
-                this.pipelines.push(pipeline);
+                this.pipelines.push(pipeline?[0]);
             }
         }
         Ok(this)

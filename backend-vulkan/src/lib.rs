@@ -10,7 +10,7 @@
 //!   picks one by index or name. [`VulkanBackend::info`] reports the device,
 //!   its limits and the features in use.
 //! - **Memory**: the KV store lives in device memory, split into up to
-//!   [`KV_CHUNKS`](kernels::KV_CHUNKS) storage buffers so a pool larger than
+//!   [`KV_CHUNKS`] storage buffers so a pool larger than
 //!   `maxStorageBufferRange` (128 MiB on lavapipe) still works. Queries,
 //!   outputs, batch metadata and split-KV partials live in buffers the
 //!   backend keeps and grows, never reallocates per call.
@@ -32,6 +32,12 @@
 //!   (default in debug builds) check every index on the device too.
 //! - **Timing**: GPU timestamps around every dispatch,
 //!   [`VulkanBackend::last_timings`].
+//! - **Ownership**: every buffer, store, pipeline set and command pool
+//!   holds the shared context (instance, device, allocator) and frees
+//!   itself when dropped, also when creation fails part-way; the context
+//!   goes last, after waiting for the device. Under validation, a
+//!   [`ValidationLog`] kept by the caller hears what the layer says at
+//!   teardown, where it reports anything never freed.
 //!
 //! ```no_run
 //! use pagoda_core::backend::Backend;
@@ -45,13 +51,19 @@
 //! assert_eq!(gpu.memory_bytes(&store), 4096 * geometry.bytes_per_page());
 //! ```
 
+#![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+
 mod commands;
 mod context;
 mod error;
+mod inject;
 mod kernels;
+#[cfg(test)]
+mod leaks;
 mod memory;
 mod plan;
 mod store;
+mod validation;
 
 use std::sync::Arc;
 
@@ -71,6 +83,7 @@ pub use context::{
 pub use error::VulkanError;
 pub use kernels::{Kernel, KV_CHUNKS};
 pub use store::VulkanKvStore;
+pub use validation::ValidationLog;
 
 use commands::{Commands, Dispatch, Transfer};
 use context::Context;
@@ -83,7 +96,7 @@ const MAX_GROUPS: u32 = 65_535;
 /// The buffers every call reuses, grown when a call needs more. Kernels
 /// read and write device-local buffers only; each call's inputs and
 /// metadata go through one host-visible staging buffer, its results come
-/// back through another.
+/// back through another. Each buffer frees itself when dropped.
 struct Io {
     input: Buffer,
     output: Buffer,
@@ -94,6 +107,23 @@ struct Io {
     download: Buffer,
 }
 
+impl Io {
+    /// Small buffers of each kind, grown by the calls that need more.
+    fn new(ctx: &Arc<Context>) -> Result<Self, VulkanError> {
+        let device = |name| Buffer::new(ctx, name, 4096, MemoryLocation::GpuOnly);
+        // A failure drops the buffers already made, which frees them.
+        Ok(Self {
+            input: device("inputs")?,
+            output: device("outputs")?,
+            meta: device("meta")?,
+            partials: device("partials")?,
+            faults: Buffer::new(ctx, "faults", 16, MemoryLocation::GpuToCpu)?,
+            upload: Buffer::new(ctx, "upload", 8192, MemoryLocation::CpuToGpu)?,
+            download: Buffer::new(ctx, "download", 4096, MemoryLocation::GpuToCpu)?,
+        })
+    }
+}
+
 /// Where metadata starts in the upload staging buffer, after `input_bytes`.
 fn meta_offset(input_bytes: u64) -> u64 {
     input_bytes.next_multiple_of(256)
@@ -101,9 +131,10 @@ fn meta_offset(input_bytes: u64) -> u64 {
 
 /// The Vulkan backend: a device, its pipelines and reusable buffers. Every
 /// call records one command buffer, submits it and waits, so results are
-/// ready when it returns.
+/// ready when it returns, and no work is pending between calls. Everything
+/// it made is freed when it (and every store it made) is dropped.
 pub struct VulkanBackend {
-    io: Option<Io>,
+    io: Io,
     commands: Commands,
     pipelines: Pipelines,
     timings: Vec<KernelTime>,
@@ -122,28 +153,19 @@ impl std::fmt::Debug for VulkanBackend {
 impl VulkanBackend {
     /// Opens the device `options` choose and builds every pipeline.
     pub fn new(options: &VulkanOptions) -> Result<Self, VulkanError> {
+        // Each part frees itself if a later one fails.
         let ctx = Context::new(options)?;
         let pipelines = Pipelines::new(&ctx, ctx.info.bounds_checks)?;
         let commands = Commands::new(&ctx)?;
-        let mut backend = Self {
-            io: None,
+        let io = Io::new(&ctx)?;
+        Ok(Self {
+            io,
             commands,
             pipelines,
             timings: Vec::new(),
             max_chunk_bytes: options.max_chunk_bytes,
-            ctx: ctx.clone(),
-        };
-        let device = |name| Buffer::new(&ctx, name, 4096, MemoryLocation::GpuOnly);
-        backend.io = Some(Io {
-            input: device("inputs")?,
-            output: device("outputs")?,
-            meta: device("meta")?,
-            partials: device("partials")?,
-            faults: Buffer::new(&ctx, "faults", 16, MemoryLocation::GpuToCpu)?,
-            upload: Buffer::new(&ctx, "upload", 8192, MemoryLocation::CpuToGpu)?,
-            download: Buffer::new(&ctx, "download", 4096, MemoryLocation::GpuToCpu)?,
-        });
-        Ok(backend)
+            ctx,
+        })
     }
 
     /// The device in use, its limits and features.
@@ -153,7 +175,14 @@ impl VulkanBackend {
 
     /// Every message the validation layer reported (empty unless it is on).
     pub fn validation_messages(&self) -> Vec<String> {
-        self.ctx.validation_messages()
+        self.ctx.validation.messages()
+    }
+
+    /// The validation layer's log, which stays readable after the backend
+    /// is dropped: what the layer reports as the device is destroyed
+    /// (objects never freed) lands there too.
+    pub fn validation_log(&self) -> ValidationLog {
+        self.ctx.validation.clone()
     }
 
     /// Device time of each dispatch of the last call, from GPU timestamps
@@ -171,31 +200,12 @@ impl VulkanBackend {
             .min(self.ctx.info.max_allocation_bytes)
             .max(1 << 20);
         let src = Buffer::new(&self.ctx, "copy source", half, MemoryLocation::GpuOnly)?;
-        let dst = match Buffer::new(&self.ctx, "copy destination", half, MemoryLocation::GpuOnly) {
-            Ok(d) => d,
-            Err(e) => {
-                src.destroy(&self.ctx);
-                return Err(e);
-            }
-        };
+        let dst = Buffer::new(&self.ctx, "copy destination", half, MemoryLocation::GpuOnly)?;
         let mut best = f64::INFINITY;
-        let mut result = Ok(());
         for _ in 0..repeats.max(1) {
-            match self.commands.time_copy(src.handle, dst.handle, half) {
-                Ok(ns) => best = best.min(ns),
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
+            best = best.min(self.commands.time_copy(src.handle, dst.handle, half)?);
         }
-        src.destroy(&self.ctx);
-        dst.destroy(&self.ctx);
-        result.map(|()| 2.0 * half as f64 / (best * 1e-9))
-    }
-
-    fn io(&mut self) -> &mut Io {
-        self.io.as_mut().expect("io buffers live until drop")
+        Ok(2.0 * half as f64 / (best * 1e-9))
     }
 
     /// Grows `which` buffer to hold `bytes`, refusing more than one binding
@@ -207,18 +217,18 @@ impl VulkanBackend {
                 "a batch needs a {bytes}-byte buffer, more than one binding covers ({limit})"
             )));
         }
-        let ctx = self.ctx.clone();
-        let slot = which(self.io());
+        let slot = which(&mut self.io);
         if slot.bytes >= bytes {
             return Ok(());
         }
-        let grown = Buffer::new(
-            &ctx,
+        // The old buffer stays if the new one cannot be made; once it is,
+        // the old one is dropped (no work is pending between calls).
+        *slot = Buffer::new(
+            &self.ctx,
             "io",
             bytes.max(slot.bytes * 2).min(limit),
             slot.location,
         )?;
-        std::mem::replace(slot, grown).destroy(&ctx);
         Ok(())
     }
 
@@ -234,7 +244,7 @@ impl VulkanBackend {
         self.ensure(|io| &mut io.meta, meta_bytes)?;
         let offset = meta_offset(input_bytes);
         self.ensure(|io| &mut io.upload, offset + meta_bytes)?;
-        let staging = self.io().upload.mapped()?;
+        let staging = self.io.upload.mapped()?;
         write_words(&mut staging[..input_bytes as usize], input);
         write_words(&mut staging[offset as usize..], meta.iter().copied());
         Ok((input_bytes, meta_bytes))
@@ -253,7 +263,7 @@ impl VulkanBackend {
         download: u64,
     ) -> Result<(), VulkanError> {
         self.ensure(|io| &mut io.download, download)?;
-        let io = self.io.as_mut().expect("io buffers live until drop");
+        let io = &mut self.io;
         io.faults.mapped()?[..4].copy_from_slice(&0u32.to_le_bytes());
         let chunks: Vec<vk::Buffer> = store.chunks.iter().map(|c| c.handle).collect();
         self.pipelines.bind(
@@ -289,8 +299,7 @@ impl VulkanBackend {
         self.timings =
             self.commands
                 .run(&self.pipelines, fill, &uploads, dispatches, &downloads)?;
-        let io = self.io.as_mut().expect("io buffers live until drop");
-        let fault = u32::from_le_bytes(io.faults.mapped()?[..4].try_into().unwrap_or([0; 4]));
+        let fault = u32::from_le_bytes(self.io.faults.mapped()?[..4].try_into().unwrap_or([0; 4]));
         if fault != 0 {
             return Err(VulkanError::ShaderFault(fault));
         }
@@ -298,9 +307,9 @@ impl VulkanBackend {
     }
 
     /// Push constants describing `store` and the I/O buffers' sizes.
-    fn params(&mut self, store: &VulkanKvStore, layer: u32, count: u32) -> Params {
+    fn params(&self, store: &VulkanKvStore, layer: u32, count: u32) -> Params {
         let g = store.geometry;
-        let io = self.io();
+        let io = &self.io;
         Params {
             dtype: store::dtype_code(g.dtype()),
             layer,
@@ -336,13 +345,7 @@ impl VulkanBackend {
         .unwrap_or(Kernel::Decode)
     }
 
-    fn dispatch(
-        &mut self,
-        kernel: Kernel,
-        store: &VulkanKvStore,
-        layer: u32,
-        count: u32,
-    ) -> Dispatch {
+    fn dispatch(&self, kernel: Kernel, store: &VulkanKvStore, layer: u32, count: u32) -> Dispatch {
         Dispatch {
             kernel,
             params: self.params(store, layer, count),
@@ -560,7 +563,7 @@ impl Backend for VulkanBackend {
         }
         self.run(store, &[], staged, &dispatches, floats as u64 * 4)?;
         // Copy back only the rows the batch owns; others are the caller's.
-        let results = self.io().download.mapped()?;
+        let results = self.io.download.mapped()?;
         for seq in batch {
             let start = seq.query_start as usize * q_row;
             let len = seq.query_len as usize * q_row;
@@ -594,7 +597,7 @@ impl Backend for VulkanBackend {
         let staged = self.stage(std::iter::empty(), &slot_words(slots))?;
         let gather = self.dispatch(Kernel::Gather, store, layer, slots.len() as u32);
         self.run(store, &[], staged, &[gather], bytes)?;
-        let results = self.io().download.mapped()?;
+        let results = self.io.download.mapped()?;
         for (i, slot) in results[..slots.len() * row_bytes * 2]
             .chunks_exact(row_bytes * 2)
             .enumerate()
@@ -626,26 +629,6 @@ impl Backend for VulkanBackend {
 
     fn memory_bytes(&self, store: &VulkanKvStore) -> u64 {
         store.bytes()
-    }
-}
-
-impl Drop for VulkanBackend {
-    fn drop(&mut self) {
-        // SAFETY: a plain wait; every submission was already waited for.
-        let _ = unsafe { self.ctx.device.device_wait_idle() };
-        if let Some(io) = self.io.take() {
-            for b in [
-                io.input,
-                io.output,
-                io.meta,
-                io.partials,
-                io.faults,
-                io.upload,
-                io.download,
-            ] {
-                b.destroy(&self.ctx);
-            }
-        }
     }
 }
 

@@ -1,6 +1,5 @@
 //! Buffers in device or host-visible memory from `gpu-allocator`.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use ash::vk;
@@ -8,15 +7,21 @@ use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme};
 use gpu_allocator::MemoryLocation;
 
 use crate::context::Context;
-use crate::VulkanError;
+use crate::{inject, VulkanError};
 
-/// One buffer and its memory. Freed by [`Buffer::destroy`] (its owner calls
-/// it); a buffer dropped without it is counted as a leak by the context.
+/// One buffer and its memory, freed when dropped. It holds the context, so
+/// the device and the allocator outlive it.
+///
+/// The device must not be using it when it is dropped: every call of the
+/// backend waits for its submission before returning (see `commands.rs`),
+/// so no work is ever pending outside a call.
 pub(crate) struct Buffer {
     pub handle: vk::Buffer,
     pub bytes: u64,
     pub location: MemoryLocation,
-    allocation: Option<Allocation>,
+    /// The null allocation until memory is bound (freeing it is a no-op).
+    allocation: Allocation,
+    ctx: Arc<Context>,
 }
 
 impl Buffer {
@@ -36,77 +41,58 @@ impl Buffer {
                     | vk::BufferUsageFlags::TRANSFER_SRC,
             )
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        inject::before("vkCreateBuffer")?;
         // SAFETY: a valid create info on a live device.
         let handle = unsafe { ctx.device.create_buffer(&info, None) }
             .map_err(VulkanError::vk("vkCreateBuffer"))?;
-        // SAFETY: `handle` was just created on this device.
-        let requirements = unsafe { ctx.device.get_buffer_memory_requirements(handle) };
-        let allocation = ctx
-            .allocator
-            .lock()
-            .map_err(|_| VulkanError::Unsupported("allocator lock poisoned".into()))?
-            .as_mut()
-            .ok_or_else(|| VulkanError::Unsupported("allocator already destroyed".into()))?
-            .allocate(&AllocationCreateDesc {
-                name,
-                requirements,
-                location,
-                linear: true,
-                allocation_scheme: AllocationScheme::GpuAllocatorManaged,
-            });
-        let allocation = match allocation {
-            Ok(a) => a,
-            Err(e) => {
-                // SAFETY: the buffer is unused and bound to nothing.
-                unsafe { ctx.device.destroy_buffer(handle, None) };
-                return Err(e.into());
-            }
-        };
-        // SAFETY: the allocation satisfies the buffer's requirements and is
-        // not bound to anything else.
-        if let Err(e) = unsafe {
-            ctx.device
-                .bind_buffer_memory(handle, allocation.memory(), allocation.offset())
-        } {
-            // SAFETY: as above, nothing uses the buffer.
-            unsafe { ctx.device.destroy_buffer(handle, None) };
-            if let Ok(mut a) = ctx.allocator.lock() {
-                if let Some(a) = a.as_mut() {
-                    let _ = a.free(allocation);
-                }
-            }
-            return Err(VulkanError::vk("vkBindBufferMemory")(e));
-        }
-        ctx.live_buffers.fetch_add(1, Ordering::Relaxed);
-        Ok(Self {
+        // From here on, a failure drops `buffer`, which frees what exists.
+        let mut buffer = Self {
             handle,
             bytes,
             location,
-            allocation: Some(allocation),
-        })
+            allocation: Allocation::default(),
+            ctx: ctx.clone(),
+        };
+        // SAFETY: `handle` was just created on this device.
+        let requirements = unsafe { ctx.device.get_buffer_memory_requirements(handle) };
+        inject::before("gpu_allocator::vulkan::Allocator::allocate")?;
+        buffer.allocation = ctx.allocator().allocate(&AllocationCreateDesc {
+            name,
+            requirements,
+            location,
+            linear: true,
+            allocation_scheme: AllocationScheme::GpuAllocatorManaged,
+        })?;
+        inject::before("vkBindBufferMemory")?;
+        let memory = &buffer.allocation;
+        // SAFETY: the allocation satisfies the buffer's requirements and
+        // neither is bound to anything else.
+        unsafe {
+            ctx.device
+                .bind_buffer_memory(handle, memory.memory(), memory.offset())
+        }
+        .map_err(VulkanError::vk("vkBindBufferMemory"))?;
+        Ok(buffer)
     }
 
     /// The mapped bytes of a host-visible buffer.
     pub fn mapped(&mut self) -> Result<&mut [u8], VulkanError> {
         self.allocation
-            .as_mut()
-            .and_then(|a| a.mapped_slice_mut())
+            .mapped_slice_mut()
             .ok_or_else(|| VulkanError::Unsupported("buffer is not host-visible".into()))
     }
+}
 
-    /// Frees the buffer. The device must not be using it.
-    pub fn destroy(mut self, ctx: &Context) {
-        // SAFETY: the owner guarantees no submitted work uses the buffer
-        // (every submission is waited for before returning).
-        unsafe { ctx.device.destroy_buffer(self.handle, None) };
-        if let (Some(allocation), Ok(mut allocator)) =
-            (self.allocation.take(), ctx.allocator.lock())
-        {
-            if let Some(allocator) = allocator.as_mut() {
-                let _ = allocator.free(allocation);
-            }
-        }
-        ctx.live_buffers.fetch_sub(1, Ordering::Relaxed);
-        self.handle = vk::Buffer::null();
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: the buffer was created on this device and no pending work
+        // uses it (see the type's docs).
+        unsafe { self.ctx.device.destroy_buffer(self.handle, None) };
+        // A failure to free leaves the memory to the allocator, which
+        // releases every block when the context drops it.
+        let _ = self
+            .ctx
+            .allocator()
+            .free(std::mem::take(&mut self.allocation));
     }
 }

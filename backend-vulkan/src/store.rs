@@ -15,7 +15,8 @@ use crate::VulkanError;
 ///
 /// Chunk `c` holds pages `c × pages_per_chunk ..`; a page's words for all
 /// layers are contiguous, `[layer][k|v][kv_head][16][head_dim]` in the dtype
-/// (see `shaders/common.glsl`). Freed when dropped.
+/// (see `shaders/common.glsl`). Each chunk frees itself when dropped; the
+/// store holds the context, so the device outlives it.
 pub struct VulkanKvStore {
     ctx: Arc<Context>,
     pub(crate) geometry: KvGeometry,
@@ -75,6 +76,7 @@ impl VulkanKvStore {
                  {limit} bytes; the kernels bind {KV_CHUNKS}"
             )));
         }
+        // A failure drops the chunks already made, which frees them.
         let mut store = Self {
             ctx: ctx.clone(),
             geometry,
@@ -122,13 +124,5 @@ impl VulkanKvStore {
 
     pub(crate) fn same_device(&self, ctx: &Arc<Context>) -> bool {
         Arc::ptr_eq(&self.ctx, ctx)
-    }
-}
-
-impl Drop for VulkanKvStore {
-    fn drop(&mut self) {
-        for chunk in self.chunks.drain(..) {
-            chunk.destroy(&self.ctx);
-        }
     }
 }

@@ -8,7 +8,7 @@
 use pagoda_conformance::*;
 use pagoda_core::backend::{AttentionShape, Backend, SeqAttention};
 use pagoda_core::{KvDtype, KvGeometry, PageId, Slot, PAGE_SIZE};
-use pagoda_vulkan::{Kernel, VulkanBackend, VulkanError, VulkanOptions};
+use pagoda_vulkan::{Kernel, ValidationLog, VulkanBackend, VulkanError, VulkanOptions};
 
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
@@ -204,4 +204,40 @@ fn every_dispatch_is_timed_on_the_device() {
     assert_eq!(kernels[2], Kernel::Merge);
     assert!(timings.iter().all(|t| t.nanos > 0.0), "{timings:?}");
     after(&backend);
+}
+
+#[test]
+fn a_backend_and_its_stores_dropped_leave_nothing_for_the_validation_layer() {
+    // The layer reports every object still alive when the device is
+    // destroyed; the log outlives the backend to hear it.
+    let log = ValidationLog::new();
+    let options = VulkanOptions {
+        validation_log: Some(log.clone()),
+        ..VulkanOptions::from_env()
+    };
+    let Some(mut backend) = open(options) else {
+        return;
+    };
+    let err = check_batch(
+        &mut backend,
+        KvDtype::Bf16,
+        64,
+        2,
+        2,
+        &[(40, 8), (17, 1)],
+        11,
+    );
+    assert!(err < tolerance(KvDtype::Bf16), "{err}");
+    let geometry = KvGeometry::new(2, 2, 64, KvDtype::F16).unwrap();
+    let store = backend.create_kv_store(geometry, 5).unwrap();
+    after(&backend);
+    // The backend goes first; the store still holds the device.
+    drop(backend);
+    assert_eq!(store.pages(), 5);
+    drop(store);
+    let messages = log.messages();
+    assert!(
+        messages.is_empty(),
+        "validation layer at teardown: {messages:#?}"
+    );
 }
