@@ -75,7 +75,7 @@ mod sync;
 mod time;
 
 pub use error::KvError;
-pub use geometry::{GeometryError, KvDtype, KvGeometry, MAX_PAGES, PAGE_SIZE};
+pub use geometry::{GeometryError, KvDtype, KvGeometry, ParseKvDtypeError, MAX_PAGES, PAGE_SIZE};
 pub use ids::{PageId, SeqId, Slot};
 pub use page_table::{Appended, PageCopy, PageTable, SeqEntry, TokenLocation};
 pub use pool::{CacheTag, EvictionListener, PageEntry, PagePool};

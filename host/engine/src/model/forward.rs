@@ -184,6 +184,9 @@ impl Model {
 
         // Only the rows that sample need the output head.
         let s = input.sample_rows.len();
+        if act.h.len() < s * hidden {
+            act.h.resize(s * hidden, 0.0);
+        }
         let gathered = &mut act.h[..s * hidden];
         for (row, &r) in gathered.chunks_exact_mut(hidden).zip(input.sample_rows) {
             let start = r as usize * hidden;
@@ -222,6 +225,12 @@ impl Model {
             return Err(ModelError::Position {
                 position,
                 max_context: c.max_context,
+            });
+        }
+        if input.sample_rows.len() > t {
+            return Err(ModelError::SampleRows {
+                rows: input.sample_rows.len(),
+                tokens: t,
             });
         }
         if input.sample_rows.iter().any(|&r| r as usize >= t) {

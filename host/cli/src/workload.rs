@@ -9,11 +9,11 @@
 use std::fmt;
 use std::str::FromStr;
 
-use pagoda_core::Priority;
-use serde::Serialize;
+use pagoda_engine::Priority;
+use serde::{Deserialize, Serialize};
 
 /// One request of a trace.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceEntry {
     /// Microseconds after the start of the run.
     pub arrival_us: u64,
@@ -22,21 +22,7 @@ pub struct TraceEntry {
     /// Most tokens to generate.
     pub max_tokens: u32,
     /// Priority class.
-    #[serde(serialize_with = "priority_name")]
     pub priority: Priority,
-}
-
-fn priority_name<S: serde::Serializer>(p: &Priority, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(priority_str(*p))
-}
-
-fn priority_str(p: Priority) -> &'static str {
-    match p {
-        Priority::Low => "low",
-        Priority::Normal => "normal",
-        Priority::High => "high",
-        Priority::Critical => "critical",
-    }
 }
 
 /// The prefix structure of a synthetic workload.
@@ -94,15 +80,6 @@ impl LengthDist {
                 let v = f64::from(median) * (sigma * z).exp();
                 v.round().clamp(1.0, f64::from(median) * 8.0) as u32
             }
-        }
-    }
-
-    /// The largest length it can draw.
-    pub fn max(&self) -> u32 {
-        match *self {
-            Self::Fixed(n) => n.max(1),
-            Self::Uniform(_, hi) => hi.max(1),
-            Self::LogNormal(median, _) => median.saturating_mul(8).max(1),
         }
     }
 }
@@ -291,14 +268,120 @@ impl fmt::Display for TraceError {
     }
 }
 
-const TRACE_FIELDS: &str = "arrival, prompt, prompt_tokens, max_tokens, priority";
+/// A priority class as a trace names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PriorityName {
+    /// [`Priority::Low`].
+    Low,
+    /// [`Priority::Normal`].
+    Normal,
+    /// [`Priority::High`].
+    High,
+    /// [`Priority::Critical`].
+    Critical,
+}
 
-/// Parses a JSON Lines trace: one object per line with `arrival` (seconds
-/// from the start, default 0), either `prompt` (text, tokenised one token
-/// per UTF-8 byte) or `prompt_tokens` (token ids below `vocab`), `max_tokens`
-/// (at least 1) and an optional `priority` (`low`, `normal`, `high`,
-/// `critical`). Blank lines and lines starting with `#` are skipped. Every
-/// bad line is reported with its number.
+impl From<PriorityName> for Priority {
+    fn from(p: PriorityName) -> Self {
+        match p {
+            PriorityName::Low => Self::Low,
+            PriorityName::Normal => Self::Normal,
+            PriorityName::High => Self::High,
+            PriorityName::Critical => Self::Critical,
+        }
+    }
+}
+
+impl From<Priority> for PriorityName {
+    fn from(p: Priority) -> Self {
+        match p {
+            Priority::Low => Self::Low,
+            Priority::Normal => Self::Normal,
+            Priority::High => Self::High,
+            Priority::Critical => Self::Critical,
+        }
+    }
+}
+
+/// One line of a JSON Lines trace, as read and as written: `arrival`
+/// (seconds from the start, default 0), either `prompt` (text, one token per
+/// UTF-8 byte) or `prompt_tokens` (token ids), `max_tokens` (at least 1) and
+/// an optional `priority`. Any other field is an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceLine {
+    /// Seconds after the start of the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival: Option<f64>,
+    /// The prompt as text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// The prompt as token ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<Vec<u32>>,
+    /// Most tokens to generate (required; optional here so its absence
+    /// reads as "missing max_tokens", not as a parser message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Priority class (default normal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<PriorityName>,
+}
+
+impl From<&TraceEntry> for TraceLine {
+    fn from(e: &TraceEntry) -> Self {
+        Self {
+            arrival: Some(e.arrival_us as f64 / 1e6),
+            prompt: None,
+            prompt_tokens: Some(e.prompt.clone()),
+            max_tokens: Some(u64::from(e.max_tokens)),
+            priority: Some(e.priority.into()),
+        }
+    }
+}
+
+impl TraceLine {
+    /// The entry this line describes, checked against the vocabulary.
+    pub fn to_entry(&self, vocab: u32) -> Result<TraceEntry, String> {
+        let arrival = match self.arrival {
+            None => 0.0,
+            Some(s) if s.is_finite() && (0.0..1e9).contains(&s) => s,
+            Some(s) => return Err(format!("arrival must be seconds ≥ 0, found {s}")),
+        };
+        let prompt: Vec<u32> = match (&self.prompt, &self.prompt_tokens) {
+            (Some(_), Some(_)) => return Err("give prompt or prompt_tokens, not both".into()),
+            (None, None) => return Err("missing prompt (text) or prompt_tokens (ids)".into()),
+            (Some(text), None) => text.bytes().map(u32::from).collect(),
+            (None, Some(ids)) => ids.clone(),
+        };
+        if prompt.is_empty() {
+            return Err("the prompt is empty".into());
+        }
+        if let Some(&t) = prompt.iter().find(|&&t| t >= vocab) {
+            return Err(format!(
+                "prompt token {t} is outside the vocabulary (0..{vocab})"
+            ));
+        }
+        let max_tokens = match self.max_tokens {
+            None => return Err("missing max_tokens".into()),
+            Some(n) => match u32::try_from(n) {
+                Ok(n) if n > 0 => n,
+                _ => return Err(format!("max_tokens must be a positive integer, found {n}")),
+            },
+        };
+        Ok(TraceEntry {
+            arrival_us: (arrival * 1e6).round() as u64,
+            prompt,
+            max_tokens,
+            priority: self.priority.map_or(Priority::Normal, Priority::from),
+        })
+    }
+}
+
+/// Parses a JSON Lines trace of [`TraceLine`]s, sorted by arrival. Blank
+/// lines and lines starting with `#` are skipped. Every bad line is reported
+/// with its number.
 pub fn parse_trace(text: &str, vocab: u32) -> Result<Vec<TraceEntry>, Vec<TraceError>> {
     let mut entries = Vec::new();
     let mut errors = Vec::new();
@@ -307,7 +390,7 @@ pub fn parse_trace(text: &str, vocab: u32) -> Result<Vec<TraceEntry>, Vec<TraceE
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;
         }
-        match parse_line(trimmed, vocab) {
+        match parse_line(trimmed).and_then(|l| l.to_entry(vocab)) {
             Ok(e) => entries.push(e),
             Err(message) => errors.push(TraceError {
                 line: i + 1,
@@ -323,94 +406,30 @@ pub fn parse_trace(text: &str, vocab: u32) -> Result<Vec<TraceEntry>, Vec<TraceE
     }
 }
 
-fn parse_line(line: &str, vocab: u32) -> Result<TraceEntry, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(line).map_err(|e| format!("not valid JSON: {e}"))?;
-    let obj = value.as_object().ok_or(
-        "expected a JSON object like {\"arrival\": 0.5, \"prompt\": \"...\", \"max_tokens\": 32}",
-    )?;
-    for key in obj.keys() {
-        if !TRACE_FIELDS.split(", ").any(|f| f == key) {
-            return Err(format!("unknown field '{key}' (valid: {TRACE_FIELDS})"));
-        }
-    }
-    let arrival = match obj.get("arrival") {
-        None => 0.0,
-        Some(v) => match v.as_f64() {
-            Some(s) if s.is_finite() && (0.0..1e9).contains(&s) => s,
-            _ => return Err(format!("arrival must be seconds ≥ 0, found {v}")),
-        },
-    };
-    let prompt = match (obj.get("prompt"), obj.get("prompt_tokens")) {
-        (Some(_), Some(_)) => return Err("give prompt or prompt_tokens, not both".into()),
-        (None, None) => return Err("missing prompt (text) or prompt_tokens (ids)".into()),
-        (Some(text), None) => {
-            let text = text.as_str().ok_or("prompt must be a string")?;
-            text.bytes().map(u32::from).collect::<Vec<u32>>()
-        }
-        (None, Some(ids)) => {
-            let ids = ids
-                .as_array()
-                .ok_or("prompt_tokens must be an array of token ids")?;
-            let mut out = Vec::with_capacity(ids.len());
-            // Range against the vocabulary is checked below, for text too.
-            for id in ids {
-                match id.as_u64().and_then(|t| u32::try_from(t).ok()) {
-                    Some(t) => out.push(t),
-                    None => return Err(format!("prompt token {id} is not a token id")),
-                }
+/// One line, with serde's message made to fit after `FILE:LINE:`.
+fn parse_line(line: &str) -> Result<TraceLine, String> {
+    serde_json::from_str(line).map_err(|e| {
+        let position = format!(" at line {} column {}", e.line(), e.column());
+        let full = e.to_string();
+        let message = full.strip_suffix(&position).unwrap_or(&full);
+        match e.classify() {
+            serde_json::error::Category::Data => {
+                format!("{message} (column {})", e.column())
             }
-            out
+            _ => format!("not valid JSON: {message} (column {})", e.column()),
         }
-    };
-    if prompt.is_empty() {
-        return Err("the prompt is empty".into());
-    }
-    if let Some(&t) = prompt.iter().find(|&&t| t >= vocab) {
-        return Err(format!(
-            "prompt token {t} is outside the vocabulary (0..{vocab})"
-        ));
-    }
-    let max_tokens = match obj.get("max_tokens") {
-        None => return Err("missing max_tokens".into()),
-        Some(v) => match v.as_u64() {
-            Some(n) if (1..=u64::from(u32::MAX)).contains(&n) => n as u32,
-            _ => return Err(format!("max_tokens must be a positive integer, found {v}")),
-        },
-    };
-    let priority = match obj.get("priority") {
-        None => Priority::Normal,
-        Some(v) => match v.as_str() {
-            Some("low") => Priority::Low,
-            Some("normal") => Priority::Normal,
-            Some("high") => Priority::High,
-            Some("critical") => Priority::Critical,
-            _ => {
-                return Err(format!(
-                    "unknown priority {v} (valid: low, normal, high, critical)"
-                ))
-            }
-        },
-    };
-    Ok(TraceEntry {
-        arrival_us: (arrival * 1e6).round() as u64,
-        prompt,
-        max_tokens,
-        priority,
     })
 }
 
-/// Writes a trace as JSON Lines that [`parse_trace`] reads back unchanged.
+/// Writes a trace as JSON Lines of [`TraceLine`]s, which [`parse_trace`]
+/// reads back unchanged.
 pub fn write_trace(entries: &[TraceEntry]) -> String {
     let mut out = String::new();
     for e in entries {
-        let line = serde_json::json!({
-            "arrival": e.arrival_us as f64 / 1e6,
-            "prompt_tokens": e.prompt,
-            "max_tokens": e.max_tokens,
-            "priority": priority_str(e.priority),
-        });
-        out.push_str(&line.to_string());
+        // A struct of numbers, strings and lists always serializes.
+        if let Ok(line) = serde_json::to_string(&TraceLine::from(e)) {
+            out.push_str(&line);
+        }
         out.push('\n');
     }
     out
@@ -527,6 +546,30 @@ mod tests {
     }
 
     #[test]
+    fn trace_lines_round_trip_through_serde() {
+        let mut rng = fastrand::Rng::with_seed(3);
+        let classes = [
+            Priority::Low,
+            Priority::Normal,
+            Priority::High,
+            Priority::Critical,
+        ];
+        for _ in 0..300 {
+            let entry = TraceEntry {
+                arrival_us: rng.u64(0..10_000_000_000),
+                prompt: (0..rng.usize(1..20)).map(|_| rng.u32(0..500)).collect(),
+                max_tokens: rng.u32(1..=u32::MAX),
+                priority: classes[rng.usize(0..4)],
+            };
+            let line = TraceLine::from(&entry);
+            let text = serde_json::to_string(&line).unwrap();
+            let back: TraceLine = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, line);
+            assert_eq!(back.to_entry(500), Ok(entry));
+        }
+    }
+
+    #[test]
     fn trace_round_trips_and_reports_bad_lines() {
         let t = spec(WorkloadKind::FewShot).generate();
         assert_eq!(parse_trace(&write_trace(&t), 500), Ok(t));
@@ -543,10 +586,11 @@ mod tests {
         assert_eq!(lines, vec![4, 5, 6, 7, 8]);
         assert!(errors[0].message.contains("max_tokens"));
         assert!(errors[2].message.contains("999"));
+        assert!(errors[1].message.starts_with("not valid JSON"));
         assert!(errors[3]
             .message
-            .contains("valid: low, normal, high, critical"));
-        assert!(errors[4].message.contains("unknown field 'colour'"));
+            .contains("expected one of `low`, `normal`, `high`, `critical`"));
+        assert!(errors[4].message.contains("unknown field `colour`"));
         let ok = parse_trace(
             "{\"arrival\": 0.5, \"prompt\": \"hi\", \"max_tokens\": 3}",
             500,

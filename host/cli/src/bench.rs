@@ -7,13 +7,14 @@
 
 use std::time::Duration;
 
-use pagoda_core::backend::Backend;
-use pagoda_core::scheduler::{Policy, SchedulerPolicy};
-use pagoda_core::{RequestId, Timestamp};
+use pagoda_engine::model::{Model, SamplingParams};
+use pagoda_engine::{
+    Audit, Backend, BoxError, Completion, Engine, EngineConfig, EngineStorage, Event, GenRequest,
+    Policy, PoolStats, Rejection, RejectionKind, RequestHandle, SchedulerPolicy, StepReport,
+    Timestamp, WithBackend,
+};
 use serde::Serialize;
 
-use crate::engine::{Audit, Completion, Engine, EngineConfig, EngineStorage, GenRequest, Outcome};
-use crate::model::{Model, SamplingParams};
 use crate::workload::TraceEntry;
 
 /// How the trace is driven, besides the engine's configuration.
@@ -66,13 +67,33 @@ impl Latency {
     }
 }
 
+/// What became of a request, as the report counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeKind {
+    /// It ran to the end.
+    Finished,
+    /// The client cancelled it.
+    Cancelled,
+    /// The engine refused it.
+    Rejected,
+    /// The engine stopped on an error before it finished.
+    Failed,
+}
+
 /// One request in the report.
 #[derive(Debug, Clone, Serialize)]
 pub struct RequestRecord {
     /// Index in the trace.
     pub index: u64,
-    /// `finished`, `cancelled` or `rejected: reason`.
-    pub outcome: String,
+    /// What became of it.
+    pub outcome: OutcomeKind,
+    /// Why it was refused, if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejection: Option<RejectionKind>,
+    /// The refusal in words, if it was refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Prompt tokens.
     pub prompt_tokens: u32,
     /// Generated tokens.
@@ -160,27 +181,65 @@ pub struct PolicyReport {
     pub audit: Audit,
     /// Every page free or cached and every request accounted for.
     pub leak_free: bool,
-    /// A digest of every generated token (FNV-1a over tags and tokens).
+    /// A digest of every generated token (FNV-1a over each finished
+    /// request's trace index and tokens, in trace order).
     pub output_digest: String,
     /// Per request.
     pub per_request: Vec<RequestRecord>,
 }
 
 /// Why a run could not complete.
-#[derive(Debug)]
-pub struct RunError(pub String);
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The engine could not be built.
+    #[error("cannot build the engine: {0}")]
+    Build(#[source] BoxError),
+    /// A step failed.
+    #[error("step failed: {0}")]
+    Step(#[source] BoxError),
+}
 
-impl std::fmt::Display for RunError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+/// One policy's run, generic over the backend [`BackendChoice`] opens.
+///
+/// [`BackendChoice`]: pagoda_engine::BackendChoice
+pub struct PolicyRun<'a, F: FnMut()> {
+    /// The model.
+    pub model: &'a Model,
+    /// The engine's configuration (its policy is replaced).
+    pub config: &'a EngineConfig,
+    /// The policy to run.
+    pub policy: Policy,
+    /// The requests.
+    pub trace: &'a [TraceEntry],
+    /// How they are driven.
+    pub options: &'a DriveOptions,
+    /// Called once per request accounted for (for a progress bar).
+    pub on_outcome: F,
+}
+
+impl<F: FnMut()> WithBackend for PolicyRun<'_, F> {
+    type Output = Result<PolicyReport, BenchError>;
+
+    fn run<B>(self, backend: B) -> Self::Output
+    where
+        B: Backend,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        run_policy(
+            self.model,
+            backend,
+            self.config,
+            self.policy,
+            self.trace,
+            self.options,
+            self.on_outcome,
+        )
     }
 }
 
-impl std::error::Error for RunError {}
-
-/// Runs `trace` on a fresh engine with `policy`; `on_outcome` is called once
-/// per request accounted for (for a progress bar).
-pub fn run_policy<B: Backend>(
+/// Runs `trace` on a fresh engine with `policy`, holding one handle per
+/// request; `on_outcome` is called once per request accounted for.
+pub fn run_policy<B>(
     model: &Model,
     backend: B,
     config: &EngineConfig,
@@ -188,11 +247,15 @@ pub fn run_policy<B: Backend>(
     trace: &[TraceEntry],
     options: &DriveOptions,
     mut on_outcome: impl FnMut(),
-) -> Result<PolicyReport, RunError> {
+) -> Result<PolicyReport, BenchError>
+where
+    B: Backend,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     let config = EngineConfig { policy, ..*config };
     let mut storage = EngineStorage::new(&config, model.config().max_context);
     let mut engine = Engine::new(model, backend, &config, &mut storage)
-        .map_err(|e| RunError(format!("cannot build the engine: {e}")))?;
+        .map_err(|e| BenchError::Build(Box::new(e)))?;
 
     // Client-side cancellations: (time, trace index), sorted by time.
     let mut rng = fastrand::Rng::with_seed(options.seed ^ 0xC0FF_EE00);
@@ -204,7 +267,10 @@ pub fn run_policy<B: Backend>(
         }
     }
     cancels.sort_unstable();
-    let mut ids: Vec<Option<RequestId>> = vec![None; trace.len()];
+    // One handle per submitted request until its terminal event; `open`
+    // lists the trace indices still waiting for one.
+    let mut handles: Vec<Option<RequestHandle>> = (0..trace.len()).map(|_| None).collect();
+    let mut open: Vec<usize> = Vec::new();
 
     let mut acc = Accumulator::new(trace.len(), options.concurrency_mark);
     let start = engine.now();
@@ -223,20 +289,26 @@ pub fn run_policy<B: Backend>(
                 seed: options.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ next as u64,
                 stop_token: None,
             };
-            ids[next] = engine.submit(request, e.priority, Timestamp(start.0 + e.arrival_us));
+            match engine.submit(request, e.priority, Timestamp(start.0 + e.arrival_us)) {
+                Ok(handle) => {
+                    handles[next] = Some(handle);
+                    open.push(next);
+                }
+                Err(reason) => {
+                    acc.rejected(next, &reason);
+                    on_outcome();
+                }
+            }
             next += 1;
         }
         while next_cancel < cancels.len() && cancels[next_cancel].0 <= now.0 {
-            let index = cancels[next_cancel].1;
-            if let Some(id) = ids.get(index).copied().flatten() {
-                engine.cancel(id);
+            if let Some(Some(handle)) = handles.get(cancels[next_cancel].1) {
+                handle.cancel();
             }
             next_cancel += 1;
         }
-        for outcome in engine.take_outcomes() {
-            acc.outcome(outcome);
-            on_outcome();
-        }
+        poll(&mut handles, &mut open, &mut acc, &mut on_outcome);
+        // An idle engine has sent every terminal event: `open` is empty.
         if engine.is_idle() {
             if next == trace.len() {
                 break;
@@ -247,13 +319,10 @@ pub fn run_policy<B: Backend>(
         }
         let step = engine
             .step()
-            .map_err(|e| RunError(format!("step failed: {e}")))?;
+            .map_err(|e| BenchError::Step(Box::new(e)))?;
         acc.step(&step, &engine.pool_stats());
     }
-    for outcome in engine.take_outcomes() {
-        acc.outcome(outcome);
-        on_outcome();
-    }
+    poll(&mut handles, &mut open, &mut acc, &mut on_outcome);
     let end_pool = engine.pool_stats();
     let duration_s = engine.now().micros_since(start) as f64 / 1e6;
     let audit = engine.audit();
@@ -264,6 +333,40 @@ pub fn run_policy<B: Backend>(
         &end_pool,
         audit,
     ))
+}
+
+/// Reads every event that arrived; a terminal one closes its handle.
+fn poll(
+    handles: &mut [Option<RequestHandle>],
+    open: &mut Vec<usize>,
+    acc: &mut Accumulator,
+    on_outcome: &mut impl FnMut(),
+) {
+    let mut i = 0;
+    while i < open.len() {
+        let index = open[i];
+        let mut done = false;
+        if let Some(handle) = &handles[index] {
+            while let Some(event) = handle.try_recv() {
+                match event {
+                    Event::Token { .. } => continue,
+                    Event::Finished(c) => acc.finished(index, &c),
+                    Event::Cancelled => acc.blank(index, OutcomeKind::Cancelled, None),
+                    Event::Rejected(reason) => acc.rejected(index, &reason),
+                    Event::Failed => acc.blank(index, OutcomeKind::Failed, None),
+                }
+                done = true;
+                break;
+            }
+        }
+        if done {
+            handles[index] = None;
+            open.swap_remove(i);
+            on_outcome();
+        } else {
+            i += 1;
+        }
+    }
 }
 
 /// Sums over steps and outcomes.
@@ -286,7 +389,8 @@ struct Accumulator {
     weight: f64,
     peak_util: f64,
     tpot: Vec<f64>,
-    digest: u64,
+    /// Each finished request's tokens, by trace index.
+    outputs: Vec<Vec<u32>>,
 }
 
 impl Accumulator {
@@ -310,11 +414,11 @@ impl Accumulator {
             weight: 0.0,
             peak_util: 0.0,
             tpot: Vec::new(),
-            digest: 0xcbf2_9ce4_8422_2325,
+            outputs: vec![Vec::new(); requests],
         }
     }
 
-    fn step(&mut self, step: &crate::engine::StepReport, pool: &pagoda_core::PoolStats) {
+    fn step(&mut self, step: &StepReport, pool: &PoolStats) {
         let p = &step.plan;
         self.steps += 1;
         self.batch_sum += p.work as u64;
@@ -339,48 +443,56 @@ impl Accumulator {
         self.peak_util = self.peak_util.max(util);
     }
 
-    fn outcome(&mut self, outcome: Outcome) {
+    fn finished(&mut self, index: usize, c: &Completion) {
         let ms = |a: Timestamp, b: Timestamp| b.micros_since(a) as f64 / 1e3;
-        let (index, record) = match outcome {
-            Outcome::Finished(c) => {
-                let Completion {
-                    tag,
-                    prompt_len,
-                    ref output,
-                    arrived,
-                    admitted,
-                    first_token,
-                    finished,
-                    preemptions,
-                    ..
-                } = c;
-                if output.len() > 1 {
-                    self.tpot
-                        .push(ms(first_token, finished) / (output.len() - 1) as f64);
-                }
-                for &t in std::iter::once(&(tag as u32)).chain(output) {
-                    for b in t.to_le_bytes() {
-                        self.digest = (self.digest ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-                    }
-                }
-                (
-                    tag,
-                    RequestRecord {
-                        index: tag,
-                        outcome: "finished".into(),
-                        prompt_tokens: prompt_len,
-                        output_tokens: output.len() as u32,
-                        ttft_ms: Some(ms(arrived, first_token)),
-                        e2e_ms: Some(ms(arrived, finished)),
-                        queue_ms: Some(ms(arrived, admitted)),
-                        preemptions,
-                    },
-                )
-            }
-            Outcome::Cancelled { tag } => (tag, blank(tag, "cancelled".into())),
-            Outcome::Rejected { tag, reason } => (tag, blank(tag, format!("rejected: {reason}"))),
-        };
-        if let Some(slot) = self.records.get_mut(index as usize) {
+        if c.output.len() > 1 {
+            self.tpot
+                .push(ms(c.first_token, c.finished) / (c.output.len() - 1) as f64);
+        }
+        if let Some(slot) = self.outputs.get_mut(index) {
+            *slot = c.output.clone();
+        }
+        self.record(
+            index,
+            RequestRecord {
+                index: index as u64,
+                outcome: OutcomeKind::Finished,
+                rejection: None,
+                reason: None,
+                prompt_tokens: c.prompt_len,
+                output_tokens: c.output.len() as u32,
+                ttft_ms: Some(ms(c.arrived, c.first_token)),
+                e2e_ms: Some(ms(c.arrived, c.finished)),
+                queue_ms: Some(ms(c.arrived, c.admitted)),
+                preemptions: c.preemptions,
+            },
+        );
+    }
+
+    fn rejected(&mut self, index: usize, reason: &Rejection) {
+        self.blank(index, OutcomeKind::Rejected, Some(reason));
+    }
+
+    fn blank(&mut self, index: usize, outcome: OutcomeKind, reason: Option<&Rejection>) {
+        self.record(
+            index,
+            RequestRecord {
+                index: index as u64,
+                outcome,
+                rejection: reason.map(Rejection::kind),
+                reason: reason.map(ToString::to_string),
+                prompt_tokens: 0,
+                output_tokens: 0,
+                ttft_ms: None,
+                e2e_ms: None,
+                queue_ms: None,
+                preemptions: 0,
+            },
+        );
+    }
+
+    fn record(&mut self, index: usize, record: RequestRecord) {
+        if let Some(slot) = self.records.get_mut(index) {
             *slot = Some(record);
         }
     }
@@ -389,24 +501,45 @@ impl Accumulator {
         self,
         policy: &str,
         duration_s: f64,
-        start_pool: &pagoda_core::PoolStats,
-        end_pool: &pagoda_core::PoolStats,
+        start_pool: &PoolStats,
+        end_pool: &PoolStats,
         audit: Audit,
     ) -> PolicyReport {
         let requests = self.records.len() as u64;
+        let records_by_index: Vec<Option<OutcomeKind>> = self
+            .records
+            .iter()
+            .map(|r| r.as_ref().map(|r| r.outcome))
+            .collect();
         let records: Vec<RequestRecord> = self.records.into_iter().flatten().collect();
-        let count = |prefix: &str| {
-            records
-                .iter()
-                .filter(|r| r.outcome.starts_with(prefix))
-                .count() as u64
-        };
-        let (finished, cancelled, rejected) =
-            (count("finished"), count("cancelled"), count("rejected"));
+        let count = |kind: OutcomeKind| records.iter().filter(|r| r.outcome == kind).count() as u64;
+        let (finished, cancelled, rejected, failed) = (
+            count(OutcomeKind::Finished),
+            count(OutcomeKind::Cancelled),
+            count(OutcomeKind::Rejected),
+            count(OutcomeKind::Failed),
+        );
+        // FNV-1a over every finished request's index and tokens, in trace
+        // order.
+        let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
+        for (index, output) in self.outputs.iter().enumerate() {
+            let finished_here = matches!(
+                records_by_index.get(index),
+                Some(Some(OutcomeKind::Finished))
+            );
+            if !finished_here {
+                continue;
+            }
+            for &t in std::iter::once(&(index as u32)).chain(output) {
+                for b in t.to_le_bytes() {
+                    digest = (digest ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+                }
+            }
+        }
         let collect = |f: fn(&RequestRecord) -> Option<f64>| -> Vec<f64> {
             records
                 .iter()
-                .filter(|r| r.outcome == "finished")
+                .filter(|r| r.outcome == OutcomeKind::Finished)
                 .filter_map(f)
                 .collect()
         };
@@ -467,23 +600,12 @@ impl Accumulator {
                 .then(|| pct(self.mark_bookkeeping_us, self.mark_total_us)),
             concurrency_mark: self.mark,
             compute_pct: pct(self.compute_us, total_us),
-            leak_free: audit.is_clean() && requests == finished + cancelled + rejected,
+            leak_free: audit.is_clean()
+                && failed == 0
+                && requests == finished + cancelled + rejected,
             audit,
-            output_digest: format!("{:016x}", self.digest),
+            output_digest: format!("{digest:016x}"),
             per_request: records,
         }
-    }
-}
-
-fn blank(tag: u64, outcome: String) -> RequestRecord {
-    RequestRecord {
-        index: tag,
-        outcome,
-        prompt_tokens: 0,
-        output_tokens: 0,
-        ttft_ms: None,
-        e2e_ms: None,
-        queue_ms: None,
-        preemptions: 0,
     }
 }

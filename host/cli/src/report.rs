@@ -136,7 +136,7 @@ impl BenchReport {
         for p in &self.policies {
             let mut reasons: Vec<(&str, usize)> = Vec::new();
             for r in &p.per_request {
-                if let Some(reason) = r.outcome.strip_prefix("rejected: ") {
+                if let Some(reason) = r.reason.as_deref() {
                     match reasons.iter_mut().find(|(x, _)| *x == reason) {
                         Some((_, n)) => *n += 1,
                         None => reasons.push((reason, 1)),

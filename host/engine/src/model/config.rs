@@ -148,6 +148,13 @@ pub enum ModelError {
         /// The vocabulary size.
         vocab: u32,
     },
+    /// More rows to sample than tokens in the step.
+    SampleRows {
+        /// Rows asked for.
+        rows: usize,
+        /// Tokens in the step.
+        tokens: usize,
+    },
     /// A position past the model's context.
     Position {
         /// The position.
@@ -172,6 +179,10 @@ impl fmt::Display for ModelError {
             Self::Token { token, vocab } => {
                 write!(f, "token {token} is outside the vocabulary (0..{vocab})")
             }
+            Self::SampleRows { rows, tokens } => write!(
+                f,
+                "{rows} rows to sample in a step of {tokens} tokens"
+            ),
             Self::Position {
                 position,
                 max_context,
