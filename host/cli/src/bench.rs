@@ -317,9 +317,7 @@ where
             std::thread::sleep(Duration::from_micros(wait.min(50_000)));
             continue;
         }
-        let step = engine
-            .step()
-            .map_err(|e| BenchError::Step(Box::new(e)))?;
+        let step = engine.step().map_err(|e| BenchError::Step(Box::new(e)))?;
         acc.step(&step, &engine.pool_stats());
     }
     poll(&mut handles, &mut open, &mut acc, &mut on_outcome);

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use pagoda_engine::model::{Model, ModelConfig, ModelError, SamplingError, SamplingParams, Weights};
+use pagoda_engine::model::{
+    Model, ModelConfig, ModelError, SamplingError, SamplingParams, Weights,
+};
 use pagoda_engine::{
     BackendChoice, BackendOpenError, ConfigError, EngineConfig, KvDtype, Policy, SchedulerConfig,
     SchedulerPolicy,
@@ -382,8 +384,10 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
             ProgressBar::new(trace.len() as u64)
         };
         bar.set_style(
-            ProgressStyle::with_template("{prefix:>6} [{bar:32}] {pos}/{len} requests · {elapsed}")?
-                .progress_chars("=> "),
+            ProgressStyle::with_template(
+                "{prefix:>6} [{bar:32}] {pos}/{len} requests · {elapsed}",
+            )?
+            .progress_chars("=> "),
         );
         bar.set_prefix(policy.name());
         let run = PolicyRun {

@@ -13,7 +13,9 @@ use std::time::Instant;
 
 use pagoda_core::backend::Backend;
 use pagoda_core::scheduler::{EntryId, Scheduler, Work};
-use pagoda_core::{KvGeometry, PoolStats, Priority, RadixStats, RequestId, RequestQueue, Timestamp};
+use pagoda_core::{
+    KvGeometry, PoolStats, Priority, RadixStats, RequestId, RequestQueue, Timestamp,
+};
 
 use crate::batch::Batch;
 use crate::config::EngineConfig;
@@ -79,7 +81,14 @@ impl<'s, B: Backend> Engine<'s, B> {
         let store = backend
             .create_kv_store(geometry, config.kv_pages)
             .map_err(EngineError::Backend)?;
-        let (kv, OtherStorage { queue, slots, watch }) = Kv::new(storage)?;
+        let (
+            kv,
+            OtherStorage {
+                queue,
+                slots,
+                watch,
+            },
+        ) = Kv::new(storage)?;
         let queue = RequestQueue::new(queue, geometry, config.kv_pages)?;
         let live = (0..slots.len()).map(|_| None).collect();
         let max_context = kv.max_tokens_per_sequence().min(mc.max_context);

@@ -110,7 +110,9 @@ impl From<QueueError> for Rejection {
     fn from(e: QueueError) -> Self {
         match e {
             QueueError::EmptyPrompt => Self::EmptyPrompt,
-            QueueError::TooLarge { pages, pool_pages } => Self::LargerThanPool { pages, pool_pages },
+            QueueError::TooLarge { pages, pool_pages } => {
+                Self::LargerThanPool { pages, pool_pages }
+            }
             QueueError::Full => Self::QueueFull,
             other => Self::Queue(other),
         }

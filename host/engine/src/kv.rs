@@ -101,7 +101,14 @@ impl<'s> Kv<'s> {
             radix: RadixCache::new(nodes, index)?,
             scratch,
         };
-        Ok((kv, OtherStorage { queue, slots, watch }))
+        Ok((
+            kv,
+            OtherStorage {
+                queue,
+                slots,
+                watch,
+            },
+        ))
     }
 
     /// Plans one step (admission, prefill chunks, decode, preemption).

@@ -38,8 +38,8 @@ pub use thread::{spawn, BoxError, EngineClient, Shutdown, ShutdownError, SpawnEr
 pub use pagoda_core::backend::Backend;
 pub use pagoda_core::queue::QueueError;
 pub use pagoda_core::scheduler::{
-    ConfigError, Fcfs, Lpm, Policy, SchedError, SchedulerConfig, SchedulerMetrics,
-    SchedulerPolicy, StepPlan,
+    ConfigError, Fcfs, Lpm, Policy, SchedError, SchedulerConfig, SchedulerMetrics, SchedulerPolicy,
+    StepPlan,
 };
 pub use pagoda_core::{
     KvDtype, KvError, ParseKvDtypeError, PoolStats, Priority, RadixStats, RequestId, Timestamp,

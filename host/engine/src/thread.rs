@@ -131,7 +131,9 @@ where
         }
         Err(_) => {
             let _ = thread.join();
-            Err(SpawnError::Build("the engine thread stopped while starting".into()))
+            Err(SpawnError::Build(
+                "the engine thread stopped while starting".into(),
+            ))
         }
     }
 }
@@ -228,7 +230,9 @@ fn failed(error: BoxError, inbox: &Receiver<Command>) {
     let mut error = Some(error);
     for command in inbox.iter() {
         if let Command::Shutdown { reply, .. } = command {
-            let e = error.take().map_or(ShutdownError::Stopped, ShutdownError::Failed);
+            let e = error
+                .take()
+                .map_or(ShutdownError::Stopped, ShutdownError::Failed);
             let _ = reply.send(Err(e));
             return;
         }
@@ -266,7 +270,10 @@ impl EngineClient {
     /// [`ShutdownError::Stopped`].
     pub fn shutdown(&self, mode: Shutdown) -> Result<Audit, ShutdownError> {
         let (reply, answer) = mpsc::channel();
-        let sent = self.commands.send(Command::Shutdown { mode, reply }).is_ok();
+        let sent = self
+            .commands
+            .send(Command::Shutdown { mode, reply })
+            .is_ok();
         let result = if sent {
             answer.recv().unwrap_or(Err(ShutdownError::Stopped))
         } else {

@@ -179,10 +179,9 @@ impl fmt::Display for ModelError {
             Self::Token { token, vocab } => {
                 write!(f, "token {token} is outside the vocabulary (0..{vocab})")
             }
-            Self::SampleRows { rows, tokens } => write!(
-                f,
-                "{rows} rows to sample in a step of {tokens} tokens"
-            ),
+            Self::SampleRows { rows, tokens } => {
+                write!(f, "{rows} rows to sample in a step of {tokens} tokens")
+            }
             Self::Position {
                 position,
                 max_context,
