@@ -2,7 +2,7 @@
 //! the [`RequestHandle`] it gets back, and the [`Event`]s the engine sends
 //! there (each token as it is sampled, then exactly one terminal event).
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
 use pagoda_core::{Request, RequestId, Timestamp};
@@ -161,10 +161,7 @@ impl RequestHandle {
     /// The next event if one is there; `None` when none is, or when the
     /// engine is gone and every event has been read.
     pub fn try_recv(&self) -> Option<Event> {
-        match self.events.try_recv() {
-            Ok(e) => Some(e),
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => None,
-        }
+        self.events.try_recv().ok()
     }
 
     /// Waits for the next event; `None` once the engine is gone and every
@@ -175,10 +172,7 @@ impl RequestHandle {
 
     /// Waits for the next event at most `timeout`.
     pub fn recv_timeout(&self, timeout: Duration) -> Option<Event> {
-        match self.events.recv_timeout(timeout) {
-            Ok(e) => Some(e),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        self.events.recv_timeout(timeout).ok()
     }
 }
 

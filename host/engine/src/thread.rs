@@ -4,7 +4,7 @@
 //! The thread blocks while the engine is idle and steps while it is not.
 
 use std::error::Error;
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -156,14 +156,9 @@ where
                 Err(_) => return,
             }
         }
-        loop {
-            match inbox.try_recv() {
-                Ok(command) => {
-                    if handle(&mut engine, command).is_break() {
-                        return;
-                    }
-                }
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+        while let Ok(command) = inbox.try_recv() {
+            if handle(&mut engine, command).is_break() {
+                return;
             }
         }
         if engine.is_idle() {
