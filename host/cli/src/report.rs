@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::bench::{Latency, PolicyReport};
+use crate::measure::{Latency, PolicyReport};
 
 /// The whole run: what was run and each policy's figures.
 #[derive(Debug, Clone, Serialize)]
@@ -185,7 +185,7 @@ impl BenchReport {
             W / 2.0,
             escape(&self.title)
         );
-        let series = |f: fn(&crate::bench::RequestRecord) -> Option<f64>| -> Vec<Vec<f64>> {
+        let series = |f: fn(&crate::measure::RequestRecord) -> Option<f64>| -> Vec<Vec<f64>> {
             self.policies
                 .iter()
                 .map(|p| {
