@@ -2,9 +2,15 @@
 //! CPU or the Vulkan backend and hands it to a [`WithBackend`] visitor, so a
 //! caller writes its generic code once and never names a backend crate.
 
+use std::sync::Arc;
+
 use pagoda_core::backend::Backend;
 use pagoda_cpu::{CpuBackend, CpuError};
 use pagoda_vulkan::{VulkanBackend, VulkanError, VulkanOptions};
+
+use crate::config::EngineConfig;
+use crate::model::Model;
+use crate::thread::{spawn, EngineClient, SpawnError};
 
 /// Which backend runs attention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +62,23 @@ impl BackendChoice {
             Self::Cpu { threads } => code.run(CpuBackend::with_threads(threads)?),
             Self::Vulkan => code.run(VulkanBackend::new(&VulkanOptions::from_env())?),
         })
+    }
+
+    /// Runs an engine over `model` on its own thread with this backend,
+    /// opened on that thread; see [`spawn`].
+    pub fn spawn(
+        self,
+        model: Arc<Model>,
+        config: EngineConfig,
+    ) -> Result<EngineClient, SpawnError> {
+        match self {
+            Self::Cpu { threads } => {
+                spawn(model, config, move || CpuBackend::with_threads(threads))
+            }
+            Self::Vulkan => spawn(model, config, || {
+                VulkanBackend::new(&VulkanOptions::from_env())
+            }),
+        }
     }
 
     /// Opens the backend once to describe it for reports: the CPU's

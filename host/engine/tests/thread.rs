@@ -8,8 +8,8 @@ use std::time::Duration;
 use pagoda_cpu::{CpuBackend, CpuError};
 use pagoda_engine::model::{Model, ModelConfig, SamplingParams, Weights};
 use pagoda_engine::{
-    spawn, EngineConfig, Event, Fcfs, GenRequest, KvDtype, Policy, Priority, Rejection,
-    SchedulerConfig, Shutdown, ShutdownError, SpawnError,
+    spawn, BackendChoice, EngineConfig, Event, Fcfs, GenRequest, KvDtype, Policy, Priority,
+    Rejection, SchedulerConfig, Shutdown, ShutdownError, SpawnError,
 };
 
 const CONFIG: ModelConfig = ModelConfig {
@@ -173,6 +173,27 @@ mod spawned_engine {
             }
             assert!(matches!(last, Some(Event::Finished(c)) if c.output.len() == 6));
         }
+    }
+
+    #[test]
+    fn a_backend_chosen_at_run_time_serves_the_same_api() {
+        let client = BackendChoice::Cpu { threads: 1 }
+            .spawn(model(), config(64))
+            .unwrap();
+        let handle = client.submit(request(7, 12, 4), Priority::High).unwrap();
+        let mut tokens = 0;
+        loop {
+            match handle.recv_timeout(Duration::from_secs(30)) {
+                Some(Event::Token { .. }) => tokens += 1,
+                Some(Event::Finished(c)) => {
+                    assert_eq!(c.output.len(), tokens);
+                    break;
+                }
+                e => panic!("{e:?}"),
+            }
+        }
+        assert_eq!(tokens, 4);
+        assert!(client.shutdown(Shutdown::Cancel).unwrap().is_clean());
     }
 
     #[test]

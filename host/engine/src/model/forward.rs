@@ -209,11 +209,11 @@ impl Model {
         let c = self.config();
         let t = input.tokens.len();
         if input.positions.len() != t || input.slots.len() != t {
-            return Err(ModelError::Config(format!(
-                "{t} tokens, {} positions and {} slots",
-                input.positions.len(),
-                input.slots.len()
-            )));
+            return Err(ModelError::Batch {
+                tokens: t,
+                positions: input.positions.len(),
+                slots: input.slots.len(),
+            });
         }
         if let Some(&token) = input.tokens.iter().find(|&&x| x >= c.vocab) {
             return Err(ModelError::Token {
@@ -233,8 +233,8 @@ impl Model {
                 tokens: t,
             });
         }
-        if input.sample_rows.iter().any(|&r| r as usize >= t) {
-            return Err(ModelError::Config("a sample row is past the batch".into()));
+        if let Some(&row) = input.sample_rows.iter().find(|&&r| r as usize >= t) {
+            return Err(ModelError::SampleRow { row, tokens: t });
         }
         Ok(())
     }
