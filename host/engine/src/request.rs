@@ -165,7 +165,9 @@ impl RequestHandle {
     }
 
     /// Waits for the next event; `None` once the engine is gone and every
-    /// event has been read (the terminal event is always sent first).
+    /// event has been read (the terminal event is always sent first). With
+    /// a synchronous [`Engine`](crate::Engine), wait only on a thread other
+    /// than the one that steps it.
     pub fn recv(&self) -> Option<Event> {
         self.events.recv().ok()
     }
