@@ -40,7 +40,9 @@ pub(crate) struct Live {
     pub(crate) starts: u32,
 }
 
-/// The engine over a backend `B`; see the [module docs](self).
+/// The engine over a backend `B`: the one owner of the model, the backend,
+/// its KV store and the core's structures. [`submit`](Self::submit) returns
+/// a [`RequestHandle`]; [`step`](Self::step) runs one batch.
 pub struct Engine<'s, B: Backend> {
     pub(crate) model: &'s Model,
     pub(crate) backend: B,

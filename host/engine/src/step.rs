@@ -25,8 +25,11 @@ use crate::model::{ForwardError, StepInput};
 use crate::request::{Completion, Event, StopReason};
 
 impl<B: Backend> Engine<'_, B> {
-    /// Runs one step at the engine's clock; see the [module docs](self). On
-    /// an error every request the engine held gets [`Event::Failed`].
+    /// Runs one step at the engine's clock: applies cancellations (freeing
+    /// pages before anything is computed), moves queued requests into the
+    /// scheduler, plans, packs, computes, samples and streams each token,
+    /// and finishes requests that are done. On an error every request the
+    /// engine held gets [`Event::Failed`].
     pub fn step(&mut self) -> Result<StepReport, EngineError<B::Error>> {
         let result = self.try_step();
         if result.is_err() {
