@@ -182,3 +182,39 @@ impl KvGeometry {
         }
     }
 }
+
+impl KvDtype {
+    /// Its name as command lines and configuration files spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+            Self::Bf16 => "bf16",
+        }
+    }
+}
+
+/// A name that is none of [`KvDtype`]'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ParseKvDtypeError;
+
+impl fmt::Display for ParseKvDtypeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("unknown KV dtype (valid: f32, f16, bf16)")
+    }
+}
+
+impl core::error::Error for ParseKvDtypeError {}
+
+impl core::str::FromStr for KvDtype {
+    type Err = ParseKvDtypeError;
+
+    /// Parses `f32`, `f16` or `bf16`, in any case.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Self::F32, Self::F16, Self::Bf16]
+            .into_iter()
+            .find(|d| d.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or(ParseKvDtypeError)
+    }
+}

@@ -95,7 +95,7 @@ mod time;
 pub use error::{
     AppendError, KvError, PageError, PoolExhausted, SeqError, StorageError, TableFull,
 };
-pub use geometry::{GeometryError, KvDtype, KvGeometry, MAX_PAGES, PAGE_SIZE};
+pub use geometry::{GeometryError, KvDtype, KvGeometry, ParseKvDtypeError, MAX_PAGES, PAGE_SIZE};
 pub use ids::{PageId, SeqId, Slot};
 pub use kv_cache::{Admission, Admitted, KvCache, KvStorage};
 pub use page_table::{Appended, PageCopy, PageTable, SeqEntry, TokenLocation};

@@ -1,16 +1,19 @@
-//! The host engine against plain references: the paged, chunked, batched
+//! The engine against plain references: the paged, chunked, batched
 //! forward pass against a dense f64 Llama forward; greedy generation through
-//! the engine against greedy generation by the reference; cancellation,
-//! preemption and rejection without a leaked page or a lost request.
+//! the engine against greedy generation by the reference, streamed token by
+//! token; cancellation, preemption and rejection without a leaked page or a
+//! lost request.
 
 use pagoda_core::backend::{Backend, SeqAttention};
 use pagoda_core::scheduler::{Fcfs, Policy, SchedulerConfig};
 use pagoda_core::{KvDtype, PageId, Priority, Slot, PAGE_SIZE};
 use pagoda_cpu::CpuBackend;
-use pagoda_host::engine::{
-    Engine, EngineConfig, EngineStorage, GenRequest, Outcome, Rejection, StopReason,
+use pagoda_engine::model::{
+    Activations, Model, ModelConfig, ModelError, SamplingError, SamplingParams, StepInput, Weights,
 };
-use pagoda_host::model::{Activations, Model, ModelConfig, SamplingParams, StepInput, Weights};
+use pagoda_engine::{
+    Engine, EngineConfig, EngineStorage, Event, GenRequest, Rejection, RequestHandle, StopReason,
+};
 
 const CONFIG: ModelConfig = ModelConfig {
     vocab: 97,
@@ -252,15 +255,53 @@ fn request(tag: u64, prompt: Vec<u32>, max_new: u32) -> GenRequest {
     }
 }
 
-/// Runs requests to the end; returns outcomes sorted by tag, the number of
-/// preemptions and whether the engine ended clean.
-fn run(config: &EngineConfig, requests: Vec<GenRequest>) -> (Vec<Outcome>, u64, bool) {
+/// Reads a handle's events to the end: the tokens it streamed, checked to
+/// come once each in order, and its one terminal event, checked to be last.
+fn drain(handle: &RequestHandle) -> (Vec<u32>, Event) {
+    let mut tokens = Vec::new();
+    let mut terminal = None;
+    while let Some(event) = handle.try_recv() {
+        assert!(terminal.is_none(), "an event after the terminal one");
+        match event {
+            Event::Token { token, index } => {
+                assert_eq!(index as usize, tokens.len(), "tokens streamed in order");
+                tokens.push(token);
+            }
+            e => terminal = Some(e),
+        }
+    }
+    (tokens, terminal.expect("a terminal event"))
+}
+
+/// The terminal event of every request, in submission order (a refusal at
+/// submission as `Event::Rejected`); for a finished one, the streamed
+/// tokens are checked to be its output.
+fn outcomes(handles: Vec<Result<RequestHandle, Rejection>>) -> Vec<Event> {
+    handles
+        .into_iter()
+        .map(|h| match h {
+            Ok(handle) => {
+                let (streamed, terminal) = drain(&handle);
+                if let Event::Finished(c) = &terminal {
+                    assert_eq!(streamed, c.output, "streamed tokens are the output");
+                }
+                terminal
+            }
+            Err(reason) => Event::Rejected(reason),
+        })
+        .collect()
+}
+
+/// Runs requests to the end; returns the outcomes in submission order, the
+/// number of preemptions and whether the engine ended clean.
+fn run(config: &EngineConfig, requests: Vec<GenRequest>) -> (Vec<Event>, u64, bool) {
     let model = model();
     let mut storage = EngineStorage::new(config, CONFIG.max_context);
     let mut engine = Engine::new(&model, CpuBackend::new(), config, &mut storage).unwrap();
+    let mut handles = Vec::new();
     for r in requests {
         let now = engine.now();
-        engine.submit(r, Priority::Normal, now);
+        handles.push(engine.submit(r, Priority::Normal, now));
     }
     let mut preempted = 0;
     let mut steps = 0;
@@ -269,21 +310,12 @@ fn run(config: &EngineConfig, requests: Vec<GenRequest>) -> (Vec<Outcome>, u64, 
         steps += 1;
         assert!(steps < 10_000, "no progress");
     }
-    let mut outcomes = engine.take_outcomes();
-    outcomes.sort_by_key(tag);
-    (outcomes, preempted, engine.audit().is_clean())
+    (outcomes(handles), preempted, engine.audit().is_clean())
 }
 
-fn tag(o: &Outcome) -> u64 {
+fn output(o: &Event) -> &[u32] {
     match o {
-        Outcome::Finished(c) => c.tag,
-        Outcome::Cancelled { tag } | Outcome::Rejected { tag, .. } => *tag,
-    }
-}
-
-fn output(o: &Outcome) -> &[u32] {
-    match o {
-        Outcome::Finished(c) => &c.output,
+        Event::Finished(c) => &c.output,
         _ => panic!("not finished: {o:?}"),
     }
 }
@@ -314,8 +346,8 @@ fn batched_greedy_generation_matches_the_reference() {
             let logits = reference_logits(&model, &tokens);
             tokens.push(argmax(logits.last().unwrap()));
         }
-        assert_eq!(output(o), &tokens[p.len()..], "request {}", tag(o));
-        if let Outcome::Finished(c) = o {
+        assert_eq!(output(o), &tokens[p.len()..]);
+        if let Event::Finished(c) = o {
             assert_eq!(c.stop, StopReason::Length);
             assert!(c.arrived <= c.admitted && c.admitted <= c.first_token);
             assert!(c.first_token <= c.finished);
@@ -337,13 +369,15 @@ fn preemption_under_page_pressure_recomputes_the_same_tokens() {
     assert!(clean, "pages leaked under preemption");
     assert!(tight_preempted > 0, "the small pool should preempt");
     assert_eq!(roomy.len(), tight.len());
+    // Streamed tokens were checked against the output: a recomputed token is
+    // not sent twice.
     for (a, b) in roomy.iter().zip(&tight) {
-        assert_eq!(output(a), output(b), "request {}", tag(a));
+        assert_eq!(output(a), output(b));
     }
     let preemptions: u32 = tight
         .iter()
         .map(|o| match o {
-            Outcome::Finished(c) => c.preemptions,
+            Event::Finished(c) => c.preemptions,
             _ => 0,
         })
         .sum();
@@ -375,19 +409,34 @@ fn bad_requests_are_refused_with_a_reason_and_leak_nothing() {
     assert!(clean);
     assert_eq!(outcomes.len(), 7, "every request accounted for once");
     let reason = |i: usize| match &outcomes[i] {
-        Outcome::Rejected { reason, .. } => reason.clone(),
+        Event::Rejected(reason) => reason.clone(),
         o => panic!("request {i} was not rejected: {o:?}"),
     };
-    assert!(matches!(reason(0), Rejection::Invalid(m) if m.contains("500")));
-    assert!(matches!(reason(1), Rejection::Queue(m) if m.contains("empty")));
-    assert!(matches!(reason(2), Rejection::Invalid(m) if m.contains("max_new_tokens")));
-    assert!(matches!(
+    assert_eq!(
+        reason(0),
+        Rejection::TokenOutOfVocabulary {
+            token: 500,
+            vocab: 97
+        }
+    );
+    assert_eq!(reason(1), Rejection::EmptyPrompt);
+    assert_eq!(reason(2), Rejection::ZeroMaxTokens);
+    assert_eq!(
         reason(3),
-        Rejection::Queue(_) | Rejection::Scheduler(_)
+        Rejection::PromptFillsContext {
+            prompt_len: 300,
+            max_context: 256
+        }
+    );
+    assert!(matches!(
+        reason(4),
+        Rejection::Sampling(SamplingError::Temperature(t)) if t.is_nan()
     ));
-    assert!(matches!(reason(4), Rejection::Invalid(m) if m.contains("temperature")));
     assert_eq!(output(&outcomes[5]).len(), 4);
-    assert!(matches!(reason(6), Rejection::Queue(m) if m.contains("pool")));
+    assert!(matches!(
+        reason(6),
+        Rejection::LargerThanPool { pool_pages: 8, .. }
+    ));
 }
 
 #[test]
@@ -399,49 +448,154 @@ fn cancellation_at_any_moment_frees_everything() {
         let mut storage = EngineStorage::new(&config, CONFIG.max_context);
         let mut engine = Engine::new(&model, CpuBackend::new(), &config, &mut storage).unwrap();
         let shared = prompt(seed, 24);
-        let mut ids = Vec::new();
+        let mut handles = Vec::new();
         let n = 20;
         for i in 0..n {
             let mut p = shared.clone();
             p.extend(prompt(1000 + i, rng.usize(1..30)));
             let now = engine.now();
-            ids.push(engine.submit(request(i, p, rng.u32(1..12)), Priority::Normal, now));
+            let handle = engine.submit(request(i, p, rng.u32(1..12)), Priority::Normal, now);
+            handles.push(Some(handle.unwrap()));
         }
-        let mut cancelled = 0;
+        let ids: Vec<_> = handles.iter().flatten().map(RequestHandle::id).collect();
+        let mut cancelled_by_owner = 0;
+        let mut cancelled_by_handle = Vec::new();
         let mut steps = 0;
         while !engine.is_idle() {
-            // Cancel a random request (queued, waiting, running or gone).
-            if rng.bool() {
-                if let Some(Some(id)) = ids.get(rng.usize(0..ids.len())) {
-                    if engine.cancel(*id) {
-                        cancelled += 1;
+            // Cancel a random request (queued, waiting, running or gone):
+            // by the owner at once, through its handle (seen at the next
+            // step), or by dropping its handle.
+            let i = rng.usize(0..ids.len());
+            match rng.u32(0..6) {
+                0 if engine.cancel(ids[i]) => cancelled_by_owner += 1,
+                1 => {
+                    if let Some(h) = &handles[i] {
+                        h.cancel();
+                        cancelled_by_handle.push(i);
                     }
                 }
+                2 => handles[i] = None,
+                _ => {}
             }
             engine.step().unwrap();
             steps += 1;
             assert!(steps < 10_000);
         }
-        let outcomes = engine.take_outcomes();
-        let mut tags: Vec<u64> = outcomes.iter().map(tag).collect();
-        tags.sort_unstable();
-        assert_eq!(
-            tags,
-            (0..n).collect::<Vec<_>>(),
-            "each request exactly once"
-        );
-        let n_cancelled = outcomes
-            .iter()
-            .filter(|o| matches!(o, Outcome::Cancelled { .. }))
-            .count();
-        assert_eq!(n_cancelled, cancelled);
+        let mut cancelled = 0;
+        for (i, h) in handles.iter().enumerate() {
+            let Some(h) = h else { continue };
+            let (_, terminal) = drain(h);
+            match terminal {
+                Event::Cancelled => cancelled += 1,
+                Event::Finished(c) => assert!(!c.output.is_empty()),
+                e => panic!("request {i} ended with {e:?}"),
+            }
+        }
+        assert!(cancelled <= cancelled_by_owner + cancelled_by_handle.len());
         let audit = engine.audit();
         assert!(audit.is_clean(), "seed {seed}: {audit:?}");
-        // A cancelled id is gone for good.
-        for id in ids.iter().flatten() {
+        // A cancelled or finished id is gone for good.
+        for id in &ids {
             assert!(!engine.cancel(*id));
         }
     }
+}
+
+#[test]
+fn a_handle_cancelled_from_another_thread_frees_its_pages_before_the_next_step() {
+    let model = model();
+    let config = engine_config(48, 32);
+    let mut storage = EngineStorage::new(&config, CONFIG.max_context);
+    let mut engine = Engine::new(&model, CpuBackend::new(), &config, &mut storage).unwrap();
+    let now = engine.now();
+    let handle = engine
+        .submit(request(0, prompt(3, 40), 200), Priority::Normal, now)
+        .unwrap();
+    // Run until it streams its first token: it holds pages now.
+    while handle.try_recv().is_none() {
+        engine.step().unwrap();
+    }
+    assert!(engine.audit().referenced_pages > 0);
+    let canceller = handle.canceller();
+    std::thread::spawn(move || canceller.cancel())
+        .join()
+        .unwrap();
+    let step = engine.step().unwrap();
+    assert_eq!(
+        step.plan.work, 0,
+        "nothing computed for a cancelled request"
+    );
+    assert!(engine.is_idle());
+    assert!(engine.audit().is_clean());
+    let mut events = Vec::new();
+    while let Some(e) = handle.try_recv() {
+        events.push(e);
+    }
+    assert_eq!(events.last(), Some(&Event::Cancelled));
+    assert!(events[..events.len() - 1]
+        .iter()
+        .all(|e| matches!(e, Event::Token { .. })));
+}
+
+#[test]
+fn tokens_stream_as_they_are_sampled() {
+    let model = model();
+    let config = engine_config(48, 256);
+    let mut storage = EngineStorage::new(&config, CONFIG.max_context);
+    let mut engine = Engine::new(&model, CpuBackend::new(), &config, &mut storage).unwrap();
+    let now = engine.now();
+    let handle = engine
+        .submit(request(0, prompt(4, 20), 5), Priority::Normal, now)
+        .unwrap();
+    // One step prefills and samples the first token; each later step one
+    // more, each visible before the request finishes.
+    for index in 0..5u32 {
+        engine.step().unwrap();
+        match handle.try_recv() {
+            Some(Event::Token { index: i, .. }) => assert_eq!(i, index),
+            e => panic!("step {index}: {e:?}"),
+        }
+    }
+    assert!(matches!(handle.try_recv(), Some(Event::Finished(c)) if c.output.len() == 5));
+    assert_eq!(handle.try_recv(), None);
+}
+
+#[test]
+fn a_step_past_the_batch_is_a_typed_model_error() {
+    let model = model();
+    let mut backend = CpuBackend::new();
+    let geometry = CONFIG.kv_geometry(KvDtype::F32).unwrap();
+    let mut store = backend.create_kv_store(geometry, 4).unwrap();
+    let pages = [PageId::from_index(0)];
+    let seqs = [SeqAttention {
+        pages: &pages,
+        context_len: 1,
+        query_start: 0,
+        query_len: 1,
+    }];
+    let slots = [pages[0].slot(0)];
+    // Two rows to sample from a one-token step (both in range).
+    let input = StepInput {
+        tokens: &[1],
+        positions: &[0],
+        slots: &slots,
+        seqs: &seqs,
+        sample_rows: &[0, 0],
+    };
+    let mut logits = Vec::new();
+    let err = model
+        .forward(
+            &mut backend,
+            &mut store,
+            &input,
+            &mut Activations::default(),
+            &mut logits,
+        )
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        pagoda_engine::model::ForwardError::Model(ModelError::SampleRows { rows: 2, tokens: 1 })
+    ));
 }
 
 #[test]
@@ -457,12 +611,14 @@ fn a_shared_prefix_is_computed_once() {
         let mut p = shared.clone();
         p.extend(prompt(300 + i, 10));
         let now = engine.now();
-        engine.submit(request(i, p, 3), Priority::Normal, now);
+        // Kept until it finishes: dropping a handle cancels its request.
+        let handle = engine.submit(request(i, p, 3), Priority::Normal, now);
         while !engine.is_idle() {
             let step = engine.step().unwrap();
             computed += step.plan.prefill_tokens;
             cached += step.plan.cached_tokens;
         }
+        assert!(matches!(drain(&handle.unwrap()).1, Event::Finished(_)));
     }
     // The first request computes 74 tokens; each later one only its own 10
     // (the 64 shared tokens are four full pages).

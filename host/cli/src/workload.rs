@@ -4,16 +4,17 @@
 //! A trace is a list of [`TraceEntry`]s (arrival time, prompt tokens, output
 //! limit, priority). Synthetic workloads draw one from a seed, so the same
 //! seed gives the same trace on every machine; `--trace FILE.jsonl` reads
-//! one, and `--save-trace` writes the synthetic one out for replay.
+//! one, and `--save-trace` writes the synthetic one out for replay (both in
+//! `trace.rs`).
 
 use std::fmt;
 use std::str::FromStr;
 
-use pagoda_core::Priority;
+use pagoda_engine::Priority;
 use serde::Serialize;
 
 /// One request of a trace.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceEntry {
     /// Microseconds after the start of the run.
     pub arrival_us: u64,
@@ -22,21 +23,7 @@ pub struct TraceEntry {
     /// Most tokens to generate.
     pub max_tokens: u32,
     /// Priority class.
-    #[serde(serialize_with = "priority_name")]
     pub priority: Priority,
-}
-
-fn priority_name<S: serde::Serializer>(p: &Priority, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(priority_str(*p))
-}
-
-fn priority_str(p: Priority) -> &'static str {
-    match p {
-        Priority::Low => "low",
-        Priority::Normal => "normal",
-        Priority::High => "high",
-        Priority::Critical => "critical",
-    }
 }
 
 /// The prefix structure of a synthetic workload.
@@ -94,15 +81,6 @@ impl LengthDist {
                 let v = f64::from(median) * (sigma * z).exp();
                 v.round().clamp(1.0, f64::from(median) * 8.0) as u32
             }
-        }
-    }
-
-    /// The largest length it can draw.
-    pub fn max(&self) -> u32 {
-        match *self {
-            Self::Fixed(n) => n.max(1),
-            Self::Uniform(_, hi) => hi.max(1),
-            Self::LogNormal(median, _) => median.saturating_mul(8).max(1),
         }
     }
 }
@@ -276,146 +254,6 @@ impl WorkloadSpec {
     }
 }
 
-/// A trace line that could not be read, with its line number (from 1).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceError {
-    /// Line number.
-    pub line: usize,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl fmt::Display for TraceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "line {}: {}", self.line, self.message)
-    }
-}
-
-const TRACE_FIELDS: &str = "arrival, prompt, prompt_tokens, max_tokens, priority";
-
-/// Parses a JSON Lines trace: one object per line with `arrival` (seconds
-/// from the start, default 0), either `prompt` (text, tokenised one token
-/// per UTF-8 byte) or `prompt_tokens` (token ids below `vocab`), `max_tokens`
-/// (at least 1) and an optional `priority` (`low`, `normal`, `high`,
-/// `critical`). Blank lines and lines starting with `#` are skipped. Every
-/// bad line is reported with its number.
-pub fn parse_trace(text: &str, vocab: u32) -> Result<Vec<TraceEntry>, Vec<TraceError>> {
-    let mut entries = Vec::new();
-    let mut errors = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let trimmed = line.trim();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
-            continue;
-        }
-        match parse_line(trimmed, vocab) {
-            Ok(e) => entries.push(e),
-            Err(message) => errors.push(TraceError {
-                line: i + 1,
-                message,
-            }),
-        }
-    }
-    if errors.is_empty() {
-        entries.sort_by_key(|e| e.arrival_us);
-        Ok(entries)
-    } else {
-        Err(errors)
-    }
-}
-
-fn parse_line(line: &str, vocab: u32) -> Result<TraceEntry, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(line).map_err(|e| format!("not valid JSON: {e}"))?;
-    let obj = value.as_object().ok_or(
-        "expected a JSON object like {\"arrival\": 0.5, \"prompt\": \"...\", \"max_tokens\": 32}",
-    )?;
-    for key in obj.keys() {
-        if !TRACE_FIELDS.split(", ").any(|f| f == key) {
-            return Err(format!("unknown field '{key}' (valid: {TRACE_FIELDS})"));
-        }
-    }
-    let arrival = match obj.get("arrival") {
-        None => 0.0,
-        Some(v) => match v.as_f64() {
-            Some(s) if s.is_finite() && (0.0..1e9).contains(&s) => s,
-            _ => return Err(format!("arrival must be seconds ≥ 0, found {v}")),
-        },
-    };
-    let prompt = match (obj.get("prompt"), obj.get("prompt_tokens")) {
-        (Some(_), Some(_)) => return Err("give prompt or prompt_tokens, not both".into()),
-        (None, None) => return Err("missing prompt (text) or prompt_tokens (ids)".into()),
-        (Some(text), None) => {
-            let text = text.as_str().ok_or("prompt must be a string")?;
-            text.bytes().map(u32::from).collect::<Vec<u32>>()
-        }
-        (None, Some(ids)) => {
-            let ids = ids
-                .as_array()
-                .ok_or("prompt_tokens must be an array of token ids")?;
-            let mut out = Vec::with_capacity(ids.len());
-            // Range against the vocabulary is checked below, for text too.
-            for id in ids {
-                match id.as_u64().and_then(|t| u32::try_from(t).ok()) {
-                    Some(t) => out.push(t),
-                    None => return Err(format!("prompt token {id} is not a token id")),
-                }
-            }
-            out
-        }
-    };
-    if prompt.is_empty() {
-        return Err("the prompt is empty".into());
-    }
-    if let Some(&t) = prompt.iter().find(|&&t| t >= vocab) {
-        return Err(format!(
-            "prompt token {t} is outside the vocabulary (0..{vocab})"
-        ));
-    }
-    let max_tokens = match obj.get("max_tokens") {
-        None => return Err("missing max_tokens".into()),
-        Some(v) => match v.as_u64() {
-            Some(n) if (1..=u64::from(u32::MAX)).contains(&n) => n as u32,
-            _ => return Err(format!("max_tokens must be a positive integer, found {v}")),
-        },
-    };
-    let priority = match obj.get("priority") {
-        None => Priority::Normal,
-        Some(v) => match v.as_str() {
-            Some("low") => Priority::Low,
-            Some("normal") => Priority::Normal,
-            Some("high") => Priority::High,
-            Some("critical") => Priority::Critical,
-            _ => {
-                return Err(format!(
-                    "unknown priority {v} (valid: low, normal, high, critical)"
-                ))
-            }
-        },
-    };
-    Ok(TraceEntry {
-        arrival_us: (arrival * 1e6).round() as u64,
-        prompt,
-        max_tokens,
-        priority,
-    })
-}
-
-/// Writes a trace as JSON Lines that [`parse_trace`] reads back unchanged.
-pub fn write_trace(entries: &[TraceEntry]) -> String {
-    let mut out = String::new();
-    for e in entries {
-        let line = serde_json::json!({
-            "arrival": e.arrival_us as f64 / 1e6,
-            "prompt_tokens": e.prompt,
-            "max_tokens": e.max_tokens,
-            "priority": priority_str(e.priority),
-        });
-        out.push_str(&line.to_string());
-        out.push('\n');
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -524,35 +362,5 @@ mod tests {
         assert!(v.iter().all(|&x| (1..=800).contains(&x)));
         v.sort();
         assert!((85..=115).contains(&v[1000]), "median {}", v[1000]);
-    }
-
-    #[test]
-    fn trace_round_trips_and_reports_bad_lines() {
-        let t = spec(WorkloadKind::FewShot).generate();
-        assert_eq!(parse_trace(&write_trace(&t), 500), Ok(t));
-        let text =
-            "{\"arrival\": 0.5, \"prompt\": \"hi\", \"max_tokens\": 3, \"priority\": \"high\"}\n\
-                    \n# comment\n\
-                    {\"prompt\": \"x\"}\n\
-                    not json\n\
-                    {\"prompt_tokens\": [1, 999], \"max_tokens\": 2}\n\
-                    {\"prompt\": \"a\", \"max_tokens\": 2, \"priority\": \"urgent\"}\n\
-                    {\"prompt\": \"a\", \"max_tokens\": 2, \"colour\": 1}\n";
-        let errors = parse_trace(text, 500).unwrap_err();
-        let lines: Vec<usize> = errors.iter().map(|e| e.line).collect();
-        assert_eq!(lines, vec![4, 5, 6, 7, 8]);
-        assert!(errors[0].message.contains("max_tokens"));
-        assert!(errors[2].message.contains("999"));
-        assert!(errors[3]
-            .message
-            .contains("valid: low, normal, high, critical"));
-        assert!(errors[4].message.contains("unknown field 'colour'"));
-        let ok = parse_trace(
-            "{\"arrival\": 0.5, \"prompt\": \"hi\", \"max_tokens\": 3}",
-            500,
-        )
-        .unwrap();
-        assert_eq!(ok[0].prompt, vec![104, 105]);
-        assert_eq!(ok[0].arrival_us, 500_000);
     }
 }

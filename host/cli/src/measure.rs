@@ -1,33 +1,11 @@
-//! Running one trace through the engine under one policy, and measuring it.
-//!
-//! Arrivals follow the trace on the engine's clock: a request is submitted
-//! once its arrival time has passed, and the engine sleeps while nothing is
-//! running and the next arrival is ahead. Latencies are measured from each
-//! request's arrival time in the trace.
+//! What one policy's run measured: per-request records counted by outcome
+//! kind, latency percentiles, and the sums over steps that make the
+//! [`PolicyReport`].
 
-use std::time::Duration;
-
-use pagoda_core::backend::Backend;
-use pagoda_core::scheduler::{Policy, SchedulerPolicy};
-use pagoda_core::{RequestId, Timestamp};
+use pagoda_engine::{
+    Audit, Completion, PoolStats, Rejection, RejectionKind, StepReport, Timestamp,
+};
 use serde::Serialize;
-
-use crate::engine::{Audit, Completion, Engine, EngineConfig, EngineStorage, GenRequest, Outcome};
-use crate::model::{Model, SamplingParams};
-use crate::workload::TraceEntry;
-
-/// How the trace is driven, besides the engine's configuration.
-#[derive(Debug, Clone, Copy)]
-pub struct DriveOptions {
-    /// Sampling for every request.
-    pub sampling: SamplingParams,
-    /// Seed of the samplers and of cancellations.
-    pub seed: u64,
-    /// Share of requests the client cancels at a random moment (0 to 1).
-    pub cancel_fraction: f64,
-    /// Concurrency at which the bookkeeping share is reported separately.
-    pub concurrency_mark: u32,
-}
 
 /// Exact percentiles of a list of latencies, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -66,13 +44,33 @@ impl Latency {
     }
 }
 
+/// What became of a request, as the report counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeKind {
+    /// It ran to the end.
+    Finished,
+    /// The client cancelled it.
+    Cancelled,
+    /// The engine refused it.
+    Rejected,
+    /// The engine stopped on an error before it finished.
+    Failed,
+}
+
 /// One request in the report.
 #[derive(Debug, Clone, Serialize)]
 pub struct RequestRecord {
     /// Index in the trace.
     pub index: u64,
-    /// `finished`, `cancelled` or `rejected: reason`.
-    pub outcome: String,
+    /// What became of it.
+    pub outcome: OutcomeKind,
+    /// Why it was refused, if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejection: Option<RejectionKind>,
+    /// The refusal in words, if it was refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Prompt tokens.
     pub prompt_tokens: u32,
     /// Generated tokens.
@@ -160,114 +158,15 @@ pub struct PolicyReport {
     pub audit: Audit,
     /// Every page free or cached and every request accounted for.
     pub leak_free: bool,
-    /// A digest of every generated token (FNV-1a over tags and tokens).
+    /// A digest of every generated token (FNV-1a over each finished
+    /// request's trace index and tokens, in trace order).
     pub output_digest: String,
     /// Per request.
     pub per_request: Vec<RequestRecord>,
 }
 
-/// Why a run could not complete.
-#[derive(Debug)]
-pub struct RunError(pub String);
-
-impl std::fmt::Display for RunError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for RunError {}
-
-/// Runs `trace` on a fresh engine with `policy`; `on_outcome` is called once
-/// per request accounted for (for a progress bar).
-pub fn run_policy<B: Backend>(
-    model: &Model,
-    backend: B,
-    config: &EngineConfig,
-    policy: Policy,
-    trace: &[TraceEntry],
-    options: &DriveOptions,
-    mut on_outcome: impl FnMut(),
-) -> Result<PolicyReport, RunError> {
-    let config = EngineConfig { policy, ..*config };
-    let mut storage = EngineStorage::new(&config, model.config().max_context);
-    let mut engine = Engine::new(model, backend, &config, &mut storage)
-        .map_err(|e| RunError(format!("cannot build the engine: {e}")))?;
-
-    // Client-side cancellations: (time, trace index), sorted by time.
-    let mut rng = fastrand::Rng::with_seed(options.seed ^ 0xC0FF_EE00);
-    let mut cancels: Vec<(u64, usize)> = Vec::new();
-    for (i, e) in trace.iter().enumerate() {
-        let delay = rng.u64(0..1_000_000);
-        if rng.f64() < options.cancel_fraction {
-            cancels.push((e.arrival_us + delay, i));
-        }
-    }
-    cancels.sort_unstable();
-    let mut ids: Vec<Option<RequestId>> = vec![None; trace.len()];
-
-    let mut acc = Accumulator::new(trace.len(), options.concurrency_mark);
-    let start = engine.now();
-    let start_pool = engine.pool_stats();
-    let mut next = 0;
-    let mut next_cancel = 0;
-    loop {
-        let now = engine.now();
-        while next < trace.len() && trace[next].arrival_us <= now.0 {
-            let e = &trace[next];
-            let request = GenRequest {
-                tag: next as u64,
-                prompt: e.prompt.clone(),
-                max_new_tokens: e.max_tokens,
-                sampling: options.sampling,
-                seed: options.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ next as u64,
-                stop_token: None,
-            };
-            ids[next] = engine.submit(request, e.priority, Timestamp(start.0 + e.arrival_us));
-            next += 1;
-        }
-        while next_cancel < cancels.len() && cancels[next_cancel].0 <= now.0 {
-            let index = cancels[next_cancel].1;
-            if let Some(id) = ids.get(index).copied().flatten() {
-                engine.cancel(id);
-            }
-            next_cancel += 1;
-        }
-        for outcome in engine.take_outcomes() {
-            acc.outcome(outcome);
-            on_outcome();
-        }
-        if engine.is_idle() {
-            if next == trace.len() {
-                break;
-            }
-            let wait = trace[next].arrival_us.saturating_sub(engine.now().0);
-            std::thread::sleep(Duration::from_micros(wait.min(50_000)));
-            continue;
-        }
-        let step = engine
-            .step()
-            .map_err(|e| RunError(format!("step failed: {e}")))?;
-        acc.step(&step, &engine.pool_stats());
-    }
-    for outcome in engine.take_outcomes() {
-        acc.outcome(outcome);
-        on_outcome();
-    }
-    let end_pool = engine.pool_stats();
-    let duration_s = engine.now().micros_since(start) as f64 / 1e6;
-    let audit = engine.audit();
-    Ok(acc.finish(
-        config.policy.name(),
-        duration_s,
-        &start_pool,
-        &end_pool,
-        audit,
-    ))
-}
-
 /// Sums over steps and outcomes.
-struct Accumulator {
+pub(crate) struct Accumulator {
     records: Vec<Option<RequestRecord>>,
     mark: u32,
     steps: u64,
@@ -286,11 +185,12 @@ struct Accumulator {
     weight: f64,
     peak_util: f64,
     tpot: Vec<f64>,
-    digest: u64,
+    /// Each finished request's tokens, by trace index.
+    outputs: Vec<Vec<u32>>,
 }
 
 impl Accumulator {
-    fn new(requests: usize, mark: u32) -> Self {
+    pub(crate) fn new(requests: usize, mark: u32) -> Self {
         Self {
             records: vec![None; requests],
             mark,
@@ -310,11 +210,11 @@ impl Accumulator {
             weight: 0.0,
             peak_util: 0.0,
             tpot: Vec::new(),
-            digest: 0xcbf2_9ce4_8422_2325,
+            outputs: vec![Vec::new(); requests],
         }
     }
 
-    fn step(&mut self, step: &crate::engine::StepReport, pool: &pagoda_core::PoolStats) {
+    pub(crate) fn step(&mut self, step: &StepReport, pool: &PoolStats) {
         let p = &step.plan;
         self.steps += 1;
         self.batch_sum += p.work as u64;
@@ -339,74 +239,103 @@ impl Accumulator {
         self.peak_util = self.peak_util.max(util);
     }
 
-    fn outcome(&mut self, outcome: Outcome) {
+    pub(crate) fn finished(&mut self, index: usize, c: &Completion) {
         let ms = |a: Timestamp, b: Timestamp| b.micros_since(a) as f64 / 1e3;
-        let (index, record) = match outcome {
-            Outcome::Finished(c) => {
-                let Completion {
-                    tag,
-                    prompt_len,
-                    ref output,
-                    arrived,
-                    admitted,
-                    first_token,
-                    finished,
-                    preemptions,
-                    ..
-                } = c;
-                if output.len() > 1 {
-                    self.tpot
-                        .push(ms(first_token, finished) / (output.len() - 1) as f64);
-                }
-                for &t in std::iter::once(&(tag as u32)).chain(output) {
-                    for b in t.to_le_bytes() {
-                        self.digest = (self.digest ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-                    }
-                }
-                (
-                    tag,
-                    RequestRecord {
-                        index: tag,
-                        outcome: "finished".into(),
-                        prompt_tokens: prompt_len,
-                        output_tokens: output.len() as u32,
-                        ttft_ms: Some(ms(arrived, first_token)),
-                        e2e_ms: Some(ms(arrived, finished)),
-                        queue_ms: Some(ms(arrived, admitted)),
-                        preemptions,
-                    },
-                )
-            }
-            Outcome::Cancelled { tag } => (tag, blank(tag, "cancelled".into())),
-            Outcome::Rejected { tag, reason } => (tag, blank(tag, format!("rejected: {reason}"))),
-        };
-        if let Some(slot) = self.records.get_mut(index as usize) {
+        if c.output.len() > 1 {
+            self.tpot
+                .push(ms(c.first_token, c.finished) / (c.output.len() - 1) as f64);
+        }
+        if let Some(slot) = self.outputs.get_mut(index) {
+            *slot = c.output.clone();
+        }
+        self.record(
+            index,
+            RequestRecord {
+                index: index as u64,
+                outcome: OutcomeKind::Finished,
+                rejection: None,
+                reason: None,
+                prompt_tokens: c.prompt_len,
+                output_tokens: c.output.len() as u32,
+                ttft_ms: Some(ms(c.arrived, c.first_token)),
+                e2e_ms: Some(ms(c.arrived, c.finished)),
+                queue_ms: Some(ms(c.arrived, c.admitted)),
+                preemptions: c.preemptions,
+            },
+        );
+    }
+
+    pub(crate) fn rejected(&mut self, index: usize, reason: &Rejection) {
+        self.blank(index, OutcomeKind::Rejected, Some(reason));
+    }
+
+    pub(crate) fn blank(&mut self, index: usize, outcome: OutcomeKind, reason: Option<&Rejection>) {
+        self.record(
+            index,
+            RequestRecord {
+                index: index as u64,
+                outcome,
+                rejection: reason.map(Rejection::kind),
+                reason: reason.map(ToString::to_string),
+                prompt_tokens: 0,
+                output_tokens: 0,
+                ttft_ms: None,
+                e2e_ms: None,
+                queue_ms: None,
+                preemptions: 0,
+            },
+        );
+    }
+
+    fn record(&mut self, index: usize, record: RequestRecord) {
+        if let Some(slot) = self.records.get_mut(index) {
             *slot = Some(record);
         }
     }
 
-    fn finish(
+    pub(crate) fn finish(
         self,
         policy: &str,
         duration_s: f64,
-        start_pool: &pagoda_core::PoolStats,
-        end_pool: &pagoda_core::PoolStats,
+        start_pool: &PoolStats,
+        end_pool: &PoolStats,
         audit: Audit,
     ) -> PolicyReport {
         let requests = self.records.len() as u64;
+        let records_by_index: Vec<Option<OutcomeKind>> = self
+            .records
+            .iter()
+            .map(|r| r.as_ref().map(|r| r.outcome))
+            .collect();
         let records: Vec<RequestRecord> = self.records.into_iter().flatten().collect();
-        let count = |prefix: &str| {
-            records
-                .iter()
-                .filter(|r| r.outcome.starts_with(prefix))
-                .count() as u64
-        };
-        let (finished, cancelled, rejected) =
-            (count("finished"), count("cancelled"), count("rejected"));
+        let count = |kind: OutcomeKind| records.iter().filter(|r| r.outcome == kind).count() as u64;
+        let (finished, cancelled, rejected, failed) = (
+            count(OutcomeKind::Finished),
+            count(OutcomeKind::Cancelled),
+            count(OutcomeKind::Rejected),
+            count(OutcomeKind::Failed),
+        );
+        // FNV-1a over every finished request's index and tokens, in trace
+        // order.
+        let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
+        for (index, output) in self.outputs.iter().enumerate() {
+            let finished_here = matches!(
+                records_by_index.get(index),
+                Some(Some(OutcomeKind::Finished))
+            );
+            if !finished_here {
+                continue;
+            }
+            for &t in std::iter::once(&(index as u32)).chain(output) {
+                for b in t.to_le_bytes() {
+                    digest = (digest ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+                }
+            }
+        }
         let collect = |f: fn(&RequestRecord) -> Option<f64>| -> Vec<f64> {
             records
                 .iter()
-                .filter(|r| r.outcome == "finished")
+                .filter(|r| r.outcome == OutcomeKind::Finished)
                 .filter_map(f)
                 .collect()
         };
@@ -467,23 +396,12 @@ impl Accumulator {
                 .then(|| pct(self.mark_bookkeeping_us, self.mark_total_us)),
             concurrency_mark: self.mark,
             compute_pct: pct(self.compute_us, total_us),
-            leak_free: audit.is_clean() && requests == finished + cancelled + rejected,
+            leak_free: audit.is_clean()
+                && failed == 0
+                && requests == finished + cancelled + rejected,
             audit,
-            output_digest: format!("{:016x}", self.digest),
+            output_digest: format!("{digest:016x}"),
             per_request: records,
         }
-    }
-}
-
-fn blank(tag: u64, outcome: String) -> RequestRecord {
-    RequestRecord {
-        index: tag,
-        outcome,
-        prompt_tokens: 0,
-        output_tokens: 0,
-        ttft_ms: None,
-        e2e_ms: None,
-        queue_ms: None,
-        preemptions: 0,
     }
 }

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::bench::{Latency, PolicyReport};
+use crate::measure::{Latency, PolicyReport};
 
 /// The whole run: what was run and each policy's figures.
 #[derive(Debug, Clone, Serialize)]
@@ -136,7 +136,7 @@ impl BenchReport {
         for p in &self.policies {
             let mut reasons: Vec<(&str, usize)> = Vec::new();
             for r in &p.per_request {
-                if let Some(reason) = r.outcome.strip_prefix("rejected: ") {
+                if let Some(reason) = r.reason.as_deref() {
                     match reasons.iter_mut().find(|(x, _)| *x == reason) {
                         Some((_, n)) => *n += 1,
                         None => reasons.push((reason, 1)),
@@ -185,7 +185,7 @@ impl BenchReport {
             W / 2.0,
             escape(&self.title)
         );
-        let series = |f: fn(&crate::bench::RequestRecord) -> Option<f64>| -> Vec<Vec<f64>> {
+        let series = |f: fn(&crate::measure::RequestRecord) -> Option<f64>| -> Vec<Vec<f64>> {
             self.policies
                 .iter()
                 .map(|p| {

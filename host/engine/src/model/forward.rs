@@ -184,6 +184,9 @@ impl Model {
 
         // Only the rows that sample need the output head.
         let s = input.sample_rows.len();
+        if act.h.len() < s * hidden {
+            act.h.resize(s * hidden, 0.0);
+        }
         let gathered = &mut act.h[..s * hidden];
         for (row, &r) in gathered.chunks_exact_mut(hidden).zip(input.sample_rows) {
             let start = r as usize * hidden;
@@ -206,11 +209,11 @@ impl Model {
         let c = self.config();
         let t = input.tokens.len();
         if input.positions.len() != t || input.slots.len() != t {
-            return Err(ModelError::Config(format!(
-                "{t} tokens, {} positions and {} slots",
-                input.positions.len(),
-                input.slots.len()
-            )));
+            return Err(ModelError::Batch {
+                tokens: t,
+                positions: input.positions.len(),
+                slots: input.slots.len(),
+            });
         }
         if let Some(&token) = input.tokens.iter().find(|&&x| x >= c.vocab) {
             return Err(ModelError::Token {
@@ -224,8 +227,14 @@ impl Model {
                 max_context: c.max_context,
             });
         }
-        if input.sample_rows.iter().any(|&r| r as usize >= t) {
-            return Err(ModelError::Config("a sample row is past the batch".into()));
+        if input.sample_rows.len() > t {
+            return Err(ModelError::SampleRows {
+                rows: input.sample_rows.len(),
+                tokens: t,
+            });
+        }
+        if let Some(&row) = input.sample_rows.iter().find(|&&r| r as usize >= t) {
+            return Err(ModelError::SampleRow { row, tokens: t });
         }
         Ok(())
     }

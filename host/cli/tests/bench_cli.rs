@@ -3,8 +3,8 @@
 //! page, hit rates that match the workload's sharing, LPM at least FCFS on
 //! shared prefixes), and clean errors for bad arguments and bad traces.
 //!
-//! Built as an integration test of `pagoda-host` (see its `Cargo.toml`), so
-//! Cargo builds the binary first and hands its path over.
+//! An integration test of `pagoda-cli`, so Cargo builds the binary first and
+//! hands its path over.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -284,4 +284,37 @@ fn bad_trace_lines_are_reported_with_their_numbers() {
         table.contains("2 / 0 / 0"),
         "both trace requests finish:\n{table}"
     );
+}
+
+#[test]
+fn refusals_are_counted_by_kind_in_the_json() {
+    let trace = temp("refused.jsonl");
+    // The second prompt fills the embedded model's 2048-token context.
+    let long = "a".repeat(2048);
+    std::fs::write(
+        &trace,
+        format!(
+            "{{\"arrival\": 0, \"prompt\": \"hello\", \"max_tokens\": 2}}\n\
+             {{\"arrival\": 0, \"prompt\": \"{long}\", \"max_tokens\": 2}}\n"
+        ),
+    )
+    .unwrap();
+    let report = bench(
+        "refused",
+        &["--trace", trace.to_str().unwrap(), "--policy", "fcfs"],
+    );
+    let p = policy(&report, "fcfs");
+    assert_accounted(p);
+    assert_eq!(num(p, "finished"), 1.0);
+    assert_eq!(num(p, "rejected"), 1.0);
+    let records = p["per_request"].as_array().unwrap();
+    let refused = records.iter().find(|r| r["index"] == 1).unwrap();
+    assert_eq!(refused["outcome"], "rejected");
+    assert_eq!(refused["rejection"], "prompt_fills_context");
+    assert!(refused["reason"].as_str().unwrap().contains("2048"));
+    let done = records.iter().find(|r| r["index"] == 0).unwrap();
+    assert_eq!(done["outcome"], "finished");
+    assert!(done.get("rejection").is_none());
+    assert_eq!(report["settings"]["requests"], 2);
+    assert_eq!(report["settings"]["kv_dtype"], "F16");
 }

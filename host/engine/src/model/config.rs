@@ -1,9 +1,7 @@
 //! The shape of a Llama-architecture decoder.
 
-use std::fmt;
-
 use pagoda_core::backend::{AttentionShape, SUPPORTED_HEAD_DIMS};
-use pagoda_core::{KvDtype, KvGeometry};
+use pagoda_core::{GeometryError, KvDtype, KvGeometry};
 
 /// Hyper-parameters of a Llama-style decoder: token embedding, `layers` ×
 /// (RMSNorm, grouped-query attention with rotary positions, RMSNorm, SwiGLU
@@ -64,26 +62,23 @@ impl ModelConfig {
         ];
         for (name, value) in sizes {
             if value == 0 {
-                return Err(ModelError::Config(format!("{name} must be positive")));
+                return Err(ModelError::ZeroSize(name));
             }
         }
         if self.q_heads % self.kv_heads != 0 {
-            return Err(ModelError::Config(format!(
-                "q_heads ({}) must be a multiple of kv_heads ({})",
-                self.q_heads, self.kv_heads
-            )));
+            return Err(ModelError::HeadsDoNotGroup {
+                q_heads: self.q_heads,
+                kv_heads: self.kv_heads,
+            });
         }
         if !SUPPORTED_HEAD_DIMS.contains(&self.head_dim) {
-            return Err(ModelError::Config(format!(
-                "head_dim {} is not supported (valid: {SUPPORTED_HEAD_DIMS:?})",
-                self.head_dim
-            )));
+            return Err(ModelError::UnsupportedHeadDim(self.head_dim));
         }
         if !(self.rope_theta.is_finite() && self.rope_theta > 1.0) {
-            return Err(ModelError::Config("rope_theta must be above 1".into()));
+            return Err(ModelError::RopeTheta(self.rope_theta));
         }
         if !(self.rms_eps.is_finite() && self.rms_eps > 0.0) {
-            return Err(ModelError::Config("rms_eps must be positive".into()));
+            return Err(ModelError::RmsEps(self.rms_eps));
         }
         Ok(())
     }
@@ -100,8 +95,12 @@ impl ModelConfig {
 
     /// The KV cache's geometry for this model.
     pub fn kv_geometry(&self, dtype: KvDtype) -> Result<KvGeometry, ModelError> {
-        KvGeometry::new(self.layers, self.kv_heads, self.head_dim, dtype)
-            .map_err(|e| ModelError::Config(format!("KV geometry: {e}")))
+        Ok(KvGeometry::new(
+            self.layers,
+            self.kv_heads,
+            self.head_dim,
+            dtype,
+        )?)
     }
 
     /// The attention's head layout and `1/sqrt(head_dim)` scale.
@@ -127,12 +126,43 @@ impl ModelConfig {
     }
 }
 
-/// A model that cannot be built or run.
-#[derive(Debug, Clone, PartialEq)]
+/// A model that cannot be built or run, or a step it cannot compute.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ModelError {
-    /// The configuration is inconsistent.
-    Config(String),
+    /// A size in the configuration is zero.
+    #[error("invalid model configuration: {0} must be positive")]
+    ZeroSize(&'static str),
+    /// Query heads do not split evenly over key/value heads.
+    #[error("invalid model configuration: q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads})")]
+    HeadsDoNotGroup {
+        /// Query heads.
+        q_heads: u32,
+        /// Key/value heads.
+        kv_heads: u32,
+    },
+    /// No backend supports this head dimension.
+    #[error("invalid model configuration: head_dim {0} is not supported (valid: {SUPPORTED_HEAD_DIMS:?})")]
+    UnsupportedHeadDim(u32),
+    /// The RoPE base is not a finite number above 1.
+    #[error("invalid model configuration: rope_theta {0} must be above 1")]
+    RopeTheta(f32),
+    /// The RMSNorm epsilon is not a finite positive number.
+    #[error("invalid model configuration: rms_eps {0} must be positive")]
+    RmsEps(f32),
+    /// The KV cache cannot have this geometry.
+    #[error("KV geometry: {0}")]
+    Geometry(#[from] GeometryError),
+    /// The number of layer weights differs from the configuration's.
+    #[error("{given} layers given, the configuration has {expected}")]
+    LayerCount {
+        /// Layers given.
+        given: usize,
+        /// Layers configured.
+        expected: u32,
+    },
     /// A weight tensor has the wrong shape.
+    #[error("weight {name} has shape {found:?}, the configuration needs {expected:?}")]
     Shape {
         /// The tensor.
         name: String,
@@ -141,14 +171,45 @@ pub enum ModelError {
         /// The shape it has.
         found: Vec<usize>,
     },
+    /// The embedding or the output head holds NaN or infinity.
+    #[error("weights hold NaN or infinity")]
+    NonFinite,
+    /// A step's tokens, positions and slots differ in number.
+    #[error("{tokens} tokens, {positions} positions and {slots} slots in one step")]
+    Batch {
+        /// Tokens.
+        tokens: usize,
+        /// Positions.
+        positions: usize,
+        /// KV slots.
+        slots: usize,
+    },
     /// A token id outside the vocabulary.
+    #[error("token {token} is outside the vocabulary (0..{vocab})")]
     Token {
         /// The token.
         token: u32,
         /// The vocabulary size.
         vocab: u32,
     },
+    /// More rows to sample than tokens in the step.
+    #[error("{rows} rows to sample in a step of {tokens} tokens")]
+    SampleRows {
+        /// Rows asked for.
+        rows: usize,
+        /// Tokens in the step.
+        tokens: usize,
+    },
+    /// A row to sample past the step's tokens.
+    #[error("sample row {row} is past the step's {tokens} tokens")]
+    SampleRow {
+        /// The row.
+        row: u32,
+        /// Tokens in the step.
+        tokens: usize,
+    },
     /// A position past the model's context.
+    #[error("position {position} is past the model's context of {max_context}")]
     Position {
         /// The position.
         position: u32,
@@ -156,31 +217,3 @@ pub enum ModelError {
         max_context: u32,
     },
 }
-
-impl fmt::Display for ModelError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Config(msg) => write!(f, "invalid model configuration: {msg}"),
-            Self::Shape {
-                name,
-                expected,
-                found,
-            } => write!(
-                f,
-                "weight {name} has shape {found:?}, the configuration needs {expected:?}"
-            ),
-            Self::Token { token, vocab } => {
-                write!(f, "token {token} is outside the vocabulary (0..{vocab})")
-            }
-            Self::Position {
-                position,
-                max_context,
-            } => write!(
-                f,
-                "position {position} is past the model's context of {max_context}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ModelError {}

@@ -68,11 +68,10 @@ impl Weights {
         check("final_norm", final_norm.shape(), &[h])?;
         check("lm_head", lm_head.shape(), &[h, v])?;
         if layers.len() != config.layers as usize {
-            return Err(ModelError::Config(format!(
-                "{} layers given, the configuration has {}",
-                layers.len(),
-                config.layers
-            )));
+            return Err(ModelError::LayerCount {
+                given: layers.len(),
+                expected: config.layers,
+            });
         }
         for (i, layer) in layers.iter().enumerate() {
             let name = |t: &str| format!("layers.{i}.{t}");
@@ -88,7 +87,7 @@ impl Weights {
         }
         let finite = embed.iter().all(|x| x.is_finite()) && lm_head.iter().all(|x| x.is_finite());
         if !finite {
-            return Err(ModelError::Config("weights hold NaN or infinity".into()));
+            return Err(ModelError::NonFinite);
         }
         Ok(Self {
             config,
@@ -116,10 +115,15 @@ impl Weights {
             config.kv_dim(),
             config.ffn as usize,
         );
-        // Embedding rows of unit variance: fan-in 1.
+        // Embedding rows of unit variance: fan-in 1 (drawn as one row, then
+        // reshaped, which cannot fail for a standard-layout array).
         let embed = matrix(1, v * h)
             .into_shape_with_order((v, h))
-            .map_err(|e| ModelError::Config(e.to_string()))?;
+            .map_err(|_| ModelError::Shape {
+                name: "embed".into(),
+                expected: vec![v, h],
+                found: vec![1, v * h],
+            })?;
         let layers = (0..config.layers)
             .map(|_| LayerWeights {
                 attn_norm: Array1::ones(h),

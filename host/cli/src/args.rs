@@ -1,0 +1,170 @@
+//! The command line: `pagoda bench` and its options. The options derive
+//! `Serialize` and are the report's settings as given.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use pagoda_engine::model::{ModelConfig, SamplingParams};
+use pagoda_engine::{KvDtype, ParseKvDtypeError, Policy};
+use serde::Serialize;
+
+use crate::error::CliError;
+use crate::workload::{LengthDist, WorkloadKind};
+
+#[derive(Parser)]
+#[command(
+    name = "pagoda",
+    version,
+    about = "Pagoda: paged KV cache, radix prefix cache and cache-aware continuous batching"
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Run a workload under each policy and compare throughput, latency,
+    /// cache reuse, memory and overhead.
+    #[command(args_override_self = true)]
+    Bench(BenchArgs),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum BackendKind {
+    /// The SIMD CPU backend (pagoda-cpu).
+    Cpu,
+    /// The Vulkan compute backend (pagoda-vulkan).
+    Vulkan,
+}
+
+/// The bench's options; serialized as the report's settings.
+#[derive(clap::Args, Serialize)]
+pub(crate) struct BenchArgs {
+    /// Prefix structure of the synthetic workload.
+    #[arg(long, value_enum, default_value_t = WorkloadKind::FewShot)]
+    pub(crate) workload: WorkloadKind,
+    /// Requests in the synthetic workload.
+    #[serde(skip)]
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) requests: u32,
+    /// Tokens of the shared part: few-shot prefix, chat system prompt, tree trunk.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub(crate) shared_len: u32,
+    /// Sharing groups: few-shot prefixes, conversations, trees.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) groups: u32,
+    /// Length of each request's own prompt part: N, uniform:MIN:MAX or lognormal:MEDIAN:SIGMA.
+    #[arg(long, default_value = "uniform:32:96")]
+    #[serde(serialize_with = "as_text")]
+    pub(crate) prompt_len: LengthDist,
+    /// Output tokens per request: N, uniform:MIN:MAX or lognormal:MEDIAN:SIGMA.
+    #[arg(long, default_value = "uniform:16:48")]
+    #[serde(serialize_with = "as_text")]
+    pub(crate) output_len: LengthDist,
+    /// Poisson arrivals at this many requests per second (default: all at once, offline).
+    #[arg(long)]
+    pub(crate) rate: Option<f64>,
+    /// Replay a JSON Lines trace instead of a synthetic workload.
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub(crate) trace: Option<PathBuf>,
+    /// Write the trace that was run (synthetic or replayed) as JSON Lines.
+    #[arg(long, value_name = "FILE.jsonl")]
+    #[serde(skip)]
+    pub(crate) save_trace: Option<PathBuf>,
+    /// A policy to run, repeatable: fcfs, or lpm[:KEY=VALUE,...] with keys
+    /// cache_weight, fairness_threshold_ms, score (relative|absolute).
+    #[arg(long = "policy", value_name = "POLICY", default_values = ["fcfs", "lpm"])]
+    pub(crate) policies: Vec<String>,
+    /// Attention backend.
+    #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
+    pub(crate) backend: BackendKind,
+    /// Threads for attention and matrix products (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    #[serde(skip)]
+    pub(crate) threads: usize,
+    /// Pages in the KV pool (16 tokens each).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=16_000_000))]
+    pub(crate) kv_pages: u32,
+    /// How the KV cache stores keys and values: f32, f16 or bf16.
+    #[arg(long, default_value = "f16", value_parser = parse_kv_dtype)]
+    #[serde(serialize_with = "dtype_debug")]
+    pub(crate) kv_dtype: KvDtype,
+    /// Most sequences running at once.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub(crate) max_batch: u32,
+    /// Most tokens computed per step (decode plus prefill chunks).
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub(crate) token_budget: u32,
+    /// Admit a request waiting longer than this first (ms); 0 turns fairness off.
+    #[arg(long, default_value_t = 2000)]
+    pub(crate) fairness_ms: u64,
+    /// Sampling temperature (0: greedy).
+    #[arg(long, default_value_t = 0.0)]
+    #[serde(skip)]
+    pub(crate) temperature: f32,
+    /// Sample among the K most likely tokens (0: all).
+    #[arg(long, default_value_t = 0)]
+    #[serde(skip)]
+    pub(crate) top_k: u32,
+    /// Sample from the smallest set of tokens with this much probability.
+    #[arg(long, default_value_t = 1.0)]
+    #[serde(skip)]
+    pub(crate) top_p: f32,
+    /// Share of requests the client cancels at a random moment within a second of arrival.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) cancel_fraction: f64,
+    /// Seed of the workload, the samplers and the cancellations.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// Write every figure as JSON.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub(crate) json: Option<PathBuf>,
+    /// Write an SVG plot: latency distributions and hit rates per policy.
+    #[arg(long, value_name = "FILE.svg")]
+    #[serde(skip)]
+    pub(crate) plot: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    #[serde(skip)]
+    pub(crate) quiet: bool,
+}
+
+/// The report's settings: the options as given, plus what they resolved to.
+#[derive(Serialize)]
+pub(crate) struct Settings<'a> {
+    #[serde(flatten)]
+    pub(crate) args: &'a BenchArgs,
+    /// Requests run (the trace's, when one was replayed).
+    pub(crate) requests: usize,
+    pub(crate) sampling: SamplingParams,
+    pub(crate) model: ModelConfig,
+}
+
+fn as_text<S: serde::Serializer>(d: &LengthDist, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(d)
+}
+
+fn dtype_debug<S: serde::Serializer>(d: &KvDtype, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_args!("{d:?}"))
+}
+
+fn parse_kv_dtype(text: &str) -> Result<KvDtype, ParseKvDtypeError> {
+    text.parse()
+}
+
+/// `fcfs` or `lpm[:key=value,...]`, with the valid choices in every error.
+pub(crate) fn parse_policy(text: &str) -> Result<Policy, CliError> {
+    let (name, params) = text.split_once(':').unwrap_or((text, ""));
+    let pairs: Vec<(&str, &str)> = params
+        .split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| p.split_once('=').unwrap_or((p, "")))
+        .collect();
+    Policy::parse(name.trim(), &pairs).map_err(|error| CliError::Policy {
+        text: text.to_string(),
+        error,
+    })
+}

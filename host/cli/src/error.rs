@@ -1,0 +1,67 @@
+//! Why `pagoda bench` stops: one variant per cause, each message saying what
+//! the user can change.
+
+use std::path::{Path, PathBuf};
+
+use pagoda_engine::model::{ModelError, SamplingError};
+use pagoda_engine::{BackendOpenError, ConfigError};
+
+use crate::bench::BenchError;
+use crate::trace::TraceError;
+
+/// Why `pagoda bench` stopped, each with what the user can do about it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CliError {
+    #[error(
+        "--policy {text}: {error} (valid: fcfs, or lpm with optional \
+         :cache_weight=N,fairness_threshold_ms=N,score=relative|absolute)"
+    )]
+    Policy { text: String, error: ConfigError },
+    #[error("--cancel-fraction {0} must be in 0..=1")]
+    CancelFraction(f64),
+    #[error("--rate {0} must be a positive number of requests per second")]
+    Rate(f64),
+    #[error("sampling: {0}")]
+    Sampling(#[from] SamplingError),
+    #[error("scheduler: {0}")]
+    Scheduler(ConfigError),
+    #[error("model: {0}")]
+    Model(#[from] ModelError),
+    #[error("cannot read trace {}: {source}", path.display())]
+    ReadTrace {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}", bad_trace(path, errors))]
+    BadTrace {
+        path: PathBuf,
+        errors: Vec<TraceError>,
+    },
+    #[error("trace {} holds no requests", .0.display())]
+    EmptyTrace(PathBuf),
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("--backend {name}: {error}")]
+    Backend {
+        name: &'static str,
+        error: BackendOpenError,
+    },
+    #[error("progress bar: {0}")]
+    Progress(#[from] indicatif::style::TemplateError),
+    #[error("{policy} run: {error}")]
+    Run { policy: String, error: BenchError },
+    #[error("pages or requests unaccounted for under {}", .0.join(", "))]
+    Leaks(Vec<String>),
+}
+
+/// Every bad line as `FILE:LINE: reason` (the first 20).
+fn bad_trace(path: &Path, errors: &[TraceError]) -> String {
+    let mut m = format!("trace {} has {} bad line(s):", path.display(), errors.len());
+    for e in errors.iter().take(20) {
+        m.push_str(&format!("\n  {}:{}: {}", path.display(), e.line, e.message));
+    }
+    m
+}

@@ -1,0 +1,241 @@
+//! `pagoda`: the command line over the Pagoda engine. `pagoda bench` runs a
+//! workload through the continuous-batching engine under each scheduling policy and
+//! reports the figures side by side.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use pagoda_engine::model::{Model, ModelConfig, SamplingParams, Weights};
+use pagoda_engine::{BackendChoice, EngineConfig, SchedulerConfig, SchedulerPolicy};
+
+use crate::args::{parse_policy, BackendKind, BenchArgs, Cli, Command, Settings};
+use crate::bench::{DriveOptions, PolicyRun};
+use crate::error::CliError;
+use crate::measure::PolicyReport;
+use crate::report::BenchReport;
+use crate::trace::{parse_trace, write_trace};
+use crate::workload::{Arrivals, WorkloadSpec};
+
+mod args;
+mod bench;
+mod error;
+mod measure;
+mod report;
+mod trace;
+mod workload;
+
+/// Seed of the embedded model's weights: fixed, so every run serves the same
+/// model.
+const EMBEDDED_WEIGHTS_SEED: u64 = 0x5EED_0F9A_60DA;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.kind() == clap::error::ErrorKind::InvalidSubcommand => {
+            eprint!("{e}");
+            eprintln!("valid commands: bench");
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
+    let result = match cli.command {
+        Command::Bench(args) => bench(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn write(path: &Path, contents: String) -> Result<(), CliError> {
+    std::fs::write(path, contents).map_err(|source| CliError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn bench(args: BenchArgs) -> Result<(), CliError> {
+    let policies = args
+        .policies
+        .iter()
+        .map(|p| parse_policy(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    if !(0.0..=1.0).contains(&args.cancel_fraction) {
+        return Err(CliError::CancelFraction(args.cancel_fraction));
+    }
+    if let Some(rate) = args.rate {
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(CliError::Rate(rate));
+        }
+    }
+    let sampling = SamplingParams {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+    };
+    sampling.validate()?;
+    if args.threads > 0 {
+        // The matrix products' thread pool reads this on first use; keep it
+        // to the same count as the attention backend.
+        std::env::set_var("MATMUL_NUM_THREADS", args.threads.to_string());
+    }
+    let model_config = ModelConfig::EMBEDDED;
+    let model = Model::new(Weights::seeded(model_config, EMBEDDED_WEIGHTS_SEED)?);
+
+    let (trace, source) = match &args.trace {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| CliError::ReadTrace {
+                path: path.clone(),
+                source,
+            })?;
+            let trace =
+                parse_trace(&text, model_config.vocab).map_err(|errors| CliError::BadTrace {
+                    path: path.clone(),
+                    errors,
+                })?;
+            if trace.is_empty() {
+                return Err(CliError::EmptyTrace(path.clone()));
+            }
+            (trace, format!("trace {}", path.display()))
+        }
+        None => {
+            let spec = WorkloadSpec {
+                kind: args.workload,
+                requests: args.requests,
+                shared_len: args.shared_len,
+                groups: args.groups,
+                prompt_len: args.prompt_len,
+                output_len: args.output_len,
+                arrivals: args.rate.map_or(Arrivals::Offline, Arrivals::Poisson),
+                vocab: model_config.vocab,
+                seed: args.seed,
+            };
+            let arrivals = args
+                .rate
+                .map_or("offline".to_string(), |r| format!("Poisson {r}/s"));
+            (
+                spec.generate(),
+                format!(
+                    "{} · {} requests · {arrivals}",
+                    args.workload, args.requests
+                ),
+            )
+        }
+    };
+    if let Some(path) = &args.save_trace {
+        write(path, write_trace(&trace))?;
+    }
+
+    let scheduler = SchedulerConfig {
+        max_batch: args.max_batch,
+        token_budget: args.token_budget,
+        fairness_threshold_us: (args.fairness_ms > 0)
+            .then(|| args.fairness_ms.saturating_mul(1000)),
+        ..SchedulerConfig::default()
+    };
+    scheduler.validate().map_err(CliError::Scheduler)?;
+    let engine = EngineConfig {
+        scheduler,
+        policy: policies[0],
+        kv_pages: args.kv_pages,
+        kv_dtype: args.kv_dtype,
+        queue_capacity: (trace.len() as u32).max(1),
+        scheduler_slots: args.max_batch.saturating_mul(4).max(1024),
+    };
+    let options = DriveOptions {
+        sampling,
+        seed: args.seed,
+        cancel_fraction: args.cancel_fraction,
+        concurrency_mark: args.max_batch.min(256),
+    };
+
+    let backend = match args.backend {
+        BackendKind::Cpu => BackendChoice::Cpu {
+            threads: args.threads,
+        },
+        BackendKind::Vulkan => BackendChoice::Vulkan,
+    };
+    let backend_error = |error| CliError::Backend {
+        name: backend.name(),
+        error,
+    };
+    let backend_desc = backend.describe().map_err(backend_error)?;
+    let title = format!(
+        "pagoda bench · {source} · embedded model ({:.1} M params) · {backend_desc} · {} KV pages · seed {}",
+        model_config.parameters() as f64 / 1e6,
+        args.kv_pages,
+        args.seed
+    );
+    if !args.quiet {
+        eprintln!("{title}");
+    }
+
+    let mut reports: Vec<PolicyReport> = Vec::new();
+    for policy in &policies {
+        let bar = if args.quiet {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new(trace.len() as u64)
+        };
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix:>6} [{bar:32}] {pos}/{len} requests · {elapsed}",
+            )?
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(policy.name());
+        let run = PolicyRun {
+            model: &model,
+            config: &engine,
+            policy: *policy,
+            trace: &trace,
+            options: &options,
+            on_outcome: || bar.inc(1),
+        };
+        let report = backend
+            .open(run)
+            .map_err(backend_error)?
+            .map_err(|error| CliError::Run {
+                policy: policy.name().to_string(),
+                error,
+            })?;
+        bar.finish_and_clear();
+        reports.push(report);
+    }
+
+    let settings = Settings {
+        args: &args,
+        requests: trace.len(),
+        sampling,
+        model: model_config,
+    };
+    let mut report = BenchReport {
+        title,
+        // A struct of numbers and strings always converts.
+        settings: serde_json::to_value(&settings).unwrap_or_default(),
+        policies: reports,
+    };
+    report.compare_to_fcfs();
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        write(path, report.json())?;
+    }
+    if let Some(path) = &args.plot {
+        write(path, report.svg())?;
+    }
+    let leaks: Vec<String> = report
+        .policies
+        .iter()
+        .filter(|p| !p.leak_free)
+        .map(|p| p.policy.clone())
+        .collect();
+    if !leaks.is_empty() {
+        return Err(CliError::Leaks(leaks));
+    }
+    Ok(())
+}

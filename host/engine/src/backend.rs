@@ -1,0 +1,102 @@
+//! Choosing the attention backend at run time: [`BackendChoice`] opens the
+//! CPU or the Vulkan backend and hands it to a [`WithBackend`] visitor, so a
+//! caller writes its generic code once and never names a backend crate.
+
+use std::sync::Arc;
+
+use pagoda_core::backend::Backend;
+use pagoda_cpu::{CpuBackend, CpuError};
+use pagoda_vulkan::{VulkanBackend, VulkanError, VulkanOptions};
+
+use crate::config::EngineConfig;
+use crate::model::Model;
+use crate::thread::{spawn, EngineClient, SpawnError};
+
+/// Which backend runs attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// The SIMD CPU backend, on this many threads (0: one per core).
+    Cpu {
+        /// Worker threads.
+        threads: usize,
+    },
+    /// The Vulkan compute backend, on the device `PAGODA_VULKAN_*` variables
+    /// select (the first one otherwise).
+    Vulkan,
+}
+
+/// Code generic over the backend, run by [`BackendChoice::open`].
+pub trait WithBackend {
+    /// What the code returns.
+    type Output;
+    /// Runs with the opened backend.
+    fn run<B>(self, backend: B) -> Self::Output
+    where
+        B: Backend,
+        B::Error: std::error::Error + Send + Sync + 'static;
+}
+
+/// Why a backend could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendOpenError {
+    /// The CPU backend (its thread pool) could not start.
+    #[error("{0}")]
+    Cpu(#[from] CpuError),
+    /// No usable Vulkan device, or its setup failed.
+    #[error("{0}")]
+    Vulkan(#[from] VulkanError),
+}
+
+impl BackendChoice {
+    /// The backend's short name: `cpu` or `vulkan`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Cpu { .. } => "cpu",
+            Self::Vulkan => "vulkan",
+        }
+    }
+
+    /// Opens the backend and runs `code` with it.
+    pub fn open<W: WithBackend>(self, code: W) -> Result<W::Output, BackendOpenError> {
+        Ok(match self {
+            Self::Cpu { threads } => code.run(CpuBackend::with_threads(threads)?),
+            Self::Vulkan => code.run(VulkanBackend::new(&VulkanOptions::from_env())?),
+        })
+    }
+
+    /// Runs an engine over `model` on its own thread with this backend,
+    /// opened on that thread; see [`spawn`].
+    pub fn spawn(
+        self,
+        model: Arc<Model>,
+        config: EngineConfig,
+    ) -> Result<EngineClient, SpawnError> {
+        match self {
+            Self::Cpu { threads } => {
+                spawn(model, config, move || CpuBackend::with_threads(threads))
+            }
+            Self::Vulkan => spawn(model, config, || {
+                VulkanBackend::new(&VulkanOptions::from_env())
+            }),
+        }
+    }
+
+    /// Opens the backend once to describe it for reports: the CPU's
+    /// instruction set and threads, or the Vulkan device's name.
+    pub fn describe(self) -> Result<String, BackendOpenError> {
+        Ok(match self {
+            Self::Cpu { threads } => {
+                let probe = CpuBackend::with_threads(threads)?;
+                format!(
+                    "cpu backend ({:?}, {} threads)",
+                    probe.isa(),
+                    probe.threads()
+                )
+            }
+            Self::Vulkan => {
+                let probe = VulkanBackend::new(&VulkanOptions::from_env())?;
+                format!("vulkan backend ({})", probe.info().name)
+            }
+        })
+    }
+}

@@ -1,0 +1,101 @@
+//! Packing a step's plan into one batch: every work item's new tokens,
+//! positions and KV slots side by side, one attention sequence per item,
+//! and the rows that sample.
+
+use pagoda_core::scheduler::{SchedError, Scheduler, Work, WorkKind};
+use pagoda_core::{PageCopy, Slot, Timestamp};
+
+use crate::engine::Live;
+use crate::error::EngineError;
+use crate::request::Queued;
+use pagoda_core::KvCache;
+
+/// The packed batch of one step (buffers reused across steps).
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    pub(crate) tokens: Vec<u32>,
+    pub(crate) positions: Vec<u32>,
+    pub(crate) slots: Vec<Slot>,
+    /// Per sequence: work index, query start, query length, context length.
+    pub(crate) seqs: Vec<(usize, u32, u32, u32)>,
+    pub(crate) sample_rows: Vec<u32>,
+    /// Work index of each sample row.
+    pub(crate) samplers: Vec<usize>,
+    pub(crate) copies: Vec<PageCopy>,
+}
+
+impl Batch {
+    /// Packs `plan`'s work items. A prefill that starts a request (again,
+    /// after a preemption) resets its output and its sampler.
+    pub(crate) fn pack<E>(
+        &mut self,
+        plan: &[Work],
+        live: &mut [Option<Live>],
+        sched: &Scheduler<'_, Queued>,
+        kv: &KvCache<'_>,
+        now: Timestamp,
+    ) -> Result<(), EngineError<E>> {
+        self.tokens.clear();
+        self.positions.clear();
+        self.slots.clear();
+        self.seqs.clear();
+        self.sample_rows.clear();
+        self.samplers.clear();
+        self.copies.clear();
+        for (i, w) in plan.iter().enumerate() {
+            let live = live
+                .get_mut(w.entry.index() as usize)
+                .and_then(Option::as_mut)
+                .ok_or(EngineError::Invariant("planned entry has no state"))?;
+            let request = &sched
+                .request(w.entry)
+                .ok_or(SchedError::UnknownEntry)?
+                .request;
+            let query_start = self.tokens.len() as u32;
+            let (first_position, len, samples) = match w.kind {
+                WorkKind::Prefill {
+                    start,
+                    len,
+                    first,
+                    last,
+                } => {
+                    if first {
+                        // A fresh start (or a restart after preemption): the
+                        // output and the sampler begin again.
+                        live.output.clear();
+                        live.rng = fastrand::Rng::with_seed(request.seed);
+                        live.admitted = Some(now);
+                        live.starts += 1;
+                    }
+                    let prompt = request
+                        .prompt
+                        .get(start as usize..(start + len) as usize)
+                        .ok_or(EngineError::Invariant("prefill past the prompt"))?;
+                    self.tokens.extend_from_slice(prompt);
+                    (start, len, last)
+                }
+                WorkKind::Decode { position } => {
+                    let token = *live
+                        .output
+                        .last()
+                        .ok_or(EngineError::Invariant("decode before any token"))?;
+                    self.tokens.push(token);
+                    (position, 1, true)
+                }
+            };
+            self.positions.extend(first_position..first_position + len);
+            let at = self.slots.len();
+            self.slots.resize(at + len as usize, Slot(0));
+            kv.slot_mapping(w.seq, first_position, &mut self.slots[at..])?;
+            self.seqs.push((i, query_start, len, first_position + len));
+            if samples {
+                self.sample_rows.push(query_start + len - 1);
+                self.samplers.push(i);
+            }
+            if let Some(copy) = w.copy {
+                self.copies.push(copy);
+            }
+        }
+        Ok(())
+    }
+}

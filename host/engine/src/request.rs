@@ -1,0 +1,185 @@
+//! A request's life as its caller sees it: the [`GenRequest`] it submits,
+//! the [`RequestHandle`] it gets back, and the [`Event`]s the engine sends
+//! there (each token as it is sampled, then exactly one terminal event).
+
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::Duration;
+
+use pagoda_core::{Request, RequestId, Timestamp};
+use serde::Serialize;
+
+use crate::error::Rejection;
+use crate::model::SamplingParams;
+
+/// One generation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenRequest {
+    /// The caller's tag, echoed in the completion.
+    pub tag: u64,
+    /// Prompt token ids.
+    pub prompt: Vec<u32>,
+    /// Most tokens to generate.
+    pub max_new_tokens: u32,
+    /// How to pick tokens.
+    pub sampling: SamplingParams,
+    /// Seed of this request's sampler: the same request samples the same
+    /// tokens whatever else runs beside it (and again after a preemption).
+    pub seed: u64,
+    /// Stop early when this token is sampled.
+    pub stop_token: Option<u32>,
+}
+
+/// A request inside the engine: the caller's request and where its events
+/// go. It travels through the core's queue and scheduler as one value, so
+/// whichever structure hands it back (cancel, finish) hands back its sender.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub(crate) request: GenRequest,
+    pub(crate) events: Sender<Event>,
+}
+
+impl Request for Queued {
+    fn prompt(&self) -> &[u32] {
+        &self.request.prompt
+    }
+    fn max_output_tokens(&self) -> u32 {
+        self.request.max_new_tokens
+    }
+}
+
+/// Why a finished request stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum StopReason {
+    /// It generated its `max_new_tokens` (or filled the context).
+    Length,
+    /// It sampled its stop token.
+    StopToken,
+}
+
+/// A request that ran to the end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// The request's tag.
+    pub tag: u64,
+    /// Prompt tokens.
+    pub prompt_len: u32,
+    /// Generated tokens.
+    pub output: Vec<u32>,
+    /// Why it stopped.
+    pub stop: StopReason,
+    /// When it was submitted.
+    pub arrived: Timestamp,
+    /// When its first prompt chunk was scheduled (its last admission, if it
+    /// was preempted).
+    pub admitted: Timestamp,
+    /// When its first token was sampled.
+    pub first_token: Timestamp,
+    /// When it finished.
+    pub finished: Timestamp,
+    /// Times it was preempted and recomputed.
+    pub preemptions: u32,
+}
+
+/// What the engine tells a request's handle.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A token was sampled: output token number `index` (from 0). Each index
+    /// is sent once, even when a preempted request recomputes its tokens.
+    Token {
+        /// The token id.
+        token: u32,
+        /// Its place in the output.
+        index: u32,
+    },
+    /// Terminal: it ran to the end.
+    Finished(Completion),
+    /// Terminal: it was cancelled (through its handle or by the owner); its
+    /// pages were freed.
+    Cancelled,
+    /// Terminal: it was refused after submission (by the scheduler).
+    Rejected(Rejection),
+    /// Terminal: the engine stopped on an error before it finished.
+    Failed,
+}
+
+impl Event {
+    /// Whether this is the request's last event.
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self, Self::Token { .. })
+    }
+}
+
+/// Cancels one request from any thread; cheap to clone. Cancelling a request
+/// that already ended does nothing.
+#[derive(Debug, Clone)]
+pub struct Canceller {
+    id: RequestId,
+    cancels: Sender<RequestId>,
+}
+
+impl Canceller {
+    /// Asks the engine to cancel the request; it does so at the start of its
+    /// next step, before computing anything, and frees the request's pages.
+    pub fn cancel(&self) {
+        // The engine is gone: nothing runs, so nothing is left to cancel.
+        let _ = self.cancels.send(self.id);
+    }
+}
+
+/// The caller's side of one submitted request: its id, its events, and
+/// cancellation. Dropping the handle cancels the request.
+#[derive(Debug)]
+pub struct RequestHandle {
+    events: Receiver<Event>,
+    canceller: Canceller,
+}
+
+impl RequestHandle {
+    pub(crate) fn new(id: RequestId, events: Receiver<Event>, cancels: Sender<RequestId>) -> Self {
+        Self {
+            events,
+            canceller: Canceller { id, cancels },
+        }
+    }
+
+    /// The request's id.
+    pub fn id(&self) -> RequestId {
+        self.canceller.id
+    }
+
+    /// Cancels the request (see [`Canceller::cancel`]); its terminal event
+    /// follows as usual ([`Event::Cancelled`], or whatever happened first).
+    pub fn cancel(&self) {
+        self.canceller.cancel();
+    }
+
+    /// A canceller for another thread.
+    pub fn canceller(&self) -> Canceller {
+        self.canceller.clone()
+    }
+
+    /// The next event if one is there; `None` when none is, or when the
+    /// engine is gone and every event has been read.
+    pub fn try_recv(&self) -> Option<Event> {
+        self.events.try_recv().ok()
+    }
+
+    /// Waits for the next event; `None` once the engine is gone and every
+    /// event has been read (the terminal event is always sent first). With
+    /// a synchronous [`Engine`](crate::Engine), wait only on a thread other
+    /// than the one that steps it.
+    pub fn recv(&self) -> Option<Event> {
+        self.events.recv().ok()
+    }
+
+    /// Waits for the next event at most `timeout`.
+    pub fn recv_timeout(&self, timeout: Duration) -> Option<Event> {
+        self.events.recv_timeout(timeout).ok()
+    }
+}
+
+impl Drop for RequestHandle {
+    fn drop(&mut self) {
+        self.canceller.cancel();
+    }
+}

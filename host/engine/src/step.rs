@@ -1,0 +1,236 @@
+//! One engine step, in order:
+//! 1. cancellations sent through handles are applied (pages freed before
+//!    anything is computed);
+//! 2. waiting requests move from the queue into free scheduler slots;
+//! 3. the scheduler plans the step: the pages of every work item are
+//!    already appended, cached prefixes are already matched;
+//! 4. the batch is packed (tokens, positions, KV slots, one
+//!    [`SeqAttention`] per sequence) and copy-on-write copies run;
+//! 5. the model computes the step and samples the sequences that finished
+//!    their prompt or decoded;
+//! 6. each sampled token is streamed to its handle; a request that reached
+//!    its output limit (or sampled its stop token) is finished: its full
+//!    pages enter the radix cache and the rest return to the pool.
+
+use std::time::Instant;
+
+use pagoda_core::backend::{Backend, SeqAttention};
+use pagoda_core::scheduler::{EntryId, SchedError};
+use pagoda_core::Timestamp;
+
+use crate::engine::{Engine, Live};
+use crate::error::{EngineError, Rejection};
+use crate::metrics::StepReport;
+use crate::model::{ForwardError, StepInput};
+use crate::request::{Completion, Event, StopReason};
+
+impl<B: Backend> Engine<'_, B> {
+    /// Runs one step at the engine's clock: applies cancellations (freeing
+    /// pages before anything is computed), moves queued requests into the
+    /// scheduler, plans, packs, computes, samples and streams each token,
+    /// and finishes requests that are done. On an error every request the
+    /// engine held gets [`Event::Failed`].
+    pub fn step(&mut self) -> Result<StepReport, EngineError<B::Error>> {
+        let result = self.try_step();
+        if result.is_err() {
+            self.fail_all();
+        }
+        result
+    }
+
+    fn try_step(&mut self) -> Result<StepReport, EngineError<B::Error>> {
+        let started = Instant::now();
+        self.apply_cancels();
+        let now = self.now();
+        self.pull_from_queue();
+        let plan = self.sched.schedule(now, &mut self.kv, &mut self.plan);
+        let work = &self.plan[..plan.work];
+        self.batch
+            .pack(work, &mut self.live, &self.sched, &self.kv, now)?;
+        let packed = Instant::now();
+
+        let sampled = self.compute(plan.work)?;
+        let computed = Instant::now();
+
+        let now = self.now();
+        for (entry, token) in sampled {
+            self.accept_token(entry, token, now)?;
+        }
+        let compute_us = computed.duration_since(packed).as_micros() as u64;
+        let total_us = started.elapsed().as_micros() as u64;
+        Ok(StepReport {
+            plan,
+            running: self.sched.running(),
+            bookkeeping_us: total_us.saturating_sub(compute_us),
+            compute_us,
+        })
+    }
+
+    /// Moves queued requests into free scheduler slots, best class first.
+    fn pull_from_queue(&mut self) {
+        while (self.sched.waiting() + self.sched.running()) < self.live.len() as u32 {
+            let Some(dequeued) = self.queue.try_dequeue() else {
+                break;
+            };
+            let id = dequeued.id;
+            let arrived = dequeued.enqueued_at;
+            let seed = dequeued.request.request.seed;
+            let prompt_len = dequeued.request.request.prompt.len();
+            match self.sched.add_dequeued(dequeued, &self.kv) {
+                Ok(entry) => {
+                    self.entries.insert(id, entry);
+                    self.live[entry.index() as usize] = Some(Live {
+                        id,
+                        output: Vec::new(),
+                        sent: 0,
+                        rng: fastrand::Rng::with_seed(seed),
+                        arrived,
+                        admitted: None,
+                        first_token: None,
+                        starts: 0,
+                    });
+                }
+                Err((queued, error)) => {
+                    let reason = match error {
+                        SchedError::EmptyPrompt => Rejection::EmptyPrompt,
+                        SchedError::TooLong => Rejection::PromptFillsContext {
+                            prompt_len,
+                            max_context: self.max_context,
+                        },
+                        other => Rejection::Scheduler(other),
+                    };
+                    let _ = queued.events.send(Event::Rejected(reason));
+                }
+            }
+        }
+    }
+
+    /// Runs the packed batch and samples; returns (entry, token) pairs.
+    fn compute(&mut self, work: usize) -> Result<Vec<(EntryId, u32)>, EngineError<B::Error>> {
+        if work == 0 {
+            return Ok(Vec::new());
+        }
+        let b = &self.batch;
+        if !b.copies.is_empty() {
+            self.backend
+                .copy_pages(&mut self.store, &b.copies)
+                .map_err(EngineError::Backend)?;
+        }
+        let mut seqs = Vec::with_capacity(b.seqs.len());
+        for &(i, query_start, query_len, context_len) in &b.seqs {
+            seqs.push(SeqAttention {
+                pages: self.kv.pages(self.plan[i].seq)?,
+                context_len,
+                query_start,
+                query_len,
+            });
+        }
+        let input = StepInput {
+            tokens: &b.tokens,
+            positions: &b.positions,
+            slots: &b.slots,
+            seqs: &seqs,
+            sample_rows: &b.sample_rows,
+        };
+        self.model
+            .forward(
+                &mut self.backend,
+                &mut self.store,
+                &input,
+                &mut self.activations,
+                &mut self.logits,
+            )
+            .map_err(|e| match e {
+                ForwardError::Model(e) => EngineError::Model(e),
+                ForwardError::Backend(e) => EngineError::Backend(e),
+            })?;
+        let vocab = self.model.config().vocab as usize;
+        let mut sampled = Vec::with_capacity(b.samplers.len());
+        for (row, &i) in b.samplers.iter().enumerate() {
+            let entry = self.plan[i].entry;
+            let request = &self
+                .sched
+                .request(entry)
+                .ok_or(SchedError::UnknownEntry)?
+                .request;
+            let live = self.live[entry.index() as usize]
+                .as_mut()
+                .ok_or(EngineError::Invariant("sampled entry has no state"))?;
+            let logits = self
+                .logits
+                .get(row * vocab..(row + 1) * vocab)
+                .ok_or(EngineError::Invariant("fewer logits than sample rows"))?;
+            let token = self
+                .sampler
+                .sample(logits, &request.sampling, &mut live.rng);
+            sampled.push((entry, token));
+        }
+        Ok(sampled)
+    }
+
+    /// Records a sampled token and streams it (unless a recomputation after
+    /// preemption already sent it); finishes the request when it is done.
+    fn accept_token(
+        &mut self,
+        entry: EntryId,
+        token: u32,
+        now: Timestamp,
+    ) -> Result<(), EngineError<B::Error>> {
+        let index = entry.index() as usize;
+        let live = self.live[index]
+            .as_mut()
+            .ok_or(EngineError::Invariant("token for an entry with no state"))?;
+        live.output.push(token);
+        live.first_token.get_or_insert(now);
+        let position = live.output.len() as u32 - 1;
+        let queued = self.sched.request(entry).ok_or(SchedError::UnknownEntry)?;
+        if position >= live.sent {
+            live.sent = position + 1;
+            let event = Event::Token {
+                token,
+                index: position,
+            };
+            if queued.events.send(event).is_err() {
+                // The handle is gone: cancel at the next step's start.
+                self.dropped.push(live.id);
+            }
+        }
+        let stop_token = queued.request.stop_token == Some(token);
+        let at_limit = self.sched.record_token(entry, now)?;
+        if !(at_limit || stop_token) {
+            return Ok(());
+        }
+        let live = self.live[index]
+            .take()
+            .ok_or(EngineError::Invariant("finished entry has no state"))?;
+        let request = &self
+            .sched
+            .request(entry)
+            .ok_or(SchedError::UnknownEntry)?
+            .request;
+        let mut tokens = Vec::with_capacity(request.prompt.len() + live.output.len());
+        tokens.extend_from_slice(&request.prompt);
+        tokens.extend_from_slice(&live.output);
+        let finished = self.sched.finish(entry, &tokens, now, &mut self.kv)?;
+        self.entries.remove(&live.id);
+        let queued = finished.request;
+        let completion = Completion {
+            tag: queued.request.tag,
+            prompt_len: queued.request.prompt.len() as u32,
+            output: live.output,
+            stop: if stop_token && !at_limit {
+                StopReason::StopToken
+            } else {
+                StopReason::Length
+            },
+            arrived: live.arrived,
+            admitted: live.admitted.unwrap_or(now),
+            first_token: live.first_token.unwrap_or(now),
+            finished: now,
+            preemptions: live.starts.saturating_sub(1),
+        };
+        // A dropped handle no longer wants it; the request is done anyway.
+        let _ = queued.events.send(Event::Finished(completion));
+        Ok(())
+    }
+}

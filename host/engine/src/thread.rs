@@ -1,0 +1,287 @@
+//! The engine on its own thread: [`spawn`] builds the storage and the engine
+//! inside the thread (the core's structures borrow their storage) and hands
+//! back an [`EngineClient`] that any thread can clone and submit through.
+//! The thread blocks while the engine is idle and steps while it is not.
+
+use std::error::Error;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use pagoda_core::backend::Backend;
+use pagoda_core::Priority;
+
+use crate::config::EngineConfig;
+use crate::engine::Engine;
+use crate::error::Rejection;
+use crate::kv::EngineStorage;
+use crate::metrics::{Audit, EngineStats};
+use crate::model::Model;
+use crate::request::{GenRequest, RequestHandle};
+
+/// A boxed error from the engine's thread.
+pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
+
+/// What [`EngineClient::shutdown`] does with the requests still held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// Cancel them.
+    Cancel,
+    /// Run them to the end first (no new request is taken).
+    Finish,
+}
+
+/// Why [`spawn`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The backend or the engine could not be built.
+    #[error("cannot build the engine: {0}")]
+    Build(#[source] BoxError),
+    /// The operating system refused the thread.
+    #[error("cannot start the engine thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// Why [`EngineClient::shutdown`] has no audit to report.
+#[derive(Debug, thiserror::Error)]
+pub enum ShutdownError {
+    /// A step failed; every request then held got `Event::Failed`.
+    #[error("the engine failed: {0}")]
+    Failed(#[source] BoxError),
+    /// The engine was already shut down.
+    #[error("the engine has already stopped")]
+    Stopped,
+    /// The engine thread panicked (a bug).
+    #[error("the engine thread panicked")]
+    Panicked,
+}
+
+enum Command {
+    Submit {
+        request: GenRequest,
+        priority: Priority,
+        reply: Sender<Result<RequestHandle, Rejection>>,
+    },
+    Stats {
+        reply: Sender<EngineStats>,
+    },
+    Shutdown {
+        mode: Shutdown,
+        reply: Sender<Result<Audit, ShutdownError>>,
+    },
+}
+
+/// A handle on an engine thread; cheap to clone and to send.
+#[derive(Clone)]
+pub struct EngineClient {
+    commands: Sender<Command>,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for EngineClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineClient").finish_non_exhaustive()
+    }
+}
+
+/// Runs an engine over `model` on a new thread, with the backend
+/// `make_backend` builds there.
+pub fn spawn<B, F>(
+    model: Arc<Model>,
+    config: EngineConfig,
+    make_backend: F,
+) -> Result<EngineClient, SpawnError>
+where
+    B: Backend,
+    B::Error: Error + Send + Sync + 'static,
+    F: FnOnce() -> Result<B, B::Error> + Send + 'static,
+{
+    let (commands, inbox) = mpsc::channel();
+    let (built_tx, built_rx) = mpsc::channel::<Result<(), BoxError>>();
+    let thread = std::thread::Builder::new()
+        .name("pagoda-engine".into())
+        .spawn(move || {
+            let backend = match make_backend() {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = built_tx.send(Err(Box::new(e)));
+                    return;
+                }
+            };
+            let mut storage = EngineStorage::new(&config, model.config().max_context);
+            let built = Engine::new(&model, backend, &config, &mut storage);
+            match built {
+                Ok(engine) => {
+                    let _ = built_tx.send(Ok(()));
+                    serve(engine, &inbox);
+                }
+                Err(e) => {
+                    let _ = built_tx.send(Err(Box::new(e)));
+                }
+            };
+        })?;
+    match built_rx.recv() {
+        Ok(Ok(())) => Ok(EngineClient {
+            commands,
+            thread: Arc::new(Mutex::new(Some(thread))),
+        }),
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(SpawnError::Build(e))
+        }
+        Err(_) => {
+            let _ = thread.join();
+            Err(SpawnError::Build(
+                "the engine thread stopped while starting".into(),
+            ))
+        }
+    }
+}
+
+/// The engine thread's loop.
+fn serve<B>(mut engine: Engine<'_, B>, inbox: &Receiver<Command>)
+where
+    B: Backend,
+    B::Error: Error + Send + Sync + 'static,
+{
+    loop {
+        // Idle: sleep until a command comes (or every client is gone).
+        if engine.is_idle() {
+            match inbox.recv() {
+                Ok(command) => {
+                    if handle(&mut engine, command).is_break() {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+        while let Ok(command) = inbox.try_recv() {
+            if handle(&mut engine, command).is_break() {
+                return;
+            }
+        }
+        if engine.is_idle() {
+            continue;
+        }
+        if let Err(e) = engine.step() {
+            // Every held request got `Failed`; refuse all else from now on.
+            return failed(Box::new(e), inbox);
+        }
+    }
+}
+
+/// Handles one command; breaks when the engine is to stop.
+fn handle<B>(engine: &mut Engine<'_, B>, command: Command) -> std::ops::ControlFlow<()>
+where
+    B: Backend,
+    B::Error: Error + Send + Sync + 'static,
+{
+    match command {
+        Command::Submit {
+            request,
+            priority,
+            reply,
+        } => {
+            let now = engine.now();
+            let _ = reply.send(engine.submit(request, priority, now));
+        }
+        Command::Stats { reply } => {
+            let _ = reply.send(engine.stats());
+        }
+        Command::Shutdown { mode, reply } => {
+            let result = match mode {
+                Shutdown::Cancel => {
+                    engine.cancel_all();
+                    Ok(engine.audit())
+                }
+                Shutdown::Finish => finish(engine),
+            };
+            let _ = reply.send(result);
+            return std::ops::ControlFlow::Break(());
+        }
+    }
+    std::ops::ControlFlow::Continue(())
+}
+
+/// Runs what the engine holds to the end.
+fn finish<B>(engine: &mut Engine<'_, B>) -> Result<Audit, ShutdownError>
+where
+    B: Backend,
+    B::Error: Error + Send + Sync + 'static,
+{
+    while !engine.is_idle() {
+        engine
+            .step()
+            .map_err(|e| ShutdownError::Failed(Box::new(e)))?;
+    }
+    engine.apply_cancels();
+    Ok(engine.audit())
+}
+
+/// After a failed step: submissions are refused (their reply channel is
+/// dropped), the first shutdown gets the error.
+fn failed(error: BoxError, inbox: &Receiver<Command>) {
+    let mut error = Some(error);
+    for command in inbox.iter() {
+        if let Command::Shutdown { reply, .. } = command {
+            let e = error
+                .take()
+                .map_or(ShutdownError::Stopped, ShutdownError::Failed);
+            let _ = reply.send(Err(e));
+            return;
+        }
+    }
+}
+
+impl EngineClient {
+    /// Submits a request arriving now; refused at once as
+    /// [`Engine::submit`] refuses, or with [`Rejection::EngineStopped`].
+    pub fn submit(
+        &self,
+        request: GenRequest,
+        priority: Priority,
+    ) -> Result<RequestHandle, Rejection> {
+        let (reply, answer) = mpsc::channel();
+        self.commands
+            .send(Command::Submit {
+                request,
+                priority,
+                reply,
+            })
+            .map_err(|_| Rejection::EngineStopped)?;
+        answer.recv().map_err(|_| Rejection::EngineStopped)?
+    }
+
+    /// A snapshot of the engine's metrics; `None` once it has stopped.
+    pub fn stats(&self) -> Option<EngineStats> {
+        let (reply, answer) = mpsc::channel();
+        self.commands.send(Command::Stats { reply }).ok()?;
+        answer.recv().ok()
+    }
+
+    /// Stops the engine: cancels or finishes what it holds, then reports the
+    /// audit and ends the thread. Later calls (from any clone) get
+    /// [`ShutdownError::Stopped`].
+    pub fn shutdown(&self, mode: Shutdown) -> Result<Audit, ShutdownError> {
+        let (reply, answer) = mpsc::channel();
+        let sent = self
+            .commands
+            .send(Command::Shutdown { mode, reply })
+            .is_ok();
+        let result = if sent {
+            answer.recv().unwrap_or(Err(ShutdownError::Stopped))
+        } else {
+            Err(ShutdownError::Stopped)
+        };
+        let thread = self
+            .thread
+            .lock()
+            .map_err(|_| ShutdownError::Panicked)?
+            .take();
+        if let Some(thread) = thread {
+            thread.join().map_err(|_| ShutdownError::Panicked)?;
+        }
+        result
+    }
+}
