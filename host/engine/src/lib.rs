@@ -11,6 +11,42 @@
 //!
 //! The crate re-exports what its users need from the core (policies,
 //! priorities, the KV dtype, metrics), so they depend on this crate alone.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use pagoda_engine::model::{Model, ModelConfig, SamplingParams, Weights};
+//! use pagoda_engine::{BackendChoice, EngineConfig, Event, GenRequest, Priority, Shutdown};
+//!
+//! // The embedded random-weight model, on the CPU backend, on its own thread.
+//! let model = Arc::new(Model::new(Weights::seeded(ModelConfig::EMBEDDED, 0)?));
+//! let config = EngineConfig { kv_pages: 64, ..EngineConfig::default() };
+//! let client = BackendChoice::Cpu { threads: 1 }.spawn(model, config)?;
+//!
+//! let request = GenRequest {
+//!     tag: 1,
+//!     prompt: vec![1, 2, 3, 4],
+//!     max_new_tokens: 8,
+//!     sampling: SamplingParams::GREEDY,
+//!     seed: 0,
+//!     stop_token: None,
+//! };
+//! let handle = client.submit(request, Priority::Normal)?;
+//! let mut streamed = Vec::new();
+//! while let Some(event) = handle.recv() {
+//!     match event {
+//!         Event::Token { token, .. } => streamed.push(token), // as it is sampled
+//!         Event::Finished(done) => {
+//!             assert_eq!(done.output, streamed);
+//!             break;
+//!         }
+//!         other => panic!("unexpected {other:?}"),
+//!     }
+//! }
+//! // Dropping a handle (or `handle.cancel()`) cancels its request.
+//! let audit = client.shutdown(Shutdown::Cancel)?;
+//! assert!(audit.is_clean());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![warn(missing_docs)]
 
