@@ -10,8 +10,11 @@ use core::ptr::{addr_of, addr_of_mut};
 
 use cortex_m_rt::{entry, exception, ExceptionFrame};
 use cortex_m_semihosting::{debug, hio};
-use pagoda_core::scheduler::{SchedSlot, Work};
-use pagoda_core::{PageEntry, PageId, QueueSlot, RadixNode, SeqEntry};
+use pagoda_core::scheduler::{Policy, SchedSlot, Scheduler, Work};
+use pagoda_core::{
+    KvCache, PageEntry, PageId, QueueSlot, RadixCache, RadixNode, Request, RequestQueue, SeqEntry,
+    PAGE_SIZE,
+};
 use pagoda_embedded::script::Scripted;
 use pagoda_embedded::Storage;
 
@@ -85,8 +88,57 @@ fn report_target(out: &mut hio::HostStream, stack_used: usize, stack: usize) -> 
     )?;
     writeln!(
         out,
+        "target: size_of QueueSlot<Prompt> {} SchedSlot<Prompt> {} KvCache {} RequestQueue {} Scheduler {}",
+        size_of::<QueueSlot<Prompt>>(),
+        size_of::<SchedSlot<Prompt>>(),
+        size_of::<KvCache<'static>>(),
+        size_of::<RequestQueue<'static, Prompt>>(),
+        size_of::<Scheduler<'static, Prompt, Policy>>()
+    )?;
+    writeln!(
+        out,
+        "target: stated configuration (4096 pages, 64 x 2048 tokens, 256 slots, batch 64): storage {} bytes",
+        stated_storage()
+    )?;
+    writeln!(
+        out,
         "target: stack high-water mark {stack_used} bytes (of {stack} between the statics and the top of RAM)"
     )
+}
+
+/// A request as core/tests/footprint.rs sizes it: a borrowed prompt and an
+/// output limit.
+#[allow(dead_code)]
+struct Prompt {
+    tokens: &'static [u32],
+    max_new: u32,
+}
+
+impl Request for Prompt {
+    fn prompt(&self) -> &[u32] {
+        self.tokens
+    }
+
+    fn max_output_tokens(&self) -> u32 {
+        self.max_new
+    }
+}
+
+/// Caller storage for core/tests/footprint.rs's stated configuration (4,096
+/// pages, 64 sequences of 2,048 tokens, 256 queue and scheduler slots, a
+/// batch of 64) with this target's sizes.
+const fn stated_storage() -> usize {
+    let (pages, sequences, row, slots, batch) = (4096, 64, 2048 / PAGE_SIZE, 256, 64);
+    pages * size_of::<PageEntry>()
+        + sequences * row * size_of::<PageId>()
+        + sequences * size_of::<SeqEntry>()
+        + pages * size_of::<RadixNode>()
+        + RadixCache::index_len_for(pages) * size_of::<u64>()
+        + row * size_of::<PageId>()
+        + slots * size_of::<QueueSlot<Prompt>>()
+        + slots * size_of::<SchedSlot<Prompt>>()
+        + Scheduler::<Prompt, Policy>::watch_len_for(slots) * size_of::<u32>()
+        + batch * size_of::<Work>()
 }
 
 /// The stack's lowest and highest addresses.
