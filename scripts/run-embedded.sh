@@ -17,6 +17,9 @@ limit=${EMBEDDED_TIMEOUT:-60}
 rustup target list --installed | grep -qx "$target" || rustup target add "$target"
 mkdir -p "$out"
 
+# The workspace's `cargo fmt --all` does not reach this crate.
+cargo fmt --check --manifest-path "$manifest"
+
 echo "embedded: the workload on the host (the expected report)"
 nice -n 19 cargo build --quiet --release --locked --manifest-path "$manifest"
 embedded/target/release/pagoda-embedded >"$out/host.txt"
