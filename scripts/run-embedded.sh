@@ -20,7 +20,8 @@ mkdir -p "$out"
 # The workspace's `cargo fmt --all` does not reach this crate.
 cargo fmt --check --manifest-path "$manifest"
 
-echo "embedded: the workload on the host (the expected report)"
+echo "embedded: the workload on the host: its tests, then the expected report"
+nice -n 19 cargo test --quiet --release --locked --manifest-path "$manifest"
 nice -n 19 cargo build --quiet --release --locked --manifest-path "$manifest"
 embedded/target/release/pagoda-embedded >"$out/host.txt"
 

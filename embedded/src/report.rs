@@ -86,7 +86,7 @@ impl Outcome {
         }
         let p = &self.pool;
         if p.free_pages + p.evictable_pages != p.total_pages
-            || p.allocated_total - p.freed_total != u64::from(p.pages_in_use())
+            || p.allocated_total.checked_sub(p.freed_total) != Some(u64::from(p.pages_in_use()))
         {
             return Err(WorkloadError::Check("the pool's counts do not add up"));
         }
