@@ -35,7 +35,10 @@
 //! `heap` the indexed heap, `waiting` the waiting heaps and watch table,
 //! `running` the run list, chunking and preemption, `admission` the choice
 //! of new requests, `slots` the slot array; this file the [`Scheduler`] and
-//! its public API.
+//! its public API. The free slots, the run list and the entries admission
+//! passes over are [`crate::list`] stacks and lists threaded through the
+//! slot array; only the watch table's hash chains are linked by hand (see
+//! `waiting`).
 
 mod admission;
 pub mod config;
