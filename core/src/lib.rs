@@ -71,10 +71,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// The unit tests' property checks need std.
-#[cfg(test)]
-extern crate std;
-
 pub mod backend;
 mod error;
 mod geometry;

@@ -12,8 +12,8 @@
 //! Request ids are issued by the queue (slot and generation), so `contains`
 //! is one slot read and a stale id can never name a newer request. The lock is
 //! a spin lock from `spin`, held for a few dozen instructions per call; with
-//! the `std` feature its waiters yield to the OS, and [`blocking`] adds waits
-//! that sleep.
+//! the `std` feature its waiters yield to the OS, and the `blocking` module
+//! (also behind `std`, so named here in plain text) adds waits that sleep.
 //!
 //! ```
 //! use pagoda_core::{KvDtype, KvGeometry, Priority, QueueSlot, Request, RequestQueue, Timestamp};

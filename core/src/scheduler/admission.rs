@@ -8,11 +8,11 @@
 //! does not fit stops admission instead, so pages free up for it. Pages that
 //! running prefills still need for their remaining chunks are held back.
 
-use super::heap::NIL;
 use super::plan::Planning;
 use super::slots::State;
 use super::{Scheduler, SchedulerPolicy};
 use crate::geometry::PAGE_SIZE;
+use crate::list::Stack;
 use crate::request::Request;
 use crate::time::Timestamp;
 
@@ -23,10 +23,12 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
             .policy
             .fairness_threshold_us()
             .or(self.config.fairness_threshold_us);
-        let mut skipped = NIL;
+        let mut skipped = Stack::new();
         let mut skips = 0;
         let mut first_prefill_len: Option<u32> = None;
-        while self.running < self.config.max_batch && p.has_room() && skips <= self.config.max_skips
+        while self.run.len() < self.config.max_batch
+            && p.has_room()
+            && skips <= self.config.max_skips
         {
             // The fairness override first, then the policy's choice.
             let oldest = self.by_age.top(self.slots);
@@ -135,13 +137,11 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
     /// first output token).
     fn reserved_pages(&self, p: &Planning<'_, '_, '_>) -> u64 {
         let mut reserved = 0;
-        let mut cursor = self.run_head;
-        while cursor != NIL {
-            let s = &self.slots[cursor as usize];
+        for index in self.run.iter(self.slots) {
+            let s = &self.slots[index as usize];
             if let Some(seq) = s.seq {
                 reserved += p.kv.pages_short(seq, u64::from(s.prompt_len) + 1);
             }
-            cursor = s.run_next;
         }
         reserved
     }
@@ -152,17 +152,12 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
         let Some(key) = self.slots[candidate as usize].watch else {
             return false;
         };
-        let mut cursor = self.run_head;
-        while cursor != NIL {
-            let s = &self.slots[cursor as usize];
+        self.run.iter(self.slots).any(|index| {
+            let s = &self.slots[index as usize];
             // Its prompt pages are not all cached yet (those computed in the
             // last step are cached at the start of the next).
             let uncached = (s.cached_upto / PAGE_SIZE as u32) < s.prompt_len / PAGE_SIZE as u32;
-            if uncached && s.watch == Some(key) {
-                return true;
-            }
-            cursor = s.run_next;
-        }
-        false
+            uncached && s.watch == Some(key)
+        })
     }
 }

@@ -3,6 +3,7 @@
 use core::fmt;
 
 use super::policy::ConfigError;
+use crate::error::StorageError;
 
 /// Why the scheduler refused a request or an entry id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,9 +20,13 @@ pub enum SchedError {
     UnknownEntry,
     /// The entry is waiting, and the operation needs a running one.
     NotRunning,
-    /// The caller's storage is unusable (empty slots, a watch table that is
-    /// not a power of two).
-    InvalidStorage,
+    /// The caller's storage is unusable, from
+    /// [`Scheduler::new`](super::Scheduler::new) only: no slots or an empty
+    /// watch table ([`StorageError::Empty`]), more slots than entry ids
+    /// address or a watch table over 2³² buckets
+    /// ([`StorageError::TooLarge`]), a watch table whose length is not a
+    /// power of two ([`StorageError::Mismatched`]).
+    Storage(StorageError),
     /// The configuration is invalid.
     Config(ConfigError),
 }
@@ -34,9 +39,15 @@ impl fmt::Display for SchedError {
             Self::TooLong => f.write_str("prompt does not fit a sequence row or the KV pool"),
             Self::UnknownEntry => f.write_str("unknown scheduler entry"),
             Self::NotRunning => f.write_str("request is not running"),
-            Self::InvalidStorage => f.write_str("invalid scheduler storage"),
+            Self::Storage(e) => write!(f, "invalid scheduler storage: {e}"),
             Self::Config(e) => write!(f, "invalid scheduler configuration: {e}"),
         }
+    }
+}
+
+impl From<StorageError> for SchedError {
+    fn from(e: StorageError) -> Self {
+        Self::Storage(e)
     }
 }
 

@@ -10,8 +10,7 @@
 
 use core::marker::PhantomData;
 
-/// No slot / not in the heap.
-pub(crate) const NIL: u32 = u32::MAX;
+use crate::list::NIL;
 
 /// One heap's column in a slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,7 +225,6 @@ impl<O> IndexedHeap<O> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::vec::Vec;
 
     #[derive(Debug, Clone, Copy)]
     struct Slot {
@@ -269,48 +267,67 @@ mod tests {
         ]
     }
 
+    /// The model's top: the least (key, index) of the slots in the heap.
+    fn least(model: &[Option<u8>]) -> Option<(u8, u32)> {
+        model
+            .iter()
+            .enumerate()
+            .filter_map(|(i, k)| k.map(|k| (k, i as u32)))
+            .min()
+    }
+
+    fn slots() -> [(u32, Slot); N as usize] {
+        core::array::from_fn(|i| {
+            (
+                i as u32,
+                Slot {
+                    key: 0,
+                    cell: HeapCell::EMPTY,
+                },
+            )
+        })
+    }
+
     proptest! {
         #[test]
         fn indexed_heap_matches_a_sorted_model(ops in proptest::collection::vec(op(), 0..200)) {
-            let mut slots: Vec<(u32, Slot)> =
-                (0..N).map(|i| (i, Slot { key: 0, cell: HeapCell::EMPTY })).collect();
+            let mut slots = slots();
             let mut heap = IndexedHeap::<ByKey>::new();
-            // The model: (key, index) of every slot in the heap.
-            let mut model: Vec<(u8, u32)> = Vec::new();
+            // The model: each slot's key while it is in the heap.
+            let mut model = [None; N as usize];
             for op in ops {
                 match op {
                     Op::Push(i, key) => {
-                        if model.iter().all(|&(_, j)| j != i) {
+                        if model[i as usize].is_none() {
                             slots[i as usize].1.key = key;
                             heap.push(&mut slots, i);
-                            model.push((key, i));
+                            model[i as usize] = Some(key);
                         }
                     }
                     Op::Remove(i) => {
-                        let was = model.iter().position(|&(_, j)| j == i);
-                        prop_assert_eq!(heap.remove(&mut slots, i), was.is_some());
-                        if let Some(at) = was {
-                            model.swap_remove(at);
-                        }
+                        prop_assert_eq!(heap.remove(&mut slots, i), model[i as usize].is_some());
+                        model[i as usize] = None;
                     }
                     Op::Fix(i, key) => {
                         slots[i as usize].1.key = key;
-                        if let Some(m) = model.iter_mut().find(|m| m.1 == i) {
-                            m.0 = key;
+                        if let Some(k) = &mut model[i as usize] {
+                            *k = key;
                         }
                         heap.fix(&mut slots, i);
                     }
                     Op::Pop => {
-                        let want = model.iter().min().copied();
+                        let want = least(&model);
                         prop_assert_eq!(heap.pop(&mut slots), want.map(|(_, i)| i));
-                        model.retain(|&m| Some(m) != want);
+                        if let Some((_, i)) = want {
+                            model[i as usize] = None;
+                        }
                     }
                 }
                 // The top is the model's least; positions index the array.
-                prop_assert_eq!(heap.len() as usize, model.len());
-                prop_assert_eq!(heap.top(&slots), model.iter().min().map(|&(_, i)| i));
+                prop_assert_eq!(heap.len() as usize, model.iter().flatten().count());
+                prop_assert_eq!(heap.top(&slots), least(&model).map(|(_, i)| i));
                 for i in 0..N {
-                    let inside = model.iter().any(|&(_, j)| j == i);
+                    let inside = model[i as usize].is_some();
                     prop_assert_eq!(heap.contains(&slots, i), inside);
                     if inside {
                         let pos = slots[i as usize].1.cell.pos;
@@ -324,17 +341,7 @@ mod tests {
 
     #[test]
     fn heapify_restores_order_after_keys_change() {
-        let mut slots: Vec<(u32, Slot)> = (0..N)
-            .map(|i| {
-                (
-                    i,
-                    Slot {
-                        key: 0,
-                        cell: HeapCell::EMPTY,
-                    },
-                )
-            })
-            .collect();
+        let mut slots = slots();
         let mut heap = IndexedHeap::<ByKey>::new();
         for i in 0..N {
             slots[i as usize].1.key = i as u8;
@@ -345,7 +352,9 @@ mod tests {
             s.key = (N as u8) - s.key;
         }
         heap.heapify(&mut slots);
-        let order: Vec<u32> = core::iter::from_fn(|| heap.pop(&mut slots)).collect();
-        assert_eq!(order, (0..N).rev().collect::<Vec<_>>());
+        let order: [Option<u32>; N as usize] = core::array::from_fn(|_| heap.pop(&mut slots));
+        let want: [Option<u32>; N as usize] = core::array::from_fn(|i| Some(N - 1 - i as u32));
+        assert_eq!(order, want);
+        assert_eq!(heap.pop(&mut slots), None);
     }
 }

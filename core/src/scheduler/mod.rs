@@ -35,7 +35,10 @@
 //! `heap` the indexed heap, `waiting` the waiting heaps and watch table,
 //! `running` the run list, chunking and preemption, `admission` the choice
 //! of new requests, `slots` the slot array; this file the [`Scheduler`] and
-//! its public API.
+//! its public API. The free slots, the run list and the entries admission
+//! passes over are [`crate::list`] stacks and lists threaded through the
+//! slot array; only the watch table's hash chains are linked by hand (see
+//! `waiting`).
 
 mod admission;
 pub mod config;
@@ -51,17 +54,18 @@ mod waiting;
 
 use core::fmt;
 
-use crate::error::KvError;
+use crate::error::{KvError, StorageError};
 use crate::ids::SeqId;
 use crate::kv_cache::KvCache;
+use crate::list::{List, Stack, NIL};
 use crate::queue::{Dequeued, RequestId};
 use crate::radix::Inserted;
 use crate::request::{Priority, Request};
 use crate::time::Timestamp;
 
-use heap::{IndexedHeap, NIL};
+use heap::IndexedHeap;
 use plan::Planning;
-use slots::State;
+use slots::{Free, Run, State};
 use waiting::{ByAge, ByPolicy};
 
 pub use config::SchedulerConfig;
@@ -90,10 +94,10 @@ pub struct Scheduler<'s, R, P = Policy> {
     /// override.
     by_policy: IndexedHeap<ByPolicy>,
     by_age: IndexedHeap<ByAge>,
-    free_head: u32,
-    run_head: u32,
-    run_tail: u32,
-    running: u32,
+    /// Free slots.
+    free: Stack<Free>,
+    /// Running entries in priority order (class, then arrival).
+    run: List<Run>,
     waiting: u32,
     policy: P,
     config: SchedulerConfig,
@@ -109,7 +113,7 @@ impl<R, P: fmt::Debug> fmt::Debug for Scheduler<'_, R, P> {
             .field("policy", &self.policy)
             .field("config", &self.config)
             .field("waiting", &self.waiting)
-            .field("running", &self.running)
+            .field("running", &self.run.len())
             .finish_non_exhaustive()
     }
 }
@@ -135,22 +139,24 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
         max_context_tokens: u32,
     ) -> Result<Self, SchedError> {
         config.validate()?;
-        let n = slots.len();
-        if n == 0
-            || n >= NIL as usize
-            || !watch.len().is_power_of_two()
-            || watch.len() as u64 > 1 << 32
-        {
-            return Err(SchedError::InvalidStorage);
+        if slots.is_empty() || watch.is_empty() {
+            return Err(StorageError::Empty.into());
         }
-        for (i, slot) in slots.iter_mut().enumerate() {
+        if slots.len() >= NIL as usize || watch.len() as u64 > 1 << 32 {
+            return Err(StorageError::TooLarge.into());
+        }
+        if !watch.len().is_power_of_two() {
+            return Err(StorageError::Mismatched.into());
+        }
+        for slot in slots.iter_mut() {
             let generation = slot.generation;
             *slot = SchedSlot {
                 generation,
-                next_free: if i + 1 < n { i as u32 + 1 } else { NIL },
                 ..SchedSlot::EMPTY
             };
         }
+        // Index 0 on top, as the slots were handed in.
+        let free = Stack::with_all(slots);
         watch.fill(NIL);
         let watch_shift = 64 - watch.len().trailing_zeros();
         Ok(Self {
@@ -159,10 +165,8 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
             watch_shift,
             by_policy: IndexedHeap::new(),
             by_age: IndexedHeap::new(),
-            free_head: 0,
-            run_head: NIL,
-            run_tail: NIL,
-            running: 0,
+            free,
+            run: List::new(),
             waiting: 0,
             policy,
             config,
@@ -190,12 +194,12 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
 
     /// Sequences running.
     pub fn running(&self) -> u32 {
-        self.running
+        self.run.len()
     }
 
     /// Whether nothing waits or runs.
     pub fn is_idle(&self) -> bool {
-        self.waiting == 0 && self.running == 0
+        self.waiting == 0 && self.run.is_empty()
     }
 
     /// The measurements so far.
@@ -281,17 +285,15 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
         if prompt_len >= self.max_context as usize {
             return Err((request, SchedError::TooLong));
         }
-        if self.free_head == NIL {
+        let Some(index) = self.free.pop(self.slots) else {
             return Err((request, SchedError::Full));
-        }
-        let index = self.free_head;
+        };
         // The last sampled token is never appended, so a sequence holds
         // prompt + output − 1 tokens: this cap keeps it inside its row.
         let max_output = request
             .max_output_tokens()
             .min(self.max_context - prompt_len as u32);
         let slot = &mut self.slots[index as usize];
-        self.free_head = slot.next_free;
         let generation = slot.generation;
         // The heap cells' columns belong to the heaps, not to this entry.
         let (by_policy, by_age) = (slot.by_policy.column_only(), slot.by_age.column_only());

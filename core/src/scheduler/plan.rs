@@ -1,10 +1,10 @@
 //! The step plan: what each sequence computes in one engine step, and the
 //! step's counts. The engine reads it; the scheduler writes it.
 
-use super::heap::NIL;
 use super::EntryId;
 use crate::ids::SeqId;
 use crate::kv_cache::KvCache;
+use crate::list::NIL;
 use crate::page_table::PageCopy;
 
 /// What one planned item computes.

@@ -9,14 +9,14 @@
 //! waiting set with its original arrival, to be computed again; a running
 //! sequence's pages are never evicted.
 
-use super::heap::NIL;
 use super::plan::{Planning, Work, WorkKind};
-use super::slots::State;
+use super::slots::{Run, State};
 use super::{Scheduler, SchedulerPolicy};
 use crate::error::AppendError;
 use crate::geometry::PAGE_SIZE;
 use crate::ids::SeqId;
 use crate::kv_cache::KvCache;
+use crate::list::List;
 use crate::page_table::Appended;
 use crate::request::Request;
 
@@ -37,59 +37,36 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
         (core::cmp::Reverse(x.priority), x.arrival) < (core::cmp::Reverse(y.priority), y.arrival)
     }
 
+    /// Links an entry into the run list after the last entry that runs
+    /// before it, walking from the tail (a new entry usually runs last).
     pub(super) fn link_running(&mut self, index: u32) {
-        let mut after = self.run_tail;
-        while after != NIL && self.runs_before(index, after) {
-            after = self.slots[after as usize].run_prev;
+        let mut after = self.run.tail();
+        while let Some(a) = after {
+            if !self.runs_before(index, a) {
+                break;
+            }
+            after = List::<Run>::prev(self.slots, a);
         }
-        let next = if after == NIL {
-            self.run_head
-        } else {
-            self.slots[after as usize].run_next
+        let linked = match after {
+            Some(a) => self.run.insert_after(self.slots, index, a),
+            None => self.run.push_front(self.slots, index),
         };
-        let s = &mut self.slots[index as usize];
-        s.run_prev = after;
-        s.run_next = next;
-        if after == NIL {
-            self.run_head = index;
-        } else {
-            self.slots[after as usize].run_next = index;
-        }
-        if next == NIL {
-            self.run_tail = index;
-        } else {
-            self.slots[next as usize].run_prev = index;
-        }
-        self.running += 1;
+        debug_assert!(linked);
     }
 
     pub(super) fn unlink_running(&mut self, index: u32) {
-        let s = &self.slots[index as usize];
-        let (prev, next) = (s.run_prev, s.run_next);
-        if prev == NIL {
-            self.run_head = next;
-        } else {
-            self.slots[prev as usize].run_next = next;
-        }
-        if next == NIL {
-            self.run_tail = prev;
-        } else {
-            self.slots[next as usize].run_prev = prev;
-        }
-        let s = &mut self.slots[index as usize];
-        s.run_prev = NIL;
-        s.run_next = NIL;
-        s.seq = None;
-        self.running -= 1;
+        let unlinked = self.run.remove(self.slots, index);
+        debug_assert!(unlinked);
+        self.slots[index as usize].seq = None;
     }
 
     /// Caches the full prompt pages running prefills computed so far, so
     /// requests waiting on the same prefix can hit them.
     pub(super) fn cache_computed_prompts(&mut self, kv: &mut KvCache<'_>) {
-        let mut cursor = self.run_head;
-        while cursor != NIL {
-            let slot = &self.slots[cursor as usize];
-            let next = slot.run_next;
+        let mut cursor = self.run.head();
+        while let Some(index) = cursor {
+            let slot = &self.slots[index as usize];
+            let next = List::<Run>::next(self.slots, index);
             let done = slot.prefilled / PAGE_SIZE as u32 * PAGE_SIZE as u32;
             // `done` is within the prompt as added; `get` keeps it total if
             // the request's prompt changed since.
@@ -100,10 +77,10 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
             ) {
                 let cached = kv.cache(seq, computed);
                 debug_assert!(cached.is_ok(), "{cached:?}");
-                self.slots[cursor as usize].cached_upto = done;
+                self.slots[index as usize].cached_upto = done;
                 // Watch where this prefill grows the cache next.
                 if self.policy.cache_aware() {
-                    self.score(cursor, kv.radix());
+                    self.score(index, kv.radix());
                 }
             }
             cursor = next;
@@ -111,10 +88,10 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
     }
 
     pub(super) fn plan_decodes(&mut self, p: &mut Planning<'_, '_, '_>) {
-        let mut cursor = self.run_head;
-        while cursor != NIL && p.has_room() {
-            let slot = &self.slots[cursor as usize];
-            let mut next = slot.run_next;
+        let mut cursor = self.run.head();
+        while let Some(index) = cursor.filter(|_| p.has_room()) {
+            let slot = &self.slots[index as usize];
+            let mut next = List::<Run>::next(self.slots, index);
             let in_decode = slot.prefilled == slot.prompt_len
                 && slot.generated >= 1
                 && slot.generated < slot.max_output;
@@ -124,14 +101,14 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
             };
             // A decode always gets its page: preempt from the bottom if need be.
             let growth = Growth {
-                index: cursor,
+                index,
                 seq,
                 tokens: 1,
                 may_preempt: true,
             };
             if let Some(appended) = self.append_or_preempt(p, growth, &mut next) {
                 p.push(Work {
-                    entry: self.entry_id(cursor),
+                    entry: self.entry_id(index),
                     seq,
                     kind: WorkKind::Decode {
                         position: appended.first_position,
@@ -144,16 +121,16 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
     }
 
     pub(super) fn plan_prefill_chunks(&mut self, p: &mut Planning<'_, '_, '_>) {
-        let mut cursor = self.run_head;
-        while cursor != NIL && p.has_room() {
-            let slot = &self.slots[cursor as usize];
-            let mut next = slot.run_next;
+        let mut cursor = self.run.head();
+        while let Some(index) = cursor.filter(|_| p.has_room()) {
+            let slot = &self.slots[index as usize];
+            let mut next = List::<Run>::next(self.slots, index);
             let (Some(seq), true) = (slot.seq, slot.prefilled < slot.prompt_len) else {
                 cursor = next;
                 continue;
             };
             let growth = Growth {
-                index: cursor,
+                index,
                 seq,
                 tokens: (slot.prompt_len - slot.prefilled).min(p.budget),
                 // Preempt only when nothing else progresses this step (or
@@ -161,7 +138,7 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
                 may_preempt: p.step.work == 0,
             };
             if let Some(appended) = self.append_or_preempt(p, growth, &mut next) {
-                let work = self.prefill_item(cursor, seq, &appended, false);
+                let work = self.prefill_item(index, seq, &appended, false);
                 p.push(work);
             }
             cursor = next;
@@ -204,15 +181,16 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
         &mut self,
         p: &mut Planning<'_, '_, '_>,
         growth: Growth,
-        next: &mut u32,
+        next: &mut Option<u32>,
     ) -> Option<Appended> {
         loop {
             match p.kv.append(growth.seq, growth.tokens) {
                 Ok(appended) => return Some(appended),
                 Err(AppendError::PoolExhausted { .. }) if growth.may_preempt => {
-                    let victim = self.run_tail;
-                    if victim == *next {
-                        *next = NIL;
+                    // The growing entry itself runs, so the list is not empty.
+                    let victim = self.run.tail()?;
+                    if Some(victim) == *next {
+                        *next = None;
                     }
                     self.preempt(victim, p.kv);
                     p.step.preempted += 1;

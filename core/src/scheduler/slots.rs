@@ -1,9 +1,16 @@
 //! The slot array: one slot per waiting or running request, its id with a
 //! generation so a stale id is refused, and the free list.
+//!
+//! A slot sits on up to three of the scheduler's intrusive lists
+//! ([`crate::list`]) at once, one link field each, told apart by tag types:
+//! the free [`Stack`](crate::list::Stack) ([`Free`]), the run
+//! [`List`](crate::list::List) ([`Run`]) and the step's stack of passed-over
+//! waiting entries ([`Skipped`]).
 
-use super::heap::{HeapCell, NIL};
+use super::heap::HeapCell;
 use super::{SchedError, Scheduler, SchedulerPolicy};
 use crate::ids::SeqId;
+use crate::list::{Link, ListNode, StackNode, NIL};
 use crate::queue::RequestId;
 use crate::request::{Priority, Request};
 use crate::time::Timestamp;
@@ -22,6 +29,18 @@ impl EntryId {
         self.slot
     }
 }
+
+/// Tag of the free stack's links.
+#[derive(Debug)]
+pub enum Free {}
+
+/// Tag of the run list's links.
+#[derive(Debug)]
+pub enum Run {}
+
+/// Tag of the links of the entries admission passed over this step.
+#[derive(Debug)]
+pub enum Skipped {}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum State {
@@ -61,8 +80,8 @@ pub struct SchedSlot<R> {
     pub(super) generated: u32,
     pub(super) admitted: bool,
     pub(super) first_token_at: Option<Timestamp>,
-    pub(super) run_prev: u32,
-    pub(super) run_next: u32,
+    /// Its place in the run list, while running.
+    pub(super) run: Link,
     pub(super) next_free: u32,
 }
 
@@ -92,8 +111,7 @@ impl<R> SchedSlot<R> {
         generated: 0,
         admitted: false,
         first_token_at: None,
-        run_prev: NIL,
-        run_next: NIL,
+        run: Link::UNLINKED,
         next_free: NIL,
     };
 }
@@ -101,6 +119,39 @@ impl<R> SchedSlot<R> {
 impl<R> Default for SchedSlot<R> {
     fn default() -> Self {
         Self::EMPTY
+    }
+}
+
+impl<R> StackNode<Free> for SchedSlot<R> {
+    #[inline]
+    fn next(&self) -> u32 {
+        self.next_free
+    }
+    #[inline]
+    fn set_next(&mut self, next: u32) {
+        self.next_free = next;
+    }
+}
+
+impl<R> ListNode<Run> for SchedSlot<R> {
+    #[inline]
+    fn link(&self) -> &Link {
+        &self.run
+    }
+    #[inline]
+    fn link_mut(&mut self) -> &mut Link {
+        &mut self.run
+    }
+}
+
+impl<R> StackNode<Skipped> for SchedSlot<R> {
+    #[inline]
+    fn next(&self) -> u32 {
+        self.skip_next
+    }
+    #[inline]
+    fn set_next(&mut self, next: u32) {
+        self.skip_next = next;
     }
 }
 
@@ -140,14 +191,13 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
     /// Frees a slot that is in no heap and no running list.
     pub(super) fn free_slot(&mut self, index: u32) -> Option<R> {
         self.unwatch(index);
-        let free_head = self.free_head;
         let s = &mut self.slots[index as usize];
         let request = s.request.take();
         debug_assert!(request.is_some(), "live entries hold a request");
         s.state = State::Free;
         s.generation = s.generation.wrapping_add(1);
-        s.next_free = free_head;
-        self.free_head = index;
+        let pushed = self.free.push(self.slots, index);
+        debug_assert!(pushed);
         request
     }
 }

@@ -7,12 +7,22 @@
 //! The policy heap orders by `class + score − rate × arrival`: the age boost
 //! `rate × (now − arrival)` differs from that by `rate × now`, the same for
 //! everyone, so keys never change while a request waits.
+//!
+//! The watch table's chains are hand-linked rather than one
+//! [`List`](crate::list::List) per bucket: the table is a hash table whose
+//! bucket heads the caller hands in as plain `u32`s (`Scheduler::new`'s
+//! `watch`), and a chain only ever needs its head (entries are pushed at the
+//! head and unlinked from anywhere, the bucket found again from the key; no
+//! append, count or backward walk). A `List` head would add a tail and a
+//! length, tripling the table (4 to 12 bytes a bucket) and changing the
+//! caller's storage type for nothing.
 
 use core::cmp::Ordering;
 
-use super::heap::{HeapCell, HeapOrder, NIL};
-use super::slots::{SchedSlot, State};
+use super::heap::{HeapCell, HeapOrder};
+use super::slots::{SchedSlot, Skipped, State};
 use super::{Scheduler, SchedulerPolicy};
+use crate::list::{Stack, NIL};
 use crate::radix::{Growth, PrefixProbe, RadixCache};
 use crate::request::Request;
 
@@ -76,22 +86,20 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
     }
 
     /// Takes a waiting entry out of both heaps for the rest of this step,
-    /// onto the `skipped` list.
-    pub(super) fn skip(&mut self, index: u32, skipped: &mut u32) {
+    /// onto the `skipped` stack.
+    pub(super) fn skip(&mut self, index: u32, skipped: &mut Stack<Skipped>) {
         self.by_policy.remove(self.slots, index);
         self.by_age.remove(self.slots, index);
-        self.slots[index as usize].skip_next = *skipped;
-        *skipped = index;
+        let pushed = skipped.push(self.slots, index);
+        debug_assert!(pushed);
     }
 
-    /// Puts the entries passed over this step back in line.
-    pub(super) fn requeue_skipped(&mut self, mut skipped: u32) {
-        while skipped != NIL {
-            let next = self.slots[skipped as usize].skip_next;
-            self.slots[skipped as usize].skip_next = NIL;
-            self.by_policy.push(self.slots, skipped);
-            self.by_age.push(self.slots, skipped);
-            skipped = next;
+    /// Puts the entries passed over this step back in line, the last
+    /// skipped first.
+    pub(super) fn requeue_skipped(&mut self, mut skipped: Stack<Skipped>) {
+        while let Some(index) = skipped.pop(self.slots) {
+            self.by_policy.push(self.slots, index);
+            self.by_age.push(self.slots, index);
         }
     }
 
