@@ -194,21 +194,8 @@ pub fn write_trace(entries: &[TraceEntry]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::{Arrivals, LengthDist, WorkloadKind, WorkloadSpec};
-
-    fn spec(kind: WorkloadKind) -> WorkloadSpec {
-        WorkloadSpec {
-            kind,
-            requests: 60,
-            shared_len: 64,
-            groups: 3,
-            prompt_len: LengthDist::Uniform(8, 24),
-            output_len: LengthDist::Fixed(4),
-            arrivals: Arrivals::Poisson(100.0),
-            vocab: 500,
-            seed: 9,
-        }
-    }
+    use crate::workload::tests::spec;
+    use crate::workload::WorkloadKind;
 
     #[test]
     fn trace_lines_round_trip_through_serde() {

@@ -255,10 +255,11 @@ impl WorkloadSpec {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn spec(kind: WorkloadKind) -> WorkloadSpec {
+    /// A small workload of `kind`, shared with the trace tests.
+    pub(crate) fn spec(kind: WorkloadKind) -> WorkloadSpec {
         WorkloadSpec {
             kind,
             requests: 60,
