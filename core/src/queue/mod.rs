@@ -114,6 +114,8 @@ impl fmt::Display for QueueError {
     }
 }
 
+impl core::error::Error for QueueError {}
+
 /// A refused request, handed back with the reason.
 #[derive(Debug)]
 pub struct Rejected<R> {

@@ -45,6 +45,8 @@ impl fmt::Display for SchedError {
     }
 }
 
+impl core::error::Error for SchedError {}
+
 impl From<StorageError> for SchedError {
     fn from(e: StorageError) -> Self {
         Self::Storage(e)

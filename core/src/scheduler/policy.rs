@@ -42,6 +42,8 @@ impl fmt::Display for ConfigError {
     }
 }
 
+impl core::error::Error for ConfigError {}
+
 /// A scheduling policy. The scheduler owns ordering, fairness and budgets;
 /// a policy only says how good a waiting request is to run now.
 ///

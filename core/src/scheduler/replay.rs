@@ -120,6 +120,8 @@ impl fmt::Display for ReplayError {
     }
 }
 
+impl core::error::Error for ReplayError {}
+
 impl From<StorageError> for ReplayError {
     fn from(e: StorageError) -> Self {
         Self::Storage(e)

@@ -51,10 +51,10 @@ pub enum Rejection {
     QueueFull,
     /// The queue refused it for another reason.
     #[error("refused by the queue: {0}")]
-    Queue(QueueError),
+    Queue(#[source] QueueError),
     /// The scheduler refused it.
     #[error("refused by the scheduler: {0}")]
-    Scheduler(SchedError),
+    Scheduler(#[source] SchedError),
     /// The engine stopped (shut down or failed) before taking it.
     #[error("the engine has stopped")]
     EngineStopped,
@@ -139,10 +139,10 @@ pub enum EngineError<E> {
     Storage(#[from] StorageError),
     /// The scheduler refused an operation (a bug: the plan is valid).
     #[error("scheduler error: {0}")]
-    Scheduler(SchedError),
+    Scheduler(#[from] SchedError),
     /// The scheduler configuration is invalid.
     #[error("invalid scheduler configuration: {0}")]
-    Config(ConfigError),
+    Config(#[from] ConfigError),
     /// The engine's own bookkeeping disagrees with the core's (a bug).
     #[error("engine bookkeeping error: {0}")]
     Invariant(&'static str),
@@ -151,17 +151,5 @@ pub enum EngineError<E> {
 impl<E> From<SeqError> for EngineError<E> {
     fn from(e: SeqError) -> Self {
         Self::Kv(e.into())
-    }
-}
-
-impl<E> From<SchedError> for EngineError<E> {
-    fn from(e: SchedError) -> Self {
-        Self::Scheduler(e)
-    }
-}
-
-impl<E> From<ConfigError> for EngineError<E> {
-    fn from(e: ConfigError) -> Self {
-        Self::Config(e)
     }
 }
