@@ -78,12 +78,14 @@ extern crate std;
 pub mod backend;
 mod error;
 mod geometry;
+pub mod gguf;
 mod ids;
 mod kv_cache;
 pub mod list;
 mod log;
 mod page_table;
 mod pool;
+pub mod quant;
 pub mod queue;
 mod radix;
 mod request;
@@ -96,10 +98,12 @@ pub use error::{
     AppendError, KvError, PageError, PoolExhausted, SeqError, StorageError, TableFull,
 };
 pub use geometry::{GeometryError, KvDtype, KvGeometry, MAX_PAGES, PAGE_SIZE};
+pub use gguf::{Gguf, GgufError};
 pub use ids::{PageId, SeqId, Slot};
 pub use kv_cache::{Admission, Admitted, KvCache, KvStorage};
 pub use page_table::{Appended, PageCopy, PageTable, SeqEntry, TokenLocation};
 pub use pool::{CacheTag, EvictionListener, PageEntry, PagePool};
+pub use quant::{dequantize_row, QuantError, QuantKind};
 pub use queue::{
     CancelHandle, Dequeued, QueueError, QueueSlot, QueueStats, Rejected, RequestId, RequestQueue,
     Selection,
