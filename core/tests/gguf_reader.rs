@@ -132,11 +132,17 @@ fn reader_reads_every_value_type_and_tensor_in_v2_and_v3() {
                 assert_eq!(t.data(), wt.data.as_slice());
                 assert_eq!(t.data().as_ptr(), bytes[*at..].as_ptr());
                 assert_eq!(t.data().len(), *len);
-                assert_eq!((file.data_offset() as u64 + t.offset()) % file.alignment() as u64, 0);
+                assert_eq!(
+                    (file.data_offset() as u64 + t.offset()) % file.alignment() as u64,
+                    0
+                );
                 assert_eq!(file.tensor(t.name()), Some(t));
                 let rows = t.rows();
                 let row_bytes = t.data().len() / rows as usize;
-                assert_eq!(t.row(rows - 1), Some(&t.data()[t.data().len() - row_bytes..]));
+                assert_eq!(
+                    t.row(rows - 1),
+                    Some(&t.data()[t.data().len() - row_bytes..])
+                );
                 assert_eq!(t.row(rows), None);
             }
             assert_eq!(file.tensor("absent"), None);
@@ -177,34 +183,59 @@ fn reader_typed_getters_return_values_and_refuse_other_types() {
     use ValueKind::{ArrayOf, Scalar};
     assert_eq!(
         file.get_u32("t.u64"),
-        Err(wrong("t.u64", Scalar(ValueType::U32), Scalar(ValueType::U64)))
+        Err(wrong(
+            "t.u64",
+            Scalar(ValueType::U32),
+            Scalar(ValueType::U64)
+        ))
     );
     assert_eq!(
         file.get_f32("t.f64"),
-        Err(wrong("t.f64", Scalar(ValueType::F32), Scalar(ValueType::F64)))
+        Err(wrong(
+            "t.f64",
+            Scalar(ValueType::F32),
+            Scalar(ValueType::F64)
+        ))
     );
     assert_eq!(
         file.get_bool("t.u8"),
-        Err(wrong("t.u8", Scalar(ValueType::Bool), Scalar(ValueType::U8)))
+        Err(wrong(
+            "t.u8",
+            Scalar(ValueType::Bool),
+            Scalar(ValueType::U8)
+        ))
     );
     assert_eq!(
         file.get_str("t.arr_str"),
-        Err(wrong("t.arr_str", Scalar(ValueType::String), ArrayOf(ValueType::String)))
+        Err(wrong(
+            "t.arr_str",
+            Scalar(ValueType::String),
+            ArrayOf(ValueType::String)
+        ))
     );
     assert_eq!(
         file.get_str_array("t.nested"),
-        Err(wrong("t.nested", ArrayOf(ValueType::String), ArrayOf(ValueType::Array)))
+        Err(wrong(
+            "t.nested",
+            ArrayOf(ValueType::String),
+            ArrayOf(ValueType::Array)
+        ))
     );
     assert_eq!(
         file.get_u32("no.such.key"),
-        Err(GgufError::MissingKey { key: n("no.such.key") })
+        Err(GgufError::MissingKey {
+            key: n("no.such.key")
+        })
     );
 }
 
 #[test]
 fn reader_refuses_token_type_of_u8_where_i32_is_expected() {
     let bytes = Writer::new(3)
-        .kv("tokenizer.ggml.token_type", V::Arr(0, vec![V::U8(1), V::U8(3)]))
+        .kv(
+            "tokenizer.ggml.token_type",
+            V::Arr(0, vec![V::U8(1), V::U8(3)]),
+        )
         .build();
     let file = Gguf::parse(&bytes).unwrap();
     let err = file.get_i32_array("tokenizer.ggml.token_type").unwrap_err();
@@ -224,7 +255,7 @@ fn reader_refuses_token_type_of_u8_where_i32_is_expected() {
 
 fn refuse(bytes: &[u8], expected: GgufError) {
     assert_eq!(Gguf::parse(bytes).err(), Some(expected));
-    let mut index = [0usize; 16];
+    let mut index = [0usize; 128];
     let indexed = Gguf::parse_indexed(bytes, &mut index).err();
     assert_eq!(
         core::mem::discriminant(&indexed.unwrap()),
@@ -244,7 +275,10 @@ fn reader_refuses_bad_magic_and_versions() {
     bytes[0] = b'X';
     refuse(&bytes, GgufError::BadMagic { found: *b"XGUF" });
     for version in [0, 1, 4, 0x0300_0000] {
-        refuse(&Writer::new(version).build(), GgufError::UnsupportedVersion { version });
+        refuse(
+            &Writer::new(version).build(),
+            GgufError::UnsupportedVersion { version },
+        );
     }
 }
 
@@ -264,8 +298,20 @@ fn reader_refuses_every_truncation() {
             "cut at {cut}: {err:?}"
         );
     }
-    refuse(&bytes[..6], GgufError::Truncated { offset: 4, what: "version" });
-    refuse(&bytes[..20], GgufError::Truncated { offset: 16, what: "metadata count" });
+    refuse(
+        &bytes[..6],
+        GgufError::Truncated {
+            offset: 4,
+            what: "version",
+        },
+    );
+    refuse(
+        &bytes[..20],
+        GgufError::Truncated {
+            offset: 16,
+            what: "metadata count",
+        },
+    );
 }
 
 #[test]
@@ -274,13 +320,21 @@ fn reader_refuses_counts_larger_than_the_file() {
     w.kv_count = Some(1 << 40);
     refuse(
         &w.build(),
-        GgufError::CountTooLarge { offset: 16, what: "metadata count", count: 1 << 40 },
+        GgufError::CountTooLarge {
+            offset: 16,
+            what: "metadata count",
+            count: 1 << 40,
+        },
     );
     let mut w = Writer::new(3).kv("a", V::U8(1)).tensor(f32_tensor("x", 4));
     w.tensor_count = Some(1000);
     refuse(
         &w.build(),
-        GgufError::CountTooLarge { offset: 8, what: "tensor count", count: 1000 },
+        GgufError::CountTooLarge {
+            offset: 8,
+            what: "tensor count",
+            count: 1000,
+        },
     );
     // An array of 1e12 u64 in a file of a few dozen bytes.
     let mut body = 10u32.to_le_bytes().to_vec();
@@ -288,7 +342,11 @@ fn reader_refuses_counts_larger_than_the_file() {
     let bytes = Writer::new(3).kv("big", V::Raw(9, body)).build();
     refuse(
         &bytes,
-        GgufError::CountTooLarge { offset: 24 + 8 + 3 + 4 + 4, what: "array count", count: 1_000_000_000_000 },
+        GgufError::CountTooLarge {
+            offset: 24 + 8 + 3 + 4 + 4,
+            what: "array count",
+            count: 1_000_000_000_000,
+        },
     );
     // A string length past the end.
     let mut body = u64::MAX.to_le_bytes().to_vec();
@@ -296,7 +354,11 @@ fn reader_refuses_counts_larger_than_the_file() {
     let bytes = Writer::new(2).kv("k", V::Raw(8, body)).build();
     refuse(
         &bytes,
-        GgufError::CountTooLarge { offset: 24 + 8 + 1 + 4, what: "string", count: u64::MAX },
+        GgufError::CountTooLarge {
+            offset: 24 + 8 + 1 + 4,
+            what: "string",
+            count: u64::MAX,
+        },
     );
 }
 
@@ -323,17 +385,27 @@ fn reader_refuses_bad_shapes() {
     let five = T::new("five", &[1, 1, 1, 1, 1], 0, vec![0; 4]);
     refuse(
         &Writer::new(3).tensor(five).build(),
-        GgufError::TooManyDims { tensor: n("five"), dims: 5 },
+        GgufError::TooManyDims {
+            tensor: n("five"),
+            dims: 5,
+        },
     );
     let zero = T::new("zero", &[4, 0], 0, vec![]);
     refuse(
         &Writer::new(3).tensor(zero).build(),
-        GgufError::ZeroDim { tensor: n("zero"), axis: 1 },
+        GgufError::ZeroDim {
+            tensor: n("zero"),
+            axis: 1,
+        },
     );
     let partial = T::new("partial", &[48, 2], QuantKind::Q4_0.ggml_id(), vec![0; 54]);
     refuse(
         &Writer::new(3).tensor(partial).build(),
-        GgufError::PartialBlock { tensor: n("partial"), row: 48, block: 32 },
+        GgufError::PartialBlock {
+            tensor: n("partial"),
+            row: 48,
+            block: 32,
+        },
     );
 }
 
@@ -342,25 +414,36 @@ fn reader_refuses_overflowing_counts() {
     let elems = T::new("e", &[1 << 32, 1 << 32, 1 << 32], 0, vec![]);
     refuse(
         &Writer::new(3).tensor(elems).build(),
-        GgufError::SizeOverflow { tensor: n("e"), what: "element count" },
+        GgufError::SizeOverflow {
+            tensor: n("e"),
+            what: "element count",
+        },
     );
     let bytes = T::new("b", &[1 << 62], 0, vec![]);
     refuse(
         &Writer::new(3).tensor(bytes).build(),
-        GgufError::SizeOverflow { tensor: n("b"), what: "byte count" },
+        GgufError::SizeOverflow {
+            tensor: n("b"),
+            what: "byte count",
+        },
     );
     let mut end = f32_tensor("d", 8);
     end.data.clear();
     end.offset = Some(u64::MAX - 31);
     refuse(
         &Writer::new(3).tensor(end).build(),
-        GgufError::SizeOverflow { tensor: n("d"), what: "data end" },
+        GgufError::SizeOverflow {
+            tensor: n("d"),
+            what: "data end",
+        },
     );
 }
 
 #[test]
 fn reader_refuses_data_past_the_end_misaligned_and_overlapping() {
-    let (mut bytes, layout) = Writer::new(3).tensor(f32_tensor("a", 8)).build_with_layout();
+    let (mut bytes, layout) = Writer::new(3)
+        .tensor(f32_tensor("a", 8))
+        .build_with_layout();
     bytes.pop();
     refuse(
         &bytes,
@@ -374,16 +457,28 @@ fn reader_refuses_data_past_the_end_misaligned_and_overlapping() {
     t.offset = Some(16);
     refuse(
         &Writer::new(3).tensor(t).build(),
-        GgufError::Misaligned { tensor: n("m"), offset: 16 },
+        GgufError::Misaligned {
+            tensor: n("m"),
+            offset: 16,
+        },
     );
     let mut second = f32_tensor("b", 8);
     second.offset = Some(32);
     let w = Writer::new(3).tensor(f32_tensor("a", 32)).tensor(second);
-    refuse(&w.build(), GgufError::Overlap { tensor: n("b"), other: n("a") });
+    refuse(
+        &w.build(),
+        GgufError::Overlap {
+            tensor: n("b"),
+            other: n("a"),
+        },
+    );
     // Touching but not overlapping is fine.
     let mut after = f32_tensor("b", 8);
     after.offset = Some(128);
-    let bytes = Writer::new(3).tensor(f32_tensor("a", 32)).tensor(after).build();
+    let bytes = Writer::new(3)
+        .tensor(f32_tensor("a", 32))
+        .tensor(after)
+        .build();
     assert!(Gguf::parse(&bytes).is_ok());
 }
 
@@ -396,7 +491,10 @@ fn reader_refuses_duplicates() {
         .build_with_layout();
     refuse(
         &bytes,
-        GgufError::DuplicateKey { key: n("a"), offset: layout.kv_offsets[2] as u64 },
+        GgufError::DuplicateKey {
+            key: n("a"),
+            offset: layout.kv_offsets[2] as u64,
+        },
     );
     let (bytes, layout) = Writer::new(3)
         .tensor(f32_tensor("w", 8))
@@ -414,15 +512,25 @@ fn reader_refuses_duplicates() {
 
 #[test]
 fn reader_refuses_unknown_types_and_bad_values() {
-    let (bytes, layout) = Writer::new(3).kv("k", V::Raw(13, vec![0; 8])).build_with_layout();
+    let (bytes, layout) = Writer::new(3)
+        .kv("k", V::Raw(13, vec![0; 8]))
+        .build_with_layout();
     refuse(
         &bytes,
-        GgufError::UnknownValueType { offset: layout.kv_offsets[0] as u64 + 9, id: 13 },
+        GgufError::UnknownValueType {
+            offset: layout.kv_offsets[0] as u64 + 9,
+            id: 13,
+        },
     );
-    let (bytes, layout) = Writer::new(3).kv("k", V::Arr(77, vec![])).build_with_layout();
+    let (bytes, layout) = Writer::new(3)
+        .kv("k", V::Arr(77, vec![]))
+        .build_with_layout();
     refuse(
         &bytes,
-        GgufError::UnknownValueType { offset: layout.kv_offsets[0] as u64 + 13, id: 77 },
+        GgufError::UnknownValueType {
+            offset: layout.kv_offsets[0] as u64 + 13,
+            id: 77,
+        },
     );
     for id in [10, 99, 31] {
         let t = T::new("q", &[256], id, vec![0; 256]);
@@ -431,19 +539,34 @@ fn reader_refuses_unknown_types_and_bad_values() {
             GgufError::UnknownTensorType { tensor: n("q"), id },
         );
     }
-    let (bytes, layout) = Writer::new(3).kv("flag", V::Raw(7, vec![2])).build_with_layout();
+    let (bytes, layout) = Writer::new(3)
+        .kv("flag", V::Raw(7, vec![2]))
+        .build_with_layout();
     refuse(
         &bytes,
-        GgufError::BadBool { offset: layout.kv_offsets[0] as u64 + 16, value: 2 },
+        GgufError::BadBool {
+            offset: layout.kv_offsets[0] as u64 + 16,
+            value: 2,
+        },
     );
     let (bytes, layout) = Writer::new(3).kv("a\u{0}", V::U8(0)).build_with_layout();
     assert!(Gguf::parse(&bytes).is_ok());
     let mut bad = bytes.clone();
     bad[layout.kv_offsets[0] + 9] = 0xff;
-    refuse(&bad, GgufError::NotUtf8 { offset: layout.kv_offsets[0] as u64 + 8 });
+    refuse(
+        &bad,
+        GgufError::NotUtf8 {
+            offset: layout.kv_offsets[0] as u64 + 8,
+        },
+    );
     let bytes = Writer::new(3).kv("s", V::Str(vec![0xc3])).build();
     let file = Gguf::parse(&bytes).unwrap();
-    assert_eq!(file.get_str("s"), Err(GgufError::NotUtf8 { offset: bytes.len() as u64 - 1 }));
+    assert_eq!(
+        file.get_str("s"),
+        Err(GgufError::NotUtf8 {
+            offset: bytes.len() as u64 - 1
+        })
+    );
 }
 
 #[test]
@@ -464,7 +587,9 @@ fn reader_bounds_array_nesting() {
     }
     let Value::Array(a) = v else { panic!("{v:?}") };
     assert_eq!(a.iter().collect::<Vec<_>>(), [Value::U8(1)]);
-    let (deep, layout) = Writer::new(3).kv("n", nest(MAX_ARRAY_DEPTH + 1)).build_with_layout();
+    let (deep, layout) = Writer::new(3)
+        .kv("n", nest(MAX_ARRAY_DEPTH + 1))
+        .build_with_layout();
     let innermost = layout.kv_offsets[0] as u64 + 8 + 1 + 4 + 12 * MAX_ARRAY_DEPTH as u64;
     refuse(&deep, GgufError::NestingTooDeep { offset: innermost });
 }
@@ -477,4 +602,34 @@ fn reader_index_must_hold_every_entry() {
         Gguf::parse_indexed(&bytes, &mut index).err(),
         Some(GgufError::ScratchTooSmall { needed: 2 })
     );
+}
+
+#[test]
+fn reader_finds_duplicates_among_many_keys() {
+    for (dup_of, at) in [(5, 90), (70, 90), (63, 64), (64, 65), (0, 99)] {
+        let mut w = Writer::new(3);
+        for i in 0..100 {
+            let key = if i == at {
+                format!("k{dup_of}")
+            } else {
+                format!("k{i}")
+            };
+            w = w.kv(&key, V::Arr(8, vec![s("pad"), s("ding")]));
+        }
+        let (bytes, layout) = w.build_with_layout();
+        refuse(
+            &bytes,
+            GgufError::DuplicateKey {
+                key: n(&format!("k{dup_of}")),
+                offset: layout.kv_offsets[at] as u64,
+            },
+        );
+    }
+    let mut w = Writer::new(3);
+    for i in 0..100 {
+        w = w.kv(&format!("k{i}"), V::U8(i as u8));
+    }
+    let bytes = w.build();
+    let file = Gguf::parse(&bytes).unwrap();
+    assert_eq!(file.get("k99"), Some(Value::U8(99)));
 }

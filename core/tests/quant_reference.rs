@@ -20,7 +20,11 @@ fn scale_fields(kind: QuantKind) -> &'static [usize] {
 /// Random blocks: the first half all random bits (NaN and infinite scales
 /// included), the second half with finite scales.
 fn random_blocks(kind: QuantKind, rng: &mut Rng) -> (Vec<u8>, usize) {
-    let blocks = if kind.block_elems() == 1 { 4096 } else { 8192 / kind.block_elems() + 8 };
+    let blocks = if kind.block_elems() == 1 {
+        4096
+    } else {
+        8192 / kind.block_elems() + 8
+    };
     let mut bytes = vec![0; blocks * kind.block_bytes()];
     rng.fill(&mut bytes);
     for block in bytes.chunks_exact_mut(kind.block_bytes()).skip(blocks / 2) {
@@ -105,7 +109,10 @@ fn dequantize_reads_hand_built_blocks() {
     b[208..].copy_from_slice(&ONE);
     let mut out = [0f32; 256];
     dequantize_row(QuantKind::Q6_K, &b, &mut out).unwrap();
-    assert_eq!((out[0], out[16], out[32], out[255]), (-32.0, -64.0, -96.0, -32.0 * 16.0));
+    assert_eq!(
+        (out[0], out[16], out[32], out[255]),
+        (-32.0, -64.0, -96.0, -32.0 * 16.0)
+    );
 }
 
 #[test]
@@ -113,15 +120,25 @@ fn dequantize_refuses_partial_blocks_and_wrong_lengths() {
     let mut out = [7f32; 48];
     assert_eq!(
         dequantize_row(QuantKind::Q4_0, &[0; 27], &mut out),
-        Err(QuantError::PartialBlock { kind: QuantKind::Q4_0, elems: 48 })
+        Err(QuantError::PartialBlock {
+            kind: QuantKind::Q4_0,
+            elems: 48
+        })
     );
     assert_eq!(
         dequantize_row(QuantKind::Q8_0, &[0; 33], &mut out[..32]),
-        Err(QuantError::LengthMismatch { kind: QuantKind::Q8_0, expected: 34, found: 33 })
+        Err(QuantError::LengthMismatch {
+            kind: QuantKind::Q8_0,
+            expected: 34,
+            found: 33
+        })
     );
     assert_eq!(
         QuantKind::F32.bytes_for(usize::MAX / 2),
-        Err(QuantError::Overflow { kind: QuantKind::F32, elems: usize::MAX / 2 })
+        Err(QuantError::Overflow {
+            kind: QuantKind::F32,
+            elems: usize::MAX / 2
+        })
     );
     assert!(out.iter().all(|&x| x == 7.0), "a refusal wrote output");
 }

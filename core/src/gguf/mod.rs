@@ -50,6 +50,10 @@ pub const MAX_ARRAY_DEPTH: u32 = 8;
 /// The key that sets the data alignment.
 pub const ALIGNMENT_KEY: &str = "general.alignment";
 
+/// How many key offsets [`Gguf::parse`] keeps on the stack for its pairwise
+/// duplicate check.
+const PAIR_CACHE: usize = 64;
+
 /// The fewest bytes a key/value pair takes (empty key, one-byte value).
 const MIN_KV_BYTES: usize = 8 + 4 + 1;
 
@@ -174,6 +178,7 @@ impl<'a> Gguf<'a> {
             }
         }
         let mut alignment = DEFAULT_ALIGNMENT;
+        let mut first_keys = [0usize; PAIR_CACHE];
         for i in 0..kv_count {
             let kv = read_kv(&mut cur)?;
             if kv.key == ALIGNMENT_KEY {
@@ -191,12 +196,25 @@ impl<'a> Gguf<'a> {
             }
             match &mut dedup {
                 Dedup::Pairs => {
-                    let earlier = Metadata {
-                        cur: Cursor::new(bytes, kv_start),
-                        left: i,
-                    };
-                    if earlier.map(|e| e.key).any(|k| k == kv.key) {
+                    // The first keys' offsets are kept on the stack, so their
+                    // comparisons skip no values; later ones are re-walked.
+                    let near = (i as usize).min(PAIR_CACHE);
+                    let key_at = |at: usize| Cursor::new(bytes, at).string("metadata key");
+                    let mut earlier = first_keys[..near].iter().map(|&at| key_at(at));
+                    if earlier.any(|k| k.is_ok_and(|k| k == kv.key.as_bytes())) {
                         return Err(duplicate_key(kv.key, kv.offset));
+                    }
+                    if i as usize >= PAIR_CACHE {
+                        let mut rest = Metadata {
+                            cur: Cursor::new(bytes, first_keys[PAIR_CACHE - 1]),
+                            left: i - PAIR_CACHE as u64 + 1,
+                        };
+                        rest.next();
+                        if rest.map(|e| e.key).any(|k| k == kv.key) {
+                            return Err(duplicate_key(kv.key, kv.offset));
+                        }
+                    } else {
+                        first_keys[i as usize] = kv.offset;
                     }
                 }
                 Dedup::Index(index) => index[i as usize] = kv.offset,

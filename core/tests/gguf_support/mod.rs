@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod env;
+pub mod exercise;
 pub mod writer;
 
 /// SplitMix64: reproducible random bytes without a dependency.
