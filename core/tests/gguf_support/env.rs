@@ -1,6 +1,7 @@
 //! Where the real model and the Python reference are. Outside CI a missing
 //! one skips the test with one line; with `CI=true` it fails the test.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -30,7 +31,9 @@ fn missing(test: &str, what: &str, how: &str) {
     if in_ci() {
         panic!("{test}: {what} is missing and CI=true requires it ({how})");
     }
-    eprintln!("skipping {test}: no {what}; {how}");
+    // Straight to stderr, past the test harness's capture, so the one line
+    // shows in a normal `cargo test` run.
+    let _ = writeln!(std::io::stderr(), "skipping {test}: no {what}; {how}");
 }
 
 pub fn require_model(test: &str) -> Option<PathBuf> {
