@@ -53,6 +53,13 @@
 //! sequence on its cached prefix, append, cache and finish through one API
 //! instead of threading the three parts through every call.
 //!
+//! ## Model files
+//!
+//! [`gguf`] reads llama.cpp's GGUF model files (v2 and v3) over borrowed
+//! bytes, with a typed [`GgufError`] for every malformed file; [`quant`]
+//! defines the weight block layouts ([`QuantKind`]) and their scalar
+//! dequantization ([`dequantize_row`]), once for every backend.
+//!
 //! ## Panic policy
 //!
 //! Nothing a caller does makes this crate panic. Every operation that can be
