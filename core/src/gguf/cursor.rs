@@ -32,13 +32,13 @@ impl<'a> Cursor<'a> {
     }
 
     pub(super) fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], GgufError> {
-        if n > self.remaining() {
+        let end = self.pos.checked_add(n);
+        let Some(out) = end.and_then(|end| self.bytes.get(self.pos..end)) else {
             return Err(GgufError::Truncated {
                 offset: self.offset(),
                 what,
             });
-        }
-        let out = &self.bytes[self.pos..self.pos + n];
+        };
         self.pos += n;
         Ok(out)
     }
