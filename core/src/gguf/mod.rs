@@ -26,12 +26,14 @@
 //! ```
 
 mod cursor;
+mod dedup;
 mod error;
 mod tensor;
 mod typed;
 mod value;
 
 use cursor::Cursor;
+use dedup::Dedup;
 pub use error::{GgufError, Name, NAME_CAPACITY};
 pub use tensor::{TensorInfo, Tensors, MAX_DIMS};
 pub use typed::{F32Array, I32Array, StrArray, StrIter};
@@ -49,10 +51,6 @@ pub const MAX_ARRAY_DEPTH: u32 = 8;
 
 /// The key that sets the data alignment.
 pub const ALIGNMENT_KEY: &str = "general.alignment";
-
-/// How many key offsets [`Gguf::parse`] keeps on the stack for its pairwise
-/// duplicate check.
-const PAIR_CACHE: usize = 64;
 
 /// The fewest bytes a key/value pair takes (empty key, one-byte value).
 const MIN_KV_BYTES: usize = 8 + 4 + 1;
@@ -148,17 +146,11 @@ fn first4(bytes: &[u8]) -> [u8; 4] {
     out
 }
 
-/// How duplicates and overlaps are found.
-enum Dedup<'s> {
-    Pairs,
-    Index(&'s mut [usize]),
-}
-
 impl<'a> Gguf<'a> {
     /// Parses and checks a whole file. Duplicate keys, duplicate tensor names
     /// and overlapping tensor data are found by comparing every pair.
     pub fn parse(bytes: &'a [u8]) -> Result<Gguf<'a>, GgufError> {
-        Self::parse_with(bytes, Dedup::Pairs)
+        Self::parse_with(bytes, Dedup::pairs())
     }
 
     /// As [`parse`](Self::parse), but finds duplicates and overlaps by
@@ -172,65 +164,16 @@ impl<'a> Gguf<'a> {
     fn parse_with(bytes: &'a [u8], mut dedup: Dedup<'_>) -> Result<Gguf<'a>, GgufError> {
         let (version, tensor_count, kv_count, mut cur) = header(bytes)?;
         let kv_start = cur.pos();
-        if let Dedup::Index(index) = &dedup {
-            if (index.len() as u64) < kv_count {
-                return Err(GgufError::ScratchTooSmall { needed: kv_count });
-            }
-        }
+        dedup.reserve(kv_count)?;
         let mut alignment = DEFAULT_ALIGNMENT;
-        let mut first_keys = [0usize; PAIR_CACHE];
         for i in 0..kv_count {
             let kv = read_kv(&mut cur)?;
             if kv.key == ALIGNMENT_KEY {
-                alignment = match kv.value {
-                    Value::U32(a) if a.is_power_of_two() => a,
-                    Value::U32(a) => return Err(GgufError::BadAlignment { alignment: a }),
-                    other => {
-                        return Err(GgufError::WrongType {
-                            key: Name::new(kv.key.as_bytes()),
-                            expected: ValueKind::Scalar(ValueType::U32),
-                            found: other.kind(),
-                        })
-                    }
-                };
+                alignment = alignment_of(&kv)?;
             }
-            match &mut dedup {
-                Dedup::Pairs => {
-                    // The first keys' offsets are kept on the stack, so their
-                    // comparisons skip no values; later ones are re-walked.
-                    let near = (i as usize).min(PAIR_CACHE);
-                    let key_at = |at: usize| Cursor::new(bytes, at).string("metadata key");
-                    let mut earlier = first_keys[..near].iter().map(|&at| key_at(at));
-                    if earlier.any(|k| k.is_ok_and(|k| k == kv.key.as_bytes())) {
-                        return Err(duplicate_key(kv.key, kv.offset));
-                    }
-                    if i as usize >= PAIR_CACHE {
-                        let mut rest = Metadata {
-                            cur: Cursor::new(bytes, first_keys[PAIR_CACHE - 1]),
-                            left: i - PAIR_CACHE as u64 + 1,
-                        };
-                        rest.next();
-                        if rest.map(|e| e.key).any(|k| k == kv.key) {
-                            return Err(duplicate_key(kv.key, kv.offset));
-                        }
-                    } else {
-                        first_keys[i as usize] = kv.offset;
-                    }
-                }
-                Dedup::Index(index) => index[i as usize] = kv.offset,
-            }
+            dedup.key(bytes, i, &kv)?;
         }
-        if let Dedup::Index(index) = &mut dedup {
-            let index = &mut index[..kv_count as usize];
-            let key = |at: usize| {
-                let mut c = Cursor::new(bytes, at);
-                c.string("metadata key").unwrap_or(&[])
-            };
-            index.sort_unstable_by(|&a, &b| key(a).cmp(key(b)).then(a.cmp(&b)));
-            if let Some(w) = index.windows(2).find(|w| key(w[0]) == key(w[1])) {
-                return Err(duplicate_key_bytes(key(w[1]), w[1]));
-            }
-        }
+        dedup.finish_keys(bytes, kv_count)?;
 
         let tensors_start = cur.pos();
         if tensor_count > (cur.remaining() / tensor::MIN_INFO_BYTES) as u64 {
@@ -240,19 +183,13 @@ impl<'a> Gguf<'a> {
                 count: tensor_count,
             });
         }
-        if let Dedup::Index(index) = &dedup {
-            if (index.len() as u64) < tensor_count {
-                return Err(GgufError::ScratchTooSmall {
-                    needed: tensor_count,
-                });
-            }
-        }
+        dedup.reserve(tensor_count)?;
         for _ in 0..tensor_count {
             tensor::read_info(&mut cur)?;
         }
-        let infos_end = cur.offset();
         let mask = u64::from(alignment) - 1;
-        let data_start = infos_end
+        let data_start = cur
+            .offset()
             .checked_add(mask)
             .map(|e| e & !mask)
             .and_then(|e| usize::try_from(e).ok())
@@ -271,69 +208,8 @@ impl<'a> Gguf<'a> {
             data_start,
             alignment,
         };
-        file.check_tensors(dedup)?;
+        dedup.tensors(&file)?;
         Ok(file)
-    }
-
-    /// Resolves every tensor's data range, then finds duplicate names and
-    /// overlapping data.
-    fn check_tensors(&self, dedup: Dedup<'_>) -> Result<(), GgufError> {
-        let mut cur = Cursor::new(self.bytes, self.tensors_start);
-        let mut index = match dedup {
-            Dedup::Index(index) => Some(index),
-            Dedup::Pairs => None,
-        };
-        for i in 0..self.tensor_count {
-            let t = tensor::read_info(&mut cur)?.resolve(
-                self.bytes,
-                self.data_start,
-                self.alignment,
-            )?;
-            match &mut index {
-                None => {
-                    for other in self.tensors().take(i as usize) {
-                        if other.name() == t.name() {
-                            return Err(GgufError::DuplicateTensor {
-                                tensor: Name::new(t.name().as_bytes()),
-                                offset: t.info_offset() as u64,
-                            });
-                        }
-                        if overlap(&t, &other) {
-                            return Err(overlap_error(&t, &other));
-                        }
-                    }
-                }
-                Some(index) => index[i as usize] = t.info_offset(),
-            }
-        }
-        let Some(index) = index else {
-            return Ok(());
-        };
-        let index = &mut index[..self.tensor_count as usize];
-        let at = |offset: usize| {
-            let mut c = Cursor::new(self.bytes, offset);
-            tensor::read_info(&mut c)
-                .and_then(|r| r.resolve(self.bytes, self.data_start, self.alignment))
-                .ok()
-        };
-        let name = |offset: usize| at(offset).map(|t| t.name()).unwrap_or("");
-        index.sort_unstable_by(|&a, &b| name(a).cmp(name(b)).then(a.cmp(&b)));
-        if let Some(w) = index.windows(2).find(|w| name(w[0]) == name(w[1])) {
-            return Err(GgufError::DuplicateTensor {
-                tensor: Name::new(name(w[1]).as_bytes()),
-                offset: w[1] as u64,
-            });
-        }
-        let start = |offset: usize| at(offset).map(|t| t.offset()).unwrap_or(0);
-        index.sort_unstable_by_key(|&a| (start(a), a));
-        for w in index.windows(2) {
-            if let (Some(a), Some(b)) = (at(w[0]), at(w[1])) {
-                if overlap(&a, &b) {
-                    return Err(overlap_error(&b, &a));
-                }
-            }
-        }
-        Ok(())
     }
 
     /// The format version (2 or 3).
@@ -402,26 +278,15 @@ impl<'a> Gguf<'a> {
     }
 }
 
-fn duplicate_key(key: &str, offset: usize) -> GgufError {
-    duplicate_key_bytes(key.as_bytes(), offset)
-}
-
-fn duplicate_key_bytes(key: &[u8], offset: usize) -> GgufError {
-    GgufError::DuplicateKey {
-        key: Name::new(key),
-        offset: offset as u64,
-    }
-}
-
-fn overlap(a: &TensorInfo<'_>, b: &TensorInfo<'_>) -> bool {
-    let (a0, a1) = (a.offset(), a.offset() + a.data().len() as u64);
-    let (b0, b1) = (b.offset(), b.offset() + b.data().len() as u64);
-    a0 < b1 && b0 < a1
-}
-
-fn overlap_error(t: &TensorInfo<'_>, other: &TensorInfo<'_>) -> GgufError {
-    GgufError::Overlap {
-        tensor: Name::new(t.name().as_bytes()),
-        other: Name::new(other.name().as_bytes()),
+/// `general.alignment`: a u32 power of two.
+fn alignment_of(kv: &Kv<'_>) -> Result<u32, GgufError> {
+    match kv.value {
+        Value::U32(a) if a.is_power_of_two() => Ok(a),
+        Value::U32(a) => Err(GgufError::BadAlignment { alignment: a }),
+        other => Err(GgufError::WrongType {
+            key: Name::new(kv.key.as_bytes()),
+            expected: ValueKind::Scalar(ValueType::U32),
+            found: other.kind(),
+        }),
     }
 }
