@@ -53,6 +53,13 @@
 //! sequence on its cached prefix, append, cache and finish through one API
 //! instead of threading the three parts through every call.
 //!
+//! ## Model files
+//!
+//! [`gguf`] reads llama.cpp's GGUF model files (v2 and v3) over borrowed
+//! bytes, with a typed [`GgufError`] for every malformed file; [`quant`]
+//! defines the weight block layouts ([`QuantKind`]) and their scalar
+//! dequantization ([`dequantize_row`]), once for every backend.
+//!
 //! ## Panic policy
 //!
 //! Nothing a caller does makes this crate panic. Every operation that can be
@@ -74,12 +81,14 @@
 pub mod backend;
 mod error;
 mod geometry;
+pub mod gguf;
 mod ids;
 mod kv_cache;
 pub mod list;
 mod log;
 mod page_table;
 mod pool;
+pub mod quant;
 pub mod queue;
 mod radix;
 mod request;
@@ -92,10 +101,12 @@ pub use error::{
     AppendError, KvError, PageError, PoolExhausted, SeqError, StorageError, TableFull,
 };
 pub use geometry::{GeometryError, KvDtype, KvGeometry, ParseKvDtypeError, MAX_PAGES, PAGE_SIZE};
+pub use gguf::{Gguf, GgufError};
 pub use ids::{PageId, SeqId, Slot};
 pub use kv_cache::{Admission, Admitted, KvCache, KvStorage};
 pub use page_table::{Appended, PageCopy, PageTable, SeqEntry, TokenLocation};
 pub use pool::{CacheTag, EvictionListener, PageEntry, PagePool};
+pub use quant::{dequantize_row, QuantError, QuantKind};
 pub use queue::{
     CancelHandle, Dequeued, QueueError, QueueSlot, QueueStats, Rejected, RequestId, RequestQueue,
     Selection,
