@@ -1,0 +1,174 @@
+//! Inserting a sequence's full pages into the tree, deduplicating pages the
+//! tree already holds under the same tokens.
+
+use super::index::{key_hash, page_tokens, ROOT_KEY};
+use super::node::{NodeState, PageTokens, RadixNode};
+use super::walk::Walk;
+use super::RadixCache;
+use crate::error::KvError;
+use crate::geometry::PAGE_SIZE;
+use crate::ids::{PageId, SeqId};
+use crate::list::NIL;
+use crate::page_table::PageTable;
+use crate::pool::{CacheTag, PagePool};
+
+/// What an [`insert`](RadixCache::insert) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Inserted {
+    /// Full pages of the sequence now in the cache (new or deduplicated).
+    pub cached_pages: u32,
+    /// Pages added to the tree.
+    pub new_pages: u32,
+    /// Pages the cache already held under the same tokens: the sequence now
+    /// uses the cached page and its own copy was released.
+    pub deduplicated_pages: u32,
+    /// Full pages not cached because the node storage was full and nothing
+    /// could be evicted to make room.
+    pub declined_pages: u32,
+}
+
+impl RadixCache<'_> {
+    /// Caches the full pages of a running or finished sequence whose token
+    /// ids are `tokens` (its first `len / 16` pages). A page whose tokens the
+    /// tree already holds in another page is deduplicated: the sequence's row
+    /// switches to the cached page and its own copy is released, so identical
+    /// prefixes share one physical page.
+    ///
+    /// When the node storage is full, the least recently used unlocked page is
+    /// evicted to make room; if nothing can be evicted, the remaining pages
+    /// are declined ([`Inserted::declined_pages`]), never a panic.
+    pub fn insert(
+        &mut self,
+        table: &mut PageTable<'_>,
+        seq: SeqId,
+        tokens: &[u32],
+        pool: &mut PagePool<'_>,
+    ) -> Result<Inserted, KvError> {
+        let len = table.len(seq)?.min(tokens.len() as u32);
+        let full_pages = len / PAGE_SIZE as u32;
+        let tokens = &tokens[..(full_pages as usize) * PAGE_SIZE];
+        let (found, to_dedup) = self.check_row(table.pages(seq)?, tokens, pool)?;
+        let mut done = Inserted::default();
+        if to_dedup > 0 {
+            // The path the check walked, again, now that nothing can refuse.
+            let walked = self.walk(tokens, 0u32.., |depth, node| {
+                let own = table.pages(seq)?[depth as usize];
+                if node.page != own {
+                    table.replace_full_page(seq, depth, node.page, pool)?;
+                    done.deduplicated_pages += 1;
+                }
+                Ok::<(), KvError>(())
+            })?;
+            debug_assert_eq!(walked.pages, found.pages);
+        }
+        done.cached_pages = found.pages;
+        // The walk stopped at the first uncached page, if any, and has its key.
+        debug_assert!(found.next_key.is_some() || found.pages == full_pages);
+        let (mut parent, mut key) = (found.last, found.next_key.unwrap_or(ROOT_KEY));
+        let uncached = tokens.chunks_exact(PAGE_SIZE).skip(found.pages as usize);
+        for (i, chunk) in (found.pages..).zip(uncached) {
+            let chunk = page_tokens(chunk);
+            if i > found.pages {
+                key = key_hash(key, chunk);
+            }
+            let own = table.pages(seq)?[i as usize];
+            debug_assert_eq!(
+                pool.cache_tag(own),
+                Ok(None),
+                "check_row lets no cached page get here"
+            );
+            let Some(node) = self.new_node(parent, key, chunk, own, pool) else {
+                done.declined_pages = full_pages - i;
+                break;
+            };
+            pool.set_cache_tag(own, CacheTag(node))?;
+            if done.new_pages == 0 {
+                // Only the first new page of an insert can extend a waiting
+                // prompt's match: its parent existed before.
+                self.record_growth(key);
+            }
+            done.new_pages += 1;
+            done.cached_pages += 1;
+            parent = node;
+        }
+        self.stats.inserted_pages += u64::from(done.new_pages);
+        self.stats.deduplicated_pages += u64::from(done.deduplicated_pages);
+        self.stats.declined_pages += u64::from(done.declined_pages);
+        Ok(done)
+    }
+
+    /// Before an insert changes anything: walks the tree along `tokens` (whole
+    /// pages) and checks the row against it. The row's pages that the tree
+    /// caches must be the walked path itself, from the root; past them, every
+    /// page must be uncached. Otherwise the tokens are not the row's, and
+    /// inserting them would alias a cached page. Returns the walk and how
+    /// many of the row's pages the walked path holds in other pages (to
+    /// deduplicate).
+    fn check_row(
+        &self,
+        row: &[PageId],
+        tokens: &[u32],
+        pool: &PagePool<'_>,
+    ) -> Result<(Walk, u32), KvError> {
+        let mut to_dedup = 0;
+        let found = self.walk(tokens, row.iter().copied(), |own, node| {
+            if own == node.page {
+                // Cached pages come first in a row: none after a copy.
+                if to_dedup > 0 {
+                    return Err(KvError::TokensMismatch);
+                }
+            } else if pool.cache_tag(own)?.is_some() {
+                return Err(KvError::TokensMismatch);
+            } else {
+                to_dedup += 1;
+            }
+            Ok(())
+        })?;
+        let past = row.iter().take(tokens.len() / PAGE_SIZE);
+        for &page in past.skip(found.pages as usize) {
+            if pool.cache_tag(page)?.is_some() {
+                return Err(KvError::TokensMismatch);
+            }
+        }
+        Ok((found, to_dedup))
+    }
+
+    /// Takes a free node (evicting an unlocked page if there is none) and
+    /// links it under `parent`. `None` if nothing could be freed.
+    fn new_node(
+        &mut self,
+        parent: u32,
+        hash: u64,
+        tokens: &PageTokens,
+        page: PageId,
+        pool: &mut PagePool<'_>,
+    ) -> Option<u32> {
+        let node = loop {
+            if let Some(node) = self.free.pop(self.nodes) {
+                break node;
+            }
+            // Evicting a page frees its node (or, after a broken rule, a
+            // detached node's last child); stop when nothing is evictable.
+            if pool.evict(1, self) == 0 {
+                return None;
+            }
+        };
+        self.nodes[node as usize] = RadixNode {
+            tokens: *tokens,
+            hash,
+            parent,
+            page,
+            children: 0,
+            next_free: NIL,
+            state: NodeState::Live,
+        };
+        if parent != NIL {
+            self.nodes[parent as usize].children += 1;
+        }
+        self.index_node(node, hash);
+        self.live += 1;
+        self.version += 1;
+        Some(node)
+    }
+}
