@@ -15,6 +15,7 @@ impl RadixCache<'_> {
     }
 
     /// Takes a live node out of the tree after the pool reclaimed its page.
+    #[inline]
     fn remove_node(&mut self, node: u32) {
         self.unindex(node);
         self.live -= 1;
@@ -33,6 +34,7 @@ impl RadixCache<'_> {
         }
     }
 
+    #[inline]
     fn child_gone(&mut self, parent: u32) {
         let p = &mut self.nodes[parent as usize];
         p.children -= 1;
@@ -41,6 +43,7 @@ impl RadixCache<'_> {
         }
     }
 
+    #[inline]
     fn free_node(&mut self, node: u32) {
         self.nodes[node as usize] = RadixNode::EMPTY;
         let freed = self.free.push(self.nodes, node);
@@ -49,6 +52,7 @@ impl RadixCache<'_> {
 }
 
 impl EvictionListener for RadixCache<'_> {
+    #[inline]
     fn page_evicted(&mut self, page: PageId, tag: CacheTag) {
         match self.nodes.get(tag.0 as usize) {
             Some(n) if n.state == NodeState::Live && n.page == page => {

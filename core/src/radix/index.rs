@@ -40,6 +40,7 @@ impl RadixCache<'_> {
 
     /// Adds a node to the hash index, in the first empty slot of its probe
     /// chain.
+    #[inline]
     pub(super) fn index_node(&mut self, node: u32, hash: u64) {
         let mask = self.index.len() - 1;
         let mut slot = self.home_slot(hash);
@@ -51,6 +52,7 @@ impl RadixCache<'_> {
 
     /// Removes a node from the hash index by backward-shift deletion, which
     /// keeps every probe chain unbroken without tombstones.
+    #[inline]
     pub(super) fn unindex(&mut self, node: u32) {
         let mask = self.index.len() - 1;
         let mut hole = self.home_slot(self.nodes[node as usize].hash);

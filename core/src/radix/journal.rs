@@ -58,6 +58,7 @@ impl RadixCache<'_> {
         })
     }
 
+    #[inline]
     pub(super) fn record_growth(&mut self, key: u64) {
         self.growth[(self.growth_count % GROWTH_JOURNAL as u64) as usize] = key;
         self.growth_count += 1;
