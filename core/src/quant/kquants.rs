@@ -18,6 +18,19 @@ fn scale_min(s: &[u8], j: usize) -> (u8, u8) {
     }
 }
 
+/// The scale and minimum of sub-blocks `2i` and `2i + 1` (the `i`th 64
+/// outputs of a Q4_K or Q5_K block), each already multiplied by the block's
+/// `d` or `dmin`.
+#[inline]
+fn pair_scales(d: f32, dmin: f32, scales: &[u8], i: usize) -> ((f32, f32), (f32, f32)) {
+    let (sc1, m1) = scale_min(scales, 2 * i);
+    let (sc2, m2) = scale_min(scales, 2 * i + 1);
+    (
+        (d * f32::from(sc1), dmin * f32::from(m1)),
+        (d * f32::from(sc2), dmin * f32::from(m2)),
+    )
+}
+
 /// Q4_K: f16 `d`, f16 `dmin`, 12 bytes of scales and minimums, 128 bytes of
 /// nibbles. Each 64 outputs take 32 bytes: low nibbles with sub-block `2i`,
 /// high nibbles with `2i + 1`; `x = (d × sc) × q − dmin × m`.
@@ -31,10 +44,7 @@ pub(super) fn q4_k(b: &[u8], out: &mut [f32]) {
         .zip(qs.chunks_exact(32))
         .enumerate()
     {
-        let (sc1, m1) = scale_min(scales, 2 * i);
-        let (sc2, m2) = scale_min(scales, 2 * i + 1);
-        let (d1, m1) = (d * f32::from(sc1), dmin * f32::from(m1));
-        let (d2, m2) = (d * f32::from(sc2), dmin * f32::from(m2));
+        let ((d1, m1), (d2, m2)) = pair_scales(d, dmin, scales, i);
         let (lo, hi) = chunk.split_at_mut(32);
         for l in 0..32 {
             lo[l] = d1 * f32::from(q[l] & 0x0f) - m1;
@@ -57,10 +67,7 @@ pub(super) fn q5_k(b: &[u8], out: &mut [f32]) {
         .zip(qs.chunks_exact(32))
         .enumerate()
     {
-        let (sc1, m1) = scale_min(scales, 2 * i);
-        let (sc2, m2) = scale_min(scales, 2 * i + 1);
-        let (d1, m1) = (d * f32::from(sc1), dmin * f32::from(m1));
-        let (d2, m2) = (d * f32::from(sc2), dmin * f32::from(m2));
+        let ((d1, m1), (d2, m2)) = pair_scales(d, dmin, scales, i);
         let (lo, hi) = chunk.split_at_mut(32);
         for l in 0..32 {
             let h1 = ((qh[l] >> (2 * i)) & 1) << 4;
