@@ -129,7 +129,7 @@ where
                 max_new_tokens: e.max_tokens,
                 sampling: options.sampling,
                 seed: options.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ next as u64,
-                stop_token: None,
+                stop_tokens: Vec::new(),
             };
             match engine.submit(request, e.priority, Timestamp(start.0 + e.arrival_us)) {
                 Ok(handle) => {

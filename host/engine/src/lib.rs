@@ -28,7 +28,7 @@
 //!     max_new_tokens: 8,
 //!     sampling: SamplingParams::GREEDY,
 //!     seed: 0,
-//!     stop_token: None,
+//!     stop_tokens: Vec::new(),
 //! };
 //! let handle = client.submit(request, Priority::Normal)?;
 //! let mut streamed = Vec::new();

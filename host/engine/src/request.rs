@@ -25,8 +25,10 @@ pub struct GenRequest {
     /// Seed of this request's sampler: the same request samples the same
     /// tokens whatever else runs beside it (and again after a preemption).
     pub seed: u64,
-    /// Stop early when this token is sampled.
-    pub stop_token: Option<u32>,
+    /// Stop early when any of these tokens is sampled (a model's
+    /// end-of-generation tokens: EOS, EOT, `<|im_end|>`...). The stop token
+    /// is the last of the output.
+    pub stop_tokens: Vec<u32>,
 }
 
 /// A request inside the engine: the caller's request and where its events
@@ -52,7 +54,7 @@ impl Request for Queued {
 pub enum StopReason {
     /// It generated its `max_new_tokens` (or filled the context).
     Length,
-    /// It sampled its stop token.
+    /// It sampled one of its stop tokens.
     StopToken,
 }
 

@@ -195,7 +195,7 @@ impl<B: Backend> Engine<'_, B> {
                 self.dropped.push(live.id);
             }
         }
-        let stop_token = queued.request.stop_token == Some(token);
+        let stop_token = queued.request.stop_tokens.contains(&token);
         let at_limit = self.sched.record_token(entry, now)?;
         if !(at_limit || stop_token) {
             return Ok(());

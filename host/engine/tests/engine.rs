@@ -251,7 +251,7 @@ fn request(tag: u64, prompt: Vec<u32>, max_new: u32) -> GenRequest {
         max_new_tokens: max_new,
         sampling: SamplingParams::GREEDY,
         seed: tag,
-        stop_token: None,
+        stop_tokens: Vec::new(),
     }
 }
 

@@ -128,7 +128,7 @@ proptest! {
                         max_new_tokens,
                         sampling: SamplingParams { temperature, top_k: 0, top_p },
                         seed: tag as u64,
-                        stop_token,
+                        stop_tokens: stop_token.into_iter().collect(),
                     };
                     let expected = expected_refusal(&request);
                     let before = engine.audit();

@@ -53,7 +53,7 @@ fn request(tag: u64, len: usize, max_new: u32) -> GenRequest {
         max_new_tokens: max_new,
         sampling: SamplingParams::GREEDY,
         seed: tag,
-        stop_token: None,
+        stop_tokens: Vec::new(),
     }
 }
 
