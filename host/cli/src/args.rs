@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use pagoda_engine::model::{ModelConfig, SamplingParams};
-use pagoda_engine::{KvDtype, ParseKvDtypeError, Policy};
+use pagoda_engine::{BackendChoice, KvDtype, ParseKvDtypeError, Policy};
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -28,6 +28,9 @@ pub(crate) enum Command {
     /// cache reuse, memory and overhead.
     #[command(args_override_self = true)]
     Bench(BenchArgs),
+    /// Generate text from a GGUF model, streamed as it is sampled.
+    #[command(args_override_self = true)]
+    Run(RunArgs),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -39,9 +42,81 @@ pub(crate) enum BackendKind {
     Vulkan,
 }
 
+impl BackendKind {
+    /// The engine's choice for this kind, with `threads` CPU workers.
+    pub(crate) fn choice(self, threads: usize) -> BackendChoice {
+        match self {
+            Self::Cpu => BackendChoice::Cpu { threads },
+            Self::Vulkan => BackendChoice::Vulkan,
+        }
+    }
+}
+
+/// `pagoda run`'s options.
+#[derive(clap::Args)]
+pub(crate) struct RunArgs {
+    /// The model: a GGUF file (llama or qwen2 architecture).
+    #[arg(long, value_name = "FILE.gguf")]
+    pub(crate) model: PathBuf,
+    /// Wrap the prompt in the model's chat template as one user turn.
+    #[arg(long)]
+    pub(crate) chat: bool,
+    /// A system message before the user's turn (with --chat).
+    #[arg(long, requires = "chat")]
+    pub(crate) system: Option<String>,
+    /// The prompt (default: read standard input).
+    #[arg(long, conflicts_with = "prompts")]
+    pub(crate) prompt: Option<String>,
+    /// Run every non-empty line of FILE as its own prompt, in continuous batches.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) prompts: Option<PathBuf>,
+    /// Most tokens to generate per prompt (the model's context also bounds it).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_tokens: u32,
+    /// Sampling temperature (0: greedy).
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) temperature: f32,
+    /// Sample among the K most likely tokens (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) top_k: u32,
+    /// Sample from the smallest set of tokens with this much probability.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) top_p: f32,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// Stop when the text contains this string (repeatable); it is not printed.
+    #[arg(long)]
+    pub(crate) stop: Vec<String>,
+    /// Print one JSON object per prompt: prompt_ids, output_ids, text, timings.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Attention backend.
+    #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
+    pub(crate) backend: BackendKind,
+    /// Threads for attention and matrix products (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) threads: usize,
+    /// Pages in the KV pool, 16 tokens each (default: enough for every prompt at its longest).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=16_000_000))]
+    pub(crate) kv_pages: Option<u32>,
+    /// How the KV cache stores keys and values: f32, f16 or bf16.
+    #[arg(long, default_value = "f16", value_parser = parse_kv_dtype)]
+    pub(crate) kv_dtype: KvDtype,
+    /// Most sequences running at once.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub(crate) max_batch: u32,
+    /// No load and speed lines on standard error.
+    #[arg(long)]
+    pub(crate) quiet: bool,
+}
+
 /// The bench's options; serialized as the report's settings.
 #[derive(clap::Args, Serialize)]
 pub(crate) struct BenchArgs {
+    /// Run on this GGUF model instead of the embedded random-weight one.
+    #[arg(long, value_name = "FILE.gguf")]
+    pub(crate) model: Option<PathBuf>,
     /// Prefix structure of the synthetic workload.
     #[arg(long, value_enum, default_value_t = WorkloadKind::FewShot)]
     pub(crate) workload: WorkloadKind,

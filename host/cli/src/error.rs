@@ -1,15 +1,17 @@
-//! Why `pagoda bench` stops: one variant per cause, each message saying what
-//! the user can change.
+//! Why `pagoda bench` or `pagoda run` stops: one variant per cause, each
+//! message saying what the user can change.
 
 use std::path::{Path, PathBuf};
 
+use pagoda_engine::chat::ChatTemplateError;
 use pagoda_engine::model::{ModelError, SamplingError};
-use pagoda_engine::{BackendOpenError, ConfigError};
+use pagoda_engine::{BackendOpenError, BoxError, ConfigError, LoadError, Rejection};
 
 use crate::bench::BenchError;
 use crate::trace::TraceError;
 
-/// Why `pagoda bench` stopped, each with what the user can do about it.
+/// Why `pagoda bench` or `pagoda run` stopped, each with what the user can
+/// do about it.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CliError {
     #[error(
@@ -55,6 +57,33 @@ pub(crate) enum CliError {
     Run { policy: String, error: BenchError },
     #[error("pages or requests unaccounted for under {}", .0.join(", "))]
     Leaks(Vec<String>),
+    #[error("cannot load {}: {error}", path.display())]
+    Load { path: PathBuf, error: LoadError },
+    #[error("cannot read prompts from {}: {source}", path.display())]
+    ReadPrompts {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read the prompt from standard input: {0}")]
+    Stdin(std::io::Error),
+    #[error("cannot write to standard output: {0}")]
+    Stdout(std::io::Error),
+    #[error("the prompt is empty (give --prompt TEXT, --prompts FILE or text on standard input)")]
+    EmptyPrompt,
+    #[error("the prompt is {tokens} tokens; the model's context is {context}")]
+    PromptTooLong { tokens: usize, context: u32 },
+    #[error("--chat: the model file has no chat template (tokenizer.chat_template)")]
+    NoChatTemplate,
+    #[error("chat template: {0}")]
+    Template(#[from] ChatTemplateError),
+    #[error("the engine: {0}")]
+    Engine(BoxError),
+    #[error("the request was refused: {0}")]
+    Rejected(Rejection),
+    #[error("the engine failed during the run")]
+    Failed,
+    #[error("JSON output: {0}")]
+    Json(serde_json::Error),
 }
 
 /// Every bad line as `FILE:LINE: reason` (the first 20).

@@ -1,6 +1,7 @@
-//! `pagoda`: the command line over the Pagoda engine. `pagoda bench` runs a
-//! workload through the continuous-batching engine under each scheduling policy and
-//! reports the figures side by side.
+//! `pagoda`: the command line over the Pagoda engine. `pagoda run`
+//! generates text from a GGUF model; `pagoda bench` runs a workload through
+//! the continuous-batching engine under each scheduling policy and reports
+//! the figures side by side.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -8,14 +9,14 @@ use std::process::ExitCode;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_engine::model::{Model, ModelConfig, SamplingParams, Weights};
-use pagoda_engine::{BackendChoice, EngineConfig, SchedulerConfig, SchedulerPolicy};
+use pagoda_engine::{EngineConfig, SchedulerConfig, SchedulerPolicy, TextModel};
 
-use crate::args::{parse_policy, BackendKind, BenchArgs, Cli, Command, Settings};
+use crate::args::{parse_policy, BenchArgs, Cli, Command, Settings};
 use crate::bench::{DriveOptions, PolicyRun};
 use crate::error::CliError;
 use crate::measure::PolicyReport;
 use crate::report::BenchReport;
-use crate::trace::{parse_trace, write_trace};
+use crate::trace::{parse_trace, write_trace, Vocabulary};
 use crate::workload::{Arrivals, WorkloadSpec};
 
 mod args;
@@ -23,6 +24,7 @@ mod bench;
 mod error;
 mod measure;
 mod report;
+mod run;
 mod trace;
 mod workload;
 
@@ -35,13 +37,14 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) if e.kind() == clap::error::ErrorKind::InvalidSubcommand => {
             eprint!("{e}");
-            eprintln!("valid commands: bench");
+            eprintln!("valid commands: bench, run");
             return ExitCode::from(2);
         }
         Err(e) => e.exit(),
     };
     let result = match cli.command {
         Command::Bench(args) => bench(args),
+        Command::Run(args) => run::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -84,8 +87,37 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
         // to the same count as the attention backend.
         std::env::set_var("MATMUL_NUM_THREADS", args.threads.to_string());
     }
-    let model_config = ModelConfig::EMBEDDED;
-    let model = Model::new(Weights::seeded(model_config, EMBEDDED_WEIGHTS_SEED)?);
+    let loaded = match &args.model {
+        Some(path) => Some(TextModel::load(path).map_err(|error| CliError::Load {
+            path: path.clone(),
+            error,
+        })?),
+        None => None,
+    };
+    let embedded;
+    let (model, model_name) = match (&loaded, &args.model) {
+        (Some(loaded), Some(path)) => (
+            &loaded.model,
+            format!("{} ({})", path.display(), loaded.info.architecture),
+        ),
+        _ => {
+            embedded = Model::new(Weights::seeded(
+                ModelConfig::EMBEDDED,
+                EMBEDDED_WEIGHTS_SEED,
+            )?);
+            (&embedded, "embedded model".to_string())
+        }
+    };
+    let model_config = *model.config();
+    // Trace text goes through the model's tokenizer (bytes for the embedded one).
+    let tokenize = |text: &str| match &loaded {
+        Some(m) => m.tokenizer.encode(text, true, true),
+        None => text.bytes().map(u32::from).collect(),
+    };
+    let vocabulary = Vocabulary {
+        size: model_config.vocab,
+        tokenize: &tokenize,
+    };
 
     let (trace, source) = match &args.trace {
         Some(path) => {
@@ -94,7 +126,7 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
                 source,
             })?;
             let trace =
-                parse_trace(&text, model_config.vocab).map_err(|errors| CliError::BadTrace {
+                parse_trace(&text, &vocabulary).map_err(|errors| CliError::BadTrace {
                     path: path.clone(),
                     errors,
                 })?;
@@ -154,19 +186,14 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
         concurrency_mark: args.max_batch.min(256),
     };
 
-    let backend = match args.backend {
-        BackendKind::Cpu => BackendChoice::Cpu {
-            threads: args.threads,
-        },
-        BackendKind::Vulkan => BackendChoice::Vulkan,
-    };
+    let backend = args.backend.choice(args.threads);
     let backend_error = |error| CliError::Backend {
         name: backend.name(),
         error,
     };
     let backend_desc = backend.describe().map_err(backend_error)?;
     let title = format!(
-        "pagoda bench · {source} · embedded model ({:.1} M params) · {backend_desc} · {} KV pages · seed {}",
+        "pagoda bench · {source} · {model_name} ({:.1} M params) · {backend_desc} · {} KV pages · seed {}",
         model_config.parameters() as f64 / 1e6,
         args.kv_pages,
         args.seed
@@ -190,7 +217,7 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
         );
         bar.set_prefix(policy.name());
         let run = PolicyRun {
-            model: &model,
+            model,
             config: &engine,
             policy: *policy,
             trace: &trace,

@@ -60,9 +60,28 @@ impl From<Priority> for PriorityName {
     }
 }
 
+/// How a trace's text prompts become token ids: one token per UTF-8 byte
+/// for the embedded model, the model's tokenizer for a GGUF model.
+pub struct Vocabulary<'a> {
+    /// Token ids are `0..size`.
+    pub size: u32,
+    /// Text to ids.
+    pub tokenize: &'a dyn Fn(&str) -> Vec<u32>,
+}
+
+impl Vocabulary<'static> {
+    /// One token per UTF-8 byte (the embedded model has no tokenizer).
+    pub fn bytes(size: u32) -> Self {
+        Self {
+            size,
+            tokenize: &|text| text.bytes().map(u32::from).collect(),
+        }
+    }
+}
+
 /// One line of a JSON Lines trace, as read and as written: `arrival`
-/// (seconds from the start, default 0), either `prompt` (text, one token per
-/// UTF-8 byte) or `prompt_tokens` (token ids), `max_tokens` (at least 1) and
+/// (seconds from the start, default 0), either `prompt` (text, tokenized by
+/// the model's [`Vocabulary`]) or `prompt_tokens` (token ids), `max_tokens` (at least 1) and
 /// an optional `priority`. Any other field is an error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -99,7 +118,8 @@ impl From<&TraceEntry> for TraceLine {
 
 impl TraceLine {
     /// The entry this line describes, checked against the vocabulary.
-    pub fn to_entry(&self, vocab: u32) -> Result<TraceEntry, String> {
+    pub fn to_entry(&self, vocabulary: &Vocabulary<'_>) -> Result<TraceEntry, String> {
+        let vocab = vocabulary.size;
         let arrival = match self.arrival {
             None => 0.0,
             Some(s) if s.is_finite() && (0.0..1e9).contains(&s) => s,
@@ -108,7 +128,7 @@ impl TraceLine {
         let prompt: Vec<u32> = match (&self.prompt, &self.prompt_tokens) {
             (Some(_), Some(_)) => return Err("give prompt or prompt_tokens, not both".into()),
             (None, None) => return Err("missing prompt (text) or prompt_tokens (ids)".into()),
-            (Some(text), None) => text.bytes().map(u32::from).collect(),
+            (Some(text), None) => (vocabulary.tokenize)(text),
             (None, Some(ids)) => ids.clone(),
         };
         if prompt.is_empty() {
@@ -138,7 +158,10 @@ impl TraceLine {
 /// Parses a JSON Lines trace of [`TraceLine`]s, sorted by arrival. Blank
 /// lines and lines starting with `#` are skipped. Every bad line is reported
 /// with its number.
-pub fn parse_trace(text: &str, vocab: u32) -> Result<Vec<TraceEntry>, Vec<TraceError>> {
+pub fn parse_trace(
+    text: &str,
+    vocab: &Vocabulary<'_>,
+) -> Result<Vec<TraceEntry>, Vec<TraceError>> {
     let mut entries = Vec::new();
     let mut errors = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -217,14 +240,14 @@ mod tests {
             let text = serde_json::to_string(&line).unwrap();
             let back: TraceLine = serde_json::from_str(&text).unwrap();
             assert_eq!(back, line);
-            assert_eq!(back.to_entry(500), Ok(entry));
+            assert_eq!(back.to_entry(&Vocabulary::bytes(500)), Ok(entry));
         }
     }
 
     #[test]
     fn trace_round_trips_and_reports_bad_lines() {
         let t = spec(WorkloadKind::FewShot).generate();
-        assert_eq!(parse_trace(&write_trace(&t), 500), Ok(t));
+        assert_eq!(parse_trace(&write_trace(&t), &Vocabulary::bytes(500)), Ok(t));
         let text =
             "{\"arrival\": 0.5, \"prompt\": \"hi\", \"max_tokens\": 3, \"priority\": \"high\"}\n\
                     \n# comment\n\
@@ -233,7 +256,7 @@ mod tests {
                     {\"prompt_tokens\": [1, 999], \"max_tokens\": 2}\n\
                     {\"prompt\": \"a\", \"max_tokens\": 2, \"priority\": \"urgent\"}\n\
                     {\"prompt\": \"a\", \"max_tokens\": 2, \"colour\": 1}\n";
-        let errors = parse_trace(text, 500).unwrap_err();
+        let errors = parse_trace(text, &Vocabulary::bytes(500)).unwrap_err();
         let lines: Vec<usize> = errors.iter().map(|e| e.line).collect();
         assert_eq!(lines, vec![4, 5, 6, 7, 8]);
         assert!(errors[0].message.contains("max_tokens"));
@@ -245,7 +268,7 @@ mod tests {
         assert!(errors[4].message.contains("unknown field `colour`"));
         let ok = parse_trace(
             "{\"arrival\": 0.5, \"prompt\": \"hi\", \"max_tokens\": 3}",
-            500,
+            &Vocabulary::bytes(500),
         )
         .unwrap();
         assert_eq!(ok[0].prompt, vec![104, 105]);
