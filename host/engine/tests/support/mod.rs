@@ -120,7 +120,12 @@ pub fn write_prompts(path: &Path, prompts: &[Vec<u32>]) {
 /// Logits at every position of `tokens` (`[tokens, vocab]`), by the model's
 /// paged forward pass on the CPU backend with a KV cache of `dtype`; the
 /// prompt goes in chunks of `chunk` tokens over scattered pages.
-pub fn logits_every_position(model: &Model, tokens: &[u32], dtype: KvDtype, chunk: usize) -> Vec<f32> {
+pub fn logits_every_position(
+    model: &Model,
+    tokens: &[u32],
+    dtype: KvDtype,
+    chunk: usize,
+) -> Vec<f32> {
     let c = model.config();
     let mut backend = CpuBackend::new();
     let pages_needed = tokens.len().div_ceil(PAGE_SIZE);
@@ -177,6 +182,8 @@ pub fn max_diff(ours: &[f32], reference: &[f32]) -> (f32, f32) {
         .fold(0f32, f32::max);
     let (lo, hi) = reference
         .iter()
-        .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        });
     (diff, hi - lo)
 }
