@@ -22,6 +22,7 @@ const CONFIG: ModelConfig = ModelConfig {
     q_heads: 4,
     kv_heads: 2,
     head_dim: 64,
+    rope_dim: 64,
     ffn: 96,
     rope_theta: 10_000.0,
     rms_eps: 1e-5,
@@ -145,7 +146,7 @@ fn reference_logits(model: &Model, tokens: &[u32]) -> Vec<Vec<f64>> {
         }
     }
     let _ = hd;
-    matmul(&norm(&x, w.final_norm()), w.lm_head())
+    matmul(&norm(&x, w.final_norm()), &w.lm_head().to_owned())
 }
 
 fn argmax(row: &[f64]) -> u32 {

@@ -20,6 +20,7 @@ const CONFIG: ModelConfig = ModelConfig {
     q_heads: 2,
     kv_heads: 1,
     head_dim: 64,
+    rope_dim: 64,
     ffn: 64,
     rope_theta: 10_000.0,
     rms_eps: 1e-5,

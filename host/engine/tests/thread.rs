@@ -19,6 +19,7 @@ const CONFIG: ModelConfig = ModelConfig {
     q_heads: 4,
     kv_heads: 2,
     head_dim: 64,
+    rope_dim: 64,
     ffn: 96,
     rope_theta: 10_000.0,
     rms_eps: 1e-5,

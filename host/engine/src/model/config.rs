@@ -20,6 +20,9 @@ pub struct ModelConfig {
     pub kv_heads: u32,
     /// Dimension of one head.
     pub head_dim: u32,
+    /// Leading dimensions of each query/key head that rotary positions
+    /// rotate (even, at most `head_dim`; `head_dim` for full rotary).
+    pub rope_dim: u32,
     /// Width of the MLP's hidden layer.
     pub ffn: u32,
     /// Base of the rotary position embedding.
@@ -42,6 +45,7 @@ impl ModelConfig {
         q_heads: 8,
         kv_heads: 2,
         head_dim: 64,
+        rope_dim: 64,
         ffn: 768,
         rope_theta: 10_000.0,
         rms_eps: 1e-5,
@@ -49,7 +53,8 @@ impl ModelConfig {
     };
 
     /// Checks every size: positive, heads that group, a head dimension the
-    /// backends support (even, for rotary pairs), a finite RoPE base.
+    /// backends support, a rotary width that pairs and fits in a head, a
+    /// finite RoPE base.
     pub fn validate(&self) -> Result<(), ModelError> {
         let sizes = [
             ("vocab", self.vocab),
@@ -73,6 +78,12 @@ impl ModelConfig {
         }
         if !SUPPORTED_HEAD_DIMS.contains(&self.head_dim) {
             return Err(ModelError::UnsupportedHeadDim(self.head_dim));
+        }
+        if self.rope_dim == 0 || self.rope_dim % 2 != 0 || self.rope_dim > self.head_dim {
+            return Err(ModelError::RopeDim {
+                rope_dim: self.rope_dim,
+                head_dim: self.head_dim,
+            });
         }
         if !(self.rope_theta.is_finite() && self.rope_theta > 1.0) {
             return Err(ModelError::RopeTheta(self.rope_theta));
@@ -144,6 +155,14 @@ pub enum ModelError {
     /// No backend supports this head dimension.
     #[error("invalid model configuration: head_dim {0} is not supported (valid: {SUPPORTED_HEAD_DIMS:?})")]
     UnsupportedHeadDim(u32),
+    /// The rotary dimension is zero, odd or wider than a head.
+    #[error("invalid model configuration: rope_dim {rope_dim} must be even, positive and at most head_dim ({head_dim})")]
+    RopeDim {
+        /// The rotary dimension.
+        rope_dim: u32,
+        /// The head dimension.
+        head_dim: u32,
+    },
     /// The RoPE base is not a finite number above 1.
     #[error("invalid model configuration: rope_theta {0} must be above 1")]
     RopeTheta(f32),
@@ -171,8 +190,9 @@ pub enum ModelError {
         /// The shape it has.
         found: Vec<usize>,
     },
-    /// The embedding or the output head holds NaN or infinity.
-    #[error("weights hold NaN or infinity")]
+    /// The embedding or the output head holds NaN or infinity, or a rotary
+    /// factor is not positive.
+    #[error("weights hold NaN, infinity or a non-positive rotary factor")]
     NonFinite,
     /// A step's tokens, positions and slots differ in number.
     #[error("{tokens} tokens, {positions} positions and {slots} slots in one step")]

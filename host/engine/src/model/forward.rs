@@ -68,7 +68,7 @@ fn read(buf: &[f32], rows: usize, cols: usize) -> ArrayView2<'_, f32> {
 #[derive(Debug, Clone)]
 pub struct Model {
     weights: Weights,
-    /// `cos` and `sin` of position × frequency, `[max_context, head_dim/2]`.
+    /// `cos` and `sin` of position × frequency, `[max_context, rope_dim/2]`.
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
 }
@@ -77,12 +77,17 @@ impl Model {
     /// A model over `weights`.
     pub fn new(weights: Weights) -> Self {
         let c = *weights.config();
-        let half = (c.head_dim / 2) as usize;
+        let half = (c.rope_dim / 2) as usize;
         let mut rope_cos = Vec::with_capacity(c.max_context as usize * half);
         let mut rope_sin = Vec::with_capacity(c.max_context as usize * half);
+        let factors = weights.rope_factors();
         for pos in 0..c.max_context {
             for i in 0..half {
-                let freq = f64::from(c.rope_theta).powf(-2.0 * i as f64 / f64::from(c.head_dim));
+                let mut freq =
+                    f64::from(c.rope_theta).powf(-2.0 * i as f64 / f64::from(c.rope_dim));
+                if let Some(f) = factors {
+                    freq /= f64::from(f[i]);
+                }
                 let angle = f64::from(pos) * freq;
                 rope_cos.push(angle.cos() as f32);
                 rope_sin.push(angle.sin() as f32);
@@ -134,6 +139,9 @@ impl Model {
             general_mat_mul(1.0, &h, &layer.wq, 0.0, &mut view(&mut act.q, t, q_dim));
             general_mat_mul(1.0, &h, &layer.wk, 0.0, &mut view(&mut act.k, t, kv_dim));
             general_mat_mul(1.0, &h, &layer.wv, 0.0, &mut view(&mut act.v, t, kv_dim));
+            add_bias(&mut act.q[..t * q_dim], layer.bq.as_ref());
+            add_bias(&mut act.k[..t * kv_dim], layer.bk.as_ref());
+            add_bias(&mut act.v[..t * kv_dim], layer.bv.as_ref());
             self.rope(&mut act.q[..t * q_dim], c.q_heads, input.positions);
             self.rope(&mut act.k[..t * kv_dim], c.kv_heads, input.positions);
             backend
@@ -199,7 +207,13 @@ impl Model {
         }
         let mut out =
             ArrayViewMut2::from_shape((s, vocab), &mut logits[..]).expect("logits sized above");
-        general_mat_mul(1.0, &read(&act.last, s, hidden), &w.lm_head, 0.0, &mut out);
+        general_mat_mul(
+            1.0,
+            &read(&act.last, s, hidden),
+            &w.lm_head(),
+            0.0,
+            &mut out,
+        );
         Ok(())
     }
 
@@ -239,23 +253,34 @@ impl Model {
         Ok(())
     }
 
-    /// Rotary position embedding in the rotate-half layout: dimension `i`
-    /// pairs with `i + head_dim/2`.
+    /// Rotary position embedding in the rotate-half layout over each head's
+    /// first `rope_dim` dimensions: dimension `i` pairs with
+    /// `i + rope_dim/2`; the rest of the head passes through.
     fn rope(&self, rows: &mut [f32], heads: u32, positions: &[u32]) {
         let d = self.config().head_dim as usize;
-        let half = d / 2;
+        let half = self.config().rope_dim as usize / 2;
         let width = heads as usize * d;
         for (row, &pos) in rows.chunks_exact_mut(width).zip(positions) {
             let cos = &self.rope_cos[pos as usize * half..][..half];
             let sin = &self.rope_sin[pos as usize * half..][..half];
             for head in row.chunks_exact_mut(d) {
-                let (a, b) = head.split_at_mut(half);
+                let (a, b) = head[..2 * half].split_at_mut(half);
                 for i in 0..half {
                     let (x1, x2) = (a[i], b[i]);
                     a[i] = x1 * cos[i] - x2 * sin[i];
                     b[i] = x2 * cos[i] + x1 * sin[i];
                 }
             }
+        }
+    }
+}
+
+/// Adds `bias` to every row of `rows` (nothing without a bias).
+fn add_bias(rows: &mut [f32], bias: Option<&Array1<f32>>) {
+    let Some(bias) = bias else { return };
+    for row in rows.chunks_exact_mut(bias.len()) {
+        for (x, b) in row.iter_mut().zip(bias) {
+            *x += b;
         }
     }
 }

@@ -1,12 +1,19 @@
-//! A Llama-architecture decoder: configuration, weights from any source, the
-//! batched forward pass over the paged KV cache, and sampling.
+//! A Llama-architecture decoder: configuration, weights from any source
+//! (seeded, or a GGUF file's `llama` or `qwen2` model), the batched forward
+//! pass over the paged KV cache, and sampling.
 
 mod config;
+mod dequant;
+mod file;
 mod forward;
+mod load;
+mod load_error;
 mod sampling;
 mod weights;
 
 pub use config::{ModelConfig, ModelError};
+pub use file::ModelFile;
 pub use forward::{Activations, ForwardError, Model, StepInput};
+pub use load_error::LoadError;
 pub use sampling::{argmax, Sampler, SamplingError, SamplingParams};
 pub use weights::{LayerWeights, Weights};

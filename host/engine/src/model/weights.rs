@@ -1,13 +1,15 @@
 //! A model's weights, whatever their source.
 //!
 //! [`Weights::from_parts`] takes tensors from anywhere (the embedded seeded
-//! default today, a GGUF file next) and checks every shape against the
+//! default, a GGUF file through [`Weights::from_gguf`]) and checks every shape against the
 //! [`ModelConfig`], so the forward pass never meets a malformed tensor.
 //! Projection matrices are stored `[in, out]` so a row of activations times
 //! the matrix is the projection; a loader whose format stores `[out, in]`
-//! passes the transposed view's data.
+//! passes the transposed view (any memory layout is accepted). A tied output
+//! head is not stored twice: without `lm_head` the forward pass multiplies by
+//! the embedding's transpose.
 
-use ndarray::{Array1, Array2};
+use ndarray::{Array1, Array2, ArrayView2};
 
 use super::config::{ModelConfig, ModelError};
 
@@ -22,6 +24,12 @@ pub struct LayerWeights {
     pub wk: Array2<f32>,
     /// Value projection, `[hidden, kv_heads × head_dim]`.
     pub wv: Array2<f32>,
+    /// Query bias, `[q_heads × head_dim]`, added after the projection (qwen2).
+    pub bq: Option<Array1<f32>>,
+    /// Key bias, `[kv_heads × head_dim]`.
+    pub bk: Option<Array1<f32>>,
+    /// Value bias, `[kv_heads × head_dim]`.
+    pub bv: Option<Array1<f32>>,
     /// Output projection, `[q_heads × head_dim, hidden]`.
     pub wo: Array2<f32>,
     /// RMSNorm gain before the MLP, `[hidden]`.
@@ -43,18 +51,21 @@ pub struct Weights {
     pub(crate) layers: Vec<LayerWeights>,
     /// Final RMSNorm gain, `[hidden]`.
     pub(crate) final_norm: Array1<f32>,
-    /// Output head, `[hidden, vocab]`.
-    pub(crate) lm_head: Array2<f32>,
+    /// Output head, `[hidden, vocab]`; `None` when tied to the embedding.
+    pub(crate) lm_head: Option<Array2<f32>>,
+    /// Divisors of the rotary frequencies, `[rope_dim/2]` (Llama 3.x).
+    pub(crate) rope_factors: Option<Array1<f32>>,
 }
 
 impl Weights {
-    /// Assembles weights from tensors, checking each shape.
+    /// Assembles weights from tensors, checking each shape. `lm_head: None`
+    /// ties the output head to the embedding.
     pub fn from_parts(
         config: ModelConfig,
         embed: Array2<f32>,
         layers: Vec<LayerWeights>,
         final_norm: Array1<f32>,
-        lm_head: Array2<f32>,
+        lm_head: Option<Array2<f32>>,
     ) -> Result<Self, ModelError> {
         config.validate()?;
         let (v, h, q, kv, f) = (
@@ -66,7 +77,9 @@ impl Weights {
         );
         check("embed", embed.shape(), &[v, h])?;
         check("final_norm", final_norm.shape(), &[h])?;
-        check("lm_head", lm_head.shape(), &[h, v])?;
+        if let Some(head) = &lm_head {
+            check("lm_head", head.shape(), &[h, v])?;
+        }
         if layers.len() != config.layers as usize {
             return Err(ModelError::LayerCount {
                 given: layers.len(),
@@ -79,13 +92,23 @@ impl Weights {
             check(&name("wq"), layer.wq.shape(), &[h, q])?;
             check(&name("wk"), layer.wk.shape(), &[h, kv])?;
             check(&name("wv"), layer.wv.shape(), &[h, kv])?;
+            for (bias, t, width) in [
+                (&layer.bq, "bq", q),
+                (&layer.bk, "bk", kv),
+                (&layer.bv, "bv", kv),
+            ] {
+                if let Some(b) = bias {
+                    check(&name(t), b.shape(), &[width])?;
+                }
+            }
             check(&name("wo"), layer.wo.shape(), &[q, h])?;
             check(&name("ffn_norm"), layer.ffn_norm.shape(), &[h])?;
             check(&name("w_gate"), layer.w_gate.shape(), &[h, f])?;
             check(&name("w_up"), layer.w_up.shape(), &[h, f])?;
             check(&name("w_down"), layer.w_down.shape(), &[f, h])?;
         }
-        let finite = embed.iter().all(|x| x.is_finite()) && lm_head.iter().all(|x| x.is_finite());
+        let finite =
+            embed.iter().all(|x| x.is_finite()) && lm_head.iter().flatten().all(|x| x.is_finite());
         if !finite {
             return Err(ModelError::NonFinite);
         }
@@ -95,7 +118,23 @@ impl Weights {
             layers,
             final_norm,
             lm_head,
+            rope_factors: None,
         })
+    }
+
+    /// Divides rotary frequency `i` by `factors[i]` (Llama 3.x's
+    /// `rope_freqs`); each factor must be finite and positive.
+    pub fn with_rope_factors(mut self, factors: Array1<f32>) -> Result<Self, ModelError> {
+        check(
+            "rope_factors",
+            factors.shape(),
+            &[self.config.rope_dim as usize / 2],
+        )?;
+        if !factors.iter().all(|x| x.is_finite() && *x > 0.0) {
+            return Err(ModelError::NonFinite);
+        }
+        self.rope_factors = Some(factors);
+        Ok(self)
     }
 
     /// Weights drawn from `seed`: each projection uniform with unit output
@@ -130,6 +169,9 @@ impl Weights {
                 wq: matrix(h, q),
                 wk: matrix(h, kv),
                 wv: matrix(h, kv),
+                bq: None,
+                bk: None,
+                bv: None,
                 wo: matrix(q, h),
                 ffn_norm: Array1::ones(h),
                 w_gate: matrix(h, f),
@@ -138,7 +180,7 @@ impl Weights {
             })
             .collect();
         let lm_head = matrix(h, v);
-        Self::from_parts(config, embed, layers, Array1::ones(h), lm_head)
+        Self::from_parts(config, embed, layers, Array1::ones(h), Some(lm_head))
     }
 
     /// The configuration the tensors were checked against.
@@ -161,9 +203,22 @@ impl Weights {
         &self.final_norm
     }
 
-    /// Output head, `[hidden, vocab]`.
-    pub fn lm_head(&self) -> &Array2<f32> {
-        &self.lm_head
+    /// Output head, `[hidden, vocab]`: the embedding's transpose when tied.
+    pub fn lm_head(&self) -> ArrayView2<'_, f32> {
+        match &self.lm_head {
+            Some(head) => head.view(),
+            None => self.embed.t(),
+        }
+    }
+
+    /// Divisors of the rotary frequencies, if any.
+    pub fn rope_factors(&self) -> Option<&Array1<f32>> {
+        self.rope_factors.as_ref()
+    }
+
+    /// Whether the output head is the embedding (no separate tensor).
+    pub fn is_tied(&self) -> bool {
+        self.lm_head.is_none()
     }
 }
 

@@ -1,0 +1,113 @@
+//! GGUF tensors to f32 arrays at load, split over threads by rows.
+
+use std::num::NonZeroUsize;
+
+use ndarray::{Array1, Array2};
+use pagoda_core::gguf::{Gguf, TensorInfo};
+use pagoda_core::{dequantize_row, QuantKind};
+
+use super::load_error::LoadError;
+
+/// The weight types the loader dequantizes (every kind the core knows).
+const SUPPORTED: [QuantKind; 11] = QuantKind::ALL;
+
+/// Looks up `name`, checks its type and its GGUF dimensions (row length
+/// first).
+pub(super) fn tensor<'a>(
+    g: &Gguf<'a>,
+    name: &str,
+    dims: &[u64],
+) -> Result<TensorInfo<'a>, LoadError> {
+    let t = g
+        .tensor(name)
+        .ok_or_else(|| LoadError::MissingTensor(name.to_string()))?;
+    if !SUPPORTED.contains(&t.kind()) {
+        return Err(LoadError::UnsupportedTensorType {
+            tensor: name.to_string(),
+            kind: t.kind().name().to_string(),
+        });
+    }
+    if t.dims() != dims {
+        return Err(LoadError::Shape {
+            tensor: name.to_string(),
+            expected: dims.to_vec(),
+            found: t.dims().to_vec(),
+        });
+    }
+    Ok(t)
+}
+
+/// A vector tensor `[len]`.
+pub(super) fn vector(g: &Gguf<'_>, name: &str, len: usize) -> Result<Array1<f32>, LoadError> {
+    let t = tensor(g, name, &[len as u64])?;
+    let rows = rows(&t, |r| r)?;
+    Ok(Array1::from_vec(rows.into_raw_vec_and_offset().0))
+}
+
+/// A matrix tensor stored as `out` rows of `inp` elements, as an
+/// `[out, inp]` array whose row `r` is the file's row `source(r)`.
+pub(super) fn matrix(
+    g: &Gguf<'_>,
+    name: &str,
+    inp: usize,
+    out: usize,
+    source: impl Fn(usize) -> usize + Sync,
+) -> Result<Array2<f32>, LoadError> {
+    let t = tensor(g, name, &[inp as u64, out as u64])?;
+    rows(&t, source)
+}
+
+/// Dequantizes every row of `t` into place `r` from row `source(r)`, with
+/// the rows split over the available cores.
+fn rows(
+    t: &TensorInfo<'_>,
+    source: impl Fn(usize) -> usize + Sync,
+) -> Result<Array2<f32>, LoadError> {
+    let width = t.row_elems() as usize;
+    let count = t.rows() as usize;
+    let mut data = vec![0f32; width * count];
+    let threads = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+    // Enough rows per thread that spawning costs little next to the work.
+    let per = count
+        .div_ceil(threads)
+        .max(4096usize.div_ceil(width).max(1));
+    let fail = |source| LoadError::Dequantize {
+        tensor: t.name().to_string(),
+        source,
+    };
+    let one = |first: usize, chunk: &mut [f32]| -> Result<(), LoadError> {
+        for (i, out) in chunk.chunks_exact_mut(width).enumerate() {
+            let bytes = t
+                .row(source(first + i) as u64)
+                .ok_or_else(|| LoadError::Shape {
+                    tensor: t.name().to_string(),
+                    expected: vec![width as u64, count as u64],
+                    found: t.dims().to_vec(),
+                })?;
+            dequantize_row(t.kind(), bytes, out).map_err(fail)?;
+        }
+        Ok(())
+    };
+    if per >= count {
+        one(0, &mut data)?;
+    } else {
+        std::thread::scope(|s| {
+            let workers: Vec<_> = data
+                .chunks_mut(per * width)
+                .enumerate()
+                .map(|(k, chunk)| {
+                    let one = &one;
+                    s.spawn(move || one(k * per, chunk))
+                })
+                .collect();
+            workers
+                .into_iter()
+                .try_for_each(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        })?;
+    }
+    Array2::from_shape_vec((count, width), data).map_err(|_| LoadError::Shape {
+        tensor: t.name().to_string(),
+        expected: vec![width as u64, count as u64],
+        found: t.dims().to_vec(),
+    })
+}

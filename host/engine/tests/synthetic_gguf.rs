@@ -1,0 +1,168 @@
+//! Tiny random GGUF models written by the `gguf` Python package
+//! (tests/reference/make_tiny_gguf.py), loaded by the engine and run through
+//! the paged forward pass, against the independent NumPy forward pass
+//! (tests/reference/forward_ref.py) over the tensors `gguf` dequantizes: a
+//! `qwen2` model (biases, untied head, explicit key length) and a `llama`
+//! one (tied head, partial rotary, rope factors), both with weights of
+//! every supported type. Then the files each loader must refuse.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use pagoda_core::KvDtype;
+use pagoda_engine::model::{LoadError, Model, ModelConfig, ModelError, ModelFile};
+
+/// Logits may differ from the f64 reference by this fraction of their
+/// range (max - min over all positions): f32 compute and the KV cache's
+/// rounding. Measured: see the printed figures.
+const TOLERANCE_F32: f32 = 1e-4;
+const TOLERANCE_F16: f32 = 5e-3;
+
+fn prompts() -> Vec<Vec<u32>> {
+    vec![
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 200, 255, 0, 17],
+        (0..40).map(|i| (i * 37 + 11) % 256).collect(),
+        vec![42],
+    ]
+}
+
+/// The tiny models and the reference's logits, made once per test binary.
+fn fixtures() -> Option<&'static PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let python = support::require_python("synthetic_gguf")?;
+        let dir = support::scratch_dir("synthetic_gguf");
+        support::run_reference(&python, "make_tiny_gguf.py", &[dir.as_os_str()]);
+        let prompts_file = dir.join("prompts.txt");
+        support::write_prompts(&prompts_file, &prompts());
+        for arch in ["qwen2", "llama"] {
+            let out = dir.join(arch);
+            std::fs::create_dir_all(&out).unwrap();
+            let model = dir.join(format!("{arch}.gguf"));
+            support::run_reference(
+                &python,
+                "forward_ref.py",
+                &[
+                    model.as_os_str(),
+                    out.as_os_str(),
+                    prompts_file.as_os_str(),
+                    "0".as_ref(),
+                ],
+            );
+        }
+        Some(dir)
+    })
+    .as_ref()
+}
+
+fn load(path: &Path) -> Result<Model, LoadError> {
+    let file = ModelFile::open(path)?;
+    Model::from_gguf(&file.gguf()?)
+}
+
+fn agrees_with_reference(arch: &str) -> Option<ModelConfig> {
+    let dir = fixtures()?;
+    let model = load(&dir.join(format!("{arch}.gguf"))).expect("load the tiny model");
+    for (dtype, tolerance) in [(KvDtype::F32, TOLERANCE_F32), (KvDtype::F16, TOLERANCE_F16)] {
+        for (i, tokens) in prompts().iter().enumerate() {
+            let reference = support::read_f32s(&dir.join(arch).join(format!("logits_{i}.f32")));
+            let ours = support::logits_every_position(&model, tokens, dtype, 7);
+            let (diff, range) = support::max_diff(&ours, &reference);
+            println!(
+                "{arch} {dtype:?} prompt {i} ({} tokens): max |diff| {diff:.2e} over a range of {range:.2} ({:.2e} of it)",
+                tokens.len(),
+                diff / range
+            );
+            assert!(
+                diff <= tolerance * range,
+                "{arch} {dtype:?} prompt {i}: max |diff| {diff} > {tolerance} × range {range}"
+            );
+        }
+    }
+    Some(*model.config())
+}
+
+#[test]
+fn qwen2_with_biases_and_untied_head_matches_the_reference() {
+    if let Some(c) = agrees_with_reference("qwen2") {
+        assert_eq!(
+            (c.q_heads, c.kv_heads, c.head_dim, c.hidden),
+            (2, 1, 64, 256)
+        );
+        assert_eq!(c.rope_theta, 1e6);
+    }
+}
+
+#[test]
+fn llama_with_tied_head_and_partial_rotary_matches_the_reference() {
+    if let Some(c) = agrees_with_reference("llama") {
+        assert_eq!(
+            (c.q_heads, c.kv_heads, c.head_dim, c.rope_dim),
+            (4, 2, 64, 32)
+        );
+    }
+}
+
+#[test]
+fn the_loaded_qwen2_model_has_biases_and_its_own_head() {
+    let Some(dir) = fixtures() else { return };
+    let model = load(&dir.join("qwen2.gguf")).unwrap();
+    let w = model.weights();
+    assert!(!w.is_tied());
+    assert!(w
+        .layers()
+        .iter()
+        .all(|l| l.bq.is_some() && l.bk.is_some() && l.bv.is_some()));
+    let llama = load(&dir.join("llama.gguf")).unwrap();
+    assert!(llama.weights().is_tied());
+    assert!(llama.weights().rope_factors().is_some());
+}
+
+#[test]
+fn unsupported_or_malformed_files_are_refused_by_name() {
+    let Some(dir) = fixtures() else { return };
+    match load(&dir.join("gpt2.gguf")) {
+        Err(LoadError::UnsupportedArchitecture(a)) => assert_eq!(a, "gpt2"),
+        other => panic!("gpt2: {other:?}"),
+    }
+    match load(&dir.join("q2k.gguf")) {
+        Err(e @ LoadError::UnsupportedTensorType { .. }) => {
+            let LoadError::UnsupportedTensorType { tensor, kind } = &e else {
+                unreachable!()
+            };
+            assert_eq!(
+                (tensor.as_str(), kind.as_str()),
+                ("blk.0.ffn_gate.weight", "Q2_K")
+            );
+            assert!(
+                e.to_string().contains("Q2_K") && e.to_string().contains("blk.0.ffn_gate.weight")
+            );
+        }
+        other => panic!("q2k: {other:?}"),
+    }
+    match load(&dir.join("missing.gguf")) {
+        Err(LoadError::MissingTensor(t)) => assert_eq!(t, "blk.1.ffn_up.weight"),
+        other => panic!("missing: {other:?}"),
+    }
+    match load(&dir.join("shape.gguf")) {
+        Err(LoadError::Shape {
+            tensor,
+            expected,
+            found,
+        }) => {
+            assert_eq!(tensor, "blk.0.attn_k.weight");
+            assert_eq!((expected, found), (vec![256, 64], vec![256, 128]));
+        }
+        other => panic!("shape: {other:?}"),
+    }
+    match load(&dir.join("zero_heads.gguf")) {
+        Err(LoadError::Model(ModelError::ZeroSize(what))) => assert_eq!(what, "q_heads"),
+        other => panic!("zero heads: {other:?}"),
+    }
+    match load(&dir.join("no-such-file.gguf")) {
+        Err(LoadError::Io { path, .. }) => assert!(path.ends_with("no-such-file.gguf")),
+        other => panic!("no file: {other:?}"),
+    }
+}
