@@ -37,8 +37,9 @@ pub(crate) struct Bpe {
     pre: PreTokenizer,
     /// (left, right) → (rank, merged id).
     ranks: HashMap<(u32, u32), (u32, u32)>,
-    /// The token of each byte's character.
-    byte_ids: [u32; 256],
+    /// The token of each byte's character; real vocabularies lack some
+    /// (SmolLM2 has none for bytes UTF-8 never uses, nor for 0x04).
+    byte_ids: [Option<u32>; 256],
     byte_chars: [char; 256],
     /// The byte each map character stands for (indexed by code point).
     char_bytes: Vec<Option<u8>>,
@@ -47,13 +48,11 @@ pub(crate) struct Bpe {
 impl Bpe {
     pub(crate) fn from_gguf(gguf: &Gguf<'_>, vocab: &Vocab, pre: PreTokenizer) -> Result<Bpe, TokenizerError> {
         let byte_chars = byte_to_char();
-        let mut byte_ids = [0u32; 256];
+        let mut byte_ids = [None; 256];
         let mut char_bytes = vec![None; 0x144];
         let mut buf = [0u8; 4];
         for (b, &c) in byte_chars.iter().enumerate() {
-            byte_ids[b] = vocab
-                .id(c.encode_utf8(&mut buf))
-                .ok_or(TokenizerError::MissingByte(b as u8))?;
+            byte_ids[b] = vocab.id(c.encode_utf8(&mut buf));
             char_bytes[c as usize] = Some(b as u8);
         }
         let merges = gguf.get_str_array("tokenizer.ggml.merges")?;
@@ -108,10 +107,12 @@ impl Bpe {
 
     /// Merges one word's byte pieces, lowest rank first and leftmost among
     /// equals, over a linked list with a heap of candidate pairs (stale
-    /// entries are skipped when popped).
+    /// entries are skipped when popped). A byte without a piece is dropped,
+    /// as both the `tokenizers` library (without an unknown token) and
+    /// llama.cpp do.
     fn merge_word(&self, bytes: &[u8], out: &mut Vec<u32>) {
-        let n = bytes.len();
-        let mut ids: Vec<u32> = bytes.iter().map(|&b| self.byte_ids[b as usize]).collect();
+        let mut ids: Vec<u32> = bytes.iter().filter_map(|&b| self.byte_ids[b as usize]).collect();
+        let n = ids.len();
         if n < 2 {
             out.extend_from_slice(&ids);
             return;

@@ -67,8 +67,4 @@ pub enum TokenizerError {
         /// The vocabulary size.
         vocab: u32,
     },
-    /// A byte-level BPE vocabulary lacks the piece for a byte, so some text
-    /// could not be encoded.
-    #[error("byte-level vocabulary has no token for byte {0:#04x}")]
-    MissingByte(u8),
 }
