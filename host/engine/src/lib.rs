@@ -61,6 +61,7 @@ pub mod model;
 mod request;
 mod step;
 mod thread;
+pub mod tokenizer;
 
 pub use backend::{BackendChoice, BackendOpenError, WithBackend};
 pub use config::EngineConfig;

@@ -1,0 +1,201 @@
+"""Reference token ids for pagoda's tokenizer tests.
+
+bpe GGUF PRE OUTDIR: builds a Hugging Face `tokenizers` pipeline from the
+GGUF's own vocabulary and merges, with the pre-tokenizer the named model's
+original tokenizer.json uses, and writes the corpus (plus seeded random
+strings) and its ids with and without special-token parsing.
+
+spm OUTDIR: trains a tiny SentencePiece BPE model with byte fallback, writes
+it as a tokenizer-only GGUF the way llama.cpp's converter does, and writes
+sentencepiece's own ids and decodes for the corpus.
+
+Outputs, one line per text: texts.hex (UTF-8 as hex), ids_special.txt and
+ids_plain.txt (space-separated ids), decoded.hex (spm only), random_ids.txt
+and random_decoded.hex (bpe only: random id sequences and their decodes).
+"""
+
+import io
+import json
+import os
+import random
+import sys
+
+import gguf
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+LLAMA3_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"""
+    r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+
+
+def corpus():
+    with open(os.path.join(HERE, "tokenizer_corpus.json"), encoding="utf-8") as f:
+        texts = json.load(f)
+    # Seeded random strings over a pool that mixes the classes the patterns
+    # care about, to reach combinations the hand-written texts miss.
+    pool = list("aAzZ éüßñ'sltdmrveSLTDMRVE0123456789 \t\n\r.,!?-_()<>|{}\"'") + [
+        "日", "本", "😀", "👍🏽", "\u200d", "ا", "ه", "١", "२", "\u0301", "\u093f", "\u00a0", "\u3000",
+        "½", "Ⅻ", "<|im_end|>", "<|im_start|>", "<|endoftext|>", "  ", "\n\n", " 's", "'LL",
+    ]
+    rng = random.Random(20261123)
+    for _ in range(300):
+        texts.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 40))))
+    # One long text for the timing note (about 10k tokens).
+    texts.append("\n".join(texts[:40]) * 12)
+    return texts
+
+
+def field(reader, key):
+    return reader.fields[key].contents()
+
+
+def write_outputs(outdir, texts, runs):
+    with open(os.path.join(outdir, "texts.hex"), "w") as f:
+        for t in texts:
+            f.write(t.encode("utf-8").hex() + "\n")
+    for name, rows in runs.items():
+        with open(os.path.join(outdir, name), "w") as f:
+            for row in rows:
+                if isinstance(row, str):
+                    f.write(row.encode("utf-8").hex() + "\n")
+                else:
+                    f.write(" ".join(map(str, row)) + "\n")
+
+
+def bpe(path, pre, outdir):
+    r = gguf.GGUFReader(path)
+    tokens = field(r, "tokenizer.ggml.tokens")
+    types = field(r, "tokenizer.ggml.token_type")
+    merges = [tuple(m.split(" ", 1)) for m in field(r, "tokenizer.ggml.merges")]
+    vocab = {t: i for i, t in reversed(list(enumerate(tokens)))}
+
+    def build(parse_special):
+        model = models.BPE(vocab=vocab, merges=merges, ignore_merges=(pre == "llama-bpe"))
+        tok = Tokenizer(model)
+        if pre == "smollm":
+            tok.pre_tokenizer = pre_tokenizers.Sequence([
+                pre_tokenizers.Digits(individual_digits=True),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            ])
+        elif pre in ("gpt-2", "default"):
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        elif pre in ("llama-bpe", "qwen2"):
+            pattern = LLAMA3_PATTERN if pre == "llama-bpe" else QWEN2_PATTERN
+            tok.pre_tokenizer = pre_tokenizers.Sequence([
+                pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ])
+        else:
+            raise SystemExit(f"unknown pre {pre}")
+        tok.decoder = decoders.ByteLevel()
+        added = []
+        for i, (t, ty) in enumerate(zip(tokens, types)):
+            # llama.cpp: user-defined tokens always match, control tokens
+            # only when special parsing is asked for.
+            if ty == 4 or (ty == 3 and parse_special):
+                added.append(AddedToken(t, special=(ty == 3), normalized=False))
+        tok.add_special_tokens(added)
+        return tok
+
+    texts = corpus()
+    runs = {}
+    for name, parse in (("ids_special.txt", True), ("ids_plain.txt", False)):
+        tok = build(parse)
+        runs[name] = [tok.encode(t, add_special_tokens=False).ids for t in texts]
+    # Seeded random id sequences, half of their ids single-byte pieces so
+    # that multi-byte characters split across tokens, decoded by the
+    # reference's byte-level decoder.
+    rng = random.Random(7)
+    singles = [i for i, t in enumerate(tokens) if len(t) == 1]
+    seqs = []
+    for _ in range(200):
+        seqs.append([rng.choice(singles) if rng.random() < 0.5 else rng.randrange(len(tokens))
+                     for _ in range(rng.randint(1, 24))])
+    tok = build(True)
+    runs["random_ids.txt"] = seqs
+    runs["random_decoded.hex"] = [tok.decode(q, skip_special_tokens=False) for q in seqs]
+    write_outputs(outdir, texts, runs)
+
+
+def spm(outdir):
+    import sentencepiece as sp
+    import codecs
+    import contextlib
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        import this  # its text is English to train on
+
+    zen = codecs.decode(this.s, "rot13")
+    with open(os.path.join(HERE, "tokenizer_corpus.json"), encoding="utf-8") as f:
+        seed = json.load(f)
+    # Latin-script training text only, so CJK, emoji and the like in the
+    # corpus must take the byte fallback.
+    train = [line for line in zen.splitlines() if line.strip()] * 4
+    train += [t for t in seed[:12] if t.isascii()] * 4
+    model = io.BytesIO()
+    sp.SentencePieceTrainer.train(
+        sentence_iterator=iter(train),
+        model_writer=model,
+        model_type="bpe",
+        vocab_size=600,
+        hard_vocab_limit=False,
+        byte_fallback=True,
+        character_coverage=1.0,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        add_dummy_prefix=True,
+        split_digits=False,
+        num_threads=1,
+        minloglevel=2,
+    )
+    proc = sp.SentencePieceProcessor(model_proto=model.getvalue())
+    n = proc.get_piece_size()
+    tokens, scores, types = [], [], []
+    for i in range(n):
+        tokens.append(proc.id_to_piece(i))
+        scores.append(proc.get_score(i))
+        ty = gguf.TokenType.NORMAL
+        if proc.is_unknown(i):
+            ty = gguf.TokenType.UNKNOWN
+        elif proc.is_control(i):
+            ty = gguf.TokenType.CONTROL
+        elif proc.is_unused(i):
+            ty = gguf.TokenType.UNUSED
+        elif proc.is_byte(i):
+            ty = gguf.TokenType.BYTE
+        types.append(int(ty))
+    w = gguf.GGUFWriter(os.path.join(outdir, "spm.gguf"), "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(proc.bos_id())
+    w.add_eos_token_id(proc.eos_id())
+    w.add_unk_token_id(proc.unk_id())
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    texts = corpus()
+    ids = [proc.encode(t) for t in texts]
+    write_outputs(outdir, texts, {
+        "ids_plain.txt": ids,
+        "decoded.hex": [proc.decode(i) for i in ids],
+    })
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "bpe":
+        bpe(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif sys.argv[1] == "spm":
+        spm(sys.argv[2])
+    else:
+        raise SystemExit("usage: tokenizer_ref.py bpe GGUF PRE OUTDIR | spm OUTDIR")
