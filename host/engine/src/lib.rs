@@ -52,6 +52,7 @@
 
 mod backend;
 mod batch;
+pub mod chat;
 mod config;
 mod engine;
 mod error;
