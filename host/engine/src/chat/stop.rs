@@ -13,7 +13,11 @@ pub struct StopOutput {
 
 /// A streaming matcher over decoded text. It holds back the longest tail of
 /// the text seen so far that could still grow into a stop string, and emits
-/// the rest.
+/// the rest. The reply stops as soon as a stop string is complete (the
+/// generator need not run on to see whether a longer one would have matched
+/// from earlier); the text is cut where that stop string starts, the longest
+/// one when several end at the same byte. The result does not depend on how
+/// the text is split into chunks.
 #[derive(Clone, Debug)]
 pub struct StopStrings {
     stops: Vec<String>,
@@ -46,14 +50,15 @@ impl StopStrings {
             };
         }
         self.held.push_str(chunk);
-        // Nothing held before this chunk contained a whole stop string, so the
-        // earliest match in the held text is the earliest in the stream.
+        // Nothing held before this chunk contained a whole stop string, so
+        // the match that completes first here is the first in the stream; of
+        // several that complete at the same byte, the longest wins.
         let first = self
             .stops
             .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min();
-        if let Some(at) = first {
+            .filter_map(|s| self.held.find(s.as_str()).map(|at| (at + s.len(), at)))
+            .min_by_key(|&(end, at)| (end, at));
+        if let Some((_, at)) = first {
             self.held.truncate(at);
             self.stopped = true;
             return StopOutput {
