@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use pagoda_engine::chat::ChatTemplateError;
 use pagoda_engine::model::{ModelError, SamplingError};
-use pagoda_engine::{BackendOpenError, BoxError, ConfigError, LoadError, Rejection};
+use pagoda_engine::{BackendOpenError, BoxError, ConfigError, OpenError, Rejection};
 
 use crate::bench::BenchError;
 use crate::trace::TraceError;
@@ -58,7 +58,7 @@ pub(crate) enum CliError {
     #[error("pages or requests unaccounted for under {}", .0.join(", "))]
     Leaks(Vec<String>),
     #[error("cannot load {}: {error}", path.display())]
-    Load { path: PathBuf, error: LoadError },
+    Load { path: PathBuf, error: OpenError },
     #[error("cannot read prompts from {}: {source}", path.display())]
     ReadPrompts {
         path: PathBuf,

@@ -112,11 +112,14 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
     // Trace text goes through the model's tokenizer (bytes for the embedded one).
     let tokenize = |text: &str| match &loaded {
         Some(m) => m.tokenizer.encode(text, true, true),
-        None => text.bytes().map(u32::from).collect(),
+        None => Vec::new(),
     };
-    let vocabulary = Vocabulary {
-        size: model_config.vocab,
-        tokenize: &tokenize,
+    let vocabulary = match &loaded {
+        Some(_) => Vocabulary {
+            size: model_config.vocab,
+            tokenize: &tokenize,
+        },
+        None => Vocabulary::bytes(model_config.vocab),
     };
 
     let (trace, source) = match &args.trace {
@@ -125,11 +128,10 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
                 path: path.clone(),
                 source,
             })?;
-            let trace =
-                parse_trace(&text, &vocabulary).map_err(|errors| CliError::BadTrace {
-                    path: path.clone(),
-                    errors,
-                })?;
+            let trace = parse_trace(&text, &vocabulary).map_err(|errors| CliError::BadTrace {
+                path: path.clone(),
+                errors,
+            })?;
             if trace.is_empty() {
                 return Err(CliError::EmptyTrace(path.clone()));
             }

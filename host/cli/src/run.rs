@@ -134,12 +134,10 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         stream: prepared.len() == 1 && !args.json,
     };
     let backend = args.backend.choice(args.threads);
-    let results = backend
-        .open(job)
-        .map_err(|error| CliError::Backend {
-            name: backend.name(),
-            error,
-        })??;
+    let results = backend.open(job).map_err(|error| CliError::Backend {
+        name: backend.name(),
+        error,
+    })??;
 
     let mut stdout = std::io::stdout().lock();
     for (prompt, result) in prepared.iter().zip(results) {
@@ -198,7 +196,10 @@ fn prompt_texts(args: &RunArgs) -> Result<Vec<String>, CliError> {
     std::io::stdin()
         .read_to_string(&mut text)
         .map_err(CliError::Stdin)?;
-    Ok(vec![text])
+    // `echo TEXT |` ends the prompt with a newline the user did not mean.
+    let line = text.strip_suffix('\n').unwrap_or(&text);
+    let line = line.strip_suffix('\r').unwrap_or(line);
+    Ok(vec![line.to_string()])
 }
 
 /// The prompt's ids: the raw text, or the chat template's rendering of one
@@ -300,9 +301,7 @@ impl WithBackend for RunJob<'_> {
         }
         let mut stdout = std::io::stdout().lock();
         while !engine.is_idle() {
-            engine
-                .step()
-                .map_err(|e| CliError::Engine(Box::new(e)))?;
+            engine.step().map_err(|e| CliError::Engine(Box::new(e)))?;
             for (slot, state) in handles.iter_mut().zip(running.iter_mut()) {
                 let Some(handle) = slot else { continue };
                 while let Some(event) = handle.try_recv() {
@@ -332,7 +331,12 @@ impl WithBackend for RunJob<'_> {
 
 impl RunJob<'_> {
     /// Adds generated text to the request's and, when streaming, prints it.
-    fn emit(&self, state: &mut Generation, text: &str, out: &mut impl Write) -> Result<(), CliError> {
+    fn emit(
+        &self,
+        state: &mut Generation,
+        text: &str,
+        out: &mut impl Write,
+    ) -> Result<(), CliError> {
         state.text.push_str(text);
         if self.stream && !text.is_empty() {
             write!(out, "{text}").map_err(CliError::Stdout)?;
@@ -342,10 +346,15 @@ impl RunJob<'_> {
     }
 
     /// A request's last event.
-    fn terminal(&self, event: Event, state: &mut Generation, out: &mut impl Write) -> Result<(), CliError> {
+    fn terminal(
+        &self,
+        event: Event,
+        state: &mut Generation,
+        out: &mut impl Write,
+    ) -> Result<(), CliError> {
         match event {
             Event::Finished(done) if state.finished.is_none() => {
-                let rest = state.stream.finish(&self.model.tokenizer);
+                let rest = state.stream.finish();
                 self.emit(state, &rest, out)?;
                 let why = match done.stop {
                     StopReason::StopToken => "end_of_generation",

@@ -158,10 +158,7 @@ impl TraceLine {
 /// Parses a JSON Lines trace of [`TraceLine`]s, sorted by arrival. Blank
 /// lines and lines starting with `#` are skipped. Every bad line is reported
 /// with its number.
-pub fn parse_trace(
-    text: &str,
-    vocab: &Vocabulary<'_>,
-) -> Result<Vec<TraceEntry>, Vec<TraceError>> {
+pub fn parse_trace(text: &str, vocab: &Vocabulary<'_>) -> Result<Vec<TraceEntry>, Vec<TraceError>> {
     let mut entries = Vec::new();
     let mut errors = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -247,7 +244,10 @@ mod tests {
     #[test]
     fn trace_round_trips_and_reports_bad_lines() {
         let t = spec(WorkloadKind::FewShot).generate();
-        assert_eq!(parse_trace(&write_trace(&t), &Vocabulary::bytes(500)), Ok(t));
+        assert_eq!(
+            parse_trace(&write_trace(&t), &Vocabulary::bytes(500)),
+            Ok(t)
+        );
         let text =
             "{\"arrival\": 0.5, \"prompt\": \"hi\", \"max_tokens\": 3, \"priority\": \"high\"}\n\
                     \n# comment\n\

@@ -52,6 +52,7 @@
 
 mod backend;
 mod batch;
+pub mod chat;
 mod config;
 mod engine;
 mod error;
@@ -60,6 +61,7 @@ mod metrics;
 pub mod model;
 mod request;
 mod step;
+mod text;
 mod thread;
 pub mod tokenizer;
 
@@ -70,6 +72,7 @@ pub use error::{EngineError, Rejection, RejectionKind};
 pub use kv::EngineStorage;
 pub use metrics::{Audit, EngineStats, StepReport};
 pub use request::{Canceller, Completion, Event, GenRequest, RequestHandle, StopReason};
+pub use text::{ModelInfo, OpenError, TextModel, TextPiece, TextStream};
 pub use thread::{spawn, BoxError, EngineClient, Shutdown, ShutdownError, SpawnError};
 
 pub use pagoda_core::backend::Backend;

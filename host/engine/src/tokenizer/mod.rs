@@ -166,7 +166,13 @@ impl Tokenizer {
 
     /// Appends the bytes of one token; `first` strips SentencePiece's
     /// leading space. Returns whether the token counted (was not skipped).
-    pub(crate) fn piece(&self, id: u32, skip_special: bool, first: bool, out: &mut Vec<u8>) -> bool {
+    pub(crate) fn piece(
+        &self,
+        id: u32,
+        skip_special: bool,
+        first: bool,
+        out: &mut Vec<u8>,
+    ) -> bool {
         let Some(text) = self.token_text(id) else {
             return false;
         };
@@ -179,7 +185,9 @@ impl Tokenizer {
         }
         match &self.model {
             Model::Bpe(bpe) => match ty {
-                TokenType::UserDefined | TokenType::Unknown => out.extend_from_slice(text.as_bytes()),
+                TokenType::UserDefined | TokenType::Unknown => {
+                    out.extend_from_slice(text.as_bytes())
+                }
                 _ => bpe.token_bytes(text, out),
             },
             Model::Spm(spm) => {

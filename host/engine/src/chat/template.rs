@@ -1,0 +1,258 @@
+//! [`ChatTemplate`]: a Jinja chat template compiled with minijinja in the
+//! environment Hugging Face transformers gives chat templates, so a prompt
+//! renders byte for byte as `apply_chat_template` renders it.
+
+use std::cell::Cell;
+use std::io;
+
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::{Serde, ValueKind};
+use minijinja::{context, AutoEscape, Environment, Error, ErrorKind, Value};
+use pagoda_core::gguf::{Gguf, GgufError};
+use serde::Serialize;
+
+use super::error::{Raised, TooLarge};
+use super::{strftime, tojson, ChatMessage, ChatTemplateError};
+
+/// The GGUF metadata key that holds a model's template.
+const GGUF_KEY: &str = "tokenizer.chat_template";
+/// The name the template is stored under in its environment.
+const NAME: &str = "chat_template";
+/// Instructions one render may run: far beyond any real template over a long
+/// conversation (SmolLM2's takes about 15 per message), and a runaway loop
+/// stops within about a second.
+const FUEL: u64 = 20_000_000;
+/// Bytes one render may produce.
+const MAX_OUTPUT: usize = 64 << 20;
+/// Macro and include nesting a render may reach.
+const RECURSION_LIMIT: usize = 64;
+
+/// A compiled chat template with the model's BOS and EOS texts.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChatTemplate {
+    /// Compiles `source`. `bos_token`/`eos_token` are the special tokens'
+    /// texts, which templates print as `{{ bos_token }}`.
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, ChatTemplateError> {
+        let mut env = Environment::new();
+        // transformers: `ImmutableSandboxedEnvironment(trim_blocks=True,
+        // lstrip_blocks=True, extensions=[..., loopcontrols])`, no autoescape,
+        // Jinja's default of dropping one trailing newline.
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .keep_trailing_newline(false)
+            .build()
+            .map_err(|e| ChatTemplateError::Syntax {
+                line: None,
+                message: e.to_string(),
+            })?;
+        env.set_syntax(syntax);
+        env.set_auto_escape_callback(|_| AutoEscape::None);
+        env.set_fuel(Some(FUEL));
+        env.set_recursion_limit(RECURSION_LIMIT);
+        env.set_unknown_method_callback(python_methods);
+        env.set_formatter(python_formatter);
+        env.add_filter("tojson", tojson::tojson);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", |fmt: &str| strftime::strftime_now(fmt));
+        env.add_template_owned(NAME, source.to_string())
+            .map_err(|e| ChatTemplateError::Syntax {
+                line: e.line(),
+                message: e.detail().unwrap_or("syntax error").to_string(),
+            })?;
+        Ok(Self {
+            env,
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
+    }
+
+    /// The template stored in a GGUF's `tokenizer.chat_template`, or `None`
+    /// when the file has none.
+    pub fn from_gguf(
+        gguf: &Gguf<'_>,
+        bos_token: &str,
+        eos_token: &str,
+    ) -> Result<Option<Self>, ChatTemplateError> {
+        match gguf.get_str(GGUF_KEY) {
+            Ok(source) => Self::new(source, bos_token, eos_token).map(Some),
+            Err(GgufError::MissingKey { .. }) => Ok(None),
+            Err(e) => Err(ChatTemplateError::Gguf(e)),
+        }
+    }
+
+    /// The prompt for `messages`; with `add_generation_prompt` it ends with
+    /// the header that opens the assistant's reply.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatTemplateError> {
+        self.render_with(messages, None, add_generation_prompt)
+    }
+
+    /// Like [`render`](Self::render) for any serializable messages (e.g.
+    /// OpenAI-style `serde_json::Value` objects with tool calls), with the
+    /// optional `tools` list the template sees as `tools`. Map keys reach the
+    /// template in the order the messages serialize them.
+    pub fn render_with<M: Serialize>(
+        &self,
+        messages: &[M],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatTemplateError> {
+        let template = self.env.get_template(NAME).map_err(render_error)?;
+        let ctx = context! {
+            messages => Value::from(Serde(messages)),
+            tools => tools.map(|t| Value::from(Serde(t))),
+            documents => Value::from(()),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        let overflowed = Cell::new(false);
+        let mut out = CappedWriter {
+            buf: Vec::new(),
+            overflowed: &overflowed,
+        };
+        match template.render_captured_to(ctx, &mut out) {
+            Ok(_) => String::from_utf8(out.buf).map_err(|_| ChatTemplateError::Render {
+                line: None,
+                message: "output is not UTF-8".to_string(),
+            }),
+            Err(_) if overflowed.get() => {
+                Err(ChatTemplateError::OutputTooLarge { limit: MAX_OUTPUT })
+            }
+            Err(e) => Err(render_error(e)),
+        }
+    }
+}
+
+/// `raise_exception(message)`: the template refuses the conversation.
+fn raise_exception(message: Value) -> Result<Value, Error> {
+    let text = match message.as_str() {
+        Some(s) => s.to_string(),
+        None => message.to_string(),
+    };
+    Err(Error::new(ErrorKind::InvalidOperation, text.clone()).with_source(Raised(text)))
+}
+
+/// Sorts a minijinja error into the typed ones.
+fn render_error(e: Error) -> ChatTemplateError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(err) = source {
+        if let Some(Raised(msg)) = err.downcast_ref::<Raised>() {
+            return ChatTemplateError::Raised(msg.clone());
+        }
+        if err.downcast_ref::<TooLarge>().is_some() {
+            return ChatTemplateError::OutputTooLarge { limit: MAX_OUTPUT };
+        }
+        source = err.source();
+    }
+    if e.kind() == ErrorKind::OutOfFuel {
+        return ChatTemplateError::OutOfFuel;
+    }
+    ChatTemplateError::Render {
+        line: e.line(),
+        message: e
+            .detail()
+            .map_or_else(|| e.kind().to_string(), str::to_string),
+    }
+}
+
+/// Python's string, dict and list methods (`.strip()`, `.split()`,
+/// `.items()`, ...) from minijinja-contrib, except `str.title`, which there
+/// only capitalises after whitespace.
+fn python_methods(
+    state: &mut minijinja::State<'_, '_>,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Result<Value, Error> {
+    match (value.as_str(), method) {
+        (Some(s), "title") if args.is_empty() => Ok(Value::from(python_title(s))),
+        _ => minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args),
+    }
+}
+
+/// Python's `str.title`: a cased character starts a word unless the one
+/// before it is cased too, so `'bye'` becomes `'Bye'` and `<b>` `<B>`.
+fn python_title(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut previous_cased = false;
+    for c in s.chars() {
+        if c.is_lowercase() {
+            if previous_cased {
+                out.push(c);
+            } else {
+                out.extend(c.to_uppercase());
+            }
+            previous_cased = true;
+        } else if c.is_uppercase() {
+            if previous_cased {
+                out.extend(c.to_lowercase());
+            } else {
+                out.push(c);
+            }
+            previous_cased = true;
+        } else {
+            out.push(c);
+            previous_cased = false;
+        }
+    }
+    out
+}
+
+/// Prints values the way Jinja on Python does where it differs from
+/// minijinja: `None`, `True`/`False`, and Python's float spelling.
+fn python_formatter(
+    out: &mut minijinja::Output<'_>,
+    state: &mut minijinja::State<'_, '_>,
+    value: &Value,
+) -> Result<(), Error> {
+    let text = match value.kind() {
+        ValueKind::None => "None".to_string(),
+        ValueKind::Bool => (if value.is_true() { "True" } else { "False" }).to_string(),
+        ValueKind::Number if !value.is_integer() => {
+            tojson::python_float(f64::try_from(value.clone()).unwrap_or(f64::NAN), false)
+        }
+        _ => return minijinja::escape_formatter(out, state, value),
+    };
+    std::fmt::Write::write_str(out, &text)
+        .map_err(|_| Error::new(ErrorKind::WriteFailure, "write failed"))
+}
+
+/// Collects the output, refusing to grow past [`MAX_OUTPUT`].
+struct CappedWriter<'a> {
+    buf: Vec<u8>,
+    overflowed: &'a Cell<bool>,
+}
+
+impl io::Write for CappedWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        if self.buf.len() + bytes.len() > MAX_OUTPUT {
+            self.overflowed.set(true);
+            return Err(io::Error::other(TooLarge));
+        }
+        self.buf.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,160 @@
+//! A model with its text: the weights, the tokenizer and the chat template
+//! from one GGUF file ([`TextModel`]), and the text of one request as its
+//! tokens arrive ([`TextStream`]: streaming decode, then stop strings).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::chat::{ChatTemplate, ChatTemplateError, StopStrings};
+use crate::model::{LoadError, Model, ModelFile};
+use crate::tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
+
+/// Why a GGUF file could not be opened as a text model.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The file, its metadata or its tensors.
+    #[error(transparent)]
+    Model(#[from] LoadError),
+    /// The tokenizer's metadata.
+    #[error("tokenizer: {0}")]
+    Tokenizer(#[from] TokenizerError),
+    /// The chat template does not compile.
+    #[error("chat template: {0}")]
+    ChatTemplate(#[from] ChatTemplateError),
+}
+
+/// What the file says about itself, for reports.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ModelInfo {
+    /// `general.architecture`: `llama` or `qwen2`.
+    pub architecture: String,
+    /// `general.name`, when the file has one.
+    pub name: Option<String>,
+    /// The file's size in bytes.
+    pub file_bytes: u64,
+    /// Time to open, parse and dequantize the file and build the tokenizer.
+    pub load_time: Duration,
+}
+
+/// A model ready to generate text: the decoder, its tokenizer, its chat
+/// template (if the file has one) and what the file says about itself.
+///
+/// ```no_run
+/// use pagoda_engine::TextModel;
+///
+/// let model = TextModel::load("SmolLM2-135M-Instruct.Q4_1.gguf".as_ref())?;
+/// let ids = model.tokenizer.encode("The capital of France is", true, true);
+/// assert!(!ids.is_empty());
+/// # Ok::<(), pagoda_engine::OpenError>(())
+/// ```
+#[derive(Debug)]
+pub struct TextModel {
+    /// The decoder, with its weights dequantized.
+    pub model: Model,
+    /// Text to ids and back.
+    pub tokenizer: Tokenizer,
+    /// `tokenizer.chat_template`, compiled.
+    pub chat: Option<ChatTemplate>,
+    /// Name, architecture, size, load time.
+    pub info: ModelInfo,
+}
+
+impl TextModel {
+    /// Loads a GGUF file: memory-maps it, builds the model from its metadata
+    /// and tensors, the tokenizer from its vocabulary, and compiles its chat
+    /// template. Any malformed or unsupported part is a typed error.
+    pub fn load(path: &Path) -> Result<Self, OpenError> {
+        let started = Instant::now();
+        let file = ModelFile::open(path)?;
+        let gguf = file.gguf()?;
+        let model = Model::from_gguf(&gguf)?;
+        let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        let text_of = |id: Option<u32>| {
+            id.and_then(|id| tokenizer.token_text(id))
+                .unwrap_or_default()
+                .to_string()
+        };
+        let (bos, eos) = (text_of(tokenizer.bos()), text_of(tokenizer.eos()));
+        let chat = ChatTemplate::from_gguf(&gguf, &bos, &eos)?;
+        let info = ModelInfo {
+            architecture: gguf
+                .get_str("general.architecture")
+                .unwrap_or_default()
+                .to_string(),
+            name: gguf.get_str("general.name").ok().map(str::to_string),
+            file_bytes: file.bytes().len() as u64,
+            load_time: Duration::ZERO,
+        };
+        let load_time = started.elapsed();
+        Ok(Self {
+            model,
+            tokenizer,
+            chat,
+            info: ModelInfo { load_time, ..info },
+        })
+    }
+}
+
+/// New text of a request, from one token.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TextPiece {
+    /// Text that is final: complete UTF-8, and not the start of a stop
+    /// string.
+    pub text: String,
+    /// A stop string appeared: the request should end here (its text ends
+    /// before the stop string).
+    pub stopped: bool,
+}
+
+/// The text of one request as its tokens arrive: streaming decode (partial
+/// UTF-8 held back; end-of-generation tokens print nothing), then stop
+/// strings (a possible start of one held back until it is decided).
+#[derive(Debug)]
+pub struct TextStream {
+    decoder: StreamDecoder,
+    stops: StopStrings,
+    stopped: bool,
+}
+
+impl TextStream {
+    /// A stream that ends at the first of `stops` (none: never).
+    pub fn new(stops: &[String]) -> Self {
+        Self {
+            // The reply continues its prompt: a leading space is text.
+            decoder: StreamDecoder::continuing(true),
+            stops: StopStrings::new(stops),
+            stopped: false,
+        }
+    }
+
+    /// The text that `token` completes.
+    pub fn push(&mut self, tokenizer: &Tokenizer, token: u32) -> TextPiece {
+        if self.stopped || tokenizer.end_of_generation().contains(&token) {
+            return TextPiece::default();
+        }
+        let decoded = self.decoder.push(tokenizer, token);
+        let out = self.stops.push(&decoded);
+        self.stopped = out.stopped;
+        TextPiece {
+            text: out.emit,
+            stopped: out.stopped,
+        }
+    }
+
+    /// The text held back at the end of the request (an incomplete UTF-8
+    /// tail decodes lossily; a partial stop string is text after all).
+    pub fn finish(&mut self) -> String {
+        if self.stopped {
+            return String::new();
+        }
+        let tail = self.decoder.finish();
+        let out = self.stops.push(&tail);
+        self.stopped = out.stopped;
+        let mut text = out.emit;
+        if !out.stopped {
+            text.push_str(&self.stops.finish());
+        }
+        text
+    }
+}
