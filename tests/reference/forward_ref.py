@@ -19,20 +19,27 @@ file's rows as they are; `qwen2` uses the NeoX mode, pairs (j, j + n/2).
 Angle j at position p is p * base^(-2j/n) / rope_freqs[j] (rope_freqs only
 where the file has it).
 
-Usage: forward_ref.py MODEL OUT PROMPTS GREEDY. PROMPTS is a text file, one
-prompt per line as space-separated token ids. For prompt i it writes
-OUT/logits_i.f32 (little-endian f32, [tokens, vocab], logits at every
-position) and, when GREEDY > 0, OUT/greedy_i.txt: GREEDY lines "token gap",
+Usage: forward_ref.py MODEL OUT PROMPTS GREEDY [COUNT]. PROMPTS is a text
+file, one prompt per line as space-separated token ids. For prompt i it
+writes OUT/logits_i.f32 (little-endian f32, [tokens, vocab], logits at every
+position) and, when GREEDY > 0 and i < COUNT (default: every prompt),
+OUT/greedy_i.txt: GREEDY lines "token gap",
 the greedy continuation (the whole sequence recomputed at each step) and
 the gap between the top two logits at that step.
 """
+import os
 import pathlib
 import sys
 
-import numpy as np
-from gguf import GGUFReader
-from gguf.constants import GGUFValueType
-from gguf.quants import dequantize
+# One BLAS thread unless told otherwise: these matrices are small, and on a
+# loaded machine more threads mostly wait on each other.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+from gguf import GGUFReader  # noqa: E402
+from gguf.constants import GGUFValueType  # noqa: E402
+from gguf.quants import dequantize  # noqa: E402
 
 
 def field(reader, key, default=None):
@@ -134,9 +141,10 @@ def main() -> None:
         if line.strip()
     ]
     greedy = int(sys.argv[4])
+    count = int(sys.argv[5]) if len(sys.argv) > 5 else len(prompts)
     for i, tokens in enumerate(prompts):
         model.forward(tokens).astype("<f4").tofile(out / f"logits_{i}.f32")
-        if greedy > 0:
+        if greedy > 0 and i < count:
             seq, lines = list(tokens), []
             for _ in range(greedy):
                 row = model.forward(seq, last_only=True)[0]

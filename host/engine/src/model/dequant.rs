@@ -3,16 +3,15 @@
 use std::num::NonZeroUsize;
 
 use ndarray::{Array1, Array2};
+use pagoda_core::dequantize_row;
 use pagoda_core::gguf::{Gguf, TensorInfo};
-use pagoda_core::{dequantize_row, QuantKind};
 
 use super::load_error::LoadError;
 
-/// The weight types the loader dequantizes (every kind the core knows).
-const SUPPORTED: [QuantKind; 11] = QuantKind::ALL;
-
-/// Looks up `name`, checks its type and its GGUF dimensions (row length
-/// first).
+/// Looks up `name` and checks its GGUF dimensions (row length first). Its
+/// type needs no check: the reader refuses a type the core cannot
+/// dequantize when it parses the file, which [`LoadError`]'s `From` turns
+/// into [`LoadError::UnsupportedTensorType`].
 pub(super) fn tensor<'a>(
     g: &Gguf<'a>,
     name: &str,
@@ -21,12 +20,6 @@ pub(super) fn tensor<'a>(
     let t = g
         .tensor(name)
         .ok_or_else(|| LoadError::MissingTensor(name.to_string()))?;
-    if !SUPPORTED.contains(&t.kind()) {
-        return Err(LoadError::UnsupportedTensorType {
-            tensor: name.to_string(),
-            kind: t.kind().name().to_string(),
-        });
-    }
     if t.dims() != dims {
         return Err(LoadError::Shape {
             tensor: name.to_string(),

@@ -1,0 +1,218 @@
+//! SmolLM2-135M-Instruct (Q4_1) loaded from its GGUF file and run by the
+//! engine, against the independent NumPy forward pass
+//! (tests/reference/forward_ref.py, float64 over the tensors the `gguf`
+//! package dequantizes, rotary in llama.cpp's interleaved mode on the file's
+//! rows): logits at every position of several prompts through the paged
+//! forward pass, and 32-token greedy continuations through the `Engine`.
+//! Without the model or the Python venv the tests skip with one line
+//! (`bash scripts/fetch-model.sh`); under `CI=true` they fail.
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use pagoda_core::{KvDtype, Priority};
+use pagoda_cpu::CpuBackend;
+use pagoda_engine::model::{Model, ModelFile, SamplingParams};
+use pagoda_engine::{Engine, EngineConfig, EngineStorage, Event, GenRequest};
+
+/// Our logits may differ from the f64 reference by this fraction of the
+/// reference's logit range over the prompt (f32 compute; the KV cache's
+/// rounding). Measured max |diff| / range: printed by the test.
+const TOLERANCE_F32: f32 = 2e-5;
+const TOLERANCE_F16: f32 = 2e-3;
+/// A reference step whose top two logits are closer than this is a near
+/// tie: our choice may differ there, and the comparison stops.
+const NEAR_TIE: f32 = 0.05;
+const GREEDY_TOKENS: u32 = 32;
+
+/// Prompts that get greedy continuations: a ChatML conversation
+/// (`<|im_start|>` = 1, `<|im_end|>` = 2) and a story opening.
+fn greedy_prompts() -> Vec<Vec<u32>> {
+    vec![
+        vec![
+            1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411,
+            407, 19712, 8182, 2, 198, 1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1,
+            520, 9531, 198,
+        ],
+        vec![
+            504, 2365, 6354, 16438, 27003, 690, 260, 23790, 2767, 30, 4027, 1980, 253, 655, 28,
+            665, 436, 253, 1838, 8180, 3365,
+        ],
+    ]
+}
+
+/// Prompts compared at every position only: code, a 5-token one, and a
+/// 59-token one.
+fn other_prompts() -> Vec<Vec<u32>> {
+    let code = vec![
+        1604, 3987, 24, 94, 727, 472, 585, 304, 2067, 216, 34, 42, 448, 1003, 304, 472, 1003, 3987,
+        24, 94, 731, 216, 33, 25, 1232, 3987, 24, 94, 731, 216, 34, 25, 198, 198, 3272, 24, 38572,
+        24,
+    ];
+    let long = [greedy_prompts()[1].clone(), code.clone()].concat();
+    vec![code, vec![504, 2365, 6354, 16438, 27003], long]
+}
+
+struct Fixture {
+    model: Model,
+    /// The reference's output: logits of the greedy prompts then the others.
+    dir: PathBuf,
+}
+
+/// The model (loaded once) and the reference's output (computed once).
+fn fixture() -> Option<&'static Fixture> {
+    static FIXTURE: OnceLock<Option<Fixture>> = OnceLock::new();
+    FIXTURE
+        .get_or_init(|| {
+            let path = support::require_model("real_model")?;
+            let python = support::require_python("real_model")?;
+            let dir = support::scratch_dir("real_model");
+            // One run: greedy continuations for the first prompts.
+            let prompts = [greedy_prompts(), other_prompts()].concat();
+            let file = dir.join("prompts.txt");
+            support::write_prompts(&file, &prompts);
+            let (greedy, count) = (
+                GREEDY_TOKENS.to_string(),
+                greedy_prompts().len().to_string(),
+            );
+            support::run_reference(
+                &python,
+                "forward_ref.py",
+                &[
+                    path.as_os_str(),
+                    dir.as_os_str(),
+                    file.as_os_str(),
+                    greedy.as_ref(),
+                    count.as_ref(),
+                ],
+            );
+            let start = Instant::now();
+            let file = ModelFile::open(&path).expect("open the model");
+            let model = Model::from_gguf(&file.gguf().unwrap()).expect("load the model");
+            println!("loaded {} in {:.2?}", path.display(), start.elapsed());
+            Some(Fixture { model, dir })
+        })
+        .as_ref()
+}
+
+#[test]
+fn smollm2_config_comes_from_the_file() {
+    let Some(f) = fixture() else { return };
+    let c = f.model.config();
+    assert_eq!(
+        (c.vocab, c.hidden, c.layers, c.q_heads, c.kv_heads),
+        (49152, 576, 30, 9, 3)
+    );
+    assert_eq!(
+        (c.head_dim, c.rope_dim, c.ffn, c.max_context),
+        (64, 64, 1536, 8192)
+    );
+    assert_eq!((c.rope_theta, c.rms_eps), (100_000.0, 1e-5));
+    assert!(f.model.weights().is_tied(), "SmolLM2 has no output.weight");
+}
+
+#[test]
+fn smollm2_logits_at_every_position_match_the_reference() {
+    let Some(f) = fixture() else { return };
+    let prompts = [greedy_prompts(), other_prompts()].concat();
+    for (dtype, tolerance) in [(KvDtype::F32, TOLERANCE_F32), (KvDtype::F16, TOLERANCE_F16)] {
+        let mut worst = 0f32;
+        for (i, tokens) in prompts.iter().enumerate() {
+            let path = f.dir.join(format!("logits_{i}.f32"));
+            let reference = support::read_f32s(&path);
+            let ours = support::logits_every_position(&f.model, tokens, dtype, 16);
+            let (diff, range) = support::max_diff(&ours, &reference);
+            println!(
+                "{dtype:?} prompt {i} ({} tokens): max |diff| {diff:.3e}, logit range {range:.2} ({:.2e} of it)",
+                tokens.len(),
+                diff / range
+            );
+            assert!(
+                diff <= tolerance * range,
+                "{dtype:?} prompt {i}: max |diff| {diff} > {tolerance} × range {range}"
+            );
+            worst = worst.max(diff / range);
+        }
+        println!("{dtype:?}: worst max |diff| / range {worst:.2e} (tolerance {tolerance:.0e})");
+    }
+}
+
+/// The reference's greedy tokens and top-2 gaps for greedy prompt `i`.
+fn reference_greedy(f: &Fixture, i: usize) -> Vec<(u32, f32)> {
+    let path = f.dir.join(format!("greedy_{i}.txt"));
+    std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let (token, gap) = line.split_once(' ').expect("token gap");
+            (token.parse().unwrap(), gap.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn smollm2_greedy_continuations_match_the_reference() {
+    let Some(f) = fixture() else { return };
+    for dtype in [KvDtype::F16, KvDtype::F32] {
+        let config = EngineConfig {
+            kv_pages: 64,
+            kv_dtype: dtype,
+            ..EngineConfig::default()
+        };
+        let mut storage = EngineStorage::new(&config, f.model.config().max_context);
+        let mut engine = Engine::new(&f.model, CpuBackend::new(), &config, &mut storage).unwrap();
+        // Both prompts in one batch.
+        let handles: Vec<_> = greedy_prompts()
+            .into_iter()
+            .enumerate()
+            .map(|(i, prompt)| {
+                let request = GenRequest {
+                    tag: i as u64,
+                    prompt,
+                    max_new_tokens: GREEDY_TOKENS,
+                    sampling: SamplingParams::GREEDY,
+                    seed: 0,
+                    stop_token: None,
+                };
+                let now = engine.now();
+                engine.submit(request, Priority::Normal, now).unwrap()
+            })
+            .collect();
+        let mut steps = 0;
+        while !engine.is_idle() {
+            engine.step().unwrap();
+            steps += 1;
+            assert!(steps < 1000, "no progress");
+        }
+        for (i, handle) in handles.iter().enumerate() {
+            let mut output = None;
+            while let Some(event) = handle.try_recv() {
+                if let Event::Finished(done) = event {
+                    output = Some(done.output);
+                }
+            }
+            let ours = output.expect("the request finished");
+            let reference = reference_greedy(f, i);
+            assert_eq!(ours.len(), reference.len());
+            let mut same = 0;
+            for (step, (&token, &(want, gap))) in ours.iter().zip(&reference).enumerate() {
+                if token == want {
+                    same += 1;
+                    continue;
+                }
+                assert!(
+                    gap < NEAR_TIE,
+                    "{dtype:?} prompt {i} step {step}: {token} where the reference has {want} (top-2 gap {gap})"
+                );
+                println!(
+                    "{dtype:?} prompt {i}: near tie at step {step} (reference top-2 gap {gap:.4}): ours {token}, reference {want}; comparison stops there"
+                );
+                break;
+            }
+            println!("{dtype:?} prompt {i}: {same} of {GREEDY_TOKENS} greedy tokens agree; ours {ours:?}");
+        }
+    }
+}
