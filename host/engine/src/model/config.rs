@@ -123,18 +123,6 @@ impl ModelConfig {
             scale: 1.0 / (self.head_dim as f32).sqrt(),
         }
     }
-
-    /// Parameters, for reports.
-    pub fn parameters(&self) -> u64 {
-        let (h, q, kv, f) = (
-            u64::from(self.hidden),
-            self.q_dim() as u64,
-            self.kv_dim() as u64,
-            u64::from(self.ffn),
-        );
-        let layer = h * q * 2 + h * kv * 2 + 3 * h * f + 2 * h;
-        2 * u64::from(self.vocab) * h + u64::from(self.layers) * layer + h
-    }
 }
 
 /// A model that cannot be built or run, or a step it cannot compute.

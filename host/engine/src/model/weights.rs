@@ -220,6 +220,32 @@ impl Weights {
     pub fn is_tied(&self) -> bool {
         self.lm_head.is_none()
     }
+
+    /// Parameters held: a tied head counts once, biases count.
+    pub fn parameters(&self) -> u64 {
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                let biases = [&l.bq, &l.bk, &l.bv]
+                    .iter()
+                    .map(|b| b.as_ref().map_or(0, |b| b.len()))
+                    .sum::<usize>();
+                l.attn_norm.len()
+                    + l.wq.len()
+                    + l.wk.len()
+                    + l.wv.len()
+                    + biases
+                    + l.wo.len()
+                    + l.ffn_norm.len()
+                    + l.w_gate.len()
+                    + l.w_up.len()
+                    + l.w_down.len()
+            })
+            .sum();
+        let head = self.lm_head.as_ref().map_or(0, |h| h.len());
+        (self.embed.len() + layers + self.final_norm.len() + head) as u64
+    }
 }
 
 fn check(name: &str, found: &[usize], expected: &[usize]) -> Result<(), ModelError> {
