@@ -24,6 +24,21 @@ use std::thread::JoinHandle;
 /// Spins before a waiting thread sleeps (about tens of microseconds).
 const SPINS: u32 = 1 << 14;
 
+/// Spins between yields of the time slice while spinning: when threads
+/// outnumber free cores, a spinning waiter would otherwise hold the core the
+/// thread it waits for needs.
+const YIELD_EVERY: u32 = 1 << 8;
+
+/// One iteration of a spin wait.
+#[inline]
+fn spin(i: u32) {
+    if i % YIELD_EVERY == YIELD_EVERY - 1 {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
 /// The part of `range` that `worker` of `workers` takes: contiguous runs of
 /// whole `align`-element units (the last may be short), as equal as units
 /// allow, covering `range` exactly once over all workers. Empty for workers
@@ -223,11 +238,11 @@ fn message(payload: &(dyn Any + Send)) -> String {
 
 /// The caller's barrier: spin, then sleep until `pending` is 0.
 fn wait_done(s: &Shared) {
-    for _ in 0..SPINS {
+    for i in 0..SPINS {
         if s.pending.load(SeqCst) == 0 {
             return;
         }
-        std::hint::spin_loop();
+        spin(i);
     }
     let mut guard = lock(&s.done_lock);
     s.caller_sleeps.store(true, SeqCst);
@@ -263,12 +278,12 @@ fn worker_loop(s: &Shared, index: usize, workers: usize) {
 /// A worker's barrier: spin, then sleep until `epoch` differs from `seen`;
 /// returns the new epoch.
 fn wait_epoch(s: &Shared, seen: u64) -> u64 {
-    for _ in 0..SPINS {
+    for i in 0..SPINS {
         let e = s.epoch.load(SeqCst);
         if e != seen {
             return e;
         }
-        std::hint::spin_loop();
+        spin(i);
     }
     let mut guard = lock(&s.wake_lock);
     s.sleepers.fetch_add(1, SeqCst);

@@ -275,9 +275,9 @@ unsafe fn floats(
     let full = cols / 8 * 8;
     for e in (0..full).step_by(8) {
         let wv = load8(kind, w, e);
-        for j in 0..m {
+        for (j, a) in acc.iter_mut().take(m).enumerate() {
             let xv = _mm256_loadu_ps(x.f_row(first + j)[e..e + 8].as_ptr());
-            acc[j] = _mm256_fmadd_ps(wv, xv, acc[j]);
+            *a = _mm256_fmadd_ps(wv, xv, *a);
         }
     }
     for j in 0..m {
