@@ -18,6 +18,25 @@
 //! weight rows; [`matmul_team`] splits the rows across a [`Team`], each worker
 //! taking whole runs of [`ROW_ALIGN`] rows (see [`split`]), so no two write
 //! the same output.
+//!
+//! ```
+//! use pagoda_core::QuantKind;
+//! use pagoda_cpu::{matmul_team, Isa, QuantMatrix, QuantizedActivations, Team};
+//!
+//! // Two Q8_0 rows of 32 weights: f16 scale 1.0 (0x3c00), then 32 × i8.
+//! let mut data = Vec::new();
+//! for q in [1i8, -2] {
+//!     data.extend_from_slice(&0x3c00u16.to_le_bytes());
+//!     data.extend(std::iter::repeat(q as u8).take(32));
+//! }
+//! let w = QuantMatrix::new(QuantKind::Q8_0, 2, 32, &data).unwrap();
+//! let mut x = QuantizedActivations::new();
+//! x.quantize(QuantKind::Q8_0, &[0.5; 32], 1, 32).unwrap(); // one row
+//! let mut out = [0.0f32; 2];
+//! let mut team = Team::new(2).unwrap();
+//! matmul_team(&mut team, Isa::detect(), &w, &x, &mut out).unwrap();
+//! assert_eq!(out, [16.0, -32.0]);
+//! ```
 
 mod act;
 mod kernel;
