@@ -40,7 +40,9 @@ mod attention;
 mod data;
 mod element;
 mod kernels;
+pub mod quant;
 mod store;
+pub mod team;
 
 use std::fmt;
 
@@ -53,7 +55,9 @@ use pagoda_core::{KvGeometry, PageCopy, Slot, PAGE_SIZE};
 use data::{with_elements, KvData};
 pub use element::KvElement;
 pub use kernels::Isa;
+pub use quant::{matmul, matmul_team, ActFormat, QMatError, QuantMatrix, QuantizedActivations};
 use store::{in_block, Layout};
+pub use team::{split, Team, TeamError};
 
 /// Why the CPU backend refused or failed.
 #[derive(Debug, Clone, PartialEq, Eq)]

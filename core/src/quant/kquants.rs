@@ -6,8 +6,9 @@ use super::scale;
 /// The 6-bit scale and minimum of sub-block `j` (0..8), packed in 12 bytes:
 /// sub-blocks 0..4 keep theirs in the low 6 bits of bytes `j` and `j + 4`;
 /// sub-blocks 4..8 take 4 bits from byte `j + 4` and their top 2 bits from
-/// the spare high bits of bytes `j − 4` and `j`.
-fn scale_min(s: &[u8], j: usize) -> (u8, u8) {
+/// the spare high bits of bytes `j − 4` and `j`. Public so that SIMD
+/// kernels elsewhere read the packing from here; `s` must hold 12 bytes.
+pub fn scale_min(s: &[u8], j: usize) -> (u8, u8) {
     if j < 4 {
         (s[j] & 63, s[j + 4] & 63)
     } else {

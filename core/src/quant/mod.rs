@@ -14,6 +14,7 @@ mod legacy;
 use core::fmt;
 
 pub use half::{bf16_to_f32, f16_to_f32};
+pub use kquants::scale_min as k_scale_min;
 
 /// A weight type this crate can lay out and dequantize, by its GGML name.
 // GGML's names (`Q4_K`), so they read as in every other tool.

@@ -1,0 +1,54 @@
+//! Quantized matrix products at SmolLM2-135M's shapes: decode (1 and 8
+//! activation rows) and prefill (128), single-threaded, reported as weight
+//! bytes streamed per second.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use pagoda_core::QuantKind;
+use pagoda_cpu::{matmul, Isa, QuantMatrix, QuantizedActivations};
+
+/// Weight bytes with sane f16 scales: every byte random, then each block's
+/// scale fields set to a small positive half float.
+fn weights(kind: QuantKind, rows: usize, cols: usize) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(7);
+    let bytes = kind.bytes_for(cols).expect("whole blocks") * rows;
+    let mut data: Vec<u8> = (0..bytes).map(|_| rng.u8(..)).collect();
+    let scale_at: &[usize] = match kind {
+        QuantKind::Q8_0 => &[0],
+        _ => &[0, 2], // Q4_1: d and m; Q4_K: d and dmin
+    };
+    for block in data.chunks_exact_mut(kind.block_bytes()) {
+        for &at in scale_at {
+            // 0x2000 ≈ 0.0078: a small positive f16.
+            block[at..at + 2].copy_from_slice(&0x2000u16.to_le_bytes());
+        }
+    }
+    data
+}
+
+fn bench(c: &mut Criterion) {
+    let isa = Isa::detect();
+    let shapes = [(1536, 576), (576, 1536), (49152, 576)];
+    for kind in [QuantKind::Q4_1, QuantKind::Q8_0, QuantKind::Q4_K] {
+        let mut group = c.benchmark_group(format!("qmatmul/{kind}"));
+        for (rows, cols) in shapes {
+            let data = weights(kind, rows, cols);
+            let w = QuantMatrix::new(kind, rows, cols, &data).expect("valid shape");
+            for n in [1usize, 8, 128] {
+                let x: Vec<f32> = (0..n * cols)
+                    .map(|i| ((i % 97) as f32 - 48.0) / 32.0)
+                    .collect();
+                let mut acts = QuantizedActivations::new();
+                acts.quantize(kind, &x, n, cols).expect("valid activations");
+                let mut out = vec![0.0f32; n * rows];
+                group.throughput(Throughput::Bytes(data.len() as u64));
+                group.bench_function(BenchmarkId::new(format!("{rows}x{cols}"), n), |b| {
+                    b.iter(|| matmul(isa, &w, &acts, &mut out, 0..rows).expect("valid"))
+                });
+            }
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,231 @@
+//! A step's activations, quantized once to the 8-bit blocks the weight type
+//! pairs with (see the table in the module above) and reused for every
+//! weight matrix of that type and shape.
+
+use pagoda_core::QuantKind;
+
+use super::QMatError;
+
+/// Elements per Q8_0/Q8_1 activation block (the legacy weight block).
+pub(super) const QB: usize = 32;
+/// Elements per Q8_K activation block (the K super-block).
+pub(super) const KB: usize = 256;
+/// Elements per Q8_K partial sum.
+pub(super) const KSUM: usize = 16;
+
+/// How the activations are stored.
+// GGML's names, so they read as in every other tool.
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActFormat {
+    /// Plain f32 (for F32, F16 and BF16 weights).
+    F32,
+    /// Blocks of 32 `i8` with an f32 scale (Q8_0, Q4_0, Q5_0 weights).
+    Q8_0,
+    /// Q8_0 plus each block's `scale × Σ q` (Q4_1, Q5_1 weights).
+    Q8_1,
+    /// Blocks of 256 `i8`, an f32 scale and sums of each 16 (K weights).
+    Q8_K,
+}
+
+impl ActFormat {
+    /// The format `kind` weights multiply with.
+    pub fn for_weights(kind: QuantKind) -> Self {
+        match kind {
+            QuantKind::F32 | QuantKind::F16 | QuantKind::BF16 => Self::F32,
+            QuantKind::Q8_0 | QuantKind::Q4_0 | QuantKind::Q5_0 => Self::Q8_0,
+            QuantKind::Q4_1 | QuantKind::Q5_1 => Self::Q8_1,
+            QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K => Self::Q8_K,
+        }
+    }
+
+    /// Elements per block.
+    pub fn block_elems(self) -> usize {
+        match self {
+            Self::F32 => 1,
+            Self::Q8_0 | Self::Q8_1 => QB,
+            Self::Q8_K => KB,
+        }
+    }
+}
+
+/// `rows` activation rows of `cols` elements in one [`ActFormat`]. The
+/// buffers grow to the largest shape seen and are then reused: quantizing a
+/// step allocates nothing once warm.
+#[derive(Debug, Clone)]
+pub struct QuantizedActivations {
+    format: ActFormat,
+    rows: usize,
+    cols: usize,
+    /// F32: the values.
+    pub(super) f: Vec<f32>,
+    /// Quantized values, row after row.
+    pub(super) q: Vec<i8>,
+    /// One scale per block.
+    pub(super) d: Vec<f32>,
+    /// Q8_1: `d × Σ q` per block.
+    pub(super) s: Vec<f32>,
+    /// Q8_K: `Σ q` per 16 values.
+    pub(super) bsums: Vec<i16>,
+}
+
+impl Default for QuantizedActivations {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl QuantizedActivations {
+    /// An empty buffer (zero rows of F32).
+    pub fn new() -> Self {
+        Self {
+            format: ActFormat::F32,
+            rows: 0,
+            cols: 0,
+            f: Vec::new(),
+            q: Vec::new(),
+            d: Vec::new(),
+            s: Vec::new(),
+            bsums: Vec::new(),
+        }
+    }
+
+    /// The format held.
+    pub fn format(&self) -> ActFormat {
+        self.format
+    }
+
+    /// Activation rows held.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Elements per row.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Quantizes `x` (`rows × cols` floats, row-major) for `weights`-typed
+    /// matrices: blocks of `amax / 127` scale, values rounded to nearest.
+    pub fn quantize(
+        &mut self,
+        weights: QuantKind,
+        x: &[f32],
+        rows: usize,
+        cols: usize,
+    ) -> Result<(), QMatError> {
+        let format = ActFormat::for_weights(weights);
+        let block = format.block_elems();
+        if cols % block != 0 {
+            return Err(QMatError::PartialBlock {
+                kind: weights,
+                cols,
+            });
+        }
+        let expected = rows.checked_mul(cols).ok_or(QMatError::Overflow)?;
+        if x.len() != expected {
+            return Err(QMatError::InputLength {
+                expected,
+                found: x.len(),
+            });
+        }
+        (self.format, self.rows, self.cols) = (format, rows, cols);
+        for v in [&mut self.f, &mut self.d, &mut self.s] {
+            v.clear();
+        }
+        self.q.clear();
+        self.bsums.clear();
+        if format == ActFormat::F32 {
+            self.f.extend_from_slice(x);
+            return Ok(());
+        }
+        for xb in x.chunks_exact(block) {
+            let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let start = self.q.len();
+            // `as` saturates (NaN to 0), so no input can overflow an i8.
+            self.q.extend(
+                xb.iter()
+                    .map(|v| (v * id).round().clamp(-127.0, 127.0) as i8),
+            );
+            let qb = &self.q[start..];
+            self.d.push(d);
+            match format {
+                ActFormat::Q8_1 => {
+                    let sum: i32 = qb.iter().map(|&q| i32::from(q)).sum();
+                    self.s.push(d * sum as f32);
+                }
+                ActFormat::Q8_K => {
+                    for g in qb.chunks_exact(KSUM) {
+                        self.bsums.push(g.iter().map(|&q| i16::from(q)).sum());
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The values row `i` stands for (`q × d`), as the products see them;
+    /// `out` holds `cols` floats. For checking the activation rounding.
+    pub fn dequantize_row(&self, i: usize, out: &mut [f32]) -> Result<(), QMatError> {
+        if i >= self.rows {
+            return Err(QMatError::RowRange {
+                range: i..i + 1,
+                rows: self.rows,
+            });
+        }
+        if out.len() != self.cols {
+            return Err(QMatError::OutputLength {
+                expected: self.cols,
+                found: out.len(),
+            });
+        }
+        let at = i * self.cols;
+        if self.format == ActFormat::F32 {
+            out.copy_from_slice(&self.f[at..at + self.cols]);
+            return Ok(());
+        }
+        let block = self.format.block_elems();
+        for (b, (o, q)) in out
+            .chunks_exact_mut(block)
+            .zip(self.q[at..at + self.cols].chunks_exact(block))
+            .enumerate()
+        {
+            let d = self.d[at / block + b];
+            for (o, &q) in o.iter_mut().zip(q) {
+                *o = f32::from(q) * d;
+            }
+        }
+        Ok(())
+    }
+
+    /// Row `i`'s quantized values.
+    pub(super) fn q_row(&self, i: usize) -> &[i8] {
+        &self.q[i * self.cols..(i + 1) * self.cols]
+    }
+
+    /// Row `i`'s block scales.
+    pub(super) fn d_row(&self, i: usize) -> &[f32] {
+        let n = self.cols / self.format.block_elems();
+        &self.d[i * n..(i + 1) * n]
+    }
+
+    /// Row `i`'s Q8_1 block sums.
+    pub(super) fn s_row(&self, i: usize) -> &[f32] {
+        let n = self.cols / QB;
+        &self.s[i * n..(i + 1) * n]
+    }
+
+    /// Row `i`'s Q8_K sums of 16.
+    pub(super) fn bsums_row(&self, i: usize) -> &[i16] {
+        let n = self.cols / KSUM;
+        &self.bsums[i * n..(i + 1) * n]
+    }
+
+    /// Row `i`'s floats (F32 format).
+    pub(super) fn f_row(&self, i: usize) -> &[f32] {
+        &self.f[i * self.cols..(i + 1) * self.cols]
+    }
+}

@@ -1,0 +1,324 @@
+//! Matrix products of quantized weights with a step's activations.
+//!
+//! Weights stay in their GGUF blocks ([`QuantMatrix`] borrows the bytes, so a
+//! memory-mapped tensor is used in place). Activations are quantized once per
+//! step to 8-bit blocks ([`QuantizedActivations`]) so that each block product
+//! is an integer dot product with one f32 multiply at the end, as llama.cpp
+//! pairs them:
+//!
+//! | weights | activations | why |
+//! |---|---|---|
+//! | Q8_0, Q4_0, Q5_0 | Q8_0: 32 × i8, f32 scale | symmetric weights: `Σ w·x = dw·dx·Σ qw·qx` |
+//! | Q4_1, Q5_1 | Q8_1: Q8_0 plus `dx·Σ qx` | the weight's offset `m` adds `m·Σ x`, precomputed once |
+//! | Q4_K, Q5_K, Q6_K | Q8_K: 256 × i8, f32 scale, sums per 16 | one scale per super-block; the per-16 sums pay the K minimums (and Q6_K's −32) |
+//! | F32, F16, BF16 | f32 | no integer form: widen and FMA |
+//!
+//! Every integer sum is exact, so the scalar reference and the SIMD paths
+//! differ only in the order of the f32 adds. [`matmul`] computes a range of
+//! weight rows; [`matmul_team`] splits the rows across a [`Team`], each worker
+//! taking whole runs of [`ROW_ALIGN`] rows (see [`split`]), so no two write
+//! the same output.
+//!
+//! ```
+//! use pagoda_core::QuantKind;
+//! use pagoda_cpu::{matmul_team, Isa, QuantMatrix, QuantizedActivations, Team};
+//!
+//! // Two Q8_0 rows of 32 weights: f16 scale 1.0 (0x3c00), then 32 × i8.
+//! let mut data = Vec::new();
+//! for q in [1i8, -2] {
+//!     data.extend_from_slice(&0x3c00u16.to_le_bytes());
+//!     data.extend(std::iter::repeat(q as u8).take(32));
+//! }
+//! let w = QuantMatrix::new(QuantKind::Q8_0, 2, 32, &data).unwrap();
+//! let mut x = QuantizedActivations::new();
+//! x.quantize(QuantKind::Q8_0, &[0.5; 32], 1, 32).unwrap(); // one row
+//! let mut out = [0.0f32; 2];
+//! let mut team = Team::new(2).unwrap();
+//! matmul_team(&mut team, Isa::detect(), &w, &x, &mut out).unwrap();
+//! assert_eq!(out, [16.0, -32.0]);
+//! ```
+
+mod act;
+mod kernel;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+mod scalar;
+mod unpack;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use std::fmt;
+use std::ops::Range;
+
+use pagoda_core::QuantKind;
+
+pub use act::{ActFormat, QuantizedActivations};
+
+use crate::team::{split, Team, TeamError};
+use crate::Isa;
+
+/// Weight rows one worker of [`matmul_team`] takes at a time.
+pub const ROW_ALIGN: usize = 8;
+
+/// Activation rows one pass over a weight row serves (decode batches up to
+/// this many read each weight block once).
+pub const MAX_ROWS_PER_PASS: usize = 16;
+
+/// Why a quantized matrix product refused its inputs. Nothing is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QMatError {
+    /// A row of `cols` elements is not whole blocks of `kind`.
+    PartialBlock {
+        /// The weight or activation type.
+        kind: QuantKind,
+        /// Elements per row.
+        cols: usize,
+    },
+    /// The weight bytes are not `rows` rows of `cols` elements.
+    DataLength {
+        /// Bytes the shape needs.
+        expected: usize,
+        /// Bytes given.
+        found: usize,
+    },
+    /// The shape's byte or element count overflows `usize`.
+    Overflow,
+    /// The activations are not `rows × cols` floats.
+    InputLength {
+        /// Floats the shape needs.
+        expected: usize,
+        /// Floats given.
+        found: usize,
+    },
+    /// The output slice is shorter than `activation rows × weight rows`.
+    OutputLength {
+        /// Floats needed.
+        expected: usize,
+        /// Floats given.
+        found: usize,
+    },
+    /// The weight rows asked for are not inside the matrix.
+    RowRange {
+        /// The range asked for.
+        range: Range<usize>,
+        /// Rows the matrix has.
+        rows: usize,
+    },
+    /// Weights and activations disagree on the row length.
+    ColsMismatch {
+        /// The weights' row length.
+        weights: usize,
+        /// The activations' row length.
+        activations: usize,
+    },
+    /// The activations were quantized for another weight type.
+    FormatMismatch {
+        /// The weight type.
+        kind: QuantKind,
+        /// The activations' format.
+        format: ActFormat,
+    },
+    /// A worker of the thread team panicked.
+    Team(TeamError),
+}
+
+impl fmt::Display for QMatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::PartialBlock { kind, cols } => write!(
+                f,
+                "rows of {cols} elements are not whole {kind} blocks of {}",
+                kind.block_elems()
+            ),
+            Self::DataLength { expected, found } => {
+                write!(
+                    f,
+                    "weight data is {found} bytes, the shape needs {expected}"
+                )
+            }
+            Self::Overflow => f.write_str("the shape's size overflows"),
+            Self::InputLength { expected, found } => {
+                write!(
+                    f,
+                    "activations are {found} floats, the shape needs {expected}"
+                )
+            }
+            Self::OutputLength { expected, found } => {
+                write!(f, "output is {found} floats, needs {expected}")
+            }
+            Self::RowRange { range, rows } => {
+                write!(f, "weight rows {range:?} are outside 0..{rows}")
+            }
+            Self::ColsMismatch {
+                weights,
+                activations,
+            } => write!(
+                f,
+                "weight rows have {weights} elements, activation rows {activations}"
+            ),
+            Self::FormatMismatch { kind, format } => {
+                write!(
+                    f,
+                    "{kind} weights need {:?} activations, got {format:?}",
+                    ActFormat::for_weights(*kind)
+                )
+            }
+            Self::Team(e) => write!(f, "thread team: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for QMatError {}
+
+/// A row-major weight matrix in GGUF's layout: `rows` rows of `cols`
+/// elements, each row whole blocks of `kind`, rows back to back.
+#[derive(Debug, Clone, Copy)]
+pub struct QuantMatrix<'a> {
+    kind: QuantKind,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+    data: &'a [u8],
+}
+
+impl<'a> QuantMatrix<'a> {
+    /// Checks that `data` is exactly `rows` rows of `cols` `kind` elements.
+    pub fn new(
+        kind: QuantKind,
+        rows: usize,
+        cols: usize,
+        data: &'a [u8],
+    ) -> Result<Self, QMatError> {
+        let row_bytes = kind.bytes_for(cols).map_err(|e| match e {
+            pagoda_core::QuantError::PartialBlock { .. } => QMatError::PartialBlock { kind, cols },
+            _ => QMatError::Overflow,
+        })?;
+        let expected = row_bytes.checked_mul(rows).ok_or(QMatError::Overflow)?;
+        if data.len() != expected {
+            return Err(QMatError::DataLength {
+                expected,
+                found: data.len(),
+            });
+        }
+        Ok(Self {
+            kind,
+            rows,
+            cols,
+            row_bytes,
+            data,
+        })
+    }
+
+    /// The weight type.
+    pub fn kind(&self) -> QuantKind {
+        self.kind
+    }
+
+    /// Rows (outputs).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Elements per row (inputs).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes per row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    /// The bytes of row `r` (`r < rows`).
+    fn row(&self, r: usize) -> &'a [u8] {
+        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+}
+
+/// Refuses inputs that do not fit together; `out_len` floats of output.
+fn validate(
+    w: &QuantMatrix<'_>,
+    x: &QuantizedActivations,
+    out_len: usize,
+    rows: &Range<usize>,
+) -> Result<(), QMatError> {
+    if rows.start > rows.end || rows.end > w.rows {
+        return Err(QMatError::RowRange {
+            range: rows.clone(),
+            rows: w.rows,
+        });
+    }
+    if x.format() != ActFormat::for_weights(w.kind) {
+        return Err(QMatError::FormatMismatch {
+            kind: w.kind,
+            format: x.format(),
+        });
+    }
+    if x.cols() != w.cols {
+        return Err(QMatError::ColsMismatch {
+            weights: w.cols,
+            activations: x.cols(),
+        });
+    }
+    let expected = x.rows().checked_mul(w.rows).ok_or(QMatError::Overflow)?;
+    if out_len < expected {
+        return Err(QMatError::OutputLength {
+            expected,
+            found: out_len,
+        });
+    }
+    Ok(())
+}
+
+/// The instruction set to run: `isa` if this CPU has it, else scalar (an
+/// `Isa` value can be built by hand, so it is not proof of support).
+fn usable(isa: Isa) -> Isa {
+    if isa == Isa::detect() {
+        isa
+    } else {
+        Isa::Scalar
+    }
+}
+
+/// `out[i × w.rows + r] = x_i · w_r` for every activation row `i` and the
+/// weight rows in `rows`; other outputs are left alone. `out` holds
+/// `x.rows() × w.rows()` floats (activation-row-major, as the next layer
+/// reads them).
+pub fn matmul(
+    isa: Isa,
+    w: &QuantMatrix<'_>,
+    x: &QuantizedActivations,
+    out: &mut [f32],
+    rows: Range<usize>,
+) -> Result<(), QMatError> {
+    validate(w, x, out.len(), &rows)?;
+    let stride = w.rows;
+    kernel::rows(usable(isa), w, x, rows, |i, r, v| out[i * stride + r] = v);
+    Ok(())
+}
+
+/// [`matmul`] over all weight rows, split across `team`'s workers.
+pub fn matmul_team(
+    team: &mut Team,
+    isa: Isa,
+    w: &QuantMatrix<'_>,
+    x: &QuantizedActivations,
+    out: &mut [f32],
+) -> Result<(), QMatError> {
+    validate(w, x, out.len(), &(0..w.rows))?;
+    let isa = usable(isa);
+    let stride = w.rows;
+    let sink = kernel::SharedOut::new(out);
+    team.run(&|worker, workers| {
+        let mine = split(0..w.rows, worker, workers, ROW_ALIGN);
+        kernel::rows(isa, w, x, mine, |i, r, v| {
+            // SAFETY: `validate` checked that `out` holds every `i × stride
+            // + r`, and `split` gives each worker rows no other worker has,
+            // so no two threads write the same float; `run` returns only
+            // after every worker is done, while `out` is still borrowed.
+            unsafe { sink.write(i * stride + r, v) }
+        });
+    })
+    .map_err(QMatError::Team)
+}

@@ -1,0 +1,151 @@
+//! Weight blocks unpacked to small integers and their scales, in the form
+//! the integer dot products take. The scalar and NEON paths use these; the
+//! AVX2 path unpacks the same way in registers. Bit layouts are as in
+//! `pagoda_core::quant` (whose dequantization the tests check against).
+
+use pagoda_core::quant::{f16_to_f32, k_scale_min};
+use pagoda_core::QuantKind;
+
+/// A 32-element block: `w = d × q + m` (`m` is 0 for the symmetric types,
+/// whose offset is already taken out of `q`).
+pub(super) struct Legacy {
+    pub q: [i8; 32],
+    pub d: f32,
+    pub m: f32,
+}
+
+/// A 256-element block: `w = d × sc[k] × q − dc × c[k]` for element `e` in
+/// group `k = e / 16`; `q` is 0..=63.
+pub(super) struct KBlock {
+    pub q: [u8; 256],
+    pub sc: [i32; 16],
+    pub c: [i32; 16],
+    pub d: f32,
+    pub dc: f32,
+}
+
+/// The f16 at `at`.
+#[inline]
+pub(super) fn half(b: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// Whether the type's values carry a minimum (Q4_1, Q5_1).
+pub(super) fn has_min(kind: QuantKind) -> bool {
+    matches!(kind, QuantKind::Q4_1 | QuantKind::Q5_1)
+}
+
+/// Unpacks one legacy block (`b` starts at the block).
+pub(super) fn legacy(kind: QuantKind, b: &[u8]) -> Legacy {
+    let mut q = [0i8; 32];
+    let d = half(b, 0);
+    let mut m = 0.0;
+    match kind {
+        QuantKind::Q8_0 => {
+            for (o, &v) in q.iter_mut().zip(&b[2..34]) {
+                *o = v as i8;
+            }
+        }
+        QuantKind::Q4_0 | QuantKind::Q4_1 => {
+            let (at, off) = if kind == QuantKind::Q4_0 {
+                (2, 8)
+            } else {
+                (4, 0)
+            };
+            if kind == QuantKind::Q4_1 {
+                m = half(b, 2);
+            }
+            for j in 0..16 {
+                let v = b[at + j];
+                q[j] = (v & 0x0f) as i8 - off;
+                q[j + 16] = (v >> 4) as i8 - off;
+            }
+        }
+        _ => {
+            // Q5_0 / Q5_1: fifth bits in a little-endian u32, then nibbles.
+            let (hat, off) = if kind == QuantKind::Q5_0 {
+                (2, 16)
+            } else {
+                (4, 0)
+            };
+            if kind == QuantKind::Q5_1 {
+                m = half(b, 2);
+            }
+            let qh = u32::from_le_bytes([b[hat], b[hat + 1], b[hat + 2], b[hat + 3]]);
+            for j in 0..16 {
+                let v = b[hat + 4 + j];
+                let h0 = (((qh >> j) & 1) << 4) as u8;
+                let h1 = (((qh >> (j + 16)) & 1) << 4) as u8;
+                q[j] = ((v & 0x0f) | h0) as i8 - off;
+                q[j + 16] = ((v >> 4) | h1) as i8 - off;
+            }
+        }
+    }
+    Legacy { q, d, m }
+}
+
+/// A K block's per-16 scales `sc` and corrections `c`, `d` and `dc` (see
+/// [`KBlock`]).
+pub(super) fn k_scales(kind: QuantKind, b: &[u8]) -> ([i32; 16], [i32; 16], f32, f32) {
+    let (mut sc, mut c) = ([0i32; 16], [0i32; 16]);
+    if kind == QuantKind::Q6_K {
+        let d = half(b, 208);
+        for g in 0..16 {
+            sc[g] = i32::from(b[192 + g] as i8);
+            c[g] = 32 * sc[g];
+        }
+        return (sc, c, d, d);
+    }
+    for j in 0..8 {
+        let (s, m) = k_scale_min(&b[4..16], j);
+        for g in [2 * j, 2 * j + 1] {
+            sc[g] = i32::from(s);
+            c[g] = i32::from(m);
+        }
+    }
+    (sc, c, half(b, 0), half(b, 2))
+}
+
+/// Unpacks one K block (`b` starts at the block).
+pub(super) fn kquant(kind: QuantKind, b: &[u8]) -> KBlock {
+    let (sc, c, d, dc) = k_scales(kind, b);
+    let mut k = KBlock {
+        q: [0; 256],
+        sc,
+        c,
+        d,
+        dc,
+    };
+    if kind == QuantKind::Q6_K {
+        // 128 bytes of low nibbles, 64 of high 2-bit pairs.
+        let (ql, qh) = (&b[0..128], &b[128..192]);
+        for n in 0..2 {
+            let (ql, qh, y) = (&ql[64 * n..], &qh[32 * n..], &mut k.q[128 * n..]);
+            for l in 0..32 {
+                y[l] = (ql[l] & 0x0f) | ((qh[l] & 3) << 4);
+                y[l + 32] = (ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4);
+                y[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                y[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+            }
+        }
+        return k;
+    }
+    // Q4_K / Q5_K: after the scales, (Q5_K) 32 bytes of fifth bits, then
+    // 128 bytes of nibbles.
+    let five = kind == QuantKind::Q5_K;
+    let qs = if five { &b[48..176] } else { &b[16..144] };
+    for i in 0..4 {
+        let q = &qs[32 * i..32 * i + 32];
+        for l in 0..32 {
+            let (mut lo, mut hi) = (q[l] & 0x0f, q[l] >> 4);
+            if five {
+                let qh = b[16 + l];
+                lo |= ((qh >> (2 * i)) & 1) << 4;
+                hi |= ((qh >> (2 * i + 1)) & 1) << 4;
+            }
+            k.q[64 * i + l] = lo;
+            k.q[64 * i + 32 + l] = hi;
+        }
+    }
+    k
+}

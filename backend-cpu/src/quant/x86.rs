@@ -1,0 +1,290 @@
+//! AVX2 + FMA (+ F16C for F16 weights). Each weight block is unpacked in
+//! registers to 32-byte vectors of small integers, then multiplied with
+//! every activation row by `_mm256_maddubs_epi16` (unsigned × signed bytes
+//! to pairwise i16 sums) and `_mm256_madd_epi16` (to i32, times a scale):
+//! exact integers, one f32 FMA per block and row. Signed weights use the
+//! sign trick (|w| × (x · sign w)), since `maddubs` wants its first operand
+//! unsigned. No i16 sum can saturate: |w| ≤ 128 and |x| ≤ 127 give pairs of
+//! at most 32,512.
+
+use std::arch::x86_64::*;
+
+use pagoda_core::QuantKind;
+
+use super::act::{QuantizedActivations, KB, KSUM, QB};
+use super::{scalar, unpack};
+
+/// The sum of a vector's eight lanes.
+#[inline(always)]
+unsafe fn hsum(v: __m256) -> f32 {
+    let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+    let one = _mm_add_ss(pair, _mm_shuffle_ps::<0b01>(pair, pair));
+    _mm_cvtss_f32(one)
+}
+
+/// 32 bytes from `s` (which must hold at least 32).
+#[inline(always)]
+unsafe fn load32<T>(s: &[T]) -> __m256i {
+    debug_assert!(std::mem::size_of_val(s) >= 32);
+    _mm256_loadu_si256(s.as_ptr().cast())
+}
+
+/// 16 nibble bytes as 32 values: low nibbles first, then high nibbles.
+#[inline(always)]
+unsafe fn nibbles(s: &[u8]) -> __m256i {
+    let v = _mm_loadu_si128(s[..16].as_ptr().cast());
+    let low = _mm_set1_epi8(0x0f);
+    let lo = _mm_and_si128(v, low);
+    let hi = _mm_and_si128(_mm_srli_epi16::<4>(v), low);
+    _mm256_set_m128i(hi, lo)
+}
+
+/// 0x10 in byte `j` where bit `j` of `qh` is set (a Q5 block's fifth bits).
+#[inline(always)]
+unsafe fn fifth_bits(qh: u32) -> __m256i {
+    let v = _mm256_set1_epi32(qh as i32);
+    // Byte j takes byte j / 8 of `qh` (lanes shuffle separately; both hold
+    // all four bytes), then tests its bit j % 8.
+    let spread = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
+        3, 3,
+    );
+    let bytes = _mm256_shuffle_epi8(v, spread);
+    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe_u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_or_si256(bytes, others), _mm256_set1_epi8(-1));
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+/// A legacy block's 32 values (offset removed for the symmetric types),
+/// its scale and its minimum.
+#[inline(always)]
+unsafe fn legacy_block(kind: QuantKind, b: &[u8]) -> (__m256i, f32, f32) {
+    let d = unpack::half(b, 0);
+    match kind {
+        QuantKind::Q8_0 => (load32(&b[2..34]), d, 0.0),
+        QuantKind::Q4_0 => (
+            _mm256_sub_epi8(nibbles(&b[2..18]), _mm256_set1_epi8(8)),
+            d,
+            0.0,
+        ),
+        QuantKind::Q4_1 => (nibbles(&b[4..20]), d, unpack::half(b, 2)),
+        QuantKind::Q5_0 => {
+            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            let q = _mm256_or_si256(nibbles(&b[6..22]), fifth_bits(qh));
+            (_mm256_sub_epi8(q, _mm256_set1_epi8(16)), d, 0.0)
+        }
+        _ => {
+            let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+            let q = _mm256_or_si256(nibbles(&b[8..24]), fifth_bits(qh));
+            (q, d, unpack::half(b, 2))
+        }
+    }
+}
+
+/// `res[j] = w · x_{first + j}`; `w` one weight row of `kind`.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dots(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    match kind {
+        QuantKind::F32 | QuantKind::F16 | QuantKind::BF16 => floats(kind, w, x, first, res),
+        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K => kquants(kind, w, x, first, res),
+        _ => legacy(kind, w, x, first, res),
+    }
+}
+
+#[inline(always)]
+unsafe fn legacy(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    let m = res.len();
+    let with_min = unpack::has_min(kind);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); 16];
+    let mut mins = [0.0f32; 16];
+    for (b, wb) in w.chunks_exact(kind.block_bytes()).enumerate() {
+        let (qw, dw, mw) = legacy_block(kind, wb);
+        let aw = if with_min {
+            qw
+        } else {
+            _mm256_sign_epi8(qw, qw)
+        };
+        for j in 0..m {
+            let i = first + j;
+            let vx = load32(&x.q_row(i)[b * QB..(b + 1) * QB]);
+            let vx = if with_min {
+                vx
+            } else {
+                _mm256_sign_epi8(vx, qw)
+            };
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, vx), ones);
+            let scale = _mm256_set1_ps(dw * x.d_row(i)[b]);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[j]);
+            if with_min {
+                mins[j] += mw * x.s_row(i)[b];
+            }
+        }
+    }
+    for j in 0..m {
+        res[j] = hsum(acc[j]) + mins[j];
+    }
+}
+
+/// Bits 0..2 of each byte, moved to bits 4..6 (Q6_K's high bits).
+#[inline(always)]
+unsafe fn two_bits(v: __m256i) -> __m256i {
+    _mm256_slli_epi16::<4>(_mm256_and_si256(v, _mm256_set1_epi8(3)))
+}
+
+/// Bit `s` of each byte of `qh`, moved to bit 4 (Q5_K's fifth bits).
+#[inline(always)]
+unsafe fn fifth_of(qh: __m256i, s: i32) -> __m256i {
+    let v = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(s));
+    _mm256_slli_epi16::<4>(_mm256_and_si256(v, _mm256_set1_epi8(1)))
+}
+
+/// A K block's 256 values as 8 vectors in element order, and for each
+/// vector the i16 scales of its two 16-element groups.
+#[inline(always)]
+unsafe fn k_block(
+    kind: QuantKind,
+    b: &[u8],
+    q: &mut [__m256i; 8],
+    s: &mut [__m256i; 8],
+    sc: &[i32; 16],
+) {
+    let low = _mm256_set1_epi8(0x0f);
+    match kind {
+        QuantKind::Q6_K => {
+            for n in 0..2 {
+                let ql0 = load32(&b[64 * n..64 * n + 32]);
+                let ql1 = load32(&b[64 * n + 32..64 * n + 64]);
+                let qh = load32(&b[128 + 32 * n..160 + 32 * n]);
+                q[4 * n] = _mm256_or_si256(_mm256_and_si256(ql0, low), two_bits(qh));
+                q[4 * n + 1] = _mm256_or_si256(
+                    _mm256_and_si256(ql1, low),
+                    two_bits(_mm256_srli_epi16::<2>(qh)),
+                );
+                q[4 * n + 2] = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), low),
+                    two_bits(_mm256_srli_epi16::<4>(qh)),
+                );
+                q[4 * n + 3] = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), low),
+                    two_bits(_mm256_srli_epi16::<6>(qh)),
+                );
+            }
+        }
+        _ => {
+            let five = kind == QuantKind::Q5_K;
+            let qs = if five { &b[48..176] } else { &b[16..144] };
+            let qh = load32(&b[16..48]);
+            for i in 0..4 {
+                let v = load32(&qs[32 * i..32 * i + 32]);
+                let mut lo = _mm256_and_si256(v, low);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                if five {
+                    lo = _mm256_or_si256(lo, fifth_of(qh, 2 * i as i32));
+                    hi = _mm256_or_si256(hi, fifth_of(qh, 2 * i as i32 + 1));
+                }
+                q[2 * i] = lo;
+                q[2 * i + 1] = hi;
+            }
+        }
+    }
+    for (c, s) in s.iter_mut().enumerate() {
+        // Scales fit in i16: 6-bit unsigned (Q4_K, Q5_K) or i8 (Q6_K).
+        let (a, b) = (sc[2 * c] as i16, sc[2 * c + 1] as i16);
+        *s = _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a));
+    }
+}
+
+#[inline(always)]
+unsafe fn kquants(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    let m = res.len();
+    let mut acc = [_mm256_setzero_ps(); 16];
+    let mut corr = [0.0f32; 16];
+    let mut q = [_mm256_setzero_si256(); 8];
+    let mut s = [_mm256_setzero_si256(); 8];
+    for (b, wb) in w.chunks_exact(kind.block_bytes()).enumerate() {
+        let (sc, c, d, dc) = unpack::k_scales(kind, wb);
+        k_block(kind, wb, &mut q, &mut s, &sc);
+        for j in 0..m {
+            let i = first + j;
+            let qx = &x.q_row(i)[b * KB..(b + 1) * KB];
+            let mut isum = _mm256_setzero_si256();
+            for k in 0..8 {
+                let vx = load32(&qx[32 * k..32 * k + 32]);
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], vx), s[k]);
+                isum = _mm256_add_epi32(isum, p);
+            }
+            let dx = x.d_row(i)[b];
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * dx), acc[j]);
+            let bs = &x.bsums_row(i)[b * (KB / KSUM)..(b + 1) * (KB / KSUM)];
+            let cs: i32 = c.iter().zip(bs).map(|(&c, &s)| c * i32::from(s)).sum();
+            corr[j] += dc * dx * cs as f32;
+        }
+    }
+    for j in 0..m {
+        res[j] = hsum(acc[j]) - corr[j];
+    }
+}
+
+/// Eight weights of a float row from element `e` (which has 8 left).
+#[inline(always)]
+unsafe fn load8(kind: QuantKind, w: &[u8], e: usize) -> __m256 {
+    match kind {
+        QuantKind::F32 => _mm256_loadu_ps(w[4 * e..4 * e + 32].as_ptr().cast()),
+        QuantKind::F16 => _mm256_cvtph_ps(_mm_loadu_si128(w[2 * e..2 * e + 16].as_ptr().cast())),
+        _ => {
+            let v = _mm_loadu_si128(w[2 * e..2 * e + 16].as_ptr().cast());
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(v)))
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn floats(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    let m = res.len();
+    let cols = x.cols();
+    let mut acc = [_mm256_setzero_ps(); 16];
+    let full = cols / 8 * 8;
+    for e in (0..full).step_by(8) {
+        let wv = load8(kind, w, e);
+        for (j, a) in acc.iter_mut().take(m).enumerate() {
+            let xv = _mm256_loadu_ps(x.f_row(first + j)[e..e + 8].as_ptr());
+            *a = _mm256_fmadd_ps(wv, xv, *a);
+        }
+    }
+    for j in 0..m {
+        let xr = x.f_row(first + j);
+        let tail: f32 = (full..cols)
+            .map(|e| scalar::float_at(kind, w, e) * xr[e])
+            .sum();
+        res[j] = hsum(acc[j]) + tail;
+    }
+}

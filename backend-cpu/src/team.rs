@@ -1,0 +1,298 @@
+//! A persistent team of threads for the many small parallel steps of a
+//! forward pass (one matrix product takes tens of microseconds at decode, so
+//! waking a pool per step must cost next to nothing).
+//!
+//! `Team::run(job)` hands `job(worker, workers)` to every worker, the caller
+//! being worker 0, and returns when all are done. Workers wait between jobs
+//! at a barrier that spins a bounded number of iterations (a job a few
+//! microseconds later finds them awake) and then sleeps on a `Condvar`.
+//! Nothing is allocated per run. A panicking job is caught on its worker
+//! and reported to the caller as [`TeamError::Panicked`] once every worker
+//! has finished, so a panic never leaves the team waiting.
+//!
+//! Work is divided with [`split`]: contiguous, nearly equal runs of whole
+//! `align`-sized units, so workers touch disjoint rows and cache lines.
+
+use std::any::Any;
+use std::fmt;
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+/// Spins before a waiting thread sleeps (about tens of microseconds).
+const SPINS: u32 = 1 << 14;
+
+/// Spins between yields of the time slice while spinning: when threads
+/// outnumber free cores, a spinning waiter would otherwise hold the core the
+/// thread it waits for needs.
+const YIELD_EVERY: u32 = 1 << 8;
+
+/// One iteration of a spin wait.
+#[inline]
+fn spin(i: u32) {
+    if i % YIELD_EVERY == YIELD_EVERY - 1 {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
+/// The part of `range` that `worker` of `workers` takes: contiguous runs of
+/// whole `align`-element units (the last may be short), as equal as units
+/// allow, covering `range` exactly once over all workers. Empty for workers
+/// past the number of units; `workers == 0` or `worker >= workers` is empty.
+pub fn split(range: Range<usize>, worker: usize, workers: usize, align: usize) -> Range<usize> {
+    let len = range.end.saturating_sub(range.start);
+    if workers == 0 || worker >= workers {
+        return range.start..range.start;
+    }
+    let align = align.max(1);
+    let units = len.div_ceil(align);
+    let (base, extra) = (units / workers, units % workers);
+    let first = worker * base + worker.min(extra);
+    let count = base + usize::from(worker < extra);
+    let start = (first * align).min(len);
+    let end = ((first + count) * align).min(len);
+    range.start + start..range.start + end
+}
+
+/// Why a team could not start or a run failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TeamError {
+    /// The operating system refused a thread.
+    Spawn(String),
+    /// The job panicked on at least one worker (the lowest index given);
+    /// every worker finished first, and the team stays usable.
+    Panicked {
+        /// A worker whose job panicked.
+        worker: usize,
+        /// The panic message, when it was a string.
+        message: String,
+    },
+}
+
+impl fmt::Display for TeamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Spawn(e) => write!(f, "cannot start a worker thread: {e}"),
+            Self::Panicked { worker, message } => {
+                write!(f, "the job panicked on worker {worker}: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TeamError {}
+
+/// The job's type as the workers see it: its lifetime is erased, which
+/// `run` makes sound by not returning before every worker is done with it.
+type Job = &'static (dyn Fn(usize, usize) + Sync);
+
+struct Shared {
+    /// Bumped for every job (and for shutdown); workers wait for a change.
+    epoch: AtomicU64,
+    /// The current job, set before `epoch` moves.
+    job: Mutex<Option<Job>>,
+    /// Workers (not counting the caller) still running the current job.
+    pending: AtomicUsize,
+    /// Workers asleep or about to sleep on `wake`.
+    sleepers: AtomicUsize,
+    wake_lock: Mutex<()>,
+    wake: Condvar,
+    /// Set while the caller sleeps on `done`.
+    caller_sleeps: AtomicBool,
+    done_lock: Mutex<()>,
+    done: Condvar,
+    shutdown: AtomicBool,
+    /// The lowest worker whose job panicked, and its message.
+    panic: Mutex<Option<(usize, String)>>,
+}
+
+/// Threads created once and reused for every job; see the module docs.
+pub struct Team {
+    shared: Arc<Shared>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl fmt::Debug for Team {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Team")
+            .field("workers", &self.workers())
+            .finish()
+    }
+}
+
+impl Team {
+    /// A team of `workers` (at least 1) including the calling thread, so
+    /// `workers − 1` threads are started.
+    pub fn new(workers: usize) -> Result<Self, TeamError> {
+        let shared = Arc::new(Shared {
+            epoch: AtomicU64::new(0),
+            job: Mutex::new(None),
+            pending: AtomicUsize::new(0),
+            sleepers: AtomicUsize::new(0),
+            wake_lock: Mutex::new(()),
+            wake: Condvar::new(),
+            caller_sleeps: AtomicBool::new(false),
+            done_lock: Mutex::new(()),
+            done: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            panic: Mutex::new(None),
+        });
+        let workers = workers.max(1);
+        let mut team = Self {
+            shared,
+            handles: Vec::with_capacity(workers - 1),
+        };
+        for index in 1..workers {
+            let shared = Arc::clone(&team.shared);
+            let handle = std::thread::Builder::new()
+                .name(format!("pagoda-team-{index}"))
+                .spawn(move || worker_loop(&shared, index, workers))
+                .map_err(|e| TeamError::Spawn(e.to_string()))?;
+            // On an error above, `team` drops here and joins those started.
+            team.handles.push(handle);
+        }
+        Ok(team)
+    }
+
+    /// Workers, the caller included.
+    pub fn workers(&self) -> usize {
+        self.handles.len() + 1
+    }
+
+    /// Runs `job(worker, workers)` once on every worker (the caller is
+    /// worker 0) and returns when all have finished.
+    pub fn run(&mut self, job: &(dyn Fn(usize, usize) + Sync)) -> Result<(), TeamError> {
+        let workers = self.workers();
+        let s = &*self.shared;
+        if workers > 1 {
+            // SAFETY: only the lifetime is changed. Workers use the reference
+            // only between the `epoch` bump below and their `pending`
+            // decrement, and this function waits for `pending` to reach 0
+            // (even when the caller's own part panics) before returning, so
+            // the job outlives every use. `&mut self` rules out a second run
+            // replacing it meanwhile.
+            let job: Job =
+                unsafe { std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), Job>(job) };
+            *lock(&s.job) = Some(job);
+            s.pending.store(workers - 1, SeqCst);
+            s.epoch.fetch_add(1, SeqCst);
+            if s.sleepers.load(SeqCst) > 0 {
+                let _guard = lock(&s.wake_lock);
+                s.wake.notify_all();
+            }
+        }
+        let mine = catch_unwind(AssertUnwindSafe(|| job(0, workers)));
+        if workers > 1 {
+            wait_done(s);
+            *lock(&s.job) = None;
+        }
+        let theirs = lock(&s.panic).take();
+        match (mine, theirs) {
+            (Err(payload), _) => Err(TeamError::Panicked {
+                worker: 0,
+                message: message(payload.as_ref()),
+            }),
+            (Ok(()), Some((worker, message))) => Err(TeamError::Panicked { worker, message }),
+            (Ok(()), None) => Ok(()),
+        }
+    }
+}
+
+impl Drop for Team {
+    fn drop(&mut self) {
+        let s = &*self.shared;
+        s.shutdown.store(true, SeqCst);
+        s.epoch.fetch_add(1, SeqCst);
+        {
+            let _guard = lock(&s.wake_lock);
+            s.wake.notify_all();
+        }
+        for h in self.handles.drain(..) {
+            // A worker never panics outside a job (jobs are caught), so a
+            // join error cannot carry anything worth re-raising in a drop.
+            let _ = h.join();
+        }
+    }
+}
+
+/// Locks `m`, ignoring poisoning: no lock here is held across user code.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A panic payload's message, when it is a string.
+fn message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(non-string panic payload)".to_string()
+    }
+}
+
+/// The caller's barrier: spin, then sleep until `pending` is 0.
+fn wait_done(s: &Shared) {
+    for i in 0..SPINS {
+        if s.pending.load(SeqCst) == 0 {
+            return;
+        }
+        spin(i);
+    }
+    let mut guard = lock(&s.done_lock);
+    s.caller_sleeps.store(true, SeqCst);
+    while s.pending.load(SeqCst) != 0 {
+        guard = s.done.wait(guard).unwrap_or_else(PoisonError::into_inner);
+    }
+    s.caller_sleeps.store(false, SeqCst);
+}
+
+fn worker_loop(s: &Shared, index: usize, workers: usize) {
+    let mut seen = 0u64;
+    loop {
+        seen = wait_epoch(s, seen);
+        if s.shutdown.load(SeqCst) {
+            return;
+        }
+        let job = *lock(&s.job);
+        if let Some(job) = job {
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| job(index, workers))) {
+                let mut p = lock(&s.panic);
+                if p.as_ref().is_none_or(|(w, _)| *w > index) {
+                    *p = Some((index, message(payload.as_ref())));
+                }
+            }
+        }
+        if s.pending.fetch_sub(1, SeqCst) == 1 && s.caller_sleeps.load(SeqCst) {
+            let _guard = lock(&s.done_lock);
+            s.done.notify_one();
+        }
+    }
+}
+
+/// A worker's barrier: spin, then sleep until `epoch` differs from `seen`;
+/// returns the new epoch.
+fn wait_epoch(s: &Shared, seen: u64) -> u64 {
+    for i in 0..SPINS {
+        let e = s.epoch.load(SeqCst);
+        if e != seen {
+            return e;
+        }
+        spin(i);
+    }
+    let mut guard = lock(&s.wake_lock);
+    s.sleepers.fetch_add(1, SeqCst);
+    loop {
+        let e = s.epoch.load(SeqCst);
+        if e != seen {
+            s.sleepers.fetch_sub(1, SeqCst);
+            return e;
+        }
+        guard = s.wake.wait(guard).unwrap_or_else(PoisonError::into_inner);
+    }
+}

@@ -1,0 +1,56 @@
+//! Every SIMD path against the scalar reference on the same quantized
+//! inputs. Integer block sums are exact on every path, so only the order of
+//! the f32 adds differs: tolerance `1e-5 × Σ|w·x| + 1e-6` (Σ in f64 over
+//! the dequantized weights and activations).
+
+mod qmatmul_support;
+
+use pagoda_cpu::{matmul, Isa, QuantMatrix, QuantizedActivations};
+use qmatmul_support::*;
+
+#[test]
+fn simd_matches_scalar_for_every_kind() {
+    let isa = Isa::detect();
+    if isa == Isa::Scalar {
+        println!("skipped: this CPU has no SIMD path ({})", isa.name());
+        return;
+    }
+    let mut rng = fastrand::Rng::with_seed(23);
+    for kind in KINDS {
+        let mut worst = 0.0f64;
+        for _ in 0..16 {
+            let cols = random_cols(&mut rng, kind);
+            let (rows, n) = (rng.usize(1..10), rng.usize(1..20));
+            let data = random_weights(&mut rng, kind, rows, cols);
+            let x = random_activations(&mut rng, n, cols);
+            let w = QuantMatrix::new(kind, rows, cols, &data).unwrap();
+            let mut acts = QuantizedActivations::new();
+            acts.quantize(kind, &x, n, cols).unwrap();
+            let (mut simd, mut scalar) = (vec![0.0f32; n * rows], vec![0.0f32; n * rows]);
+            matmul(isa, &w, &acts, &mut simd, 0..rows).unwrap();
+            matmul(Isa::Scalar, &w, &acts, &mut scalar, 0..rows).unwrap();
+            for i in 0..n {
+                let mut xq = vec![0.0f32; cols];
+                acts.dequantize_row(i, &mut xq).unwrap();
+                for r in 0..rows {
+                    let (_, mag) = dot64(&weight_row(kind, &data, cols, r), &xq);
+                    let (a, b) = (
+                        f64::from(simd[i * rows + r]),
+                        f64::from(scalar[i * rows + r]),
+                    );
+                    let tol = 1e-5 * mag + 1e-6;
+                    assert!(
+                        (a - b).abs() <= tol,
+                        "{kind} {}: {a} vs scalar {b} (tol {tol})",
+                        isa.name()
+                    );
+                    worst = worst.max((a - b).abs() / mag.max(1e-30));
+                }
+            }
+        }
+        println!(
+            "{kind} {}: worst |simd − scalar| / Σ|w·x| = {worst:.2e}",
+            isa.name()
+        );
+    }
+}

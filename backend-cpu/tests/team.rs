@@ -1,0 +1,150 @@
+//! The persistent thread team: each job runs once per worker, panics come
+//! back as errors, splits cover a range exactly once, and a product split
+//! across workers equals the single-threaded one.
+
+mod qmatmul_support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use pagoda_core::QuantKind;
+use pagoda_cpu::{
+    matmul, matmul_team, split, Isa, QuantMatrix, QuantizedActivations, Team, TeamError,
+};
+
+#[test]
+fn every_worker_runs_each_job_exactly_once() {
+    for workers in [1, 2, 3, 5] {
+        let mut team = Team::new(workers).unwrap();
+        assert_eq!(team.workers(), workers);
+        let counts: Vec<AtomicUsize> = (0..workers).map(|_| AtomicUsize::new(0)).collect();
+        let seen_workers = AtomicUsize::new(0);
+        for _ in 0..50 {
+            team.run(&|w, n| {
+                counts[w].fetch_add(1, Ordering::Relaxed);
+                seen_workers.fetch_max(n, Ordering::Relaxed);
+            })
+            .unwrap();
+        }
+        for (w, c) in counts.iter().enumerate() {
+            assert_eq!(c.load(Ordering::Relaxed), 50, "worker {w} of {workers}");
+        }
+        assert_eq!(seen_workers.load(Ordering::Relaxed), workers);
+    }
+}
+
+#[test]
+fn many_rapid_runs_complete() {
+    let mut team = Team::new(4).unwrap();
+    let total = AtomicUsize::new(0);
+    for i in 0..20_000 {
+        team.run(&|w, _| {
+            total.fetch_add(w + 1, Ordering::Relaxed);
+        })
+        .unwrap();
+        // Every run is finished when `run` returns: 1+2+3+4 per run.
+        assert_eq!(total.load(Ordering::Relaxed), 10 * (i + 1));
+    }
+}
+
+#[test]
+fn a_panicking_job_is_an_error_and_the_team_survives() {
+    let mut team = Team::new(3).unwrap();
+    let err = team
+        .run(&|w, _| {
+            if w == 2 {
+                panic!("worker two fails");
+            }
+        })
+        .unwrap_err();
+    assert_eq!(
+        err,
+        TeamError::Panicked {
+            worker: 2,
+            message: "worker two fails".into()
+        }
+    );
+    let err = team
+        .run(&|w, _| assert!(w != 0, "caller fails"))
+        .unwrap_err();
+    assert!(
+        matches!(err, TeamError::Panicked { worker: 0, .. }),
+        "{err:?}"
+    );
+    // Still usable, every worker still there.
+    let ran = Mutex::new(Vec::new());
+    team.run(&|w, _| ran.lock().unwrap().push(w)).unwrap();
+    let mut ran = ran.into_inner().unwrap();
+    ran.sort();
+    assert_eq!(ran, [0, 1, 2]);
+}
+
+#[test]
+fn dropping_an_idle_team_joins_its_workers() {
+    for workers in [1, 2, 8] {
+        let team = Team::new(workers).unwrap();
+        drop(team);
+    }
+    let mut team = Team::new(3).unwrap();
+    team.run(&|_, _| {}).unwrap();
+    // Let the workers fall asleep past their spin, then drop.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    drop(team);
+}
+
+#[test]
+fn split_covers_a_range_once_in_aligned_runs() {
+    let mut rng = fastrand::Rng::with_seed(5);
+    for _ in 0..2000 {
+        let start = rng.usize(0..100);
+        let range = start..start + rng.usize(0..500);
+        let (workers, align) = (rng.usize(1..17), rng.usize(1..17));
+        let mut next = range.start;
+        let mut sizes = Vec::new();
+        for w in 0..workers {
+            let part = split(range.clone(), w, workers, align);
+            assert_eq!(part.start, next, "{range:?} {w}/{workers} align {align}");
+            assert!(part.end >= part.start);
+            if part.end != range.end {
+                assert_eq!((part.end - range.start) % align, 0, "unaligned cut");
+            }
+            sizes.push(part.len().div_ceil(align));
+            next = part.end;
+        }
+        assert_eq!(next, range.end);
+        // Units differ by at most one between workers.
+        let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+        assert!(hi - lo <= 1, "{sizes:?}");
+    }
+    assert_eq!(split(0..10, 0, 0, 4), 0..0);
+    assert_eq!(split(0..10, 3, 2, 4), 0..0);
+}
+
+#[test]
+fn a_product_split_across_the_team_equals_one_thread() {
+    let mut rng = fastrand::Rng::with_seed(9);
+    for workers in [1, 2, 3, 4] {
+        let mut team = Team::new(workers).unwrap();
+        for kind in [QuantKind::Q4_1, QuantKind::Q4_K, QuantKind::F16] {
+            let cols = 256 * rng.usize(1..3);
+            let (rows, n) = (rng.usize(1..70), rng.usize(1..20));
+            let data = qmatmul_support::random_weights(&mut rng, kind, rows, cols);
+            let x = qmatmul_support::random_activations(&mut rng, n, cols);
+            let w = QuantMatrix::new(kind, rows, cols, &data).unwrap();
+            let mut acts = QuantizedActivations::new();
+            acts.quantize(kind, &x, n, cols).unwrap();
+            let mut one = vec![0.0f32; n * rows];
+            matmul(Isa::Scalar, &w, &acts, &mut one, 0..rows).unwrap();
+            for isa in [Isa::Scalar, Isa::detect()] {
+                let mut many = vec![f32::NAN; n * rows];
+                matmul_team(&mut team, isa, &w, &acts, &mut many).unwrap();
+                let mut single = vec![0.0f32; n * rows];
+                matmul(isa, &w, &acts, &mut single, 0..rows).unwrap();
+                assert_eq!(many, single, "{kind} {isa:?} with {workers} workers");
+                if isa == Isa::Scalar {
+                    assert_eq!(many, one);
+                }
+            }
+        }
+    }
+}
