@@ -23,13 +23,23 @@ fn with_pre(gguf: &Gguf<'_>, pre: &str) -> Vec<u8> {
             .map(|b| String::from_utf8(b.to_vec()).unwrap())
             .collect()
     };
-    let types = gguf.get_i32_array("tokenizer.ggml.token_type").unwrap().iter().collect();
+    let types = gguf
+        .get_i32_array("tokenizer.ggml.token_type")
+        .unwrap()
+        .iter()
+        .collect();
     gguf_bytes(&[
         ("tokenizer.ggml.model", Meta::Str("gpt2".into())),
         ("tokenizer.ggml.pre", Meta::Str(pre.into())),
-        ("tokenizer.ggml.tokens", Meta::Strs(strs("tokenizer.ggml.tokens"))),
+        (
+            "tokenizer.ggml.tokens",
+            Meta::Strs(strs("tokenizer.ggml.tokens")),
+        ),
         ("tokenizer.ggml.token_type", Meta::I32s(types)),
-        ("tokenizer.ggml.merges", Meta::Strs(strs("tokenizer.ggml.merges"))),
+        (
+            "tokenizer.ggml.merges",
+            Meta::Strs(strs("tokenizer.ggml.merges")),
+        ),
         ("tokenizer.ggml.bos_token_id", Meta::U32(1)),
         ("tokenizer.ggml.eos_token_id", Meta::U32(2)),
     ])
@@ -41,7 +51,11 @@ fn check_pre(model: &std::path::Path, python: &std::path::Path, pre: &str) {
     run_reference(python, &["bpe", model.to_str().unwrap(), pre, d]);
     let bytes = std::fs::read(model).unwrap();
     let gguf = Gguf::parse(&bytes).unwrap();
-    let file = if pre == "smollm" { bytes.clone() } else { with_pre(&gguf, pre) };
+    let file = if pre == "smollm" {
+        bytes.clone()
+    } else {
+        with_pre(&gguf, pre)
+    };
     let t0 = Instant::now();
     let tok = Tokenizer::from_gguf(&Gguf::parse(&file).unwrap()).unwrap();
     let built = t0.elapsed();
@@ -58,12 +72,18 @@ fn check_pre(model: &std::path::Path, python: &std::path::Path, pre: &str) {
     for (i, (t, want)) in texts.iter().zip(&special).enumerate() {
         if &ours[i] != want {
             bad += 1;
-            eprintln!("{pre} special #{i} {t:?}\n ours {:?}\n want {want:?}", ours[i]);
+            eprintln!(
+                "{pre} special #{i} {t:?}\n ours {:?}\n want {want:?}",
+                ours[i]
+            );
         }
         let plain_ours = tok.encode(t, false, false);
         if plain_ours != plain[i] {
             bad += 1;
-            eprintln!("{pre} plain #{i} {t:?}\n ours {plain_ours:?}\n want {:?}", plain[i]);
+            eprintln!(
+                "{pre} plain #{i} {t:?}\n ours {plain_ours:?}\n want {:?}",
+                plain[i]
+            );
         }
         // Round trips, but for the control characters whose bytes SmolLM2's
         // vocabulary has no piece for (both encoders drop them).
@@ -72,7 +92,12 @@ fn check_pre(model: &std::path::Path, python: &std::path::Path, pre: &str) {
             assert_eq!(&tok.decode(&plain_ours, false), t, "plain round trip #{i}");
         }
     }
-    assert_eq!(bad, 0, "{pre}: {bad} of {} encodings differ", 2 * texts.len());
+    assert_eq!(
+        bad,
+        0,
+        "{pre}: {bad} of {} encodings differ",
+        2 * texts.len()
+    );
     eprintln!(
         "{pre}: {} texts, {total} tokens identical to the reference; built in {built:?}, encoded in {encoded:?} (debug build)",
         texts.len()
@@ -81,7 +106,10 @@ fn check_pre(model: &std::path::Path, python: &std::path::Path, pre: &str) {
 
 #[test]
 fn smollm_matches_reference() {
-    let (Some(model), Some(python)) = (require_model("smollm_matches_reference"), require_python("smollm_matches_reference")) else {
+    let (Some(model), Some(python)) = (
+        require_model("smollm_matches_reference"),
+        require_python("smollm_matches_reference"),
+    ) else {
         return;
     };
     check_pre(&model, &python, "smollm");
@@ -112,7 +140,15 @@ fn decode_and_stream_match_reference() {
         return;
     };
     let dir = scratch_dir("tokenizer_bpe_stream");
-    run_reference(&python, &["bpe", model.to_str().unwrap(), "smollm", dir.to_str().unwrap()]);
+    run_reference(
+        &python,
+        &[
+            "bpe",
+            model.to_str().unwrap(),
+            "smollm",
+            dir.to_str().unwrap(),
+        ],
+    );
     let bytes = std::fs::read(&model).unwrap();
     let tok = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
     let seqs = read_id_lines(&dir.join("random_ids.txt"));
@@ -128,7 +164,10 @@ fn decode_and_stream_match_reference() {
         assert_eq!(chunks.iter().map(|c| fffd(c)).sum::<usize>(), fffd(want));
         replaced += fffd(want);
     }
-    eprintln!("{} random sequences decoded and streamed as the reference ({replaced} U+FFFD)", seqs.len());
+    eprintln!(
+        "{} random sequences decoded and streamed as the reference ({replaced} U+FFFD)",
+        seqs.len()
+    );
 }
 
 #[test]
@@ -140,7 +179,10 @@ fn metadata_of_smollm() {
     let tok = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
     // Values llama.cpp's converter wrote into the file.
     assert_eq!(tok.vocab_size(), 49152);
-    assert_eq!((tok.bos(), tok.eos(), tok.add_bos()), (Some(1), Some(2), false));
+    assert_eq!(
+        (tok.bos(), tok.eos(), tok.add_bos()),
+        (Some(1), Some(2), false)
+    );
     assert_eq!(tok.token_text(2), Some("<|im_end|>"));
     assert_eq!(tok.end_of_generation(), &[0, 2]);
     assert_eq!(tok.encode("<|im_start|>", true, true), vec![1]);

@@ -17,8 +17,14 @@ fn gpt2(pre: &str) -> Vec<(&'static str, Meta)> {
     vec![
         ("tokenizer.ggml.model", Meta::Str("gpt2".into())),
         ("tokenizer.ggml.pre", Meta::Str(pre.into())),
-        ("tokenizer.ggml.tokens", strs(&["<s>", "a", "b", "ab", "Ġ", "Ġa", "Ã", "©"])),
-        ("tokenizer.ggml.token_type", Meta::I32s(vec![3, 1, 1, 1, 1, 1, 1, 1])),
+        (
+            "tokenizer.ggml.tokens",
+            strs(&["<s>", "a", "b", "ab", "Ġ", "Ġa", "Ã", "©"]),
+        ),
+        (
+            "tokenizer.ggml.token_type",
+            Meta::I32s(vec![3, 1, 1, 1, 1, 1, 1, 1]),
+        ),
         ("tokenizer.ggml.merges", strs(&["a b", "Ġ a"])),
         ("tokenizer.ggml.bos_token_id", Meta::U32(0)),
     ]
@@ -52,7 +58,11 @@ fn build(kvs: &[(&str, Meta)]) -> Result<Tokenizer, TokenizerError> {
     Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap())
 }
 
-fn set(mut kvs: Vec<(&'static str, Meta)>, key: &'static str, value: Meta) -> Vec<(&'static str, Meta)> {
+fn set(
+    mut kvs: Vec<(&'static str, Meta)>,
+    key: &'static str,
+    value: Meta,
+) -> Vec<(&'static str, Meta)> {
     kvs.retain(|(k, _)| *k != key);
     kvs.push((key, value));
     kvs
@@ -88,19 +98,43 @@ fn malformed_metadata_is_refused() {
         TokenizerError::UnsupportedModel(m) if m == "bert"
     ));
     assert!(matches!(
-        err(set(spm(), "tokenizer.ggml.scores", Meta::F32s(vec![0.0; 3]))),
-        TokenizerError::LengthMismatch { key: "tokenizer.ggml.scores", found: 3, expected: 264 }
+        err(set(
+            spm(),
+            "tokenizer.ggml.scores",
+            Meta::F32s(vec![0.0; 3])
+        )),
+        TokenizerError::LengthMismatch {
+            key: "tokenizer.ggml.scores",
+            found: 3,
+            expected: 264
+        }
     ));
     assert!(matches!(
-        err(set(gpt2("smollm"), "tokenizer.ggml.token_type", Meta::I32s(vec![1; 7]))),
-        TokenizerError::LengthMismatch { key: "tokenizer.ggml.token_type", found: 7, expected: 8 }
+        err(set(
+            gpt2("smollm"),
+            "tokenizer.ggml.token_type",
+            Meta::I32s(vec![1; 7])
+        )),
+        TokenizerError::LengthMismatch {
+            key: "tokenizer.ggml.token_type",
+            found: 7,
+            expected: 8
+        }
     ));
     assert!(matches!(
-        err(set(gpt2("smollm"), "tokenizer.ggml.token_type", Meta::I32s(vec![1, 1, 1, 9, 1, 1, 1, 1]))),
+        err(set(
+            gpt2("smollm"),
+            "tokenizer.ggml.token_type",
+            Meta::I32s(vec![1, 1, 1, 9, 1, 1, 1, 1])
+        )),
         TokenizerError::BadTokenType { id: 3, ty: 9 }
     ));
     assert!(matches!(
-        err(set(gpt2("smollm"), "tokenizer.ggml.merges", strs(&["a b", "a c"]))),
+        err(set(
+            gpt2("smollm"),
+            "tokenizer.ggml.merges",
+            strs(&["a b", "a c"])
+        )),
         TokenizerError::MergeUnknownToken { index: 1, .. }
     ));
     // "b a" names known pieces but yields "ba", which is not a token.
@@ -114,10 +148,18 @@ fn malformed_metadata_is_refused() {
     ));
     assert!(matches!(
         err(set(spm(), "tokenizer.ggml.bos_token_id", Meta::U32(264))),
-        TokenizerError::IdOutOfRange { key: "tokenizer.ggml.bos_token_id", id: 264, vocab: 264 }
+        TokenizerError::IdOutOfRange {
+            key: "tokenizer.ggml.bos_token_id",
+            id: 264,
+            vocab: 264
+        }
     ));
     assert!(matches!(
-        err(set(spm(), "tokenizer.ggml.eos_token_id", Meta::Str("</s>".into()))),
+        err(set(
+            spm(),
+            "tokenizer.ggml.eos_token_id",
+            Meta::Str("</s>".into())
+        )),
         TokenizerError::Gguf(GgufError::WrongType { .. })
     ));
     assert!(matches!(

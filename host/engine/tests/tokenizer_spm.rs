@@ -29,21 +29,33 @@ fn spm_matches_sentencepiece() {
             bad += 1;
             eprintln!("#{i} {t:?}\n ours {ours:?}\n want {:?}", want[i]);
         }
-        fallback += usize::from(ours.iter().any(|&id| tok.token_type(id) == Some(TokenType::Byte)));
+        fallback += usize::from(
+            ours.iter()
+                .any(|&id| tok.token_type(id) == Some(TokenType::Byte)),
+        );
         // The file says add_bos_token: BOS first, then the same ids.
         let with_bos = tok.encode(t, true, false);
         assert_eq!(with_bos.first().copied(), tok.bos());
         assert_eq!(&with_bos[1..], &want[i][..]);
         // Decoding, with or without the BOS, is what sentencepiece decodes.
         assert_eq!(tok.decode(&want[i], true), decoded[i], "decode #{i}");
-        assert_eq!(tok.decode(&with_bos, true), decoded[i], "decode with BOS #{i}");
+        assert_eq!(
+            tok.decode(&with_bos, true),
+            decoded[i],
+            "decode with BOS #{i}"
+        );
         assert_eq!(&decoded[i], t, "round trip #{i}");
         let mut stream = StreamDecoder::new(true);
         let mut chunks: Vec<String> = with_bos.iter().map(|&id| stream.push(&tok, id)).collect();
         chunks.push(stream.finish());
         assert_eq!(chunks.concat(), decoded[i], "stream #{i}");
     }
-    assert_eq!(bad, 0, "{bad} of {} encodings differ from sentencepiece", texts.len());
+    assert_eq!(
+        bad,
+        0,
+        "{bad} of {} encodings differ from sentencepiece",
+        texts.len()
+    );
     assert!(fallback > 20, "only {fallback} texts used byte fallback");
     eprintln!(
         "{} texts ({fallback} with byte fallback) encode and decode as sentencepiece does (vocab {})",

@@ -18,7 +18,8 @@ pub(crate) fn byte_to_char() -> [char; 256] {
     let mut map = ['\0'; 256];
     let mut next = 256u32;
     for (b, slot) in map.iter_mut().enumerate() {
-        let printable = (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
+        let printable =
+            (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
         let code = if printable {
             b as u32
         } else {
@@ -46,7 +47,11 @@ pub(crate) struct Bpe {
 }
 
 impl Bpe {
-    pub(crate) fn from_gguf(gguf: &Gguf<'_>, vocab: &Vocab, pre: PreTokenizer) -> Result<Bpe, TokenizerError> {
+    pub(crate) fn from_gguf(
+        gguf: &Gguf<'_>,
+        vocab: &Vocab,
+        pre: PreTokenizer,
+    ) -> Result<Bpe, TokenizerError> {
         let byte_chars = byte_to_char();
         let mut byte_ids = [None; 256];
         let mut char_bytes = vec![None; 0x144];
@@ -63,10 +68,12 @@ impl Bpe {
                 index,
                 text: String::from_utf8_lossy(raw).into_owned(),
             })?;
-            let (left, right) = text.split_once(' ').ok_or_else(|| TokenizerError::BadMerge {
-                index,
-                text: text.to_owned(),
-            })?;
+            let (left, right) = text
+                .split_once(' ')
+                .ok_or_else(|| TokenizerError::BadMerge {
+                    index,
+                    text: text.to_owned(),
+                })?;
             joined.clear();
             joined.push_str(left);
             joined.push_str(right);
@@ -111,7 +118,10 @@ impl Bpe {
     /// as both the `tokenizers` library (without an unknown token) and
     /// llama.cpp do.
     fn merge_word(&self, bytes: &[u8], out: &mut Vec<u32>) {
-        let mut ids: Vec<u32> = bytes.iter().filter_map(|&b| self.byte_ids[b as usize]).collect();
+        let mut ids: Vec<u32> = bytes
+            .iter()
+            .filter_map(|&b| self.byte_ids[b as usize])
+            .collect();
         let n = ids.len();
         if n < 2 {
             out.extend_from_slice(&ids);
@@ -131,7 +141,11 @@ impl Bpe {
             push(&mut heap, &ids, i, i + 1);
         }
         while let Some(Reverse((rank, l, r, merged))) = heap.pop() {
-            if !alive[l] || !alive[r] || next[l] != r || self.ranks.get(&(ids[l], ids[r])) != Some(&(rank, merged)) {
+            if !alive[l]
+                || !alive[r]
+                || next[l] != r
+                || self.ranks.get(&(ids[l], ids[r])) != Some(&(rank, merged))
+            {
                 continue;
             }
             ids[l] = merged;

@@ -55,8 +55,8 @@ const EOG_TEXTS: &[&str] = &[
 
 #[derive(Debug, Clone)]
 enum Model {
-    Bpe(Bpe),
-    Spm(Spm),
+    Bpe(Box<Bpe>),
+    Spm(Box<Spm>),
 }
 
 /// A model's tokenizer, built once from its file and shared read-only.
@@ -94,11 +94,14 @@ impl Tokenizer {
                     "default"
                 };
                 let pre = PreTokenizer::from_name(pre)?;
-                (Model::Bpe(Bpe::from_gguf(gguf, &vocab, pre)?), false)
+                (
+                    Model::Bpe(Box::new(Bpe::from_gguf(gguf, &vocab, pre)?)),
+                    false,
+                )
             }
             "llama" => {
                 let prefix = optional_bool(gguf, "tokenizer.ggml.add_space_prefix", true)?;
-                (Model::Spm(Spm::new(&vocab, unk, prefix)), true)
+                (Model::Spm(Box::new(Spm::new(&vocab, unk, prefix))), true)
             }
             other => return Err(TokenizerError::UnsupportedModel(other.to_owned())),
         };
@@ -166,7 +169,13 @@ impl Tokenizer {
 
     /// Appends the bytes of one token; `first` strips SentencePiece's
     /// leading space. Returns whether the token counted (was not skipped).
-    pub(crate) fn piece(&self, id: u32, skip_special: bool, first: bool, out: &mut Vec<u8>) -> bool {
+    pub(crate) fn piece(
+        &self,
+        id: u32,
+        skip_special: bool,
+        first: bool,
+        out: &mut Vec<u8>,
+    ) -> bool {
         let Some(text) = self.token_text(id) else {
             return false;
         };
@@ -179,7 +188,9 @@ impl Tokenizer {
         }
         match &self.model {
             Model::Bpe(bpe) => match ty {
-                TokenType::UserDefined | TokenType::Unknown => out.extend_from_slice(text.as_bytes()),
+                TokenType::UserDefined | TokenType::Unknown => {
+                    out.extend_from_slice(text.as_bytes())
+                }
                 _ => bpe.token_bytes(text, out),
             },
             Model::Spm(spm) => {

@@ -108,7 +108,10 @@ fn ch(chars: &[(usize, char, Class)], i: usize) -> Option<char> {
 
 /// Length of the run of class `want` from `i`.
 fn run(chars: &[(usize, char, Class)], i: usize, want: Class) -> usize {
-    chars[i..].iter().take_while(|&&(_, _, c)| c == want).count()
+    chars[i..]
+        .iter()
+        .take_while(|&&(_, _, c)| c == want)
+        .count()
 }
 
 /// `'s|'t|'re|'ve|'m|'ll|'d` at `i` (ASCII case-insensitive if `fold`).
@@ -116,9 +119,7 @@ fn contraction(chars: &[(usize, char, Class)], i: usize, fold: bool) -> usize {
     if ch(chars, i) != Some('\'') {
         return 0;
     }
-    let at = |k: usize| {
-        ch(chars, i + k).map(|c| if fold { c.to_ascii_lowercase() } else { c })
-    };
+    let at = |k: usize| ch(chars, i + k).map(|c| if fold { c.to_ascii_lowercase() } else { c });
     match (at(1), at(2)) {
         (Some('s' | 't' | 'm' | 'd'), _) => 2,
         (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l')) => 3,
@@ -186,7 +187,10 @@ fn llama3_match(chars: &[(usize, char, Class)], i: usize, digits: usize) -> usiz
     if c == Some(Class::Letter) {
         return run(chars, i, Class::Letter);
     }
-    if c != Some(Class::Number) && !is_crlf(ch(chars, i)) && cls(chars, i + 1) == Some(Class::Letter) {
+    if c != Some(Class::Number)
+        && !is_crlf(ch(chars, i))
+        && cls(chars, i + 1) == Some(Class::Letter)
+    {
         return 1 + run(chars, i + 1, Class::Letter);
     }
     // \p{N}{1,digits}

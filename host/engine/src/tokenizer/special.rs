@@ -53,7 +53,12 @@ impl Specials {
 
     /// Calls `f` with each fragment of `text` in order (leftmost, longest
     /// match first; no empty text fragments).
-    pub(crate) fn split<'t>(&self, text: &'t str, parse_special: bool, f: &mut dyn FnMut(Fragment<'t>)) {
+    pub(crate) fn split<'t>(
+        &self,
+        text: &'t str,
+        parse_special: bool,
+        f: &mut dyn FnMut(Fragment<'t>),
+    ) {
         let mut plain = 0;
         let mut at = 0;
         while at < text.len() {

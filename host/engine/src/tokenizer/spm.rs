@@ -76,18 +76,19 @@ impl Spm {
         let mut next: Vec<usize> = (1..=n).collect();
         let mut prev: Vec<usize> = (0..n).map(|i| i.wrapping_sub(1)).collect();
         let mut heap = BinaryHeap::new();
-        let try_add = |heap: &mut BinaryHeap<Bigram>, start: &[usize], len: &[usize], l: usize, r: usize| {
-            let piece = &s[start[l]..start[r] + len[r]];
-            if let Some(id) = vocab.id(piece) {
-                let score = vocab.scores.get(id as usize).copied().unwrap_or(0.0);
-                heap.push(Bigram {
-                    score,
-                    left: l,
-                    right: r,
-                    len: piece.len(),
-                });
-            }
-        };
+        let try_add =
+            |heap: &mut BinaryHeap<Bigram>, start: &[usize], len: &[usize], l: usize, r: usize| {
+                let piece = &s[start[l]..start[r] + len[r]];
+                if let Some(id) = vocab.id(piece) {
+                    let score = vocab.scores.get(id as usize).copied().unwrap_or(0.0);
+                    heap.push(Bigram {
+                        score,
+                        left: l,
+                        right: r,
+                        len: piece.len(),
+                    });
+                }
+            };
         for i in 1..n {
             try_add(&mut heap, &start, &len, i - 1, i);
         }

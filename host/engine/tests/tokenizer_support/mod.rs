@@ -28,12 +28,18 @@ pub fn require_model(test: &str) -> Option<PathBuf> {
         Some(p) => Some(PathBuf::from(p)),
         None => std::env::var_os("PAGODA_MODEL_DIR")
             .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/pagoda/models")))
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/pagoda/models"))
+            })
             .map(|d| d.join("SmolLM2-135M-Instruct.Q4_1.gguf")),
     }
     .filter(|p| p.is_file());
     if p.is_none() {
-        missing(test, "SmolLM2 model", "fetch it with scripts/fetch-model.sh or set PAGODA_MODEL");
+        missing(
+            test,
+            "SmolLM2 model",
+            "fetch it with scripts/fetch-model.sh or set PAGODA_MODEL",
+        );
     }
     p
 }
