@@ -98,8 +98,17 @@ fn check_pre(model: &std::path::Path, python: &std::path::Path, pre: &str) {
         "{pre}: {bad} of {} encodings differ",
         2 * texts.len()
     );
+    // The reference's last text is one long document (about 10k tokens).
+    let long = texts.last().unwrap();
+    let t0 = Instant::now();
+    let n = tok.encode(long, false, true).len();
     eprintln!(
-        "{pre}: {} texts, {total} tokens identical to the reference; built in {built:?}, encoded in {encoded:?} (debug build)",
+        "{pre}: {} bytes -> {n} tokens in {:?}",
+        long.len(),
+        t0.elapsed()
+    );
+    eprintln!(
+        "{pre}: {} texts, {total} tokens identical to the reference; built in {built:?}, encoded in {encoded:?} (test profile, opt-level 1)",
         texts.len()
     );
 }
