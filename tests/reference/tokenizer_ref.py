@@ -5,6 +5,9 @@ GGUF's own vocabulary and merges, with the pre-tokenizer the named model's
 original tokenizer.json uses, and writes the corpus (plus seeded random
 strings) and its ids with and without special-token parsing.
 
+pre OUTDIR: writes each pre-tokenizer's pieces of the corpus (pieces_*.txt,
+hex pieces separated by spaces).
+
 spm OUTDIR: trains a tiny SentencePiece BPE model with byte fallback, writes
 it as a tokenizer-only GGUF the way llama.cpp's converter does, and writes
 sentencepiece's own ids and decodes for the corpus.
@@ -67,6 +70,35 @@ def write_outputs(outdir, texts, runs):
                     f.write(" ".join(map(str, row)) + "\n")
 
 
+def pre_tokenizer(pre):
+    """The pre-tokenizer of the original tokenizer.json behind each name."""
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre == "smollm":
+        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    if pre in ("gpt-2", "default"):
+        return byte_level
+    if pre in ("llama-bpe", "qwen2"):
+        pattern = LLAMA3_PATTERN if pre == "llama-bpe" else QWEN2_PATTERN
+        return pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    raise SystemExit(f"unknown pre {pre}")
+
+
+def pre(outdir):
+    """Each pre-tokenizer's pieces of every text, as substrings of it."""
+    texts = corpus()
+    runs = {}
+    for name in ("smollm", "gpt-2", "llama-bpe", "qwen2"):
+        p = pre_tokenizer(name)
+        rows = []
+        for t in texts:
+            rows.append([t[a:b].encode("utf-8").hex() for _, (a, b) in p.pre_tokenize_str(t)])
+        runs[f"pieces_{name}.txt"] = rows
+    write_outputs(outdir, texts, runs)
+
+
 def bpe(path, pre, outdir):
     r = gguf.GGUFReader(path)
     tokens = field(r, "tokenizer.ggml.tokens")
@@ -77,21 +109,7 @@ def bpe(path, pre, outdir):
     def build(parse_special):
         model = models.BPE(vocab=vocab, merges=merges, ignore_merges=(pre == "llama-bpe"))
         tok = Tokenizer(model)
-        if pre == "smollm":
-            tok.pre_tokenizer = pre_tokenizers.Sequence([
-                pre_tokenizers.Digits(individual_digits=True),
-                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-            ])
-        elif pre in ("gpt-2", "default"):
-            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-        elif pre in ("llama-bpe", "qwen2"):
-            pattern = LLAMA3_PATTERN if pre == "llama-bpe" else QWEN2_PATTERN
-            tok.pre_tokenizer = pre_tokenizers.Sequence([
-                pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
-                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-            ])
-        else:
-            raise SystemExit(f"unknown pre {pre}")
+        tok.pre_tokenizer = pre_tokenizer(pre)
         tok.decoder = decoders.ByteLevel()
         added = []
         for i, (t, ty) in enumerate(zip(tokens, types)):
@@ -195,7 +213,9 @@ def spm(outdir):
 if __name__ == "__main__":
     if sys.argv[1] == "bpe":
         bpe(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif sys.argv[1] == "pre":
+        pre(sys.argv[2])
     elif sys.argv[1] == "spm":
         spm(sys.argv[2])
     else:
-        raise SystemExit("usage: tokenizer_ref.py bpe GGUF PRE OUTDIR | spm OUTDIR")
+        raise SystemExit("usage: tokenizer_ref.py bpe GGUF PRE OUTDIR | pre OUTDIR | spm OUTDIR")

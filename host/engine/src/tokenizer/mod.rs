@@ -55,8 +55,8 @@ const EOG_TEXTS: &[&str] = &[
 
 #[derive(Debug, Clone)]
 enum Model {
-    Bpe(Bpe),
-    Spm(Spm),
+    Bpe(Box<Bpe>),
+    Spm(Box<Spm>),
 }
 
 /// A model's tokenizer, built once from its file and shared read-only.
@@ -94,11 +94,14 @@ impl Tokenizer {
                     "default"
                 };
                 let pre = PreTokenizer::from_name(pre)?;
-                (Model::Bpe(Bpe::from_gguf(gguf, &vocab, pre)?), false)
+                (
+                    Model::Bpe(Box::new(Bpe::from_gguf(gguf, &vocab, pre)?)),
+                    false,
+                )
             }
             "llama" => {
                 let prefix = optional_bool(gguf, "tokenizer.ggml.add_space_prefix", true)?;
-                (Model::Spm(Spm::new(&vocab, unk, prefix)), true)
+                (Model::Spm(Box::new(Spm::new(&vocab, unk, prefix))), true)
             }
             other => return Err(TokenizerError::UnsupportedModel(other.to_owned())),
         };
