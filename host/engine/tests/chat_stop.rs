@@ -47,14 +47,21 @@ fn stream(chunks: &[&str], stops: &[String]) -> (String, bool) {
         }
         shown.push_str(&out.emit);
         let (want, want_stop) = naive(&seen, stops);
-        assert_eq!(out.stopped, want_stop, "stop reported late or early, text {seen:?}");
+        assert_eq!(
+            out.stopped, want_stop,
+            "stop reported late or early, text {seen:?}"
+        );
         if out.stopped {
             assert_eq!(shown, want, "text {seen:?}");
             stopped = true;
         } else {
             // Everything that cannot start a stop string is shown at once.
             let held = naive_held(&seen, stops);
-            assert_eq!(shown, seen[..seen.len() - held], "held back too much or too little");
+            assert_eq!(
+                shown,
+                seen[..seen.len() - held],
+                "held back too much or too little"
+            );
         }
     }
     if stopped {
@@ -67,7 +74,11 @@ fn stream(chunks: &[&str], stops: &[String]) -> (String, bool) {
 
 /// Chunks of `text` cut at the given char positions.
 fn cut<'a>(text: &'a str, cuts: &[usize]) -> Vec<&'a str> {
-    let bounds: Vec<usize> = text.char_indices().map(|(i, _)| i).chain([text.len()]).collect();
+    let bounds: Vec<usize> = text
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain([text.len()])
+        .collect();
     let mut at: Vec<usize> = cuts.iter().map(|c| bounds[c % bounds.len()]).collect();
     at.sort_unstable();
     let mut chunks = Vec::new();
@@ -80,14 +91,20 @@ fn cut<'a>(text: &'a str, cuts: &[usize]) -> Vec<&'a str> {
 }
 
 fn alphabet() -> impl Strategy<Value = String> {
-    prop::collection::vec(prop::sample::select(vec!['a', 'b', '<', '|', 'é', '日', '😀']), 0..40)
-        .prop_map(|cs| cs.into_iter().collect())
+    prop::collection::vec(
+        prop::sample::select(vec!['a', 'b', '<', '|', 'é', '日', '😀']),
+        0..40,
+    )
+    .prop_map(|cs| cs.into_iter().collect())
 }
 
 fn stop_set() -> impl Strategy<Value = Vec<String>> {
     prop::collection::vec(
-        prop::collection::vec(prop::sample::select(vec!['a', 'b', '<', '|', 'é', '日', '😀']), 1..5)
-            .prop_map(|cs| cs.into_iter().collect::<String>()),
+        prop::collection::vec(
+            prop::sample::select(vec!['a', 'b', '<', '|', 'é', '日', '😀']),
+            1..5,
+        )
+        .prop_map(|cs| cs.into_iter().collect::<String>()),
         1..4,
     )
 }
@@ -123,8 +140,14 @@ fn stop_string_split_across_chunks() {
         stream(&["Hello wor", "ld<|im", "_e", "nd|> trailing"], &stops),
         ("Hello world".to_string(), true)
     );
-    assert_eq!(stream(&["a <|im_", "start|>"], &stops), ("a <|im_start|>".to_string(), false));
-    assert_eq!(stream(&["日本", "\n\nUs", "er: hi"], &stops), ("日本".to_string(), true));
+    assert_eq!(
+        stream(&["a <|im_", "start|>"], &stops),
+        ("a <|im_start|>".to_string(), false)
+    );
+    assert_eq!(
+        stream(&["日本", "\n\nUs", "er: hi"], &stops),
+        ("日本".to_string(), true)
+    );
 }
 
 #[test]

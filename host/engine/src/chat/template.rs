@@ -19,9 +19,9 @@ const GGUF_KEY: &str = "tokenizer.chat_template";
 /// The name the template is stored under in its environment.
 const NAME: &str = "chat_template";
 /// Instructions one render may run: far beyond any real template over a long
-/// conversation (SmolLM2's takes about 15 per message), and a runaway loop
-/// stops within about a second.
-const FUEL: u64 = 20_000_000;
+/// conversation (a few dozen per message), while a runaway loop stops within
+/// a fraction of a second.
+const FUEL: u64 = 5_000_000;
 /// Bytes one render may produce.
 const MAX_OUTPUT: usize = 64 << 20;
 /// Macro and include nesting a render may reach.
