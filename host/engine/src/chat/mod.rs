@@ -20,6 +20,7 @@
 //! ```
 
 mod error;
+mod pyrepr;
 mod stop;
 mod strftime;
 mod template;

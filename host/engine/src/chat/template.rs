@@ -6,13 +6,13 @@ use std::cell::Cell;
 use std::io;
 
 use minijinja::syntax::SyntaxConfig;
-use minijinja::value::{Serde, ValueKind};
+use minijinja::value::Serde;
 use minijinja::{context, AutoEscape, Environment, Error, ErrorKind, Value};
 use pagoda_core::gguf::{Gguf, GgufError};
 use serde::Serialize;
 
 use super::error::{Raised, TooLarge};
-use super::{strftime, tojson, ChatMessage, ChatTemplateError};
+use super::{pyrepr, strftime, tojson, ChatMessage, ChatTemplateError};
 
 /// The GGUF metadata key that holds a model's template.
 const GGUF_KEY: &str = "tokenizer.chat_template";
@@ -218,22 +218,17 @@ fn python_title(s: &str) -> String {
 }
 
 /// Prints values the way Jinja on Python does where it differs from
-/// minijinja: `None`, `True`/`False`, and Python's float spelling.
+/// minijinja (see [`pyrepr`]); strings and integers as minijinja does.
 fn python_formatter(
     out: &mut minijinja::Output<'_>,
     state: &mut minijinja::State<'_, '_>,
     value: &Value,
 ) -> Result<(), Error> {
-    let text = match value.kind() {
-        ValueKind::None => "None".to_string(),
-        ValueKind::Bool => (if value.is_true() { "True" } else { "False" }).to_string(),
-        ValueKind::Number if !value.is_integer() => {
-            tojson::python_float(f64::try_from(value.clone()).unwrap_or(f64::NAN), false)
-        }
-        _ => return minijinja::escape_formatter(out, state, value),
-    };
-    std::fmt::Write::write_str(out, &text)
-        .map_err(|_| Error::new(ErrorKind::WriteFailure, "write failed"))
+    match pyrepr::python_str(value) {
+        Some(text) => std::fmt::Write::write_str(out, &text)
+            .map_err(|_| Error::new(ErrorKind::WriteFailure, "write failed")),
+        None => minijinja::escape_formatter(out, state, value),
+    }
 }
 
 /// Collects the output, refusing to grow past [`MAX_OUTPUT`].
