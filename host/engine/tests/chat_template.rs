@@ -276,8 +276,9 @@ fn templates_render_like_transformers() {
     );
 }
 
-/// OpenAI-style messages as JSON objects (tool calls, names, null content)
-/// and a tools list, through [`ChatTemplate::render_with`].
+/// OpenAI-style messages as JSON objects (tool calls, names, null content,
+/// reasoning under its several names) and a tools list, through
+/// [`ChatTemplate::render_with`].
 #[test]
 fn json_messages_and_tools_render_like_transformers() {
     let Some(python) = require_python("json_messages_and_tools_render_like_transformers") else {
@@ -300,6 +301,10 @@ fn json_messages_and_tools_render_like_transformers() {
         ]}),
         json!({"role": "tool", "content": "{\"temp\": 21.5}", "tool_call_id": "call_1"}),
         json!({"role": "assistant", "content": "21.5 °C"}),
+        json!({"role": "user", "content": "And tomorrow?"}),
+        json!({"role": "assistant", "reasoning": "Pas de <données> & \"rien\"", "content": "Unknown."}),
+        json!({"role": "user", "content": "Sure?"}),
+        json!({"role": "assistant", "thinking": "t1", "reasoning_content": null, "content": "Yes."}),
     ];
     let mut cases = Vec::new();
     let mut ours = Vec::new();

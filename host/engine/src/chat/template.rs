@@ -117,7 +117,7 @@ impl ChatTemplate {
     ) -> Result<String, ChatTemplateError> {
         let template = self.env.get_template(NAME).map_err(render_error)?;
         let ctx = context! {
-            messages => Value::from(Serde(messages)),
+            messages => alias_reasoning(Value::from(Serde(messages))),
             tools => tools.map(|t| Value::from(Serde(t))),
             documents => Value::from(()),
             add_generation_prompt => add_generation_prompt,
@@ -140,6 +140,48 @@ impl ChatTemplate {
             Err(e) => Err(render_error(e)),
         }
     }
+}
+
+/// Names a message's reasoning goes by, in the order transformers looks.
+const REASONING_FIELDS: [&str; 3] = ["reasoning_content", "thinking", "reasoning"];
+
+/// transformers (5.x) copies a message's reasoning, under whichever of
+/// [`REASONING_FIELDS`] it comes, to `thinking` (first, unless the message has
+/// its own) and `reasoning_content`, so templates find it by either name.
+fn alias_reasoning(messages: Value) -> Value {
+    let Ok(items) = messages.try_iter() else {
+        return messages;
+    };
+    items
+        .map(|message| {
+            if message.kind() != minijinja::value::ValueKind::Map {
+                return message;
+            }
+            let reasoning = REASONING_FIELDS.iter().find_map(|key| {
+                message
+                    .get_attr(key)
+                    .ok()
+                    .filter(|v| !v.is_undefined() && !v.is_none())
+            });
+            let Some(reasoning) = reasoning else {
+                return message;
+            };
+            let mut pairs = vec![(Value::from("thinking"), reasoning.clone())];
+            let keys = message.try_iter().into_iter().flatten();
+            for key in keys.chain([Value::from("reasoning_content")]) {
+                let value = if key.as_str() == Some("reasoning_content") {
+                    reasoning.clone()
+                } else {
+                    message.get_item(&key).unwrap_or_default()
+                };
+                match pairs.iter_mut().find(|(k, _)| *k == key) {
+                    Some(slot) => slot.1 = value,
+                    None => pairs.push((key, value)),
+                }
+            }
+            Value::from_pairs(pairs)
+        })
+        .collect()
 }
 
 /// `raise_exception(message)`: the template refuses the conversation.
