@@ -344,11 +344,41 @@ fn hostile_templates_are_stopped() {
     eprintln!("a 10^10-iteration loop stopped after {took:?}");
     let (r, _) = render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
     assert!(matches!(r, Err(ChatTemplateError::Render { .. })), "{r:?}");
-    let (r, _) = render("{% for i in range(100000) %}{{ 'x' * 10000 }}{% endfor %}");
-    assert!(
-        matches!(r, Err(ChatTemplateError::OutputTooLarge { .. })),
-        "{r:?}"
+    // Output is bounded by the fuel (minijinja charges per byte) and the cap.
+    let too_much = |r: &Result<String, ChatTemplateError>| {
+        matches!(
+            r,
+            Err(ChatTemplateError::OutOfFuel | ChatTemplateError::OutputTooLarge { .. })
+        )
+    };
+    let (r, _) = render("{% for i in range(1000) %}{{ 'x' * 100000 }}{% endfor %}");
+    assert!(too_much(&r), "{r:?}");
+    // A value that shares itself prints exponentially long. (Not covered:
+    // `ns.x ~ ''`, minijinja's own concatenation, which is exponential in
+    // time before any output; Jinja on Python hangs there too.)
+    let doubling = "{% set ns = namespace(x=[]) %}{% for i in range(40) %}\
+                    {% set ns.x = [ns.x, ns.x] %}{% endfor %}";
+    for print in ["{{ ns.x }}", "{{ ns.x | tojson }}", "{{ ns.x | string }}"] {
+        let (r, _) = render(&format!("{doubling}{print}"));
+        assert!(too_much(&r), "{print}: {r:?}");
+    }
+    // A value nested 200,000 deep is dropped without overflowing the stack.
+    let (r, _) = render(
+        "{% set ns = namespace(x=[]) %}{% for j in range(200) %}{% for i in range(1000) %}\
+         {% set ns.x = [ns.x] %}{% endfor %}{% endfor %}built",
     );
+    assert_eq!(r.unwrap(), "built");
+    // Deep nesting in the source is refused by the parser, not the stack.
+    let deep = format!("{{{{ {}1{} }}}}", "[".repeat(100_000), "]".repeat(100_000));
+    let r = ChatTemplate::new(&deep, "", "");
+    assert!(matches!(r, Err(ChatTemplateError::Syntax { .. })), "{r:?}");
+    let deep = format!(
+        "{}x{}",
+        "{% if true %}".repeat(10_000),
+        "{% endif %}".repeat(10_000)
+    );
+    let r = ChatTemplate::new(&deep, "", "");
+    assert!(matches!(r, Err(ChatTemplateError::Syntax { .. })), "{r:?}");
 }
 
 /// `tokenizer.chat_template` from a GGUF: SmolLM2's renders, a file without

@@ -4,9 +4,11 @@
 //! a tool call's arguments dict this way instead of through `tojson`.
 
 use minijinja::value::ValueKind;
-use minijinja::Value;
+use minijinja::{Error, ErrorKind, Value};
 
+use super::error::TooLarge;
 use super::tojson::python_float;
+use super::MAX_OUTPUT;
 
 /// Containers nested deeper than this print as `...`, as Python prints a
 /// recursive container.
@@ -14,11 +16,11 @@ const MAX_DEPTH: usize = 256;
 
 /// `str(value)` as Python writes it, or `None` where minijinja's own
 /// printing already agrees (strings, integers, undefined, other objects).
-pub(super) fn python_str(value: &Value) -> Option<String> {
-    match value.kind() {
+pub(super) fn python_str(value: &Value) -> Result<Option<String>, Error> {
+    Ok(match value.kind() {
         ValueKind::None | ValueKind::Bool | ValueKind::Seq | ValueKind::Map => {
             let mut out = String::new();
-            repr(&mut out, value, 0);
+            repr(&mut out, value, 0)?;
             Some(out)
         }
         ValueKind::Number if !value.is_integer() => Some(python_float(
@@ -26,13 +28,17 @@ pub(super) fn python_str(value: &Value) -> Option<String> {
             false,
         )),
         _ => None,
-    }
+    })
 }
 
-fn repr(out: &mut String, v: &Value, depth: usize) {
+fn repr(out: &mut String, v: &Value, depth: usize) -> Result<(), Error> {
+    if out.len() > MAX_OUTPUT {
+        let e = Error::new(ErrorKind::InvalidOperation, "printed value too large");
+        return Err(e.with_source(TooLarge));
+    }
     if depth > MAX_DEPTH {
         out.push_str("...");
-        return;
+        return Ok(());
     }
     match v.kind() {
         ValueKind::None => out.push_str("None"),
@@ -50,7 +56,7 @@ fn repr(out: &mut String, v: &Value, depth: usize) {
                     if i > 0 {
                         out.push_str(", ");
                     }
-                    repr(out, &item, depth + 1);
+                    repr(out, &item, depth + 1)?;
                 }
             }
             out.push(']');
@@ -62,15 +68,16 @@ fn repr(out: &mut String, v: &Value, depth: usize) {
                     if i > 0 {
                         out.push_str(", ");
                     }
-                    repr(out, &key, depth + 1);
+                    repr(out, &key, depth + 1)?;
                     out.push_str(": ");
-                    repr(out, &v.get_item(&key).unwrap_or_default(), depth + 1);
+                    repr(out, &v.get_item(&key).unwrap_or_default(), depth + 1)?;
                 }
             }
             out.push('}');
         }
         _ => out.push_str(&v.to_string()),
     }
+    Ok(())
 }
 
 /// Python's `repr` of a string: single quotes unless the text has a single
