@@ -425,3 +425,30 @@ fn template_from_gguf() {
         "{prompt:?}"
     );
 }
+
+/// The fuel that stops hostile templates leaves real ones room: every
+/// fixture renders a 1,000-turn conversation of 1 MB of text.
+#[test]
+fn long_conversations_fit_the_budget() {
+    let turn = "Lorem ipsum dolor sit amet, é 日本 <tag> & more. ".repeat(20);
+    let messages: Vec<ChatMessage> = (0..1000)
+        .map(|i| msg(if i % 2 == 0 { "user" } else { "assistant" }, &turn))
+        .collect();
+    for s in fixtures() {
+        let template = ChatTemplate::new(&s.source, &s.bos, &s.eos).unwrap();
+        let started = std::time::Instant::now();
+        let prompt = template.render(&messages, true);
+        let prompt = prompt.unwrap_or_else(|e| panic!("{}: {e}", s.name));
+        assert!(
+            prompt.len() > messages.len() * turn.trim().len(),
+            "{}",
+            s.name
+        );
+        eprintln!(
+            "{}: {} bytes in {:?}",
+            s.name,
+            prompt.len(),
+            started.elapsed()
+        );
+    }
+}

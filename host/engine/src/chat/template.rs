@@ -18,14 +18,15 @@ use super::{pyrepr, strftime, tojson, ChatMessage, ChatTemplateError, MAX_OUTPUT
 const GGUF_KEY: &str = "tokenizer.chat_template";
 /// The name the template is stored under in its environment.
 const NAME: &str = "chat_template";
-/// Instructions one render may run: far beyond any real template over a long
-/// conversation (a few dozen per message), while a runaway loop stops within
-/// a fraction of a second. It also bounds how deep a template can nest a
-/// value (about 9 instructions a level).
-const FUEL: u64 = 2_000_000;
+/// Work one render may do, in minijinja's fuel (an instruction each, and a
+/// unit per 64 bytes made or written): every fixture renders a 1,000-turn,
+/// 1 MB conversation within it, while a runaway loop stops within a
+/// fraction of a second. It also bounds how deep a
+/// template can nest a value (at least 9 a level, so under 560,000 levels).
+const FUEL: u64 = 5_000_000;
 /// Stack of the render thread: dropping a value nested as deep as [`FUEL`]
-/// allows needs about 100 MiB (measured: 128 MiB held 600,000 levels). Only
-/// the pages used are committed.
+/// allows recurses once per level (measured: 128 MiB held 600,000 levels).
+/// Only the pages used are committed.
 const RENDER_STACK: usize = 256 << 20;
 /// Macro and include nesting a render may reach.
 const RECURSION_LIMIT: usize = 64;
