@@ -452,3 +452,12 @@ fn long_conversations_fit_the_budget() {
         );
     }
 }
+
+/// Servers share one template across request threads.
+#[test]
+fn template_is_shareable() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<ChatTemplate>();
+    shareable::<pagoda_engine::chat::StopStrings>();
+    shareable::<ChatTemplateError>();
+}
