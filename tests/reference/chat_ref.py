@@ -4,9 +4,11 @@ The reference for host/engine/tests/chat_template.rs. Usage:
     chat_ref.py CASES.json OUT.json
 CASES.json is a list of {"template" or "template_gguf" (a GGUF path whose
 tokenizer.chat_template is read here with the gguf package), "bos_token",
-"eos_token", "messages" (as [role, content] pairs, so that key order is
-role then content), "add_generation_prompt"}; OUT.json gets, per case, {"ok": text} or
-{"error": message} when the template raised or failed.
+"eos_token", "messages" (objects, or [role, content] pairs that become
+{"role", "content"} in that key order), "add_generation_prompt", and
+optionally "tools"}; OUT.json gets, per case, {"ok": text} or {"error":
+message, "line": the template line for syntax errors} when the template
+raised or failed.
 """
 
 import json
@@ -34,8 +36,13 @@ def render(case, templates):
             templates[path] = gguf_template(path)
         case["template"] = templates[path]
     try:
+        messages = [
+            {"role": m[0], "content": m[1]} if isinstance(m, list) else m
+            for m in case["messages"]
+        ]
         rendered, _ = render_jinja_template(
-            conversations=[[{"role": r, "content": c} for r, c in case["messages"]]],
+            conversations=[messages],
+            tools=case.get("tools"),
             chat_template=case["template"],
             add_generation_prompt=case["add_generation_prompt"],
             bos_token=case["bos_token"],
@@ -43,7 +50,7 @@ def render(case, templates):
         )
         return {"ok": rendered[0]}
     except Exception as e:  # the template's raise_exception, or a failure
-        return {"error": f"{type(e).__name__}: {e}"}
+        return {"error": f"{type(e).__name__}: {e}", "line": getattr(e, "lineno", None)}
 
 
 def main():

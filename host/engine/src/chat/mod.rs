@@ -20,6 +20,7 @@
 //! ```
 
 mod error;
+mod pyrepr;
 mod stop;
 mod strftime;
 mod template;
@@ -30,6 +31,11 @@ pub use stop::{StopOutput, StopStrings};
 pub use template::ChatTemplate;
 
 use serde::{Deserialize, Serialize};
+
+/// Bytes one render may produce, and the most `tojson` or printing a
+/// container may write (a template can build a value that shares itself, so
+/// its text can grow exponentially with the instructions spent).
+const MAX_OUTPUT: usize = 64 << 20;
 
 /// One turn of a conversation, as the template sees it (`message.role`,
 /// `message.content`). Servers with richer OpenAI-style messages (tool calls,

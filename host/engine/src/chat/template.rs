@@ -6,24 +6,28 @@ use std::cell::Cell;
 use std::io;
 
 use minijinja::syntax::SyntaxConfig;
-use minijinja::value::{Serde, ValueKind};
+use minijinja::value::Serde;
 use minijinja::{context, AutoEscape, Environment, Error, ErrorKind, Value};
 use pagoda_core::gguf::{Gguf, GgufError};
 use serde::Serialize;
 
 use super::error::{Raised, TooLarge};
-use super::{strftime, tojson, ChatMessage, ChatTemplateError};
+use super::{pyrepr, strftime, tojson, ChatMessage, ChatTemplateError, MAX_OUTPUT};
 
 /// The GGUF metadata key that holds a model's template.
 const GGUF_KEY: &str = "tokenizer.chat_template";
 /// The name the template is stored under in its environment.
 const NAME: &str = "chat_template";
-/// Instructions one render may run: far beyond any real template over a long
-/// conversation (SmolLM2's takes about 15 per message), and a runaway loop
-/// stops within about a second.
-const FUEL: u64 = 20_000_000;
-/// Bytes one render may produce.
-const MAX_OUTPUT: usize = 64 << 20;
+/// Work one render may do, in minijinja's fuel (an instruction each, and a
+/// unit per 64 bytes made or written): every fixture renders a 1,000-turn,
+/// 1 MB conversation within it, while a runaway loop stops within a
+/// fraction of a second. It also bounds how deep a
+/// template can nest a value (at least 9 a level, so under 560,000 levels).
+const FUEL: u64 = 5_000_000;
+/// Stack of the render thread: dropping a value nested as deep as [`FUEL`]
+/// allows recurses once per level (measured: 128 MiB held 600,000 levels).
+/// Only the pages used are committed.
+const RENDER_STACK: usize = 256 << 20;
 /// Macro and include nesting a render may reach.
 const RECURSION_LIMIT: usize = 64;
 
@@ -67,6 +71,9 @@ impl ChatTemplate {
         env.set_unknown_method_callback(python_methods);
         env.set_formatter(python_formatter);
         env.add_filter("tojson", tojson::tojson);
+        env.add_filter("string", |v: &Value| -> Result<String, Error> {
+            Ok(pyrepr::python_str(v)?.unwrap_or_else(|| v.to_string()))
+        });
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", |fmt: &str| strftime::strftime_now(fmt));
         env.add_template_owned(NAME, source.to_string())
@@ -115,15 +122,38 @@ impl ChatTemplate {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String, ChatTemplateError> {
-        let template = self.env.get_template(NAME).map_err(render_error)?;
         let ctx = context! {
-            messages => Value::from(Serde(messages)),
+            messages => alias_reasoning(Value::from(Serde(messages))),
             tools => tools.map(|t| Value::from(Serde(t))),
             documents => Value::from(()),
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
         };
+        // Values a template builds can nest as deep as its fuel allows, and
+        // dropping them recurses once per level: a thread with room for that
+        // keeps a hostile template from overflowing the caller's stack.
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("chat-template".to_string())
+                .stack_size(RENDER_STACK)
+                .spawn_scoped(scope, move || self.render_context(ctx))
+                .map_err(|e| ChatTemplateError::Render {
+                    line: None,
+                    message: format!("cannot start the render thread: {e}"),
+                })?
+                .join()
+                .unwrap_or_else(|_| {
+                    Err(ChatTemplateError::Render {
+                        line: None,
+                        message: "the renderer panicked".to_string(),
+                    })
+                })
+        })
+    }
+
+    fn render_context(&self, ctx: Value) -> Result<String, ChatTemplateError> {
+        let template = self.env.get_template(NAME).map_err(render_error)?;
         let overflowed = Cell::new(false);
         let mut out = CappedWriter {
             buf: Vec::new(),
@@ -140,6 +170,48 @@ impl ChatTemplate {
             Err(e) => Err(render_error(e)),
         }
     }
+}
+
+/// Names a message's reasoning goes by, in the order transformers looks.
+const REASONING_FIELDS: [&str; 3] = ["reasoning_content", "thinking", "reasoning"];
+
+/// transformers (5.x) copies a message's reasoning, under whichever of
+/// [`REASONING_FIELDS`] it comes, to `thinking` (first, unless the message has
+/// its own) and `reasoning_content`, so templates find it by either name.
+fn alias_reasoning(messages: Value) -> Value {
+    let Ok(items) = messages.try_iter() else {
+        return messages;
+    };
+    items
+        .map(|message| {
+            if message.kind() != minijinja::value::ValueKind::Map {
+                return message;
+            }
+            let reasoning = REASONING_FIELDS.iter().find_map(|key| {
+                message
+                    .get_attr(key)
+                    .ok()
+                    .filter(|v| !v.is_undefined() && !v.is_none())
+            });
+            let Some(reasoning) = reasoning else {
+                return message;
+            };
+            let mut pairs = vec![(Value::from("thinking"), reasoning.clone())];
+            let keys = message.try_iter().into_iter().flatten();
+            for key in keys.chain([Value::from("reasoning_content")]) {
+                let value = if key.as_str() == Some("reasoning_content") {
+                    reasoning.clone()
+                } else {
+                    message.get_item(&key).unwrap_or_default()
+                };
+                match pairs.iter_mut().find(|(k, _)| *k == key) {
+                    Some(slot) => slot.1 = value,
+                    None => pairs.push((key, value)),
+                }
+            }
+            Value::from_pairs(pairs)
+        })
+        .collect()
 }
 
 /// `raise_exception(message)`: the template refuses the conversation.
@@ -218,22 +290,17 @@ fn python_title(s: &str) -> String {
 }
 
 /// Prints values the way Jinja on Python does where it differs from
-/// minijinja: `None`, `True`/`False`, and Python's float spelling.
+/// minijinja (see [`pyrepr`]); strings and integers as minijinja does.
 fn python_formatter(
     out: &mut minijinja::Output<'_>,
     state: &mut minijinja::State<'_, '_>,
     value: &Value,
 ) -> Result<(), Error> {
-    let text = match value.kind() {
-        ValueKind::None => "None".to_string(),
-        ValueKind::Bool => (if value.is_true() { "True" } else { "False" }).to_string(),
-        ValueKind::Number if !value.is_integer() => {
-            tojson::python_float(f64::try_from(value.clone()).unwrap_or(f64::NAN), false)
-        }
-        _ => return minijinja::escape_formatter(out, state, value),
-    };
-    std::fmt::Write::write_str(out, &text)
-        .map_err(|_| Error::new(ErrorKind::WriteFailure, "write failed"))
+    match pyrepr::python_str(value)? {
+        Some(text) => std::fmt::Write::write_str(out, &text)
+            .map_err(|_| Error::new(ErrorKind::WriteFailure, "write failed")),
+        None => minijinja::escape_formatter(out, state, value),
+    }
 }
 
 /// Collects the output, refusing to grow past [`MAX_OUTPUT`].

@@ -6,6 +6,9 @@
 use minijinja::value::{Kwargs, Rest, ValueKind};
 use minijinja::{Error, ErrorKind, Value};
 
+use super::error::TooLarge;
+use super::MAX_OUTPUT;
+
 /// How one `tojson` call formats, from its arguments.
 struct Options {
     ensure_ascii: bool,
@@ -86,6 +89,9 @@ const MAX_DEPTH: usize = 256;
 fn write_value(out: &mut String, v: &Value, o: &Options, depth: usize) -> Result<(), Error> {
     if depth > MAX_DEPTH {
         return Err(invalid("tojson: value nested too deeply"));
+    }
+    if out.len() > MAX_OUTPUT {
+        return Err(invalid("tojson: output too large").with_source(TooLarge));
     }
     match v.kind() {
         ValueKind::None => out.push_str("null"),
