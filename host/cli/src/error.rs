@@ -58,7 +58,10 @@ pub(crate) enum CliError {
     #[error("pages or requests unaccounted for under {}", .0.join(", "))]
     Leaks(Vec<String>),
     #[error("cannot load {}: {error}", path.display())]
-    Load { path: PathBuf, error: OpenError },
+    Load {
+        path: PathBuf,
+        error: Box<OpenError>,
+    },
     #[error("cannot read prompts from {}: {source}", path.display())]
     ReadPrompts {
         path: PathBuf,

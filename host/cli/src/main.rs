@@ -90,7 +90,7 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
     let loaded = match &args.model {
         Some(path) => Some(TextModel::load(path).map_err(|error| CliError::Load {
             path: path.clone(),
-            error,
+            error: Box::new(error),
         })?),
         None => None,
     };

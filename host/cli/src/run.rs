@@ -70,7 +70,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
     let started = Instant::now();
     let model = TextModel::load(&args.model).map_err(|error| CliError::Load {
         path: args.model.clone(),
-        error,
+        error: Box::new(error),
     })?;
     let load_s = started.elapsed().as_secs_f64();
     if !args.quiet && !args.json {

@@ -133,5 +133,8 @@ fn mutated_metadata_never_panics_the_tokenizer_template_or_config() {
     assert!(data_offset > 0);
     eprintln!("{built} of {MUTANTS} mutants built a tokenizer; none panicked");
     // Enough mutants must get past the parser to exercise the tokenizer.
-    assert!(built >= MUTANTS / 4, "only {built} of {MUTANTS} mutants built a tokenizer");
+    assert!(
+        built >= MUTANTS / 4,
+        "only {built} of {MUTANTS} mutants built a tokenizer"
+    );
 }

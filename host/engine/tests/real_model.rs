@@ -175,7 +175,7 @@ fn smollm2_greedy_continuations_match_the_reference() {
                     max_new_tokens: GREEDY_TOKENS,
                     sampling: SamplingParams::GREEDY,
                     seed: 0,
-                    stop_token: None,
+                    stop_tokens: Vec::new(),
                 };
                 let now = engine.now();
                 engine.submit(request, Priority::Normal, now).unwrap()
