@@ -8,40 +8,14 @@
 
 mod qmatmul_support;
 
-use std::io::Write;
-use std::path::PathBuf;
-
 use pagoda_core::Gguf;
 use pagoda_cpu::{matmul_team, Isa, QuantMatrix, QuantizedActivations, Team};
 use qmatmul_support::*;
 
-const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+#[path = "../../tests/support/env.rs"]
+mod env;
 
-/// `PAGODA_MODEL`, else the cache `scripts/fetch-model.sh` fills (as in
-/// `core/tests/gguf_support/env.rs`).
-fn require_model(test: &str) -> Option<PathBuf> {
-    let path = match std::env::var_os("PAGODA_MODEL") {
-        Some(p) => Some(PathBuf::from(p)),
-        None => std::env::var_os("PAGODA_MODEL_DIR")
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/pagoda/models"))
-            })
-            .map(|d| d.join(MODEL_FILE)),
-    }
-    .filter(|p| p.is_file());
-    if path.is_none() {
-        let how = "fetch it with scripts/fetch-model.sh or set PAGODA_MODEL";
-        if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
-            panic!("{test}: SmolLM2 model is missing and CI=true requires it ({how})");
-        }
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipping {test}: no SmolLM2 model; {how}"
-        );
-    }
-    path
-}
+use env::require_model;
 
 #[test]
 fn real_model_tensors_match_the_reference() {

@@ -2,6 +2,7 @@
 //! the tests find the real model and the Python reference.
 #![allow(dead_code)]
 
+#[path = "../../../tests/support/env.rs"]
 pub mod env;
 pub mod exercise;
 pub mod writer;

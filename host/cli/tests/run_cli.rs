@@ -9,7 +9,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+#[path = "../../../tests/support/env.rs"]
+mod env;
 
 fn pagoda(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pagoda"))
@@ -28,25 +29,9 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// `PAGODA_MODEL`, else the cache `scripts/fetch-model.sh` fills; outside
-/// CI a missing model skips the test with one line, under `CI=true` it fails.
+/// The model's path as text, or `None` (skip) after saying how to fetch it.
 fn model(test: &str) -> Option<String> {
-    let path = match std::env::var_os("PAGODA_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME")?)
-            .join(".cache/pagoda/models")
-            .join(MODEL_FILE),
-    };
-    if path.is_file() {
-        return Some(path.to_string_lossy().into_owned());
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-    assert!(
-        !ci,
-        "{test}: the SmolLM2 model is missing and CI=true requires it"
-    );
-    eprintln!("skipping {test}: no SmolLM2 model; fetch it with scripts/fetch-model.sh or set PAGODA_MODEL");
-    None
+    env::require_model(test).map(|p| p.to_string_lossy().into_owned())
 }
 
 /// Runs `pagoda run --json` and parses its one line per prompt.

@@ -1,88 +1,18 @@
 //! Shared by the tokenizer tests: where the model and Python are (the
-//! `core/tests/gguf_support/env.rs` logic, trimmed), the reference's output
+//! repository's shared `tests/support/env.rs`), the reference's output
 //! files, and a tokenizer-only GGUF writer.
 #![allow(dead_code)]
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
-
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn missing(test: &str, what: &str, how: &str) {
-    if in_ci() {
-        panic!("{test}: {what} is missing and CI=true requires it ({how})");
-    }
-    let _ = writeln!(std::io::stderr(), "skipping {test}: no {what}; {how}");
-}
-
-/// `PAGODA_MODEL`, else the cache `scripts/fetch-model.sh` fills.
-pub fn require_model(test: &str) -> Option<PathBuf> {
-    let p = match std::env::var_os("PAGODA_MODEL") {
-        Some(p) => Some(PathBuf::from(p)),
-        None => std::env::var_os("PAGODA_MODEL_DIR")
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/pagoda/models"))
-            })
-            .map(|d| d.join("SmolLM2-135M-Instruct.Q4_1.gguf")),
-    }
-    .filter(|p| p.is_file());
-    if p.is_none() {
-        missing(
-            test,
-            "SmolLM2 model",
-            "fetch it with scripts/fetch-model.sh or set PAGODA_MODEL",
-        );
-    }
-    p
-}
-
-/// `PAGODA_PYTHON`, else the repository's `.venv-ref`.
-pub fn require_python(test: &str) -> Option<PathBuf> {
-    let p = match std::env::var_os("PAGODA_PYTHON") {
-        Some(p) => Some(PathBuf::from(p)),
-        None => Some(repo_root().join(".venv-ref/bin/python")),
-    }
-    .filter(|p| p.exists());
-    if p.is_none() {
-        missing(
-            test,
-            "Python reference venv",
-            "python3 -m venv .venv-ref && .venv-ref/bin/pip install -r tests/reference/requirements.txt (or set PAGODA_PYTHON)",
-        );
-    }
-    p
-}
+#[path = "../../../../tests/support/env.rs"]
+mod env;
+#[allow(unused_imports)] // not every test uses every one
+pub use env::{in_ci, repo_root, require_model, require_python, scratch_dir};
 
 /// Runs `tests/reference/tokenizer_ref.py` with `args`, failing on error.
 pub fn run_reference(python: &Path, args: &[&str]) {
-    let script = repo_root().join("tests/reference/tokenizer_ref.py");
-    let out = Command::new(python)
-        .arg(&script)
-        .args(args)
-        .output()
-        .expect("start the Python reference");
-    assert!(
-        out.status.success(),
-        "{} failed: {}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A fresh scratch directory under the target dir.
-pub fn scratch_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    env::run_reference(python, "tokenizer_ref.py", args);
 }
 
 fn lines(path: &Path) -> Vec<String> {

@@ -1,18 +1,31 @@
-//! Where the real model and the Python reference are. Outside CI a missing
+//! Where the real model and the Python reference are, for every crate's
+//! tests (each includes this one file with `#[path]`): outside CI a missing
 //! one skips the test with one line; with `CI=true` it fails the test.
 
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The real test model `scripts/fetch-model.sh` fetches.
 pub const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
+/// Whether this is CI (`CI=true`), where nothing may be skipped.
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
+/// The repository: the first ancestor of the crate that holds
+/// `tests/reference`.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    crate_dir
+        .ancestors()
+        .find(|dir| dir.join("tests/reference").is_dir())
+        .unwrap_or(crate_dir)
+        .to_path_buf()
 }
 
 /// `PAGODA_MODEL`, else the cache `scripts/fetch-model.sh` fills.
@@ -36,13 +49,14 @@ fn missing(test: &str, what: &str, how: &str) {
     let _ = writeln!(std::io::stderr(), "skipping {test}: no {what}; {how}");
 }
 
+/// The model's path, or `None` after saying how to fetch it.
 pub fn require_model(test: &str) -> Option<PathBuf> {
     let p = model_path();
     if p.is_none() {
         missing(
             test,
             "SmolLM2 model",
-            "fetch it with scripts/fetch-model.sh or set PAGODA_MODEL",
+            "fetch it with `bash scripts/fetch-model.sh` or set PAGODA_MODEL",
         );
     }
     p
@@ -56,6 +70,7 @@ pub fn python_path() -> Option<PathBuf> {
     Some(repo_root().join(".venv-ref/bin/python")).filter(|p| p.exists())
 }
 
+/// The reference's interpreter, or `None` after saying how to create it.
 pub fn require_python(test: &str) -> Option<PathBuf> {
     let p = python_path();
     if p.is_none() {
@@ -69,7 +84,7 @@ pub fn require_python(test: &str) -> Option<PathBuf> {
 }
 
 /// Runs `tests/reference/<script>` with `args`, failing the test on error.
-pub fn run_reference(python: &Path, script: &str, args: &[&Path]) {
+pub fn run_reference<S: AsRef<OsStr>>(python: &Path, script: &str, args: &[S]) {
     let script = repo_root().join("tests/reference").join(script);
     let out = Command::new(python)
         .arg(&script)
