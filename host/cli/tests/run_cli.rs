@@ -209,3 +209,46 @@ fn many_prompts_run_together_in_file_order() {
         assert!(!ids(r, "output_ids").is_empty());
     }
 }
+
+#[test]
+fn bench_tokenizes_trace_text_with_the_models_tokenizer() {
+    let Some(m) = model("bench_tokenizes_trace_text_with_the_models_tokenizer") else {
+        return;
+    };
+    let prompts = [
+        "Translate to French: good morning",
+        "Once upon a time, in a land far away,",
+    ];
+    let trace = temp("trace.jsonl");
+    let lines: Vec<String> = prompts
+        .iter()
+        .map(|p| serde_json::json!({ "prompt": p, "max_tokens": 3 }).to_string())
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let json = temp("bench-model.json");
+    let out = pagoda(&[
+        "bench",
+        "--quiet",
+        "--model",
+        &m,
+        "--trace",
+        trace.to_str().unwrap(),
+        "--kv-pages",
+        "64",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for policy in report["policies"].as_array().unwrap() {
+        assert_eq!(policy["finished"], 2, "{}", policy["policy"]);
+        assert_eq!(policy["leak_free"], true);
+        // Each request's prompt is the tokenizer's ids, as `run` encodes it.
+        for record in policy["per_request"].as_array().unwrap() {
+            let i = record["index"].as_u64().unwrap() as usize;
+            let alone = run_json(&["--model", &m, "--prompt", prompts[i], "--max-tokens", "1"]);
+            let expected = ids(&alone[0], "prompt_ids").len() as u64;
+            assert_eq!(record["prompt_tokens"].as_u64(), Some(expected));
+        }
+    }
+}
