@@ -93,33 +93,28 @@ impl Sampler {
         if cands.is_empty() {
             return 0;
         }
-        let by_logit = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        // Larger first, then lower id: a total order, so the same seed
+        // picks the same token on every run.
+        let by_weight = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
         let k = params.top_k as usize;
         if k > 0 && k < cands.len() {
-            cands.select_nth_unstable_by(k - 1, by_logit);
+            cands.select_nth_unstable_by(k - 1, by_weight);
             cands.truncate(k);
         }
-        cands.sort_unstable_by(by_logit);
         // Softmax at the temperature, relative to the best logit.
-        let best = cands[0].0;
+        let best = cands.iter().map(|c| c.0).fold(f32::NEG_INFINITY, f32::max);
         let mut total = 0.0f64;
         for c in cands.iter_mut() {
             let p = f64::from((c.0 - best) / params.temperature).exp();
             c.0 = p as f32;
             total += p;
         }
-        // Nucleus: the shortest prefix whose mass reaches top_p.
-        let mut keep = cands.len();
-        if params.top_p < 1.0 {
-            let mut mass = 0.0;
-            for (i, c) in cands.iter().enumerate() {
-                mass += f64::from(c.0) / total;
-                if mass >= f64::from(params.top_p) {
-                    keep = i + 1;
-                    break;
-                }
-            }
-        }
+        let keep = if params.top_p < 1.0 {
+            nucleus(cands, total * f64::from(params.top_p), by_weight)
+        } else {
+            // No nucleus: every candidate stays, in any order.
+            cands.len()
+        };
         let kept: f64 = cands[..keep].iter().map(|c| f64::from(c.0)).sum();
         let mut draw = rng.f64() * kept;
         for c in &cands[..keep] {
@@ -129,6 +124,35 @@ impl Sampler {
             }
         }
         cands[keep - 1].1
+    }
+}
+
+/// Orders the most likely candidates first, just far enough for their mass
+/// to reach `target`, and returns how many that takes. Only that prefix is
+/// sorted (a 64-candidate prefix, then 4× wider until it suffices), not the
+/// whole vocabulary: a nucleus is usually a few dozen tokens.
+fn nucleus(
+    cands: &mut [(f32, u32)],
+    target: f64,
+    order: impl Fn(&(f32, u32), &(f32, u32)) -> std::cmp::Ordering + Copy,
+) -> usize {
+    let mut width = cands.len().min(64);
+    loop {
+        if width < cands.len() {
+            cands.select_nth_unstable_by(width - 1, order);
+        }
+        cands[..width].sort_unstable_by(order);
+        let mut mass = 0.0;
+        for (i, c) in cands[..width].iter().enumerate() {
+            mass += f64::from(c.0);
+            if mass >= target {
+                return i + 1;
+            }
+        }
+        if width == cands.len() {
+            return width;
+        }
+        width = (width * 4).min(cands.len());
     }
 }
 
@@ -158,6 +182,35 @@ mod tests {
             s.sample(&[1.0, 5.0, 2.0], &SamplingParams::GREEDY, &mut rng),
             1
         );
+    }
+
+    #[test]
+    fn the_partial_nucleus_is_the_fully_sorted_one() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        let order = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        for case in 0..200 {
+            let n = [1, 7, 64, 65, 300, 5000][case % 6];
+            // Peaked or flat distributions, with ties.
+            let sharp = rng.f32() * 8.0;
+            let mut cands: Vec<(f32, u32)> = (0..n)
+                .map(|i| (((rng.f32() * sharp).round()).exp(), i as u32))
+                .collect();
+            let total: f64 = cands.iter().map(|c| f64::from(c.0)).sum();
+            let target = total * f64::from(rng.f32().max(0.01));
+            let mut sorted = cands.clone();
+            sorted.sort_by(order);
+            let mut mass = 0.0;
+            let want = sorted
+                .iter()
+                .position(|c| {
+                    mass += f64::from(c.0);
+                    mass >= target
+                })
+                .map_or(n, |i| i + 1);
+            let keep = nucleus(&mut cands, target, order);
+            assert_eq!(keep, want, "case {case}");
+            assert_eq!(cands[..keep], sorted[..keep], "case {case}");
+        }
     }
 
     #[test]
