@@ -40,6 +40,7 @@ mod attention;
 mod data;
 mod element;
 mod kernels;
+pub mod probe;
 pub mod quant;
 mod store;
 pub mod team;

@@ -42,6 +42,16 @@ pub(crate) enum BackendKind {
     Vulkan,
 }
 
+/// What `pagoda bench` measures.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Suite {
+    /// The workload under each scheduling policy, side by side.
+    Policies,
+    /// The model's speed beside the machine's limits.
+    Speed,
+}
+
 impl BackendKind {
     /// The engine's choice for this kind, with `threads` CPU workers.
     pub(crate) fn choice(self, threads: usize) -> BackendChoice {
@@ -114,6 +124,11 @@ pub(crate) struct RunArgs {
 /// The bench's options; serialized as the report's settings.
 #[derive(clap::Args, Serialize)]
 pub(crate) struct BenchArgs {
+    /// What to measure: `policies` (the workload under each policy) or
+    /// `speed` (decode, prefill and batching against this machine's read
+    /// bandwidth and FMA peak).
+    #[arg(long, value_enum, default_value_t = Suite::Policies)]
+    pub(crate) suite: Suite,
     /// Run on this GGUF model instead of the embedded random-weight one.
     #[arg(long, value_name = "FILE.gguf")]
     pub(crate) model: Option<PathBuf>,

@@ -85,6 +85,8 @@ pub(crate) enum CliError {
     Rejected(Rejection),
     #[error("the engine failed during the run")]
     Failed,
+    #[error("cannot run `pagoda run` as a child process: {0}")]
+    Child(std::io::Error),
     #[error("JSON output: {0}")]
     Json(serde_json::Error),
 }

@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_engine::model::{Model, ModelConfig, SamplingParams, Weights};
 use pagoda_engine::{EngineConfig, SchedulerConfig, SchedulerPolicy, TextModel};
 
-use crate::args::{parse_policy, BenchArgs, Cli, Command, Settings};
+use crate::args::{parse_policy, BenchArgs, Cli, Command, Settings, Suite};
 use crate::bench::{DriveOptions, PolicyRun};
 use crate::error::CliError;
 use crate::measure::PolicyReport;
@@ -25,6 +25,7 @@ mod error;
 mod measure;
 mod report;
 mod run;
+mod speed;
 mod trace;
 mod workload;
 
@@ -55,7 +56,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn write(path: &Path, contents: String) -> Result<(), CliError> {
+pub(crate) fn write(path: &Path, contents: String) -> Result<(), CliError> {
     std::fs::write(path, contents).map_err(|source| CliError::Write {
         path: path.to_path_buf(),
         source,
@@ -109,6 +110,9 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
         }
     };
     let model_config = *model.config();
+    if args.suite == Suite::Speed {
+        return speed::speed(&args, model, args.model.as_deref());
+    }
     // Trace text goes through the model's tokenizer (bytes for the embedded one).
     let tokenize = |text: &str| match &loaded {
         Some(m) => m.tokenizer.encode(text, true, true),

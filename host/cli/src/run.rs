@@ -34,6 +34,26 @@ struct RunOutput {
     text: String,
     stop: &'static str,
     timings: Timings,
+    memory: Memory,
+}
+
+/// Memory of the run, in bytes.
+#[derive(Serialize, Clone, Copy)]
+struct Memory {
+    /// The model file (memory-mapped).
+    model_file_bytes: u64,
+    /// The KV pool the engine allocated.
+    kv_pool_bytes: u64,
+    /// The process's peak resident set so far (Linux; absent elsewhere).
+    peak_resident_bytes: Option<u64>,
+}
+
+/// The process's peak resident set (`VmHWM`), where the OS says it.
+fn peak_resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Seconds and rates of one run.
@@ -134,11 +154,16 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         stream: prepared.len() == 1 && !args.json,
     };
     let backend = args.backend.choice(args.threads);
-    let results = backend.open(job).map_err(|error| CliError::Backend {
+    let (results, kv_pool_bytes) = backend.open(job).map_err(|error| CliError::Backend {
         name: backend.name(),
         error,
     })??;
 
+    let memory = Memory {
+        model_file_bytes: model.info.file_bytes,
+        kv_pool_bytes,
+        peak_resident_bytes: peak_resident_bytes(),
+    };
     let mut stdout = std::io::stdout().lock();
     for (prompt, result) in prepared.iter().zip(results) {
         let timings = result.timings(prompt.ids.len(), load_s);
@@ -150,6 +175,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
                 text: result.text,
                 stop: result.finished.map_or("cancelled", |(_, why)| why),
                 timings,
+                memory,
             };
             let line = serde_json::to_string(&out).map_err(CliError::Json)?;
             writeln!(stdout, "{line}").map_err(CliError::Stdout)?;
@@ -263,7 +289,8 @@ fn rate(tokens: usize, time: Duration) -> f64 {
 }
 
 impl WithBackend for RunJob<'_> {
-    type Output = Result<Vec<Generation>, CliError>;
+    /// Each prompt's generation, and the KV pool's bytes.
+    type Output = Result<(Vec<Generation>, u64), CliError>;
 
     fn run<B>(self, backend: B) -> Self::Output
     where
@@ -274,6 +301,7 @@ impl WithBackend for RunJob<'_> {
         let mut storage = EngineStorage::new(self.config, model.config().max_context);
         let mut engine = Engine::new(model, backend, self.config, &mut storage)
             .map_err(|e| CliError::Engine(Box::new(e)))?;
+        let kv_pool_bytes = engine.kv_bytes();
         let stop_tokens = self.model.tokenizer.end_of_generation().to_vec();
         let mut handles = Vec::with_capacity(self.prompts.len());
         let mut running = Vec::with_capacity(self.prompts.len());
@@ -325,7 +353,7 @@ impl WithBackend for RunJob<'_> {
             }
         }
         stdout.flush().map_err(CliError::Stdout)?;
-        Ok(running)
+        Ok((running, kv_pool_bytes))
     }
 }
 

@@ -318,3 +318,51 @@ fn refusals_are_counted_by_kind_in_the_json() {
     assert_eq!(report["settings"]["requests"], 2);
     assert_eq!(report["settings"]["kv_dtype"], "F16");
 }
+
+#[test]
+fn the_speed_suite_reports_every_figure_against_its_baseline() {
+    let json = temp("speed.json");
+    let out = pagoda(&[
+        "bench",
+        "--suite",
+        "speed",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    for row in [
+        "read bandwidth",
+        "FMA peak",
+        "decode, batch 1",
+        "prefill, 512 tokens",
+        "16 sequences",
+    ] {
+        assert!(table.contains(row), "no {row:?} row:\n{table}");
+    }
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for key in [
+        "read_bandwidth_sum_gib_s",
+        "read_bandwidth_xor_gib_s",
+        "fma_peak_gflops",
+        "prefill_512_tokens_per_s",
+        "batch_16_tokens_per_s",
+    ] {
+        assert!(num(&r, key) > 0.0 && num(&r, key).is_finite(), "{key}");
+    }
+    let decode = r["decode"].as_array().unwrap();
+    assert_eq!(decode.len(), 2);
+    // The embedded model's context (2,048) bounds the deep run.
+    assert_eq!(decode[1]["context"], 2048 - 64);
+    for d in decode {
+        // The share is the bytes read per second over the probe's figure.
+        let share = num(d, "read_gib_s")
+            / num(&r, "read_bandwidth_sum_gib_s").min(num(&r, "read_bandwidth_xor_gib_s"));
+        assert!((num(d, "share_of_bandwidth") - share).abs() < 1e-9);
+    }
+}

@@ -84,3 +84,5 @@ pub use pagoda_core::scheduler::{
 pub use pagoda_core::{
     KvDtype, KvError, ParseKvDtypeError, PoolStats, Priority, RadixStats, RequestId, Timestamp,
 };
+/// Machine limits (read bandwidth, FMA peak) the speed benchmarks compare with.
+pub use pagoda_cpu::probe;

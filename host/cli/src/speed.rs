@@ -1,0 +1,391 @@
+//! `pagoda bench --suite speed`: a model's CPU speed beside this machine's
+//! limits, both measured in the same run. Decode at batch 1 is bound by the
+//! bytes it reads (weights once per token, plus the sequence's KV), so it is
+//! reported as a share of the read bandwidth; prefill is bound by
+//! arithmetic, so as a share of the f32 FMA peak. Then batching (16
+//! sequences after a shared prompt, against batch 1), the time from
+//! `pagoda run` starting to its first token, and its peak resident memory
+//! against the file, the KV pool and 64 MiB.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use pagoda_engine::model::{Model, SamplingParams};
+use pagoda_engine::probe::{fma_peak_gflops, read_bandwidth, ReadBandwidth};
+use pagoda_engine::{
+    Backend, Engine, EngineConfig, EngineStorage, Event, GenRequest, Priority, SchedulerConfig,
+    WithBackend,
+};
+use serde::Serialize;
+
+use crate::args::BenchArgs;
+use crate::error::CliError;
+
+/// Bytes the bandwidth probe reads per pass: well past every cache.
+const PROBE_BYTES: usize = 1 << 30;
+
+/// Every figure of the suite, as `--json` writes it.
+#[derive(Debug, Serialize)]
+pub(crate) struct SpeedReport {
+    threads: usize,
+    read_bandwidth_sum_gib_s: f64,
+    read_bandwidth_xor_gib_s: f64,
+    fma_peak_gflops: f64,
+    weight_bytes: u64,
+    kv_bytes_per_token: u64,
+    decode: Vec<DecodeFigure>,
+    prefill_512_tokens_per_s: f64,
+    prefill_share_of_fma_peak: f64,
+    batch_16_tokens_per_s: f64,
+    batch_16_over_batch_1: f64,
+    run_to_first_token_s: Option<f64>,
+    run_peak_resident_bytes: Option<u64>,
+    run_resident_limit_bytes: Option<u64>,
+}
+
+/// Decode at batch 1 at one context depth.
+#[derive(Debug, Serialize)]
+struct DecodeFigure {
+    context: u32,
+    tokens_per_s: f64,
+    /// (weight bytes + KV bytes read per token) × tokens/s.
+    read_gib_s: f64,
+    share_of_bandwidth: f64,
+}
+
+/// Runs the suite on `model` (loaded from `file`, if any) and prints it.
+pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Result<(), CliError> {
+    let threads = match args.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    if !args.quiet {
+        eprintln!(
+            "pagoda bench --suite speed: probing memory and FMA throughput on {threads} threads"
+        );
+    }
+    let bandwidth = read_bandwidth(PROBE_BYTES, threads, 3);
+    let fma = fma_peak_gflops(threads);
+
+    let config = EngineConfig {
+        kv_pages: 512,
+        kv_dtype: args.kv_dtype,
+        scheduler: SchedulerConfig {
+            max_batch: 32,
+            token_budget: args.token_budget.max(512),
+            ..SchedulerConfig::default()
+        },
+        ..EngineConfig::default()
+    };
+    if !args.quiet {
+        eprintln!("pagoda bench --suite speed: decode, prefill and batching runs");
+    }
+    let job = SpeedJob {
+        model,
+        config: &config,
+        seed: args.seed,
+    };
+    let backend = args.backend.choice(args.threads);
+    let runs = backend.open(job).map_err(|error| CliError::Backend {
+        name: backend.name(),
+        error,
+    })??;
+
+    let weight_bytes = model.weights().parameters() * 4;
+    let kv_bytes_per_token = model
+        .config()
+        .kv_geometry(args.kv_dtype)
+        .map_err(CliError::Model)?
+        .bytes_per_token();
+    let decode: Vec<DecodeFigure> = runs
+        .decode
+        .iter()
+        .map(|&(context, tokens_per_s)| {
+            let bytes = weight_bytes + u64::from(context) * kv_bytes_per_token;
+            let read_gib_s = bytes as f64 * tokens_per_s / f64::from(1u32 << 30);
+            DecodeFigure {
+                context,
+                tokens_per_s,
+                read_gib_s,
+                share_of_bandwidth: read_gib_s / bandwidth.gib_s(),
+            }
+        })
+        .collect();
+    let params = model.weights().parameters() as f64;
+    let prefill_gflops = 2.0 * params * runs.prefill_512 / 1e9;
+    let batch_1 = decode.first().map_or(0.0, |d| d.tokens_per_s);
+
+    let (run_s, rss, limit) = match file {
+        Some(path) => {
+            let (seconds, rss, kv) = time_run(path)?;
+            let file_bytes = std::fs::metadata(path).map_or(0, |m| m.len());
+            (Some(seconds), rss, Some(file_bytes + kv + (64 << 20)))
+        }
+        None => (None, None, None),
+    };
+    let report = SpeedReport {
+        threads,
+        read_bandwidth_sum_gib_s: bandwidth.sum_gib_s,
+        read_bandwidth_xor_gib_s: bandwidth.xor_gib_s,
+        fma_peak_gflops: fma,
+        weight_bytes,
+        kv_bytes_per_token,
+        decode,
+        prefill_512_tokens_per_s: runs.prefill_512,
+        prefill_share_of_fma_peak: prefill_gflops / fma,
+        batch_16_tokens_per_s: runs.batch_16,
+        batch_16_over_batch_1: runs.batch_16 / batch_1,
+        run_to_first_token_s: run_s,
+        run_peak_resident_bytes: rss,
+        run_resident_limit_bytes: limit,
+    };
+    print!("{}", table(&report, &bandwidth));
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report).map_err(CliError::Json)?;
+        crate::write(path, text)?;
+    }
+    Ok(())
+}
+
+/// The report as a table: figure, value, what it is compared with, target.
+fn table(r: &SpeedReport, bw: &ReadBandwidth) -> String {
+    let mut rows: Vec<[String; 4]> = vec![
+        [
+            "read bandwidth (sum / xor loop)".into(),
+            format!(
+                "{:.1} / {:.1} GiB/s",
+                r.read_bandwidth_sum_gib_s, r.read_bandwidth_xor_gib_s
+            ),
+            if bw.consistent() {
+                "loops agree".into()
+            } else {
+                "LOOPS DISAGREE: distrust".into()
+            },
+            String::new(),
+        ],
+        [
+            "f32 FMA peak".into(),
+            format!("{:.1} GFLOP/s", r.fma_peak_gflops),
+            format!("{} threads", r.threads),
+            String::new(),
+        ],
+    ];
+    for d in &r.decode {
+        rows.push([
+            format!("decode, batch 1, context {}", d.context),
+            format!(
+                "{:.1} tok/s = {:.2} GiB/s read",
+                d.tokens_per_s, d.read_gib_s
+            ),
+            format!("{:.0}% of read bandwidth", 100.0 * d.share_of_bandwidth),
+            "≥ 50%".into(),
+        ]);
+    }
+    rows.push([
+        "prefill, 512 tokens".into(),
+        format!("{:.1} tok/s", r.prefill_512_tokens_per_s),
+        format!("{:.0}% of FMA peak", 100.0 * r.prefill_share_of_fma_peak),
+        "≥ 40%".into(),
+    ]);
+    rows.push([
+        "16 sequences after a shared 128-token prompt".into(),
+        format!("{:.1} tok/s", r.batch_16_tokens_per_s),
+        format!("{:.1}× batch 1", r.batch_16_over_batch_1),
+        "≥ 3×".into(),
+    ]);
+    if let Some(s) = r.run_to_first_token_s {
+        rows.push([
+            "pagoda run: start to first token".into(),
+            format!("{s:.2} s"),
+            "process start to exit, 1 token".into(),
+            "< 0.5 s".into(),
+        ]);
+    }
+    if let (Some(rss), Some(limit)) = (r.run_peak_resident_bytes, r.run_resident_limit_bytes) {
+        rows.push([
+            "pagoda run: peak resident memory".into(),
+            format!("{:.0} MiB", rss as f64 / f64::from(1u32 << 20)),
+            format!(
+                "file + KV pool + 64 MiB = {:.0} MiB",
+                limit as f64 / f64::from(1u32 << 20)
+            ),
+            "below".into(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..4)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        for (c, cell) in row.iter().enumerate() {
+            let pad = widths[c] - cell.chars().count();
+            out.push_str(cell);
+            out.push_str(&" ".repeat(pad + 2));
+        }
+        out.truncate(out.trim_end().len());
+        out.push('\n');
+    }
+    out
+}
+
+/// Runs `pagoda run` on one short prompt for one token as a new process:
+/// seconds from start to exit, its peak resident bytes and KV pool bytes.
+fn time_run(model: &Path) -> Result<(f64, Option<u64>, u64), CliError> {
+    let exe = std::env::current_exe().map_err(CliError::Child)?;
+    let start = Instant::now();
+    let out = Command::new(exe)
+        .args([
+            "run",
+            "--quiet",
+            "--json",
+            "--max-tokens",
+            "1",
+            "--prompt",
+            "Hello",
+        ])
+        .arg("--model")
+        .arg(model)
+        .output()
+        .map_err(CliError::Child)?;
+    let seconds = start.elapsed().as_secs_f64();
+    if !out.status.success() {
+        return Err(CliError::Failed);
+    }
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(CliError::Json)?;
+    let rss = json["memory"]["peak_resident_bytes"].as_u64();
+    let kv = json["memory"]["kv_pool_bytes"].as_u64().unwrap_or(0);
+    Ok((seconds, rss, kv))
+}
+
+/// The engine runs, generic over the backend.
+struct SpeedJob<'a> {
+    model: &'a Model,
+    config: &'a EngineConfig,
+    seed: u64,
+}
+
+/// What the engine runs measured.
+struct SpeedRuns {
+    /// (context, decode tokens/s) at batch 1.
+    decode: Vec<(u32, f64)>,
+    /// Prompt tokens/s of a 512-token prefill.
+    prefill_512: f64,
+    /// Output tokens/s of 16 sequences decoding together.
+    batch_16: f64,
+}
+
+/// When each request of one `generate` call got its first token and ended.
+struct Generated {
+    started: Instant,
+    first: Vec<Instant>,
+    ended: Vec<Instant>,
+    tokens: Vec<usize>,
+}
+
+impl WithBackend for SpeedJob<'_> {
+    type Output = Result<SpeedRuns, CliError>;
+
+    fn run<B>(self, backend: B) -> Self::Output
+    where
+        B: Backend,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let mut storage = EngineStorage::new(self.config, self.model.config().max_context);
+        let mut engine = Engine::new(self.model, backend, self.config, &mut storage)
+            .map_err(|e| CliError::Engine(Box::new(e)))?;
+        let vocab = self.model.config().vocab;
+        let mut rng = fastrand::Rng::with_seed(self.seed);
+        let mut tokens = |n: usize| -> Vec<u32> { (0..n).map(|_| rng.u32(0..vocab)).collect() };
+        let mut decode = Vec::new();
+        // 4,096 tokens deep, or as deep as the model's context allows.
+        let deep = 4096.min(self.model.config().max_context as usize - 64);
+        for (context, new) in [(8usize, 64u32), (deep, 32)] {
+            let prompt = tokens(context);
+            let g = generate(&mut engine, vec![prompt], new)?;
+            let span = g.ended[0].duration_since(g.first[0]).as_secs_f64();
+            decode.push((
+                context as u32,
+                (g.tokens[0].saturating_sub(1)) as f64 / span,
+            ));
+        }
+        let g = generate(&mut engine, vec![tokens(512)], 1)?;
+        let prefill_512 = 512.0 / g.first[0].duration_since(g.started).as_secs_f64();
+        // The shared prompt is computed once and cached; then 16 requests
+        // that extend it decode together.
+        let shared = tokens(128);
+        generate(&mut engine, vec![shared.clone()], 1)?;
+        let prompts: Vec<Vec<u32>> = (0..16)
+            .map(|_| {
+                let mut p = shared.clone();
+                p.extend(tokens(8));
+                p
+            })
+            .collect();
+        let g = generate(&mut engine, prompts, 64)?;
+        let last = g.ended.iter().max().copied().unwrap_or(g.started);
+        let total: usize = g.tokens.iter().sum();
+        let batch_16 = total as f64 / last.duration_since(g.started).as_secs_f64();
+        Ok(SpeedRuns {
+            decode,
+            prefill_512,
+            batch_16,
+        })
+    }
+}
+
+/// Submits `prompts` together, greedy, `max_new` tokens each, and steps
+/// until all end.
+fn generate<B>(
+    engine: &mut Engine<'_, B>,
+    prompts: Vec<Vec<u32>>,
+    max_new: u32,
+) -> Result<Generated, CliError>
+where
+    B: Backend,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let started = Instant::now();
+    let n = prompts.len();
+    let mut handles = Vec::with_capacity(n);
+    for (i, prompt) in prompts.into_iter().enumerate() {
+        let request = GenRequest {
+            tag: i as u64,
+            prompt,
+            max_new_tokens: max_new,
+            sampling: SamplingParams::GREEDY,
+            seed: i as u64,
+            stop_tokens: Vec::new(),
+        };
+        let handle = engine
+            .submit(request, Priority::Normal, engine.now())
+            .map_err(CliError::Rejected)?;
+        handles.push(handle);
+    }
+    let mut g = Generated {
+        started,
+        first: vec![started; n],
+        ended: vec![started; n],
+        tokens: vec![0; n],
+    };
+    while !engine.is_idle() {
+        engine.step().map_err(|e| CliError::Engine(Box::new(e)))?;
+        let now = Instant::now();
+        for (i, handle) in handles.iter().enumerate() {
+            while let Some(event) = handle.try_recv() {
+                match event {
+                    Event::Token { .. } => {
+                        if g.tokens[i] == 0 {
+                            g.first[i] = now;
+                        }
+                        g.tokens[i] += 1;
+                    }
+                    Event::Finished(_) => g.ended[i] = now,
+                    Event::Rejected(reason) => return Err(CliError::Rejected(reason)),
+                    Event::Cancelled | Event::Failed => return Err(CliError::Failed),
+                }
+            }
+        }
+    }
+    Ok(g)
+}
