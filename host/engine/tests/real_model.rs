@@ -28,8 +28,11 @@ const TOLERANCE_F32: f32 = 2e-5;
 const TOLERANCE_F16: f32 = 2e-3;
 /// The quantized path: every product's activations are rounded to 8-bit
 /// blocks of 32 (and the reference is f64 over the same dequantized
-/// weights). Measured worst 3.1e-2 (a NumPy model of the same rounding gives
-/// 3.1e-2 on the 5-token prompt too, so this is the rounding, not an error).
+/// weights). Measured worst 3.1e-2. A NumPy model of that same rounding is
+/// as far from the reference (3.1e-2 on the 5-token prompt), and is itself
+/// chaotic at this level: perturbing its embedding by 1e-7 (relative) moves
+/// its logits by 0.3, as roundings flip and the flips cascade through the
+/// layers. So no reference can pin this path tighter than the rounding.
 const TOLERANCE_QUANTIZED: f32 = 5e-2;
 /// Quantized against dense on the same file, same KV type. Measured 2.7e-2.
 const TOLERANCE_QUANTIZED_DENSE: f32 = 5e-2;
