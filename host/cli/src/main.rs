@@ -200,7 +200,7 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
     let backend_desc = backend.describe().map_err(backend_error)?;
     let title = format!(
         "pagoda bench · {source} · {model_name} ({:.1} M params) · {backend_desc} · {} KV pages · seed {}",
-        model.weights().parameters() as f64 / 1e6,
+        model.parameters() as f64 / 1e6,
         args.kv_pages,
         args.seed
     );

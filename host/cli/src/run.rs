@@ -99,7 +99,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
             args.model.display(),
             model.info.architecture,
             model.model.config().layers,
-            model.model.weights().parameters() as f64 / 1e6,
+            model.model.parameters() as f64 / 1e6,
             load_s
         );
     }

@@ -3,6 +3,7 @@
 //! tokens arrive ([`TextStream`]: streaming decode, then stop strings).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::chat::{ChatTemplate, ChatTemplateError, StopStrings};
@@ -50,7 +51,7 @@ pub struct ModelInfo {
 /// ```
 #[derive(Debug)]
 pub struct TextModel {
-    /// The decoder, with its weights dequantized.
+    /// The decoder, its weights kept quantized in the mapped file.
     pub model: Model,
     /// Text to ids and back.
     pub tokenizer: Tokenizer,
@@ -66,9 +67,9 @@ impl TextModel {
     /// template. Any malformed or unsupported part is a typed error.
     pub fn load(path: &Path) -> Result<Self, OpenError> {
         let started = Instant::now();
-        let file = ModelFile::open(path)?;
+        let file = Arc::new(ModelFile::open(path)?);
         let gguf = file.gguf()?;
-        let model = Model::from_gguf(&gguf)?;
+        let model = Model::from_file(Arc::clone(&file))?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let text_of = |id: Option<u32>| {
             id.and_then(|id| tokenizer.token_text(id))

@@ -37,7 +37,7 @@ fn model() -> Model {
 /// plain loops: the definition the engine must match.
 fn reference_logits(model: &Model, tokens: &[u32]) -> Vec<Vec<f64>> {
     let c = model.config();
-    let w = model.weights();
+    let w = model.weights().expect("a dense model");
     let (n, hd, d) = (tokens.len(), c.hidden as usize, c.head_dim as usize);
     let group = (c.q_heads / c.kv_heads) as usize;
     let matmul = |x: &[Vec<f64>], m: &ndarray::Array2<f32>| -> Vec<Vec<f64>> {

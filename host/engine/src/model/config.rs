@@ -224,4 +224,11 @@ pub enum ModelError {
         /// The context length.
         max_context: u32,
     },
+    /// A weight row of the quantized model could not be dequantized.
+    #[error("dequantizing a weight row: {0}")]
+    Dequantize(pagoda_core::quant::QuantError),
+    /// A quantized matrix product refused its inputs, or its thread team
+    /// failed.
+    #[error("quantized matrix product: {0}")]
+    Kernel(pagoda_cpu::QMatError),
 }

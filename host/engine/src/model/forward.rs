@@ -7,7 +7,10 @@ use ndarray::{Array1, ArrayView2, ArrayViewMut2};
 use pagoda_core::backend::{Backend, SeqAttention};
 use pagoda_core::Slot;
 
+use pagoda_cpu::{Isa, QMatError, QuantizedActivations, Team, TeamError};
+
 use super::config::{ModelConfig, ModelError};
+use super::quantized::QuantizedWeights;
 use super::weights::Weights;
 
 /// The new tokens of one step, packed: row `i` is token `tokens[i]` at
@@ -38,49 +41,133 @@ pub enum ForwardError<E> {
 }
 
 /// Reusable activation buffers: they grow to the largest step seen and are
-/// not reallocated after that.
-#[derive(Debug, Default)]
+/// not reallocated after that. They also hold the thread team the quantized
+/// forward pass multiplies with (one per engine, created once).
+#[derive(Debug)]
 pub struct Activations {
-    x: Vec<f32>,
-    h: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    attn: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    last: Vec<f32>,
+    pub(super) x: Vec<f32>,
+    pub(super) h: Vec<f32>,
+    pub(super) q: Vec<f32>,
+    pub(super) k: Vec<f32>,
+    pub(super) v: Vec<f32>,
+    pub(super) attn: Vec<f32>,
+    pub(super) gate: Vec<f32>,
+    pub(super) up: Vec<f32>,
+    pub(super) last: Vec<f32>,
+    /// The normed activations quantized once per weight format.
+    pub(super) qx: [QuantizedActivations; 4],
+    /// Workers for the quantized products; started on first use when
+    /// built by [`Default`].
+    pub(super) team: Option<Team>,
+    threads: usize,
+    pub(super) isa: Isa,
 }
 
-fn view(buf: &mut Vec<f32>, rows: usize, cols: usize) -> ArrayViewMut2<'_, f32> {
+impl Default for Activations {
+    /// Buffers for a team of one worker per available core, started on the
+    /// first quantized step.
+    fn default() -> Self {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::empty(threads)
+    }
+}
+
+impl Activations {
+    fn empty(threads: usize) -> Self {
+        Self {
+            x: Vec::new(),
+            h: Vec::new(),
+            q: Vec::new(),
+            k: Vec::new(),
+            v: Vec::new(),
+            attn: Vec::new(),
+            gate: Vec::new(),
+            up: Vec::new(),
+            last: Vec::new(),
+            qx: Default::default(),
+            team: None,
+            threads: threads.max(1),
+            isa: Isa::detect(),
+        }
+    }
+
+    /// Buffers and a team of `threads` workers (the caller counts as one;
+    /// at least one), started now.
+    pub fn with_threads(threads: usize) -> Result<Self, TeamError> {
+        let mut act = Self::empty(threads);
+        act.team = Some(Team::new(act.threads)?);
+        Ok(act)
+    }
+
+    /// Workers the quantized products use.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The team, taken out (the caller puts it back), started if it was
+    /// not yet.
+    pub(super) fn take_team(&mut self) -> Result<Team, ModelError> {
+        match self.team.take() {
+            Some(team) => Ok(team),
+            None => Team::new(self.threads).map_err(|e| ModelError::Kernel(QMatError::Team(e))),
+        }
+    }
+}
+
+pub(super) fn view(buf: &mut Vec<f32>, rows: usize, cols: usize) -> ArrayViewMut2<'_, f32> {
     if buf.len() < rows * cols {
         buf.resize(rows * cols, 0.0);
     }
     ArrayViewMut2::from_shape((rows, cols), &mut buf[..rows * cols]).expect("length checked above")
 }
 
-fn read(buf: &[f32], rows: usize, cols: usize) -> ArrayView2<'_, f32> {
+pub(super) fn read(buf: &[f32], rows: usize, cols: usize) -> ArrayView2<'_, f32> {
     ArrayView2::from_shape((rows, cols), &buf[..rows * cols]).expect("length checked by view")
 }
 
-/// A Llama-architecture decoder ready to run: weights plus the rotary
-/// tables.
+/// The weights a model runs on.
+#[derive(Debug, Clone)]
+enum Repr {
+    /// Dequantized to f32 (the embedded model, and a reference path).
+    Dense(Weights),
+    /// Kept quantized in the mapped file.
+    Quantized(QuantizedWeights),
+}
+
+/// A Llama-architecture decoder ready to run: weights (dense or quantized
+/// in place) plus the rotary tables.
 #[derive(Debug, Clone)]
 pub struct Model {
-    weights: Weights,
+    repr: Repr,
+    /// Rotate interleaved pairs `(2i, 2i+1)` rather than halves `(i, i +
+    /// rope_dim/2)`: a `llama` file's own row order, kept in place.
+    interleaved: bool,
     /// `cos` and `sin` of position × frequency, `[max_context, rope_dim/2]`.
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
 }
 
 impl Model {
-    /// A model over `weights`.
+    /// A model over dense f32 `weights` (rotate-half rotary).
     pub fn new(weights: Weights) -> Self {
-        let c = *weights.config();
+        Self::build(Repr::Dense(weights), false)
+    }
+
+    /// A model over weights kept quantized in their file; rotary in the
+    /// file's order ([`QuantizedWeights::interleaved_rope`]).
+    pub fn from_quantized(weights: QuantizedWeights) -> Self {
+        let interleaved = weights.interleaved_rope();
+        Self::build(Repr::Quantized(weights), interleaved)
+    }
+
+    fn build(repr: Repr, interleaved: bool) -> Self {
+        let (c, factors) = match &repr {
+            Repr::Dense(w) => (*w.config(), w.rope_factors()),
+            Repr::Quantized(w) => (*w.config(), w.rope_factors()),
+        };
         let half = (c.rope_dim / 2) as usize;
         let mut rope_cos = Vec::with_capacity(c.max_context as usize * half);
         let mut rope_sin = Vec::with_capacity(c.max_context as usize * half);
-        let factors = weights.rope_factors();
         for pos in 0..c.max_context {
             for i in 0..half {
                 let mut freq =
@@ -94,7 +181,8 @@ impl Model {
             }
         }
         Self {
-            weights,
+            repr,
+            interleaved,
             rope_cos,
             rope_sin,
         }
@@ -102,12 +190,47 @@ impl Model {
 
     /// The model's configuration.
     pub fn config(&self) -> &ModelConfig {
-        self.weights.config()
+        match &self.repr {
+            Repr::Dense(w) => w.config(),
+            Repr::Quantized(w) => w.config(),
+        }
     }
 
-    /// The model's weights.
-    pub fn weights(&self) -> &Weights {
-        &self.weights
+    /// The dense weights; `None` when the model runs on quantized ones.
+    pub fn weights(&self) -> Option<&Weights> {
+        match &self.repr {
+            Repr::Dense(w) => Some(w),
+            Repr::Quantized(_) => None,
+        }
+    }
+
+    /// The quantized weights; `None` for a dense model.
+    pub fn quantized_weights(&self) -> Option<&QuantizedWeights> {
+        match &self.repr {
+            Repr::Dense(_) => None,
+            Repr::Quantized(w) => Some(w),
+        }
+    }
+
+    /// Whether the matrices stay quantized in the mapped file.
+    pub fn is_quantized(&self) -> bool {
+        matches!(self.repr, Repr::Quantized(_))
+    }
+
+    /// Whether the output head is the embedding.
+    pub fn is_tied(&self) -> bool {
+        match &self.repr {
+            Repr::Dense(w) => w.is_tied(),
+            Repr::Quantized(w) => w.is_tied(),
+        }
+    }
+
+    /// Parameters held: a tied head counts once, biases count.
+    pub fn parameters(&self) -> u64 {
+        match &self.repr {
+            Repr::Dense(w) => w.parameters(),
+            Repr::Quantized(w) => w.parameters(),
+        }
     }
 
     /// Runs one step: writes this step's keys and values into the KV store
@@ -120,13 +243,28 @@ impl Model {
         act: &mut Activations,
         logits: &mut Vec<f32>,
     ) -> Result<(), ForwardError<B::Error>> {
-        let c = self.config();
         self.check(input).map_err(ForwardError::Model)?;
+        match &self.repr {
+            Repr::Dense(w) => self.forward_dense(w, backend, store, input, act, logits),
+            Repr::Quantized(w) => self.forward_quantized(w, backend, store, input, act, logits),
+        }
+    }
+
+    /// [`forward`](Self::forward) over dense weights, with ndarray.
+    fn forward_dense<B: Backend>(
+        &self,
+        w: &Weights,
+        backend: &mut B,
+        store: &mut B::KvStore,
+        input: &StepInput<'_>,
+        act: &mut Activations,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ForwardError<B::Error>> {
+        let c = self.config();
         let t = input.tokens.len();
         let (hidden, q_dim, kv_dim, ffn) =
             (c.hidden as usize, c.q_dim(), c.kv_dim(), c.ffn as usize);
         let shape = c.attention_shape();
-        let w = &self.weights;
 
         let mut x = view(&mut act.x, t, hidden);
         for (mut row, &token) in x.rows_mut().into_iter().zip(input.tokens) {
@@ -253,10 +391,11 @@ impl Model {
         Ok(())
     }
 
-    /// Rotary position embedding in the rotate-half layout over each head's
-    /// first `rope_dim` dimensions: dimension `i` pairs with
-    /// `i + rope_dim/2`; the rest of the head passes through.
-    fn rope(&self, rows: &mut [f32], heads: u32, positions: &[u32]) {
+    /// Rotary position embedding over each head's first `rope_dim`
+    /// dimensions (the rest passes through): rotate-half pairs dimension
+    /// `i` with `i + rope_dim/2`; interleaved pairs `2i` with `2i + 1`.
+    /// Pair `i` turns by position × frequency `i` either way.
+    pub(super) fn rope(&self, rows: &mut [f32], heads: u32, positions: &[u32]) {
         let d = self.config().head_dim as usize;
         let half = self.config().rope_dim as usize / 2;
         let width = heads as usize * d;
@@ -264,11 +403,19 @@ impl Model {
             let cos = &self.rope_cos[pos as usize * half..][..half];
             let sin = &self.rope_sin[pos as usize * half..][..half];
             for head in row.chunks_exact_mut(d) {
-                let (a, b) = head[..2 * half].split_at_mut(half);
-                for i in 0..half {
-                    let (x1, x2) = (a[i], b[i]);
-                    a[i] = x1 * cos[i] - x2 * sin[i];
-                    b[i] = x2 * cos[i] + x1 * sin[i];
+                if self.interleaved {
+                    for (i, pair) in head[..2 * half].chunks_exact_mut(2).enumerate() {
+                        let (x1, x2) = (pair[0], pair[1]);
+                        pair[0] = x1 * cos[i] - x2 * sin[i];
+                        pair[1] = x2 * cos[i] + x1 * sin[i];
+                    }
+                } else {
+                    let (a, b) = head[..2 * half].split_at_mut(half);
+                    for i in 0..half {
+                        let (x1, x2) = (a[i], b[i]);
+                        a[i] = x1 * cos[i] - x2 * sin[i];
+                        b[i] = x2 * cos[i] + x1 * sin[i];
+                    }
                 }
             }
         }
@@ -276,7 +423,7 @@ impl Model {
 }
 
 /// Adds `bias` to every row of `rows` (nothing without a bias).
-fn add_bias(rows: &mut [f32], bias: Option<&Array1<f32>>) {
+pub(super) fn add_bias(rows: &mut [f32], bias: Option<&Array1<f32>>) {
     let Some(bias) = bias else { return };
     for row in rows.chunks_exact_mut(bias.len()) {
         for (x, b) in row.iter_mut().zip(bias) {
@@ -286,7 +433,7 @@ fn add_bias(rows: &mut [f32], bias: Option<&Array1<f32>>) {
 }
 
 /// `out = x / rms(x) × gain`, row by row.
-fn rms_norm(
+pub(super) fn rms_norm(
     x: &[f32],
     out: &mut Vec<f32>,
     rows: usize,

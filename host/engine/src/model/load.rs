@@ -8,25 +8,30 @@
 //! rotates halves (NeoX), so those rows are put back at load. `qwen2` files
 //! already use the NeoX mode.
 
+use std::path::Path;
+use std::sync::Arc;
+
 use ndarray::{Array1, Array2};
 use pagoda_core::gguf::{Gguf, GgufError, Value};
 
 use super::config::ModelConfig;
 use super::dequant::{matrix, vector};
+use super::file::ModelFile;
 use super::forward::Model;
 use super::load_error::LoadError;
+use super::quantized::QuantizedWeights;
 use super::weights::{LayerWeights, Weights};
 
 /// The architectures the loader knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Arch {
+pub(super) enum Arch {
     /// Rotary in interleaved pairs in the file, no attention biases.
     Llama,
     /// NeoX rotary, q/k/v biases.
     Qwen2,
 }
 
-fn arch(g: &Gguf<'_>) -> Result<(Arch, &'static str), LoadError> {
+pub(super) fn arch(g: &Gguf<'_>) -> Result<(Arch, &'static str), LoadError> {
     let name = g
         .get_str("general.architecture")
         .map_err(|e| meta("general.architecture", e))?;
@@ -265,10 +270,25 @@ impl Weights {
 }
 
 impl Model {
-    /// The model a GGUF file holds: [`ModelConfig::from_gguf`] then
-    /// [`Weights::from_gguf`].
+    /// The model a GGUF file holds, dequantized to f32 (the dense path:
+    /// [`ModelConfig::from_gguf`] then [`Weights::from_gguf`]).
     pub fn from_gguf(g: &Gguf<'_>) -> Result<Model, LoadError> {
         let config = ModelConfig::from_gguf(g)?;
         Ok(Model::new(Weights::from_gguf(g, config)?))
+    }
+
+    /// The model a mapped GGUF file holds, its matrices kept quantized in
+    /// the map ([`QuantizedWeights::from_file`]): loading reads only the
+    /// metadata and the small vectors.
+    pub fn from_file(file: Arc<ModelFile>) -> Result<Model, LoadError> {
+        let config = ModelConfig::from_gguf(&file.gguf()?)?;
+        Ok(Model::from_quantized(QuantizedWeights::from_file(
+            file, config,
+        )?))
+    }
+
+    /// Maps the GGUF file at `path` and loads it with [`from_file`](Self::from_file).
+    pub fn load(path: impl AsRef<Path>) -> Result<Model, LoadError> {
+        Model::from_file(Arc::new(ModelFile::open(path)?))
     }
 }

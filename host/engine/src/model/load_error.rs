@@ -79,6 +79,15 @@ pub enum LoadError {
         #[source]
         source: QuantError,
     },
+    /// A tensor's bytes do not form the matrix its shape describes.
+    #[error("tensor {tensor}: {source}")]
+    Matrix {
+        /// The tensor.
+        tensor: String,
+        /// The cause.
+        #[source]
+        source: pagoda_cpu::QMatError,
+    },
 }
 
 impl From<GgufError> for LoadError {

@@ -95,3 +95,16 @@ pub fn max_diff(ours: &[f32], reference: &[f32]) -> (f32, f32) {
         });
     (diff, hi - lo)
 }
+
+/// The index of the largest logit and its lead over the second largest.
+pub fn top_two(logits: &[f32]) -> (u32, f32) {
+    let (mut best, mut first, mut second) = (0, f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for (i, &x) in logits.iter().enumerate() {
+        if x > first {
+            (second, first, best) = (first, x, i);
+        } else if x > second {
+            second = x;
+        }
+    }
+    (best as u32, first - second)
+}

@@ -1,0 +1,201 @@
+//! The forward pass over weights kept quantized in the mapped file: each
+//! layer's normed activations are quantized once per weight format and used
+//! for every matrix that reads them (q, k, v; gate, up), the products split
+//! over the [`Activations`]' thread team. Element-wise steps are as in the
+//! dense pass; the output head runs only for the rows that sample.
+
+use pagoda_core::backend::Backend;
+use pagoda_cpu::{matmul_team, ActFormat, Isa, QuantizedActivations, Team};
+
+use super::config::ModelError;
+use super::forward::{add_bias, rms_norm, Activations, ForwardError, Model, StepInput};
+use super::quantized::{QuantTensor, QuantizedWeights};
+
+/// Where each activation format is kept in [`Activations`].
+fn slot(format: ActFormat) -> usize {
+    match format {
+        ActFormat::F32 => 0,
+        ActFormat::Q8_0 => 1,
+        ActFormat::Q8_1 => 2,
+        ActFormat::Q8_K => 3,
+    }
+}
+
+/// Quantizes `x` (`rows × cols`) once for each format that `weights` need.
+fn quantize(
+    qx: &mut [QuantizedActivations; 4],
+    weights: &[&QuantTensor],
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+) -> Result<(), ModelError> {
+    let mut done = [false; 4];
+    for w in weights {
+        let s = slot(ActFormat::for_weights(w.kind()));
+        if !done[s] {
+            qx[s]
+                .quantize(w.kind(), &x[..rows * cols], rows, cols)
+                .map_err(ModelError::Kernel)?;
+            done[s] = true;
+        }
+    }
+    Ok(())
+}
+
+/// `out[..rows × w.rows()] = x · wᵀ` on the team, `x` from its format's slot.
+fn product(
+    team: &mut Team,
+    isa: Isa,
+    file: &[u8],
+    w: &QuantTensor,
+    qx: &[QuantizedActivations; 4],
+    out: &mut Vec<f32>,
+) -> Result<(), ModelError> {
+    let x = &qx[slot(ActFormat::for_weights(w.kind()))];
+    let len = x.rows() * w.rows();
+    if out.len() < len {
+        out.resize(len, 0.0);
+    }
+    let m = w.matrix(file).map_err(ModelError::Kernel)?;
+    matmul_team(team, isa, &m, x, &mut out[..len]).map_err(ModelError::Kernel)
+}
+
+impl Model {
+    /// [`forward`](Self::forward) over quantized weights.
+    pub(super) fn forward_quantized<B: Backend>(
+        &self,
+        w: &QuantizedWeights,
+        backend: &mut B,
+        store: &mut B::KvStore,
+        input: &StepInput<'_>,
+        act: &mut Activations,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ForwardError<B::Error>> {
+        // The team is lent out for the step so the buffers can be borrowed
+        // beside it, and put back whatever happens.
+        let mut team = act.take_team().map_err(ForwardError::Model)?;
+        let result = self.quantized_step(w, backend, store, input, act, &mut team, logits);
+        act.team = Some(team);
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn quantized_step<B: Backend>(
+        &self,
+        w: &QuantizedWeights,
+        backend: &mut B,
+        store: &mut B::KvStore,
+        input: &StepInput<'_>,
+        act: &mut Activations,
+        team: &mut Team,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ForwardError<B::Error>> {
+        let c = self.config();
+        let t = input.tokens.len();
+        let (hidden, q_dim, kv_dim, ffn) =
+            (c.hidden as usize, c.q_dim(), c.kv_dim(), c.ffn as usize);
+        let shape = c.attention_shape();
+        let file = w.file().bytes();
+        let model = ForwardError::Model;
+        let isa = act.isa;
+        let Activations {
+            x,
+            h,
+            q,
+            k,
+            v,
+            attn,
+            gate,
+            up,
+            last,
+            qx,
+            ..
+        } = act;
+
+        if x.len() < t * hidden {
+            x.resize(t * hidden, 0.0);
+        }
+        for (row, &token) in x.chunks_exact_mut(hidden).zip(input.tokens) {
+            w.embed()
+                .row_into(file, token as usize, row)
+                .map_err(model)?;
+        }
+        for (layer_index, layer) in w.layers.iter().enumerate() {
+            let layer_id = layer_index as u32;
+            rms_norm(x, h, t, hidden, &layer.attn_norm, c.rms_eps);
+            quantize(qx, &[&layer.wq, &layer.wk, &layer.wv], h, t, hidden).map_err(model)?;
+            product(team, isa, file, &layer.wq, qx, q).map_err(model)?;
+            product(team, isa, file, &layer.wk, qx, k).map_err(model)?;
+            product(team, isa, file, &layer.wv, qx, v).map_err(model)?;
+            add_bias(&mut q[..t * q_dim], layer.bq.as_ref());
+            add_bias(&mut k[..t * kv_dim], layer.bk.as_ref());
+            add_bias(&mut v[..t * kv_dim], layer.bv.as_ref());
+            self.rope(&mut q[..t * q_dim], c.q_heads, input.positions);
+            self.rope(&mut k[..t * kv_dim], c.kv_heads, input.positions);
+            backend
+                .scatter(
+                    store,
+                    layer_id,
+                    input.slots,
+                    &k[..t * kv_dim],
+                    &v[..t * kv_dim],
+                )
+                .map_err(ForwardError::Backend)?;
+            if attn.len() < t * q_dim {
+                attn.resize(t * q_dim, 0.0);
+            }
+            backend
+                .attention(
+                    store,
+                    layer_id,
+                    shape,
+                    input.seqs,
+                    &q[..t * q_dim],
+                    &mut attn[..t * q_dim],
+                )
+                .map_err(ForwardError::Backend)?;
+            quantize(qx, &[&layer.wo], attn, t, q_dim).map_err(model)?;
+            // The projection lands in `h` (free until the next norm), then
+            // joins the residual stream.
+            product(team, isa, file, &layer.wo, qx, h).map_err(model)?;
+            add(&mut x[..t * hidden], &h[..t * hidden]);
+
+            rms_norm(x, h, t, hidden, &layer.ffn_norm, c.rms_eps);
+            quantize(qx, &[&layer.w_gate, &layer.w_up], h, t, hidden).map_err(model)?;
+            product(team, isa, file, &layer.w_gate, qx, gate).map_err(model)?;
+            product(team, isa, file, &layer.w_up, qx, up).map_err(model)?;
+            for (g, u) in gate[..t * ffn].iter_mut().zip(&up[..t * ffn]) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+            quantize(qx, &[&layer.w_down], gate, t, ffn).map_err(model)?;
+            product(team, isa, file, &layer.w_down, qx, h).map_err(model)?;
+            add(&mut x[..t * hidden], &h[..t * hidden]);
+        }
+
+        // Only the rows that sample need the output head.
+        let s = input.sample_rows.len();
+        if h.len() < s * hidden {
+            h.resize(s * hidden, 0.0);
+        }
+        for (row, &r) in h.chunks_exact_mut(hidden).zip(input.sample_rows) {
+            let start = r as usize * hidden;
+            row.copy_from_slice(&x[start..start + hidden]);
+        }
+        rms_norm(h, last, s, hidden, &w.final_norm, c.rms_eps);
+        let head = w.lm_head();
+        quantize(qx, &[head], last, s, hidden).map_err(model)?;
+        let vocab = c.vocab as usize;
+        if logits.len() != s * vocab {
+            logits.resize(s * vocab, 0.0);
+        }
+        product(team, isa, file, head, qx, logits).map_err(model)?;
+        Ok(())
+    }
+}
+
+/// `x += y`, element by element.
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}

@@ -1,0 +1,289 @@
+//! A model's weights kept in the memory-mapped GGUF file, in their quantized
+//! blocks: each matrix is a view (type, shape, byte range) into the map, so
+//! loading copies nothing but the small vectors (norm gains, biases, rope
+//! factors), which are dequantized to f32.
+//!
+//! Rows stay in the file's order. For `llama` files that means the query and
+//! key rows are in llama.cpp's interleaved-pair rotary order; the quantized
+//! forward pass rotates interleaved pairs for them instead of permuting
+//! rows (see [`QuantizedWeights::interleaved_rope`]).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use ndarray::Array1;
+use pagoda_core::gguf::Gguf;
+use pagoda_core::{dequantize_row, QuantKind};
+use pagoda_cpu::{QMatError, QuantMatrix};
+
+use super::config::{ModelConfig, ModelError};
+use super::dequant::{tensor, vector};
+use super::file::ModelFile;
+use super::load::{arch, Arch};
+use super::load_error::LoadError;
+
+/// One matrix in the map: `rows` rows (outputs) of `cols` elements (inputs)
+/// of `kind`, at `bytes` in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuantTensor {
+    kind: QuantKind,
+    rows: usize,
+    cols: usize,
+    bytes: Range<usize>,
+}
+
+impl QuantTensor {
+    /// Looks up `name`, checks it is `out` rows of `inp` elements and that
+    /// its bytes form whole rows, and records where it lies in `file`.
+    fn find(
+        g: &Gguf<'_>,
+        file: &ModelFile,
+        name: &str,
+        inp: usize,
+        out: usize,
+    ) -> Result<Self, LoadError> {
+        let t = tensor(g, name, &[inp as u64, out as u64])?;
+        let data = t.data();
+        // The reader hands out sub-slices of the map: their offset in it is
+        // the difference of the addresses.
+        let start = (data.as_ptr() as usize).wrapping_sub(file.bytes().as_ptr() as usize);
+        let bytes = start..start + data.len();
+        let qt = QuantTensor {
+            kind: t.kind(),
+            rows: out,
+            cols: inp,
+            bytes,
+        };
+        // Compared by address, not content: reading the bytes would fault
+        // the whole file in at load.
+        let same = file
+            .bytes()
+            .get(qt.bytes.clone())
+            .is_some_and(|s| std::ptr::eq(s.as_ptr(), data.as_ptr()) && s.len() == data.len());
+        if !same {
+            return Err(LoadError::Shape {
+                tensor: name.to_string(),
+                expected: vec![inp as u64, out as u64],
+                found: t.dims().to_vec(),
+            });
+        }
+        qt.matrix(file.bytes()).map_err(|e| LoadError::Matrix {
+            tensor: name.to_string(),
+            source: e,
+        })?;
+        Ok(qt)
+    }
+
+    /// The weight type.
+    pub fn kind(&self) -> QuantKind {
+        self.kind
+    }
+
+    /// Rows (outputs).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Elements per row (inputs).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Where the tensor's bytes lie in the file.
+    pub fn byte_range(&self) -> Range<usize> {
+        self.bytes.clone()
+    }
+
+    /// The matrix over `file`'s bytes (checked when loaded, so this fails
+    /// only for another file).
+    pub(super) fn matrix<'a>(&self, file: &'a [u8]) -> Result<QuantMatrix<'a>, QMatError> {
+        let data = file.get(self.bytes.clone()).unwrap_or_default();
+        QuantMatrix::new(self.kind, self.rows, self.cols, data)
+    }
+
+    /// Dequantizes row `r` into `out` (`cols` floats).
+    pub(super) fn row_into(
+        &self,
+        file: &[u8],
+        r: usize,
+        out: &mut [f32],
+    ) -> Result<(), ModelError> {
+        let row_bytes = self.bytes.len() / self.rows.max(1);
+        let start = self.bytes.start + r * row_bytes;
+        let bytes = file
+            .get(start..start + row_bytes)
+            .ok_or(ModelError::Token {
+                token: r as u32,
+                vocab: self.rows as u32,
+            })?;
+        dequantize_row(self.kind, bytes, out).map_err(ModelError::Dequantize)
+    }
+
+    fn elems(&self) -> u64 {
+        (self.rows * self.cols) as u64
+    }
+}
+
+/// One decoder layer: matrices in the map, vectors in f32.
+#[derive(Debug, Clone)]
+pub struct QuantLayer {
+    pub(super) attn_norm: Array1<f32>,
+    pub(super) wq: QuantTensor,
+    pub(super) wk: QuantTensor,
+    pub(super) wv: QuantTensor,
+    pub(super) bq: Option<Array1<f32>>,
+    pub(super) bk: Option<Array1<f32>>,
+    pub(super) bv: Option<Array1<f32>>,
+    pub(super) wo: QuantTensor,
+    pub(super) ffn_norm: Array1<f32>,
+    pub(super) w_gate: QuantTensor,
+    pub(super) w_up: QuantTensor,
+    pub(super) w_down: QuantTensor,
+}
+
+/// Every tensor of a GGUF model, matrices left in the shared map.
+#[derive(Debug, Clone)]
+pub struct QuantizedWeights {
+    file: Arc<ModelFile>,
+    config: ModelConfig,
+    interleaved: bool,
+    pub(super) embed: QuantTensor,
+    pub(super) layers: Vec<QuantLayer>,
+    pub(super) final_norm: Array1<f32>,
+    /// `None`: tied to the embedding.
+    pub(super) lm_head: Option<QuantTensor>,
+    pub(super) rope_factors: Option<Array1<f32>>,
+}
+
+impl QuantizedWeights {
+    /// The weights of `file` for `config` (from [`ModelConfig::from_gguf`]
+    /// on the same file): every tensor looked up and shape-checked, the
+    /// matrices recorded as ranges of the map.
+    pub fn from_file(file: Arc<ModelFile>, config: ModelConfig) -> Result<Self, LoadError> {
+        config.validate()?;
+        let g = file.gguf()?;
+        let (arch, _) = arch(&g)?;
+        let (v, h, q, kv, f) = (
+            config.vocab as usize,
+            config.hidden as usize,
+            config.q_dim(),
+            config.kv_dim(),
+            config.ffn as usize,
+        );
+        let m = |name: &str, inp: usize, out: usize| QuantTensor::find(&g, &file, name, inp, out);
+        let bias = |name: String, len: usize| -> Result<Option<Array1<f32>>, LoadError> {
+            if arch != Arch::Qwen2 && g.tensor(&name).is_none() {
+                return Ok(None);
+            }
+            Ok(Some(vector(&g, &name, len)?))
+        };
+        let embed = m("token_embd.weight", h, v)?;
+        let mut layers = Vec::with_capacity(config.layers as usize);
+        for i in 0..config.layers {
+            let n = |t: &str| format!("blk.{i}.{t}");
+            layers.push(QuantLayer {
+                attn_norm: vector(&g, &n("attn_norm.weight"), h)?,
+                wq: m(&n("attn_q.weight"), h, q)?,
+                wk: m(&n("attn_k.weight"), h, kv)?,
+                wv: m(&n("attn_v.weight"), h, kv)?,
+                bq: bias(n("attn_q.bias"), q)?,
+                bk: bias(n("attn_k.bias"), kv)?,
+                bv: bias(n("attn_v.bias"), kv)?,
+                wo: m(&n("attn_output.weight"), q, h)?,
+                ffn_norm: vector(&g, &n("ffn_norm.weight"), h)?,
+                w_gate: m(&n("ffn_gate.weight"), h, f)?,
+                w_up: m(&n("ffn_up.weight"), h, f)?,
+                w_down: m(&n("ffn_down.weight"), f, h)?,
+            });
+        }
+        let final_norm = vector(&g, "output_norm.weight", h)?;
+        let lm_head = match g.tensor("output.weight") {
+            Some(_) => Some(m("output.weight", h, v)?),
+            None => None,
+        };
+        let rope_factors = match g.tensor("rope_freqs.weight") {
+            Some(_) => {
+                let factors = vector(&g, "rope_freqs.weight", config.rope_dim as usize / 2)?;
+                if !factors.iter().all(|x| x.is_finite() && *x > 0.0) {
+                    return Err(ModelError::NonFinite.into());
+                }
+                Some(factors)
+            }
+            None => None,
+        };
+        Ok(Self {
+            file,
+            config,
+            interleaved: arch == Arch::Llama,
+            embed,
+            layers,
+            final_norm,
+            lm_head,
+            rope_factors,
+        })
+    }
+
+    /// The configuration the tensors were checked against.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The mapped file the matrices live in.
+    pub fn file(&self) -> &Arc<ModelFile> {
+        &self.file
+    }
+
+    /// Whether query and key rows are in interleaved-pair rotary order (a
+    /// `llama` file), rather than rotate-half (`qwen2`).
+    pub fn interleaved_rope(&self) -> bool {
+        self.interleaved
+    }
+
+    /// Token embedding, `vocab` rows of `hidden`.
+    pub fn embed(&self) -> &QuantTensor {
+        &self.embed
+    }
+
+    /// Output head, `vocab` rows of `hidden`: the embedding when tied.
+    pub fn lm_head(&self) -> &QuantTensor {
+        self.lm_head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// Whether the output head is the embedding.
+    pub fn is_tied(&self) -> bool {
+        self.lm_head.is_none()
+    }
+
+    /// Divisors of the rotary frequencies, if any.
+    pub fn rope_factors(&self) -> Option<&Array1<f32>> {
+        self.rope_factors.as_ref()
+    }
+
+    /// Whether every layer has query, key and value biases.
+    pub fn has_biases(&self) -> bool {
+        self.layers
+            .iter()
+            .all(|l| l.bq.is_some() && l.bk.is_some() && l.bv.is_some())
+    }
+
+    /// Parameters held: a tied head counts once, biases count.
+    pub fn parameters(&self) -> u64 {
+        let len = |b: &Option<Array1<f32>>| b.as_ref().map_or(0, |b| b.len() as u64);
+        let layers: u64 = self
+            .layers
+            .iter()
+            .map(|l| {
+                [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
+                    .iter()
+                    .map(|t| t.elems())
+                    .sum::<u64>()
+                    + (l.attn_norm.len() + l.ffn_norm.len()) as u64
+                    + len(&l.bq)
+                    + len(&l.bk)
+                    + len(&l.bv)
+            })
+            .sum();
+        let head = self.lm_head.as_ref().map_or(0, QuantTensor::elems);
+        self.embed.elems() + layers + self.final_norm.len() as u64 + head
+    }
+}
