@@ -92,7 +92,7 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
         error,
     })??;
 
-    let weight_bytes = model.weights().parameters() * 4;
+    let weight_bytes = model.weight_bytes();
     let kv_bytes_per_token = model
         .config()
         .kv_geometry(args.kv_dtype)
@@ -112,7 +112,7 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
             }
         })
         .collect();
-    let params = model.weights().parameters() as f64;
+    let params = model.parameters() as f64;
     let prefill_gflops = 2.0 * params * runs.prefill_512 / 1e9;
     let batch_1 = decode.first().map_or(0.0, |d| d.tokens_per_s);
 

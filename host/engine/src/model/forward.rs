@@ -233,6 +233,23 @@ impl Model {
         }
     }
 
+    /// Bytes of weights a decode step reads: the quantized blocks as the
+    /// file holds them, or 4 per parameter for dense f32 weights (the
+    /// embedding only as the output head when tied; lookups read a row).
+    pub fn weight_bytes(&self) -> u64 {
+        match &self.repr {
+            Repr::Dense(w) => {
+                let lookup_only = if w.is_tied() {
+                    0
+                } else {
+                    w.embed().len() as u64
+                };
+                4 * (w.parameters() - lookup_only)
+            }
+            Repr::Quantized(w) => w.weight_bytes(),
+        }
+    }
+
     /// Runs one step: writes this step's keys and values into the KV store
     /// and `sample_rows.len() × vocab` logits into `logits`.
     pub fn forward<B: Backend>(

@@ -286,4 +286,27 @@ impl QuantizedWeights {
         let head = self.lm_head.as_ref().map_or(0, QuantTensor::elems);
         self.embed.elems() + layers + self.final_norm.len() as u64 + head
     }
+
+    /// Bytes a decode step reads for the matrices (the blocks in the map;
+    /// a tied head's once) plus the f32 vectors: what bounds decode speed.
+    pub fn weight_bytes(&self) -> u64 {
+        let bytes = |t: &QuantTensor| t.byte_range().len() as u64;
+        let vector = |b: &Option<Array1<f32>>| b.as_ref().map_or(0, |b| 4 * b.len() as u64);
+        let layers: u64 = self
+            .layers
+            .iter()
+            .map(|l| {
+                [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
+                    .iter()
+                    .map(|t| bytes(t))
+                    .sum::<u64>()
+                    + 4 * (l.attn_norm.len() + l.ffn_norm.len()) as u64
+                    + vector(&l.bq)
+                    + vector(&l.bk)
+                    + vector(&l.bv)
+            })
+            .sum();
+        let head = self.lm_head.as_ref().map_or(bytes(&self.embed), bytes);
+        layers + 4 * self.final_norm.len() as u64 + head
+    }
 }
