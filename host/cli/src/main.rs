@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use pagoda_engine::model::{Model, ModelConfig, SamplingParams, Weights};
-use pagoda_engine::{EngineConfig, SchedulerConfig, SchedulerPolicy, TextModel};
+use pagoda_engine::{EngineConfig, SchedulerConfig, SchedulerPolicy, TextModel, WeightMode};
 
 use crate::args::{parse_policy, BenchArgs, Cli, Command, Settings, Suite};
 use crate::bench::{DriveOptions, PolicyRun};
@@ -56,6 +56,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--quantized` as the engine's weight mode.
+pub(crate) fn weight_mode(quantized: bool) -> WeightMode {
+    if quantized {
+        WeightMode::Quantized
+    } else {
+        WeightMode::Dequantized
+    }
+}
+
 pub(crate) fn write(path: &Path, contents: String) -> Result<(), CliError> {
     std::fs::write(path, contents).map_err(|source| CliError::Write {
         path: path.to_path_buf(),
@@ -89,10 +98,12 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
         std::env::set_var("MATMUL_NUM_THREADS", args.threads.to_string());
     }
     let loaded = match &args.model {
-        Some(path) => Some(TextModel::load(path).map_err(|error| CliError::Load {
-            path: path.clone(),
-            error: Box::new(error),
-        })?),
+        Some(path) => Some(TextModel::open(path, weight_mode(args.quantized)).map_err(
+            |error| CliError::Load {
+                path: path.clone(),
+                error: Box::new(error),
+            },
+        )?),
         None => None,
     };
     let embedded;

@@ -88,10 +88,13 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
     };
     sampling.validate()?;
     let started = Instant::now();
-    let model = TextModel::load(&args.model).map_err(|error| CliError::Load {
-        path: args.model.clone(),
-        error: Box::new(error),
-    })?;
+    let model =
+        TextModel::open(&args.model, crate::weight_mode(args.quantized)).map_err(|error| {
+            CliError::Load {
+                path: args.model.clone(),
+                error: Box::new(error),
+            }
+        })?;
     let load_s = started.elapsed().as_secs_f64();
     if !args.quiet && !args.json {
         eprintln!(

@@ -118,7 +118,7 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
 
     let (run_s, rss, limit) = match file {
         Some(path) => {
-            let (seconds, rss, kv) = time_run(path)?;
+            let (seconds, rss, kv) = time_run(path, args.quantized)?;
             let file_bytes = std::fs::metadata(path).map_or(0, |m| m.len());
             (Some(seconds), rss, Some(file_bytes + kv + (64 << 20)))
         }
@@ -229,9 +229,10 @@ fn table(r: &SpeedReport, bw: &ReadBandwidth) -> String {
     out
 }
 
-/// Runs `pagoda run` on one short prompt for one token as a new process:
-/// seconds from start to exit, its peak resident bytes and KV pool bytes.
-fn time_run(model: &Path) -> Result<(f64, Option<u64>, u64), CliError> {
+/// Runs `pagoda run` on one short prompt for one token as a new process
+/// (weights as `--quantized` says): seconds from start to exit, its peak
+/// resident bytes and KV pool bytes.
+fn time_run(model: &Path, quantized: bool) -> Result<(f64, Option<u64>, u64), CliError> {
     let exe = std::env::current_exe().map_err(CliError::Child)?;
     let start = Instant::now();
     let out = Command::new(exe)
@@ -246,6 +247,7 @@ fn time_run(model: &Path) -> Result<(f64, Option<u64>, u64), CliError> {
         ])
         .arg("--model")
         .arg(model)
+        .args(quantized.then_some("--quantized"))
         .output()
         .map_err(CliError::Child)?;
     let seconds = start.elapsed().as_secs_f64();

@@ -252,3 +252,37 @@ fn bench_tokenizes_trace_text_with_the_models_tokenizer() {
         }
     }
 }
+
+#[test]
+fn quantized_weights_stay_in_the_map() {
+    let Some(m) = model("quantized_weights_stay_in_the_map") else {
+        return;
+    };
+    let args = [
+        "--model",
+        &m,
+        "--prompt",
+        "The capital of France is",
+        "--max-tokens",
+        "4",
+    ];
+    let dense = run_json(&args);
+    let mut q_args = args.to_vec();
+    q_args.push("--quantized");
+    let quantized = run_json(&q_args);
+    assert_eq!(
+        ids(&dense[0], "prompt_ids"),
+        ids(&quantized[0], "prompt_ids")
+    );
+    assert!(!ids(&quantized[0], "output_ids").is_empty());
+    // Dequantized f32 weights are ~4 bytes a parameter on top of the map;
+    // quantized ones are the map itself.
+    let rss = |v: &Value| v["memory"]["peak_resident_bytes"].as_u64().unwrap();
+    let file = quantized[0]["memory"]["model_file_bytes"].as_u64().unwrap();
+    assert!(
+        rss(&quantized[0]) + 2 * file < rss(&dense[0]),
+        "{} vs {}",
+        rss(&quantized[0]),
+        rss(&dense[0])
+    );
+}

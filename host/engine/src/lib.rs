@@ -72,7 +72,7 @@ pub use error::{EngineError, Rejection, RejectionKind};
 pub use kv::EngineStorage;
 pub use metrics::{Audit, EngineStats, StepReport};
 pub use request::{Canceller, Completion, Event, GenRequest, RequestHandle, StopReason};
-pub use text::{ModelInfo, OpenError, TextModel, TextPiece, TextStream};
+pub use text::{ModelInfo, OpenError, TextModel, TextPiece, TextStream, WeightMode};
 pub use thread::{spawn, BoxError, EngineClient, Shutdown, ShutdownError, SpawnError};
 
 pub use pagoda_core::backend::Backend;
