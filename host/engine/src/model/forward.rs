@@ -7,7 +7,9 @@ use ndarray::{Array1, ArrayView2, ArrayViewMut2};
 use pagoda_core::backend::{Backend, SeqAttention};
 use pagoda_core::Slot;
 
-use pagoda_cpu::{Isa, QMatError, QuantizedActivations, Team, TeamError};
+use pagoda_core::QuantKind;
+use pagoda_cpu::quant::MAX_ROWS_PER_PASS;
+use pagoda_cpu::{matmul_team, Isa, QMatError, QuantMatrix, QuantizedActivations, Team, TeamError};
 
 use super::config::{ModelConfig, ModelError};
 use super::quantized::QuantizedWeights;
@@ -54,6 +56,8 @@ pub struct Activations {
     pub(super) gate: Vec<f32>,
     pub(super) up: Vec<f32>,
     pub(super) last: Vec<f32>,
+    /// A product's result before it is added to the residual stream.
+    pub(super) sum: Vec<f32>,
     /// The normed activations quantized once per weight format.
     pub(super) qx: [QuantizedActivations; 4],
     /// Workers for the quantized products; started on first use when
@@ -84,6 +88,7 @@ impl Activations {
             gate: Vec::new(),
             up: Vec::new(),
             last: Vec::new(),
+            sum: Vec::new(),
             qx: Default::default(),
             team: None,
             threads: threads.max(1),
@@ -112,13 +117,6 @@ impl Activations {
             None => Team::new(self.threads).map_err(|e| ModelError::Kernel(QMatError::Team(e))),
         }
     }
-}
-
-pub(super) fn view(buf: &mut Vec<f32>, rows: usize, cols: usize) -> ArrayViewMut2<'_, f32> {
-    if buf.len() < rows * cols {
-        buf.resize(rows * cols, 0.0);
-    }
-    ArrayViewMut2::from_shape((rows, cols), &mut buf[..rows * cols]).expect("length checked above")
 }
 
 pub(super) fn read(buf: &[f32], rows: usize, cols: usize) -> ArrayView2<'_, f32> {
@@ -277,99 +275,128 @@ impl Model {
         act: &mut Activations,
         logits: &mut Vec<f32>,
     ) -> Result<(), ForwardError<B::Error>> {
+        // Decode-sized steps use the team (see `Projector`); it is lent
+        // out for the step and put back whatever happens.
+        let mut team = if input.tokens.len() <= MAX_ROWS_PER_PASS {
+            Some(act.take_team().map_err(ForwardError::Model)?)
+        } else {
+            None
+        };
+        let result = self.dense_step(w, backend, store, input, act, team.as_mut(), logits);
+        if team.is_some() {
+            act.team = team;
+        }
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn dense_step<B: Backend>(
+        &self,
+        w: &Weights,
+        backend: &mut B,
+        store: &mut B::KvStore,
+        input: &StepInput<'_>,
+        act: &mut Activations,
+        team: Option<&mut Team>,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ForwardError<B::Error>> {
         let c = self.config();
         let t = input.tokens.len();
         let (hidden, q_dim, kv_dim, ffn) =
             (c.hidden as usize, c.q_dim(), c.kv_dim(), c.ffn as usize);
         let shape = c.attention_shape();
+        let model = ForwardError::Model;
+        let Activations {
+            x,
+            h,
+            q,
+            k,
+            v,
+            attn,
+            gate,
+            up,
+            last,
+            sum,
+            qx,
+            isa,
+            ..
+        } = act;
+        let mut p = Projector {
+            team,
+            isa: *isa,
+            qx: &mut qx[0],
+            sum,
+        };
 
-        let mut x = view(&mut act.x, t, hidden);
-        for (mut row, &token) in x.rows_mut().into_iter().zip(input.tokens) {
-            row.assign(&w.embed.row(token as usize));
+        grow(x, t * hidden);
+        for (row, &token) in x.chunks_exact_mut(hidden).zip(input.tokens) {
+            for (d, s) in row.iter_mut().zip(w.embed.row(token as usize)) {
+                *d = *s;
+            }
         }
         for (layer_index, layer) in w.layers.iter().enumerate() {
             let layer_id = layer_index as u32;
-            rms_norm(&act.x, &mut act.h, t, hidden, &layer.attn_norm, c.rms_eps);
-            let h = read(&act.h, t, hidden);
-            general_mat_mul(1.0, &h, &layer.wq, 0.0, &mut view(&mut act.q, t, q_dim));
-            general_mat_mul(1.0, &h, &layer.wk, 0.0, &mut view(&mut act.k, t, kv_dim));
-            general_mat_mul(1.0, &h, &layer.wv, 0.0, &mut view(&mut act.v, t, kv_dim));
-            add_bias(&mut act.q[..t * q_dim], layer.bq.as_ref());
-            add_bias(&mut act.k[..t * kv_dim], layer.bk.as_ref());
-            add_bias(&mut act.v[..t * kv_dim], layer.bv.as_ref());
-            self.rope(&mut act.q[..t * q_dim], c.q_heads, input.positions);
-            self.rope(&mut act.k[..t * kv_dim], c.kv_heads, input.positions);
+            rms_norm(x, h, t, hidden, &layer.attn_norm, c.rms_eps);
+            p.project(h, t, layer.wq.view(), q, false).map_err(model)?;
+            p.project(h, t, layer.wk.view(), k, false).map_err(model)?;
+            p.project(h, t, layer.wv.view(), v, false).map_err(model)?;
+            add_bias(&mut q[..t * q_dim], layer.bq.as_ref());
+            add_bias(&mut k[..t * kv_dim], layer.bk.as_ref());
+            add_bias(&mut v[..t * kv_dim], layer.bv.as_ref());
+            self.rope(&mut q[..t * q_dim], c.q_heads, input.positions);
+            self.rope(&mut k[..t * kv_dim], c.kv_heads, input.positions);
             backend
                 .scatter(
                     store,
                     layer_id,
                     input.slots,
-                    &act.k[..t * kv_dim],
-                    &act.v[..t * kv_dim],
+                    &k[..t * kv_dim],
+                    &v[..t * kv_dim],
                 )
                 .map_err(ForwardError::Backend)?;
-            view(&mut act.attn, t, q_dim);
+            grow(attn, t * q_dim);
             backend
                 .attention(
                     store,
                     layer_id,
                     shape,
                     input.seqs,
-                    &act.q[..t * q_dim],
-                    &mut act.attn[..t * q_dim],
+                    &q[..t * q_dim],
+                    &mut attn[..t * q_dim],
                 )
                 .map_err(ForwardError::Backend)?;
-            let attn = read(&act.attn, t, q_dim);
-            general_mat_mul(1.0, &attn, &layer.wo, 1.0, &mut view(&mut act.x, t, hidden));
+            p.project(attn, t, layer.wo.view(), x, true)
+                .map_err(model)?;
 
-            rms_norm(&act.x, &mut act.h, t, hidden, &layer.ffn_norm, c.rms_eps);
-            let h = read(&act.h, t, hidden);
-            general_mat_mul(
-                1.0,
-                &h,
-                &layer.w_gate,
-                0.0,
-                &mut view(&mut act.gate, t, ffn),
-            );
-            general_mat_mul(1.0, &h, &layer.w_up, 0.0, &mut view(&mut act.up, t, ffn));
-            for (g, u) in act.gate[..t * ffn].iter_mut().zip(&act.up[..t * ffn]) {
+            rms_norm(x, h, t, hidden, &layer.ffn_norm, c.rms_eps);
+            p.project(h, t, layer.w_gate.view(), gate, false)
+                .map_err(model)?;
+            p.project(h, t, layer.w_up.view(), up, false)
+                .map_err(model)?;
+            for (g, u) in gate[..t * ffn].iter_mut().zip(&up[..t * ffn]) {
                 *g = *g / (1.0 + (-*g).exp()) * u;
             }
-            let gate = read(&act.gate, t, ffn);
-            general_mat_mul(
-                1.0,
-                &gate,
-                &layer.w_down,
-                1.0,
-                &mut view(&mut act.x, t, hidden),
-            );
+            p.project(gate, t, layer.w_down.view(), x, true)
+                .map_err(model)?;
         }
 
         // Only the rows that sample need the output head.
         let s = input.sample_rows.len();
-        if act.h.len() < s * hidden {
-            act.h.resize(s * hidden, 0.0);
-        }
-        let gathered = &mut act.h[..s * hidden];
-        for (row, &r) in gathered.chunks_exact_mut(hidden).zip(input.sample_rows) {
+        grow(h, s * hidden);
+        for (row, &r) in h[..s * hidden]
+            .chunks_exact_mut(hidden)
+            .zip(input.sample_rows)
+        {
             let start = r as usize * hidden;
-            row.copy_from_slice(&act.x[start..start + hidden]);
+            row.copy_from_slice(&x[start..start + hidden]);
         }
-        rms_norm(&act.h, &mut act.last, s, hidden, &w.final_norm, c.rms_eps);
+        rms_norm(h, last, s, hidden, &w.final_norm, c.rms_eps);
         let vocab = c.vocab as usize;
         if logits.len() != s * vocab {
             logits.resize(s * vocab, 0.0);
         }
-        let mut out =
-            ArrayViewMut2::from_shape((s, vocab), &mut logits[..]).expect("logits sized above");
-        general_mat_mul(
-            1.0,
-            &read(&act.last, s, hidden),
-            &w.lm_head(),
-            0.0,
-            &mut out,
-        );
-        Ok(())
+        p.project(last, s, w.lm_head(), logits, false)
+            .map_err(model)
     }
 
     /// Every token in the vocabulary, every position in the context, one
@@ -445,6 +472,71 @@ pub(super) fn add_bias(rows: &mut [f32], bias: Option<&Array1<f32>>) {
     for row in rows.chunks_exact_mut(bias.len()) {
         for (x, b) in row.iter_mut().zip(bias) {
             *x += b;
+        }
+    }
+}
+
+/// Grows `buf` to at least `len` (buffers never shrink).
+fn grow(buf: &mut Vec<f32>, len: usize) {
+    if buf.len() < len {
+        buf.resize(len, 0.0);
+    }
+}
+
+/// Projections of a dense step: `out = x · w` or `out += x · w` for `t`
+/// rows. A step of at most [`MAX_ROWS_PER_PASS`] rows over a matrix whose
+/// output columns are contiguous (a GGUF file's rows, or the tied head) goes
+/// to the team's f32 product, which streams each weight row once for every
+/// row of the step; a general matrix product would first pack the whole
+/// matrix, moving its bytes twice per decode step. Anything else takes the
+/// general product.
+struct Projector<'a> {
+    team: Option<&'a mut Team>,
+    isa: Isa,
+    qx: &'a mut QuantizedActivations,
+    sum: &'a mut Vec<f32>,
+}
+
+impl Projector<'_> {
+    fn project(
+        &mut self,
+        x: &[f32],
+        t: usize,
+        w: ArrayView2<'_, f32>,
+        out: &mut Vec<f32>,
+        accumulate: bool,
+    ) -> Result<(), ModelError> {
+        let (inputs, outputs) = w.dim();
+        let len = t * outputs;
+        grow(out, len);
+        let columns_contiguous = w.strides() == [1, inputs as isize];
+        match (&mut self.team, w.as_slice_memory_order()) {
+            (Some(team), Some(data)) if columns_contiguous && t <= MAX_ROWS_PER_PASS => {
+                let bytes: &[u8] = bytemuck::cast_slice(data);
+                let kernel = ModelError::Kernel;
+                let m = QuantMatrix::new(QuantKind::F32, outputs, inputs, bytes).map_err(kernel)?;
+                self.qx
+                    .quantize(QuantKind::F32, &x[..t * inputs], t, inputs)
+                    .map_err(kernel)?;
+                if accumulate {
+                    grow(self.sum, len);
+                    matmul_team(team, self.isa, &m, self.qx, &mut self.sum[..len])
+                        .map_err(kernel)?;
+                    for (o, s) in out[..len].iter_mut().zip(&self.sum[..len]) {
+                        *o += s;
+                    }
+                    Ok(())
+                } else {
+                    matmul_team(team, self.isa, &m, self.qx, &mut out[..len]).map_err(kernel)
+                }
+            }
+            _ => {
+                let beta = if accumulate { 1.0 } else { 0.0 };
+                let mut out = ArrayViewMut2::from_shape((t, outputs), &mut out[..len])
+                    .expect("sized by grow above");
+                general_mat_mul(1.0, &read(x, t, inputs), &w, beta, &mut out);
+                Ok(())
+            }
         }
     }
 }
