@@ -15,8 +15,9 @@ use crate::metrics::Metrics;
 /// How text becomes tokens and back.
 #[derive(Debug)]
 pub enum Vocab {
-    /// One token per UTF-8 byte (the embedded random-weight model); no chat
-    /// template, no end-of-generation token.
+    /// One token per UTF-8 byte (the embedded random-weight model; output
+    /// ids decode as `id % 256`); no chat template, no end-of-generation
+    /// token.
     Bytes,
     /// A GGUF model's tokenizer and chat template.
     Model {
@@ -79,10 +80,9 @@ impl Detokenizer {
                 if stops.is_stopped() {
                     return (String::new(), true);
                 }
-                let Ok(byte) = u8::try_from(token) else {
-                    return (String::new(), false);
-                };
-                pending.push(byte);
+                // Ids past 255 (the embedded model's vocabulary is larger)
+                // wrap onto bytes, so every token shows.
+                pending.push((token % 256) as u8);
                 let text = take_utf8(pending, false);
                 let out = stops.push(&text);
                 (out.emit, out.stopped)
