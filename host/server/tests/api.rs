@@ -57,12 +57,24 @@ async fn stream_matches_non_stream_and_usage_counts_bytes() {
     streamed["stream"] = json!(true);
     let s = post(server.addr, "/v1/completions", &streamed.to_string()).await;
     assert_eq!(s.status, 200);
-    assert!(s.header("content-type").unwrap_or("").starts_with("text/event-stream"));
+    assert!(s
+        .header("content-type")
+        .unwrap_or("")
+        .starts_with("text/event-stream"));
     let (texts, values, done) = collect(&s.events(), 1);
     assert!(done, "ends with [DONE]");
-    assert_eq!(texts[0], want, "chunks concatenate to the non-streamed text");
-    assert!(values.iter().all(|v| v.get("usage").is_none()), "no usage unless asked");
-    assert_eq!(values.last().expect("chunk")["choices"][0]["finish_reason"], "length");
+    assert_eq!(
+        texts[0], want,
+        "chunks concatenate to the non-streamed text"
+    );
+    assert!(
+        values.iter().all(|v| v.get("usage").is_none()),
+        "no usage unless asked"
+    );
+    assert_eq!(
+        values.last().expect("chunk")["choices"][0]["finish_reason"],
+        "length"
+    );
 
     streamed["stream_options"] = json!({"include_usage": true});
     let s = post(server.addr, "/v1/completions", &streamed.to_string()).await;
@@ -73,7 +85,10 @@ async fn stream_matches_non_stream_and_usage_counts_bytes() {
     assert_eq!(last["choices"], json!([]));
     assert_eq!(last["usage"]["completion_tokens"], 12);
     assert_eq!(last["usage"]["prompt_tokens"], prompt.len());
-    assert_eq!(values.iter().filter(|v| v.get("usage").is_some()).count(), 1);
+    assert_eq!(
+        values.iter().filter(|v| v.get("usage").is_some()).count(),
+        1
+    );
 
     // Metrics agree with the three requests.
     let m = request(server.addr, "GET", "/metrics", "").await;
@@ -106,12 +121,27 @@ async fn stream_matches_non_stream_and_usage_counts_bytes() {
     };
     let label = "{model_name=\"embedded\"}";
     assert_eq!(value(&format!("vllm:generation_tokens_total{label}")), 36.0);
-    assert_eq!(value(&format!("vllm:prompt_tokens_total{label}")), 3.0 * prompt.len() as f64);
-    assert_eq!(value("vllm:request_success_total{model_name=\"embedded\",finished_reason=\"length\"}"), 3.0);
+    assert_eq!(
+        value(&format!("vllm:prompt_tokens_total{label}")),
+        3.0 * prompt.len() as f64
+    );
+    assert_eq!(
+        value("vllm:request_success_total{model_name=\"embedded\",finished_reason=\"length\"}"),
+        3.0
+    );
     assert_eq!(value(&format!("vllm:num_requests_running{label}")), 0.0);
-    assert_eq!(value(&format!("vllm:e2e_request_latency_seconds_count{label}")), 3.0);
-    assert_eq!(value(&format!("vllm:time_to_first_token_seconds_count{label}")), 3.0);
-    assert_eq!(value(&format!("vllm:inter_token_latency_seconds_count{label}")), 33.0);
+    assert_eq!(
+        value(&format!("vllm:e2e_request_latency_seconds_count{label}")),
+        3.0
+    );
+    assert_eq!(
+        value(&format!("vllm:time_to_first_token_seconds_count{label}")),
+        3.0
+    );
+    assert_eq!(
+        value(&format!("vllm:inter_token_latency_seconds_count{label}")),
+        33.0
+    );
     assert!(m.body.contains("vllm:cache_config_info{model_name=\"embedded\",block_size=\"16\",num_gpu_blocks=\"512\"} 1"));
 
     let h = request(server.addr, "GET", "/health", "").await;
@@ -126,14 +156,18 @@ async fn stream_matches_non_stream_and_usage_counts_bytes() {
 async fn n_choices_sample_with_seeds_seed_plus_i() {
     let server = start(config(8, 64, 64), LIMIT).await;
     let body = json!({"prompt": "abc", "max_tokens": 6, "temperature": 1.0, "seed": 40, "n": 3});
-    let v = post(server.addr, "/v1/completions", &body.to_string()).await.json();
+    let v = post(server.addr, "/v1/completions", &body.to_string())
+        .await
+        .json();
     assert_eq!(v["choices"].as_array().expect("choices").len(), 3);
     assert_eq!(v["usage"]["completion_tokens"], 18);
     assert_eq!(v["usage"]["prompt_tokens"], 3);
     for i in 0..3 {
         assert_eq!(v["choices"][i]["index"], i);
         let single = json!({"prompt": "abc", "max_tokens": 6, "temperature": 1.0, "seed": 40 + i});
-        let one = post(server.addr, "/v1/completions", &single.to_string()).await.json();
+        let one = post(server.addr, "/v1/completions", &single.to_string())
+            .await
+            .json();
         assert_eq!(text_of(&v, i), text_of(&one, 0), "choice {i}");
     }
     // Streamed, the same choices.
@@ -152,7 +186,12 @@ async fn n_choices_sample_with_seeds_seed_plus_i() {
 async fn stop_string_ends_the_text_before_it() {
     let server = start(config(8, 64, 64), LIMIT).await;
     let base = json!({"prompt": "The quick", "max_tokens": 24, "temperature": 0});
-    let full = text_of(&post(server.addr, "/v1/completions", &base.to_string()).await.json(), 0);
+    let full = text_of(
+        &post(server.addr, "/v1/completions", &base.to_string())
+            .await
+            .json(),
+        0,
+    );
     let chars: Vec<char> = full.chars().collect();
     assert!(chars.len() > 8, "{full:?}");
     let stop: String = chars[6..8].iter().collect();
@@ -160,7 +199,9 @@ async fn stop_string_ends_the_text_before_it() {
     for stops in [json!(stop), json!(["\u{1}never", stop])] {
         let mut body = base.clone();
         body["stop"] = stops;
-        let v = post(server.addr, "/v1/completions", &body.to_string()).await.json();
+        let v = post(server.addr, "/v1/completions", &body.to_string())
+            .await
+            .json();
         assert_eq!(text_of(&v, 0), expected);
         assert_eq!(v["choices"][0]["finish_reason"], "stop");
         body["stream"] = json!(true);
@@ -168,9 +209,15 @@ async fn stop_string_ends_the_text_before_it() {
         let (texts, values, done) = collect(&s.events(), 1);
         assert!(done);
         assert_eq!(texts[0], expected);
-        assert_eq!(values.last().expect("chunk")["choices"][0]["finish_reason"], "stop");
+        assert_eq!(
+            values.last().expect("chunk")["choices"][0]["finish_reason"],
+            "stop"
+        );
     }
-    assert!(server.wait_idle().await, "the stopped requests were cancelled");
+    assert!(
+        server.wait_idle().await,
+        "the stopped requests were cancelled"
+    );
     assert!(server.shutdown().await.is_clean());
 }
 
@@ -204,28 +251,51 @@ async fn errors_have_openai_shape_and_name_the_field() {
         (json!({"prompt": "a", "stop": 3}), "stop"),
         (json!({"prompt": "a", "stream": "yes"}), "stream"),
         (json!({"prompt": "a", "priority": "urgent"}), "priority"),
-        (json!({"prompt": "a", "stream_options": {"include_usage": 1}}), "stream_options.include_usage"),
+        (
+            json!({"prompt": "a", "stream_options": {"include_usage": 1}}),
+            "stream_options.include_usage",
+        ),
         (json!({"prompt": [1, -2]}), "prompt"),
         (json!({"prompt": [9999]}), "prompt"),
     ] {
-        assert_error(&post(server.addr, c, &body.to_string()).await, 400, Some(param));
+        assert_error(
+            &post(server.addr, c, &body.to_string()).await,
+            400,
+            Some(param),
+        );
     }
     // Longer than the embedded model's 2048-token context.
     let long = json!({"prompt": vec![1u32; 2048]});
-    assert_error(&post(server.addr, c, &long.to_string()).await, 400, Some("prompt"));
+    assert_error(
+        &post(server.addr, c, &long.to_string()).await,
+        400,
+        Some("prompt"),
+    );
     // Over the 16 KiB body limit.
     let big = json!({"prompt": "x".repeat(20_000)});
     assert_error(&post(server.addr, c, &big.to_string()).await, 413, None);
     // The embedded model has no chat template.
     let chat = json!({"messages": [{"role": "user", "content": "hi"}]});
-    assert_error(&post(server.addr, "/v1/chat/completions", &chat.to_string()).await, 400, Some("messages"));
-    assert_error(&post(server.addr, "/v1/chat/completions", "{\"messages\": []}").await, 400, Some("messages"));
+    assert_error(
+        &post(server.addr, "/v1/chat/completions", &chat.to_string()).await,
+        400,
+        Some("messages"),
+    );
+    assert_error(
+        &post(server.addr, "/v1/chat/completions", "{\"messages\": []}").await,
+        400,
+        Some("messages"),
+    );
     assert!(server.shutdown().await.is_clean());
 }
 
 /// Opens a streaming request and reads until its headers (and, when
 /// `first_chunk`, its first event) have arrived.
-async fn open_stream(addr: std::net::SocketAddr, body: &Value, first_chunk: bool) -> (tokio::net::TcpStream, String) {
+async fn open_stream(
+    addr: std::net::SocketAddr,
+    body: &Value,
+    first_chunk: bool,
+) -> (tokio::net::TcpStream, String) {
     let mut socket = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let raw = support::raw_request("POST", "/v1/completions", body.to_string().as_bytes());
     socket.write_all(&raw).await.expect("write");
@@ -253,10 +323,16 @@ async fn dropped_stream_cancels_its_request() {
     drop(socket);
     assert!(server.wait_idle().await, "the request was cancelled");
     // A non-streaming request whose client goes away is cancelled too.
-    let mut socket = tokio::net::TcpStream::connect(server.addr).await.expect("connect");
+    let mut socket = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
     let plain = json!({"prompt": "long", "max_tokens": 1500, "temperature": 0});
     socket
-        .write_all(&support::raw_request("POST", "/v1/completions", plain.to_string().as_bytes()))
+        .write_all(&support::raw_request(
+            "POST",
+            "/v1/completions",
+            plain.to_string().as_bytes(),
+        ))
         .await
         .expect("write");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -284,8 +360,14 @@ async fn full_queue_answers_429_with_retry_after() {
     }
     let refused = refused.expect("a 429 once the queue is full");
     assert!(held.len() >= 1);
-    assert!(refused.to_ascii_lowercase().contains("retry-after: 1"), "{refused}");
-    assert!(refused.contains("\"type\":\"rate_limit_error\""), "{refused}");
+    assert!(
+        refused.to_ascii_lowercase().contains("retry-after: 1"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("\"type\":\"rate_limit_error\""),
+        "{refused}"
+    );
     drop(held);
     assert!(server.wait_idle().await);
     assert!(server.shutdown().await.is_clean());

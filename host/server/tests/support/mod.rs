@@ -47,7 +47,9 @@ pub async fn start(config: EngineConfig, max_body_bytes: usize) -> TestServer {
         kv_pages: config.kv_pages,
     };
     let state = AppState::new(client, Vocab::Bytes, "embedded".into(), limits);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(pagoda_server::serve(
