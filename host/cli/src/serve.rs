@@ -86,8 +86,8 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
                 .file_stem()
                 .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
             let vocab = Vocab::Model {
-                tokenizer: text.tokenizer,
-                chat: text.chat,
+                tokenizer: Box::new(text.tokenizer),
+                chat: text.chat.map(Box::new),
             };
             (text.model, vocab, name)
         }

@@ -22,9 +22,9 @@ pub enum Vocab {
     /// A GGUF model's tokenizer and chat template.
     Model {
         /// Text to ids and back.
-        tokenizer: Tokenizer,
+        tokenizer: Box<Tokenizer>,
         /// The model's chat template, if it has one.
-        chat: Option<ChatTemplate>,
+        chat: Option<Box<ChatTemplate>>,
     },
 }
 
