@@ -132,6 +132,7 @@ impl Generation {
                     return; // the handler is gone: dropping the handle cancels
                 }
                 loop {
+                    let waited = Instant::now();
                     match handle.recv_timeout(POLL) {
                         Some(event) => {
                             let terminal = event.is_terminal();
@@ -140,6 +141,13 @@ impl Generation {
                             }
                         }
                         None if tx.is_closed() => return,
+                        // Back before the timeout: the engine is gone
+                        // without a terminal event (it always sends one
+                        // first; this keeps a bug from spinning here).
+                        None if waited.elapsed() < POLL / 2 => {
+                            let _ = tx.send((index, Event::Failed));
+                            return;
+                        }
                         None => {}
                     }
                 }

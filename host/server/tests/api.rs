@@ -372,3 +372,27 @@ async fn full_queue_answers_429_with_retry_after() {
     assert!(server.wait_idle().await);
     assert!(server.shutdown().await.is_clean());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_past_its_deadline_cancels_and_ends_streams() {
+    let deadline = std::time::Duration::from_millis(200);
+    let server = support::start_with_deadline(config(8, 64, 64), LIMIT, deadline).await;
+    let body = json!({"prompt": "long", "max_tokens": 1900, "temperature": 0, "stream": true});
+    let (mut socket, seen) = open_stream(server.addr, &body, true).await;
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    let audit = server.shutdown().await;
+    assert!(audit.is_clean(), "{audit:?}");
+    // The stream ends (the request was cancelled) instead of hanging.
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        socket.read_to_end(&mut rest),
+    )
+    .await;
+    assert!(read.is_ok(), "the stream ended");
+    let text = String::from_utf8_lossy(&rest);
+    assert!(
+        text.contains("\"error\""),
+        "the stream reports the cancellation: {text}"
+    );
+}

@@ -36,6 +36,15 @@ pub fn config(max_batch: u32, queue: u32, slots: u32) -> EngineConfig {
 }
 
 pub async fn start(config: EngineConfig, max_body_bytes: usize) -> TestServer {
+    start_with_deadline(config, max_body_bytes, Duration::from_secs(10)).await
+}
+
+/// A server whose running requests get `deadline` after shutdown begins.
+pub async fn start_with_deadline(
+    config: EngineConfig,
+    max_body_bytes: usize,
+    deadline: Duration,
+) -> TestServer {
     let model = Model::new(Weights::seeded(ModelConfig::EMBEDDED, 7).expect("weights"));
     let max_context = model.config().max_context;
     let client = BackendChoice::Cpu { threads: 1 }
@@ -58,7 +67,7 @@ pub async fn start(config: EngineConfig, max_body_bytes: usize) -> TestServer {
         async move {
             let _ = stopped.await;
         },
-        Duration::from_secs(10),
+        deadline,
     ));
     TestServer {
         addr,
