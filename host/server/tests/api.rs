@@ -380,6 +380,9 @@ async fn shutdown_past_its_deadline_cancels_and_ends_streams() {
     let body = json!({"prompt": "long", "max_tokens": 1900, "temperature": 0, "stream": true});
     let (mut socket, seen) = open_stream(server.addr, &body, true).await;
     assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    assert_eq!(request(server.addr, "GET", "/health", "").await.status, 200);
+    server.state.start_draining();
+    assert_eq!(request(server.addr, "GET", "/health", "").await.status, 503);
     let audit = server.shutdown().await;
     assert!(audit.is_clean(), "{audit:?}");
     // The stream ends (the request was cancelled) instead of hanging.
