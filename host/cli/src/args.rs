@@ -31,6 +31,9 @@ pub(crate) enum Command {
     /// Generate text from a GGUF model, streamed as it is sampled.
     #[command(args_override_self = true)]
     Run(RunArgs),
+    /// Serve a model over an OpenAI-compatible HTTP API.
+    #[command(args_override_self = true)]
+    Serve(crate::serve::ServeArgs),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]

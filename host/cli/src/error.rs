@@ -14,6 +14,8 @@ use crate::trace::TraceError;
 /// do about it.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CliError {
+    #[error("serve: {0}")]
+    Serve(#[from] crate::serve::ServeError),
     #[error(
         "--policy {text}: {error} (valid: fcfs, or lpm with optional \
          :cache_weight=N,fairness_threshold_ms=N,score=relative|absolute)"

@@ -25,6 +25,7 @@ mod error;
 mod measure;
 mod report;
 mod run;
+mod serve;
 mod speed;
 mod trace;
 mod workload;
@@ -38,7 +39,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) if e.kind() == clap::error::ErrorKind::InvalidSubcommand => {
             eprint!("{e}");
-            eprintln!("valid commands: bench, run");
+            eprintln!("valid commands: bench, run, serve");
             return ExitCode::from(2);
         }
         Err(e) => e.exit(),
@@ -46,6 +47,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(args) => bench(args),
         Command::Run(args) => run::run(args),
+        Command::Serve(args) => serve::serve(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

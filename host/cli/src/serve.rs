@@ -1,0 +1,177 @@
+//! `pagoda serve`: the OpenAI-compatible server (pagoda-server) over a GGUF
+//! model, or over the embedded random-weight model with a byte tokenizer
+//! when no model is given (so it runs on a fresh clone).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pagoda_engine::model::{Model, ModelConfig, Weights};
+use pagoda_engine::{EngineConfig, Policy, SchedulerConfig, TextModel};
+use pagoda_server::{AppState, Limits, Vocab};
+
+use crate::args::{parse_policy, BackendKind};
+use crate::error::CliError;
+
+/// `pagoda serve`'s options.
+#[derive(clap::Args)]
+pub(crate) struct ServeArgs {
+    /// A GGUF model (llama or qwen2); without it, the embedded random-weight
+    /// model with one token per UTF-8 byte.
+    #[arg(long, value_name = "FILE.gguf")]
+    model: Option<PathBuf>,
+    /// Keep the weights quantized in the memory map.
+    #[arg(long, requires = "model")]
+    quantized: bool,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0: any free port).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Pages in the KV pool, 16 tokens each.
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..=16_000_000))]
+    kv_pages: u32,
+    /// Most sequences running at once.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    max_batch: u32,
+    /// Requests waiting in the queue before 429.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    max_queue: u32,
+    /// Scheduling policy: fcfs, or lpm[:KEY=VALUE,...].
+    #[arg(long, default_value = "lpm", value_parser = parse_policy)]
+    policy: Policy,
+    /// Attention backend.
+    #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
+    backend: BackendKind,
+    /// Threads for attention and matrix products (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Largest request body in bytes (413 above).
+    #[arg(long, default_value_t = 4 << 20)]
+    max_body_bytes: usize,
+    /// Seconds running requests get to finish after SIGTERM or Ctrl-C.
+    #[arg(long, default_value_t = 30)]
+    shutdown_timeout: u64,
+}
+
+/// Why `pagoda serve` stopped.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ServeError {
+    #[error("cannot start the runtime or listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("engine: {0}")]
+    Spawn(#[from] pagoda_engine::SpawnError),
+    #[error(transparent)]
+    Server(#[from] pagoda_server::ServerError),
+    #[error("the engine did not shut down clean: {0}")]
+    Unclean(String),
+}
+
+pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
+    let (model, vocab, name) = match &args.model {
+        Some(path) => {
+            let text =
+                TextModel::open(path, crate::weight_mode(args.quantized)).map_err(|error| {
+                    CliError::Load {
+                        path: path.clone(),
+                        error: Box::new(error),
+                    }
+                })?;
+            let name = path
+                .file_stem()
+                .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+            let vocab = Vocab::Model {
+                tokenizer: Box::new(text.tokenizer),
+                chat: text.chat.map(Box::new),
+            };
+            (text.model, vocab, name)
+        }
+        None => {
+            let weights = Weights::seeded(ModelConfig::EMBEDDED, crate::EMBEDDED_WEIGHTS_SEED)?;
+            (
+                Model::new(weights),
+                Vocab::Bytes,
+                "pagoda-embedded".to_string(),
+            )
+        }
+    };
+    let max_context = model.config().max_context;
+    let config = EngineConfig {
+        scheduler: SchedulerConfig {
+            max_batch: args.max_batch,
+            ..SchedulerConfig::default()
+        },
+        policy: args.policy,
+        kv_pages: args.kv_pages,
+        queue_capacity: args.max_queue,
+        ..EngineConfig::default()
+    };
+    let client = args
+        .backend
+        .choice(args.threads)
+        .spawn(Arc::new(model), config)
+        .map_err(ServeError::from)?;
+    let limits = Limits {
+        max_body_bytes: args.max_body_bytes,
+        max_context,
+        kv_pages: args.kv_pages,
+    };
+    let state = AppState::new(client, vocab, name, limits);
+    let addr = format!("{}:{}", args.host, args.port);
+    let listen_error = |source| ServeError::Listen {
+        addr: addr.clone(),
+        source,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(listen_error)?;
+    let audit = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(listen_error)?;
+        let local: SocketAddr = listener.local_addr().map_err(listen_error)?;
+        // Scripts and tests read this line for the port.
+        eprintln!("pagoda serve: listening on http://{local}");
+        let deadline = Duration::from_secs(args.shutdown_timeout);
+        pagoda_server::serve(listener, state, shutdown_signal(), deadline)
+            .await
+            .map_err(ServeError::from)
+    })?;
+    eprintln!(
+        "pagoda serve: stopped; audit {}",
+        serde_json::to_string(&audit).unwrap_or_default()
+    );
+    if audit.is_clean() {
+        Ok(())
+    } else {
+        Err(ServeError::Unclean(format!("{audit:?}")).into())
+    }
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

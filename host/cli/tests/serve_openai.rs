@@ -1,0 +1,122 @@
+//! `pagoda serve` as a process, driven by the official OpenAI Python client
+//! (tests/reference/openai_client.py): the embedded model (no chat
+//! template: chat is refused), then SmolLM2 with its chat template when the
+//! model is there. Then SIGTERM: the server drains and exits 0 with a clean
+//! audit. Skipped with one line outside CI without the venv's `openai`.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+
+#[path = "../../../tests/support/env.rs"]
+mod env;
+
+struct Server {
+    child: Child,
+    base: String,
+    rest: mpsc::Receiver<String>,
+}
+
+fn start(extra: &[&str]) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pagoda"))
+        .args(["serve", "--port", "0", "--threads", "1"])
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pagoda serve starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rest) = mpsc::channel();
+    let (addr_tx, addr_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(url) = line.split("listening on ").nth(1) {
+                let _ = addr_tx.send(url.to_string());
+            }
+            let _ = tx.send(line);
+        }
+    });
+    let url = addr_rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the server prints its address");
+    Server {
+        child,
+        base: format!("{url}/v1"),
+        rest,
+    }
+}
+
+fn client(python: &std::path::Path, server: &Server, chat: bool) {
+    let script = env::repo_root().join("tests/reference/openai_client.py");
+    let mut cmd = Command::new(python);
+    cmd.arg(script).args(["--base-url", &server.base]);
+    if chat {
+        cmd.arg("--chat");
+    }
+    let out = cmd.output().expect("python runs");
+    assert!(
+        out.status.success(),
+        "openai_client.py failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("ok stream closed early"), "{stdout}");
+}
+
+/// SIGTERM, then the exit status and what the server printed.
+fn stop(mut server: Server) {
+    let pid = server.child.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let status = server.child.wait().expect("wait");
+    let lines: Vec<String> = server.rest.try_iter().collect();
+    assert!(status.success(), "exit {status:?}: {lines:?}");
+    assert!(
+        lines.iter().any(|l| l.contains("stopped; audit")),
+        "{lines:?}"
+    );
+}
+
+fn python_with_openai(test: &str) -> Option<std::path::PathBuf> {
+    let python = env::require_python(test)?;
+    let has = Command::new(&python)
+        .args(["-c", "import openai"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has {
+        assert!(
+            !env::in_ci(),
+            "{test}: the venv lacks `openai` (tests/reference/requirements.txt)"
+        );
+        eprintln!("skipping {test}: the venv lacks `openai`; pip install -r tests/reference/requirements.txt");
+        return None;
+    }
+    Some(python)
+}
+
+#[test]
+fn openai_client_against_the_embedded_model() {
+    let Some(python) = python_with_openai("openai_client_against_the_embedded_model") else {
+        return;
+    };
+    let server = start(&[]);
+    client(&python, &server, false);
+    stop(server);
+}
+
+#[test]
+fn openai_client_against_smollm2_chat() {
+    let test = "openai_client_against_smollm2_chat";
+    let Some(python) = python_with_openai(test) else {
+        return;
+    };
+    let Some(model) = env::require_model(test) else {
+        return;
+    };
+    let server = start(&["--model", &model.to_string_lossy(), "--kv-pages", "512"]);
+    client(&python, &server, true);
+    stop(server);
+}

@@ -1,0 +1,308 @@
+//! One HTTP request's generation: its `n` engine requests, their events
+//! carried from the engine's blocking channels to async code, and each
+//! choice's text (streaming decode, stop strings) as it arrives.
+//!
+//! Each engine request gets one task on tokio's blocking pool that submits
+//! it (a round trip to the engine thread, which may be mid-step) and then
+//! forwards its events with short `recv_timeout` waits, checking between
+//! waits whether the handler is still listening. When the handler goes away
+//! (client disconnect, stop string) the task ends and drops the
+//! `RequestHandle`, which cancels the request and frees its pages.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pagoda_engine::model::SamplingParams;
+use pagoda_engine::{Canceller, Event, GenRequest, Rejection, RejectionKind, StopReason};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::ApiError;
+use crate::metrics::Ending;
+use crate::openai::Params;
+use crate::state::{AppState, Detokenizer};
+
+/// How often a forwarding task checks that its handler still listens.
+const POLL: Duration = Duration::from_millis(10);
+
+/// New text of one choice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delta {
+    /// The choice.
+    pub index: u32,
+    /// Its new text (may be empty on the last delta).
+    pub text: String,
+    /// `stop` or `length` on the choice's last delta.
+    pub finish_reason: Option<&'static str>,
+}
+
+struct Choice {
+    detok: Detokenizer,
+    canceller: Canceller,
+    tokens: u32,
+    last_token: Option<Instant>,
+    done: bool,
+}
+
+/// The running choices of one HTTP request.
+pub struct Generation {
+    state: Arc<AppState>,
+    events: mpsc::UnboundedReceiver<(u32, Event)>,
+    choices: Vec<Choice>,
+    arrived: Instant,
+    /// Prompt tokens (counted once, as OpenAI does).
+    pub prompt_tokens: u32,
+}
+
+/// The HTTP error for an engine rejection.
+pub fn rejection_error(rejection: &Rejection) -> ApiError {
+    use axum::http::StatusCode;
+    let message = rejection.to_string();
+    match rejection.kind() {
+        RejectionKind::QueueFull => ApiError {
+            retry_after: Some(1),
+            ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "queue_full", message)
+        },
+        RejectionKind::EngineStopped => ApiError {
+            retry_after: Some(5),
+            ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "engine_stopped", message)
+        },
+        RejectionKind::PromptFillsContext | RejectionKind::LargerThanPool => {
+            ApiError::invalid("prompt", message)
+        }
+        RejectionKind::EmptyPrompt | RejectionKind::TokenOutOfVocabulary => {
+            ApiError::invalid("prompt", message)
+        }
+        RejectionKind::ZeroMaxTokens => ApiError::invalid("max_tokens", message),
+        RejectionKind::InvalidSampling => ApiError::invalid("temperature", message),
+        _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "engine_error", message),
+    }
+}
+
+impl Generation {
+    /// Submits `params.n` requests for `prompt`; refused as a whole if any
+    /// is refused (the others are cancelled).
+    pub async fn start(
+        state: Arc<AppState>,
+        prompt: Vec<u32>,
+        params: &Params,
+    ) -> Result<Self, ApiError> {
+        let arrived = Instant::now();
+        let prompt_tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
+        let context = state.limits.max_context;
+        if prompt.is_empty() {
+            return Err(ApiError::invalid("prompt", "the prompt is empty"));
+        }
+        if prompt_tokens >= context {
+            return Err(ApiError::invalid(
+                "prompt",
+                format!("the prompt has {prompt_tokens} tokens; the context holds {context} (prompt plus at least one new token)"),
+            ));
+        }
+        let room = context - prompt_tokens;
+        let max_new_tokens = params.max_tokens.map_or(room, |m| m.min(room));
+        let (tx, events) = mpsc::unbounded_channel();
+        let mut choices = Vec::new();
+        let mut refused = None;
+        for index in 0..params.n {
+            let request = GenRequest {
+                tag: u64::from(index),
+                prompt: prompt.clone(),
+                max_new_tokens,
+                sampling: SamplingParams {
+                    temperature: params.temperature,
+                    top_k: params.top_k,
+                    top_p: params.top_p,
+                },
+                seed: params.seed.wrapping_add(u64::from(index)),
+                stop_tokens: state.vocab.stop_tokens(),
+            };
+            let (submitted_tx, submitted) = oneshot::channel();
+            let client = state.client.clone();
+            let tx = tx.clone();
+            let priority = params.priority;
+            tokio::task::spawn_blocking(move || {
+                let handle = match client.submit(request, priority) {
+                    Ok(handle) => handle,
+                    Err(rejection) => {
+                        let _ = submitted_tx.send(Err(rejection));
+                        return;
+                    }
+                };
+                if submitted_tx.send(Ok(handle.canceller())).is_err() {
+                    return; // the handler is gone: dropping the handle cancels
+                }
+                loop {
+                    let waited = Instant::now();
+                    match handle.recv_timeout(POLL) {
+                        Some(event) => {
+                            let terminal = event.is_terminal();
+                            if tx.send((index, event)).is_err() || terminal {
+                                return;
+                            }
+                        }
+                        None if tx.is_closed() => return,
+                        // Back before the timeout: the engine is gone
+                        // without a terminal event (it always sends one
+                        // first; this keeps a bug from spinning here).
+                        None if waited.elapsed() < POLL / 2 => {
+                            let _ = tx.send((index, Event::Failed));
+                            return;
+                        }
+                        None => {}
+                    }
+                }
+            });
+            match submitted.await {
+                Ok(Ok(canceller)) => choices.push(Choice {
+                    detok: state.vocab.detokenizer(&params.stop),
+                    canceller,
+                    tokens: 0,
+                    last_token: None,
+                    done: false,
+                }),
+                Ok(Err(rejection)) => {
+                    refused = Some(rejection_error(&rejection));
+                    break;
+                }
+                Err(_) => {
+                    refused = Some(rejection_error(&Rejection::EngineStopped));
+                    break;
+                }
+            }
+        }
+        if let Some(error) = refused {
+            state.metrics.rejected();
+            for choice in &choices {
+                choice.canceller.cancel();
+            }
+            return Err(error);
+        }
+        Ok(Self {
+            state,
+            events,
+            choices,
+            arrived,
+            prompt_tokens,
+        })
+    }
+
+    /// Tokens generated so far, over all choices.
+    pub fn completion_tokens(&self) -> u32 {
+        self.choices.iter().map(|c| c.tokens).sum()
+    }
+
+    /// The next delta, `None` when every choice is done. A choice the engine
+    /// cancelled or failed ends with an error.
+    pub async fn next(&mut self) -> Option<Result<Delta, ApiError>> {
+        loop {
+            if self.choices.iter().all(|c| c.done) {
+                return None;
+            }
+            let (index, event) = match self.events.recv().await {
+                Some(e) => e,
+                None => return Some(Err(stopped())),
+            };
+            let Some(choice) = self.choices.get_mut(index as usize) else {
+                continue;
+            };
+            if choice.done {
+                continue;
+            }
+            let metrics = &self.state.metrics;
+            match event {
+                Event::Token { token, .. } => {
+                    let now = Instant::now();
+                    match choice.last_token {
+                        None => metrics.first_token(now - self.arrived),
+                        Some(before) => metrics.inter_token(now - before),
+                    }
+                    choice.last_token = Some(now);
+                    choice.tokens += 1;
+                    let (text, stopped) = choice.detok.push(&self.state.vocab, token);
+                    if stopped {
+                        choice.done = true;
+                        choice.canceller.cancel();
+                        metrics.ended(
+                            Ending::Stop,
+                            self.arrived.elapsed(),
+                            None,
+                            self.prompt_tokens,
+                            choice.tokens,
+                        );
+                        return Some(Ok(Delta {
+                            index,
+                            text,
+                            finish_reason: Some("stop"),
+                        }));
+                    }
+                    if !text.is_empty() {
+                        return Some(Ok(Delta {
+                            index,
+                            text,
+                            finish_reason: None,
+                        }));
+                    }
+                }
+                Event::Finished(done) => {
+                    choice.done = true;
+                    let (ending, reason) = match done.stop {
+                        StopReason::StopToken => (Ending::Stop, "stop"),
+                        StopReason::Length => (Ending::Length, "length"),
+                    };
+                    let queue =
+                        Duration::from_micros(done.admitted.0.saturating_sub(done.arrived.0));
+                    metrics.ended(
+                        ending,
+                        self.arrived.elapsed(),
+                        Some(queue),
+                        self.prompt_tokens,
+                        choice.tokens,
+                    );
+                    let text = choice.detok.finish();
+                    return Some(Ok(Delta {
+                        index,
+                        text,
+                        finish_reason: Some(reason),
+                    }));
+                }
+                Event::Rejected(rejection) => {
+                    choice.done = true;
+                    return Some(Err(rejection_error(&rejection)));
+                }
+                Event::Cancelled | Event::Failed => {
+                    choice.done = true;
+                    metrics.ended(
+                        Ending::Abort,
+                        self.arrived.elapsed(),
+                        None,
+                        self.prompt_tokens,
+                        choice.tokens,
+                    );
+                    return Some(Err(stopped()));
+                }
+            }
+        }
+    }
+}
+
+fn stopped() -> ApiError {
+    ApiError {
+        retry_after: Some(5),
+        ..ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "engine_stopped",
+            "the engine stopped before the request finished",
+        )
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        // The forwarding tasks notice within `POLL`; cancel now as well.
+        for choice in &self.choices {
+            if !choice.done {
+                choice.canceller.cancel();
+            }
+        }
+    }
+}

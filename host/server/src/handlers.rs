@@ -1,0 +1,236 @@
+//! The routes: completions, chat completions, models, health and metrics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::generate::Generation;
+use crate::openai::{self, Params, Prompt};
+use crate::state::{AppState, Vocab};
+use crate::stream;
+
+/// Tokens in a KV page (`vllm:cache_config_info`'s `block_size`).
+const PAGE_SIZE: u32 = 16;
+
+/// The server's routes over `state`.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+/// What every response of one request repeats.
+pub struct Reply {
+    /// Chat (`chat.completion`) or text (`text_completion`).
+    pub chat: bool,
+    id: String,
+    created: u64,
+    model: String,
+}
+
+impl Reply {
+    /// The response object around `choices`.
+    pub fn envelope(&self, chunk: bool, choices: Vec<Value>) -> Value {
+        let object = match (self.chat, chunk) {
+            (true, true) => "chat.completion.chunk",
+            (true, false) => "chat.completion",
+            (false, _) => "text_completion",
+        };
+        json!({"id": self.id, "object": object, "created": self.created, "model": self.model, "choices": choices})
+    }
+}
+
+/// The `usage` object (cached tokens: the engine does not report them per
+/// request yet, so 0).
+pub fn usage(prompt: u32, completion: u32) -> Value {
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": u64::from(prompt) + u64::from(completion),
+        "prompt_tokens_details": {"cached_tokens": 0},
+    })
+}
+
+async fn read_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<axum::body::Bytes, ApiError> {
+    let limit = state.limits.max_body_bytes;
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body is over {limit} bytes"),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large())
+}
+
+async fn completions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let result = async {
+        let bytes = read_body(&state, &headers, body).await?;
+        let map = openai::parse_object(&bytes)?;
+        let params = openai::params(&map, false)?;
+        let prompt = match openai::completion_prompt(&map)? {
+            Prompt::Text(text) => state.vocab.encode(&text, true),
+            Prompt::Tokens(ids) => ids,
+            Prompt::Chat(_) => Vec::new(),
+        };
+        generate(state.clone(), prompt, params, false).await
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let result = async {
+        let bytes = read_body(&state, &headers, body).await?;
+        let map = openai::parse_object(&bytes)?;
+        let params = openai::params(&map, true)?;
+        let Prompt::Chat(messages) = openai::chat_messages(&map)? else {
+            return Err(ApiError::invalid("messages", "`messages` is required"));
+        };
+        let template = match &state.vocab {
+            Vocab::Model { chat: Some(t), .. } => t,
+            _ => {
+                return Err(ApiError {
+                    code: Some("no_chat_template"),
+                    ..ApiError::invalid(
+                        "messages",
+                        "this model has no chat template; use /v1/completions",
+                    )
+                })
+            }
+        };
+        let text = template
+            .render_with(&messages, None, true)
+            .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
+        let prompt = state.vocab.encode(&text, false);
+        generate(state.clone(), prompt, params, true).await
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+async fn generate(
+    state: Arc<AppState>,
+    prompt: Vec<u32>,
+    params: Params,
+    chat: bool,
+) -> Result<Response, ApiError> {
+    let reply = Reply {
+        chat,
+        id: format!(
+            "{}-{}",
+            if chat { "chatcmpl" } else { "cmpl" },
+            NEXT_ID.fetch_add(1, Ordering::Relaxed)
+        ),
+        created: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        model: params
+            .model
+            .clone()
+            .unwrap_or_else(|| state.model_name.clone()),
+    };
+    let mut generation = Generation::start(state, prompt, &params).await?;
+    if params.stream {
+        return Ok(stream::response(
+            generation,
+            reply,
+            params.include_usage,
+            params.n,
+        ));
+    }
+    let mut texts = vec![String::new(); params.n as usize];
+    let mut reasons = vec![None; params.n as usize];
+    while let Some(delta) = generation.next().await {
+        let delta = delta?;
+        let i = delta.index as usize;
+        if let (Some(text), Some(reason)) = (texts.get_mut(i), reasons.get_mut(i)) {
+            text.push_str(&delta.text);
+            *reason = delta.finish_reason.or(*reason);
+        }
+    }
+    let choices = texts
+        .into_iter()
+        .zip(reasons)
+        .enumerate()
+        .map(|(index, (text, reason))| {
+            if chat {
+                json!({"index": index, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": reason})
+            } else {
+                json!({"index": index, "text": text, "logprobs": null, "finish_reason": reason})
+            }
+        })
+        .collect();
+    let mut value = reply.envelope(false, choices);
+    value["usage"] = usage(generation.prompt_tokens, generation.completion_tokens());
+    Ok(Json(value).into_response())
+}
+
+async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({"object": "list", "data": [{
+        "id": state.model_name,
+        "object": "model",
+        "created": state.created,
+        "owned_by": "pagoda",
+        "max_model_len": state.limits.max_context,
+    }]}))
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> StatusCode {
+    if state.is_draining() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let client = state.client.clone();
+    let stats = tokio::task::spawn_blocking(move || client.stats())
+        .await
+        .ok()
+        .flatten();
+    let text = state.metrics.render(
+        &state.model_name,
+        stats.as_ref(),
+        PAGE_SIZE,
+        state.limits.kv_pages,
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}

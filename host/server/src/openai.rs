@@ -1,0 +1,267 @@
+//! The OpenAI request bodies this server accepts, read field by field from
+//! JSON so that every error names the field at fault (`param`).
+
+use pagoda_engine::Priority;
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// What a completion or chat completion asks for, once validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Params {
+    /// The `model` field (echoed back).
+    pub model: Option<String>,
+    /// Choices to generate, each with seed `seed + i`.
+    pub n: u32,
+    /// Most tokens per choice; `None`: up to the context.
+    pub max_tokens: Option<u32>,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Softmax temperature (default 1).
+    pub temperature: f32,
+    /// Nucleus sampling (default 1).
+    pub top_p: f32,
+    /// Top-k (0 or -1: off).
+    pub top_k: u32,
+    /// Sampler seed.
+    pub seed: u64,
+    /// Stream server-sent events.
+    pub stream: bool,
+    /// `stream_options.include_usage`.
+    pub include_usage: bool,
+    /// Scheduling class (extension).
+    pub priority: Priority,
+}
+
+/// The prompt of `/v1/completions` or the messages of `/v1/chat/completions`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    /// Text to continue.
+    Text(String),
+    /// Token ids to continue.
+    Tokens(Vec<u32>),
+    /// Messages for the chat template (as given: role, content and more).
+    Chat(Vec<Value>),
+}
+
+/// Parses a body as a JSON object.
+pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError {
+            param: None,
+            ..ApiError::invalid("", "the body must be a JSON object")
+        }),
+        Err(e) => Err(ApiError {
+            param: None,
+            code: Some("invalid_json"),
+            ..ApiError::invalid("", format!("malformed JSON: {e}"))
+        }),
+    }
+}
+
+fn present<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    map.get(key).filter(|v| !v.is_null())
+}
+
+fn number(map: &Map<String, Value>, key: &str) -> Result<Option<f64>, ApiError> {
+    match present(map, key) {
+        None => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .filter(|x| x.is_finite())
+            .map(Some)
+            .ok_or_else(|| ApiError::invalid(key, format!("`{key}` must be a number"))),
+    }
+}
+
+fn integer(map: &Map<String, Value>, key: &str) -> Result<Option<i64>, ApiError> {
+    match present(map, key) {
+        None => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| ApiError::invalid(key, format!("`{key}` must be an integer"))),
+    }
+}
+
+fn boolean(map: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
+    match present(map, key) {
+        None => Ok(None),
+        Some(v) => v
+            .as_bool()
+            .map(Some)
+            .ok_or_else(|| ApiError::invalid(key, format!("`{key}` must be a boolean"))),
+    }
+}
+
+fn priority(value: Option<&Value>) -> Result<Priority, ApiError> {
+    let bad = || {
+        ApiError::invalid(
+            "priority",
+            "`priority` must be low, normal, high, critical or an integer",
+        )
+    };
+    Ok(match value {
+        None => Priority::Normal,
+        Some(Value::String(s)) => match s.as_str() {
+            "low" => Priority::Low,
+            "normal" => Priority::Normal,
+            "high" => Priority::High,
+            "critical" => Priority::Critical,
+            _ => return Err(bad()),
+        },
+        // vLLM: a lower number runs earlier; 0 is the default.
+        Some(Value::Number(n)) => match n.as_i64().ok_or_else(bad)? {
+            i64::MIN..=-10 => Priority::Critical,
+            -9..=-1 => Priority::High,
+            0 => Priority::Normal,
+            _ => Priority::Low,
+        },
+        Some(_) => return Err(bad()),
+    })
+}
+
+/// Reads the sampling and output fields shared by both endpoints.
+pub fn params(map: &Map<String, Value>, chat: bool) -> Result<Params, ApiError> {
+    let model = match present(map, "model") {
+        None => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(ApiError::invalid("model", "`model` must be a string")),
+    };
+    let n = integer(map, "n")?.unwrap_or(1);
+    if !(1..=128).contains(&n) {
+        return Err(ApiError::invalid("n", "`n` must be between 1 and 128"));
+    }
+    let mut max_tokens = None;
+    let keys: &[&str] = if chat {
+        &["max_completion_tokens", "max_tokens"]
+    } else {
+        &["max_tokens"]
+    };
+    for key in keys {
+        if let Some(m) = integer(map, key)? {
+            if m < 1 || m > i64::from(u32::MAX) {
+                return Err(ApiError::invalid(
+                    key,
+                    format!("`{key}` must be at least 1"),
+                ));
+            }
+            max_tokens = Some(m as u32);
+            break;
+        }
+    }
+    let stop = match present(map, "stop") {
+        None => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ApiError::invalid("stop", "`stop` must be a string or strings"))?,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "stop",
+                "`stop` must be a string or strings",
+            ))
+        }
+    };
+    if stop.iter().any(String::is_empty) {
+        return Err(ApiError::invalid("stop", "a stop string must not be empty"));
+    }
+    let temperature = number(map, "temperature")?.unwrap_or(1.0);
+    if !(0.0..=2.0).contains(&temperature) {
+        return Err(ApiError::invalid(
+            "temperature",
+            "`temperature` must be between 0 and 2",
+        ));
+    }
+    let top_p = number(map, "top_p")?.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ApiError::invalid("top_p", "`top_p` must be in (0, 1]"));
+    }
+    let top_k = match integer(map, "top_k")?.unwrap_or(0) {
+        -1 | 0 => 0,
+        k if k > 0 && k <= i64::from(u32::MAX) => k as u32,
+        _ => {
+            return Err(ApiError::invalid(
+                "top_k",
+                "`top_k` must be -1, 0 or positive",
+            ))
+        }
+    };
+    let seed = integer(map, "seed")?.unwrap_or(0) as u64;
+    let stream = boolean(map, "stream")?.unwrap_or(false);
+    let include_usage = match present(map, "stream_options") {
+        None => false,
+        Some(Value::Object(o)) => boolean(o, "include_usage")
+            .map_err(|_| {
+                ApiError::invalid(
+                    "stream_options.include_usage",
+                    "`include_usage` must be a boolean",
+                )
+            })?
+            .unwrap_or(false),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "stream_options",
+                "`stream_options` must be an object",
+            ))
+        }
+    };
+    Ok(Params {
+        model,
+        n: n as u32,
+        max_tokens,
+        stop,
+        temperature: temperature as f32,
+        top_p: top_p as f32,
+        top_k,
+        seed,
+        stream,
+        include_usage,
+        priority: priority(present(map, "priority"))?,
+    })
+}
+
+/// Reads `prompt` (a string, one-element list of a string, or token ids).
+pub fn completion_prompt(map: &Map<String, Value>) -> Result<Prompt, ApiError> {
+    let bad = || ApiError::invalid("prompt", "`prompt` must be a string or a list of token ids");
+    match present(map, "prompt") {
+        None => Err(ApiError::invalid("prompt", "`prompt` is required")),
+        Some(Value::String(s)) => Ok(Prompt::Text(s.clone())),
+        Some(Value::Array(items)) => match items.as_slice() {
+            [Value::String(s)] => Ok(Prompt::Text(s.clone())),
+            _ => items
+                .iter()
+                .map(|v| v.as_u64().and_then(|t| u32::try_from(t).ok()))
+                .collect::<Option<Vec<_>>>()
+                .map(Prompt::Tokens)
+                .ok_or_else(bad),
+        },
+        Some(_) => Err(bad()),
+    }
+}
+
+/// Reads `messages`: a non-empty list of objects with a string `role`.
+pub fn chat_messages(map: &Map<String, Value>) -> Result<Prompt, ApiError> {
+    let bad = |m: &str| ApiError::invalid("messages", m.to_string());
+    let Some(Value::Array(items)) = present(map, "messages") else {
+        return Err(bad("`messages` must be a list of messages"));
+    };
+    if items.is_empty() {
+        return Err(bad("`messages` must not be empty"));
+    }
+    for item in items {
+        let ok = item.get("role").is_some_and(Value::is_string)
+            && item
+                .get("content")
+                .is_none_or(|c| c.is_string() || c.is_null());
+        if !ok {
+            return Err(bad(
+                "each message needs a string `role` and string `content`",
+            ));
+        }
+    }
+    Ok(Prompt::Chat(items.clone()))
+}

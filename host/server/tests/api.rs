@@ -1,0 +1,401 @@
+//! The OpenAI API over a live server on an ephemeral port (embedded model,
+//! byte tokenizer). References: OpenAI's documented shapes, the byte
+//! tokenizer's definition (one token per byte), and the API's own
+//! contracts (a stream concatenates to the non-streamed text; choice `i` of
+//! `n` samples as a single request with seed `seed + i`).
+
+mod support;
+
+use serde_json::{json, Value};
+use support::{config, post, request, start};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const LIMIT: usize = 1 << 20;
+
+fn text_of(v: &Value, i: usize) -> String {
+    v["choices"][i]["text"].as_str().expect("text").to_string()
+}
+
+/// Concatenates a stream's choice texts by index; returns them, the JSON
+/// events and whether it ended with `[DONE]`.
+fn collect(events: &[String], n: usize) -> (Vec<String>, Vec<Value>, bool) {
+    let done = events.last().is_some_and(|e| e == "[DONE]");
+    let values: Vec<Value> = events
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str(e).expect("chunk json"))
+        .collect();
+    let mut texts = vec![String::new(); n];
+    for v in &values {
+        for c in v["choices"].as_array().expect("choices") {
+            let i = c["index"].as_u64().expect("index") as usize;
+            texts[i].push_str(c["text"].as_str().unwrap_or(""));
+        }
+    }
+    (texts, values, done)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_matches_non_stream_and_usage_counts_bytes() {
+    let server = start(config(8, 64, 64), LIMIT).await;
+    let prompt = "Hello, world";
+    let body = json!({"prompt": prompt, "max_tokens": 12, "temperature": 0});
+    let plain = post(server.addr, "/v1/completions", &body.to_string()).await;
+    assert_eq!(plain.status, 200, "{}", plain.body);
+    let v = plain.json();
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    // The byte tokenizer: one prompt token per byte.
+    assert_eq!(v["usage"]["prompt_tokens"], prompt.len());
+    assert_eq!(v["usage"]["completion_tokens"], 12);
+    assert_eq!(v["usage"]["total_tokens"], prompt.len() + 12);
+    assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    let want = text_of(&v, 0);
+    assert!(!want.is_empty());
+
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let s = post(server.addr, "/v1/completions", &streamed.to_string()).await;
+    assert_eq!(s.status, 200);
+    assert!(s
+        .header("content-type")
+        .unwrap_or("")
+        .starts_with("text/event-stream"));
+    let (texts, values, done) = collect(&s.events(), 1);
+    assert!(done, "ends with [DONE]");
+    assert_eq!(
+        texts[0], want,
+        "chunks concatenate to the non-streamed text"
+    );
+    assert!(
+        values.iter().all(|v| v.get("usage").is_none()),
+        "no usage unless asked"
+    );
+    assert_eq!(
+        values.last().expect("chunk")["choices"][0]["finish_reason"],
+        "length"
+    );
+
+    streamed["stream_options"] = json!({"include_usage": true});
+    let s = post(server.addr, "/v1/completions", &streamed.to_string()).await;
+    let (texts, values, done) = collect(&s.events(), 1);
+    assert!(done);
+    assert_eq!(texts[0], want);
+    let last = values.last().expect("usage chunk");
+    assert_eq!(last["choices"], json!([]));
+    assert_eq!(last["usage"]["completion_tokens"], 12);
+    assert_eq!(last["usage"]["prompt_tokens"], prompt.len());
+    assert_eq!(
+        values.iter().filter(|v| v.get("usage").is_some()).count(),
+        1
+    );
+
+    // Metrics agree with the three requests.
+    let m = request(server.addr, "GET", "/metrics", "").await;
+    assert_eq!(m.status, 200);
+    for name in [
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:num_preemptions_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:request_success_total",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_bucket",
+        "vllm:request_queue_time_seconds_bucket",
+        "vllm:cache_config_info",
+    ] {
+        assert!(m.body.contains(name), "{name} missing");
+    }
+    let value = |line: &str| -> f64 {
+        m.body
+            .lines()
+            .find(|l| l.starts_with(line))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{line} missing"))
+    };
+    let label = "{model_name=\"embedded\"}";
+    assert_eq!(value(&format!("vllm:generation_tokens_total{label}")), 36.0);
+    assert_eq!(
+        value(&format!("vllm:prompt_tokens_total{label}")),
+        3.0 * prompt.len() as f64
+    );
+    assert_eq!(
+        value("vllm:request_success_total{model_name=\"embedded\",finished_reason=\"length\"}"),
+        3.0
+    );
+    assert_eq!(value(&format!("vllm:num_requests_running{label}")), 0.0);
+    assert_eq!(
+        value(&format!("vllm:e2e_request_latency_seconds_count{label}")),
+        3.0
+    );
+    assert_eq!(
+        value(&format!("vllm:time_to_first_token_seconds_count{label}")),
+        3.0
+    );
+    assert_eq!(
+        value(&format!("vllm:inter_token_latency_seconds_count{label}")),
+        33.0
+    );
+    assert!(m.body.contains("vllm:cache_config_info{model_name=\"embedded\",block_size=\"16\",num_gpu_blocks=\"512\"} 1"));
+
+    let h = request(server.addr, "GET", "/health", "").await;
+    assert_eq!(h.status, 200);
+    let models = request(server.addr, "GET", "/v1/models", "").await.json();
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], "embedded");
+    assert!(server.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_choices_sample_with_seeds_seed_plus_i() {
+    let server = start(config(8, 64, 64), LIMIT).await;
+    let body = json!({"prompt": "abc", "max_tokens": 6, "temperature": 1.0, "seed": 40, "n": 3});
+    let v = post(server.addr, "/v1/completions", &body.to_string())
+        .await
+        .json();
+    assert_eq!(v["choices"].as_array().expect("choices").len(), 3);
+    assert_eq!(v["usage"]["completion_tokens"], 18);
+    assert_eq!(v["usage"]["prompt_tokens"], 3);
+    for i in 0..3 {
+        assert_eq!(v["choices"][i]["index"], i);
+        let single = json!({"prompt": "abc", "max_tokens": 6, "temperature": 1.0, "seed": 40 + i});
+        let one = post(server.addr, "/v1/completions", &single.to_string())
+            .await
+            .json();
+        assert_eq!(text_of(&v, i), text_of(&one, 0), "choice {i}");
+    }
+    // Streamed, the same choices.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let s = post(server.addr, "/v1/completions", &streamed.to_string()).await;
+    let (texts, _, done) = collect(&s.events(), 3);
+    assert!(done);
+    for (i, t) in texts.iter().enumerate() {
+        assert_eq!(*t, text_of(&v, i));
+    }
+    assert!(server.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_string_ends_the_text_before_it() {
+    let server = start(config(8, 64, 64), LIMIT).await;
+    let base = json!({"prompt": "The quick", "max_tokens": 24, "temperature": 0});
+    let full = text_of(
+        &post(server.addr, "/v1/completions", &base.to_string())
+            .await
+            .json(),
+        0,
+    );
+    let chars: Vec<char> = full.chars().collect();
+    assert!(chars.len() > 8, "{full:?}");
+    let stop: String = chars[6..8].iter().collect();
+    let expected = &full[..full.find(&stop).expect("stop in text")];
+    for stops in [json!(stop), json!(["\u{1}never", stop])] {
+        let mut body = base.clone();
+        body["stop"] = stops;
+        let v = post(server.addr, "/v1/completions", &body.to_string())
+            .await
+            .json();
+        assert_eq!(text_of(&v, 0), expected);
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+        body["stream"] = json!(true);
+        let s = post(server.addr, "/v1/completions", &body.to_string()).await;
+        let (texts, values, done) = collect(&s.events(), 1);
+        assert!(done);
+        assert_eq!(texts[0], expected);
+        assert_eq!(
+            values.last().expect("chunk")["choices"][0]["finish_reason"],
+            "stop"
+        );
+    }
+    assert!(
+        server.wait_idle().await,
+        "the stopped requests were cancelled"
+    );
+    assert!(server.shutdown().await.is_clean());
+}
+
+fn assert_error(r: &support::Response, status: u16, param: Option<&str>) {
+    assert_eq!(r.status, status, "{}", r.body);
+    let v = r.json();
+    let e = v["error"].as_object().expect("error object");
+    let mut keys: Vec<&str> = e.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["code", "message", "param", "type"]);
+    assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()));
+    assert!(e["type"].is_string());
+    assert_eq!(e["param"].as_str(), param, "{}", r.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_have_openai_shape_and_name_the_field() {
+    let server = start(config(8, 64, 64), 16384).await;
+    let c = "/v1/completions";
+    assert_error(&post(server.addr, c, "{not json").await, 400, None);
+    assert_error(&post(server.addr, c, "[1, 2]").await, 400, None);
+    for (body, param) in [
+        (json!({}), "prompt"),
+        (json!({"prompt": 5}), "prompt"),
+        (json!({"prompt": "a", "temperature": "hot"}), "temperature"),
+        (json!({"prompt": "a", "temperature": 9}), "temperature"),
+        (json!({"prompt": "a", "top_p": 0}), "top_p"),
+        (json!({"prompt": "a", "top_k": -3}), "top_k"),
+        (json!({"prompt": "a", "n": 0}), "n"),
+        (json!({"prompt": "a", "max_tokens": 0}), "max_tokens"),
+        (json!({"prompt": "a", "stop": 3}), "stop"),
+        (json!({"prompt": "a", "stream": "yes"}), "stream"),
+        (json!({"prompt": "a", "priority": "urgent"}), "priority"),
+        (
+            json!({"prompt": "a", "stream_options": {"include_usage": 1}}),
+            "stream_options.include_usage",
+        ),
+        (json!({"prompt": [1, -2]}), "prompt"),
+        (json!({"prompt": [9999]}), "prompt"),
+    ] {
+        assert_error(
+            &post(server.addr, c, &body.to_string()).await,
+            400,
+            Some(param),
+        );
+    }
+    // Longer than the embedded model's 2048-token context.
+    let long = json!({"prompt": vec![1u32; 2048]});
+    assert_error(
+        &post(server.addr, c, &long.to_string()).await,
+        400,
+        Some("prompt"),
+    );
+    // Over the 16 KiB body limit.
+    let big = json!({"prompt": "x".repeat(20_000)});
+    assert_error(&post(server.addr, c, &big.to_string()).await, 413, None);
+    // The embedded model has no chat template.
+    let chat = json!({"messages": [{"role": "user", "content": "hi"}]});
+    assert_error(
+        &post(server.addr, "/v1/chat/completions", &chat.to_string()).await,
+        400,
+        Some("messages"),
+    );
+    assert_error(
+        &post(server.addr, "/v1/chat/completions", "{\"messages\": []}").await,
+        400,
+        Some("messages"),
+    );
+    assert!(server.shutdown().await.is_clean());
+}
+
+/// Opens a streaming request and reads until its headers (and, when
+/// `first_chunk`, its first event) have arrived.
+async fn open_stream(
+    addr: std::net::SocketAddr,
+    body: &Value,
+    first_chunk: bool,
+) -> (tokio::net::TcpStream, String) {
+    let mut socket = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let raw = support::raw_request("POST", "/v1/completions", body.to_string().as_bytes());
+    socket.write_all(&raw).await.expect("write");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = socket.read(&mut buf).await.expect("read");
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&seen);
+        if let Some(end) = text.find("\r\n\r\n") {
+            if !first_chunk || !text.starts_with("HTTP/1.1 200") || text[end..].contains("data: ") {
+                return (socket, text.into_owned());
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_stream_cancels_its_request() {
+    let server = start(config(8, 64, 64), LIMIT).await;
+    let body = json!({"prompt": "long", "max_tokens": 1500, "temperature": 0, "stream": true});
+    let (socket, seen) = open_stream(server.addr, &body, true).await;
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    drop(socket);
+    assert!(server.wait_idle().await, "the request was cancelled");
+    // A non-streaming request whose client goes away is cancelled too.
+    let mut socket = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    let plain = json!({"prompt": "long", "max_tokens": 1500, "temperature": 0});
+    socket
+        .write_all(&support::raw_request(
+            "POST",
+            "/v1/completions",
+            plain.to_string().as_bytes(),
+        ))
+        .await
+        .expect("write");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    drop(socket);
+    assert!(server.wait_idle().await, "the request was cancelled");
+    let audit = server.shutdown().await;
+    assert!(audit.is_clean(), "{audit:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_queue_answers_429_with_retry_after() {
+    // One running request, one queued; the next is refused.
+    let server = start(config(1, 1, 1), LIMIT).await;
+    let body = json!({"prompt": "busy", "max_tokens": 1500, "temperature": 0, "stream": true});
+    let mut held = Vec::new();
+    let mut refused = None;
+    for _ in 0..4 {
+        let (socket, seen) = open_stream(server.addr, &body, false).await;
+        if seen.starts_with("HTTP/1.1 429") {
+            refused = Some(seen);
+            break;
+        }
+        assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+        held.push(socket);
+    }
+    let refused = refused.expect("a 429 once the queue is full");
+    assert_eq!(held.len(), 2, "one running and one queued are taken");
+    assert!(
+        refused.to_ascii_lowercase().contains("retry-after: 1"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("\"type\":\"rate_limit_error\""),
+        "{refused}"
+    );
+    drop(held);
+    assert!(server.wait_idle().await);
+    assert!(server.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_past_its_deadline_cancels_and_ends_streams() {
+    let deadline = std::time::Duration::from_millis(200);
+    let server = support::start_with_deadline(config(8, 64, 64), LIMIT, deadline).await;
+    let body = json!({"prompt": "long", "max_tokens": 1900, "temperature": 0, "stream": true});
+    let (mut socket, seen) = open_stream(server.addr, &body, true).await;
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    assert_eq!(request(server.addr, "GET", "/health", "").await.status, 200);
+    server.state.start_draining();
+    assert_eq!(request(server.addr, "GET", "/health", "").await.status, 503);
+    let audit = server.shutdown().await;
+    assert!(audit.is_clean(), "{audit:?}");
+    // The stream ends (the request was cancelled) instead of hanging.
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        socket.read_to_end(&mut rest),
+    )
+    .await;
+    assert!(read.is_ok(), "the stream ended");
+    let text = String::from_utf8_lossy(&rest);
+    assert!(
+        text.contains("\"error\""),
+        "the stream reports the cancellation: {text}"
+    );
+}

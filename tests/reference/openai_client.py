@@ -1,0 +1,129 @@
+"""The official OpenAI Python client against a live `pagoda serve`.
+
+The client's own response types are the reference for the API's shape:
+it parses every response and stream chunk with them. Exits non-zero on
+the first failed check.
+
+    python openai_client.py --base-url http://127.0.0.1:8000/v1 [--chat]
+"""
+
+import argparse
+import json
+import time
+import urllib.error
+import urllib.request
+
+import openai
+
+
+def metric(base, name):
+    """The first sample of `name` in /metrics."""
+    root = base.rsplit("/v1", 1)[0]
+    with urllib.request.urlopen(root + "/metrics") as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} missing from /metrics")
+
+
+def post_raw(base, path, data):
+    req = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def check_error_body(body, param):
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"}, err
+    assert err["param"] == param, err
+
+
+def completions(client, base, model):
+    kw = dict(model=model, prompt="Hello there", max_tokens=10, temperature=0)
+    full = client.completions.create(**kw)
+    c = full.choices[0]
+    assert c.finish_reason in ("length", "stop"), c
+    u = full.usage
+    assert u.completion_tokens >= 1 and u.total_tokens == u.prompt_tokens + u.completion_tokens, u
+    if c.finish_reason == "length":
+        assert u.completion_tokens == 10, u
+
+    chunks = list(client.completions.create(stream=True, **kw))
+    assert all(ch.usage is None for ch in chunks), "usage only when asked"
+    assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == c.text
+    chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+    assert chunks[-1].usage is not None and chunks[-1].choices == []
+    assert chunks[-1].usage.completion_tokens == u.completion_tokens
+    print("ok completions, streamed and not")
+
+    many = client.completions.create(n=3, seed=11, **{**kw, "temperature": 1.0})
+    assert sorted(ch.index for ch in many.choices) == [0, 1, 2]
+    print("ok n=3")
+
+    if len(c.text) > 6:
+        stop = c.text[4:6]
+        cut = client.completions.create(stop=[stop], **kw)
+        assert cut.choices[0].text == c.text[: c.text.find(stop)], (cut.choices[0].text, c.text, stop)
+        assert cut.choices[0].finish_reason == "stop"
+        print("ok stop")
+
+    stream = client.completions.create(stream=True, **{**kw, "max_tokens": 1500})
+    next(iter(stream))
+    stream.close()
+    deadline = time.time() + 20
+    while metric(base, "vllm:num_requests_running") + metric(base, "vllm:num_requests_waiting") > 0:
+        assert time.time() < deadline, "a closed stream kept running"
+        time.sleep(0.05)
+    print("ok stream closed early")
+
+    status, body = post_raw(base, "/completions", b"{not json")
+    assert status == 400, status
+    check_error_body(body, None)
+    try:
+        client.completions.create(model=model, prompt="x", temperature="hot")
+        raise AssertionError("no error")
+    except openai.BadRequestError as e:
+        assert e.status_code == 400
+        inner = e.body.get("error", e.body) if isinstance(e.body, dict) else {}
+        assert inner.get("param") == "temperature", e.body
+    print("ok malformed bodies")
+
+
+def chat(client, model, has_template):
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    if not has_template:
+        try:
+            client.chat.completions.create(model=model, messages=messages)
+            raise AssertionError("chat without a template")
+        except openai.BadRequestError as e:
+            assert e.status_code == 400
+        print("ok chat refused without a template")
+        return
+    full = client.chat.completions.create(model=model, messages=messages, max_tokens=24, temperature=0)
+    msg = full.choices[0].message
+    assert msg.role == "assistant" and msg.content, full
+    chunks = list(client.chat.completions.create(
+        model=model, messages=messages, max_tokens=24, temperature=0, stream=True,
+        stream_options={"include_usage": True}))
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == msg.content, (text, msg.content)
+    assert chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    print("ok chat, streamed and not:", json.dumps(msg.content))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base-url", required=True)
+    ap.add_argument("--chat", action="store_true", help="the model has a chat template")
+    args = ap.parse_args()
+    client = openai.OpenAI(base_url=args.base_url, api_key="none", max_retries=0, timeout=120)
+    model = client.models.list().data[0].id
+    completions(client, args.base_url, model)
+    chat(client, model, args.chat)
+
+
+if __name__ == "__main__":
+    main()
