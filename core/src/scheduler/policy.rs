@@ -74,6 +74,12 @@ pub trait SchedulerPolicy {
     fn fairness_threshold_us(&self) -> Option<u64> {
         None
     }
+
+    /// The most of a step's token budget prefill chunks may take, if the
+    /// policy caps it (decodes are planned first either way).
+    fn prefill_share(&self) -> Option<f32> {
+        None
+    }
 }
 
 /// First come, first served: arrival order, no scoring.
@@ -117,6 +123,11 @@ pub struct Lpm {
     /// If set, the fairness threshold in microseconds while LPM is active
     /// (replacing the scheduler's own): a request waiting longer runs next.
     pub fairness_threshold_us: Option<u64>,
+    /// If set, the most of a step's token budget prefill chunks may take
+    /// (in `0.0 < share <= 1.0`), after decodes took theirs: admitting more
+    /// prefill beside running decodes lengthens every decode's step. `None`
+    /// (the default until measured) lets prefill use whatever is left.
+    pub prefill_share: Option<f32>,
 }
 
 impl Default for Lpm {
@@ -125,6 +136,7 @@ impl Default for Lpm {
             cache_weight: 1.0,
             score: MatchScore::Relative,
             fairness_threshold_us: None,
+            prefill_share: None,
         }
     }
 }
@@ -149,6 +161,10 @@ impl SchedulerPolicy for Lpm {
 
     fn fairness_threshold_us(&self) -> Option<u64> {
         self.fairness_threshold_us
+    }
+
+    fn prefill_share(&self) -> Option<f32> {
+        self.prefill_share
     }
 }
 
@@ -193,6 +209,13 @@ impl SchedulerPolicy for Policy {
         match self {
             Self::Fcfs(p) => p.fairness_threshold_us(),
             Self::Lpm(p) => SchedulerPolicy::fairness_threshold_us(p),
+        }
+    }
+
+    fn prefill_share(&self) -> Option<f32> {
+        match self {
+            Self::Fcfs(p) => p.prefill_share(),
+            Self::Lpm(p) => SchedulerPolicy::prefill_share(p),
         }
     }
 }
