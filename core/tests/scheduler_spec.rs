@@ -793,10 +793,13 @@ mod issue_duties {
             token_budget: 100,
             ..config()
         };
-        let policy = Policy::Lpm(Lpm {
-            prefill_share: Some(0.3),
-            ..Lpm::default()
-        });
+        let policy = Policy::parse("lpm", &[("prefill_share", "0.3")]).unwrap();
+        for bad in ["0", "1.5", "NaN", "x"] {
+            assert!(
+                Policy::parse("lpm", &[("prefill_share", bad)]).is_err(),
+                "{bad}"
+            );
+        }
         let mut e = Engine::new(256, cfg, policy);
         e.add(0, prompt(0, 0, 0, 95), 8, Priority::Normal);
         e.add(1, prompt(1, 0, 1, 350), 2, Priority::Normal);

@@ -226,7 +226,8 @@ impl Policy {
     ///
     /// - `fcfs`: no parameters; any parameter is an error.
     /// - `lpm`: `cache_weight` (a finite number > 0, default 1),
-    ///   `fairness_threshold_ms` (> 0), `score` (`relative` or `absolute`).
+    ///   `fairness_threshold_ms` (> 0), `score` (`relative` or `absolute`),
+    ///   `prefill_share` (in `0 < share <= 1`).
     ///
     /// ```
     /// use pagoda_core::scheduler::{ConfigError, Policy};
@@ -266,6 +267,12 @@ impl Policy {
                             }
                             lpm.fairness_threshold_us = Some((ms * 1000.0) as u64);
                         }
+                        "prefill_share" => {
+                            let share: f32 = value
+                                .parse()
+                                .map_err(|_| ConfigError::InvalidValue(param))?;
+                            lpm.prefill_share = Some(share);
+                        }
                         "score" => {
                             lpm.score = match value {
                                 "relative" => MatchScore::Relative,
@@ -291,6 +298,11 @@ impl Policy {
         if lpm.fairness_threshold_us == Some(0) {
             return Err(ConfigError::OutOfRange("fairness_threshold_ms"));
         }
+        if let Some(share) = lpm.prefill_share {
+            if !(share > 0.0 && share <= 1.0) {
+                return Err(ConfigError::OutOfRange("prefill_share"));
+            }
+        }
         Ok(Self::Lpm(lpm))
     }
 }
@@ -302,6 +314,7 @@ fn known_name(param: &str) -> &'static str {
         "cache_weight" => "cache_weight",
         "fairness_threshold_ms" => "fairness_threshold_ms",
         "score" => "score",
+        "prefill_share" => "prefill_share",
         _ => "unknown parameter",
     }
 }
