@@ -652,6 +652,7 @@ mod policy_configuration {
                 cache_weight: 3.0,
                 score: MatchScore::Absolute,
                 fairness_threshold_us: Some(250_000),
+                prefill_share: None,
             })
         );
         assert_eq!(p.fairness_threshold_us(), Some(250_000));
@@ -781,6 +782,41 @@ mod issue_duties {
             e.complete(&work, STEP);
         }
         assert_eq!(chunks, vec![(0, 100), (100, 100), (200, 100), (300, 50)]);
+    }
+
+    #[test]
+    fn prefill_share_caps_prefill_after_decodes() {
+        // Budget 100, prefill share 0.3: prompts of 95 and 350 go in
+        // chunks of at most 30 (by hand: 100 * 0.3), decodes never wait.
+        let cfg = SchedulerConfig {
+            max_batch: 4,
+            token_budget: 100,
+            ..config()
+        };
+        let policy = Policy::parse("lpm", &[("prefill_share", "0.3")]).unwrap();
+        for bad in ["0", "1.5", "NaN", "x"] {
+            assert!(
+                Policy::parse("lpm", &[("prefill_share", bad)]).is_err(),
+                "{bad}"
+            );
+        }
+        let mut e = Engine::new(256, cfg, policy);
+        e.add(0, prompt(0, 0, 0, 95), 8, Priority::Normal);
+        e.add(1, prompt(1, 0, 1, 350), 2, Priority::Normal);
+        let mut chunks = Vec::new();
+        while !e.sched.is_idle() {
+            let (step, work) = e.schedule();
+            assert!(step.prefill_tokens <= 30, "{step:?}");
+            for w in &work {
+                if let WorkKind::Prefill { start, len, .. } = w.kind {
+                    chunks.push((start, len));
+                }
+            }
+            e.complete(&work, STEP);
+        }
+        let total: u32 = chunks.iter().map(|c| c.1).sum();
+        assert_eq!(total, 95 + 350, "{chunks:?}");
+        assert!(chunks.iter().all(|c| c.1 <= 30), "{chunks:?}");
     }
 
     #[test]

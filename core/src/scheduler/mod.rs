@@ -345,6 +345,15 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
             budget: self.config.token_budget,
         };
         self.plan_decodes(&mut planning);
+        // Prefill gets at most the policy's share of the budget (at least
+        // one token, so prompts always progress); an invalid share is
+        // ignored.
+        if let Some(share) = self.policy.prefill_share() {
+            if share.is_finite() && share > 0.0 {
+                let cap = (self.config.token_budget as f32 * share.min(1.0)) as u32;
+                planning.budget = planning.budget.min(cap.max(1));
+            }
+        }
         self.plan_prefill_chunks(&mut planning);
         self.admit(now, &mut planning);
         let mut step = planning.step;

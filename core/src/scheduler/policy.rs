@@ -74,6 +74,12 @@ pub trait SchedulerPolicy {
     fn fairness_threshold_us(&self) -> Option<u64> {
         None
     }
+
+    /// The most of a step's token budget prefill chunks may take, if the
+    /// policy caps it (decodes are planned first either way).
+    fn prefill_share(&self) -> Option<f32> {
+        None
+    }
 }
 
 /// First come, first served: arrival order, no scoring.
@@ -117,6 +123,11 @@ pub struct Lpm {
     /// If set, the fairness threshold in microseconds while LPM is active
     /// (replacing the scheduler's own): a request waiting longer runs next.
     pub fairness_threshold_us: Option<u64>,
+    /// If set, the most of a step's token budget prefill chunks may take
+    /// (in `0.0 < share <= 1.0`), after decodes took theirs: admitting more
+    /// prefill beside running decodes lengthens every decode's step. `None`
+    /// (the default until measured) lets prefill use whatever is left.
+    pub prefill_share: Option<f32>,
 }
 
 impl Default for Lpm {
@@ -125,6 +136,7 @@ impl Default for Lpm {
             cache_weight: 1.0,
             score: MatchScore::Relative,
             fairness_threshold_us: None,
+            prefill_share: None,
         }
     }
 }
@@ -149,6 +161,10 @@ impl SchedulerPolicy for Lpm {
 
     fn fairness_threshold_us(&self) -> Option<u64> {
         self.fairness_threshold_us
+    }
+
+    fn prefill_share(&self) -> Option<f32> {
+        self.prefill_share
     }
 }
 
@@ -195,6 +211,13 @@ impl SchedulerPolicy for Policy {
             Self::Lpm(p) => SchedulerPolicy::fairness_threshold_us(p),
         }
     }
+
+    fn prefill_share(&self) -> Option<f32> {
+        match self {
+            Self::Fcfs(p) => p.prefill_share(),
+            Self::Lpm(p) => SchedulerPolicy::prefill_share(p),
+        }
+    }
 }
 
 impl Policy {
@@ -203,7 +226,8 @@ impl Policy {
     ///
     /// - `fcfs`: no parameters; any parameter is an error.
     /// - `lpm`: `cache_weight` (a finite number > 0, default 1),
-    ///   `fairness_threshold_ms` (> 0), `score` (`relative` or `absolute`).
+    ///   `fairness_threshold_ms` (> 0), `score` (`relative` or `absolute`),
+    ///   `prefill_share` (in `0 < share <= 1`).
     ///
     /// ```
     /// use pagoda_core::scheduler::{ConfigError, Policy};
@@ -243,6 +267,12 @@ impl Policy {
                             }
                             lpm.fairness_threshold_us = Some((ms * 1000.0) as u64);
                         }
+                        "prefill_share" => {
+                            let share: f32 = value
+                                .parse()
+                                .map_err(|_| ConfigError::InvalidValue(param))?;
+                            lpm.prefill_share = Some(share);
+                        }
                         "score" => {
                             lpm.score = match value {
                                 "relative" => MatchScore::Relative,
@@ -268,6 +298,11 @@ impl Policy {
         if lpm.fairness_threshold_us == Some(0) {
             return Err(ConfigError::OutOfRange("fairness_threshold_ms"));
         }
+        if let Some(share) = lpm.prefill_share {
+            if !(share > 0.0 && share <= 1.0) {
+                return Err(ConfigError::OutOfRange("prefill_share"));
+            }
+        }
         Ok(Self::Lpm(lpm))
     }
 }
@@ -279,6 +314,7 @@ fn known_name(param: &str) -> &'static str {
         "cache_weight" => "cache_weight",
         "fairness_threshold_ms" => "fairness_threshold_ms",
         "score" => "score",
+        "prefill_share" => "prefill_share",
         _ => "unknown parameter",
     }
 }

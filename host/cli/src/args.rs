@@ -155,7 +155,7 @@ pub(crate) struct BenchArgs {
     /// Tokens of the shared part: few-shot prefix, chat system prompt, tree trunk.
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     pub(crate) shared_len: u32,
-    /// Sharing groups: few-shot prefixes, conversations, trees.
+    /// Sharing groups: few-shot prefixes, conversations, trees, RAG documents, agents.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub(crate) groups: u32,
     /// Length of each request's own prompt part: N, uniform:MIN:MAX or lognormal:MEDIAN:SIGMA.

@@ -264,6 +264,7 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
         title,
         // A struct of numbers and strings always converts.
         settings: serde_json::to_value(&settings).unwrap_or_default(),
+        optimal_hit_rate_pct: workload::optimal_hit_rate_pct(&trace, pagoda_engine::PAGE_SIZE),
         policies: reports,
     };
     report.compare_to_fcfs();

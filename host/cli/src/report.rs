@@ -19,6 +19,9 @@ pub struct BenchReport {
     pub title: String,
     /// The run's settings, as given.
     pub settings: serde_json::Value,
+    /// The trace's offline-optimal hit rate (every distinct full-page prefix
+    /// computed once), the ceiling for each policy's hit rate.
+    pub optimal_hit_rate_pct: f64,
     /// Per policy, in the order run.
     pub policies: Vec<PolicyReport>,
 }
@@ -66,6 +69,8 @@ impl BenchReport {
         row("cache hit rate (%)", &|p| {
             format!("{:.1}", p.cache_hit_rate_pct)
         });
+        let optimum = self.optimal_hit_rate_pct;
+        row("  offline optimum (%)", &|_| format!("{optimum:.1}"));
         row("  gain over FCFS (points)", &|p| {
             p.hit_rate_gain_over_fcfs_pp
                 .map_or("-".into(), |g| format!("{g:+.1}"))

@@ -41,6 +41,16 @@ pub enum WorkloadKind {
     TreeOfThought,
     /// Every prompt is unique.
     NoSharing,
+    /// Retrieval-augmented generation: a shared instruction, then 1 to 3
+    /// documents in canonical order from `groups` documents of which a few
+    /// are popular (Zipf-like), then a question.
+    Rag,
+    /// Agents: after a common system prompt, each of `groups` agents grows
+    /// a scratchpad; each step's prompt is the previous one plus a tool
+    /// output and a new thought.
+    Agent,
+    /// A hot prefix shared by half the requests among cold one-off prompts.
+    HotPrefix,
 }
 
 impl fmt::Display for WorkloadKind {
@@ -50,6 +60,9 @@ impl fmt::Display for WorkloadKind {
             Self::MultiTurn => "multi-turn",
             Self::TreeOfThought => "tree-of-thought",
             Self::NoSharing => "no-sharing",
+            Self::Rag => "rag",
+            Self::Agent => "agent",
+            Self::HotPrefix => "hot-prefix",
         })
     }
 }
@@ -145,10 +158,11 @@ pub struct WorkloadSpec {
     /// Requests in the trace.
     pub requests: u32,
     /// Length of the shared part: the few-shot prefix, the tree's trunk, the
-    /// chat's system prompt.
+    /// chat's system prompt, the RAG instruction, the agents' system prompt,
+    /// the hot prefix; a RAG document is half of it.
     pub shared_len: u32,
-    /// Sharing groups: few-shot prefixes, conversations or trees (ignored
-    /// for no sharing).
+    /// Sharing groups: few-shot prefixes, conversations, trees, RAG
+    /// documents or agents (ignored for no sharing and hot prefix).
     pub groups: u32,
     /// Length of each request's own part: the question, the user turn, the
     /// branch, or the whole prompt without sharing.
@@ -235,6 +249,74 @@ impl WorkloadSpec {
                     prompts.push((p, self.output_len.sample(&mut rng)));
                 }
             }
+            WorkloadKind::Rag => {
+                let instruction = tokens(&mut rng, self.shared_len);
+                // Documents of half the instruction's length, so three of
+                // them after it fit the context with the default lengths.
+                let doc_len = self.shared_len.div_ceil(2);
+                let docs: Vec<Vec<u32>> = (0..groups).map(|_| tokens(&mut rng, doc_len)).collect();
+                // Zipf weights 1/(rank+1): a few documents are popular.
+                let weights: Vec<f64> = (0..groups).map(|r| 1.0 / (r as f64 + 1.0)).collect();
+                let total: f64 = weights.iter().sum();
+                let draw = |rng: &mut fastrand::Rng| -> usize {
+                    let mut x = rng.f64() * total;
+                    for (i, w) in weights.iter().enumerate() {
+                        if x < *w {
+                            return i;
+                        }
+                        x -= w;
+                    }
+                    groups - 1
+                };
+                for _ in 0..n {
+                    let k = rng.usize(1..=3.min(groups));
+                    let mut chosen: Vec<usize> = Vec::with_capacity(k);
+                    while chosen.len() < k {
+                        let d = draw(&mut rng);
+                        if !chosen.contains(&d) {
+                            chosen.push(d);
+                        }
+                    }
+                    // Canonical order, so equal document sets share a prefix.
+                    chosen.sort_unstable();
+                    let mut p = instruction.clone();
+                    for d in chosen {
+                        p.extend_from_slice(&docs[d]);
+                    }
+                    let len = self.prompt_len.sample(&mut rng);
+                    p.extend(tokens(&mut rng, len));
+                    prompts.push((p, self.output_len.sample(&mut rng)));
+                }
+            }
+            WorkloadKind::Agent => {
+                let system = tokens(&mut rng, self.shared_len);
+                let mut pads: Vec<Vec<u32>> = vec![system; groups];
+                for _ in 0..n {
+                    let a = rng.usize(0..groups);
+                    // A tool output, then the agent's new thought.
+                    let tool = self.prompt_len.sample(&mut rng);
+                    let tool_tokens = tokens(&mut rng, tool);
+                    pads[a].extend(tool_tokens);
+                    let thought = self.prompt_len.sample(&mut rng).div_ceil(2);
+                    let thought_tokens = tokens(&mut rng, thought);
+                    pads[a].extend(thought_tokens);
+                    prompts.push((pads[a].clone(), self.output_len.sample(&mut rng)));
+                }
+            }
+            WorkloadKind::HotPrefix => {
+                let hot = tokens(&mut rng, self.shared_len);
+                for _ in 0..n {
+                    let len = self.prompt_len.sample(&mut rng);
+                    let p = if rng.bool() {
+                        let mut p = hot.clone();
+                        p.extend(tokens(&mut rng, len));
+                        p
+                    } else {
+                        tokens(&mut rng, self.shared_len + len)
+                    };
+                    prompts.push((p, self.output_len.sample(&mut rng)));
+                }
+            }
         }
         let mut at = 0.0f64;
         prompts
@@ -251,6 +333,37 @@ impl WorkloadSpec {
                 }
             })
             .collect()
+    }
+}
+
+/// The offline-optimal prefix-cache hit rate of `trace`, in percent: every
+/// distinct full-page prefix is computed once, and every later prompt reuses
+/// all of it. Counted as the engine counts hits: a prompt reuses whole pages
+/// of all its tokens but the last (which is computed to sample the first
+/// output), out of all its tokens; only prompts are cached (outputs of
+/// synthetic traces are never prompted again), and nothing is evicted. A
+/// run can land a little above it: the engine also counts the hits of a
+/// preempted request readmitted, and rejected prompts count only here.
+pub fn optimal_hit_rate_pct(trace: &[TraceEntry], page_size: usize) -> f64 {
+    let page_size = page_size.max(1);
+    let mut seen: std::collections::HashSet<&[u32]> = std::collections::HashSet::new();
+    let (mut hits, mut total) = (0u64, 0u64);
+    for e in trace {
+        total += e.prompt.len() as u64;
+        let reusable = e.prompt.len().saturating_sub(1) / page_size;
+        // Prefixes nest, so the reused pages are the leading ones seen.
+        let reused = (1..=reusable)
+            .take_while(|&k| seen.contains(&e.prompt[..k * page_size]))
+            .count();
+        hits += (reused * page_size) as u64;
+        for k in 1..=e.prompt.len() / page_size {
+            seen.insert(&e.prompt[..k * page_size]);
+        }
+    }
+    if total == 0 {
+        0.0
+    } else {
+        100.0 * hits as f64 / total as f64
     }
 }
 
@@ -284,6 +397,9 @@ pub(crate) mod tests {
             WorkloadKind::MultiTurn,
             WorkloadKind::TreeOfThought,
             WorkloadKind::NoSharing,
+            WorkloadKind::Rag,
+            WorkloadKind::Agent,
+            WorkloadKind::HotPrefix,
         ] {
             let a = spec(kind).generate();
             assert_eq!(a, spec(kind).generate());
@@ -335,6 +451,112 @@ pub(crate) mod tests {
                 assert!(common_prefix(&a.prompt, &b.prompt) < 16);
             }
         }
+    }
+
+    #[test]
+    fn rag_structure() {
+        // 10 documents of 32 tokens after a 64-token instruction.
+        let mut s = spec(WorkloadKind::Rag);
+        s.groups = 10;
+        s.requests = 400;
+        let t = s.generate();
+        let instr = &t[0].prompt[..64];
+        // Every prompt: instruction + 1..=3 documents + a question of 8..=24.
+        let mut doc_count = std::collections::HashMap::<Vec<u32>, usize>::new();
+        for e in &t {
+            assert_eq!(&e.prompt[..64], instr);
+            let body = e.prompt.len() - 64;
+            let docs = (body - 8) / 32;
+            assert!(
+                (1..=3).contains(&docs),
+                "{} tokens after the instruction",
+                body
+            );
+            assert!((8..=24).contains(&(body - docs * 32)));
+            for d in 0..docs {
+                let doc = e.prompt[64 + d * 32..96 + d * 32].to_vec();
+                *doc_count.entry(doc).or_default() += 1;
+            }
+        }
+        assert_eq!(doc_count.len(), 10, "all documents are drawn");
+        let mut counts: Vec<usize> = doc_count.values().copied().collect();
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        // Zipf-like: the most popular document is drawn far more often
+        // than the least popular one.
+        assert!(counts[0] > 3 * counts[9], "{counts:?}");
+        // Canonical order: the same set of documents gives the same prefix,
+        // so many prompts share more than the instruction.
+        let deep = t
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| {
+                t[..*i]
+                    .iter()
+                    .any(|p| common_prefix(&p.prompt, &e.prompt) >= 96)
+            })
+            .count();
+        assert!(
+            deep > 300,
+            "{deep} prompts share a document with an earlier one"
+        );
+    }
+
+    #[test]
+    fn agent_and_hot_prefix_structure() {
+        // Agent: each step extends the same agent's previous step.
+        let t = spec(WorkloadKind::Agent).generate();
+        let system = &t[0].prompt[..64];
+        assert!(t.iter().all(|e| e.prompt.starts_with(system)));
+        let extended = t
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| {
+                t[..*i]
+                    .iter()
+                    .any(|p| p.prompt.len() < e.prompt.len() && e.prompt.starts_with(&p.prompt))
+            })
+            .count();
+        // All but each agent's first step (3 agents).
+        assert_eq!(extended, 57);
+        // Hot prefix: about half start with one hot prefix, the rest share
+        // less than a page with anything.
+        let mut s = spec(WorkloadKind::HotPrefix);
+        s.requests = 200;
+        let t = s.generate();
+        let mut firsts: std::collections::HashMap<&[u32], usize> = Default::default();
+        for e in &t {
+            *firsts.entry(&e.prompt[..64]).or_default() += 1;
+        }
+        let hot = firsts.values().copied().max().unwrap_or(0);
+        assert!((70..=130).contains(&hot), "{hot} hot prompts of 200");
+        assert_eq!(firsts.len(), 200 - hot + 1, "cold prompts are one-offs");
+    }
+
+    fn entry(prompt: Vec<u32>) -> TraceEntry {
+        TraceEntry {
+            arrival_us: 0,
+            prompt,
+            max_tokens: 1,
+            priority: Priority::Normal,
+        }
+    }
+
+    #[test]
+    fn optimal_hit_rate_by_hand() {
+        // Pages of 4. A: 9 tokens (2 full pages). B = A's first 8 tokens + 3
+        // more (11): reuses 2 pages = 8. C = A's first 8 exactly (8 tokens):
+        // only 7 may be reused, so 1 page = 4. D: unrelated 6 tokens: 0.
+        // E = B (11 tokens): B's 2 full pages (its third is partial) = 8.
+        let a: Vec<u32> = (0..9).collect();
+        let mut b: Vec<u32> = (0..8).collect();
+        b.extend([100, 101, 102]);
+        let c: Vec<u32> = (0..8).collect();
+        let d: Vec<u32> = (200..206).collect();
+        let t: Vec<TraceEntry> = [a, b.clone(), c, d, b].into_iter().map(entry).collect();
+        // Hits 8 + 4 + 8 = 20 of 9 + 11 + 8 + 6 + 11 = 45 tokens.
+        let got = optimal_hit_rate_pct(&t, 4);
+        assert!((got - 100.0 * 20.0 / 45.0).abs() < 1e-9, "{got}");
+        assert_eq!(optimal_hit_rate_pct(&[], 16), 0.0);
     }
 
     #[test]

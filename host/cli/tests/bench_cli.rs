@@ -154,6 +154,22 @@ fn shared_prefixes_hit_and_lpm_hits_at_least_as_much_as_fcfs() {
 }
 
 #[test]
+fn new_workloads_run_and_stay_under_the_offline_optimum() {
+    for workload in ["rag", "agent", "hot-prefix"] {
+        let report = bench(workload, &["--workload", workload]);
+        let optimum = num(&report, "optimal_hit_rate_pct");
+        assert!(optimum > 20.0, "{workload}: optimum {optimum}");
+        for p in report["policies"].as_array().unwrap() {
+            assert_accounted(p);
+            let hit = num(p, "cache_hit_rate_pct");
+            // No policy reuses more than every shared page once computed.
+            assert!(hit <= optimum + 0.5, "{workload}: {hit} above {optimum}");
+            assert!(hit > 0.0, "{workload}: no hits");
+        }
+    }
+}
+
+#[test]
 fn cancellations_are_accounted_for_and_free_their_pages() {
     let report = bench("cancel", &["--cancel-fraction", "0.5", "--policy", "lpm"]);
     let p = policy(&report, "lpm");

@@ -83,6 +83,7 @@ pub use pagoda_core::scheduler::{
 };
 pub use pagoda_core::{
     KvDtype, KvError, ParseKvDtypeError, PoolStats, Priority, RadixStats, RequestId, Timestamp,
+    PAGE_SIZE,
 };
 /// Machine limits (read bandwidth, FMA peak) the speed benchmarks compare with.
 pub use pagoda_cpu::probe;
