@@ -301,7 +301,11 @@ impl WithBackend for SpeedJob<'_> {
         let mut tokens = |n: usize| -> Vec<u32> { (0..n).map(|_| rng.u32(0..vocab)).collect() };
         let mut decode = Vec::new();
         // 4,096 tokens deep, or as deep as the model's context allows.
-        let deep = 4096.min(self.model.config().max_context as usize - 64);
+        let deep = 4096.min(
+            (self.model.config().max_context as usize)
+                .saturating_sub(64)
+                .max(8),
+        );
         for (context, new) in [(8usize, 64u32), (deep, 32)] {
             let prompt = tokens(context);
             let g = generate(&mut engine, vec![prompt], new)?;
