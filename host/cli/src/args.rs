@@ -34,6 +34,10 @@ pub(crate) enum Command {
     /// Serve a model over an OpenAI-compatible HTTP API.
     #[command(args_override_self = true)]
     Serve(crate::serve::ServeArgs),
+    /// Write a GGUF file with a real model's shapes and random weights, for
+    /// speed measurements without a download.
+    #[command(args_override_self = true)]
+    Synth(crate::synth::SynthArgs),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]

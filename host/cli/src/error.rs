@@ -16,6 +16,8 @@ use crate::trace::TraceError;
 pub(crate) enum CliError {
     #[error("serve: {0}")]
     Serve(#[from] crate::serve::ServeError),
+    #[error("synth: {0}")]
+    Synth(#[from] crate::synth::SynthError),
     #[error(
         "--policy {text}: {error} (valid: fcfs, or lpm with optional \
          :cache_weight=N,fairness_threshold_ms=N,score=relative|absolute)"

@@ -27,6 +27,7 @@ mod report;
 mod run;
 mod serve;
 mod speed;
+mod synth;
 mod trace;
 mod workload;
 
@@ -39,7 +40,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) if e.kind() == clap::error::ErrorKind::InvalidSubcommand => {
             eprint!("{e}");
-            eprintln!("valid commands: bench, run, serve");
+            eprintln!("valid commands: bench, run, serve, synth");
             return ExitCode::from(2);
         }
         Err(e) => e.exit(),
@@ -48,6 +49,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(args),
         Command::Run(args) => run::run(args),
         Command::Serve(args) => serve::serve(args),
+        Command::Synth(args) => synth::synth(args).map_err(CliError::from),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

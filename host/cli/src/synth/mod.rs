@@ -1,0 +1,316 @@
+//! `pagoda synth`: writes a GGUF file with the shapes of a real model and
+//! random weights in a chosen block type, so speed can be measured on a
+//! machine without downloading the model (an 8B-shaped Q4_0 file is written
+//! in seconds). The weights are random, so the text is meaningless; the
+//! bytes each step reads are the real model's.
+//!
+//! Each file is a `llama` model with a byte-level `gpt2` tokenizer (one
+//! token per byte, then filler tokens up to the vocabulary size), so
+//! `pagoda run`, `bench --model` and `serve --model` take it like any other.
+
+mod blocks;
+mod writer;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::{Args, ValueEnum};
+use pagoda_core::QuantKind;
+
+use self::writer::{GgufWriter, TensorSpec};
+
+/// `pagoda synth` options.
+#[derive(Args)]
+pub(crate) struct SynthArgs {
+    /// Whose shapes to copy.
+    #[arg(long, value_enum, default_value = "tiny")]
+    pub shape: Shape,
+    /// Block type of the weight matrices (norms stay f32). A K-quant on
+    /// rows that are not a multiple of 256 falls back as llama.cpp does:
+    /// Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0.
+    #[arg(long = "type", value_enum, default_value = "q4_0", ignore_case = true)]
+    pub weight_type: WeightType,
+    /// Where to write the file.
+    #[arg(long, short)]
+    pub out: PathBuf,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// Model shapes `pagoda synth` writes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+pub(crate) enum Shape {
+    /// Two small layers, for tests (hidden 256, vocabulary 512).
+    Tiny,
+    /// SmolLM2-135M: 30 layers, hidden 576, 9 heads over 3 KV heads, tied.
+    #[value(name = "smollm2-135m")]
+    Smollm2_135m,
+    /// Llama 3.2 1B: 16 layers, hidden 2048, 32 heads over 8, tied.
+    #[value(name = "llama3.2-1b")]
+    Llama3_2_1b,
+    /// Llama 3 8B: 32 layers, hidden 4096, 32 heads over 8, FFN 14336.
+    #[value(name = "llama3-8b")]
+    Llama3_8b,
+}
+
+/// Weight block types `pagoda synth` writes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+#[allow(non_camel_case_types)]
+pub(crate) enum WeightType {
+    F32,
+    F16,
+    #[value(name = "q4_0", alias = "Q4_0")]
+    Q4_0,
+    #[value(name = "q4_1", alias = "Q4_1")]
+    Q4_1,
+    #[value(name = "q5_0", alias = "Q5_0")]
+    Q5_0,
+    #[value(name = "q5_1", alias = "Q5_1")]
+    Q5_1,
+    #[value(name = "q8_0", alias = "Q8_0")]
+    Q8_0,
+    #[value(name = "q4_k", alias = "Q4_K")]
+    Q4_K,
+    #[value(name = "q5_k", alias = "Q5_K")]
+    Q5_K,
+    #[value(name = "q6_k", alias = "Q6_K")]
+    Q6_K,
+}
+
+impl WeightType {
+    fn kind(self) -> QuantKind {
+        match self {
+            Self::F32 => QuantKind::F32,
+            Self::F16 => QuantKind::F16,
+            Self::Q4_0 => QuantKind::Q4_0,
+            Self::Q4_1 => QuantKind::Q4_1,
+            Self::Q5_0 => QuantKind::Q5_0,
+            Self::Q5_1 => QuantKind::Q5_1,
+            Self::Q8_0 => QuantKind::Q8_0,
+            Self::Q4_K => QuantKind::Q4_K,
+            Self::Q5_K => QuantKind::Q5_K,
+            Self::Q6_K => QuantKind::Q6_K,
+        }
+    }
+}
+
+/// The hyper-parameters of a shape.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dims {
+    pub hidden: u64,
+    pub layers: u32,
+    pub heads: u32,
+    pub kv_heads: u32,
+    pub ffn: u64,
+    pub vocab: u64,
+    pub context: u32,
+    pub rope_base: f32,
+    pub tied: bool,
+}
+
+impl Shape {
+    /// The name `--shape` takes.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Tiny => "tiny",
+            Self::Smollm2_135m => "smollm2-135m",
+            Self::Llama3_2_1b => "llama3.2-1b",
+            Self::Llama3_8b => "llama3-8b",
+        }
+    }
+
+    pub(crate) fn dims(self) -> Dims {
+        let d = |hidden, layers, heads, kv_heads, ffn, vocab, context, rope_base, tied| Dims {
+            hidden,
+            layers,
+            heads,
+            kv_heads,
+            ffn,
+            vocab,
+            context,
+            rope_base,
+            tied,
+        };
+        match self {
+            Self::Tiny => d(256, 2, 4, 2, 768, 512, 1024, 10_000.0, false),
+            Self::Smollm2_135m => d(576, 30, 9, 3, 1536, 49_152, 8192, 100_000.0, true),
+            Self::Llama3_2_1b => d(2048, 16, 32, 8, 8192, 128_256, 131_072, 500_000.0, true),
+            Self::Llama3_8b => d(4096, 32, 32, 8, 14_336, 128_256, 8192, 500_000.0, false),
+        }
+    }
+}
+
+/// The block type a `cols`-wide matrix gets: K-quants need rows of 256.
+pub(crate) fn matrix_kind(kind: QuantKind, cols: u64) -> QuantKind {
+    if cols % kind.block_elems() as u64 == 0 {
+        return kind;
+    }
+    match kind {
+        QuantKind::Q4_K => QuantKind::Q5_0,
+        QuantKind::Q5_K => QuantKind::Q5_1,
+        _ => QuantKind::Q8_0,
+    }
+}
+
+/// The byte GPT-2's byte-level BPE writes for each byte: printable bytes
+/// stand for themselves, the rest are moved past 255.
+fn byte_token(byte: u8) -> char {
+    let printable = |b: u8| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
+    if printable(byte) {
+        return char::from(byte);
+    }
+    let moved = (0..byte).filter(|&b| !printable(b)).count() as u32;
+    char::from_u32(256 + moved).unwrap_or('?')
+}
+
+/// Describes the file: metadata, tokenizer and every tensor.
+pub(crate) fn describe(shape: Shape, weight: QuantKind) -> GgufWriter {
+    let d = shape.dims();
+    let head_dim = d.hidden / u64::from(d.heads);
+    let kv_width = head_dim * u64::from(d.kv_heads);
+    let mut w = GgufWriter::default();
+    w.str("general.architecture", "llama");
+    w.str(
+        "general.name",
+        &format!("pagoda synthetic {} {}", shape.name(), weight.name()),
+    );
+    w.u32("llama.context_length", d.context);
+    w.u32("llama.embedding_length", d.hidden as u32);
+    w.u32("llama.block_count", d.layers);
+    w.u32("llama.feed_forward_length", d.ffn as u32);
+    w.u32("llama.attention.head_count", d.heads);
+    w.u32("llama.attention.head_count_kv", d.kv_heads);
+    w.u32("llama.rope.dimension_count", head_dim as u32);
+    w.f32("llama.rope.freq_base", d.rope_base);
+    w.f32("llama.attention.layer_norm_rms_epsilon", 1e-5);
+    w.u32("llama.vocab_size", d.vocab as u32);
+
+    let vocab = d.vocab as usize;
+    let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_token(b).to_string()).collect();
+    tokens.extend((256..vocab - 2).map(|i| format!("<|synthetic_{i}|>")));
+    tokens.push("<|begin_of_text|>".into());
+    tokens.push("<|end_of_text|>".into());
+    let mut types = vec![1i32; vocab];
+    types[256..].fill(3);
+    w.str("tokenizer.ggml.model", "gpt2");
+    w.str("tokenizer.ggml.pre", "default");
+    w.str_array("tokenizer.ggml.tokens", &tokens);
+    w.i32_array("tokenizer.ggml.token_type", &types);
+    w.str_array::<&str>("tokenizer.ggml.merges", &[]);
+    w.u32("tokenizer.ggml.bos_token_id", d.vocab as u32 - 2);
+    w.u32("tokenizer.ggml.eos_token_id", d.vocab as u32 - 1);
+    w.bool("tokenizer.ggml.add_bos_token", true);
+
+    let mut tensor = |name: String, cols: u64, rows: u64, kind: QuantKind| {
+        let dims = if rows == 1 {
+            vec![cols]
+        } else {
+            vec![cols, rows]
+        };
+        w.tensor(TensorSpec { name, dims, kind });
+    };
+    tensor(
+        "token_embd.weight".into(),
+        d.hidden,
+        d.vocab,
+        matrix_kind(weight, d.hidden),
+    );
+    for l in 0..d.layers {
+        let b = |n: &str| format!("blk.{l}.{n}.weight");
+        tensor(b("attn_norm"), d.hidden, 1, QuantKind::F32);
+        tensor(
+            b("attn_q"),
+            d.hidden,
+            d.hidden,
+            matrix_kind(weight, d.hidden),
+        );
+        tensor(
+            b("attn_k"),
+            d.hidden,
+            kv_width,
+            matrix_kind(weight, d.hidden),
+        );
+        tensor(
+            b("attn_v"),
+            d.hidden,
+            kv_width,
+            matrix_kind(weight, d.hidden),
+        );
+        tensor(
+            b("attn_output"),
+            d.hidden,
+            d.hidden,
+            matrix_kind(weight, d.hidden),
+        );
+        tensor(b("ffn_norm"), d.hidden, 1, QuantKind::F32);
+        tensor(
+            b("ffn_gate"),
+            d.hidden,
+            d.ffn,
+            matrix_kind(weight, d.hidden),
+        );
+        tensor(b("ffn_up"), d.hidden, d.ffn, matrix_kind(weight, d.hidden));
+        tensor(b("ffn_down"), d.ffn, d.hidden, matrix_kind(weight, d.ffn));
+    }
+    tensor("output_norm.weight".into(), d.hidden, 1, QuantKind::F32);
+    if !d.tied {
+        tensor(
+            "output.weight".into(),
+            d.hidden,
+            d.vocab,
+            matrix_kind(weight, d.hidden),
+        );
+    }
+    w
+}
+
+/// Why `pagoda synth` failed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write {}: {source}", path.display())]
+pub(crate) struct SynthError {
+    path: PathBuf,
+    source: std::io::Error,
+}
+
+/// Runs `pagoda synth`.
+pub(crate) fn synth(args: SynthArgs) -> Result<(), SynthError> {
+    let started = Instant::now();
+    let fail = |source| SynthError {
+        path: args.out.clone(),
+        source,
+    };
+    let writer = describe(args.shape, args.weight_type.kind());
+    let params: u64 = writer
+        .tensors()
+        .iter()
+        .map(|t| t.dims.iter().product::<u64>())
+        .sum();
+    let file = File::create(&args.out).map_err(fail)?;
+    let mut out = BufWriter::with_capacity(4 << 20, file);
+    let mut rng = fastrand::Rng::with_seed(args.seed);
+    let bytes = writer
+        .write(&mut out, |_, t, sink| {
+            let (center, spread) = if t.name.ends_with("norm.weight") {
+                (1.0, 0.1)
+            } else {
+                (0.0, 0.05)
+            };
+            let (rows, cols) = t.rows_cols();
+            blocks::write_random(&mut rng, t.kind, rows * cols, center, spread, sink)
+        })
+        .map_err(fail)?;
+    out.flush().map_err(fail)?;
+    eprintln!(
+        "wrote {}: {} shape, {} weights, {:.2}M parameters, {:.1} MiB in {:.1} s",
+        args.out.display(),
+        args.shape.name(),
+        args.weight_type.kind().name(),
+        params as f64 / 1e6,
+        bytes as f64 / (1u64 << 20) as f64,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

@@ -1,0 +1,248 @@
+//! `pagoda synth`: the files it writes are read back by the `gguf` Python
+//! package (an independent parser; skipped with one line without the venv
+//! outside CI) with the metadata, tokenizer, tensor names, shapes and block
+//! types the shape asks for and sane dequantized values; and `pagoda run`
+//! generates from them, dense and quantized.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+#[path = "../../../tests/support/env.rs"]
+mod env;
+
+fn pagoda(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pagoda"))
+        .args(args)
+        .output()
+        .expect("the pagoda binary runs")
+}
+
+fn synth(dir: &Path, shape: &str, kind: &str) -> PathBuf {
+    let path = dir.join(format!("{shape}-{kind}.gguf"));
+    let out = pagoda(&[
+        "synth",
+        "--shape",
+        shape,
+        "--type",
+        kind,
+        "--out",
+        path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "pagoda synth failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    path
+}
+
+/// The reference's JSON summary of `file`.
+fn summary(python: &Path, file: &Path, values: bool) -> Value {
+    let mut cmd = Command::new(python);
+    cmd.arg(env::repo_root().join("tests/reference/synth_check.py"))
+        .arg(file);
+    if !values {
+        cmd.arg("--no-values");
+    }
+    let out = cmd.output().expect("start the Python reference");
+    assert!(
+        out.status.success(),
+        "synth_check.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("synth_check.py prints JSON")
+}
+
+/// The shapes' hyper-parameters, written out independently of the tool.
+struct Expect {
+    hidden: u64,
+    layers: u64,
+    heads: u64,
+    kv_heads: u64,
+    ffn: u64,
+    vocab: u64,
+    tied: bool,
+}
+
+const TINY: Expect = Expect {
+    hidden: 256,
+    layers: 2,
+    heads: 4,
+    kv_heads: 2,
+    ffn: 768,
+    vocab: 512,
+    tied: false,
+};
+
+const SMOLLM2: Expect = Expect {
+    hidden: 576,
+    layers: 30,
+    heads: 9,
+    kv_heads: 3,
+    ffn: 1536,
+    vocab: 49152,
+    tied: true,
+};
+
+/// Every tensor the shape has: name, GGUF dims (row length first), and
+/// whether it is a norm (f32, not the chosen type).
+fn expected_tensors(e: &Expect) -> Vec<(String, Vec<u64>, bool)> {
+    let kv = e.hidden / e.heads * e.kv_heads;
+    let mut t = vec![(
+        "token_embd.weight".to_string(),
+        vec![e.hidden, e.vocab],
+        false,
+    )];
+    for l in 0..e.layers {
+        let n = |s: &str| format!("blk.{l}.{s}.weight");
+        t.push((n("attn_norm"), vec![e.hidden], true));
+        t.push((n("attn_q"), vec![e.hidden, e.hidden], false));
+        t.push((n("attn_k"), vec![e.hidden, kv], false));
+        t.push((n("attn_v"), vec![e.hidden, kv], false));
+        t.push((n("attn_output"), vec![e.hidden, e.hidden], false));
+        t.push((n("ffn_norm"), vec![e.hidden], true));
+        t.push((n("ffn_gate"), vec![e.hidden, e.ffn], false));
+        t.push((n("ffn_up"), vec![e.hidden, e.ffn], false));
+        t.push((n("ffn_down"), vec![e.ffn, e.hidden], false));
+    }
+    t.push(("output_norm.weight".to_string(), vec![e.hidden], true));
+    if !e.tied {
+        t.push(("output.weight".to_string(), vec![e.hidden, e.vocab], false));
+    }
+    t
+}
+
+/// The GGML type name a matrix of `row_len` gets: K-quants need rows of
+/// 256 and fall back as llama.cpp does.
+fn expected_type(kind: &str, row_len: u64) -> String {
+    let upper = kind.to_uppercase();
+    match upper.as_str() {
+        "Q4_K" if row_len % 256 != 0 => "Q5_0".into(),
+        "Q5_K" if row_len % 256 != 0 => "Q5_1".into(),
+        "Q6_K" if row_len % 256 != 0 => "Q8_0".into(),
+        _ => upper,
+    }
+}
+
+fn check(summary: &Value, e: &Expect, kind: &str, values: bool) {
+    let meta = &summary["metadata"];
+    assert_eq!(meta["general.architecture"], "llama");
+    assert_eq!(meta["llama.embedding_length"], e.hidden);
+    assert_eq!(meta["llama.block_count"], e.layers);
+    assert_eq!(meta["llama.feed_forward_length"], e.ffn);
+    assert_eq!(meta["llama.attention.head_count"], e.heads);
+    assert_eq!(meta["llama.attention.head_count_kv"], e.kv_heads);
+    assert_eq!(meta["llama.vocab_size"], e.vocab);
+    assert_eq!(meta["tokenizer.ggml.model"], "gpt2");
+    assert_eq!(meta["tokenizer.ggml.bos_token_id"], e.vocab - 2);
+    assert_eq!(meta["tokenizer.ggml.eos_token_id"], e.vocab - 1);
+    assert_eq!(summary["tokens"], e.vocab);
+    // GPT-2's byte-level alphabet: printable ASCII stands for itself, the
+    // space byte is 'Ġ' (U+0120), the newline 'Ċ' (U+010A).
+    let bytes = &summary["byte_tokens"];
+    assert_eq!(bytes[65], "A");
+    assert_eq!(bytes[32], "\u{120}");
+    assert_eq!(bytes[10], "\u{10a}");
+
+    let tensors = summary["tensors"].as_object().unwrap();
+    let expected = expected_tensors(e);
+    assert_eq!(tensors.len(), expected.len(), "tensor count");
+    for (name, dims, norm) in expected {
+        let t = tensors
+            .get(&name)
+            .unwrap_or_else(|| panic!("{name} is missing"));
+        let shape: Vec<u64> = t["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap())
+            .collect();
+        assert_eq!(shape, dims, "{name} shape");
+        let want = if norm {
+            "F32".to_string()
+        } else {
+            expected_type(kind, dims[0])
+        };
+        assert_eq!(t["type"], want.as_str(), "{name} type");
+        if values {
+            assert_eq!(t["finite"], true, "{name} has non-finite values");
+            let mean = t["mean_abs"].as_f64().unwrap();
+            let (low, high) = if norm { (0.9, 1.1) } else { (1e-3, 0.5) };
+            assert!(
+                (low..high).contains(&mean),
+                "{name}: mean |w| {mean} outside {low}..{high}"
+            );
+        }
+    }
+}
+
+#[test]
+fn synthetic_files_read_back_with_the_gguf_package() {
+    let Some(python) = env::require_python("synthetic_files_read_back_with_the_gguf_package")
+    else {
+        return;
+    };
+    let dir = env::scratch_dir("synth-gguf");
+    for kind in [
+        "f16", "q4_0", "q4_1", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k",
+    ] {
+        let file = synth(&dir, "tiny", kind);
+        check(&summary(&python, &file, true), &TINY, kind, true);
+    }
+    // SmolLM2's rows of 576 are no multiple of 256: the K-quant falls back
+    // there and stays on ffn_down (rows of 1536); the output is tied.
+    let file = synth(&dir, "smollm2-135m", "q4_k");
+    check(&summary(&python, &file, false), &SMOLLM2, "q4_k", false);
+}
+
+#[test]
+fn synthetic_models_generate_dense_and_quantized() {
+    let dir = env::scratch_dir("synth-run");
+    for (kind, quantized) in [("q4_k", false), ("q4_0", true), ("q6_k", true)] {
+        let file = synth(&dir, "tiny", kind);
+        let mut args = vec![
+            "run",
+            "--json",
+            "--model",
+            file.to_str().unwrap(),
+            "--prompt",
+            "hello",
+            "--max-tokens",
+            "4",
+        ];
+        if quantized {
+            args.push("--quantized");
+        }
+        let out = pagoda(&args);
+        assert!(
+            out.status.success(),
+            "pagoda run on {kind}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        // BOS, then one token per byte of "hello".
+        let prompt: Vec<u64> = v["prompt_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        assert_eq!(prompt, [510, 104, 101, 108, 108, 111]);
+        let output = v["output_ids"].as_array().unwrap();
+        assert_eq!(output.len(), 4, "{kind}: {v}");
+        assert!(output.iter().all(|t| t.as_u64().unwrap() < 512));
+    }
+}
+
+#[test]
+fn an_unwritable_path_is_a_clean_error() {
+    let out = pagoda(&["synth", "--out", "/nonexistent-dir/x.gguf"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot write /nonexistent-dir/x.gguf"),
+        "{err}"
+    );
+}
