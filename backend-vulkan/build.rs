@@ -61,6 +61,16 @@ fn main() {
         )
         .unwrap();
     }
+    out.push_str("        }\n    }\n\n    /// Whether the kernel is a model op (`-DOPS`: the layout of\n    /// `shaders/ops_common.glsl`) rather than an attention kernel.\n    pub const fn is_op(self) -> bool {\n        match self {\n");
+    for n in &names {
+        writeln!(
+            out,
+            "            Kernel::{} => {},",
+            camel(n),
+            defines(n, "-DOPS")
+        )
+        .unwrap();
+    }
     out.push_str("        }\n    }\n\n    /// The committed SPIR-V: plain, or the bounds-checking variant.\n    pub(crate) const fn spirv(self, checked: bool) -> &'static [u8] {\n        match (self, checked) {\n");
     for n in &names {
         for (checked, file) in [

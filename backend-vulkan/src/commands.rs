@@ -239,7 +239,7 @@ impl Commands {
     /// Resets the command buffer, lets `record` fill it, submits it and
     /// waits for the device to finish it. Nothing is pending when it
     /// returns, even on error: buffers may be freed between calls.
-    fn submit_and_wait(
+    pub(crate) fn submit_and_wait(
         &mut self,
         record: impl FnOnce(&ash::Device, vk::CommandBuffer),
     ) -> Result<(), VulkanError> {

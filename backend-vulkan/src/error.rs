@@ -28,6 +28,9 @@ pub enum VulkanError {
     /// The device lacks something this backend needs, or the request is
     /// beyond its limits.
     Unsupported(String),
+    /// A model op's operands disagree (weight bytes, row length, batch);
+    /// nothing was dispatched.
+    Shape(String),
     /// A bounds-checking kernel caught an out-of-range access (a bug in the
     /// backend, since inputs are validated first); the bits say which.
     ShaderFault(u32),
@@ -48,6 +51,7 @@ impl fmt::Display for VulkanError {
             Self::Vk { call, result } => write!(f, "{call} failed: {result}"),
             Self::OutOfMemory(e) => write!(f, "out of memory: {e}"),
             Self::Unsupported(e) => write!(f, "unsupported: {e}"),
+            Self::Shape(e) => write!(f, "operand shapes disagree: {e}"),
             Self::ShaderFault(bits) => {
                 write!(
                     f,
@@ -63,7 +67,7 @@ impl std::error::Error for VulkanError {}
 impl BackendError for VulkanError {
     fn kind(&self) -> BackendErrorKind {
         match self {
-            Self::Input(_) => BackendErrorKind::InvalidInput,
+            Self::Input(_) | Self::Shape(_) => BackendErrorKind::InvalidInput,
             Self::OutOfMemory(_) => BackendErrorKind::OutOfMemory,
             Self::Vk { result, .. } => match *result {
                 vk::Result::ERROR_OUT_OF_DEVICE_MEMORY

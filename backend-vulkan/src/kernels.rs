@@ -108,6 +108,45 @@ pub(crate) fn load_spirv(kernel: Kernel, bytes: &[u8]) -> Result<Vec<u32>, Vulka
     }
 }
 
+/// Builds `kernel`'s compute pipeline (plain or bounds-checking) on
+/// `layout`.
+///
+/// # Safety
+/// `layout` is a live pipeline layout of `device` that matches the
+/// kernel's bindings and push constants.
+pub(crate) unsafe fn create_pipeline(
+    device: &ash::Device,
+    kernel: Kernel,
+    checked: bool,
+    layout: vk::PipelineLayout,
+) -> Result<vk::Pipeline, VulkanError> {
+    let code = load_spirv(kernel, kernel.spirv(checked))?;
+    let info = vk::ShaderModuleCreateInfo::default().code(&code);
+    inject::before("vkCreateShaderModule")?;
+    // SAFETY: valid create infos on a live device (the caller's promise
+    // covers the layout).
+    unsafe {
+        let module = device
+            .create_shader_module(&info, None)
+            .map_err(VulkanError::vk("vkCreateShaderModule"))?;
+        let stage = vk::PipelineShaderStageCreateInfo::default()
+            .stage(vk::ShaderStageFlags::COMPUTE)
+            .module(module)
+            .name(c"main");
+        let info = [vk::ComputePipelineCreateInfo::default()
+            .stage(stage)
+            .layout(layout)];
+        let pipeline = inject::before("vkCreateComputePipelines").and_then(|()| {
+            device
+                .create_compute_pipelines(vk::PipelineCache::null(), &info, None)
+                .map_err(|(_, e)| VulkanError::vk("vkCreateComputePipelines")(e))
+        });
+        // The module is only needed while the pipeline is made.
+        device.destroy_shader_module(module, None);
+        Ok(pipeline?[0])
+    }
+}
+
 /// Every kernel's pipeline, their shared layout, and the one descriptor set.
 pub(crate) struct Pipelines {
     ctx: Arc<Context>,
@@ -181,35 +220,18 @@ impl Pipelines {
                 .map_err(VulkanError::vk("vkAllocateDescriptorSets"))?[0];
             for kernel in Kernel::ALL {
                 // Variants the device cannot run (or that are turned off) get
-                // no pipeline; the backend never picks them.
-                if !kernel
-                    .needs()
-                    .met(ctx.info.use_subgroups, ctx.info.use_float16)
+                // no pipeline; the backend never picks them. Model ops have
+                // their own layout (`ops.rs`).
+                if kernel.is_op()
+                    || !kernel
+                        .needs()
+                        .met(ctx.info.use_subgroups, ctx.info.use_float16)
                 {
                     this.pipelines.push(vk::Pipeline::null());
                     continue;
                 }
-                let code = load_spirv(kernel, kernel.spirv(checked))?;
-                let info = vk::ShaderModuleCreateInfo::default().code(&code);
-                inject::before("vkCreateShaderModule")?;
-                let module = device
-                    .create_shader_module(&info, None)
-                    .map_err(VulkanError::vk("vkCreateShaderModule"))?;
-                let stage = vk::PipelineShaderStageCreateInfo::default()
-                    .stage(vk::ShaderStageFlags::COMPUTE)
-                    .module(module)
-                    .name(c"main");
-                let info = [vk::ComputePipelineCreateInfo::default()
-                    .stage(stage)
-                    .layout(this.layout)];
-                let pipeline = inject::before("vkCreateComputePipelines").and_then(|()| {
-                    device
-                        .create_compute_pipelines(vk::PipelineCache::null(), &info, None)
-                        .map_err(|(_, e)| VulkanError::vk("vkCreateComputePipelines")(e))
-                });
-                // The module is only needed while the pipeline is made.
-                device.destroy_shader_module(module, None);
-                this.pipelines.push(pipeline?[0]);
+                this.pipelines
+                    .push(create_pipeline(device, kernel, checked, this.layout)?);
             }
         }
         Ok(this)

@@ -61,6 +61,7 @@ mod kernels;
 #[cfg(test)]
 mod leaks;
 mod memory;
+mod ops;
 mod plan;
 mod store;
 mod validation;
@@ -82,6 +83,7 @@ pub use context::{
 };
 pub use error::VulkanError;
 pub use kernels::{Kernel, KV_CHUNKS};
+pub use ops::matmul_kernel;
 pub use store::VulkanKvStore;
 pub use validation::ValidationLog;
 
@@ -137,6 +139,8 @@ pub struct VulkanBackend {
     io: Io,
     commands: Commands,
     pipelines: Pipelines,
+    /// The model ops' pipelines, built on first use.
+    ops: Option<ops::OpPipelines>,
     timings: Vec<KernelTime>,
     max_chunk_bytes: Option<u64>,
     ctx: Arc<Context>,
@@ -162,6 +166,7 @@ impl VulkanBackend {
             io,
             commands,
             pipelines,
+            ops: None,
             timings: Vec::new(),
             max_chunk_bytes: options.max_chunk_bytes,
             ctx,
