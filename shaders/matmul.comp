@@ -3,8 +3,9 @@
 // once, so each weight row is read once for all of them (decode is bound by
 // the bytes of the weights). One workgroup per output row; each invocation
 // dequantizes whole blocks in registers and the workgroup sums in shared
-// memory. The block type is a define: F32, F16, Q4_0, Q4_1, Q8_0.
+// memory. The block type is a define (blocks.glsl).
 #include "ops_common.glsl"
+#include "blocks.glsl"
 
 #define GROUP 64u
 #define MAX_BATCH 8u
@@ -12,42 +13,6 @@
 layout(local_size_x = 64) in;
 
 shared float partial[MAX_BATCH][GROUP];
-
-#if defined(F32)
-#define BLOCK_ELEMS 1u
-#define BLOCK_BYTES 4u
-#elif defined(F16)
-#define BLOCK_ELEMS 1u
-#define BLOCK_BYTES 2u
-#elif defined(Q4_0)
-#define BLOCK_ELEMS 32u
-#define BLOCK_BYTES 18u
-#elif defined(Q4_1)
-#define BLOCK_ELEMS 32u
-#define BLOCK_BYTES 20u
-#elif defined(Q8_0)
-#define BLOCK_ELEMS 32u
-#define BLOCK_BYTES 34u
-#endif
-
-// Element `e` of the block at byte `base`.
-float weight(uint base, uint e) {
-#if defined(F32)
-    return uintBitsToFloat(w[base >> 2u]);
-#elif defined(F16)
-    return half_at(base);
-#elif defined(Q4_0)
-    uint q = byte_at(base + 2u + (e & 15u));
-    q = e < 16u ? (q & 15u) : (q >> 4u);
-    return half_at(base) * (float(q) - 8.0);
-#elif defined(Q4_1)
-    uint q = byte_at(base + 4u + (e & 15u));
-    q = e < 16u ? (q & 15u) : (q >> 4u);
-    return half_at(base) * float(q) + half_at(base + 2u);
-#elif defined(Q8_0)
-    return half_at(base) * float(int8_at(base + 2u + e));
-#endif
-}
 
 void main() {
     uint tid = gl_LocalInvocationID.x;

@@ -11,6 +11,8 @@ layout(std430, set = 0, binding = 0) readonly buffer Weights { uint w[]; };
 layout(std430, set = 0, binding = 1) buffer Activations { float act[]; };
 // Bounds-checking fault word, written only by the BOUNDS_CHECK variants.
 layout(std430, set = 0, binding = 2) buffer Faults { uint fault; };
+// Small integers: token ids, positions, sampled tokens.
+layout(std430, set = 0, binding = 3) buffer Meta { uint meta[]; };
 
 layout(push_constant) uniform OpParams {
     uint rows;             // output features
@@ -24,10 +26,18 @@ layout(push_constant) uniform OpParams {
     uint y_stride;         // elements between output rows
     uint w_words;          // bounds, for BOUNDS_CHECK
     uint act_words;
+    uint meta_words;
+    uint aux0;             // per op: a meta offset, a second input, ...
+    uint aux1;
+    uint aux2;
+    uint aux3;
+    float eps;
 } p;
 
 #define FAULT_WEIGHTS 1u
 #define FAULT_ACT 2u
+#define FAULT_META 4u
+#define FAULT_TOKEN 8u
 
 #ifdef BOUNDS_CHECK
 #define CHECK(cond, bit) if (!(cond)) { atomicOr(fault, bit); return; }

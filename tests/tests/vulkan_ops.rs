@@ -12,7 +12,7 @@
 use half::f16;
 use pagoda_conformance::Rng;
 use pagoda_core::{dequantize_row, QuantKind};
-use pagoda_vulkan::{matmul_kernel, VulkanBackend, VulkanError, VulkanOptions};
+use pagoda_vulkan::{matmul_kernel, Op, VulkanBackend, VulkanError, VulkanOptions};
 
 fn open() -> Option<VulkanBackend> {
     let options = VulkanOptions {
@@ -32,8 +32,21 @@ fn open() -> Option<VulkanBackend> {
     }
 }
 
-/// Random rows of `kind`: quantized values random, each block's scale (and
-/// minimum) an f16 drawn near trained models' magnitudes.
+/// Where a block's f16 scales sit: (offset, low, high); a minimum field is
+/// written as `-8 d` (Q4_1) or `-16 d` (Q5_1) after `d`.
+fn scale_fields(kind: QuantKind) -> &'static [(usize, f32, f32)] {
+    match kind {
+        QuantKind::Q4_0 | QuantKind::Q4_1 => &[(0, 1e-3, 5e-3)],
+        QuantKind::Q5_0 | QuantKind::Q5_1 => &[(0, 5e-4, 3e-3)],
+        QuantKind::Q8_0 => &[(0, 1e-4, 5e-4)],
+        QuantKind::Q4_K | QuantKind::Q5_K => &[(0, 2e-4, 5e-4), (2, 2e-4, 5e-4)],
+        QuantKind::Q6_K => &[(208, 3e-5, 1e-4)],
+        _ => &[],
+    }
+}
+
+/// Random rows of `kind`: quantized values random, each block's scales an
+/// f16 drawn near trained models' magnitudes.
 fn random_weights(rng: &mut Rng, kind: QuantKind, rows: usize, cols: usize) -> Vec<u8> {
     let bytes = kind.bytes_for(cols).unwrap() * rows;
     let mut out: Vec<u8> = (0..bytes).map(|_| rng.next_u64() as u8).collect();
@@ -51,15 +64,48 @@ fn random_weights(rng: &mut Rng, kind: QuantKind, rows: usize, cols: usize) -> V
         }
         _ => {
             for block in out.chunks_exact_mut(kind.block_bytes()) {
-                let d = 1e-3 + 4e-3 * (rng.below(1000) as f32 / 1000.0);
-                put(&mut block[0..2], d);
-                if matches!(kind, QuantKind::Q4_1) {
-                    put(&mut block[2..4], -8.0 * d);
+                let mut d = 0.0;
+                for &(at, low, high) in scale_fields(kind) {
+                    d = low + (high - low) * (rng.below(1000) as f32 / 1000.0);
+                    put(&mut block[at..at + 2], d);
+                }
+                match kind {
+                    QuantKind::Q4_1 => put(&mut block[2..4], -8.0 * d),
+                    QuantKind::Q5_1 => put(&mut block[2..4], -16.0 * d),
+                    _ => {}
                 }
             }
         }
     }
     out
+}
+
+/// Every block type the product takes.
+const KINDS: [QuantKind; 10] = [
+    QuantKind::F32,
+    QuantKind::F16,
+    QuantKind::Q4_0,
+    QuantKind::Q4_1,
+    QuantKind::Q5_0,
+    QuantKind::Q5_1,
+    QuantKind::Q8_0,
+    QuantKind::Q4_K,
+    QuantKind::Q5_K,
+    QuantKind::Q6_K,
+];
+
+fn dequantized(kind: QuantKind, weights: &[u8], rows: usize, cols: usize) -> Vec<f32> {
+    let row_bytes = kind.bytes_for(cols).unwrap();
+    let mut out = vec![0f32; rows * cols];
+    for (r, row) in out.chunks_exact_mut(cols).enumerate() {
+        dequantize_row(kind, &weights[r * row_bytes..][..row_bytes], row).unwrap();
+    }
+    out
+}
+
+fn assert_clean(backend: &VulkanBackend) {
+    let messages = backend.validation_messages();
+    assert!(messages.is_empty(), "validation layer: {messages:#?}");
 }
 
 #[test]
@@ -68,41 +114,38 @@ fn matmul_matches_a_plain_reference_for_every_block_type() {
         return;
     };
     let mut rng = Rng::new(0x5EED_0A75);
-    let kinds = [
-        QuantKind::F32,
-        QuantKind::F16,
-        QuantKind::Q4_0,
-        QuantKind::Q4_1,
-        QuantKind::Q8_0,
-    ];
     let mut worst = 0.0f64;
-    for kind in kinds {
+    for kind in KINDS {
         assert!(matmul_kernel(kind).is_some());
-        for (rows, cols, batch) in [
-            (1, 32, 1),
-            (7, 64, 3),
-            (64, 576, 8),
-            (130, 1024, 11),
-            (3, 2048, 17),
-        ] {
+        let shapes: &[(usize, usize, usize)] = if kind.block_elems() == 256 {
+            &[(1, 256, 1), (7, 512, 3), (65, 1536, 8), (3, 2048, 17)]
+        } else {
+            &[
+                (1, 32, 1),
+                (7, 64, 3),
+                (64, 576, 8),
+                (130, 1024, 11),
+                (3, 2048, 17),
+            ]
+        };
+        for &(rows, cols, batch) in shapes {
             let weights = random_weights(&mut rng, kind, rows, cols);
             let x: Vec<f32> = (0..batch * cols).map(|_| rng.value()).collect();
             let got = backend
                 .matmul(kind, &weights, rows, cols, &x, batch)
                 .unwrap_or_else(|e| panic!("{} {rows}x{cols}x{batch}: {e}", kind.name()));
             assert_eq!(got.len(), batch * rows);
-            let row_bytes = kind.bytes_for(cols).unwrap();
-            let mut w = vec![0f32; cols];
+            let w = dequantized(kind, &weights, rows, cols);
             for r in 0..rows {
-                dequantize_row(kind, &weights[r * row_bytes..][..row_bytes], &mut w).unwrap();
+                let wr = &w[r * cols..][..cols];
                 for b in 0..batch {
                     let xs = &x[b * cols..][..cols];
-                    let want: f64 = w
+                    let want: f64 = wr
                         .iter()
                         .zip(xs)
                         .map(|(&a, &c)| f64::from(a) * f64::from(c))
                         .sum();
-                    let scale: f64 = w
+                    let scale: f64 = wr
                         .iter()
                         .zip(xs)
                         .map(|(&a, &c)| (f64::from(a) * f64::from(c)).abs())
@@ -121,8 +164,253 @@ fn matmul_matches_a_plain_reference_for_every_block_type() {
         }
     }
     eprintln!("worst matmul error: {worst:.2e} of Σ|w·x|");
-    let messages = backend.validation_messages();
-    assert!(messages.is_empty(), "validation layer: {messages:#?}");
+    assert_clean(&backend);
+}
+
+#[test]
+fn embedding_rows_equal_the_dequantized_rows() {
+    let Some(mut backend) = open() else {
+        return;
+    };
+    let mut rng = Rng::new(0xE3BE_D000);
+    for kind in KINDS {
+        let (rows, cols) = (50, if kind.block_elems() == 256 { 512 } else { 96 });
+        let weights = random_weights(&mut rng, kind, rows, cols);
+        let want = dequantized(kind, &weights, rows, cols);
+        let mut meta: Vec<u32> = vec![7, 0, 49, 7, 23];
+        let batch = meta.len();
+        let mut act = vec![0f32; batch * cols + 3];
+        let op = Op::Embed {
+            kind,
+            weights: 0,
+            rows: rows as u32,
+            cols: cols as u32,
+            batch: batch as u32,
+            tokens: 0,
+            y: 3,
+            y_stride: cols as u32,
+        };
+        backend
+            .run_ops(&weights, &mut act, &mut meta, &[op])
+            .unwrap();
+        assert_eq!(&act[..3], &[0.0; 3], "nothing before y is written");
+        for (b, &t) in [7usize, 0, 49, 7, 23].iter().enumerate() {
+            let got = &act[3 + b * cols..][..cols];
+            let row = &want[t * cols..][..cols];
+            for (g, w) in got.iter().zip(row) {
+                assert!(
+                    (g - w).abs() <= 1e-6 * w.abs().max(1e-3),
+                    "{} token {t}: {g} vs {w}",
+                    kind.name()
+                );
+            }
+        }
+    }
+    assert_clean(&backend);
+}
+
+/// f32 bytes of `values`, for tables and gains in the weights buffer.
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+#[test]
+fn norm_rope_swiglu_add_and_argmax_match_plain_references() {
+    let Some(mut backend) = open() else {
+        return;
+    };
+    let mut rng = Rng::new(0x0E1E_3E27);
+    let (batch, heads, head_dim, half, table_rows) = (3usize, 4usize, 64usize, 24usize, 40usize);
+    let cols = heads * head_dim;
+    let gains: Vec<f32> = (0..cols).map(|_| 1.0 + 0.2 * rng.value()).collect();
+    let cos: Vec<f32> = (0..table_rows * half).map(|_| rng.value()).collect();
+    let sin: Vec<f32> = (0..table_rows * half).map(|_| rng.value()).collect();
+    let mut weights = f32_bytes(&gains);
+    weights.extend(f32_bytes(&cos));
+    weights.extend(f32_bytes(&sin));
+    let (cos_at, sin_at) = ((4 * cols) as u64, (4 * cols + 4 * table_rows * half) as u64);
+    let x: Vec<f32> = (0..batch * cols).map(|_| rng.value()).collect();
+    let positions = [5u32, 0, 39];
+
+    for interleaved in [false, true] {
+        // act: x | normed | up | product
+        let mut act = x.clone();
+        act.extend((0..batch * cols).map(|_| 0.0));
+        act.extend((0..batch * cols).map(|_| rng.value()));
+        act.extend((0..batch * cols).map(|_| 0.0));
+        let up: Vec<f32> = act[2 * batch * cols..3 * batch * cols].to_vec();
+        let mut meta: Vec<u32> = positions.to_vec();
+        meta.extend([0u32; 3]);
+        let n = (batch * cols) as u32;
+        let ops = [
+            Op::RmsNorm {
+                gains: 0,
+                cols: cols as u32,
+                batch: batch as u32,
+                x: 0,
+                x_stride: cols as u32,
+                y: n,
+                y_stride: cols as u32,
+                eps: 1e-5,
+            },
+            Op::Rope {
+                cos: cos_at,
+                sin: sin_at,
+                table_rows: table_rows as u32,
+                half: half as u32,
+                interleaved,
+                heads: heads as u32,
+                head_dim: head_dim as u32,
+                batch: batch as u32,
+                x: n,
+                x_stride: cols as u32,
+                positions: 0,
+            },
+            Op::SwiGlu {
+                cols: cols as u32,
+                batch: batch as u32,
+                gate: n,
+                up: 2 * n,
+                stride: cols as u32,
+                y: 3 * n,
+                y_stride: cols as u32,
+            },
+            Op::Add {
+                cols: cols as u32,
+                batch: batch as u32,
+                x: 3 * n,
+                x_stride: cols as u32,
+                y: 0,
+                y_stride: cols as u32,
+            },
+            Op::Argmax {
+                cols: cols as u32,
+                batch: batch as u32,
+                x: 0,
+                x_stride: cols as u32,
+                out: 3,
+            },
+        ];
+        backend
+            .run_ops(&weights, &mut act, &mut meta, &ops)
+            .unwrap();
+
+        // The same program on the host, in f64.
+        for b in 0..batch {
+            let xb: Vec<f64> = x[b * cols..][..cols]
+                .iter()
+                .map(|&v| f64::from(v))
+                .collect();
+            let ms = xb.iter().map(|v| v * v).sum::<f64>() / cols as f64;
+            let inv = 1.0 / (ms + 1e-5f64).sqrt();
+            let mut h: Vec<f64> = xb
+                .iter()
+                .zip(&gains)
+                .map(|(v, &g)| v * inv * f64::from(g))
+                .collect();
+            let p = positions[b] as usize;
+            for head in 0..heads {
+                for i in 0..half {
+                    let (a, z) = if interleaved {
+                        (2 * i, 2 * i + 1)
+                    } else {
+                        (i, i + half)
+                    };
+                    let (a, z) = (head * head_dim + a, head * head_dim + z);
+                    let (c, s) = (f64::from(cos[p * half + i]), f64::from(sin[p * half + i]));
+                    let (x0, x1) = (h[a], h[z]);
+                    h[a] = x0 * c - x1 * s;
+                    h[z] = x0 * s + x1 * c;
+                }
+            }
+            let normed = &act[batch * cols + b * cols..][..cols];
+            for (i, (&g, w)) in normed.iter().zip(&h).enumerate() {
+                assert!(
+                    (f64::from(g) - w).abs() <= 1e-5 * w.abs().max(1.0),
+                    "norm+rope {b}/{i}: {g} vs {w}"
+                );
+            }
+            let mut out = xb.clone();
+            for i in 0..cols {
+                let silu = h[i] / (1.0 + (-h[i]).exp());
+                out[i] += silu * f64::from(up[b * cols + i]);
+            }
+            for (i, (&g, w)) in act[b * cols..][..cols].iter().zip(&out).enumerate() {
+                assert!(
+                    (f64::from(g) - w).abs() <= 1e-5 * w.abs().max(1.0),
+                    "swiglu+add {b}/{i}: {g} vs {w}"
+                );
+            }
+            let best = act[b * cols..][..cols]
+                .iter()
+                .enumerate()
+                .fold(
+                    0,
+                    |best, (i, &v)| if v > act[b * cols + best] { i } else { best },
+                );
+            assert_eq!(meta[3 + b] as usize, best, "argmax of row {b}");
+        }
+    }
+
+    // Ties go to the lowest index, wherever the maximum repeats.
+    let mut act = vec![0.5f32; 300];
+    for i in [17, 200, 299] {
+        act[i] = 2.0;
+    }
+    let mut meta = vec![9u32];
+    let op = Op::Argmax {
+        cols: 300,
+        batch: 1,
+        x: 0,
+        x_stride: 300,
+        out: 0,
+    };
+    backend
+        .run_ops(&[0u8; 4], &mut act, &mut meta, &[op])
+        .unwrap();
+    assert_eq!(meta, [17]);
+    assert_clean(&backend);
+}
+
+#[test]
+fn resident_weights_serve_many_programs() {
+    let Some(mut backend) = open() else {
+        return;
+    };
+    let mut rng = Rng::new(0x4E51_D347);
+    let (rows, cols) = (32usize, 256usize);
+    let weights = random_weights(&mut rng, QuantKind::Q4_K, rows, cols);
+    let resident = backend.upload_weights(&weights).unwrap();
+    assert_eq!(resident.bytes(), weights.len() as u64);
+    let w = dequantized(QuantKind::Q4_K, &weights, rows, cols);
+    for _ in 0..3 {
+        let mut act: Vec<f32> = (0..cols).map(|_| rng.value()).collect();
+        act.resize(cols + rows, 0.0);
+        let op = Op::Matmul {
+            kind: QuantKind::Q4_K,
+            weights: 0,
+            rows: rows as u32,
+            cols: cols as u32,
+            batch: 1,
+            x: 0,
+            x_stride: cols as u32,
+            y: cols as u32,
+            y_stride: rows as u32,
+        };
+        let x = act[..cols].to_vec();
+        backend
+            .run_ops_on(&resident, &mut act, &mut [], &[op])
+            .unwrap();
+        for r in 0..rows {
+            let want: f64 = w[r * cols..][..cols]
+                .iter()
+                .zip(&x)
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum();
+            assert!((f64::from(act[cols + r]) - want).abs() <= 1e-4 * want.abs().max(1.0));
+        }
+    }
+    assert_clean(&backend);
 }
 
 #[test]
@@ -149,9 +437,79 @@ fn matmul_refuses_mismatched_operands_and_unsupported_types() {
         VulkanError::Shape(_)
     ));
     assert!(matches!(
-        err(backend.matmul(QuantKind::Q6_K, &[0u8; 210], 1, 256, &[0f32; 256], 1)),
+        err(backend.matmul(QuantKind::BF16, &[0u8; 64], 1, 32, &[0f32; 32], 1)),
         VulkanError::Unsupported(_)
     ));
+    // Programs: an output past the activations, a token past the
+    // vocabulary, a position past the table, misaligned gains.
+    let mut act = vec![0f32; 64];
+    let mut meta = vec![3u32];
+    let embed = |rows| Op::Embed {
+        kind: QuantKind::Q4_0,
+        weights: 0,
+        rows,
+        cols: 32,
+        batch: 1,
+        tokens: 0,
+        y: 0,
+        y_stride: 32,
+    };
+    assert!(matches!(
+        err(backend
+            .run_ops(&w, &mut act, &mut meta, &[embed(2)])
+            .map(|()| vec![])),
+        VulkanError::Shape(_)
+    ));
+    let past = Op::Add {
+        cols: 40,
+        batch: 2,
+        x: 0,
+        x_stride: 40,
+        y: 0,
+        y_stride: 40,
+    };
+    assert!(matches!(
+        err(backend
+            .run_ops(&w, &mut act, &mut meta, &[past])
+            .map(|()| vec![])),
+        VulkanError::Shape(_)
+    ));
+    let norm = Op::RmsNorm {
+        gains: 2,
+        cols: 4,
+        batch: 1,
+        x: 0,
+        x_stride: 4,
+        y: 0,
+        y_stride: 4,
+        eps: 1e-5,
+    };
+    assert!(matches!(
+        err(backend
+            .run_ops(&w, &mut act, &mut meta, &[norm])
+            .map(|()| vec![])),
+        VulkanError::Shape(_)
+    ));
+    let rope = Op::Rope {
+        cos: 0,
+        sin: 0,
+        table_rows: 3,
+        half: 1,
+        interleaved: false,
+        heads: 1,
+        head_dim: 2,
+        batch: 1,
+        x: 0,
+        x_stride: 2,
+        positions: 0,
+    };
+    assert!(matches!(
+        err(backend
+            .run_ops(&[0u8; 16], &mut act, &mut meta, &[rope])
+            .map(|()| vec![])),
+        VulkanError::Shape(_)
+    ));
+    assert_eq!(act, vec![0f32; 64], "a refused program changes nothing");
     // A good call still works after the refusals.
     let y = backend.matmul(QuantKind::Q4_0, &w, 2, 32, &x, 1).unwrap();
     assert_eq!(y, vec![0.0, 0.0]);

@@ -1,0 +1,22 @@
+//! Model ops on the device: the kernels `shaders/kernels.list` marks
+//! `-DOPS` (matrix products over GGUF blocks dequantized in registers, the
+//! embedding lookup, RMSNorm, rotary embedding, SwiGLU, the residual add
+//! and greedy argmax), with their own descriptor layout.
+//!
+//! A program is a list of [`Op`]s over three buffers: the weights (GGUF
+//! blocks as a file lays them out, addressed by byte), the activations
+//! (f32, by element) and meta (u32: token ids, positions, sampled tokens).
+//! [`VulkanBackend::run_ops`] checks every op's ranges on the host, then
+//! records the whole program into one command buffer, one dispatch per op
+//! with a barrier after each, and submits it once. Weights uploaded with
+//! [`VulkanBackend::upload_weights`] stay on the device for every later
+//! program. This is the layer a whole-model step on Vulkan is built from.
+
+mod op;
+mod pipelines;
+mod program;
+
+pub use op::Op;
+pub use pipelines::matmul_kernel;
+pub(crate) use pipelines::OpPipelines;
+pub use program::VulkanWeights;

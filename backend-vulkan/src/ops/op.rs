@@ -1,0 +1,487 @@
+//! [`Op`]: one model op of a program, and its checks against the buffers
+//! before anything is recorded.
+
+use pagoda_core::QuantKind;
+
+use super::pipelines::{matmul_kernel, OpParams};
+use crate::kernels::Kernel;
+use crate::VulkanError;
+
+/// Workgroups one dispatch asks for at most; kernels loop over the rest.
+const MAX_GROUPS: u32 = 65_535;
+
+/// Invocations per workgroup of the element-wise kernels.
+const GROUP: u32 = 64;
+
+/// One op of a program. Weight offsets are bytes into the weights buffer;
+/// `x`, `y`, `gate`, `up` are element offsets into the activations, with
+/// strides between batch rows; `tokens`, `positions`, `out` index meta.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Op {
+    /// `y[b][r] = Σ_c W[r][c] · x[b][c]`, `W` as `rows` rows of `cols`
+    /// elements in `kind` blocks from byte `weights`.
+    Matmul {
+        /// Block type of the matrix.
+        kind: QuantKind,
+        /// First byte of the matrix.
+        weights: u64,
+        /// Output features.
+        rows: u32,
+        /// Input features.
+        cols: u32,
+        /// Activation rows.
+        batch: u32,
+        /// First input element and the stride between input rows.
+        x: u32,
+        /// Elements between input rows.
+        x_stride: u32,
+        /// First output element.
+        y: u32,
+        /// Elements between output rows.
+        y_stride: u32,
+    },
+    /// `y[b] = row meta[tokens + b]` of the `rows` × `cols` matrix in `kind`
+    /// blocks, dequantized.
+    Embed {
+        /// Block type of the matrix.
+        kind: QuantKind,
+        /// First byte of the matrix.
+        weights: u64,
+        /// Rows (the vocabulary).
+        rows: u32,
+        /// Elements per row.
+        cols: u32,
+        /// Tokens looked up.
+        batch: u32,
+        /// Where the token ids start in meta.
+        tokens: u32,
+        /// First output element.
+        y: u32,
+        /// Elements between output rows.
+        y_stride: u32,
+    },
+    /// `y[b] = x[b] / sqrt(mean(x[b]²) + eps) · g`, the gains `g` as `cols`
+    /// f32 from byte `gains` (4-byte aligned).
+    RmsNorm {
+        /// First byte of the gains.
+        gains: u64,
+        /// Elements per row.
+        cols: u32,
+        /// Rows.
+        batch: u32,
+        /// First input element.
+        x: u32,
+        /// Elements between input rows.
+        x_stride: u32,
+        /// First output element (may equal `x`).
+        y: u32,
+        /// Elements between output rows.
+        y_stride: u32,
+        /// Added to the mean square.
+        eps: f32,
+    },
+    /// Rotary embedding in place over `batch` rows of `heads` heads of
+    /// `head_dim`: the first `2 · half` elements of each head rotate by the
+    /// f32 tables `[table_rows][half]` of cosines (byte `cos`) and sines
+    /// (byte `sin`) at row `meta[positions + b]`.
+    Rope {
+        /// First byte of the cosine table.
+        cos: u64,
+        /// First byte of the sine table.
+        sin: u64,
+        /// Positions the tables cover.
+        table_rows: u32,
+        /// Rotated pairs per head.
+        half: u32,
+        /// Pairs `(2i, 2i+1)` instead of `(i, i + half)`.
+        interleaved: bool,
+        /// Heads per row.
+        heads: u32,
+        /// Elements per head.
+        head_dim: u32,
+        /// Rows.
+        batch: u32,
+        /// First element.
+        x: u32,
+        /// Elements between rows.
+        x_stride: u32,
+        /// Where the positions start in meta.
+        positions: u32,
+    },
+    /// `y = silu(gate) · up` over `batch` rows of `cols` (gate and up share
+    /// `stride`).
+    SwiGlu {
+        /// Elements per row.
+        cols: u32,
+        /// Rows.
+        batch: u32,
+        /// First gate element.
+        gate: u32,
+        /// First up element.
+        up: u32,
+        /// Elements between gate (and up) rows.
+        stride: u32,
+        /// First output element.
+        y: u32,
+        /// Elements between output rows.
+        y_stride: u32,
+    },
+    /// `y += x` over `batch` rows of `cols`.
+    Add {
+        /// Elements per row.
+        cols: u32,
+        /// Rows.
+        batch: u32,
+        /// First addend element.
+        x: u32,
+        /// Elements between addend rows.
+        x_stride: u32,
+        /// First accumulator element.
+        y: u32,
+        /// Elements between accumulator rows.
+        y_stride: u32,
+    },
+    /// `meta[out + b]` = the index of row b's largest element (the lowest
+    /// among equals).
+    Argmax {
+        /// Elements per row.
+        cols: u32,
+        /// Rows.
+        batch: u32,
+        /// First element.
+        x: u32,
+        /// Elements between rows.
+        x_stride: u32,
+        /// Where the indices go in meta.
+        out: u32,
+    },
+}
+
+pub(super) fn shape(message: String) -> VulkanError {
+    VulkanError::Shape(message)
+}
+
+/// Elements `first + (rows - 1) · stride + cols` end at, checked.
+fn rows_end(first: u32, stride: u32, rows: u32, cols: u32) -> Option<u64> {
+    if rows == 0 {
+        return Some(0);
+    }
+    Some(u64::from(first) + u64::from(rows - 1) * u64::from(stride) + u64::from(cols))
+}
+
+/// Checks that `[first, first + len)` lies within `size`.
+fn within(what: &str, op: usize, end: Option<u64>, size: u64) -> Result<(), VulkanError> {
+    match end {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(shape(format!(
+            "op {op}: {what} runs past its buffer ({size})"
+        ))),
+    }
+}
+
+/// The bytes of `rows` rows of `cols` elements of `kind`.
+pub(super) fn matrix_bytes(
+    op: usize,
+    kind: QuantKind,
+    rows: u32,
+    cols: u32,
+) -> Result<(u64, u32), VulkanError> {
+    let row = kind.bytes_for(cols as usize).map_err(|_| {
+        shape(format!(
+            "op {op}: rows of {cols} are not whole {} blocks",
+            kind.name()
+        ))
+    })?;
+    Ok((row as u64 * u64::from(rows), row as u32))
+}
+
+impl Op {
+    /// Checks the op's ranges against the buffers' sizes (weight bytes,
+    /// activation elements, meta words) and the meta values it reads as
+    /// uploaded; returns the kernel, its push constants and workgroups.
+    pub(super) fn plan(
+        &self,
+        index: usize,
+        weights: u64,
+        act: u64,
+        meta: &[u32],
+    ) -> Result<(Kernel, OpParams, u32), VulkanError> {
+        let base = OpParams {
+            w_words: (weights / 4) as u32,
+            act_words: act as u32,
+            meta_words: meta.len() as u32,
+            ..OpParams::default()
+        };
+        let meta_len = meta.len() as u64;
+        let groups_for =
+            |n: u64| n.div_ceil(u64::from(GROUP)).clamp(1, u64::from(MAX_GROUPS)) as u32;
+        let offset32 = |what: &str, bytes: u64| {
+            u32::try_from(bytes)
+                .map_err(|_| shape(format!("op {index}: {what} offset {bytes} beyond 4 GiB")))
+        };
+        match *self {
+            Op::Matmul {
+                kind,
+                weights: w,
+                rows,
+                cols,
+                batch,
+                x,
+                x_stride,
+                y,
+                y_stride,
+            } => {
+                let kernel = matmul_kernel(kind).ok_or_else(|| {
+                    VulkanError::Unsupported(format!(
+                        "no matrix product for {} weights",
+                        kind.name()
+                    ))
+                })?;
+                let (bytes, row_bytes) = matrix_bytes(index, kind, rows, cols)?;
+                within("the matrix", index, w.checked_add(bytes), weights)?;
+                within("the input", index, rows_end(x, x_stride, batch, cols), act)?;
+                within("the output", index, rows_end(y, y_stride, batch, rows), act)?;
+                let params = OpParams {
+                    rows,
+                    cols,
+                    batch,
+                    w_offset: offset32("weight", w)?,
+                    row_bytes,
+                    x_offset: x,
+                    x_stride,
+                    y_offset: y,
+                    y_stride,
+                    ..base
+                };
+                Ok((kernel, params, rows.clamp(1, MAX_GROUPS)))
+            }
+            Op::Embed {
+                kind,
+                weights: w,
+                rows,
+                cols,
+                batch,
+                tokens,
+                y,
+                y_stride,
+            } => {
+                let (bytes, row_bytes) = matrix_bytes(index, kind, rows, cols)?;
+                if kind == QuantKind::BF16 {
+                    return Err(VulkanError::Unsupported(
+                        "no embedding lookup for BF16".into(),
+                    ));
+                }
+                within("the matrix", index, w.checked_add(bytes), weights)?;
+                within(
+                    "the token ids",
+                    index,
+                    Some(u64::from(tokens) + u64::from(batch)),
+                    meta_len,
+                )?;
+                within("the output", index, rows_end(y, y_stride, batch, cols), act)?;
+                let ids = &meta[tokens as usize..][..batch as usize];
+                if let Some(bad) = ids.iter().find(|&&t| t >= rows) {
+                    return Err(shape(format!(
+                        "op {index}: token {bad} is not below {rows}"
+                    )));
+                }
+                let params = OpParams {
+                    rows,
+                    cols,
+                    batch,
+                    w_offset: offset32("weight", w)?,
+                    row_bytes,
+                    y_offset: y,
+                    y_stride,
+                    aux0: tokens,
+                    aux1: kind.ggml_id(),
+                    ..base
+                };
+                Ok((Kernel::Embed, params, batch.clamp(1, MAX_GROUPS)))
+            }
+            Op::RmsNorm {
+                gains,
+                cols,
+                batch,
+                x,
+                x_stride,
+                y,
+                y_stride,
+                eps,
+            } => {
+                if gains % 4 != 0 {
+                    return Err(shape(format!(
+                        "op {index}: gains at byte {gains} are not 4-byte aligned"
+                    )));
+                }
+                within(
+                    "the gains",
+                    index,
+                    gains.checked_add(4 * u64::from(cols)),
+                    weights,
+                )?;
+                within("the input", index, rows_end(x, x_stride, batch, cols), act)?;
+                within("the output", index, rows_end(y, y_stride, batch, cols), act)?;
+                let params = OpParams {
+                    cols,
+                    batch,
+                    w_offset: offset32("gains", gains)?,
+                    x_offset: x,
+                    x_stride,
+                    y_offset: y,
+                    y_stride,
+                    eps,
+                    ..base
+                };
+                Ok((Kernel::RmsNorm, params, batch.clamp(1, MAX_GROUPS)))
+            }
+            Op::Rope {
+                cos,
+                sin,
+                table_rows,
+                half,
+                interleaved,
+                heads,
+                head_dim,
+                batch,
+                x,
+                x_stride,
+                positions,
+            } => {
+                if 2 * u64::from(half) > u64::from(head_dim) {
+                    return Err(shape(format!(
+                        "op {index}: {half} pairs do not fit heads of {head_dim}"
+                    )));
+                }
+                if cos % 4 != 0 || sin % 4 != 0 {
+                    return Err(shape(format!(
+                        "op {index}: rotary tables are not 4-byte aligned"
+                    )));
+                }
+                let table = 4 * u64::from(table_rows) * u64::from(half);
+                within("the cosine table", index, cos.checked_add(table), weights)?;
+                within("the sine table", index, sin.checked_add(table), weights)?;
+                within(
+                    "the positions",
+                    index,
+                    Some(u64::from(positions) + u64::from(batch)),
+                    meta_len,
+                )?;
+                within(
+                    "the rows",
+                    index,
+                    rows_end(x, x_stride, batch, heads * head_dim),
+                    act,
+                )?;
+                let at = &meta[positions as usize..][..batch as usize];
+                if let Some(bad) = at.iter().find(|&&p| p >= table_rows) {
+                    return Err(shape(format!(
+                        "op {index}: position {bad} is past the {table_rows}-row table"
+                    )));
+                }
+                let params = OpParams {
+                    rows: heads,
+                    cols: head_dim,
+                    batch,
+                    w_offset: offset32("cosine table", cos)?,
+                    x_offset: x,
+                    x_stride,
+                    aux0: positions,
+                    aux1: offset32("sine table", sin)?,
+                    aux2: half,
+                    aux3: u32::from(interleaved),
+                    ..base
+                };
+                let pairs = u64::from(batch) * u64::from(heads) * u64::from(half);
+                Ok((Kernel::Rope, params, groups_for(pairs)))
+            }
+            Op::SwiGlu {
+                cols,
+                batch,
+                gate,
+                up,
+                stride,
+                y,
+                y_stride,
+            } => {
+                within("the gate", index, rows_end(gate, stride, batch, cols), act)?;
+                within(
+                    "the up projection",
+                    index,
+                    rows_end(up, stride, batch, cols),
+                    act,
+                )?;
+                within("the output", index, rows_end(y, y_stride, batch, cols), act)?;
+                let params = OpParams {
+                    cols,
+                    batch,
+                    x_offset: gate,
+                    x_stride: stride,
+                    y_offset: y,
+                    y_stride,
+                    aux0: up,
+                    ..base
+                };
+                Ok((
+                    Kernel::Swiglu,
+                    params,
+                    groups_for(u64::from(batch) * u64::from(cols)),
+                ))
+            }
+            Op::Add {
+                cols,
+                batch,
+                x,
+                x_stride,
+                y,
+                y_stride,
+            } => {
+                within("the addend", index, rows_end(x, x_stride, batch, cols), act)?;
+                within(
+                    "the accumulator",
+                    index,
+                    rows_end(y, y_stride, batch, cols),
+                    act,
+                )?;
+                let params = OpParams {
+                    cols,
+                    batch,
+                    x_offset: x,
+                    x_stride,
+                    y_offset: y,
+                    y_stride,
+                    ..base
+                };
+                Ok((
+                    Kernel::Add,
+                    params,
+                    groups_for(u64::from(batch) * u64::from(cols)),
+                ))
+            }
+            Op::Argmax {
+                cols,
+                batch,
+                x,
+                x_stride,
+                out,
+            } => {
+                within("the rows", index, rows_end(x, x_stride, batch, cols), act)?;
+                within(
+                    "the indices",
+                    index,
+                    Some(u64::from(out) + u64::from(batch)),
+                    meta_len,
+                )?;
+                let params = OpParams {
+                    cols,
+                    batch,
+                    x_offset: x,
+                    x_stride,
+                    aux0: out,
+                    ..base
+                };
+                Ok((Kernel::Argmax, params, batch.clamp(1, MAX_GROUPS)))
+            }
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The op kernels' pipelines: their own descriptor layout (weights,
+//! activations, the fault word, meta) and push constants, field for field
+//! as `shaders/ops_common.glsl` declares them.
+
+use std::sync::Arc;
+
+use ash::vk;
+use pagoda_core::QuantKind;
+
+use crate::context::Context;
+use crate::kernels::{create_pipeline, Kernel};
+use crate::{inject, VulkanError};
+
+/// Bindings of the op layout: weights, activations, faults, meta.
+pub(crate) const BINDINGS: u32 = 4;
+
+/// The push constants of `shaders/ops_common.glsl`, field for field.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct OpParams {
+    pub rows: u32,
+    pub cols: u32,
+    pub batch: u32,
+    pub w_offset: u32,
+    pub row_bytes: u32,
+    pub x_offset: u32,
+    pub x_stride: u32,
+    pub y_offset: u32,
+    pub y_stride: u32,
+    pub w_words: u32,
+    pub act_words: u32,
+    pub meta_words: u32,
+    pub aux0: u32,
+    pub aux1: u32,
+    pub aux2: u32,
+    pub aux3: u32,
+    pub eps: f32,
+}
+
+impl OpParams {
+    pub(crate) fn bytes(&self) -> [u8; 68] {
+        let words = [
+            self.rows,
+            self.cols,
+            self.batch,
+            self.w_offset,
+            self.row_bytes,
+            self.x_offset,
+            self.x_stride,
+            self.y_offset,
+            self.y_stride,
+            self.w_words,
+            self.act_words,
+            self.meta_words,
+            self.aux0,
+            self.aux1,
+            self.aux2,
+            self.aux3,
+            self.eps.to_bits(),
+        ];
+        let mut out = [0u8; 68];
+        for (dst, w) in out.chunks_exact_mut(4).zip(words) {
+            dst.copy_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+}
+
+/// The matrix-product kernel for a weight block type, if there is one.
+pub fn matmul_kernel(kind: QuantKind) -> Option<Kernel> {
+    Some(match kind {
+        QuantKind::F32 => Kernel::MatmulF32,
+        QuantKind::F16 => Kernel::MatmulF16,
+        QuantKind::Q4_0 => Kernel::MatmulQ40,
+        QuantKind::Q4_1 => Kernel::MatmulQ41,
+        QuantKind::Q5_0 => Kernel::MatmulQ50,
+        QuantKind::Q5_1 => Kernel::MatmulQ51,
+        QuantKind::Q8_0 => Kernel::MatmulQ80,
+        QuantKind::Q4_K => Kernel::MatmulQ4K,
+        QuantKind::Q5_K => Kernel::MatmulQ5K,
+        QuantKind::Q6_K => Kernel::MatmulQ6K,
+        QuantKind::BF16 => return None,
+    })
+}
+
+/// The op kernels' pipelines, their layout and their one descriptor set.
+pub(crate) struct OpPipelines {
+    ctx: Arc<Context>,
+    set_layout: vk::DescriptorSetLayout,
+    layout: vk::PipelineLayout,
+    pool: vk::DescriptorPool,
+    set: vk::DescriptorSet,
+    /// Indexed by `Kernel as usize`; null for attention kernels.
+    pipelines: Vec<vk::Pipeline>,
+}
+
+impl OpPipelines {
+    pub fn new(ctx: &Arc<Context>, checked: bool) -> Result<Self, VulkanError> {
+        let mut this = Self {
+            ctx: ctx.clone(),
+            set_layout: vk::DescriptorSetLayout::null(),
+            layout: vk::PipelineLayout::null(),
+            pool: vk::DescriptorPool::null(),
+            set: vk::DescriptorSet::null(),
+            pipelines: Vec::new(),
+        };
+        let device = &ctx.device;
+        let bindings: Vec<_> = (0..BINDINGS)
+            .map(|b| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(b)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        // SAFETY: valid create infos on a live device; every handle is
+        // stored in `this` at once, so its Drop destroys it on error.
+        unsafe {
+            let info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
+            inject::before("vkCreateDescriptorSetLayout")?;
+            this.set_layout = device
+                .create_descriptor_set_layout(&info, None)
+                .map_err(VulkanError::vk("vkCreateDescriptorSetLayout"))?;
+            let ranges = [vk::PushConstantRange::default()
+                .stage_flags(vk::ShaderStageFlags::COMPUTE)
+                .size(OpParams::default().bytes().len() as u32)];
+            let set_layouts = [this.set_layout];
+            let info = vk::PipelineLayoutCreateInfo::default()
+                .set_layouts(&set_layouts)
+                .push_constant_ranges(&ranges);
+            inject::before("vkCreatePipelineLayout")?;
+            this.layout = device
+                .create_pipeline_layout(&info, None)
+                .map_err(VulkanError::vk("vkCreatePipelineLayout"))?;
+            let sizes = [vk::DescriptorPoolSize::default()
+                .ty(vk::DescriptorType::STORAGE_BUFFER)
+                .descriptor_count(BINDINGS)];
+            let info = vk::DescriptorPoolCreateInfo::default()
+                .max_sets(1)
+                .pool_sizes(&sizes);
+            inject::before("vkCreateDescriptorPool")?;
+            this.pool = device
+                .create_descriptor_pool(&info, None)
+                .map_err(VulkanError::vk("vkCreateDescriptorPool"))?;
+            let info = vk::DescriptorSetAllocateInfo::default()
+                .descriptor_pool(this.pool)
+                .set_layouts(&set_layouts);
+            inject::before("vkAllocateDescriptorSets")?;
+            this.set = device
+                .allocate_descriptor_sets(&info)
+                .map_err(VulkanError::vk("vkAllocateDescriptorSets"))?[0];
+            for kernel in Kernel::ALL {
+                let pipeline = if kernel.is_op() {
+                    create_pipeline(device, kernel, checked, this.layout)?
+                } else {
+                    vk::Pipeline::null()
+                };
+                this.pipelines.push(pipeline);
+            }
+        }
+        Ok(this)
+    }
+
+    /// Points the set at the weights, the activations and the fault word.
+    pub(crate) fn bind(&self, buffers: [vk::Buffer; BINDINGS as usize]) {
+        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers
+            .iter()
+            .map(|&b| {
+                [vk::DescriptorBufferInfo::default()
+                    .buffer(b)
+                    .range(vk::WHOLE_SIZE)]
+            })
+            .collect();
+        let writes: Vec<_> = infos
+            .iter()
+            .enumerate()
+            .map(|(i, info)| {
+                vk::WriteDescriptorSet::default()
+                    .dst_set(self.set)
+                    .dst_binding(i as u32)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(info)
+            })
+            .collect();
+        // SAFETY: the set is not in use by any pending submission (every
+        // submission is waited for), and the buffers are live.
+        unsafe { self.ctx.device.update_descriptor_sets(&writes, &[]) };
+    }
+
+    /// Records one dispatch of an op kernel.
+    ///
+    /// # Safety
+    /// `cmd` is recording, and the buffers last bound stay alive until the
+    /// submission is waited for.
+    pub(crate) unsafe fn record(
+        &self,
+        cmd: vk::CommandBuffer,
+        kernel: Kernel,
+        params: &OpParams,
+        groups: u32,
+    ) {
+        let device = &self.ctx.device;
+        // SAFETY: as the caller guarantees; the pipeline, layout and set
+        // belong to this device.
+        unsafe {
+            device.cmd_bind_pipeline(
+                cmd,
+                vk::PipelineBindPoint::COMPUTE,
+                self.pipelines[kernel as usize],
+            );
+            device.cmd_bind_descriptor_sets(
+                cmd,
+                vk::PipelineBindPoint::COMPUTE,
+                self.layout,
+                0,
+                &[self.set],
+                &[],
+            );
+            device.cmd_push_constants(
+                cmd,
+                self.layout,
+                vk::ShaderStageFlags::COMPUTE,
+                0,
+                &params.bytes(),
+            );
+            device.cmd_dispatch(cmd, groups, 1, 1);
+        }
+    }
+}
+
+impl Drop for OpPipelines {
+    fn drop(&mut self) {
+        // SAFETY: nothing is pending (every submission is waited for);
+        // null handles are ignored.
+        unsafe {
+            let device = &self.ctx.device;
+            for &p in &self.pipelines {
+                device.destroy_pipeline(p, None);
+            }
+            device.destroy_descriptor_pool(self.pool, None);
+            device.destroy_pipeline_layout(self.layout, None);
+            device.destroy_descriptor_set_layout(self.set_layout, None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_constants_match_the_glsl_block() {
+        // 17 four-byte fields, within the 128 bytes every device allows.
+        let p = OpParams {
+            rows: 3,
+            act_words: 9,
+            eps: 0.5,
+            ..OpParams::default()
+        };
+        let bytes = p.bytes();
+        assert_eq!(&bytes[0..4], &3u32.to_le_bytes());
+        assert_eq!(&bytes[40..44], &9u32.to_le_bytes());
+        assert_eq!(&bytes[64..68], &0.5f32.to_bits().to_le_bytes());
+    }
+
+    #[test]
+    fn every_product_kernel_is_an_op_and_no_attention_kernel_is() {
+        for kind in QuantKind::ALL {
+            if let Some(k) = matmul_kernel(kind) {
+                assert!(k.is_op(), "{}", k.name());
+            }
+        }
+        assert!(!Kernel::Attention.is_op());
+        assert!(!Kernel::Decode.is_op());
+    }
+}

@@ -1,0 +1,138 @@
+// Dequantizing one element of a GGUF block in registers, for every block
+// type the loader takes (layouts as ggml's, which core/src/quant mirrors).
+// `weight_of(kind, base, e)` picks the type at run time (for ops that touch
+// one row, like the embedding lookup); a kernel that defines one of F32 ...
+// Q6_K gets BLOCK_ELEMS, BLOCK_BYTES and `weight(base, e)` for that type,
+// fixed at compile time. Needs ops_common.glsl first.
+
+// GGML type ids.
+#define KIND_F32 0u
+#define KIND_F16 1u
+#define KIND_Q4_0 2u
+#define KIND_Q4_1 3u
+#define KIND_Q5_0 6u
+#define KIND_Q5_1 7u
+#define KIND_Q8_0 8u
+#define KIND_Q4_K 12u
+#define KIND_Q5_K 13u
+#define KIND_Q6_K 14u
+
+// The little-endian u32 at byte `b` (any alignment).
+uint u32_at(uint b) {
+    return byte_at(b) | (byte_at(b + 1u) << 8u) | (byte_at(b + 2u) << 16u) | (byte_at(b + 3u) << 24u);
+}
+
+// The 6-bit scale and minimum of sub-block `j` of a Q4_K/Q5_K block whose
+// 12 packed scale bytes start at `s`.
+void scale_min_k4(uint j, uint s, out float sc, out float m) {
+    if (j < 4u) {
+        sc = float(byte_at(s + j) & 63u);
+        m = float(byte_at(s + j + 4u) & 63u);
+    } else {
+        sc = float((byte_at(s + j + 4u) & 15u) | ((byte_at(s + j - 4u) >> 6u) << 4u));
+        m = float((byte_at(s + j + 4u) >> 4u) | ((byte_at(s + j) >> 6u) << 4u));
+    }
+}
+
+float weight_of(uint kind, uint base, uint e) {
+    if (kind == KIND_F32) {
+        return uintBitsToFloat(u32_at(base));
+    } else if (kind == KIND_F16) {
+        return half_at(base);
+    } else if (kind == KIND_Q4_0) {
+        uint q = byte_at(base + 2u + (e & 15u));
+        q = e < 16u ? (q & 15u) : (q >> 4u);
+        return half_at(base) * (float(q) - 8.0);
+    } else if (kind == KIND_Q4_1) {
+        uint q = byte_at(base + 4u + (e & 15u));
+        q = e < 16u ? (q & 15u) : (q >> 4u);
+        return half_at(base) * float(q) + half_at(base + 2u);
+    } else if (kind == KIND_Q5_0) {
+        uint q = byte_at(base + 6u + (e & 15u));
+        q = (e < 16u ? (q & 15u) : (q >> 4u)) | (((u32_at(base + 2u) >> e) & 1u) << 4u);
+        return half_at(base) * (float(q) - 16.0);
+    } else if (kind == KIND_Q5_1) {
+        uint q = byte_at(base + 8u + (e & 15u));
+        q = (e < 16u ? (q & 15u) : (q >> 4u)) | (((u32_at(base + 4u) >> e) & 1u) << 4u);
+        return half_at(base) * float(q) + half_at(base + 2u);
+    } else if (kind == KIND_Q8_0) {
+        return half_at(base) * float(int8_at(base + 2u + e));
+    } else if (kind == KIND_Q4_K || kind == KIND_Q5_K) {
+        uint j = e / 64u;
+        uint l = e % 64u;
+        uint sub = 2u * j + (l < 32u ? 0u : 1u);
+        float sc;
+        float m;
+        scale_min_k4(sub, base + 4u, sc, m);
+        uint qs = kind == KIND_Q4_K ? base + 16u : base + 48u;
+        uint q = byte_at(qs + 32u * j + (l & 31u));
+        q = l < 32u ? (q & 15u) : (q >> 4u);
+        if (kind == KIND_Q5_K) {
+            q |= ((byte_at(base + 16u + (l & 31u)) >> sub) & 1u) << 4u;
+        }
+        return half_at(base) * sc * float(q) - half_at(base + 2u) * m;
+    } else {
+        // Q6_K: ql[128], qh[64], scales[16] (i8), d.
+        uint n = e / 128u;
+        uint r = e % 128u;
+        uint quarter = r / 32u;
+        uint l = r % 32u;
+        uint lo = byte_at(base + 64u * n + l + (quarter & 1u) * 32u);
+        lo = quarter >= 2u ? (lo >> 4u) : (lo & 15u);
+        uint hi = (byte_at(base + 128u + 32u * n + l) >> (2u * quarter)) & 3u;
+        int q = int(lo | (hi << 4u)) - 32;
+        float sc = float(int8_at(base + 192u + 8u * n + l / 16u + 2u * quarter));
+        return half_at(base + 208u) * sc * float(q);
+    }
+}
+
+// Elements and bytes of one block of `kind`.
+uint block_elems_of(uint kind) {
+    if (kind == KIND_F32 || kind == KIND_F16) return 1u;
+    if (kind >= KIND_Q4_K) return 256u;
+    return 32u;
+}
+
+uint block_bytes_of(uint kind) {
+    if (kind == KIND_F32) return 4u;
+    if (kind == KIND_F16) return 2u;
+    if (kind == KIND_Q4_0) return 18u;
+    if (kind == KIND_Q4_1) return 20u;
+    if (kind == KIND_Q5_0) return 22u;
+    if (kind == KIND_Q5_1) return 24u;
+    if (kind == KIND_Q8_0) return 34u;
+    if (kind == KIND_Q4_K) return 144u;
+    if (kind == KIND_Q5_K) return 176u;
+    return 210u;
+}
+
+#if defined(F32)
+#define KIND KIND_F32
+#elif defined(F16)
+#define KIND KIND_F16
+#elif defined(Q4_0)
+#define KIND KIND_Q4_0
+#elif defined(Q4_1)
+#define KIND KIND_Q4_1
+#elif defined(Q5_0)
+#define KIND KIND_Q5_0
+#elif defined(Q5_1)
+#define KIND KIND_Q5_1
+#elif defined(Q8_0)
+#define KIND KIND_Q8_0
+#elif defined(Q4_K)
+#define KIND KIND_Q4_K
+#elif defined(Q5_K)
+#define KIND KIND_Q5_K
+#elif defined(Q6_K)
+#define KIND KIND_Q6_K
+#endif
+
+#ifdef KIND
+// With the type fixed, the compiler folds the branches away.
+#define BLOCK_ELEMS block_elems_of(KIND)
+#define BLOCK_BYTES block_bytes_of(KIND)
+float weight(uint base, uint e) {
+    return weight_of(KIND, base, e);
+}
+#endif

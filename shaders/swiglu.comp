@@ -1,0 +1,20 @@
+#version 450
+// SwiGLU: y = silu(gate) * up over `batch` rows of `cols`, gate at x_offset
+// and up at aux0 (both with stride x_stride), y at y_offset (y_stride).
+#include "ops_common.glsl"
+
+layout(local_size_x = 64) in;
+
+void main() {
+    uint total = p.batch * p.cols;
+    for (uint t = gl_GlobalInvocationID.x; t < total; t += gl_NumWorkGroups.x * gl_WorkGroupSize.x) {
+        uint b = t / p.cols;
+        uint i = t % p.cols;
+        uint g = p.x_offset + b * p.x_stride + i;
+        uint u = p.aux0 + b * p.x_stride + i;
+        uint y = p.y_offset + b * p.y_stride + i;
+        CHECK(g < p.act_words && u < p.act_words && y < p.act_words, FAULT_ACT)
+        float gate = act[g];
+        act[y] = gate / (1.0 + exp(-gate)) * act[u];
+    }
+}
