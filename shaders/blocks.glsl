@@ -132,7 +132,81 @@ uint block_bytes_of(uint kind) {
 // With the type fixed, the compiler folds the branches away.
 #define BLOCK_ELEMS block_elems_of(KIND)
 #define BLOCK_BYTES block_bytes_of(KIND)
-float weight(uint base, uint e) {
-    return weight_of(KIND, base, e);
+
+// A block splits into sub-blocks that share one scale (and minimum): the
+// matrix product decodes those once per sub-block, then only the quants.
+// (Q6_K's 16-element scales are 8-bit and stay in quant().)
+#if defined(F32) || defined(F16)
+#define SUB_ELEMS 1u
+#elif defined(Q6_K)
+#define SUB_ELEMS 256u
+#else
+#define SUB_ELEMS 32u
+#endif
+
+// (scale, offset) of sub-block `j` of the block at `base`: a weight is
+// scale × quant(base, e) + offset.
+vec2 sub_scale(uint base, uint j) {
+#if defined(F32) || defined(F16)
+    return vec2(1.0, 0.0);
+#elif defined(Q4_0) || defined(Q5_0) || defined(Q8_0)
+    return vec2(half_at(base), 0.0);
+#elif defined(Q4_1) || defined(Q5_1)
+    return vec2(half_at(base), half_at(base + 2u));
+#elif defined(Q4_K) || defined(Q5_K)
+    float sc;
+    float m;
+    scale_min_k4(j, base + 4u, sc, m);
+    return vec2(half_at(base) * sc, -half_at(base + 2u) * m);
+#else
+    // Q6_K: d for the whole block; each element's 8-bit sub-block scale
+    // is folded into quant().
+    return vec2(half_at(base + 208u), 0.0);
+#endif
+}
+
+// The quant of element `e` (already offset for the symmetric types).
+float quant(uint base, uint e) {
+#if defined(F32)
+    return uintBitsToFloat(u32_at(base));
+#elif defined(F16)
+    return half_at(base);
+#elif defined(Q4_0)
+    uint q = byte_at(base + 2u + (e & 15u));
+    return float(e < 16u ? (q & 15u) : (q >> 4u)) - 8.0;
+#elif defined(Q4_1)
+    uint q = byte_at(base + 4u + (e & 15u));
+    return float(e < 16u ? (q & 15u) : (q >> 4u));
+#elif defined(Q5_0)
+    uint q = byte_at(base + 6u + (e & 15u));
+    q = (e < 16u ? (q & 15u) : (q >> 4u)) | (((u32_at(base + 2u) >> e) & 1u) << 4u);
+    return float(q) - 16.0;
+#elif defined(Q5_1)
+    uint q = byte_at(base + 8u + (e & 15u));
+    q = (e < 16u ? (q & 15u) : (q >> 4u)) | (((u32_at(base + 4u) >> e) & 1u) << 4u);
+    return float(q);
+#elif defined(Q8_0)
+    return float(int8_at(base + 2u + e));
+#elif defined(Q4_K) || defined(Q5_K)
+    uint j = e / 64u;
+    uint l = e % 64u;
+    uint qs = KIND == KIND_Q4_K ? base + 16u : base + 48u;
+    uint q = byte_at(qs + 32u * j + (l & 31u));
+    q = l < 32u ? (q & 15u) : (q >> 4u);
+#if defined(Q5_K)
+    q |= ((byte_at(base + 16u + (l & 31u)) >> (2u * j + (l < 32u ? 0u : 1u))) & 1u) << 4u;
+#endif
+    return float(q);
+#else
+    uint n = e / 128u;
+    uint r = e % 128u;
+    uint quarter = r / 32u;
+    uint l = r % 32u;
+    uint lo = byte_at(base + 64u * n + l + (quarter & 1u) * 32u);
+    lo = quarter >= 2u ? (lo >> 4u) : (lo & 15u);
+    uint hi = (byte_at(base + 128u + 32u * n + l) >> (2u * quarter)) & 3u;
+    float sc = float(int8_at(base + 192u + 8u * n + l / 16u + 2u * quarter));
+    return sc * float(int(lo | (hi << 4u)) - 32);
+#endif
 }
 #endif

@@ -30,11 +30,18 @@ void main() {
             }
             for (uint blk = tid; blk < blocks; blk += GROUP) {
                 uint base = row_base + blk * BLOCK_BYTES;
-                for (uint e = 0u; e < BLOCK_ELEMS; e++) {
-                    float v = weight(base, e);
-                    uint c = blk * BLOCK_ELEMS + e;
-                    for (uint b = 0u; b < nb; b++) {
-                        acc[b] += v * act[p.x_offset + (b0 + b) * p.x_stride + c];
+                for (uint j = 0u; j < BLOCK_ELEMS / SUB_ELEMS; j++) {
+                    vec2 so = sub_scale(base, j);
+                    for (uint e = j * SUB_ELEMS; e < (j + 1u) * SUB_ELEMS; e++) {
+                        float v = so.x * quant(base, e) + so.y;
+                        uint c = blk * BLOCK_ELEMS + e;
+                        // A constant trip count unrolls, so `acc` stays in
+                        // registers (a dynamic index would spill it).
+                        for (uint b = 0u; b < MAX_BATCH; b++) {
+                            if (b < nb) {
+                                acc[b] += v * act[p.x_offset + (b0 + b) * p.x_stride + c];
+                            }
+                        }
                     }
                 }
             }

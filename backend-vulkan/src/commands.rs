@@ -236,6 +236,14 @@ impl Commands {
         self.queries != vk::QueryPool::null()
     }
 
+    /// The timestamp query pool, if the device has timestamps: a caller
+    /// recording its own commands through [`Self::submit_and_wait`] writes
+    /// queries 0 and 1 around its work and reads them with
+    /// [`Self::read_timestamps`].
+    pub(crate) fn query_pool(&self) -> Option<vk::QueryPool> {
+        self.timed().then_some(self.queries)
+    }
+
     /// Resets the command buffer, lets `record` fill it, submits it and
     /// waits for the device to finish it. Nothing is pending when it
     /// returns, even on error: buffers may be freed between calls.
@@ -279,7 +287,7 @@ impl Commands {
     }
 
     /// Nanoseconds between each pair of the first `pairs` × 2 timestamps.
-    fn read_timestamps(&self, pairs: usize) -> Result<Vec<f64>, VulkanError> {
+    pub(crate) fn read_timestamps(&self, pairs: usize) -> Result<Vec<f64>, VulkanError> {
         let mut stamps = vec![0u64; 2 * pairs];
         // SAFETY: the queries were written by the submission just waited for.
         unsafe {

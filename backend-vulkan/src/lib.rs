@@ -141,6 +141,8 @@ pub struct VulkanBackend {
     pipelines: Pipelines,
     /// The model ops' pipelines, built on first use.
     ops: Option<ops::OpPipelines>,
+    /// Device time of the last op program (`last_program_nanos`).
+    program_nanos: Option<f64>,
     timings: Vec<KernelTime>,
     max_chunk_bytes: Option<u64>,
     ctx: Arc<Context>,
@@ -167,6 +169,7 @@ impl VulkanBackend {
             commands,
             pipelines,
             ops: None,
+            program_nanos: None,
             timings: Vec::new(),
             max_chunk_bytes: options.max_chunk_bytes,
             ctx,

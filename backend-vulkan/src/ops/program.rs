@@ -64,6 +64,12 @@ impl VulkanBackend {
         })
     }
 
+    /// Device time of the last program's ops, first dispatch to last, from
+    /// GPU timestamps (`None` if the device has none).
+    pub fn last_program_nanos(&self) -> Option<f64> {
+        self.program_nanos
+    }
+
     /// Uploads `weights`, then runs `ops` as [`run_ops_on`](Self::run_ops_on).
     pub fn run_ops(
         &mut self,
@@ -144,6 +150,7 @@ impl VulkanBackend {
             self.io.faults.handle,
             meta_buf.handle,
         ]);
+        let queries = self.commands.query_pool();
         let (up, down, act_dev, meta_dev) = (
             upload.handle,
             download.handle,
@@ -181,6 +188,11 @@ impl VulkanBackend {
                     &[],
                     &[],
                 );
+                let stamp = vk::PipelineStageFlags::COMPUTE_SHADER;
+                if let Some(pool) = queries {
+                    device.cmd_reset_query_pool(cmd, pool, 0, 2);
+                    device.cmd_write_timestamp(cmd, stamp, pool, 0);
+                }
                 for (kernel, params, groups) in &planned {
                     pipelines.record(cmd, *kernel, params, *groups);
                     device.cmd_pipeline_barrier(
@@ -192,6 +204,9 @@ impl VulkanBackend {
                         &[],
                         &[],
                     );
+                }
+                if let Some(pool) = queries {
+                    device.cmd_write_timestamp(cmd, stamp, pool, 1);
                 }
                 device.cmd_copy_buffer(cmd, act_dev, down, &copy(0, 0, act_bytes));
                 device.cmd_copy_buffer(cmd, meta_dev, down, &copy(0, act_bytes, meta_bytes));
@@ -210,6 +225,10 @@ impl VulkanBackend {
         if fault != 0 {
             return Err(VulkanError::ShaderFault(fault));
         }
+        self.program_nanos = match queries {
+            Some(_) => self.commands.read_timestamps(1)?.first().copied(),
+            None => None,
+        };
         let out = download.mapped()?;
         for (v, b) in act.iter_mut().zip(out.chunks_exact(4)) {
             *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);

@@ -1,0 +1,214 @@
+//! The Vulkan model ops' matrix products, timed as decode reads them: one
+//! transformer layer's seven projections as one program (one submission,
+//! seven dispatches), per block type, at batch 1 and 16, on whatever device
+//! Vulkan offers (`PAGODA_VULKAN_DEVICE` picks one):
+//!
+//! ```text
+//! cargo bench -p pagoda-vulkan --bench ops
+//! ```
+//!
+//! 1. **Check**: each type's product against `dequantize_row` + f64 sums on
+//!    a small random matrix, before any timing.
+//! 2. **Copy bandwidth**: the best of several device-local copies (bytes
+//!    read + written per second), the baseline.
+//! 3. **Layer**: Llama 3 8B's layer shapes (hidden 4096, 8 KV heads of 128,
+//!    FFN 14336; 218 M weights) on a GPU; a small layer (hidden 1024, FFN
+//!    2816; 10 M weights) on a CPU device, where the point is that it runs. Device time from GPU timestamps (median of 10
+//!    programs after 2 warm-ups; 3 after 1 on a CPU device); weight bytes
+//!    read per second and their share of the copy bandwidth.
+//!
+//! Weights are random blocks with small scales; the kernels' work does not
+//! depend on the values. Timing runs the plain kernels without validation.
+
+use pagoda_conformance::Rng;
+use pagoda_core::{dequantize_row, QuantKind};
+use pagoda_vulkan::{DeviceKind, Op, VulkanBackend, VulkanOptions};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Random blocks of `kind` with every f16 field small and positive (scales
+/// and minimums alike), so no block holds an infinity or NaN.
+fn random_weights(rng: &mut Rng, kind: QuantKind, rows: usize, cols: usize) -> Vec<u8> {
+    let bytes = kind.bytes_for(cols).expect("whole blocks") * rows;
+    let mut out: Vec<u8> = (0..bytes).map(|_| rng.next_u64() as u8).collect();
+    let small = half::f16::from_f32(2e-3).to_bits().to_le_bytes();
+    let fields: &[usize] = match kind {
+        QuantKind::F32 | QuantKind::F16 | QuantKind::BF16 => &[],
+        QuantKind::Q4_1 | QuantKind::Q5_1 | QuantKind::Q4_K | QuantKind::Q5_K => &[0, 2],
+        QuantKind::Q6_K => &[208],
+        _ => &[0],
+    };
+    if kind == QuantKind::F16 {
+        for c in out.chunks_exact_mut(2) {
+            c.copy_from_slice(&small);
+        }
+    }
+    if kind == QuantKind::F32 {
+        for c in out.chunks_exact_mut(4) {
+            c.copy_from_slice(&1e-3f32.to_le_bytes());
+        }
+    }
+    for block in out.chunks_exact_mut(kind.block_bytes()) {
+        for &at in fields {
+            block[at..at + 2].copy_from_slice(&small);
+        }
+    }
+    out
+}
+
+const KINDS: [QuantKind; 6] = [
+    QuantKind::Q4_0,
+    QuantKind::Q4_K,
+    QuantKind::Q5_K,
+    QuantKind::Q6_K,
+    QuantKind::Q8_0,
+    QuantKind::F16,
+];
+
+fn check(backend: &mut VulkanBackend, rng: &mut Rng) {
+    for kind in KINDS {
+        let (rows, cols, batch) = (16, 512, 3);
+        let w = random_weights(rng, kind, rows, cols);
+        let x: Vec<f32> = (0..batch * cols).map(|_| rng.value()).collect();
+        let got = backend
+            .matmul(kind, &w, rows, cols, &x, batch)
+            .expect("check product runs");
+        let row_bytes = kind.bytes_for(cols).expect("whole blocks");
+        let mut dq = vec![0f32; cols];
+        for r in 0..rows {
+            dequantize_row(kind, &w[r * row_bytes..][..row_bytes], &mut dq).expect("dequantize");
+            for b in 0..batch {
+                let xs = &x[b * cols..][..cols];
+                let want: f64 = dq
+                    .iter()
+                    .zip(xs)
+                    .map(|(&a, &c)| f64::from(a) * f64::from(c))
+                    .sum();
+                let scale: f64 = dq
+                    .iter()
+                    .zip(xs)
+                    .map(|(&a, &c)| (f64::from(a) * f64::from(c)).abs())
+                    .sum();
+                let err = (f64::from(got[b * rows + r]) - want).abs() / scale.max(1e-30);
+                assert!(err <= 1e-5, "{} check failed: error {err:.2e}", kind.name());
+            }
+        }
+    }
+    println!("check: every type's product agrees with the f64 reference (≤ 1e-5 of Σ|w·x|)");
+}
+
+fn main() {
+    let options = VulkanOptions {
+        validation: Some(false),
+        bounds_checks: Some(false),
+        ..VulkanOptions::from_env()
+    };
+    let mut backend = match VulkanBackend::new(&options) {
+        Ok(b) => b,
+        Err(e) => {
+            println!("no Vulkan device: {e}");
+            return;
+        }
+    };
+    let cpu_device = backend.info().kind == DeviceKind::Cpu;
+    println!("device: {}", backend.info().name);
+    let mut rng = Rng::new(0x0B5E_4C11);
+    check(&mut backend, &mut rng);
+
+    let copy = backend
+        .copy_bandwidth(if cpu_device { 256 << 20 } else { 2 << 30 }, 5)
+        .expect("copy bandwidth");
+    println!("copy bandwidth: {:.1} GB/s (read + write)", copy / 1e9);
+
+    let (hidden, kv, ffn, shape) = if cpu_device {
+        (
+            1024usize,
+            256usize,
+            2816usize,
+            "small (hidden 1024, FFN 2816)",
+        )
+    } else {
+        (4096, 1024, 14336, "Llama 3 8B")
+    };
+    let (warm, timed) = if cpu_device { (1, 3) } else { (2, 10) };
+    // (rows, cols) of q, k, v, o, gate, up, down.
+    let mats = [
+        (hidden, hidden),
+        (kv, hidden),
+        (kv, hidden),
+        (hidden, hidden),
+        (ffn, hidden),
+        (ffn, hidden),
+        (hidden, ffn),
+    ];
+    println!("\n{shape} layer: 7 products in one submission, device time (median of {timed})");
+    println!(
+        "{:<6} {:>5} {:>10} {:>12} {:>10} {:>8}",
+        "type", "batch", "MiB", "µs/layer", "GB/s", "of copy"
+    );
+    for kind in KINDS {
+        let mut weights = Vec::new();
+        let mut offsets = Vec::new();
+        for &(rows, cols) in &mats {
+            offsets.push(weights.len() as u64);
+            weights.extend(random_weights(&mut rng, kind, rows, cols));
+            weights.resize(weights.len().next_multiple_of(256), 0);
+        }
+        let resident = match backend.upload_weights(&weights) {
+            Ok(r) => r,
+            Err(e) => {
+                println!("{:<6} skipped: {e}", kind.name());
+                continue;
+            }
+        };
+        for batch in [1usize, 16] {
+            let width = ffn.max(hidden);
+            let mut act: Vec<f32> = (0..2 * batch * width).map(|_| rng.value()).collect();
+            let ops: Vec<Op> = mats
+                .iter()
+                .zip(&offsets)
+                .map(|(&(rows, cols), &at)| Op::Matmul {
+                    kind,
+                    weights: at,
+                    rows: rows as u32,
+                    cols: cols as u32,
+                    batch: batch as u32,
+                    x: 0,
+                    x_stride: width as u32,
+                    y: (batch * width) as u32,
+                    y_stride: width as u32,
+                })
+                .collect();
+            let mut times = Vec::new();
+            for i in 0..warm + timed {
+                backend
+                    .run_ops_on(&resident, &mut act, &mut [], &ops)
+                    .expect("layer program runs");
+                if i >= warm {
+                    if let Some(ns) = backend.last_program_nanos() {
+                        times.push(ns);
+                    }
+                }
+            }
+            if times.is_empty() {
+                println!("{:<6} no timestamps on this device", kind.name());
+                continue;
+            }
+            let ns = median(times);
+            let bytes = weights.len() as f64;
+            let rate = bytes / (ns * 1e-9);
+            println!(
+                "{:<6} {:>5} {:>10.1} {:>12.1} {:>10.1} {:>7.0}%",
+                kind.name(),
+                batch,
+                bytes / (1u64 << 20) as f64,
+                ns / 1e3,
+                rate / 1e9,
+                100.0 * rate / copy
+            );
+        }
+    }
+}
