@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 use pagoda_core::backend::Backend;
 use pagoda_core::Priority;
 
+use crate::cache_events::{CachedBlock, KvEvent};
 use crate::config::EngineConfig;
 use crate::engine::Engine;
 use crate::error::Rejection;
@@ -64,6 +65,12 @@ enum Command {
     },
     Stats {
         reply: Sender<EngineStats>,
+    },
+    WatchCache {
+        sink: Sender<Vec<KvEvent>>,
+    },
+    CachedBlocks {
+        reply: Sender<Vec<CachedBlock>>,
     },
     Shutdown {
         mode: Shutdown,
@@ -144,12 +151,13 @@ where
     B: Backend,
     B::Error: Error + Send + Sync + 'static,
 {
+    let mut watcher: Option<Sender<Vec<KvEvent>>> = None;
     loop {
         // Idle: sleep until a command comes (or every client is gone).
         if engine.is_idle() {
             match inbox.recv() {
                 Ok(command) => {
-                    if handle(&mut engine, command).is_break() {
+                    if handle(&mut engine, command, &mut watcher).is_break() {
                         return;
                     }
                 }
@@ -157,22 +165,48 @@ where
             }
         }
         while let Ok(command) = inbox.try_recv() {
-            if handle(&mut engine, command).is_break() {
+            if handle(&mut engine, command, &mut watcher).is_break() {
                 return;
             }
         }
         if engine.is_idle() {
             continue;
         }
-        if let Err(e) = engine.step() {
+        let stepped = engine.step();
+        publish_cache_events(&mut engine, &mut watcher);
+        if let Err(e) = stepped {
             // Every held request got `Failed`; refuse all else from now on.
             return failed(Box::new(e), inbox);
         }
     }
 }
 
+/// Sends the cache's changes of the last step to the watcher, if any; a
+/// watcher that hung up is forgotten. Without one, events are dropped.
+fn publish_cache_events<B: Backend>(
+    engine: &mut Engine<'_, B>,
+    watcher: &mut Option<Sender<Vec<KvEvent>>>,
+) {
+    if !engine.cache_events_on() {
+        return;
+    }
+    let events = engine.drain_cache_events();
+    if events.is_empty() {
+        return;
+    }
+    if let Some(sink) = watcher {
+        if sink.send(events).is_err() {
+            *watcher = None;
+        }
+    }
+}
+
 /// Handles one command; breaks when the engine is to stop.
-fn handle<B>(engine: &mut Engine<'_, B>, command: Command) -> std::ops::ControlFlow<()>
+fn handle<B>(
+    engine: &mut Engine<'_, B>,
+    command: Command,
+    watcher: &mut Option<Sender<Vec<KvEvent>>>,
+) -> std::ops::ControlFlow<()>
 where
     B: Backend,
     B::Error: Error + Send + Sync + 'static,
@@ -188,6 +222,16 @@ where
         }
         Command::Stats { reply } => {
             let _ = reply.send(engine.stats());
+        }
+        Command::WatchCache { sink } => {
+            // Pending changes are older than the snapshot that replaces them.
+            let _ = engine.drain_cache_events();
+            if sink.send(engine.cache_snapshot()).is_ok() {
+                *watcher = Some(sink);
+            }
+        }
+        Command::CachedBlocks { reply } => {
+            let _ = reply.send(engine.cached_blocks());
         }
         Command::Shutdown { mode, reply } => {
             let result = match mode {
@@ -257,6 +301,26 @@ impl EngineClient {
     pub fn stats(&self) -> Option<EngineStats> {
         let (reply, answer) = mpsc::channel();
         self.commands.send(Command::Stats { reply }).ok()?;
+        answer.recv().ok()
+    }
+
+    /// Watches the prefix cache: the receiver first gets a snapshot
+    /// ([`KvEvent::AllCleared`], then every cached block), then each step's
+    /// changes as one batch. Needs
+    /// [`EngineConfig::cache_events`](crate::EngineConfig::cache_events) above
+    /// zero (otherwise only the snapshot comes). A new watcher replaces the
+    /// previous one. `None` once the engine has stopped.
+    pub fn watch_cache(&self) -> Option<Receiver<Vec<KvEvent>>> {
+        let (sink, events) = mpsc::channel();
+        self.commands.send(Command::WatchCache { sink }).ok()?;
+        Some(events)
+    }
+
+    /// Every block the prefix cache holds now, each after its parent; `None`
+    /// once the engine has stopped.
+    pub fn cached_blocks(&self) -> Option<Vec<CachedBlock>> {
+        let (reply, answer) = mpsc::channel();
+        self.commands.send(Command::CachedBlocks { reply }).ok()?;
         answer.recv().ok()
     }
 
