@@ -29,6 +29,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .route("/debug/kv_blocks", get(crate::kv_events::debug_blocks))
         .with_state(state)
 }
 
