@@ -11,8 +11,8 @@
 //! thread hands batches to a channel, and one tokio task sends them.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::State;
