@@ -25,8 +25,15 @@ const PAGE: usize = 16;
 enum Op {
     /// A sequence of `len` tokens: `shared` pages from family `family`, then
     /// its own tokens; cached, then released.
-    Insert { family: u8, shared: u8, own: u32, len: u8 },
-    Evict { pages: u8 },
+    Insert {
+        family: u8,
+        shared: u8,
+        own: u32,
+        len: u8,
+    },
+    Evict {
+        pages: u8,
+    },
     Drain,
 }
 
@@ -61,7 +68,10 @@ struct Mirror {
 impl Mirror {
     fn store(&mut self, b: &CachedBlock) {
         if let Some(p) = b.parent {
-            assert!(self.blocks.contains_key(&p), "stored block's parent unknown");
+            assert!(
+                self.blocks.contains_key(&p),
+                "stored block's parent unknown"
+            );
         }
         assert!(
             self.blocks.insert(b.hash, (b.parent, b.tokens)).is_none(),
@@ -135,10 +145,17 @@ fn run(ring_len: usize, ops: &[Op]) {
     let mut mirror = Mirror::default();
     for op in ops {
         match *op {
-            Op::Insert { family, shared, own, len } => {
+            Op::Insert {
+                family,
+                shared,
+                own,
+                len,
+            } => {
                 let t = tokens(family, shared, own, len);
                 let seq = table.create().unwrap();
-                table.append(seq, t.len() as u32, &mut pool, &mut cache).unwrap();
+                table
+                    .append(seq, t.len() as u32, &mut pool, &mut cache)
+                    .unwrap();
                 cache.insert(&mut table, seq, &t, &mut pool).unwrap();
                 table.release(seq, &mut pool).unwrap();
             }
@@ -157,7 +174,10 @@ fn run(ring_len: usize, ops: &[Op]) {
         mirror.check(&cache);
     } else {
         // Off: nothing is ever recorded.
-        assert_eq!(cache.drain_events(|_| panic!("event with events off")), EventDrain::Complete(0));
+        assert_eq!(
+            cache.drain_events(|_| panic!("event with events off")),
+            EventDrain::Complete(0)
+        );
     }
 }
 
