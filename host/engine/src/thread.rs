@@ -4,7 +4,7 @@
 //! The thread blocks while the engine is idle and steps while it is not.
 
 use std::error::Error;
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -67,7 +67,7 @@ enum Command {
         reply: Sender<EngineStats>,
     },
     WatchCache {
-        sink: Sender<Vec<KvEvent>>,
+        sink: SyncSender<Vec<KvEvent>>,
     },
     CachedBlocks {
         reply: Sender<Vec<CachedBlock>>,
@@ -151,7 +151,7 @@ where
     B: Backend,
     B::Error: Error + Send + Sync + 'static,
 {
-    let mut watcher: Option<Sender<Vec<KvEvent>>> = None;
+    let mut watcher: Option<Watcher> = None;
     loop {
         // Idle: sleep until a command comes (or every client is gone).
         if engine.is_idle() {
@@ -181,23 +181,40 @@ where
     }
 }
 
-/// Sends the cache's changes of the last step to the watcher, if any; a
-/// watcher that hung up is forgotten. Without one, events are dropped.
-fn publish_cache_events<B: Backend>(
-    engine: &mut Engine<'_, B>,
-    watcher: &mut Option<Sender<Vec<KvEvent>>>,
-) {
+/// Batches a watcher may hold unread before the engine stops sending it
+/// changes and owes it a snapshot instead: memory stays bounded and the
+/// engine never waits on a slow watcher.
+const WATCH_BATCHES: usize = 1024;
+
+/// Where cache events go, and whether the last batch could not be sent.
+struct Watcher {
+    sink: SyncSender<Vec<KvEvent>>,
+    owes_snapshot: bool,
+}
+
+/// Sends the cache's changes of the last step to the watcher, if any: a
+/// watcher whose channel is full misses them and gets a snapshot as soon
+/// as it has room; one that hung up is forgotten. Without a watcher,
+/// events are dropped.
+fn publish_cache_events<B: Backend>(engine: &mut Engine<'_, B>, watcher: &mut Option<Watcher>) {
     if !engine.cache_events_on() {
         return;
     }
     let events = engine.drain_cache_events();
-    if events.is_empty() {
+    let Some(w) = watcher else {
         return;
-    }
-    if let Some(sink) = watcher {
-        if sink.send(events).is_err() {
-            *watcher = None;
-        }
+    };
+    let batch = if w.owes_snapshot {
+        engine.cache_snapshot()
+    } else if events.is_empty() {
+        return;
+    } else {
+        events
+    };
+    match w.sink.try_send(batch) {
+        Ok(()) => w.owes_snapshot = false,
+        Err(TrySendError::Full(_)) => w.owes_snapshot = true,
+        Err(TrySendError::Disconnected(_)) => *watcher = None,
     }
 }
 
@@ -205,7 +222,7 @@ fn publish_cache_events<B: Backend>(
 fn handle<B>(
     engine: &mut Engine<'_, B>,
     command: Command,
-    watcher: &mut Option<Sender<Vec<KvEvent>>>,
+    watcher: &mut Option<Watcher>,
 ) -> std::ops::ControlFlow<()>
 where
     B: Backend,
@@ -227,7 +244,10 @@ where
             // Pending changes are older than the snapshot that replaces them.
             let _ = engine.drain_cache_events();
             if sink.send(engine.cache_snapshot()).is_ok() {
-                *watcher = Some(sink);
+                *watcher = Some(Watcher {
+                    sink,
+                    owes_snapshot: false,
+                });
             }
         }
         Command::CachedBlocks { reply } => {
@@ -306,12 +326,13 @@ impl EngineClient {
 
     /// Watches the prefix cache: the receiver first gets a snapshot
     /// ([`KvEvent::AllCleared`], then every cached block), then each step's
-    /// changes as one batch. Needs
+    /// changes as one batch (a watcher that falls more than 1,024 batches
+    /// behind gets a new snapshot instead of the changes it missed). Needs
     /// [`EngineConfig::cache_events`](crate::EngineConfig::cache_events) above
     /// zero (otherwise only the snapshot comes). A new watcher replaces the
     /// previous one. `None` once the engine has stopped.
     pub fn watch_cache(&self) -> Option<Receiver<Vec<KvEvent>>> {
-        let (sink, events) = mpsc::channel();
+        let (sink, events) = mpsc::sync_channel(WATCH_BATCHES);
         self.commands.send(Command::WatchCache { sink }).ok()?;
         Some(events)
     }
