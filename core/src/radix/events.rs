@@ -93,7 +93,7 @@ impl<'a> RadixCache<'a> {
         if lost > 0 {
             return EventDrain::Overflowed { lost };
         }
-        let cap = self.events.len();
+        let cap = self.events.len().max(1);
         for i in 0..len as usize {
             if let Some(event) = self.events.get((head as usize + i) % cap) {
                 each(event);
@@ -152,6 +152,9 @@ impl<'a> RadixCache<'a> {
 
     fn record(&mut self, event: CacheEvent) {
         let cap = self.events.len() as u32;
+        if cap == 0 {
+            return;
+        }
         if self.events_lost > 0 || self.event_len == cap {
             // A resync will follow; later events add nothing to it.
             self.events_lost = self.events_lost.saturating_add(1);
