@@ -15,7 +15,7 @@ use crate::geometry::{KvGeometry, PAGE_SIZE};
 use crate::ids::{PageId, SeqId, Slot};
 use crate::page_table::{Appended, PageTable, SeqEntry};
 use crate::pool::{PageEntry, PagePool};
-use crate::radix::{Inserted, RadixCache, RadixNode, RadixStats};
+use crate::radix::{CacheEvent, EventDrain, Inserted, RadixCache, RadixNode, RadixStats};
 use crate::stats::PoolStats;
 use crate::time::Timestamp;
 
@@ -203,6 +203,17 @@ impl<'a> KvCache<'a> {
     #[inline]
     pub fn radix(&self) -> &RadixCache<'a> {
         &self.radix
+    }
+
+    /// Hands the prefix cache a ring for its events; see
+    /// [`RadixCache::set_event_ring`].
+    pub fn set_event_ring(&mut self, ring: &'a mut [CacheEvent]) {
+        self.radix.set_event_ring(ring);
+    }
+
+    /// Drains the prefix cache's events; see [`RadixCache::drain_events`].
+    pub fn drain_cache_events(&mut self, each: impl FnMut(&CacheEvent)) -> EventDrain {
+        self.radix.drain_events(each)
     }
 
     /// The most tokens one sequence can hold: its row, or the whole pool if

@@ -112,8 +112,8 @@ pub use queue::{
     Selection,
 };
 pub use radix::{
-    Growth, GrowthKeys, Inserted, PrefixMatch, PrefixProbe, RadixCache, RadixNode, RadixStats,
-    GROWTH_JOURNAL,
+    CacheEvent, CachedBlock, EventDrain, Growth, GrowthKeys, Inserted, PrefixMatch, PrefixProbe,
+    RadixCache, RadixNode, RadixStats, GROWTH_JOURNAL,
 };
 pub use request::{Priority, Request};
 pub use stats::{PageRates, PoolStats};

@@ -11,8 +11,8 @@ use core::mem::size_of;
 
 use pagoda_core::scheduler::{Policy, SchedSlot, Scheduler, Work};
 use pagoda_core::{
-    KvCache, PageEntry, PageId, QueueSlot, RadixCache, RadixNode, Request, RequestQueue, SeqEntry,
-    PAGE_SIZE,
+    CacheEvent, KvCache, PageEntry, PageId, QueueSlot, RadixCache, RadixNode, Request,
+    RequestQueue, SeqEntry, PAGE_SIZE,
 };
 
 /// A request as an embedded caller holds it: a borrowed prompt and an
@@ -109,6 +109,9 @@ mod per_entry_sizes {
         assert_eq!(size_of::<u64>(), 8, "bytes per radix index slot");
         // About two index slots per node.
         assert_eq!(RadixCache::index_len_for(4096), 8192);
+        // The optional event ring (KV-cache events): a page's hash, its
+        // parent's and its 16 tokens, per entry; none by default.
+        assert_eq!(size_of::<CacheEvent>(), 88, "bytes per cache-event entry");
     }
 
     #[test]
@@ -132,7 +135,7 @@ mod per_entry_sizes {
                 size_of::<RequestQueue<'static, Prompt<'static>>>(),
                 size_of::<Scheduler<'static, Prompt<'static>, Policy>>(),
             ],
-            [784, 200, 8_336]
+            [816, 200, 8_336]
         );
     }
 }
@@ -160,7 +163,7 @@ mod stated_configuration {
         assert_eq!(storage, 640_512, "caller storage");
         assert_eq!(
             storage + owner_bytes(),
-            649_832,
+            649_864,
             "with the owning structures"
         );
     }

@@ -17,6 +17,9 @@ impl RadixCache<'_> {
     /// Takes a live node out of the tree after the pool reclaimed its page.
     #[inline]
     fn remove_node(&mut self, node: u32) {
+        if self.events_on() {
+            self.record_removed(node);
+        }
         self.unindex(node);
         self.live -= 1;
         self.version += 1;

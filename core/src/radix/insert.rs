@@ -169,6 +169,9 @@ impl RadixCache<'_> {
         self.index_node(node, hash);
         self.live += 1;
         self.version += 1;
+        if self.events_on() {
+            self.record_stored(node);
+        }
         Some(node)
     }
 }

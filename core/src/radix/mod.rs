@@ -47,10 +47,12 @@
 //!
 //! `node` holds the nodes and [`RadixStats`], `index` the hash index and its
 //! keys, `walk` the one prefix walk and the lookups built on it, `insert`
-//! insertion and deduplication, `lock` locking and unlocking paths, `evict`
+//! insertion and deduplication, `events` the event ring for mirrors of the
+//! cache, `lock` locking and unlocking paths, `evict`
 //! eviction (the pool's listener), `journal` the growth journal; this file
 //! the [`RadixCache`], its constructor and its counters.
 
+mod events;
 mod evict;
 mod index;
 mod insert;
@@ -59,6 +61,7 @@ mod lock;
 mod node;
 mod walk;
 
+pub use events::{CacheEvent, CachedBlock, EventDrain};
 pub use insert::Inserted;
 pub use journal::{Growth, GrowthKeys, GROWTH_JOURNAL};
 pub use node::{RadixNode, RadixStats};
@@ -112,6 +115,14 @@ pub struct RadixCache<'a> {
     growth: [u64; GROWTH_JOURNAL],
     /// Growth records ever written.
     growth_count: u64,
+    /// The event ring (see `events`); empty when events are off.
+    events: &'a mut [CacheEvent],
+    /// The oldest pending event's slot in the ring.
+    event_head: u32,
+    /// Pending events.
+    event_len: u32,
+    /// Events dropped since the last drain (the ring was full).
+    events_lost: u32,
 }
 
 impl<'a> RadixCache<'a> {
@@ -156,6 +167,10 @@ impl<'a> RadixCache<'a> {
             version: 0,
             growth: [0; GROWTH_JOURNAL],
             growth_count: 0,
+            events: &mut [],
+            event_head: 0,
+            event_len: 0,
+            events_lost: 0,
         })
     }
 

@@ -199,6 +199,7 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
         kv_dtype: args.kv_dtype,
         queue_capacity: (trace.len() as u32).max(1),
         scheduler_slots: args.max_batch.saturating_mul(4).max(1024),
+        cache_events: 0,
     };
     let options = DriveOptions {
         sampling,

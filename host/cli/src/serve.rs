@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use pagoda_engine::model::{Model, ModelConfig, Weights};
 use pagoda_engine::{EngineConfig, Policy, SchedulerConfig, TextModel};
+use pagoda_server::kv_events::KvEventsConfig;
 use pagoda_server::{AppState, Limits, Vocab};
 
 use crate::args::{parse_policy, BackendKind};
@@ -54,6 +55,17 @@ pub(crate) struct ServeArgs {
     /// Seconds running requests get to finish after SIGTERM or Ctrl-C.
     #[arg(long, default_value_t = 30)]
     shutdown_timeout: u64,
+    /// Publish KV-cache events in vLLM's format on a ZeroMQ PUB socket
+    /// bound here (e.g. tcp://127.0.0.1:5557); also serves
+    /// GET /debug/kv_blocks.
+    #[arg(long, value_name = "ENDPOINT")]
+    kv_events: Option<String>,
+    /// A ZeroMQ ROUTER socket bound here replays buffered event batches.
+    #[arg(long, value_name = "ENDPOINT", requires = "kv_events")]
+    kv_events_replay: Option<String>,
+    /// Event batches kept for replay.
+    #[arg(long, default_value_t = 10_000, requires = "kv_events", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    kv_events_buffer: u64,
 }
 
 /// Why `pagoda serve` stopped.
@@ -68,6 +80,8 @@ pub(crate) enum ServeError {
     Spawn(#[from] pagoda_engine::SpawnError),
     #[error(transparent)]
     Server(#[from] pagoda_server::ServerError),
+    #[error("KV events: {0}")]
+    KvEvents(#[from] pagoda_server::kv_events::KvEventsError),
     #[error("the engine did not shut down clean: {0}")]
     Unclean(String),
 }
@@ -109,6 +123,13 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
         policy: args.policy,
         kv_pages: args.kv_pages,
         queue_capacity: args.max_queue,
+        // Drained after every step: twice the pool is more than one step
+        // can add and evict, so the ring overflows only in theory.
+        cache_events: if args.kv_events.is_some() {
+            args.kv_pages.saturating_mul(2).max(256)
+        } else {
+            0
+        },
         ..EngineConfig::default()
     };
     let client = args
@@ -122,6 +143,11 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
         kv_pages: args.kv_pages,
     };
     let state = AppState::new(client, vocab, name, limits);
+    let kv_events = args.kv_events.clone().map(|endpoint| KvEventsConfig {
+        replay_endpoint: args.kv_events_replay.clone(),
+        buffer_steps: usize::try_from(args.kv_events_buffer).unwrap_or(usize::MAX),
+        ..KvEventsConfig::new(endpoint)
+    });
     let addr = format!("{}:{}", args.host, args.port);
     let listen_error = |source| ServeError::Listen {
         addr: addr.clone(),
@@ -135,6 +161,14 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(listen_error)?;
+        if let Some(config) = kv_events {
+            let endpoint = config.endpoint.clone();
+            pagoda_server::kv_events::start(config, &state.client)
+                .await
+                .map_err(ServeError::from)?;
+            state.enable_kv_debug();
+            eprintln!("pagoda serve: KV events on {endpoint}");
+        }
         let local: SocketAddr = listener.local_addr().map_err(listen_error)?;
         // Scripts and tests read this line for the port.
         eprintln!("pagoda serve: listening on http://{local}");

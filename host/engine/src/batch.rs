@@ -66,6 +66,8 @@ impl Batch {
                         live.rng = fastrand::Rng::with_seed(request.seed);
                         live.admitted = Some(now);
                         live.starts += 1;
+                        // The first chunk starts past the cached prefix.
+                        live.cached_tokens = start;
                     }
                     let prompt = request
                         .prompt

@@ -19,6 +19,10 @@ pub struct EngineConfig {
     /// Requests the scheduler considers at once (waiting plus running); the
     /// rest wait in the queue.
     pub scheduler_slots: u32,
+    /// Capacity of the prefix cache's event ring (0: events off). Events
+    /// are drained after every step, so a few times the pages one step can
+    /// add or evict is enough; an overflow costs a full snapshot.
+    pub cache_events: u32,
 }
 
 impl Default for EngineConfig {
@@ -30,6 +34,7 @@ impl Default for EngineConfig {
             kv_dtype: KvDtype::F16,
             queue_capacity: 65_536,
             scheduler_slots: 1024,
+            cache_events: 0,
         }
     }
 }

@@ -38,6 +38,8 @@ pub(crate) struct Live {
     pub(crate) admitted: Option<Timestamp>,
     pub(crate) first_token: Option<Timestamp>,
     pub(crate) starts: u32,
+    /// Prompt tokens the last admission found in the prefix cache.
+    pub(crate) cached_tokens: u32,
 }
 
 /// The engine over a backend `B`: the one owner of the model, the backend,
@@ -66,6 +68,8 @@ pub struct Engine<'s, B: Backend> {
     cancel_rx: Receiver<RequestId>,
     /// Requests whose handle was dropped while the engine sent to it.
     pub(crate) dropped: Vec<RequestId>,
+    /// Whether the cache records events (see `cache_events`).
+    pub(crate) cache_events_on: bool,
 }
 
 impl<'s, B: Backend> Engine<'s, B> {
@@ -116,6 +120,7 @@ impl<'s, B: Backend> Engine<'s, B> {
             cancel_tx,
             cancel_rx,
             dropped: Vec::new(),
+            cache_events_on: config.cache_events > 0,
         })
     }
 

@@ -6,7 +6,8 @@
 use pagoda_core::queue::QueueSlot;
 use pagoda_core::scheduler::{SchedSlot, Scheduler};
 use pagoda_core::{
-    KvCache, KvStorage, PageEntry, PageId, RadixCache, RadixNode, SeqEntry, StorageError, PAGE_SIZE,
+    CacheEvent, KvCache, KvStorage, PageEntry, PageId, RadixCache, RadixNode, SeqEntry,
+    StorageError, PAGE_SIZE,
 };
 
 use crate::config::EngineConfig;
@@ -24,6 +25,7 @@ pub struct EngineStorage {
     slots: Vec<SchedSlot<Queued>>,
     watch: Vec<u32>,
     scratch: Vec<PageId>,
+    events: Vec<CacheEvent>,
 }
 
 impl EngineStorage {
@@ -46,6 +48,7 @@ impl EngineStorage {
             slots: (0..slots).map(|_| SchedSlot::EMPTY).collect(),
             watch: vec![0; Scheduler::<Queued>::watch_len_for(slots)],
             scratch: vec![PageId::from_index(0); pages_per_seq],
+            events: vec![CacheEvent::EMPTY; config.cache_events as usize],
         }
     }
 }
@@ -70,8 +73,9 @@ impl EngineStorage {
             slots,
             watch,
             scratch,
+            events,
         } = self;
-        let kv = KvCache::new(KvStorage {
+        let mut kv = KvCache::new(KvStorage {
             pages,
             rows,
             seqs,
@@ -79,6 +83,7 @@ impl EngineStorage {
             index,
             scratch,
         })?;
+        kv.set_event_ring(events);
         Ok((
             kv,
             OtherStorage {

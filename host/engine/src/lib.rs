@@ -52,6 +52,7 @@
 
 mod backend;
 mod batch;
+mod cache_events;
 pub mod chat;
 mod config;
 mod engine;
@@ -66,6 +67,7 @@ mod thread;
 pub mod tokenizer;
 
 pub use backend::{BackendChoice, BackendOpenError, WithBackend};
+pub use cache_events::{CachedBlock, KvEvent};
 pub use config::EngineConfig;
 pub use engine::Engine;
 pub use error::{EngineError, Rejection, RejectionKind};

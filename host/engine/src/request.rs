@@ -80,6 +80,10 @@ pub struct Completion {
     pub finished: Timestamp,
     /// Times it was preempted and recomputed.
     pub preemptions: u32,
+    /// Prompt tokens served from the prefix cache at its last admission
+    /// (whole pages; never the prompt's last token, which is computed to
+    /// sample from).
+    pub cached_tokens: u32,
 }
 
 /// What the engine tells a request's handle.

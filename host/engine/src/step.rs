@@ -88,6 +88,7 @@ impl<B: Backend> Engine<'_, B> {
                         admitted: None,
                         first_token: None,
                         starts: 0,
+                        cached_tokens: 0,
                     });
                 }
                 Err((queued, error)) => {
@@ -228,6 +229,7 @@ impl<B: Backend> Engine<'_, B> {
             first_token: live.first_token.unwrap_or(now),
             finished: now,
             preemptions: live.starts.saturating_sub(1),
+            cached_tokens: live.cached_tokens,
         };
         // A dropped handle no longer wants it; the request is done anyway.
         let _ = queued.events.send(Event::Finished(completion));

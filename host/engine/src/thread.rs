@@ -4,13 +4,14 @@
 //! The thread blocks while the engine is idle and steps while it is not.
 
 use std::error::Error;
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use pagoda_core::backend::Backend;
 use pagoda_core::Priority;
 
+use crate::cache_events::{CachedBlock, KvEvent};
 use crate::config::EngineConfig;
 use crate::engine::Engine;
 use crate::error::Rejection;
@@ -64,6 +65,12 @@ enum Command {
     },
     Stats {
         reply: Sender<EngineStats>,
+    },
+    WatchCache {
+        sink: SyncSender<Vec<KvEvent>>,
+    },
+    CachedBlocks {
+        reply: Sender<Vec<CachedBlock>>,
     },
     Shutdown {
         mode: Shutdown,
@@ -144,12 +151,13 @@ where
     B: Backend,
     B::Error: Error + Send + Sync + 'static,
 {
+    let mut watcher: Option<Watcher> = None;
     loop {
         // Idle: sleep until a command comes (or every client is gone).
         if engine.is_idle() {
             match inbox.recv() {
                 Ok(command) => {
-                    if handle(&mut engine, command).is_break() {
+                    if handle(&mut engine, command, &mut watcher).is_break() {
                         return;
                     }
                 }
@@ -157,22 +165,65 @@ where
             }
         }
         while let Ok(command) = inbox.try_recv() {
-            if handle(&mut engine, command).is_break() {
+            if handle(&mut engine, command, &mut watcher).is_break() {
                 return;
             }
         }
         if engine.is_idle() {
             continue;
         }
-        if let Err(e) = engine.step() {
+        let stepped = engine.step();
+        publish_cache_events(&mut engine, &mut watcher);
+        if let Err(e) = stepped {
             // Every held request got `Failed`; refuse all else from now on.
             return failed(Box::new(e), inbox);
         }
     }
 }
 
+/// Batches a watcher may hold unread before the engine stops sending it
+/// changes and owes it a snapshot instead: memory stays bounded and the
+/// engine never waits on a slow watcher.
+const WATCH_BATCHES: usize = 1024;
+
+/// Where cache events go, and whether the last batch could not be sent.
+struct Watcher {
+    sink: SyncSender<Vec<KvEvent>>,
+    owes_snapshot: bool,
+}
+
+/// Sends the cache's changes of the last step to the watcher, if any: a
+/// watcher whose channel is full misses them and gets a snapshot as soon
+/// as it has room; one that hung up is forgotten. Without a watcher,
+/// events are dropped.
+fn publish_cache_events<B: Backend>(engine: &mut Engine<'_, B>, watcher: &mut Option<Watcher>) {
+    if !engine.cache_events_on() {
+        return;
+    }
+    let events = engine.drain_cache_events();
+    let Some(w) = watcher else {
+        return;
+    };
+    let batch = if w.owes_snapshot {
+        engine.cache_snapshot()
+    } else if events.is_empty() {
+        return;
+    } else {
+        events
+    };
+    match w.sink.try_send(batch) {
+        Ok(()) => w.owes_snapshot = false,
+        Err(TrySendError::Full(_)) => w.owes_snapshot = true,
+        Err(TrySendError::Disconnected(_)) => *watcher = None,
+    }
+}
+
 /// Handles one command; breaks when the engine is to stop.
-fn handle<B>(engine: &mut Engine<'_, B>, command: Command) -> std::ops::ControlFlow<()>
+fn handle<B>(
+    engine: &mut Engine<'_, B>,
+    command: Command,
+    watcher: &mut Option<Watcher>,
+) -> std::ops::ControlFlow<()>
 where
     B: Backend,
     B::Error: Error + Send + Sync + 'static,
@@ -188,6 +239,19 @@ where
         }
         Command::Stats { reply } => {
             let _ = reply.send(engine.stats());
+        }
+        Command::WatchCache { sink } => {
+            // Pending changes are older than the snapshot that replaces them.
+            let _ = engine.drain_cache_events();
+            if sink.send(engine.cache_snapshot()).is_ok() {
+                *watcher = Some(Watcher {
+                    sink,
+                    owes_snapshot: false,
+                });
+            }
+        }
+        Command::CachedBlocks { reply } => {
+            let _ = reply.send(engine.cached_blocks());
         }
         Command::Shutdown { mode, reply } => {
             let result = match mode {
@@ -257,6 +321,27 @@ impl EngineClient {
     pub fn stats(&self) -> Option<EngineStats> {
         let (reply, answer) = mpsc::channel();
         self.commands.send(Command::Stats { reply }).ok()?;
+        answer.recv().ok()
+    }
+
+    /// Watches the prefix cache: the receiver first gets a snapshot
+    /// ([`KvEvent::AllCleared`], then every cached block), then each step's
+    /// changes as one batch (a watcher that falls more than 1,024 batches
+    /// behind gets a new snapshot instead of the changes it missed). Needs
+    /// [`EngineConfig::cache_events`](crate::EngineConfig::cache_events) above
+    /// zero (otherwise only the snapshot comes). A new watcher replaces the
+    /// previous one. `None` once the engine has stopped.
+    pub fn watch_cache(&self) -> Option<Receiver<Vec<KvEvent>>> {
+        let (sink, events) = mpsc::sync_channel(WATCH_BATCHES);
+        self.commands.send(Command::WatchCache { sink }).ok()?;
+        Some(events)
+    }
+
+    /// Every block the prefix cache holds now, each after its parent; `None`
+    /// once the engine has stopped.
+    pub fn cached_blocks(&self) -> Option<Vec<CachedBlock>> {
+        let (reply, answer) = mpsc::channel();
+        self.commands.send(Command::CachedBlocks { reply }).ok()?;
         answer.recv().ok()
     }
 

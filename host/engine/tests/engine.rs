@@ -242,6 +242,7 @@ fn engine_config(kv_pages: u32, token_budget: u32) -> EngineConfig {
         kv_dtype: KvDtype::F32,
         queue_capacity: 64,
         scheduler_slots: 32,
+        cache_events: 0,
     }
 }
 

@@ -115,6 +115,7 @@ proptest! {
             kv_dtype: KvDtype::F16,
             queue_capacity: 8,
             scheduler_slots: 6,
+            cache_events: 0,
         };
         let mut storage = EngineStorage::new(&config, CONFIG.max_context);
         let mut engine = Engine::new(&model, CpuBackend::new(), &config, &mut storage).unwrap();

@@ -43,6 +43,7 @@ fn config(kv_pages: u32) -> EngineConfig {
         kv_dtype: KvDtype::F32,
         queue_capacity: 64,
         scheduler_slots: 16,
+        cache_events: 0,
     }
 }
 

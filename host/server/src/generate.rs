@@ -51,6 +51,9 @@ pub struct Generation {
     arrived: Instant,
     /// Prompt tokens (counted once, as OpenAI does).
     pub prompt_tokens: u32,
+    /// Of those, tokens served from the prefix cache (the most any choice
+    /// found, as its request's last admission saw it).
+    pub cached_tokens: u32,
 }
 
 /// The HTTP error for an engine rejection.
@@ -183,6 +186,7 @@ impl Generation {
             choices,
             arrived,
             prompt_tokens,
+            cached_tokens: 0,
         })
     }
 
@@ -245,6 +249,7 @@ impl Generation {
                 }
                 Event::Finished(done) => {
                     choice.done = true;
+                    self.cached_tokens = self.cached_tokens.max(done.cached_tokens);
                     let (ending, reason) = match done.stop {
                         StopReason::StopToken => (Ending::Stop, "stop"),
                         StopReason::Length => (Ending::Length, "length"),

@@ -29,6 +29,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .route("/debug/kv_blocks", get(crate::kv_events::debug_blocks))
         .with_state(state)
 }
 
@@ -53,14 +54,13 @@ impl Reply {
     }
 }
 
-/// The `usage` object (cached tokens: the engine does not report them per
-/// request yet, so 0).
-pub fn usage(prompt: u32, completion: u32) -> Value {
+/// The `usage` object; `cached` prompt tokens came from the prefix cache.
+pub fn usage(prompt: u32, completion: u32, cached: u32) -> Value {
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": u64::from(prompt) + u64::from(completion),
-        "prompt_tokens_details": {"cached_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": cached},
     })
 }
 
@@ -198,7 +198,11 @@ async fn generate(
         })
         .collect();
     let mut value = reply.envelope(false, choices);
-    value["usage"] = usage(generation.prompt_tokens, generation.completion_tokens());
+    value["usage"] = usage(
+        generation.prompt_tokens,
+        generation.completion_tokens(),
+        generation.cached_tokens,
+    );
     Ok(Json(value).into_response())
 }
 

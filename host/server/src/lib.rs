@@ -11,6 +11,8 @@
 pub mod error;
 pub mod generate;
 pub mod handlers;
+pub mod kv_events;
+pub mod kv_wire;
 pub mod metrics;
 pub mod openai;
 pub mod state;

@@ -165,6 +165,7 @@ pub struct AppState {
     /// Unix time the server started (the model's `created`).
     pub created: u64,
     draining: AtomicBool,
+    kv_debug: AtomicBool,
 }
 
 impl AppState {
@@ -186,12 +187,24 @@ impl AppState {
             metrics: Metrics::default(),
             created,
             draining: AtomicBool::new(false),
+            kv_debug: AtomicBool::new(false),
         })
     }
 
     /// Whether shutdown has begun (`/health` answers 503).
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Serves `GET /debug/kv_blocks` (with KV events on, so a subscriber
+    /// can check its mirror of the cache).
+    pub fn enable_kv_debug(&self) {
+        self.kv_debug.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether `GET /debug/kv_blocks` is served.
+    pub fn kv_debug(&self) -> bool {
+        self.kv_debug.load(Ordering::SeqCst)
     }
 
     /// Marks the server as draining.

@@ -59,8 +59,11 @@ pub fn response(generation: Generation, reply: Reply, include_usage: bool, n: u3
                 },
                 Phase::Usage => {
                     let mut value = reply.envelope(true, Vec::new());
-                    value["usage"] =
-                        usage(generation.prompt_tokens, generation.completion_tokens());
+                    value["usage"] = usage(
+                        generation.prompt_tokens,
+                        generation.completion_tokens(),
+                        generation.cached_tokens,
+                    );
                     (event(&value), Phase::Done)
                 }
                 Phase::Done => (Bytes::from_static(b"data: [DONE]\n\n"), Phase::End),

@@ -31,6 +31,7 @@ pub fn config(max_batch: u32, queue: u32, slots: u32) -> EngineConfig {
         kv_pages: 512,
         queue_capacity: queue,
         scheduler_slots: slots,
+        cache_events: 0,
         ..EngineConfig::default()
     }
 }
