@@ -1,8 +1,9 @@
 //! Pagoda's OpenAI-compatible HTTP server: axum on tokio in front of an
 //! engine running on its own thread ([`pagoda_engine::spawn`]).
 //!
-//! Handlers never wait on the engine themselves: submissions, event
-//! forwarding and stats run on tokio's blocking pool (see [`generate`]).
+//! Handlers never wait on the engine themselves: submissions and events
+//! travel through callbacks the engine thread calls, into tokio channels
+//! the handlers await (see [`generate`]); stats run on tokio's blocking pool.
 //! [`serve`] runs the server until a shutdown signal, drains within a
 //! deadline and returns the engine's audit.
 
@@ -13,6 +14,7 @@ pub mod generate;
 pub mod handlers;
 pub mod metrics;
 pub mod openai;
+pub mod sglang;
 pub mod state;
 pub mod stream;
 
