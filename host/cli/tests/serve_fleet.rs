@@ -153,8 +153,10 @@ fn sglang_router_cache_aware_beats_round_robin_on_shared_prefixes() {
             .unwrap_or_default();
         assert!(per.len() == 2 && per.iter().all(|&n| n > 0.0), "{r}");
     }
+    // The workload is built so the gap is wide (measured: about 0.8 against
+    // 0.45); a tenth is far outside run-to-run noise.
     assert!(
-        rate("cache_aware") >= rate("round_robin"),
+        rate("cache_aware") >= rate("round_robin") + 0.1,
         "{results:?}"
     );
 }
