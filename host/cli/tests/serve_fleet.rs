@@ -70,7 +70,10 @@ fn stop(mut server: Server) {
     let status = server.child.wait().expect("wait");
     let lines: Vec<String> = server.lines.try_iter().collect();
     assert!(status.success(), "exit {status:?}: {lines:?}");
-    assert!(lines.iter().any(|l| l.contains("stopped; audit")), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.contains("stopped; audit")),
+        "{lines:?}"
+    );
 }
 
 fn script(name: &str) -> PathBuf {
@@ -111,7 +114,10 @@ fn concurrent_clients_each_get_one_complete_response() {
     let count = |k: &str| report[k].as_u64().unwrap_or(0);
     assert_eq!(count("requests"), 64, "{report}");
     assert_eq!(count("completed") + count("disconnected"), 64, "{report}");
-    assert!(count("disconnected") > 0 && count("streamed") > 0, "{report}");
+    assert!(
+        count("disconnected") > 0 && count("streamed") > 0,
+        "{report}"
+    );
     assert!(count("completed") > count("streamed"), "{report}");
     assert_eq!(report["metrics_after"]["running"], 0.0, "{report}");
     assert_eq!(report["metrics_after"]["waiting"], 0.0, "{report}");

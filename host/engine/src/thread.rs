@@ -289,8 +289,7 @@ impl EngineClient {
             sink,
             reply: Box::new(reply),
         };
-        if let Err(mpsc::SendError(Command::SubmitTo { reply, .. })) = self.commands.send(command)
-        {
+        if let Err(mpsc::SendError(Command::SubmitTo { reply, .. })) = self.commands.send(command) {
             reply(Err(Rejection::EngineStopped));
         }
     }

@@ -108,11 +108,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// `POST /generate`: SGLang's native body (`text` or `input_ids`,
 /// `sampling_params`, `stream`) mapped onto the OpenAI parser's fields, so
 /// both APIs validate alike; one prompt per call.
-async fn generate(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
+async fn generate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     let result = async {
         let bytes = read_body(&state, &headers, body).await?;
         let native = openai::parse_object(&bytes)?;
@@ -218,36 +214,28 @@ fn result_object(
 /// SGLang's stream: each event carries the whole text so far, then
 /// `data: [DONE]`. Dropping the body (the client left) cancels.
 fn stream(generation: Generation, id: String, started: Instant) -> Response {
-    let events = futures_util::stream::unfold(
-        Some((generation, String::new())),
-        move |phase| {
-            let id = id.clone();
-            async move {
-                let (mut generation, mut text) = phase?;
-                let bytes = match generation.next().await {
-                    Some(Ok(delta)) => {
-                        text.push_str(&delta.text);
-                        let value = result_object(
-                            &generation,
-                            &id,
-                            text.clone(),
-                            delta.finish_reason,
-                            started,
-                        );
-                        Bytes::from(format!("data: {value}\n\n"))
-                    }
-                    Some(Err(error)) => {
-                        let done = format!("data: {}\n\ndata: [DONE]\n\n", error.body());
-                        return Some((Ok::<_, std::convert::Infallible>(Bytes::from(done)), None));
-                    }
-                    None => {
-                        return Some((Ok(Bytes::from_static(b"data: [DONE]\n\n")), None));
-                    }
-                };
-                Some((Ok(bytes), Some((generation, text))))
-            }
-        },
-    );
+    let events = futures_util::stream::unfold(Some((generation, String::new())), move |phase| {
+        let id = id.clone();
+        async move {
+            let (mut generation, mut text) = phase?;
+            let bytes = match generation.next().await {
+                Some(Ok(delta)) => {
+                    text.push_str(&delta.text);
+                    let value =
+                        result_object(&generation, &id, text.clone(), delta.finish_reason, started);
+                    Bytes::from(format!("data: {value}\n\n"))
+                }
+                Some(Err(error)) => {
+                    let done = format!("data: {}\n\ndata: [DONE]\n\n", error.body());
+                    return Some((Ok::<_, std::convert::Infallible>(Bytes::from(done)), None));
+                }
+                None => {
+                    return Some((Ok(Bytes::from_static(b"data: [DONE]\n\n")), None));
+                }
+            };
+            Some((Ok(bytes), Some((generation, text))))
+        }
+    });
     (
         [
             (header::CONTENT_TYPE, "text/event-stream"),
