@@ -173,6 +173,13 @@ async def run_policy(args, policy):
             if shape.get("object") != "text_completion" or len(shape.get("choices", [])) != 1 \
                     or "usage" not in shape:
                 failures.append(f"plain response: {r.status_code} {r.text[:200]}")
+            # SGLang's native API through the router: text and meta_info.
+            r = await client.post("/generate", json={"text": "hello", "sampling_params": {"max_new_tokens": 3}})
+            native = r.json() if r.status_code == 200 else {}
+            meta = native.get("meta_info", {})
+            if not isinstance(native.get("text"), str) or meta.get("completion_tokens") != 3 \
+                    or meta.get("finish_reason", {}).get("type") != "length":
+                failures.append(f"/generate response: {r.status_code} {r.text[:200]}")
             prompts = workload(args)
             queue = asyncio.Queue()
             for p in prompts:

@@ -113,8 +113,8 @@ async fn generate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
         let bytes = read_body(&state, &headers, body).await?;
         let native = openai::parse_object(&bytes)?;
         let map = openai_fields(&native)?;
-        let params = openai::params(&map, false)?;
-        let prompt = match openai::completion_prompt(&map)? {
+        let params = openai::params(&map, false).map_err(native_param)?;
+        let prompt = match openai::completion_prompt(&map).map_err(native_param)? {
             Prompt::Text(text) => state.vocab.encode(&text, true),
             Prompt::Tokens(ids) => ids,
             Prompt::Chat(_) => Vec::new(),
@@ -137,6 +137,21 @@ async fn generate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
     }
     .await;
     result.unwrap_or_else(|e: ApiError| e.into_response())
+}
+
+/// An error naming an OpenAI field renamed to the native field it came from.
+fn native_param(mut error: ApiError) -> ApiError {
+    let native = match error.param.as_deref() {
+        Some("prompt") => "text",
+        Some("max_tokens") => "sampling_params.max_new_tokens",
+        Some(p @ ("temperature" | "top_p" | "top_k" | "stop" | "seed" | "n")) => {
+            error.param = Some(format!("sampling_params.{p}"));
+            return error;
+        }
+        _ => return error,
+    };
+    error.param = Some(native.to_string());
+    error
 }
 
 /// The OpenAI completion fields a native `/generate` body stands for.
