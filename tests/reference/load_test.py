@@ -14,7 +14,8 @@ trace `pagoda bench --save-trace` writes instead, so the server's figures
 compare with the offline bench's on the same requests.
 
 Prints one JSON object: counts, throughput (requests/s, output tokens/s),
-TTFT, TPOT and end-to-end latency percentiles (streamed requests), RSS.
+TTFT, TPOT and end-to-end latency percentiles (streamed requests), and the
+server's RSS and thread count (sampled every 50 ms).
 Exits 1 with the failures on stderr when any check fails.
 """
 
@@ -206,11 +207,13 @@ def read_status(pid, key):
     return None
 
 
-async def sample_rss(pid, peak):
+async def sample(pid, peak):
+    """Keeps the server's peak RSS (KiB) and thread count in `peak`."""
     while True:
-        rss = read_status(pid, "VmRSS")
-        if rss is not None:
-            peak[0] = max(peak[0], rss)
+        for i, key in enumerate(("VmRSS", "Threads")):
+            value = read_status(pid, key)
+            if value is not None:
+                peak[i] = max(peak[i], value)
         await asyncio.sleep(0.05)
 
 
@@ -242,10 +245,11 @@ async def main(args):
     run = Run()
     limits = httpx.Limits(max_connections=args.clients + 4, max_keepalive_connections=args.clients + 4)
     timeout = httpx.Timeout(args.timeout)
-    peak = [0]
+    peak = [0, 0]
     async with httpx.AsyncClient(base_url=args.base_url, limits=limits, timeout=timeout) as client:
-        sampler = asyncio.create_task(sample_rss(args.pid, peak)) if args.pid else None
+        sampler = asyncio.create_task(sample(args.pid, peak)) if args.pid else None
         rss_before = read_status(args.pid, "VmRSS") if args.pid else None
+        threads_before = read_status(args.pid, "Threads") if args.pid else None
         started = time.perf_counter()
         await asyncio.gather(
             *(client_loop(client, run, j, args, random.Random(args.seed * 1000 + i)) for i, j in enumerate(jobs))
@@ -280,6 +284,7 @@ async def main(args):
         "tpot_ms": ms(percentiles(run.tpot)),
         "e2e_ms": ms(percentiles(run.e2e)),
         "rss_kib": {"before": rss_before, "peak_sampled": peak[0], "vm_hwm": hwm} if args.pid else None,
+        "threads": {"before": threads_before, "peak_sampled": peak[1]} if args.pid else None,
         "metrics_after": {"running": running, "waiting": waiting},
     }
     print(json.dumps(report))

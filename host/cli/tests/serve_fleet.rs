@@ -119,6 +119,10 @@ fn concurrent_clients_each_get_one_complete_response() {
         "{report}"
     );
     assert!(count("completed") > count("streamed"), "{report}");
+    // Events reach handlers asynchronously: no thread per request in
+    // flight (16 at a time here), only the runtime's and the engine's.
+    let threads = |k: &str| report["threads"][k].as_u64().expect("thread counts");
+    assert!(threads("peak_sampled") < threads("before") + 8, "{report}");
     assert_eq!(report["metrics_after"]["running"], 0.0, "{report}");
     assert_eq!(report["metrics_after"]["waiting"], 0.0, "{report}");
     stop(server);
