@@ -101,8 +101,15 @@ impl Generation {
         let room = context - prompt_tokens;
         let max_new_tokens = params.max_tokens.map_or(room, |m| m.min(room));
         let (tx, events) = mpsc::unbounded_channel();
-        let mut choices = Vec::new();
-        let mut refused = None;
+        // Built before the first submission: if this future is dropped
+        // midway (the client left), its `Drop` cancels what was accepted.
+        let mut generation = Self {
+            state: Arc::clone(&state),
+            events,
+            choices: Vec::new(),
+            arrived,
+            prompt_tokens,
+        };
         for index in 0..params.n {
             let request = GenRequest {
                 tag: u64::from(index),
@@ -125,40 +132,30 @@ impl Generation {
             state
                 .client
                 .submit_to(request, params.priority, sink, move |answer| {
-                    let _ = submitted_tx.send(answer);
+                    // Nobody awaits the answer any more: cancel at once.
+                    if let Err(Ok(canceller)) = submitted_tx.send(answer) {
+                        canceller.cancel();
+                    }
                 });
-            match submitted.await {
-                Ok(Ok(canceller)) => choices.push(Choice {
-                    detok: state.vocab.detokenizer(&params.stop),
-                    canceller,
-                    tokens: 0,
-                    last_token: None,
-                    done: false,
-                }),
-                Ok(Err(rejection)) => {
-                    refused = Some(rejection_error(&rejection));
-                    break;
+            let refused = match submitted.await {
+                Ok(Ok(canceller)) => {
+                    generation.choices.push(Choice {
+                        detok: state.vocab.detokenizer(&params.stop),
+                        canceller,
+                        tokens: 0,
+                        last_token: None,
+                        done: false,
+                    });
+                    continue;
                 }
-                Err(_) => {
-                    refused = Some(rejection_error(&Rejection::EngineStopped));
-                    break;
-                }
-            }
-        }
-        if let Some(error) = refused {
+                Ok(Err(rejection)) => rejection_error(&rejection),
+                Err(_) => rejection_error(&Rejection::EngineStopped),
+            };
+            // Refused as a whole: dropping `generation` cancels the others.
             state.metrics.rejected();
-            for choice in &choices {
-                choice.canceller.cancel();
-            }
-            return Err(error);
+            return Err(refused);
         }
-        Ok(Self {
-            state,
-            events,
-            choices,
-            arrived,
-            prompt_tokens,
-        })
+        Ok(generation)
     }
 
     /// Tokens generated so far, over all choices.
