@@ -68,7 +68,8 @@ fn stop(mut server: Server) {
     let killed = Command::new("kill").args(["-TERM", &pid]).status();
     assert!(killed.is_ok_and(|s| s.success()));
     let status = server.child.wait().expect("wait");
-    let lines: Vec<String> = server.lines.try_iter().collect();
+    // Every line, to the end of stderr (the reader thread ends there).
+    let lines: Vec<String> = server.lines.iter().collect();
     assert!(status.success(), "exit {status:?}: {lines:?}");
     assert!(
         lines.iter().any(|l| l.contains("stopped; audit")),
