@@ -72,7 +72,9 @@ fn stop(mut server: Server) {
         .expect("kill");
     assert!(killed.success());
     let status = server.child.wait().expect("wait");
-    let lines: Vec<String> = server.rest.try_iter().collect();
+    // The reader thread ends at the pipe's end (the exit), so this waits for
+    // every line the server wrote, the audit included.
+    let lines: Vec<String> = server.rest.iter().collect();
     assert!(status.success(), "exit {status:?}: {lines:?}");
     assert!(
         lines.iter().any(|l| l.contains("stopped; audit")),

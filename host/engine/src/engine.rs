@@ -23,7 +23,7 @@ use crate::error::{EngineError, Rejection};
 use crate::kv::{EngineStorage, OtherStorage};
 use crate::metrics::{Audit, EngineStats};
 use crate::model::{Activations, Model, Sampler};
-use crate::request::{Event, GenRequest, Queued, RequestHandle};
+use crate::request::{Canceller, Event, EventSink, Events, GenRequest, Queued, RequestHandle};
 
 /// A request's engine-side state while it is in the scheduler.
 #[derive(Debug)]
@@ -156,15 +156,36 @@ impl<'s, B: Backend> Engine<'s, B> {
         priority: Priority,
         arrived: Timestamp,
     ) -> Result<RequestHandle, Rejection> {
-        self.check(&request)?;
         let (events, receiver) = mpsc::channel();
-        match self
-            .queue
+        let id = self.enqueue(request, priority, arrived, Events::Channel(events))?;
+        Ok(RequestHandle::new(id, receiver, self.cancel_tx.clone()))
+    }
+
+    /// Submits like [`Engine::submit`], with the events going to `sink`
+    /// instead of a [`RequestHandle`]. The returned [`Canceller`] does not
+    /// cancel on drop: the caller cancels, or `sink` returns `false`.
+    pub fn submit_to(
+        &mut self,
+        request: GenRequest,
+        priority: Priority,
+        arrived: Timestamp,
+        sink: EventSink,
+    ) -> Result<Canceller, Rejection> {
+        let id = self.enqueue(request, priority, arrived, Events::Sink(sink))?;
+        Ok(Canceller::new(id, self.cancel_tx.clone()))
+    }
+
+    fn enqueue(
+        &mut self,
+        request: GenRequest,
+        priority: Priority,
+        arrived: Timestamp,
+        events: Events,
+    ) -> Result<RequestId, Rejection> {
+        self.check(&request)?;
+        self.queue
             .enqueue(Queued { request, events }, priority, arrived)
-        {
-            Ok(id) => Ok(RequestHandle::new(id, receiver, self.cancel_tx.clone())),
-            Err(rejected) => Err(rejected.error.into()),
-        }
+            .map_err(|rejected| rejected.error.into())
     }
 
     fn check(&self, request: &GenRequest) -> Result<(), Rejection> {

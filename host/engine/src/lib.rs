@@ -73,7 +73,7 @@ pub use engine::Engine;
 pub use error::{EngineError, Rejection, RejectionKind};
 pub use kv::EngineStorage;
 pub use metrics::{Audit, EngineStats, StepReport};
-pub use request::{Canceller, Completion, Event, GenRequest, RequestHandle, StopReason};
+pub use request::{Canceller, Completion, Event, EventSink, GenRequest, RequestHandle, StopReason};
 pub use text::{ModelInfo, OpenError, TextModel, TextPiece, TextStream, WeightMode};
 pub use thread::{spawn, BoxError, EngineClient, Shutdown, ShutdownError, SpawnError};
 

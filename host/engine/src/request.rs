@@ -37,7 +37,50 @@ pub struct GenRequest {
 #[derive(Debug)]
 pub(crate) struct Queued {
     pub(crate) request: GenRequest,
-    pub(crate) events: Sender<Event>,
+    pub(crate) events: Events,
+}
+
+/// Where a request's events go: a [`RequestHandle`]'s channel or a caller's
+/// [`EventSink`].
+#[derive(Debug)]
+pub(crate) enum Events {
+    Channel(Sender<Event>),
+    Sink(EventSink),
+}
+
+/// The receiver is gone (the request should be cancelled).
+#[derive(Debug)]
+pub(crate) struct Gone;
+
+impl Events {
+    /// Delivers `event`; `Err` when nobody listens any more.
+    pub(crate) fn send(&self, event: Event) -> Result<(), Gone> {
+        match self {
+            Self::Channel(tx) => tx.send(event).map_err(|_| Gone),
+            Self::Sink(sink) => (sink.0)(event).then_some(()).ok_or(Gone),
+        }
+    }
+}
+
+/// A request's events delivered by callback instead of a [`RequestHandle`]:
+/// the engine thread calls it with each event, so an async runtime can wake
+/// its task (e.g. through its own channel's sender) with no thread waiting
+/// per request. It returns `false` once nobody listens; the engine then
+/// cancels the request at its next step. It must not block: it runs inside
+/// the engine's step.
+pub struct EventSink(Box<dyn Fn(Event) -> bool + Send + 'static>);
+
+impl EventSink {
+    /// A sink over `deliver`.
+    pub fn new(deliver: impl Fn(Event) -> bool + Send + 'static) -> Self {
+        Self(Box::new(deliver))
+    }
+}
+
+impl std::fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventSink").finish_non_exhaustive()
+    }
 }
 
 impl Request for Queued {
@@ -124,6 +167,15 @@ pub struct Canceller {
 }
 
 impl Canceller {
+    pub(crate) fn new(id: RequestId, cancels: Sender<RequestId>) -> Self {
+        Self { id, cancels }
+    }
+
+    /// The request's id.
+    pub fn id(&self) -> RequestId {
+        self.id
+    }
+
     /// Asks the engine to cancel the request; it does so at the start of its
     /// next step, before computing anything, and frees the request's pages.
     pub fn cancel(&self) {
@@ -144,7 +196,7 @@ impl RequestHandle {
     pub(crate) fn new(id: RequestId, events: Receiver<Event>, cancels: Sender<RequestId>) -> Self {
         Self {
             events,
-            canceller: Canceller { id, cancels },
+            canceller: Canceller::new(id, cancels),
         }
     }
 

@@ -18,7 +18,7 @@ use crate::error::Rejection;
 use crate::kv::EngineStorage;
 use crate::metrics::{Audit, EngineStats};
 use crate::model::Model;
-use crate::request::{GenRequest, RequestHandle};
+use crate::request::{Canceller, EventSink, GenRequest, RequestHandle};
 
 /// A boxed error from the engine's thread.
 pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
@@ -57,11 +57,20 @@ pub enum ShutdownError {
     Panicked,
 }
 
+/// Where [`EngineClient::submit_to`]'s answer goes.
+type SubmitReply = Box<dyn FnOnce(Result<Canceller, Rejection>) + Send + 'static>;
+
 enum Command {
     Submit {
         request: GenRequest,
         priority: Priority,
         reply: Sender<Result<RequestHandle, Rejection>>,
+    },
+    SubmitTo {
+        request: GenRequest,
+        priority: Priority,
+        sink: EventSink,
+        reply: SubmitReply,
     },
     Stats {
         reply: Sender<EngineStats>,
@@ -237,6 +246,15 @@ where
             let now = engine.now();
             let _ = reply.send(engine.submit(request, priority, now));
         }
+        Command::SubmitTo {
+            request,
+            priority,
+            sink,
+            reply,
+        } => {
+            let now = engine.now();
+            reply(engine.submit_to(request, priority, now, sink));
+        }
         Command::Stats { reply } => {
             let _ = reply.send(engine.stats());
         }
@@ -315,6 +333,29 @@ impl EngineClient {
             })
             .map_err(|_| Rejection::EngineStopped)?;
         answer.recv().map_err(|_| Rejection::EngineStopped)?
+    }
+
+    /// Submits a request arriving now without waiting: its events go to
+    /// `sink`, and `reply` gets its [`Canceller`] or its refusal, both
+    /// called on the engine thread (they must not block). If the engine has
+    /// stopped, `reply` is called here with [`Rejection::EngineStopped`], or
+    /// dropped uncalled when a failed engine discards the submission.
+    pub fn submit_to(
+        &self,
+        request: GenRequest,
+        priority: Priority,
+        sink: EventSink,
+        reply: impl FnOnce(Result<Canceller, Rejection>) + Send + 'static,
+    ) {
+        let command = Command::SubmitTo {
+            request,
+            priority,
+            sink,
+            reply: Box::new(reply),
+        };
+        if let Err(mpsc::SendError(Command::SubmitTo { reply, .. })) = self.commands.send(command) {
+            reply(Err(Rejection::EngineStopped));
+        }
     }
 
     /// A snapshot of the engine's metrics; `None` once it has stopped.

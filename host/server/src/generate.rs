@@ -1,28 +1,28 @@
 //! One HTTP request's generation: its `n` engine requests, their events
-//! carried from the engine's blocking channels to async code, and each
-//! choice's text (streaming decode, stop strings) as it arrives.
+//! delivered straight into async code, and each choice's text (streaming
+//! decode, stop strings) as it arrives.
 //!
-//! Each engine request gets one task on tokio's blocking pool that submits
-//! it (a round trip to the engine thread, which may be mid-step) and then
-//! forwards its events with short `recv_timeout` waits, checking between
-//! waits whether the handler is still listening. When the handler goes away
-//! (client disconnect, stop string) the task ends and drops the
-//! `RequestHandle`, which cancels the request and frees its pages.
+//! Each engine request is submitted with an [`EventSink`] that the engine
+//! thread calls with every event; the sink pushes the event into a tokio
+//! channel, which wakes the handler's task. No thread waits per request and
+//! nothing polls. The submission's answer comes back the same way (a
+//! oneshot). When the handler goes away (client disconnect, stop string)
+//! the [`Generation`] is dropped: it cancels its requests at once, and the
+//! engine's next send finds the channel closed as well.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pagoda_engine::model::SamplingParams;
-use pagoda_engine::{Canceller, Event, GenRequest, Rejection, RejectionKind, StopReason};
+use pagoda_engine::{
+    Canceller, Event, EventSink, GenRequest, Rejection, RejectionKind, StopReason,
+};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
 use crate::metrics::Ending;
 use crate::openai::Params;
 use crate::state::{AppState, Detokenizer};
-
-/// How often a forwarding task checks that its handler still listens.
-const POLL: Duration = Duration::from_millis(10);
 
 /// New text of one choice.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,8 +104,16 @@ impl Generation {
         let room = context - prompt_tokens;
         let max_new_tokens = params.max_tokens.map_or(room, |m| m.min(room));
         let (tx, events) = mpsc::unbounded_channel();
-        let mut choices = Vec::new();
-        let mut refused = None;
+        // Built before the first submission: if this future is dropped
+        // midway (the client left), its `Drop` cancels what was accepted.
+        let mut generation = Self {
+            state: Arc::clone(&state),
+            events,
+            choices: Vec::new(),
+            arrived,
+            prompt_tokens,
+            cached_tokens: 0,
+        };
         for index in 0..params.n {
             let request = GenRequest {
                 tag: u64::from(index),
@@ -120,74 +128,38 @@ impl Generation {
                 stop_tokens: state.vocab.stop_tokens(),
             };
             let (submitted_tx, submitted) = oneshot::channel();
-            let client = state.client.clone();
             let tx = tx.clone();
-            let priority = params.priority;
-            tokio::task::spawn_blocking(move || {
-                let handle = match client.submit(request, priority) {
-                    Ok(handle) => handle,
-                    Err(rejection) => {
-                        let _ = submitted_tx.send(Err(rejection));
-                        return;
+            // Runs on the engine thread: an unbounded send never blocks, and
+            // fails once the `Generation` (its receiver) is gone, which
+            // makes the engine cancel the request.
+            let sink = EventSink::new(move |event| tx.send((index, event)).is_ok());
+            state
+                .client
+                .submit_to(request, params.priority, sink, move |answer| {
+                    // Nobody awaits the answer any more: cancel at once.
+                    if let Err(Ok(canceller)) = submitted_tx.send(answer) {
+                        canceller.cancel();
                     }
-                };
-                if submitted_tx.send(Ok(handle.canceller())).is_err() {
-                    return; // the handler is gone: dropping the handle cancels
+                });
+            let refused = match submitted.await {
+                Ok(Ok(canceller)) => {
+                    generation.choices.push(Choice {
+                        detok: state.vocab.detokenizer(&params.stop),
+                        canceller,
+                        tokens: 0,
+                        last_token: None,
+                        done: false,
+                    });
+                    continue;
                 }
-                loop {
-                    let waited = Instant::now();
-                    match handle.recv_timeout(POLL) {
-                        Some(event) => {
-                            let terminal = event.is_terminal();
-                            if tx.send((index, event)).is_err() || terminal {
-                                return;
-                            }
-                        }
-                        None if tx.is_closed() => return,
-                        // Back before the timeout: the engine is gone
-                        // without a terminal event (it always sends one
-                        // first; this keeps a bug from spinning here).
-                        None if waited.elapsed() < POLL / 2 => {
-                            let _ = tx.send((index, Event::Failed));
-                            return;
-                        }
-                        None => {}
-                    }
-                }
-            });
-            match submitted.await {
-                Ok(Ok(canceller)) => choices.push(Choice {
-                    detok: state.vocab.detokenizer(&params.stop),
-                    canceller,
-                    tokens: 0,
-                    last_token: None,
-                    done: false,
-                }),
-                Ok(Err(rejection)) => {
-                    refused = Some(rejection_error(&rejection));
-                    break;
-                }
-                Err(_) => {
-                    refused = Some(rejection_error(&Rejection::EngineStopped));
-                    break;
-                }
-            }
-        }
-        if let Some(error) = refused {
+                Ok(Err(rejection)) => rejection_error(&rejection),
+                Err(_) => rejection_error(&Rejection::EngineStopped),
+            };
+            // Refused as a whole: dropping `generation` cancels the others.
             state.metrics.rejected();
-            for choice in &choices {
-                choice.canceller.cancel();
-            }
-            return Err(error);
+            return Err(refused);
         }
-        Ok(Self {
-            state,
-            events,
-            choices,
-            arrived,
-            prompt_tokens,
-            cached_tokens: 0,
-        })
+        Ok(generation)
     }
 
     /// Tokens generated so far, over all choices.
@@ -303,7 +275,8 @@ fn stopped() -> ApiError {
 
 impl Drop for Generation {
     fn drop(&mut self) {
-        // The forwarding tasks notice within `POLL`; cancel now as well.
+        // The engine would notice the closed channel at its next token;
+        // cancel now, so a waiting or prefilling request stops at once.
         for choice in &self.choices {
             if !choice.done {
                 choice.canceller.cancel();

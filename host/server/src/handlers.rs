@@ -19,7 +19,7 @@ use crate::state::{AppState, Vocab};
 use crate::stream;
 
 /// Tokens in a KV page (`vllm:cache_config_info`'s `block_size`).
-const PAGE_SIZE: u32 = 16;
+pub(crate) const PAGE_SIZE: u32 = 16;
 
 /// The server's routes over `state`.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -30,7 +30,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/debug/kv_blocks", get(crate::kv_events::debug_blocks))
-        .with_state(state)
+        .with_state(Arc::clone(&state))
+        .merge(crate::sglang::routes(state))
 }
 
 /// What every response of one request repeats.
@@ -64,7 +65,7 @@ pub fn usage(prompt: u32, completion: u32, cached: u32) -> Value {
     })
 }
 
-async fn read_body(
+pub(crate) async fn read_body(
     state: &AppState,
     headers: &HeaderMap,
     body: Body,

@@ -1,8 +1,9 @@
 //! Pagoda's OpenAI-compatible HTTP server: axum on tokio in front of an
 //! engine running on its own thread ([`pagoda_engine::spawn`]).
 //!
-//! Handlers never wait on the engine themselves: submissions, event
-//! forwarding and stats run on tokio's blocking pool (see [`generate`]).
+//! Handlers never wait on the engine themselves: submissions and events
+//! travel through callbacks the engine thread calls, into tokio channels
+//! the handlers await (see [`generate`]); stats run on tokio's blocking pool.
 //! [`serve`] runs the server until a shutdown signal, drains within a
 //! deadline and returns the engine's audit.
 
@@ -15,6 +16,7 @@ pub mod kv_events;
 pub mod kv_wire;
 pub mod metrics;
 pub mod openai;
+pub mod sglang;
 pub mod state;
 pub mod stream;
 
