@@ -6,15 +6,16 @@
 #
 # Each `pagoda bench` run plays one trace under every policy in turn, so the
 # policies of a row pair are compared within one process; replays depend on
-# timing, hence the medians. The default size (REQUESTS=64) keeps the whole
+# timing, hence the medians. The default size (REQUESTS=48) keeps the whole
 # table (4 workloads x 2 pools x 3 runs = 24 bench runs, each running every
-# policy) within about 15 minutes on two quiet cores; raise it on a bigger
+# policy) within about 15 minutes on two cores (48 requests took 23 to 40 s a
+# run here, with both policies, on a busy machine); raise it on a bigger
 # machine for steadier figures.
 #
 # Usage: scripts/policy-table.sh [extra pagoda bench options...]
 # Environment (defaults in brackets):
 #   PAGODA          the pagoda binary [target/release/pagoda, built if missing]
-#   REQUESTS        requests per run [64]
+#   REQUESTS        requests per run [48]
 #   RUNS            runs per cell [3]
 #   WORKLOADS       [few-shot rag agent hot-prefix]
 #   ROOMY_PAGES     pool that holds the working set [16384]
@@ -25,7 +26,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 PAGODA=${PAGODA:-target/release/pagoda}
-REQUESTS=${REQUESTS:-64}
+REQUESTS=${REQUESTS:-48}
 RUNS=${RUNS:-3}
 WORKLOADS=${WORKLOADS:-few-shot rag agent hot-prefix}
 ROOMY_PAGES=${ROOMY_PAGES:-16384}
