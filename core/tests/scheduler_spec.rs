@@ -194,6 +194,42 @@ mod lpm_policy {
     }
 
     #[test]
+    fn overdue_requests_still_share_an_uncached_prefix() {
+        // Six requests share a 256-token prefix nobody has computed yet, and
+        // all are overdue by the time the scheduler first sees them (a burst
+        // that waited behind a full batch). Fairness keeps their order, but
+        // only the first computes the prefix: the other five wait for it and
+        // hit it, 5 x 256 tokens, instead of computing it six times.
+        let cfg = SchedulerConfig {
+            max_batch: 8,
+            fairness_threshold_us: Some(1_000),
+            ..config()
+        };
+        let mut e = Engine::new(1024, cfg, lpm());
+        for tag in 0..6 {
+            e.add(tag, prompt(3, 256, tag, 20), 4, Priority::Normal);
+        }
+        e.now += 10_000;
+        let (first, work) = e.schedule();
+        assert_eq!(e.admitted(&work), vec![0], "the oldest computes the prefix");
+        assert_eq!(
+            first.deferred, 1,
+            "the next oldest waits, and nobody passes it"
+        );
+        e.complete(&work, STEP);
+        let mut cached = first.cached_tokens;
+        let mut order = e.admitted(&work);
+        while !e.sched.is_idle() {
+            let (step, work) = e.schedule();
+            cached += step.cached_tokens;
+            order.extend(e.admitted(&work));
+            e.complete(&work, STEP);
+        }
+        assert_eq!(cached, 5 * 256, "then all five hit it");
+        assert_eq!(order, vec![0, 1, 2, 3, 4, 5], "in arrival order");
+    }
+
+    #[test]
     fn fallback_to_fcfs() {
         let mut e = Engine::new(512, config(), lpm());
         warm(&mut e, 0, prompt(7, 64, 0, 1));

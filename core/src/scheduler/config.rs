@@ -19,7 +19,8 @@ pub struct SchedulerConfig {
     /// policy-score units.
     pub class_weight: f64,
     /// Hold back a request for a step when another request of the batch is
-    /// computing the same uncached prefix, so it hits the cache instead.
+    /// computing the same uncached prefix, so it hits the cache instead. An
+    /// overdue request is held back too, and admission waits behind it.
     pub share_prefixes: bool,
     /// For backends that pad a batch to its longest prefill: admit a new
     /// prefill only if its chunk is within this factor of the step's first
