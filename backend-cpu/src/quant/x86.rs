@@ -9,9 +9,9 @@
 
 use std::arch::x86_64::*;
 
-use pagoda_core::QuantKind;
+use pagoda_core::{dequantize_row, QuantKind};
 
-use super::act::{QuantizedActivations, KB, KSUM, QB};
+use super::act::{ActFormat, QuantizedActivations, KB, KSUM, QB};
 use super::{scalar, unpack};
 
 /// The sum of a vector's eight lanes.
@@ -96,8 +96,89 @@ pub(super) unsafe fn dots(
 ) {
     match kind {
         QuantKind::F32 | QuantKind::F16 | QuantKind::BF16 => floats(kind, w, x, first, res),
+        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K if x.format() == ActFormat::F32 => {
+            widened_k(kind, w, x, first, res)
+        }
+        _ if x.format() == ActFormat::F32 => widened(kind, w, x, first, res),
         QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K => kquants(kind, w, x, first, res),
         _ => legacy(kind, w, x, first, res),
+    }
+}
+
+/// A legacy block's 32 weights as four vectors of f32 (`d × q + m`).
+#[inline(always)]
+unsafe fn legacy_floats(kind: QuantKind, b: &[u8]) -> [__m256; 4] {
+    let (q, d, m) = legacy_block(kind, b);
+    let (d, m) = (_mm256_set1_ps(d), _mm256_set1_ps(m));
+    let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
+    let widen = |v: __m128i| _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d, m);
+    [
+        widen(lo),
+        widen(_mm_unpackhi_epi64(lo, lo)),
+        widen(hi),
+        widen(_mm_unpackhi_epi64(hi, hi)),
+    ]
+}
+
+/// Legacy weights with f32 activations: each block widened once in
+/// registers, then four FMAs per activation row.
+#[inline(always)]
+unsafe fn widened(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    let m = res.len();
+    let mut acc = [_mm256_setzero_ps(); 16];
+    for (b, wb) in w.chunks_exact(kind.block_bytes()).enumerate() {
+        let wv = legacy_floats(kind, wb);
+        for (j, a) in acc.iter_mut().take(m).enumerate() {
+            let xr = &x.f_row(first + j)[b * QB..(b + 1) * QB];
+            let mut s = _mm256_mul_ps(wv[0], _mm256_loadu_ps(xr[..8].as_ptr()));
+            s = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(xr[8..16].as_ptr()), s);
+            s = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(xr[16..24].as_ptr()), s);
+            s = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(xr[24..32].as_ptr()), s);
+            *a = _mm256_add_ps(*a, s);
+        }
+    }
+    for j in 0..m {
+        res[j] = hsum(acc[j]);
+    }
+}
+
+/// K weights with f32 activations: each super-block dequantized to a
+/// buffer (by `pagoda_core`), then FMAs per activation row.
+#[inline(always)]
+unsafe fn widened_k(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    let m = res.len();
+    let mut acc = [_mm256_setzero_ps(); 16];
+    let mut wb = [0.0f32; KB];
+    for (b, bytes) in w.chunks_exact(kind.block_bytes()).enumerate() {
+        // The row was validated as whole blocks, so this cannot fail.
+        let ok = dequantize_row(kind, bytes, &mut wb).is_ok();
+        debug_assert!(ok, "a whole block dequantizes");
+        for (j, a) in acc.iter_mut().take(m).enumerate() {
+            let xr = &x.f_row(first + j)[b * KB..(b + 1) * KB];
+            for (wc, xc) in wb.chunks_exact(QB).zip(xr.chunks_exact(QB)) {
+                let mut s = _mm256_setzero_ps();
+                for k in 0..4 {
+                    let wv = _mm256_loadu_ps(wc[8 * k..8 * k + 8].as_ptr());
+                    s = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xc[8 * k..8 * k + 8].as_ptr()), s);
+                }
+                *a = _mm256_add_ps(*a, s);
+            }
+        }
+    }
+    for j in 0..m {
+        res[j] = hsum(acc[j]);
     }
 }
 
