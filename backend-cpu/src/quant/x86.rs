@@ -111,13 +111,19 @@ unsafe fn legacy_floats(kind: QuantKind, b: &[u8]) -> [__m256; 4] {
     let (q, d, m) = legacy_block(kind, b);
     let (d, m) = (_mm256_set1_ps(d), _mm256_set1_ps(m));
     let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
-    let widen = |v: __m128i| _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d, m);
     [
-        widen(lo),
-        widen(_mm_unpackhi_epi64(lo, lo)),
-        widen(hi),
-        widen(_mm_unpackhi_epi64(hi, hi)),
+        widen8(lo, d, m),
+        widen8(_mm_unpackhi_epi64(lo, lo), d, m),
+        widen8(hi, d, m),
+        widen8(_mm_unpackhi_epi64(hi, hi), d, m),
     ]
+}
+
+/// The low 8 signed bytes of `v` as f32, times `d` plus `m`. (A function,
+/// not a closure: closures do not inherit `target_feature`.)
+#[inline(always)]
+unsafe fn widen8(v: __m128i, d: __m256, m: __m256) -> __m256 {
+    _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d, m)
 }
 
 /// Legacy weights with f32 activations: each block widened once in
