@@ -56,11 +56,19 @@ unsafe fn fifth_bits(qh: u32) -> __m256i {
     _mm256_and_si256(set, _mm256_set1_epi8(0x10))
 }
 
+/// The f16 at `b[at..at + 2]`, by F16C (the portable conversion branches
+/// on the exponent, which costs more than the rest of a block's unpacking).
+#[inline(always)]
+unsafe fn half(b: &[u8], at: usize) -> f32 {
+    let h = u16::from_le_bytes([b[at], b[at + 1]]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+}
+
 /// A legacy block's 32 values (offset removed for the symmetric types),
 /// its scale and its minimum.
 #[inline(always)]
 unsafe fn legacy_block(kind: QuantKind, b: &[u8]) -> (__m256i, f32, f32) {
-    let d = unpack::half(b, 0);
+    let d = half(b, 0);
     match kind {
         QuantKind::Q8_0 => (load32(&b[2..34]), d, 0.0),
         QuantKind::Q4_0 => (
@@ -68,7 +76,7 @@ unsafe fn legacy_block(kind: QuantKind, b: &[u8]) -> (__m256i, f32, f32) {
             d,
             0.0,
         ),
-        QuantKind::Q4_1 => (nibbles(&b[4..20]), d, unpack::half(b, 2)),
+        QuantKind::Q4_1 => (nibbles(&b[4..20]), d, half(b, 2)),
         QuantKind::Q5_0 => {
             let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
             let q = _mm256_or_si256(nibbles(&b[6..22]), fifth_bits(qh));
@@ -77,7 +85,7 @@ unsafe fn legacy_block(kind: QuantKind, b: &[u8]) -> (__m256i, f32, f32) {
         _ => {
             let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
             let q = _mm256_or_si256(nibbles(&b[8..24]), fifth_bits(qh));
-            (q, d, unpack::half(b, 2))
+            (q, d, half(b, 2))
         }
     }
 }
@@ -126,8 +134,9 @@ unsafe fn widen8(v: __m128i, d: __m256, m: __m256) -> __m256 {
     _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d, m)
 }
 
-/// Legacy weights with f32 activations: each block widened once in
-/// registers, then four FMAs per activation row.
+/// Legacy weights with f32 activations: activation rows in groups of up to
+/// four, so each group's sums stay in registers; each block is widened once
+/// per group (from cache after the first).
 #[inline(always)]
 unsafe fn widened(
     kind: QuantKind,
@@ -136,20 +145,41 @@ unsafe fn widened(
     first: usize,
     res: &mut [f32],
 ) {
-    let m = res.len();
-    let mut acc = [_mm256_setzero_ps(); 16];
+    for (g, out) in res.chunks_mut(4).enumerate() {
+        let first = first + 4 * g;
+        match out.len() {
+            1 => widened_rows::<1>(kind, w, x, first, out),
+            2 => widened_rows::<2>(kind, w, x, first, out),
+            3 => widened_rows::<3>(kind, w, x, first, out),
+            _ => widened_rows::<4>(kind, w, x, first, out),
+        }
+    }
+}
+
+/// [`widened`] for exactly `N` activation rows (`res.len() == N`).
+#[inline(always)]
+unsafe fn widened_rows<const N: usize>(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    let cols = x.cols();
+    let xs: [&[f32]; N] = std::array::from_fn(|j| &x.f_row(first + j)[..cols]);
+    let mut acc = [_mm256_setzero_ps(); N];
     for (b, wb) in w.chunks_exact(kind.block_bytes()).enumerate() {
         let wv = legacy_floats(kind, wb);
-        for (j, a) in acc.iter_mut().take(m).enumerate() {
-            let xr = &x.f_row(first + j)[b * QB..(b + 1) * QB];
+        for j in 0..N {
+            let xr = &xs[j][b * QB..b * QB + QB];
             let mut s = _mm256_mul_ps(wv[0], _mm256_loadu_ps(xr[..8].as_ptr()));
             s = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(xr[8..16].as_ptr()), s);
             s = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(xr[16..24].as_ptr()), s);
             s = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(xr[24..32].as_ptr()), s);
-            *a = _mm256_add_ps(*a, s);
+            acc[j] = _mm256_add_ps(acc[j], s);
         }
     }
-    for j in 0..m {
+    for j in 0..N {
         res[j] = hsum(acc[j]);
     }
 }
