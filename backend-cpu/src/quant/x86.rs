@@ -9,7 +9,7 @@
 
 use std::arch::x86_64::*;
 
-use pagoda_core::{dequantize_row, QuantKind};
+use pagoda_core::QuantKind;
 
 use super::act::{ActFormat, QuantizedActivations, KB, KSUM, QB};
 use super::{scalar, unpack};
@@ -184,8 +184,8 @@ unsafe fn widened_rows<const N: usize>(
     }
 }
 
-/// K weights with f32 activations: each super-block dequantized to a
-/// buffer (by `pagoda_core`), then FMAs per activation row.
+/// K weights with f32 activations: as [`widened`], in groups of up to four
+/// activation rows.
 #[inline(always)]
 unsafe fn widened_k(
     kind: QuantKind,
@@ -194,26 +194,73 @@ unsafe fn widened_k(
     first: usize,
     res: &mut [f32],
 ) {
-    let m = res.len();
-    let mut acc = [_mm256_setzero_ps(); 16];
-    let mut wb = [0.0f32; KB];
-    for (b, bytes) in w.chunks_exact(kind.block_bytes()).enumerate() {
-        // The row was validated as whole blocks, so this cannot fail.
-        let ok = dequantize_row(kind, bytes, &mut wb).is_ok();
-        debug_assert!(ok, "a whole block dequantizes");
-        for (j, a) in acc.iter_mut().take(m).enumerate() {
-            let xr = &x.f_row(first + j)[b * KB..(b + 1) * KB];
-            for (wc, xc) in wb.chunks_exact(QB).zip(xr.chunks_exact(QB)) {
-                let mut s = _mm256_setzero_ps();
-                for k in 0..4 {
-                    let wv = _mm256_loadu_ps(wc[8 * k..8 * k + 8].as_ptr());
-                    s = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xc[8 * k..8 * k + 8].as_ptr()), s);
-                }
-                *a = _mm256_add_ps(*a, s);
+    for (g, out) in res.chunks_mut(4).enumerate() {
+        let first = first + 4 * g;
+        match out.len() {
+            1 => widened_k_rows::<1>(kind, w, x, first, out),
+            2 => widened_k_rows::<2>(kind, w, x, first, out),
+            3 => widened_k_rows::<3>(kind, w, x, first, out),
+            _ => widened_k_rows::<4>(kind, w, x, first, out),
+        }
+    }
+}
+
+/// Eight small unsigned bytes of `v` as f32, times `d` minus `c`.
+#[inline(always)]
+unsafe fn widen8_k(v: __m128i, d: __m256, c: __m256) -> __m256 {
+    _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), d, c)
+}
+
+/// [`widened_k`] for exactly `N` activation rows: each super-block unpacked
+/// in registers as for the integer path, then each 32 values widened to f32
+/// (`d × sc × q − dc × c`, per 16) and multiplied with every row.
+#[inline(always)]
+unsafe fn widened_k_rows<const N: usize>(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    let cols = x.cols();
+    let xs: [&[f32]; N] = std::array::from_fn(|j| &x.f_row(first + j)[..cols]);
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut q = [_mm256_setzero_si256(); 8];
+    let mut scales = [_mm256_setzero_si256(); 8];
+    for (b, wb) in w.chunks_exact(kind.block_bytes()).enumerate() {
+        let (sc, c, d, dc) = unpack::k_scales(kind, wb);
+        k_block(kind, wb, &mut q, &mut scales, &sc);
+        for (k, &qk) in q.iter().enumerate() {
+            let (lo, hi) = (
+                _mm256_castsi256_si128(qk),
+                _mm256_extracti128_si256::<1>(qk),
+            );
+            let (da, ca) = (
+                _mm256_set1_ps(d * sc[2 * k] as f32),
+                _mm256_set1_ps(dc * c[2 * k] as f32),
+            );
+            let (db, cb) = (
+                _mm256_set1_ps(d * sc[2 * k + 1] as f32),
+                _mm256_set1_ps(dc * c[2 * k + 1] as f32),
+            );
+            let wv = [
+                widen8_k(lo, da, ca),
+                widen8_k(_mm_unpackhi_epi64(lo, lo), da, ca),
+                widen8_k(hi, db, cb),
+                widen8_k(_mm_unpackhi_epi64(hi, hi), db, cb),
+            ];
+            let at = b * KB + QB * k;
+            for j in 0..N {
+                let xr = &xs[j][at..at + QB];
+                let mut s = _mm256_mul_ps(wv[0], _mm256_loadu_ps(xr[..8].as_ptr()));
+                s = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(xr[8..16].as_ptr()), s);
+                s = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(xr[16..24].as_ptr()), s);
+                s = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(xr[24..32].as_ptr()), s);
+                acc[j] = _mm256_add_ps(acc[j], s);
             }
         }
     }
-    for j in 0..m {
+    for j in 0..N {
         res[j] = hsum(acc[j]);
     }
 }
