@@ -156,6 +156,27 @@ unsafe fn widened(
     }
 }
 
+/// Independent sums per activation row for `N` rows: four when few rows
+/// give the core too few FMA chains to hide their latency, else two (the
+/// others stay zero), so sums and weights fit the 16 registers.
+#[inline(always)]
+const fn lanes<const N: usize>() -> usize {
+    if N <= 2 {
+        4
+    } else {
+        2
+    }
+}
+
+/// `acc[k % lanes] += w[k] × x[8k..8k + 8]` for the four vectors of a block.
+#[inline(always)]
+unsafe fn fma4(acc: &mut [__m256; 4], w: &[__m256; 4], x: &[f32], lanes: usize) {
+    for k in 0..4 {
+        let v = _mm256_loadu_ps(x[8 * k..8 * k + 8].as_ptr());
+        acc[k % lanes] = _mm256_fmadd_ps(w[k], v, acc[k % lanes]);
+    }
+}
+
 /// [`widened`] for exactly `N` activation rows (`res.len() == N`).
 #[inline(always)]
 unsafe fn widened_rows<const N: usize>(
@@ -167,20 +188,17 @@ unsafe fn widened_rows<const N: usize>(
 ) {
     let cols = x.cols();
     let xs: [&[f32]; N] = std::array::from_fn(|j| &x.f_row(first + j)[..cols]);
-    let mut acc = [_mm256_setzero_ps(); N];
+    let mut acc = [[_mm256_setzero_ps(); 4]; N];
     for (b, wb) in w.chunks_exact(kind.block_bytes()).enumerate() {
         let wv = legacy_floats(kind, wb);
         for j in 0..N {
             let xr = &xs[j][b * QB..b * QB + QB];
-            let mut s = _mm256_mul_ps(wv[0], _mm256_loadu_ps(xr[..8].as_ptr()));
-            s = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(xr[8..16].as_ptr()), s);
-            s = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(xr[16..24].as_ptr()), s);
-            s = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(xr[24..32].as_ptr()), s);
-            acc[j] = _mm256_add_ps(acc[j], s);
+            fma4(&mut acc[j], &wv, xr, lanes::<N>());
         }
     }
     for j in 0..N {
-        res[j] = hsum(acc[j]);
+        let [a, b, c, d] = acc[j];
+        res[j] = hsum(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
     }
 }
 
@@ -224,7 +242,7 @@ unsafe fn widened_k_rows<const N: usize>(
 ) {
     let cols = x.cols();
     let xs: [&[f32]; N] = std::array::from_fn(|j| &x.f_row(first + j)[..cols]);
-    let mut acc = [_mm256_setzero_ps(); N];
+    let mut acc = [[_mm256_setzero_ps(); 4]; N];
     let mut q = [_mm256_setzero_si256(); 8];
     let mut scales = [_mm256_setzero_si256(); 8];
     for (b, wb) in w.chunks_exact(kind.block_bytes()).enumerate() {
@@ -252,16 +270,13 @@ unsafe fn widened_k_rows<const N: usize>(
             let at = b * KB + QB * k;
             for j in 0..N {
                 let xr = &xs[j][at..at + QB];
-                let mut s = _mm256_mul_ps(wv[0], _mm256_loadu_ps(xr[..8].as_ptr()));
-                s = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(xr[8..16].as_ptr()), s);
-                s = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(xr[16..24].as_ptr()), s);
-                s = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(xr[24..32].as_ptr()), s);
-                acc[j] = _mm256_add_ps(acc[j], s);
+                fma4(&mut acc[j], &wv, xr, lanes::<N>());
             }
         }
     }
     for j in 0..N {
-        res[j] = hsum(acc[j]);
+        let [a, b, c, d] = acc[j];
+        res[j] = hsum(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
     }
 }
 
