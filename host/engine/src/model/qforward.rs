@@ -1,8 +1,11 @@
 //! The forward pass over weights kept quantized in the mapped file: each
-//! layer's normed activations are quantized once per weight format and used
-//! for every matrix that reads them (q, k, v; gate, up), the products split
-//! over the [`Activations`]' thread team. Element-wise steps are as in the
-//! dense pass; the output head runs only for the rows that sample.
+//! layer's normed activations are prepared once and used for every matrix
+//! that reads them (q, k, v; gate, up), the products split over the
+//! [`Activations`]' thread team. By default ([`ActPrecision::F32`]) they stay
+//! f32 and each weight block is widened to f32 in registers, so the logits
+//! are the dense pass's; [`ActPrecision::Int8`] rounds them once per weight
+//! format to 8-bit blocks for integer products. Element-wise steps are as
+//! in the dense pass; the output head runs only for the rows that sample.
 
 use pagoda_core::backend::Backend;
 use pagoda_cpu::{matmul_team, ActFormat, Isa, QuantizedActivations, Team};
