@@ -1,6 +1,6 @@
 //! Quantized matrix products at SmolLM2-135M's shapes: decode (1 and 8
-//! activation rows) and prefill (128), single-threaded, reported as weight
-//! bytes streamed per second.
+//! activation rows) and prefill (128), with 8-bit and with f32 activations,
+//! single-threaded, reported as weight bytes streamed per second.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use pagoda_core::QuantKind;
@@ -37,13 +37,22 @@ fn bench(c: &mut Criterion) {
                 let x: Vec<f32> = (0..n * cols)
                     .map(|i| ((i % 97) as f32 - 48.0) / 32.0)
                     .collect();
-                let mut acts = QuantizedActivations::new();
-                acts.quantize(kind, &x, n, cols).expect("valid activations");
-                let mut out = vec![0.0f32; n * rows];
-                group.throughput(Throughput::Bytes(data.len() as u64));
-                group.bench_function(BenchmarkId::new(format!("{rows}x{cols}"), n), |b| {
-                    b.iter(|| matmul(isa, &w, &acts, &mut out, 0..rows).expect("valid"))
-                });
+                // 8-bit activations (integer products), then f32 ones
+                // (blocks widened to f32).
+                for f32_acts in [false, true] {
+                    let mut acts = QuantizedActivations::new();
+                    if f32_acts {
+                        acts.keep_f32(&x, n, cols).expect("valid activations");
+                    } else {
+                        acts.quantize(kind, &x, n, cols).expect("valid activations");
+                    }
+                    let mut out = vec![0.0f32; n * rows];
+                    group.throughput(Throughput::Bytes(data.len() as u64));
+                    let name = format!("{rows}x{cols}/{}", if f32_acts { "f32" } else { "int8" });
+                    group.bench_function(BenchmarkId::new(name, n), |b| {
+                        b.iter(|| matmul(isa, &w, &acts, &mut out, 0..rows).expect("valid"))
+                    });
+                }
             }
         }
         group.finish();

@@ -151,3 +151,40 @@ fn a_row_range_writes_only_its_rows() {
         }
     }
 }
+
+/// Quantized weights with f32 activations (`keep_f32`): the scalar path
+/// and the detected SIMD path against the f64 product of the dequantized
+/// weights and the unrounded activations, within f32 summation error
+/// `1e-5 × Σ|w·x| + 1e-6`, for one and for many activation rows.
+#[test]
+fn f32_activations_match_f64_reference_for_every_kind() {
+    let mut rng = fastrand::Rng::with_seed(24);
+    for isa in [Isa::Scalar, Isa::detect()] {
+        for kind in KINDS {
+            let mut worst = 0.0f64;
+            for _ in 0..12 {
+                let (data, x, cols, rows, n) = case(&mut rng, kind);
+                let w = QuantMatrix::new(kind, rows, cols, &data).unwrap();
+                let mut acts = QuantizedActivations::new();
+                acts.keep_f32(&x, n, cols).unwrap();
+                let mut out = vec![f32::NAN; n * rows];
+                matmul(isa, &w, &acts, &mut out, 0..rows).unwrap();
+                for i in 0..n {
+                    let xi = &x[i * cols..(i + 1) * cols];
+                    for r in 0..rows {
+                        let wr = weight_row(kind, &data, cols, r);
+                        let got = f64::from(out[i * rows + r]);
+                        let (exact, mag) = dot64(&wr, xi);
+                        let tol = 1e-5 * mag + 1e-6;
+                        assert!(
+                            (got - exact).abs() <= tol,
+                            "{kind} {isa:?} {rows}x{cols} row {r} act {i}: {got} vs {exact} (tol {tol})"
+                        );
+                        worst = worst.max((got - exact).abs() / mag.max(1e-30));
+                    }
+                }
+            }
+            println!("{kind} {isa:?} f32 activations: worst |err| / Σ|w·x| {worst:.2e}");
+        }
+    }
+}

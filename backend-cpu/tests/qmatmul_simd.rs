@@ -1,5 +1,5 @@
 //! Every SIMD path against the scalar reference on the same quantized
-//! inputs. Integer block sums are exact on every path, so only the order of
+//! inputs, with 8-bit and with f32 activations. Integer block sums are exact on every path, so only the order of
 //! the f32 adds differs: tolerance `1e-5 × Σ|w·x| + 1e-6` (Σ in f64 over
 //! the dequantized weights and activations).
 
@@ -16,7 +16,7 @@ fn simd_matches_scalar_for_every_kind() {
         return;
     }
     let mut rng = fastrand::Rng::with_seed(23);
-    for kind in KINDS {
+    for (kind, f32_acts) in KINDS.iter().flat_map(|&k| [(k, false), (k, true)]) {
         let mut worst = 0.0f64;
         for _ in 0..16 {
             let cols = random_cols(&mut rng, kind);
@@ -25,7 +25,11 @@ fn simd_matches_scalar_for_every_kind() {
             let x = random_activations(&mut rng, n, cols);
             let w = QuantMatrix::new(kind, rows, cols, &data).unwrap();
             let mut acts = QuantizedActivations::new();
-            acts.quantize(kind, &x, n, cols).unwrap();
+            if f32_acts {
+                acts.keep_f32(&x, n, cols).unwrap();
+            } else {
+                acts.quantize(kind, &x, n, cols).unwrap();
+            }
             let (mut simd, mut scalar) = (vec![0.0f32; n * rows], vec![0.0f32; n * rows]);
             matmul(isa, &w, &acts, &mut simd, 0..rows).unwrap();
             matmul(Isa::Scalar, &w, &acts, &mut scalar, 0..rows).unwrap();
@@ -41,7 +45,7 @@ fn simd_matches_scalar_for_every_kind() {
                     let tol = 1e-5 * mag + 1e-6;
                     assert!(
                         (a - b).abs() <= tol,
-                        "{kind} {}: {a} vs scalar {b} (tol {tol})",
+                        "{kind} {} (f32 activations: {f32_acts}): {a} vs scalar {b} (tol {tol})",
                         isa.name()
                     );
                     worst = worst.max((a - b).abs() / mag.max(1e-30));
@@ -49,7 +53,7 @@ fn simd_matches_scalar_for_every_kind() {
             }
         }
         println!(
-            "{kind} {}: worst |simd − scalar| / Σ|w·x| = {worst:.2e}",
+            "{kind} {} (f32 activations: {f32_acts}): worst |simd − scalar| / Σ|w·x| = {worst:.2e}",
             isa.name()
         );
     }

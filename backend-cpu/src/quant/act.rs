@@ -18,7 +18,10 @@ pub(super) const KSUM: usize = 16;
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ActFormat {
-    /// Plain f32 (for F32, F16 and BF16 weights).
+    /// Plain f32: what F32, F16 and BF16 weights take, and what any
+    /// quantized weights take when the 8-bit rounding would cost too much
+    /// accuracy ([`QuantizedActivations::keep_f32`]): their blocks are then
+    /// widened to f32 in registers.
     F32,
     /// Blocks of 32 `i8` with an f32 scale (Q8_0, Q4_0, Q5_0 weights).
     Q8_0,
@@ -164,6 +167,28 @@ impl QuantizedActivations {
                 _ => {}
             }
         }
+        Ok(())
+    }
+
+    /// Keeps `x` (`rows × cols` floats) as f32, unrounded. Every weight
+    /// type takes these (see [`ActFormat::F32`]); the product then costs
+    /// more arithmetic per weight but adds no activation error.
+    pub fn keep_f32(&mut self, x: &[f32], rows: usize, cols: usize) -> Result<(), QMatError> {
+        let expected = rows.checked_mul(cols).ok_or(QMatError::Overflow)?;
+        if x.len() != expected {
+            return Err(QMatError::InputLength {
+                expected,
+                found: x.len(),
+            });
+        }
+        (self.format, self.rows, self.cols) = (ActFormat::F32, rows, cols);
+        for v in [&mut self.d, &mut self.s] {
+            v.clear();
+        }
+        self.q.clear();
+        self.bsums.clear();
+        self.f.clear();
+        self.f.extend_from_slice(x);
         Ok(())
     }
 

@@ -1,11 +1,17 @@
-//! The row loop shared by every instruction set: for each weight row, the
-//! activation rows in passes of up to [`MAX_ROWS_PER_PASS`], each pass
-//! reading the weight row once and using each block for every row.
+//! The row loop shared by every instruction set: weight rows in cache-sized
+//! tiles; for each tile, the activation rows in passes of up to
+//! [`MAX_ROWS_PER_PASS`], each pass reading a weight row once and using
+//! each block for every activation row of the pass.
 
 use std::ops::Range;
 
 use super::{scalar, QuantMatrix, QuantizedActivations, MAX_ROWS_PER_PASS};
 use crate::Isa;
+
+/// Weight rows whose blocks stay in cache while every pass of activation
+/// rows goes over them (64 rows of 576 Q4_1 weights: 23 KiB), so a prefill
+/// step reads each weight row from memory once, not once per pass.
+const ROW_TILE: usize = 64;
 
 /// Computes `x_i · w_r` for every activation row `i` and `r` in `rows`
 /// (checked by the caller) and hands each to `store(i, r, value)`.
@@ -17,24 +23,28 @@ pub(super) fn rows(
     mut store: impl FnMut(usize, usize, f32),
 ) {
     let mut res = [0.0f32; MAX_ROWS_PER_PASS];
-    for r in rows {
-        let wrow = w.row(r);
+    for tile in (rows.start..rows.end).step_by(ROW_TILE) {
+        let tile = tile..(tile + ROW_TILE).min(rows.end);
         for first in (0..x.rows()).step_by(MAX_ROWS_PER_PASS) {
             let m = (x.rows() - first).min(MAX_ROWS_PER_PASS);
             let res = &mut res[..m];
-            match isa {
-                Isa::Scalar => scalar::dots(w.kind, wrow, x, first, res),
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `isa` went through `usable`, so the CPU has AVX2
-                // and FMA; the shapes were validated, and the kernel slices
-                // every input with bounds checks before loading from it.
-                Isa::Avx2 => unsafe { super::x86::dots(w.kind, wrow, x, first, res) },
-                #[cfg(target_arch = "aarch64")]
-                // SAFETY: as above, for NEON.
-                Isa::Neon => unsafe { super::neon::dots(w.kind, wrow, x, first, res) },
-            }
-            for (j, &v) in res.iter().enumerate() {
-                store(first + j, r, v);
+            for r in tile.clone() {
+                let wrow = w.row(r);
+                match isa {
+                    Isa::Scalar => scalar::dots(w.kind, wrow, x, first, res),
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `isa` went through `usable`, so the CPU has
+                    // AVX2 and FMA; the shapes were validated, and the
+                    // kernel slices every input with bounds checks before
+                    // loading from it.
+                    Isa::Avx2 => unsafe { super::x86::dots(w.kind, wrow, x, first, res) },
+                    #[cfg(target_arch = "aarch64")]
+                    // SAFETY: as above, for NEON.
+                    Isa::Neon => unsafe { super::neon::dots(w.kind, wrow, x, first, res) },
+                }
+                for (j, &v) in res.iter().enumerate() {
+                    store(first + j, r, v);
+                }
             }
         }
     }

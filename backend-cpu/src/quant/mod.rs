@@ -12,6 +12,7 @@
 //! | Q4_1, Q5_1 | Q8_1: Q8_0 plus `dx·Σ qx` | the weight's offset `m` adds `m·Σ x`, precomputed once |
 //! | Q4_K, Q5_K, Q6_K | Q8_K: 256 × i8, f32 scale, sums per 16 | one scale per super-block; the per-16 sums pay the K minimums (and Q6_K's −32) |
 //! | F32, F16, BF16 | f32 | no integer form: widen and FMA |
+//! | any quantized | f32 ([`QuantizedActivations::keep_f32`]) | no activation rounding: blocks widened to f32 in registers, then FMA |
 //!
 //! Every integer sum is exact, so the scalar reference and the SIMD paths
 //! differ only in the order of the f32 adds. [`matmul`] computes a range of
@@ -160,7 +161,7 @@ impl fmt::Display for QMatError {
             Self::FormatMismatch { kind, format } => {
                 write!(
                     f,
-                    "{kind} weights need {:?} activations, got {format:?}",
+                    "{kind} weights need {:?} or F32 activations, got {format:?}",
                     ActFormat::for_weights(*kind)
                 )
             }
@@ -249,7 +250,7 @@ fn validate(
             rows: w.rows,
         });
     }
-    if x.format() != ActFormat::for_weights(w.kind) {
+    if x.format() != ActFormat::for_weights(w.kind) && x.format() != ActFormat::F32 {
         return Err(QMatError::FormatMismatch {
             kind: w.kind,
             format: x.format(),

@@ -42,6 +42,9 @@ pub(super) unsafe fn dots(
     res.fill(0.0);
     match kind {
         QuantKind::F32 | QuantKind::F16 | QuantKind::BF16 => floats(kind, w, x, first, res),
+        // Quantized weights with f32 activations: the portable path (a NEON
+        // one is left for later).
+        _ if x.format() == super::act::ActFormat::F32 => scalar::widened(kind, w, x, first, res),
         QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K => kquants(kind, w, x, first, res),
         _ => legacy(kind, w, x, first, res),
     }

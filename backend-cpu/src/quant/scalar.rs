@@ -3,9 +3,9 @@
 //! block. The SIMD paths must match it within f32 rounding.
 
 use pagoda_core::quant::{bf16_to_f32, f16_to_f32};
-use pagoda_core::QuantKind;
+use pagoda_core::{dequantize_row, QuantKind};
 
-use super::act::{QuantizedActivations, KB, KSUM, QB};
+use super::act::{ActFormat, QuantizedActivations, KB, KSUM, QB};
 use super::unpack;
 
 /// `res[j] = w · x_{first + j}` for the weight row `w` (`kind` blocks).
@@ -19,6 +19,7 @@ pub(super) fn dots(
     res.fill(0.0);
     match kind {
         QuantKind::F32 | QuantKind::F16 | QuantKind::BF16 => floats(kind, w, x, first, res),
+        _ if x.format() == ActFormat::F32 => widened(kind, w, x, first, res),
         QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K => kquants(kind, w, x, first, res),
         _ => legacy(kind, w, x, first, res),
     }
@@ -45,6 +46,31 @@ fn floats(kind: QuantKind, w: &[u8], x: &QuantizedActivations, first: usize, res
         for (j, r) in res.iter_mut().enumerate() {
             let xr = &x.f_row(first + j)[start..start + n];
             *r += wb[..n].iter().zip(xr).map(|(a, b)| a * b).sum::<f32>();
+        }
+    }
+}
+
+/// Quantized weights with f32 activations: each block dequantized (by
+/// `pagoda_core`, the loader's own dequantization), then f32 products with
+/// a partial sum per 32 elements, as the SIMD paths add them.
+pub(super) fn widened(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    let n = kind.block_elems();
+    let mut wb = [0.0f32; KB];
+    for (b, bytes) in w.chunks_exact(kind.block_bytes()).enumerate() {
+        // The row was validated as whole blocks, so this cannot fail.
+        let ok = dequantize_row(kind, bytes, &mut wb[..n]).is_ok();
+        debug_assert!(ok, "a whole block dequantizes");
+        for (j, r) in res.iter_mut().enumerate() {
+            let xr = &x.f_row(first + j)[b * n..(b + 1) * n];
+            for (wc, xc) in wb[..n].chunks_exact(QB).zip(xr.chunks_exact(QB)) {
+                *r += wc.iter().zip(xc).map(|(a, b)| a * b).sum::<f32>();
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 
 use pagoda_core::QuantKind;
 
-use super::act::{QuantizedActivations, KB, KSUM, QB};
+use super::act::{ActFormat, QuantizedActivations, KB, KSUM, QB};
 use super::{scalar, unpack};
 
 /// The sum of a vector's eight lanes.
@@ -56,11 +56,19 @@ unsafe fn fifth_bits(qh: u32) -> __m256i {
     _mm256_and_si256(set, _mm256_set1_epi8(0x10))
 }
 
+/// The f16 at `b[at..at + 2]`, by F16C (the portable conversion branches
+/// on the exponent, which costs more than the rest of a block's unpacking).
+#[inline(always)]
+unsafe fn half(b: &[u8], at: usize) -> f32 {
+    let h = u16::from_le_bytes([b[at], b[at + 1]]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+}
+
 /// A legacy block's 32 values (offset removed for the symmetric types),
 /// its scale and its minimum.
 #[inline(always)]
 unsafe fn legacy_block(kind: QuantKind, b: &[u8]) -> (__m256i, f32, f32) {
-    let d = unpack::half(b, 0);
+    let d = half(b, 0);
     match kind {
         QuantKind::Q8_0 => (load32(&b[2..34]), d, 0.0),
         QuantKind::Q4_0 => (
@@ -68,7 +76,7 @@ unsafe fn legacy_block(kind: QuantKind, b: &[u8]) -> (__m256i, f32, f32) {
             d,
             0.0,
         ),
-        QuantKind::Q4_1 => (nibbles(&b[4..20]), d, unpack::half(b, 2)),
+        QuantKind::Q4_1 => (nibbles(&b[4..20]), d, half(b, 2)),
         QuantKind::Q5_0 => {
             let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
             let q = _mm256_or_si256(nibbles(&b[6..22]), fifth_bits(qh));
@@ -77,7 +85,7 @@ unsafe fn legacy_block(kind: QuantKind, b: &[u8]) -> (__m256i, f32, f32) {
         _ => {
             let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
             let q = _mm256_or_si256(nibbles(&b[8..24]), fifth_bits(qh));
-            (q, d, unpack::half(b, 2))
+            (q, d, half(b, 2))
         }
     }
 }
@@ -96,8 +104,179 @@ pub(super) unsafe fn dots(
 ) {
     match kind {
         QuantKind::F32 | QuantKind::F16 | QuantKind::BF16 => floats(kind, w, x, first, res),
+        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K if x.format() == ActFormat::F32 => {
+            widened_k(kind, w, x, first, res)
+        }
+        _ if x.format() == ActFormat::F32 => widened(kind, w, x, first, res),
         QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K => kquants(kind, w, x, first, res),
         _ => legacy(kind, w, x, first, res),
+    }
+}
+
+/// A legacy block's 32 weights as four vectors of f32 (`d × q + m`).
+#[inline(always)]
+unsafe fn legacy_floats(kind: QuantKind, b: &[u8]) -> [__m256; 4] {
+    let (q, d, m) = legacy_block(kind, b);
+    let (d, m) = (_mm256_set1_ps(d), _mm256_set1_ps(m));
+    let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
+    [
+        widen8(lo, d, m),
+        widen8(_mm_unpackhi_epi64(lo, lo), d, m),
+        widen8(hi, d, m),
+        widen8(_mm_unpackhi_epi64(hi, hi), d, m),
+    ]
+}
+
+/// The low 8 signed bytes of `v` as f32, times `d` plus `m`. (A function,
+/// not a closure: closures do not inherit `target_feature`.)
+#[inline(always)]
+unsafe fn widen8(v: __m128i, d: __m256, m: __m256) -> __m256 {
+    _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d, m)
+}
+
+/// Legacy weights with f32 activations: activation rows in groups of up to
+/// four, so each group's sums stay in registers; each block is widened once
+/// per group (from cache after the first).
+#[inline(always)]
+unsafe fn widened(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    for (g, out) in res.chunks_mut(4).enumerate() {
+        let first = first + 4 * g;
+        match out.len() {
+            1 => widened_rows::<1>(kind, w, x, first, out),
+            2 => widened_rows::<2>(kind, w, x, first, out),
+            3 => widened_rows::<3>(kind, w, x, first, out),
+            _ => widened_rows::<4>(kind, w, x, first, out),
+        }
+    }
+}
+
+/// Independent sums per activation row for `N` rows: four when few rows
+/// give the core too few FMA chains to hide their latency, else two (the
+/// others stay zero), so sums and weights fit the 16 registers.
+#[inline(always)]
+const fn lanes<const N: usize>() -> usize {
+    if N <= 2 {
+        4
+    } else {
+        2
+    }
+}
+
+/// `acc[k % lanes] += w[k] × x[8k..8k + 8]` for the four vectors of a block.
+#[inline(always)]
+unsafe fn fma4(acc: &mut [__m256; 4], w: &[__m256; 4], x: &[f32], lanes: usize) {
+    for k in 0..4 {
+        let v = _mm256_loadu_ps(x[8 * k..8 * k + 8].as_ptr());
+        acc[k % lanes] = _mm256_fmadd_ps(w[k], v, acc[k % lanes]);
+    }
+}
+
+/// [`widened`] for exactly `N` activation rows (`res.len() == N`).
+#[inline(always)]
+unsafe fn widened_rows<const N: usize>(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    let cols = x.cols();
+    let xs: [&[f32]; N] = std::array::from_fn(|j| &x.f_row(first + j)[..cols]);
+    let mut acc = [[_mm256_setzero_ps(); 4]; N];
+    for (b, wb) in w.chunks_exact(kind.block_bytes()).enumerate() {
+        let wv = legacy_floats(kind, wb);
+        for j in 0..N {
+            let xr = &xs[j][b * QB..b * QB + QB];
+            fma4(&mut acc[j], &wv, xr, lanes::<N>());
+        }
+    }
+    for j in 0..N {
+        let [a, b, c, d] = acc[j];
+        res[j] = hsum(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
+    }
+}
+
+/// K weights with f32 activations: as [`widened`], in groups of up to four
+/// activation rows.
+#[inline(always)]
+unsafe fn widened_k(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    for (g, out) in res.chunks_mut(4).enumerate() {
+        let first = first + 4 * g;
+        match out.len() {
+            1 => widened_k_rows::<1>(kind, w, x, first, out),
+            2 => widened_k_rows::<2>(kind, w, x, first, out),
+            3 => widened_k_rows::<3>(kind, w, x, first, out),
+            _ => widened_k_rows::<4>(kind, w, x, first, out),
+        }
+    }
+}
+
+/// Eight small unsigned bytes of `v` as f32, times `d` minus `c`.
+#[inline(always)]
+unsafe fn widen8_k(v: __m128i, d: __m256, c: __m256) -> __m256 {
+    _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), d, c)
+}
+
+/// [`widened_k`] for exactly `N` activation rows: each super-block unpacked
+/// in registers as for the integer path, then each 32 values widened to f32
+/// (`d × sc × q − dc × c`, per 16) and multiplied with every row.
+#[inline(always)]
+unsafe fn widened_k_rows<const N: usize>(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    let cols = x.cols();
+    let xs: [&[f32]; N] = std::array::from_fn(|j| &x.f_row(first + j)[..cols]);
+    let mut acc = [[_mm256_setzero_ps(); 4]; N];
+    let mut q = [_mm256_setzero_si256(); 8];
+    let mut scales = [_mm256_setzero_si256(); 8];
+    for (b, wb) in w.chunks_exact(kind.block_bytes()).enumerate() {
+        let (sc, c, d, dc) = unpack::k_scales(kind, wb);
+        k_block(kind, wb, &mut q, &mut scales, &sc);
+        for (k, &qk) in q.iter().enumerate() {
+            let (lo, hi) = (
+                _mm256_castsi256_si128(qk),
+                _mm256_extracti128_si256::<1>(qk),
+            );
+            let (da, ca) = (
+                _mm256_set1_ps(d * sc[2 * k] as f32),
+                _mm256_set1_ps(dc * c[2 * k] as f32),
+            );
+            let (db, cb) = (
+                _mm256_set1_ps(d * sc[2 * k + 1] as f32),
+                _mm256_set1_ps(dc * c[2 * k + 1] as f32),
+            );
+            let wv = [
+                widen8_k(lo, da, ca),
+                widen8_k(_mm_unpackhi_epi64(lo, lo), da, ca),
+                widen8_k(hi, db, cb),
+                widen8_k(_mm_unpackhi_epi64(hi, hi), db, cb),
+            ];
+            let at = b * KB + QB * k;
+            for j in 0..N {
+                let xr = &xs[j][at..at + QB];
+                fma4(&mut acc[j], &wv, xr, lanes::<N>());
+            }
+        }
+    }
+    for j in 0..N {
+        let [a, b, c, d] = acc[j];
+        res[j] = hsum(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
     }
 }
 

@@ -18,6 +18,6 @@ pub use config::{ModelConfig, ModelError};
 pub use file::ModelFile;
 pub use forward::{Activations, ForwardError, Model, StepInput};
 pub use load_error::LoadError;
-pub use quantized::{QuantTensor, QuantizedWeights};
+pub use quantized::{ActPrecision, QuantTensor, QuantizedWeights};
 pub use sampling::{argmax, Sampler, SamplingError, SamplingParams};
 pub use weights::{LayerWeights, Weights};

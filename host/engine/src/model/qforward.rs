@@ -1,15 +1,18 @@
 //! The forward pass over weights kept quantized in the mapped file: each
-//! layer's normed activations are quantized once per weight format and used
-//! for every matrix that reads them (q, k, v; gate, up), the products split
-//! over the [`Activations`]' thread team. Element-wise steps are as in the
-//! dense pass; the output head runs only for the rows that sample.
+//! layer's normed activations are prepared once and used for every matrix
+//! that reads them (q, k, v; gate, up), the products split over the
+//! [`Activations`]' thread team. By default ([`ActPrecision::F32`]) they stay
+//! f32 and each weight block is widened to f32 in registers, so the logits
+//! are the dense pass's; [`ActPrecision::Int8`] rounds them once per weight
+//! format to 8-bit blocks for integer products. Element-wise steps are as
+//! in the dense pass; the output head runs only for the rows that sample.
 
 use pagoda_core::backend::Backend;
 use pagoda_cpu::{matmul_team, ActFormat, Isa, QuantizedActivations, Team};
 
 use super::config::ModelError;
 use super::forward::{add_bias, rms_norm, Activations, ForwardError, Model, StepInput};
-use super::quantized::{QuantTensor, QuantizedWeights};
+use super::quantized::{ActPrecision, QuantTensor, QuantizedWeights};
 
 /// Where each activation format is kept in [`Activations`].
 fn slot(format: ActFormat) -> usize {
@@ -21,14 +24,22 @@ fn slot(format: ActFormat) -> usize {
     }
 }
 
-/// Quantizes `x` (`rows × cols`) once for each format that `weights` need.
+/// Prepares `x` (`rows × cols`) for every matrix in `weights`: kept f32
+/// once (in the F32 slot, which every weight type takes) under
+/// [`ActPrecision::F32`], else quantized once for each format they need.
 fn quantize(
     qx: &mut [QuantizedActivations; 4],
+    precision: ActPrecision,
     weights: &[&QuantTensor],
     x: &[f32],
     rows: usize,
     cols: usize,
 ) -> Result<(), ModelError> {
+    if precision == ActPrecision::F32 {
+        return qx[slot(ActFormat::F32)]
+            .keep_f32(&x[..rows * cols], rows, cols)
+            .map_err(ModelError::Kernel);
+    }
     let mut done = [false; 4];
     for w in weights {
         let s = slot(ActFormat::for_weights(w.kind()));
@@ -42,16 +53,22 @@ fn quantize(
     Ok(())
 }
 
-/// `out[..rows × w.rows()] = x · wᵀ` on the team, `x` from its format's slot.
+/// `out[..rows × w.rows()] = x · wᵀ` on the team, `x` from the slot
+/// [`quantize`] left it in.
 fn product(
     team: &mut Team,
     isa: Isa,
     file: &[u8],
     w: &QuantTensor,
     qx: &[QuantizedActivations; 4],
+    precision: ActPrecision,
     out: &mut Vec<f32>,
 ) -> Result<(), ModelError> {
-    let x = &qx[slot(ActFormat::for_weights(w.kind()))];
+    let format = match precision {
+        ActPrecision::F32 => ActFormat::F32,
+        ActPrecision::Int8 => ActFormat::for_weights(w.kind()),
+    };
+    let x = &qx[slot(format)];
     let len = x.rows() * w.rows();
     if out.len() < len {
         out.resize(len, 0.0);
@@ -98,6 +115,7 @@ impl Model {
         let file = w.file().bytes();
         let model = ForwardError::Model;
         let isa = act.isa;
+        let p = w.precision();
         let Activations {
             x,
             h,
@@ -123,10 +141,10 @@ impl Model {
         for (layer_index, layer) in w.layers.iter().enumerate() {
             let layer_id = layer_index as u32;
             rms_norm(x, h, t, hidden, &layer.attn_norm, c.rms_eps);
-            quantize(qx, &[&layer.wq, &layer.wk, &layer.wv], h, t, hidden).map_err(model)?;
-            product(team, isa, file, &layer.wq, qx, q).map_err(model)?;
-            product(team, isa, file, &layer.wk, qx, k).map_err(model)?;
-            product(team, isa, file, &layer.wv, qx, v).map_err(model)?;
+            quantize(qx, p, &[&layer.wq, &layer.wk, &layer.wv], h, t, hidden).map_err(model)?;
+            product(team, isa, file, &layer.wq, qx, p, q).map_err(model)?;
+            product(team, isa, file, &layer.wk, qx, p, k).map_err(model)?;
+            product(team, isa, file, &layer.wv, qx, p, v).map_err(model)?;
             add_bias(&mut q[..t * q_dim], layer.bq.as_ref());
             add_bias(&mut k[..t * kv_dim], layer.bk.as_ref());
             add_bias(&mut v[..t * kv_dim], layer.bv.as_ref());
@@ -154,21 +172,21 @@ impl Model {
                     &mut attn[..t * q_dim],
                 )
                 .map_err(ForwardError::Backend)?;
-            quantize(qx, &[&layer.wo], attn, t, q_dim).map_err(model)?;
+            quantize(qx, p, &[&layer.wo], attn, t, q_dim).map_err(model)?;
             // The projection lands in `h` (free until the next norm), then
             // joins the residual stream.
-            product(team, isa, file, &layer.wo, qx, h).map_err(model)?;
+            product(team, isa, file, &layer.wo, qx, p, h).map_err(model)?;
             add(&mut x[..t * hidden], &h[..t * hidden]);
 
             rms_norm(x, h, t, hidden, &layer.ffn_norm, c.rms_eps);
-            quantize(qx, &[&layer.w_gate, &layer.w_up], h, t, hidden).map_err(model)?;
-            product(team, isa, file, &layer.w_gate, qx, gate).map_err(model)?;
-            product(team, isa, file, &layer.w_up, qx, up).map_err(model)?;
+            quantize(qx, p, &[&layer.w_gate, &layer.w_up], h, t, hidden).map_err(model)?;
+            product(team, isa, file, &layer.w_gate, qx, p, gate).map_err(model)?;
+            product(team, isa, file, &layer.w_up, qx, p, up).map_err(model)?;
             for (g, u) in gate[..t * ffn].iter_mut().zip(&up[..t * ffn]) {
                 *g = *g / (1.0 + (-*g).exp()) * u;
             }
-            quantize(qx, &[&layer.w_down], gate, t, ffn).map_err(model)?;
-            product(team, isa, file, &layer.w_down, qx, h).map_err(model)?;
+            quantize(qx, p, &[&layer.w_down], gate, t, ffn).map_err(model)?;
+            product(team, isa, file, &layer.w_down, qx, p, h).map_err(model)?;
             add(&mut x[..t * hidden], &h[..t * hidden]);
         }
 
@@ -183,12 +201,12 @@ impl Model {
         }
         rms_norm(h, last, s, hidden, &w.final_norm, c.rms_eps);
         let head = w.lm_head();
-        quantize(qx, &[head], last, s, hidden).map_err(model)?;
+        quantize(qx, p, &[head], last, s, hidden).map_err(model)?;
         let vocab = c.vocab as usize;
         if logits.len() != s * vocab {
             logits.resize(s * vocab, 0.0);
         }
-        product(team, isa, file, head, qx, logits).map_err(model)?;
+        product(team, isa, file, head, qx, p, logits).map_err(model)?;
         Ok(())
     }
 }
