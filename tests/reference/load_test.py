@@ -186,6 +186,8 @@ async def client_loop(client, run, jobs, args, rng):
             "temperature": 0,
             "seed": number,
         }
+        if args.ignore_eos:
+            body["ignore_eos"] = True
         try:
             if rng.random() < args.stream_fraction:
                 hang_up = rng.randint(1, 3) if rng.random() < args.disconnect_fraction else None
@@ -312,5 +314,7 @@ if __name__ == "__main__":
     p.add_argument("--pid", type=int, help="the server's pid, for its RSS")
     p.add_argument("--rss-limit-mib", type=float, help="fail when the server's peak RSS exceeds this")
     p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="generate max_tokens whatever the model samples (as the offline bench does)")
     p.add_argument("--seed", type=int, default=0)
     sys.exit(asyncio.run(main(p.parse_args())))

@@ -113,6 +113,18 @@ def chat(client, model, has_template):
     assert chunks[-1].usage.completion_tokens == full.usage.completion_tokens
     print("ok chat, streamed and not:", json.dumps(msg.content))
 
+    # A short answer ends at the model's end-of-turn token; vLLM's
+    # `ignore_eos` extension generates on to max_tokens.
+    hello = [{"role": "user", "content": "Say hi."}]
+    short = client.chat.completions.create(model=model, messages=hello, max_tokens=64, temperature=0)
+    assert short.choices[0].finish_reason == "stop", short
+    assert short.usage.completion_tokens < 64, short.usage
+    long = client.chat.completions.create(model=model, messages=hello, max_tokens=64, temperature=0,
+                                          extra_body={"ignore_eos": True})
+    assert long.choices[0].finish_reason == "length", long
+    assert long.usage.completion_tokens == 64, long.usage
+    print("ok ignore_eos:", short.usage.completion_tokens, "tokens without it, 64 with it")
+
 
 def main():
     ap = argparse.ArgumentParser()

@@ -61,6 +61,9 @@ fn client(python: &std::path::Path, server: &Server, chat: bool) {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("ok stream closed early"), "{stdout}");
+    if chat {
+        assert!(stdout.contains("ok ignore_eos"), "{stdout}");
+    }
 }
 
 /// SIGTERM, then the exit status and what the server printed.

@@ -125,7 +125,11 @@ impl Generation {
                     top_p: params.top_p,
                 },
                 seed: params.seed.wrapping_add(u64::from(index)),
-                stop_tokens: state.vocab.stop_tokens(),
+                stop_tokens: if params.ignore_eos {
+                    Vec::new()
+                } else {
+                    state.vocab.stop_tokens()
+                },
             };
             let (submitted_tx, submitted) = oneshot::channel();
             let tx = tx.clone();

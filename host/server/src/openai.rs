@@ -31,6 +31,9 @@ pub struct Params {
     pub include_usage: bool,
     /// Scheduling class (extension).
     pub priority: Priority,
+    /// Keep generating past the model's end-of-generation tokens, up to
+    /// `max_tokens` (vLLM's extension, for benchmarks of fixed lengths).
+    pub ignore_eos: bool,
 }
 
 /// The prompt of `/v1/completions` or the messages of `/v1/chat/completions`.
@@ -192,6 +195,7 @@ pub fn params(map: &Map<String, Value>, chat: bool) -> Result<Params, ApiError> 
     };
     let seed = integer(map, "seed")?.unwrap_or(0) as u64;
     let stream = boolean(map, "stream")?.unwrap_or(false);
+    let ignore_eos = boolean(map, "ignore_eos")?.unwrap_or(false);
     let include_usage = match present(map, "stream_options") {
         None => false,
         Some(Value::Object(o)) => boolean(o, "include_usage")
@@ -221,6 +225,7 @@ pub fn params(map: &Map<String, Value>, chat: bool) -> Result<Params, ApiError> 
         stream,
         include_usage,
         priority: priority(present(map, "priority"))?,
+        ignore_eos,
     })
 }
 

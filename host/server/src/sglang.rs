@@ -186,7 +186,15 @@ fn openai_fields(native: &Map<String, Value>) -> Result<Map<String, Value>, ApiE
         .cloned()
         .unwrap_or_else(|| Value::from(DEFAULT_MAX_NEW_TOKENS));
     map.insert("max_tokens".into(), max);
-    for key in ["temperature", "top_p", "top_k", "stop", "seed", "n"] {
+    for key in [
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop",
+        "seed",
+        "n",
+        "ignore_eos",
+    ] {
         if let Some(v) = sampling.get(key) {
             map.insert(key.into(), v.clone());
         }
@@ -220,7 +228,7 @@ fn result_object(
             "finish_reason": finish,
             "prompt_tokens": generation.prompt_tokens,
             "completion_tokens": completion,
-            "cached_tokens": 0,
+            "cached_tokens": generation.cached_tokens,
             "e2e_latency": started.elapsed().as_secs_f64(),
         },
     })

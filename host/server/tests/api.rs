@@ -251,6 +251,7 @@ async fn errors_have_openai_shape_and_name_the_field() {
         (json!({"prompt": "a", "stop": 3}), "stop"),
         (json!({"prompt": "a", "stream": "yes"}), "stream"),
         (json!({"prompt": "a", "priority": "urgent"}), "priority"),
+        (json!({"prompt": "a", "ignore_eos": "yes"}), "ignore_eos"),
         (
             json!({"prompt": "a", "stream_options": {"include_usage": 1}}),
             "stream_options.include_usage",
