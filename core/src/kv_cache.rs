@@ -211,6 +211,14 @@ impl<'a> KvCache<'a> {
         self.radix.set_event_ring(ring);
     }
 
+    /// Evicts up to `max` cached pages that no sequence holds, least
+    /// recently used first (`u32::MAX`: all of them), and returns how many
+    /// went back to the free list. Pages a running sequence holds stay, and
+    /// so do their cached prefixes; the cache's events report each removal.
+    pub fn evict_cached(&mut self, max: u32) -> u32 {
+        self.radix.evict(max, &mut self.pool)
+    }
+
     /// Drains the prefix cache's events; see [`RadixCache::drain_events`].
     pub fn drain_cache_events(&mut self, each: impl FnMut(&CacheEvent)) -> EventDrain {
         self.radix.drain_events(each)

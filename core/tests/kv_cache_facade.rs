@@ -73,6 +73,7 @@ enum Op {
     Cache { seq: usize },
     Finish { seq: usize },
     Release { seq: usize },
+    Flush,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -85,6 +86,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..SEQS).prop_map(|seq| Op::Cache { seq }),
         2 => (0..SEQS).prop_map(|seq| Op::Finish { seq }),
         1 => (0..SEQS).prop_map(|seq| Op::Release { seq }),
+        1 => Just(Op::Flush),
     ]
 }
 
@@ -178,6 +180,18 @@ proptest! {
                     let l = live.swap_remove(seq);
                     prop_assert!(kv.release(l.seq).is_ok());
                     prop_assert!(kv.release(l.seq).is_err());
+                }
+                Op::Flush => {
+                    // Every evictable page goes; nothing a sequence holds.
+                    let before = kv.pool_stats(Timestamp(0));
+                    let freed = kv.evict_cached(u32::MAX);
+                    let after = kv.pool_stats(Timestamp(0));
+                    prop_assert_eq!(freed, before.evictable_pages);
+                    prop_assert_eq!(after.evictable_pages, 0);
+                    prop_assert_eq!(after.referenced_pages, before.referenced_pages);
+                    prop_assert_eq!(after.free_pages, before.free_pages + freed);
+                    // What stays cached is held by a running sequence.
+                    prop_assert!(kv.radix_stats().nodes <= after.referenced_pages);
                 }
             }
             prop_assert_eq!(kv.active_sequences() as usize, live.len());

@@ -54,6 +54,14 @@ impl<B: Backend> Engine<'_, B> {
         out
     }
 
+    /// Empties the prefix cache of every page no running request holds
+    /// (SGLang's `/flush_cache`): later prompts compute their prefixes
+    /// again. Returns the pages freed; with events on, each removal is
+    /// reported.
+    pub fn flush_cache(&mut self) -> u32 {
+        self.kv.evict_cached(u32::MAX)
+    }
+
     /// Every block the cache holds now, each after its parent.
     pub fn cached_blocks(&self) -> Vec<CachedBlock> {
         let mut blocks = Vec::new();

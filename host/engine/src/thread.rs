@@ -81,6 +81,9 @@ enum Command {
     CachedBlocks {
         reply: Sender<Vec<CachedBlock>>,
     },
+    FlushCache {
+        reply: Sender<u32>,
+    },
     Shutdown {
         mode: Shutdown,
         reply: Sender<Result<Audit, ShutdownError>>,
@@ -271,6 +274,11 @@ where
         Command::CachedBlocks { reply } => {
             let _ = reply.send(engine.cached_blocks());
         }
+        Command::FlushCache { reply } => {
+            let _ = reply.send(engine.flush_cache());
+            // The removals go out now, not after the next step.
+            publish_cache_events(engine, watcher);
+        }
         Command::Shutdown { mode, reply } => {
             let result = match mode {
                 Shutdown::Cancel => {
@@ -383,6 +391,15 @@ impl EngineClient {
     pub fn cached_blocks(&self) -> Option<Vec<CachedBlock>> {
         let (reply, answer) = mpsc::channel();
         self.commands.send(Command::CachedBlocks { reply }).ok()?;
+        answer.recv().ok()
+    }
+
+    /// Empties the prefix cache of every page no running request holds;
+    /// the pages freed, or `None` once the engine has stopped. See
+    /// [`Engine::flush_cache`].
+    pub fn flush_cache(&self) -> Option<u32> {
+        let (reply, answer) = mpsc::channel();
+        self.commands.send(Command::FlushCache { reply }).ok()?;
         answer.recv().ok()
     }
 

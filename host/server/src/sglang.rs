@@ -10,8 +10,8 @@
 //! SGLang's own fields, which the OpenAI parser ignores), and SGLang's
 //! native `POST /generate`, answered here. `/get_load` serves the
 //! `power_of_two` policy's load probe; `/health_generate` the deep health
-//! check. `/flush_cache` is not offered: the engine has no command that
-//! empties its prefix cache.
+//! check; `/flush_cache` empties the prefix cache of every page no running
+//! request holds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -44,6 +44,7 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route("/get_load", get(load))
         .route("/health_generate", get(health_generate))
         .route("/generate", post(generate))
+        .route("/flush_cache", get(flush_cache).post(flush_cache))
         .with_state(state)
 }
 
@@ -93,6 +94,26 @@ async fn load_now(state: &Arc<AppState>) -> (u32, u32) {
         .ok()
         .flatten()
         .map_or((0, 0), |s| (s.running, s.waiting))
+}
+
+/// `/flush_cache` (GET or POST, as SGLang's worker takes it; the router's
+/// own `/flush_cache` calls it on every worker): evicts every cached page
+/// no running request holds. 200 with the pages freed; 503 once the engine
+/// has stopped.
+async fn flush_cache(State(state): State<Arc<AppState>>) -> Response {
+    let client = state.client.clone();
+    match tokio::task::spawn_blocking(move || client.flush_cache())
+        .await
+        .ok()
+        .flatten()
+    {
+        Some(pages) => (
+            StatusCode::OK,
+            format!("Cache flushed: {pages} pages freed.\n"),
+        )
+            .into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "the engine has stopped\n").into_response(),
+    }
 }
 
 async fn health_generate(State(state): State<Arc<AppState>>) -> StatusCode {

@@ -44,5 +44,15 @@ async fn a_repeated_prompt_reports_its_cached_pages() {
         usage["usage"]["prompt_tokens_details"]["cached_tokens"],
         want
     );
+
+    // SGLang's /flush_cache empties the cache: the prompt is computed again.
+    let flushed = post(server.addr, "/flush_cache", "").await;
+    assert_eq!(flushed.status, 200, "{}", flushed.body);
+    assert!(!flushed.body.contains(" 0 pages"), "{}", flushed.body);
+    let again = post(server.addr, "/v1/completions", &body.to_string()).await;
+    assert_eq!(
+        again.json()["usage"]["prompt_tokens_details"]["cached_tokens"],
+        0
+    );
     assert!(server.shutdown().await.is_clean());
 }
