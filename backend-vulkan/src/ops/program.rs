@@ -13,7 +13,7 @@ use crate::{VulkanBackend, VulkanError};
 /// Weights on the device, uploaded once with
 /// [`VulkanBackend::upload_weights`] and read by every later program.
 pub struct VulkanWeights {
-    buffer: Buffer,
+    pub(super) buffer: Buffer,
     bytes: u64,
 }
 
