@@ -120,6 +120,11 @@ impl VulkanBackend {
         meta_out: &mut Vec<u32>,
     ) -> Result<(), VulkanError> {
         self.check_store(store)?;
+        if !weights.buffer.belongs_to(&self.ctx) {
+            return Err(VulkanError::Unsupported(
+                "the weights belong to another Vulkan backend".into(),
+            ));
+        }
         let act_len = u64::from(program.act_len);
         let meta = program.meta;
         if meta.len() as u64 > u64::from(u32::MAX) {

@@ -14,7 +14,8 @@
 
 use std::time::Instant;
 
-use pagoda_core::backend::{Backend, SeqAttention};
+use crate::backend::StepBackend;
+use pagoda_core::backend::SeqAttention;
 use pagoda_core::scheduler::{EntryId, SchedError};
 use pagoda_core::Timestamp;
 
@@ -24,7 +25,7 @@ use crate::metrics::StepReport;
 use crate::model::{ForwardError, StepInput};
 use crate::request::{Completion, Event, StopReason};
 
-impl<B: Backend> Engine<'_, B> {
+impl<B: StepBackend> Engine<'_, B> {
     /// Runs one step at the engine's clock: applies cancellations (freeing
     /// pages before anything is computed), moves queued requests into the
     /// scheduler, plans, packs, computes, samples and streams each token,
@@ -133,9 +134,9 @@ impl<B: Backend> Engine<'_, B> {
             seqs: &seqs,
             sample_rows: &b.sample_rows,
         };
-        self.model
-            .forward(
-                &mut self.backend,
+        self.backend
+            .forward_step(
+                self.model,
                 &mut self.store,
                 &input,
                 &mut self.activations,
