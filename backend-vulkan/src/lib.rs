@@ -143,6 +143,8 @@ pub struct VulkanBackend {
     ops: Option<ops::OpPipelines>,
     /// Device time of the last op program (`last_program_nanos`).
     program_nanos: Option<f64>,
+    /// Dispatches the last op or step program recorded.
+    program_dispatches: usize,
     timings: Vec<KernelTime>,
     max_chunk_bytes: Option<u64>,
     ctx: Arc<Context>,
@@ -170,6 +172,7 @@ impl VulkanBackend {
             pipelines,
             ops: None,
             program_nanos: None,
+            program_dispatches: 0,
             timings: Vec::new(),
             max_chunk_bytes: options.max_chunk_bytes,
             ctx,

@@ -70,6 +70,12 @@ impl VulkanBackend {
         self.program_nanos
     }
 
+    /// Kernel dispatches the last program recorded (ops, and for a step
+    /// program each scatter and the one to three attention kernels).
+    pub fn last_program_dispatches(&self) -> usize {
+        self.program_dispatches
+    }
+
     /// Uploads `weights`, then runs `ops` as [`run_ops_on`](Self::run_ops_on).
     pub fn run_ops(
         &mut self,
@@ -225,6 +231,7 @@ impl VulkanBackend {
         if fault != 0 {
             return Err(VulkanError::ShaderFault(fault));
         }
+        self.program_dispatches = planned.len();
         self.program_nanos = match queries {
             Some(_) => self.commands.read_timestamps(1)?.first().copied(),
             None => None,

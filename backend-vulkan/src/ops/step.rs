@@ -481,6 +481,14 @@ impl VulkanBackend {
         if fault != 0 {
             return Err(VulkanError::ShaderFault(fault));
         }
+        self.program_dispatches = planned
+            .iter()
+            .map(|p| match p {
+                Planned::Op(..) => 1,
+                Planned::Scatter(params, _) => usize::from(params.count > 0),
+                Planned::Attention { .. } => attention.first().map_or(0, Vec::len),
+            })
+            .sum();
         self.program_nanos = match queries {
             Some(_) => self.commands.read_timestamps(1)?.first().copied(),
             None => None,

@@ -129,6 +129,14 @@ fn compare(
     for step in 0..=decode {
         let want = cpu.step(model, at, &input);
         let got = dev.step(model, at, &input);
+        if let Some(nanos) = dev.backend.last_program_nanos() {
+            eprintln!(
+                "{} tokens: {} dispatches, {:.1} ms on the device",
+                input.len(),
+                dev.backend.last_program_dispatches(),
+                nanos * 1e-6
+            );
+        }
         assert_eq!(got.len(), want.len());
         let (lo, hi) = want
             .iter()
@@ -170,9 +178,11 @@ fn the_embedded_model_steps_on_the_device_as_on_the_cpu() {
 fn smollm2_steps_on_the_device_as_on_the_cpu() {
     let Some(model) = smollm2() else { return };
     let Some(gpu) = open() else { return };
-    // "<|im_start|>user\nWhat is the capital of France?" in SmolLM2's ids.
-    let prompt = [1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47];
-    let worst = compare(&model, gpu, KvDtype::F32, &prompt, 3);
+    // "<|im_start|>user\nThe capital" in SmolLM2's ids. Lavapipe takes
+    // about 16 s a step here (one workgroup per output row of every
+    // product), so the prompt is short and the decode steps few.
+    let prompt = [1, 4093, 198, 504, 3575];
+    let worst = compare(&model, gpu, KvDtype::F32, &prompt, 2);
     eprintln!("SmolLM2, F32 KV: worst logit difference / range {worst:.2e}");
 }
 
