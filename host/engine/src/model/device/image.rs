@@ -53,35 +53,53 @@ pub(crate) struct Image {
     pub table_rows: u32,
     /// Values every step starts its activations with (the biases).
     pub consts: Vec<f32>,
+    /// Bytes laid out.
+    pub len: u64,
 }
 
+/// Lays tensors out one after another; while `counting` it only adds up
+/// their sizes (to refuse a model too large before copying anything).
 struct Builder {
     bytes: Vec<u8>,
+    len: usize,
+    counting: bool,
 }
 
 impl Builder {
     fn start(&mut self) -> u64 {
-        self.bytes
-            .resize(self.bytes.len().next_multiple_of(ALIGN), 0);
-        self.bytes.len() as u64
+        self.len = self.len.next_multiple_of(ALIGN);
+        if !self.counting {
+            self.bytes.resize(self.len, 0);
+        }
+        self.len as u64
     }
 
-    fn f32s<'a>(&mut self, values: impl IntoIterator<Item = &'a f32>) -> u64 {
-        let at = self.start();
-        for v in values {
-            self.bytes.extend_from_slice(&v.to_le_bytes());
+    fn put(&mut self, count: usize, values: impl IntoIterator<Item = f32>) {
+        self.len += 4 * count;
+        if !self.counting {
+            for v in values {
+                self.bytes.extend_from_slice(&v.to_le_bytes());
+            }
         }
+    }
+
+    fn f32s(&mut self, values: &Array1<f32>) -> u64 {
+        let at = self.start();
+        self.put(values.len(), values.iter().copied());
+        at
+    }
+
+    fn table(&mut self, values: &[f32]) -> u64 {
+        let at = self.start();
+        self.put(values.len(), values.iter().copied());
         at
     }
 
     /// A dense `[in, out]` matrix as `out` f32 rows of `in`.
     fn dense(&mut self, w: ArrayView2<'_, f32>) -> Matrix {
         let at = self.start();
-        for column in w.axis_iter(Axis(1)) {
-            for v in column {
-                self.bytes.extend_from_slice(&v.to_le_bytes());
-            }
-        }
+        let columns = w.axis_iter(Axis(1)).flat_map(|c| c.into_iter().copied());
+        self.put(w.len(), columns);
         Matrix {
             kind: QuantKind::F32,
             at,
@@ -93,8 +111,11 @@ impl Builder {
     /// A matrix of the mapped file, its blocks as they are.
     fn quantized(&mut self, file: &[u8], t: &QuantTensor) -> Matrix {
         let at = self.start();
-        self.bytes
-            .extend_from_slice(file.get(t.byte_range()).unwrap_or_default());
+        let bytes = file.get(t.byte_range()).unwrap_or_default();
+        self.len += bytes.len();
+        if !self.counting {
+            self.bytes.extend_from_slice(bytes);
+        }
         Matrix {
             kind: t.kind(),
             at,
@@ -116,9 +137,22 @@ fn biases(consts: &mut Vec<f32>, b: [Option<&Array1<f32>>; 3]) -> [Option<u32>; 
 }
 
 impl Image {
+    /// The bytes [`Image::new`] would lay out for `model`.
+    pub fn size(model: &Model) -> u64 {
+        Self::build(model, true).map_or(0, |image| image.len)
+    }
+
     /// The image of `model`'s weights (copied; the model keeps its own).
     pub fn new(model: &Model) -> Option<Self> {
-        let mut b = Builder { bytes: Vec::new() };
+        Self::build(model, false)
+    }
+
+    fn build(model: &Model, counting: bool) -> Option<Self> {
+        let mut b = Builder {
+            bytes: Vec::new(),
+            len: 0,
+            counting,
+        };
         let mut consts = Vec::new();
         let (embed, head, layers, final_norm) = if let Some(w) = model.weights() {
             let embed = b.dense(w.embed.t());
@@ -177,10 +211,11 @@ impl Image {
             head,
             layers,
             final_norm,
-            cos: b.f32s(cos),
-            sin: b.f32s(sin),
+            cos: b.table(cos),
+            sin: b.table(sin),
             table_rows: (cos.len() / half) as u32,
             consts,
+            len: b.len as u64,
             bytes: b.bytes,
         })
     }

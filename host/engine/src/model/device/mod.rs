@@ -54,7 +54,8 @@ fn make_resident(
     }
     // The old model's weights go first, so both are never held at once.
     act.device = None;
-    let resident = match Image::new(model) {
+    let fits = Image::size(model) <= backend.info().max_storage_buffer_range;
+    let resident = match Image::new(model).filter(|_| fits) {
         None => None,
         Some(mut image) => {
             let bytes = std::mem::take(&mut image.bytes);
