@@ -14,6 +14,7 @@ mod support;
 
 use std::sync::Arc;
 
+use ndarray::{Array1, Array2};
 use pagoda_core::backend::{Backend, SeqAttention};
 use pagoda_core::{KvDtype, PageId, Priority, Slot, PAGE_SIZE};
 use pagoda_cpu::CpuBackend;
@@ -175,6 +176,54 @@ fn the_embedded_model_steps_on_the_device_as_on_the_cpu() {
         assert!(on_device);
         eprintln!("embedded, {dtype:?} KV: worst logit difference / range {worst:.2e}");
     }
+}
+
+/// The embedded model with what Qwen2 and Llama 3 files add: query, key
+/// and value biases, an output head of its own, rotary frequency factors.
+fn embedded_with_biases() -> Model {
+    let w = Weights::seeded(ModelConfig::EMBEDDED, 11).unwrap();
+    let c = *w.config();
+    let mut rng = fastrand::Rng::with_seed(3);
+    let mut random = |n: usize, scale: f32| -> Vec<f32> {
+        (0..n).map(|_| (rng.f32() * 2.0 - 1.0) * scale).collect()
+    };
+    let layers = w
+        .layers()
+        .iter()
+        .map(|l| {
+            let mut l = l.clone();
+            l.bq = Some(Array1::from(random(c.q_dim(), 0.5)));
+            l.bk = Some(Array1::from(random(c.kv_dim(), 0.5)));
+            l.bv = Some(Array1::from(random(c.kv_dim(), 0.5)));
+            l
+        })
+        .collect();
+    let (h, v) = (c.hidden as usize, c.vocab as usize);
+    let head = Array2::from_shape_vec((h, v), random(h * v, 0.1)).unwrap();
+    let factors: Vec<f32> = (0..c.rope_dim as usize / 2)
+        .map(|i| 1.0 + i as f32 / 8.0)
+        .collect();
+    let w = Weights::from_parts(
+        c,
+        w.embed().clone(),
+        layers,
+        w.final_norm().clone(),
+        Some(head),
+    )
+    .unwrap()
+    .with_rope_factors(Array1::from(factors))
+    .unwrap();
+    Model::new(w)
+}
+
+#[test]
+fn biases_an_untied_head_and_rope_factors_step_on_the_device_as_on_the_cpu() {
+    let model = embedded_with_biases();
+    let Some(gpu) = open() else { return };
+    let prompt: Vec<u32> = (0..9).map(|i| (i * 31 + 2) % 2048).collect();
+    let (worst, on_device) = compare(&model, gpu, KvDtype::F32, &prompt, 2);
+    assert!(on_device);
+    eprintln!("embedded with biases, F32 KV: worst logit difference / range {worst:.2e}");
 }
 
 #[test]
