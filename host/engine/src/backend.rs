@@ -10,7 +10,7 @@ use pagoda_cpu::{CpuBackend, CpuError};
 use pagoda_vulkan::{VulkanBackend, VulkanError, VulkanOptions};
 
 use crate::config::EngineConfig;
-use crate::model::{Activations, ForwardError, Model, StepInput};
+use crate::model::{argmax, Activations, ForwardError, Model, StepInput};
 use crate::thread::{spawn, EngineClient, SpawnError};
 
 /// A backend that runs whole model steps: the engine calls
@@ -30,6 +30,27 @@ pub trait StepBackend: Backend + Sized {
         logits: &mut Vec<f32>,
     ) -> Result<(), ForwardError<Self::Error>> {
         model.forward(self, store, input, act, logits)
+    }
+
+    /// [`forward_step`](Self::forward_step) for a step whose every sampled
+    /// row is greedy: `tokens` gets each sampled row's most likely token
+    /// (the lowest id among equal logits); what `logits` holds after it is
+    /// unspecified. The default picks from the logits on the host; the
+    /// Vulkan backend picks on the device and reads back only the tokens.
+    fn greedy_step(
+        &mut self,
+        model: &Model,
+        store: &mut Self::KvStore,
+        input: &StepInput<'_>,
+        act: &mut Activations,
+        logits: &mut Vec<f32>,
+        tokens: &mut Vec<u32>,
+    ) -> Result<(), ForwardError<Self::Error>> {
+        self.forward_step(model, store, input, act, logits)?;
+        let vocab = model.config().vocab as usize;
+        tokens.clear();
+        tokens.extend(logits.chunks_exact(vocab).map(argmax));
+        Ok(())
     }
 }
 

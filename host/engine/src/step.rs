@@ -134,22 +134,47 @@ impl<B: StepBackend> Engine<'_, B> {
             seqs: &seqs,
             sample_rows: &b.sample_rows,
         };
-        self.backend
-            .forward_step(
+        // A step whose every sampled row is greedy needs only the tokens.
+        let mut greedy = !b.samplers.is_empty();
+        for &i in &b.samplers {
+            let entry = self.plan[i].entry;
+            let request = self.sched.request(entry).ok_or(SchedError::UnknownEntry)?;
+            greedy &= request.request.sampling.temperature == 0.0;
+        }
+        let mut tokens = Vec::new();
+        let result = if greedy {
+            self.backend.greedy_step(
+                self.model,
+                &mut self.store,
+                &input,
+                &mut self.activations,
+                &mut self.logits,
+                &mut tokens,
+            )
+        } else {
+            self.backend.forward_step(
                 self.model,
                 &mut self.store,
                 &input,
                 &mut self.activations,
                 &mut self.logits,
             )
-            .map_err(|e| match e {
-                ForwardError::Model(e) => EngineError::Model(e),
-                ForwardError::Backend(e) => EngineError::Backend(e),
-            })?;
+        };
+        result.map_err(|e| match e {
+            ForwardError::Model(e) => EngineError::Model(e),
+            ForwardError::Backend(e) => EngineError::Backend(e),
+        })?;
         let vocab = self.model.config().vocab as usize;
         let mut sampled = Vec::with_capacity(b.samplers.len());
         for (row, &i) in b.samplers.iter().enumerate() {
             let entry = self.plan[i].entry;
+            if greedy {
+                let token = *tokens
+                    .get(row)
+                    .ok_or(EngineError::Invariant("fewer tokens than sample rows"))?;
+                sampled.push((entry, token));
+                continue;
+            }
             let request = &self
                 .sched
                 .request(entry)

@@ -12,7 +12,7 @@
 mod image;
 mod program;
 
-use pagoda_vulkan::{StepProgram, VulkanBackend, VulkanError, VulkanWeights};
+use pagoda_vulkan::{StepProgram, VulkanBackend, VulkanError, VulkanKvStore, VulkanWeights};
 
 use super::forward::{Activations, ForwardError, Model, StepInput};
 use crate::backend::StepBackend;
@@ -73,6 +73,49 @@ fn make_resident(
     Ok(())
 }
 
+/// Runs one step as one program: the logits come back, or with `tokens`
+/// only each sampled row's argmax. `false`: the model is not on the device,
+/// nothing ran.
+fn device_step(
+    backend: &mut VulkanBackend,
+    model: &Model,
+    store: &mut VulkanKvStore,
+    input: &StepInput<'_>,
+    act: &mut Activations,
+    logits: &mut Vec<f32>,
+    tokens: Option<&mut Vec<u32>>,
+) -> Result<bool, VulkanError> {
+    if input.tokens.is_empty() {
+        return Ok(false);
+    }
+    make_resident(backend, model, act)?;
+    let Some(Resident { weights, image }) = act.device.as_ref().and_then(|d| d.resident.as_deref())
+    else {
+        return Ok(false);
+    };
+    let c = model.config();
+    let (_, _, interleaved) = model.rope_tables();
+    let p = program::build(image, c, interleaved, input, tokens.is_some())?;
+    let step = StepProgram {
+        ops: &p.ops,
+        act_len: p.act_len,
+        init: &image.consts,
+        meta: &p.meta,
+        slots: input.slots,
+        shape: c.attention_shape(),
+        batch: input.seqs,
+        read: if tokens.is_some() { 0..0 } else { p.logits },
+        read_meta: p.tokens,
+    };
+    let mut scratch = Vec::new();
+    let picked = match tokens {
+        Some(tokens) => tokens,
+        None => &mut scratch,
+    };
+    backend.run_step_on(weights, store, &step, logits, picked)?;
+    Ok(true)
+}
+
 impl StepBackend for VulkanBackend {
     fn forward_step(
         &mut self,
@@ -83,31 +126,34 @@ impl StepBackend for VulkanBackend {
         logits: &mut Vec<f32>,
     ) -> Result<(), ForwardError<VulkanError>> {
         model.check(input).map_err(ForwardError::Model)?;
-        if input.tokens.is_empty() {
-            return model.forward(self, store, input, act, logits);
+        let ran = device_step(self, model, store, input, act, logits, None)
+            .map_err(ForwardError::Backend)?;
+        if ran {
+            Ok(())
+        } else {
+            model.forward(self, store, input, act, logits)
         }
-        make_resident(self, model, act).map_err(ForwardError::Backend)?;
-        let Some(Resident { weights, image }) =
-            act.device.as_ref().and_then(|d| d.resident.as_deref())
-        else {
-            return model.forward(self, store, input, act, logits);
-        };
-        let c = model.config();
-        let (_, _, interleaved) = model.rope_tables();
-        let p = program::build(image, c, interleaved, input).map_err(ForwardError::Backend)?;
-        let step = StepProgram {
-            ops: &p.ops,
-            act_len: p.act_len,
-            init: &image.consts,
-            meta: &p.meta,
-            slots: input.slots,
-            shape: c.attention_shape(),
-            batch: input.seqs,
-            read: p.logits,
-            read_meta: 0..0,
-        };
-        let mut meta = Vec::new();
-        self.run_step_on(weights, store, &step, logits, &mut meta)
-            .map_err(ForwardError::Backend)
+    }
+
+    fn greedy_step(
+        &mut self,
+        model: &Model,
+        store: &mut Self::KvStore,
+        input: &StepInput<'_>,
+        act: &mut Activations,
+        logits: &mut Vec<f32>,
+        tokens: &mut Vec<u32>,
+    ) -> Result<(), ForwardError<VulkanError>> {
+        model.check(input).map_err(ForwardError::Model)?;
+        let ran = device_step(self, model, store, input, act, logits, Some(tokens))
+            .map_err(ForwardError::Backend)?;
+        if ran {
+            return Ok(());
+        }
+        model.forward(self, store, input, act, logits)?;
+        let vocab = model.config().vocab as usize;
+        tokens.clear();
+        tokens.extend(logits.chunks_exact(vocab).map(super::argmax));
+        Ok(())
     }
 }

@@ -23,6 +23,8 @@ pub(crate) struct Program {
     pub act_len: u32,
     /// Where the logits are, `sample_rows × vocab`.
     pub logits: Range<u32>,
+    /// Where the greedy tokens are in meta (empty unless asked for).
+    pub tokens: Range<u32>,
 }
 
 /// Element offsets of the activation regions.
@@ -121,12 +123,14 @@ fn norm(gains: u64, cols: u32, batch: u32, x: u32, y: u32, eps: f32) -> StepOp {
     })
 }
 
-/// The program of one step of `input` (checked by `Model::check`).
+/// The program of one step of `input` (checked by `Model::check`); with
+/// `greedy`, each sampled row's argmax lands in meta after the positions.
 pub(crate) fn build(
     image: &Image,
     c: &ModelConfig,
     interleaved: bool,
     input: &StepInput<'_>,
+    greedy: bool,
 ) -> Result<Program, VulkanError> {
     let t = input.tokens.len() as u32;
     let samples = input.sample_rows.len() as u32;
@@ -214,13 +218,26 @@ pub(crate) fn build(
     if samples > 0 {
         ops.push(matmul(&image.head, samples, r.last, r.logits, c.vocab));
     }
-    let mut meta = Vec::with_capacity(2 * t as usize);
+    let mut meta = Vec::with_capacity(2 * t as usize + samples as usize);
     meta.extend_from_slice(input.tokens);
     meta.extend_from_slice(input.positions);
+    let mut tokens = 0..0;
+    if greedy && samples > 0 {
+        ops.push(StepOp::Op(Op::Argmax {
+            cols: c.vocab,
+            batch: samples,
+            x: r.logits,
+            x_stride: c.vocab,
+            out: 2 * t,
+        }));
+        tokens = 2 * t..2 * t + samples;
+        meta.resize(tokens.end as usize, 0);
+    }
     Ok(Program {
         ops,
         meta,
         act_len: r.end,
         logits: r.logits..r.end,
+        tokens,
     })
 }
