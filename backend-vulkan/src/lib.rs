@@ -107,6 +107,9 @@ struct Io {
     faults: Buffer,
     upload: Buffer,
     download: Buffer,
+    /// A step program's activations and op meta (`ops/step.rs`).
+    step_act: Buffer,
+    step_meta: Buffer,
 }
 
 impl Io {
@@ -122,6 +125,8 @@ impl Io {
             faults: Buffer::new(ctx, "faults", 16, MemoryLocation::GpuToCpu)?,
             upload: Buffer::new(ctx, "upload", 8192, MemoryLocation::CpuToGpu)?,
             download: Buffer::new(ctx, "download", 4096, MemoryLocation::GpuToCpu)?,
+            step_act: device("step activations")?,
+            step_meta: device("step meta")?,
         })
     }
 }

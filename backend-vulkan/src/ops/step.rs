@@ -12,7 +12,6 @@
 use std::ops::Range;
 
 use ash::vk;
-use gpu_allocator::MemoryLocation;
 use pagoda_core::backend::{validate_attention, validate_scatter, AttentionShape, SeqAttention};
 use pagoda_core::Slot;
 
@@ -20,7 +19,6 @@ use super::op::{shape, Op};
 use super::pipelines::{OpParams, OpPipelines};
 use crate::commands::Dispatch;
 use crate::kernels::{Kernel, Params};
-use crate::memory::Buffer;
 use crate::{
     plan, slot_words, VulkanBackend, VulkanError, VulkanKvStore, VulkanWeights, MAX_GROUPS,
 };
@@ -277,27 +275,20 @@ impl VulkanBackend {
         if self.ops.is_none() {
             self.ops = Some(OpPipelines::new(&self.ctx, self.ctx.info.bounds_checks)?);
         }
-        let ctx = self.ctx.clone();
-        let act_buf = Buffer::new(&ctx, "activations", act_bytes, MemoryLocation::GpuOnly)?;
-        let meta_buf = Buffer::new(&ctx, "op meta", meta_bytes, MemoryLocation::GpuOnly)?;
+        // The step buffers are kept and grown, not made per step.
         let init_bytes = 4 * program.init.len() as u64;
         let attn_meta_bytes = 4 * attn_meta.len() as u64;
-        let mut upload = Buffer::new(
-            &ctx,
-            "step upload",
-            (init_bytes + meta_bytes + attn_meta_bytes).max(4),
-            MemoryLocation::CpuToGpu,
-        )?;
         let read_bytes = 4 * u64::from(program.read.end - program.read.start);
         let read_meta_bytes = 4 * u64::from(program.read_meta.end - program.read_meta.start);
-        let mut download = Buffer::new(
-            &ctx,
-            "step download",
-            (read_bytes + read_meta_bytes).max(4),
-            MemoryLocation::GpuToCpu,
+        self.ensure(|io| &mut io.step_act, act_bytes)?;
+        self.ensure(|io| &mut io.step_meta, meta_bytes)?;
+        self.ensure(
+            |io| &mut io.upload,
+            init_bytes + meta_bytes + attn_meta_bytes,
         )?;
+        self.ensure(|io| &mut io.download, read_bytes + read_meta_bytes)?;
         {
-            let staged = upload.mapped()?;
+            let staged = self.io.upload.mapped()?;
             let words = program
                 .init
                 .iter()
@@ -319,9 +310,9 @@ impl VulkanBackend {
             .ok_or_else(|| VulkanError::Unsupported("no op pipelines".into()))?;
         ops.bind([
             weights.buffer.handle,
-            act_buf.handle,
+            self.io.step_act.handle,
             self.io.faults.handle,
-            meta_buf.handle,
+            self.io.step_meta.handle,
         ]);
         let io = &self.io;
         let chunks: Vec<vk::Buffer> = store.chunks.iter().map(|c| c.handle).collect();
@@ -336,10 +327,10 @@ impl VulkanBackend {
             ],
         );
         let (up, down, act_dev, meta_dev) = (
-            upload.handle,
-            download.handle,
-            act_buf.handle,
-            meta_buf.handle,
+            io.upload.handle,
+            io.download.handle,
+            io.step_act.handle,
+            io.step_meta.handle,
         );
         let (input, output, attn_meta_dev) = (io.input.handle, io.output.handle, io.meta.handle);
         let queries = self.commands.query_pool();
@@ -387,7 +378,7 @@ impl VulkanBackend {
                         barrier(vk::PipelineStageFlags::TRANSFER, &after_copy);
                     }
                 };
-                device.cmd_fill_buffer(cmd, act_dev, 0, vk::WHOLE_SIZE, 0);
+                device.cmd_fill_buffer(cmd, act_dev, 0, act_bytes, 0);
                 barrier(vk::PipelineStageFlags::TRANSFER, &after_copy);
                 let mut uploads = vec![region(init_bytes, 0, meta_bytes)];
                 if init_bytes > 0 {
@@ -493,7 +484,7 @@ impl VulkanBackend {
             Some(_) => self.commands.read_timestamps(1)?.first().copied(),
             None => None,
         };
-        let back = download.mapped()?;
+        let back = self.io.download.mapped()?;
         act_out.clear();
         act_out.extend(
             back[..read_bytes as usize]
