@@ -83,7 +83,7 @@ pub use context::{
 };
 pub use error::VulkanError;
 pub use kernels::{Kernel, KV_CHUNKS};
-pub use ops::{matmul_kernel, Op, VulkanWeights};
+pub use ops::{matmul_kernel, Op, StepOp, StepProgram, VulkanWeights};
 pub use store::VulkanKvStore;
 pub use validation::ValidationLog;
 
@@ -107,6 +107,9 @@ struct Io {
     faults: Buffer,
     upload: Buffer,
     download: Buffer,
+    /// A step program's activations and op meta (`ops/step.rs`).
+    step_act: Buffer,
+    step_meta: Buffer,
 }
 
 impl Io {
@@ -122,6 +125,8 @@ impl Io {
             faults: Buffer::new(ctx, "faults", 16, MemoryLocation::GpuToCpu)?,
             upload: Buffer::new(ctx, "upload", 8192, MemoryLocation::CpuToGpu)?,
             download: Buffer::new(ctx, "download", 4096, MemoryLocation::GpuToCpu)?,
+            step_act: device("step activations")?,
+            step_meta: device("step meta")?,
         })
     }
 }
@@ -143,6 +148,8 @@ pub struct VulkanBackend {
     ops: Option<ops::OpPipelines>,
     /// Device time of the last op program (`last_program_nanos`).
     program_nanos: Option<f64>,
+    /// Dispatches the last op or step program recorded.
+    program_dispatches: usize,
     timings: Vec<KernelTime>,
     max_chunk_bytes: Option<u64>,
     ctx: Arc<Context>,
@@ -170,6 +177,7 @@ impl VulkanBackend {
             pipelines,
             ops: None,
             program_nanos: None,
+            program_dispatches: 0,
             timings: Vec::new(),
             max_chunk_bytes: options.max_chunk_bytes,
             ctx,

@@ -25,6 +25,11 @@ pub(crate) struct Buffer {
 }
 
 impl Buffer {
+    /// Whether the buffer was made on the device of `ctx`.
+    pub(crate) fn belongs_to(&self, ctx: &Arc<Context>) -> bool {
+        Arc::ptr_eq(&self.ctx, ctx)
+    }
+
     /// A storage buffer of `bytes` (at least 16) in `location`.
     pub fn new(
         ctx: &Arc<Context>,

@@ -10,13 +10,18 @@
 //! records the whole program into one command buffer, one dispatch per op
 //! with a barrier after each, and submits it once. Weights uploaded with
 //! [`VulkanBackend::upload_weights`] stay on the device for every later
-//! program. This is the layer a whole-model step on Vulkan is built from.
+//! program. This is the layer a whole-model step on Vulkan is built from:
+//! [`VulkanBackend::run_step_on`] runs a [`StepProgram`], whose
+//! [`StepOp`]s add the KV scatter and paged attention to the same
+//! command buffer.
 
 mod op;
 mod pipelines;
 mod program;
+mod step;
 
 pub use op::Op;
 pub use pipelines::matmul_kernel;
 pub(crate) use pipelines::OpPipelines;
 pub use program::VulkanWeights;
+pub use step::{StepOp, StepProgram};

@@ -13,7 +13,7 @@ use crate::{VulkanBackend, VulkanError};
 /// Weights on the device, uploaded once with
 /// [`VulkanBackend::upload_weights`] and read by every later program.
 pub struct VulkanWeights {
-    buffer: Buffer,
+    pub(super) buffer: Buffer,
     bytes: u64,
 }
 
@@ -68,6 +68,12 @@ impl VulkanBackend {
     /// GPU timestamps (`None` if the device has none).
     pub fn last_program_nanos(&self) -> Option<f64> {
         self.program_nanos
+    }
+
+    /// Kernel dispatches the last program recorded (ops, and for a step
+    /// program each scatter and the one to three attention kernels).
+    pub fn last_program_dispatches(&self) -> usize {
+        self.program_dispatches
     }
 
     /// Uploads `weights`, then runs `ops` as [`run_ops_on`](Self::run_ops_on).
@@ -225,6 +231,7 @@ impl VulkanBackend {
         if fault != 0 {
             return Err(VulkanError::ShaderFault(fault));
         }
+        self.program_dispatches = planned.len();
         self.program_nanos = match queries {
             Some(_) => self.commands.read_timestamps(1)?.first().copied(),
             None => None,

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use pagoda_engine::model::{Model, SamplingParams};
 use pagoda_engine::{
-    Backend, BoxError, Engine, EngineConfig, EngineStorage, Event, GenRequest, Policy,
-    RequestHandle, SchedulerPolicy, Timestamp, WithBackend,
+    BoxError, Engine, EngineConfig, EngineStorage, Event, GenRequest, Policy, RequestHandle,
+    SchedulerPolicy, StepBackend, Timestamp, WithBackend,
 };
 
 use crate::measure::{Accumulator, OutcomeKind, PolicyReport};
@@ -64,7 +64,7 @@ impl<F: FnMut()> WithBackend for PolicyRun<'_, F> {
 
     fn run<B>(self, backend: B) -> Self::Output
     where
-        B: Backend,
+        B: StepBackend,
         B::Error: std::error::Error + Send + Sync + 'static,
     {
         run_policy(
@@ -91,7 +91,7 @@ pub fn run_policy<B>(
     mut on_outcome: impl FnMut(),
 ) -> Result<PolicyReport, BenchError>
 where
-    B: Backend,
+    B: StepBackend,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let config = EngineConfig { policy, ..*config };

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use pagoda_engine::chat::ChatMessage;
 use pagoda_engine::model::SamplingParams;
 use pagoda_engine::{
-    Backend, Engine, EngineConfig, EngineStorage, Event, GenRequest, Priority, SchedulerConfig,
+    Engine, EngineConfig, EngineStorage, Event, GenRequest, Priority, SchedulerConfig, StepBackend,
     StopReason, TextModel, TextStream, WithBackend,
 };
 use serde::Serialize;
@@ -297,7 +297,7 @@ impl WithBackend for RunJob<'_> {
 
     fn run<B>(self, backend: B) -> Self::Output
     where
-        B: Backend,
+        B: StepBackend,
         B::Error: std::error::Error + Send + Sync + 'static,
     {
         let model = &self.model.model;

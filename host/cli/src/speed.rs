@@ -14,7 +14,7 @@ use std::time::Instant;
 use pagoda_engine::model::{Model, SamplingParams};
 use pagoda_engine::probe::{fma_peak_gflops, read_bandwidth, ReadBandwidth};
 use pagoda_engine::{
-    Backend, Engine, EngineConfig, EngineStorage, Event, GenRequest, Priority, SchedulerConfig,
+    Engine, EngineConfig, EngineStorage, Event, GenRequest, Priority, SchedulerConfig, StepBackend,
     WithBackend,
 };
 use serde::Serialize;
@@ -290,7 +290,7 @@ impl WithBackend for SpeedJob<'_> {
 
     fn run<B>(self, backend: B) -> Self::Output
     where
-        B: Backend,
+        B: StepBackend,
         B::Error: std::error::Error + Send + Sync + 'static,
     {
         let mut storage = EngineStorage::new(self.config, self.model.config().max_context);
@@ -348,7 +348,7 @@ fn generate<B>(
     max_new: u32,
 ) -> Result<Generated, CliError>
 where
-    B: Backend,
+    B: StepBackend,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let started = Instant::now();

@@ -1,6 +1,7 @@
-//! Choosing the attention backend at run time: [`BackendChoice`] opens the
-//! CPU or the Vulkan backend and hands it to a [`WithBackend`] visitor, so a
-//! caller writes its generic code once and never names a backend crate.
+//! Choosing the backend at run time: [`BackendChoice`] opens the CPU or the
+//! Vulkan backend and hands it to a [`WithBackend`] visitor, so a caller
+//! writes its generic code once and never names a backend crate; and
+//! [`StepBackend`], how a backend runs a whole model step.
 
 use std::sync::Arc;
 
@@ -9,8 +10,51 @@ use pagoda_cpu::{CpuBackend, CpuError};
 use pagoda_vulkan::{VulkanBackend, VulkanError, VulkanOptions};
 
 use crate::config::EngineConfig;
-use crate::model::Model;
+use crate::model::{argmax, Activations, ForwardError, Model, StepInput};
 use crate::thread::{spawn, EngineClient, SpawnError};
+
+/// A backend that runs whole model steps: the engine calls
+/// [`forward_step`](Self::forward_step) once per step. The default is the
+/// host's forward pass ([`Model::forward`]: matrix products on the CPU, the
+/// KV scatter and attention on the backend); the Vulkan backend runs the
+/// whole step on the device (weights uploaded on the first step).
+pub trait StepBackend: Backend + Sized {
+    /// Runs one step of `model`: writes the step's keys and values into
+    /// `store` and `sample_rows.len() × vocab` logits into `logits`.
+    fn forward_step(
+        &mut self,
+        model: &Model,
+        store: &mut Self::KvStore,
+        input: &StepInput<'_>,
+        act: &mut Activations,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ForwardError<Self::Error>> {
+        model.forward(self, store, input, act, logits)
+    }
+
+    /// [`forward_step`](Self::forward_step) for a step whose every sampled
+    /// row is greedy: `tokens` gets each sampled row's most likely token
+    /// (the lowest id among equal logits); what `logits` holds after it is
+    /// unspecified. The default picks from the logits on the host; the
+    /// Vulkan backend picks on the device and reads back only the tokens.
+    fn greedy_step(
+        &mut self,
+        model: &Model,
+        store: &mut Self::KvStore,
+        input: &StepInput<'_>,
+        act: &mut Activations,
+        logits: &mut Vec<f32>,
+        tokens: &mut Vec<u32>,
+    ) -> Result<(), ForwardError<Self::Error>> {
+        self.forward_step(model, store, input, act, logits)?;
+        let vocab = model.config().vocab as usize;
+        tokens.clear();
+        tokens.extend(logits.chunks_exact(vocab).map(argmax));
+        Ok(())
+    }
+}
+
+impl StepBackend for CpuBackend {}
 
 /// Which backend runs attention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +76,7 @@ pub trait WithBackend {
     /// Runs with the opened backend.
     fn run<B>(self, backend: B) -> Self::Output
     where
-        B: Backend,
+        B: StepBackend,
         B::Error: std::error::Error + Send + Sync + 'static;
 }
 

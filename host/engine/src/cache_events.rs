@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use pagoda_core::backend::Backend;
+use crate::backend::StepBackend;
 use pagoda_core::{CacheEvent, EventDrain};
 
 pub use pagoda_core::CachedBlock;
@@ -23,7 +23,7 @@ pub enum KvEvent {
     AllCleared,
 }
 
-impl<B: Backend> Engine<'_, B> {
+impl<B: StepBackend> Engine<'_, B> {
     /// Whether the engine was configured to record cache events
     /// ([`EngineConfig::cache_events`](crate::EngineConfig::cache_events)).
     pub fn cache_events_on(&self) -> bool {

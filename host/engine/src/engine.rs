@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Instant;
 
-use pagoda_core::backend::Backend;
+use crate::backend::StepBackend;
 use pagoda_core::scheduler::{EntryId, Scheduler, Work};
 use pagoda_core::{
     KvCache, KvGeometry, PoolStats, Priority, RadixStats, RequestId, RequestQueue, Timestamp,
@@ -45,7 +45,7 @@ pub(crate) struct Live {
 /// The engine over a backend `B`: the one owner of the model, the backend,
 /// its KV store and the core's structures. [`submit`](Self::submit) returns
 /// a [`RequestHandle`]; [`step`](Self::step) runs one batch.
-pub struct Engine<'s, B: Backend> {
+pub struct Engine<'s, B: StepBackend> {
     pub(crate) model: &'s Model,
     pub(crate) backend: B,
     pub(crate) store: B::KvStore,
@@ -72,7 +72,7 @@ pub struct Engine<'s, B: Backend> {
     pub(crate) cache_events_on: bool,
 }
 
-impl<'s, B: Backend> Engine<'s, B> {
+impl<'s, B: StepBackend> Engine<'s, B> {
     /// Builds the engine: the KV store on the backend, the core's
     /// structures over `storage`.
     pub fn new(

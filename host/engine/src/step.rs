@@ -14,7 +14,8 @@
 
 use std::time::Instant;
 
-use pagoda_core::backend::{Backend, SeqAttention};
+use crate::backend::StepBackend;
+use pagoda_core::backend::SeqAttention;
 use pagoda_core::scheduler::{EntryId, SchedError};
 use pagoda_core::Timestamp;
 
@@ -24,7 +25,7 @@ use crate::metrics::StepReport;
 use crate::model::{ForwardError, StepInput};
 use crate::request::{Completion, Event, StopReason};
 
-impl<B: Backend> Engine<'_, B> {
+impl<B: StepBackend> Engine<'_, B> {
     /// Runs one step at the engine's clock: applies cancellations (freeing
     /// pages before anything is computed), moves queued requests into the
     /// scheduler, plans, packs, computes, samples and streams each token,
@@ -133,22 +134,47 @@ impl<B: Backend> Engine<'_, B> {
             seqs: &seqs,
             sample_rows: &b.sample_rows,
         };
-        self.model
-            .forward(
-                &mut self.backend,
+        // A step whose every sampled row is greedy needs only the tokens.
+        let mut greedy = !b.samplers.is_empty();
+        for &i in &b.samplers {
+            let entry = self.plan[i].entry;
+            let request = self.sched.request(entry).ok_or(SchedError::UnknownEntry)?;
+            greedy &= request.request.sampling.temperature == 0.0;
+        }
+        let mut tokens = Vec::new();
+        let result = if greedy {
+            self.backend.greedy_step(
+                self.model,
+                &mut self.store,
+                &input,
+                &mut self.activations,
+                &mut self.logits,
+                &mut tokens,
+            )
+        } else {
+            self.backend.forward_step(
+                self.model,
                 &mut self.store,
                 &input,
                 &mut self.activations,
                 &mut self.logits,
             )
-            .map_err(|e| match e {
-                ForwardError::Model(e) => EngineError::Model(e),
-                ForwardError::Backend(e) => EngineError::Backend(e),
-            })?;
+        };
+        result.map_err(|e| match e {
+            ForwardError::Model(e) => EngineError::Model(e),
+            ForwardError::Backend(e) => EngineError::Backend(e),
+        })?;
         let vocab = self.model.config().vocab as usize;
         let mut sampled = Vec::with_capacity(b.samplers.len());
         for (row, &i) in b.samplers.iter().enumerate() {
             let entry = self.plan[i].entry;
+            if greedy {
+                let token = *tokens
+                    .get(row)
+                    .ok_or(EngineError::Invariant("fewer tokens than sample rows"))?;
+                sampled.push((entry, token));
+                continue;
+            }
             let request = &self
                 .sched
                 .request(entry)

@@ -8,7 +8,7 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use pagoda_core::backend::Backend;
+use crate::backend::StepBackend;
 use pagoda_core::Priority;
 
 use crate::cache_events::{CachedBlock, KvEvent};
@@ -111,7 +111,7 @@ pub fn spawn<B, F>(
     make_backend: F,
 ) -> Result<EngineClient, SpawnError>
 where
-    B: Backend,
+    B: StepBackend,
     B::Error: Error + Send + Sync + 'static,
     F: FnOnce() -> Result<B, B::Error> + Send + 'static,
 {
@@ -160,7 +160,7 @@ where
 /// The engine thread's loop.
 fn serve<B>(mut engine: Engine<'_, B>, inbox: &Receiver<Command>)
 where
-    B: Backend,
+    B: StepBackend,
     B::Error: Error + Send + Sync + 'static,
 {
     let mut watcher: Option<Watcher> = None;
@@ -208,7 +208,7 @@ struct Watcher {
 /// watcher whose channel is full misses them and gets a snapshot as soon
 /// as it has room; one that hung up is forgotten. Without a watcher,
 /// events are dropped.
-fn publish_cache_events<B: Backend>(engine: &mut Engine<'_, B>, watcher: &mut Option<Watcher>) {
+fn publish_cache_events<B: StepBackend>(engine: &mut Engine<'_, B>, watcher: &mut Option<Watcher>) {
     if !engine.cache_events_on() {
         return;
     }
@@ -237,7 +237,7 @@ fn handle<B>(
     watcher: &mut Option<Watcher>,
 ) -> std::ops::ControlFlow<()>
 where
-    B: Backend,
+    B: StepBackend,
     B::Error: Error + Send + Sync + 'static,
 {
     match command {
@@ -297,7 +297,7 @@ where
 /// Runs what the engine holds to the end.
 fn finish<B>(engine: &mut Engine<'_, B>) -> Result<Audit, ShutdownError>
 where
-    B: Backend,
+    B: StepBackend,
     B::Error: Error + Send + Sync + 'static,
 {
     while !engine.is_idle() {

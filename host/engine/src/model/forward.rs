@@ -63,6 +63,9 @@ pub struct Activations {
     /// Workers for the quantized products; started on first use when
     /// built by [`Default`].
     pub(super) team: Option<Team>,
+    /// A model's weights on a Vulkan device, uploaded by its first step
+    /// there (see `device`).
+    pub(super) device: Option<super::device::DeviceModel>,
     threads: usize,
     pub(super) isa: Isa,
 }
@@ -91,6 +94,7 @@ impl Activations {
             sum: Vec::new(),
             qx: Default::default(),
             team: None,
+            device: None,
             threads: threads.max(1),
             isa: Isa::detect(),
         }
@@ -143,7 +147,13 @@ pub struct Model {
     /// `cos` and `sin` of position × frequency, `[max_context, rope_dim/2]`.
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
+    /// Tells models apart (clones share it: same weights), so a backend
+    /// knows which model's weights it holds (see `device`).
+    id: u64,
 }
+
+/// The next [`Model`]'s id.
+static NEXT_MODEL_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Model {
     /// A model over dense f32 `weights` (rotate-half rotary).
@@ -183,7 +193,19 @@ impl Model {
             interleaved,
             rope_cos,
             rope_sin,
+            id: NEXT_MODEL_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
+    }
+
+    /// The model's id: equal for a model and its clones only.
+    pub(super) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The rotary tables (`[max_context, rope_dim/2]` cosines, then sines)
+    /// and whether they rotate interleaved pairs.
+    pub(super) fn rope_tables(&self) -> (&[f32], &[f32], bool) {
+        (&self.rope_cos, &self.rope_sin, self.interleaved)
     }
 
     /// The model's configuration.
@@ -401,7 +423,7 @@ impl Model {
 
     /// Every token in the vocabulary, every position in the context, one
     /// slot and position per token, sample rows in range.
-    fn check(&self, input: &StepInput<'_>) -> Result<(), ModelError> {
+    pub(super) fn check(&self, input: &StepInput<'_>) -> Result<(), ModelError> {
         let c = self.config();
         let t = input.tokens.len();
         if input.positions.len() != t || input.slots.len() != t {

@@ -5,6 +5,7 @@
 
 mod config;
 mod dequant;
+mod device;
 mod file;
 mod forward;
 mod load;

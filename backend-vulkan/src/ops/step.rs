@@ -1,0 +1,502 @@
+//! Step programs: model ops and paged attention in one command buffer, so a
+//! whole model step is one submission. The ops keep their own buffers
+//! (weights, activations, meta); a [`StepOp::Scatter`] or
+//! [`StepOp::Attention`] copies its operands from the activations into the
+//! attention kernels' input buffer with `vkCmdCopyBuffer`, runs the same
+//! kernels as [`Backend::scatter`](pagoda_core::backend::Backend::scatter)
+//! and [`Backend::attention`](pagoda_core::backend::Backend::attention)
+//! (the scatter variant that converts f32 to the store's dtype on the
+//! device), and copies the outputs back. Every layer of a step attends over
+//! the same batch, so the attention plan is made and uploaded once.
+
+use std::ops::Range;
+
+use ash::vk;
+use pagoda_core::backend::{validate_attention, validate_scatter, AttentionShape, SeqAttention};
+use pagoda_core::Slot;
+
+use super::op::{shape, Op};
+use super::pipelines::{OpParams, OpPipelines};
+use crate::commands::Dispatch;
+use crate::kernels::{Kernel, Params};
+use crate::{
+    plan, slot_words, VulkanBackend, VulkanError, VulkanKvStore, VulkanWeights, MAX_GROUPS,
+};
+
+/// One step of a [`StepProgram`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StepOp {
+    /// A model op over the weights, activations and meta.
+    Op(Op),
+    /// Writes the program's new keys and values into `layer` of the store:
+    /// from element `kv` of the activations, one row per slot of
+    /// `[k | v]`, each `kv_heads × head_dim` f32 (converted to the store's
+    /// dtype on the device).
+    Scatter {
+        /// Layer written.
+        layer: u32,
+        /// First element of the `[k | v]` rows.
+        kv: u32,
+    },
+    /// Paged attention of `layer` for the program's batch: queries as
+    /// contiguous rows of `q_heads × head_dim` from element `q`, outputs in
+    /// the same layout from element `out` (rows no sequence owns are left
+    /// as they were).
+    Attention {
+        /// Layer read.
+        layer: u32,
+        /// First query element.
+        q: u32,
+        /// First output element.
+        out: u32,
+    },
+}
+
+/// A whole program: its ops, the buffers they run over, the batch its
+/// attention ops share, and what comes back.
+#[derive(Debug, Clone)]
+pub struct StepProgram<'a> {
+    /// Run in order, one submission.
+    pub ops: &'a [StepOp],
+    /// Elements of the activation buffer.
+    pub act_len: u32,
+    /// Written at the start of the activations before the first op (the
+    /// rest starts as zeros).
+    pub init: &'a [f32],
+    /// Meta words (token ids, positions; argmax results land here).
+    pub meta: &'a [u32],
+    /// The KV slot of each new row, for every scatter.
+    pub slots: &'a [Slot],
+    /// Head layout of every attention op.
+    pub shape: AttentionShape,
+    /// The attention batch of every attention op.
+    pub batch: &'a [SeqAttention<'a>],
+    /// Activation elements read back.
+    pub read: Range<u32>,
+    /// Meta words read back.
+    pub read_meta: Range<u32>,
+}
+
+/// What one op of a program records.
+enum Planned {
+    Op(Kernel, OpParams, u32),
+    Scatter(Params, u32),
+    Attention { layer: u32, q: u32, out: u32 },
+}
+
+/// The attention plan shared by every attention op, and where its pieces
+/// sit in the attention kernels' meta buffer.
+struct Shared {
+    plan: plan::AttentionPlan,
+    rows: u32,
+    /// Where the slot list starts in the attention meta.
+    slots_at: u32,
+}
+
+fn within(what: &str, index: usize, start: u32, len: u64, size: u64) -> Result<(), VulkanError> {
+    if u64::from(start) + len <= size {
+        Ok(())
+    } else {
+        Err(shape(format!(
+            "op {index}: {what} runs past the activations ({size})"
+        )))
+    }
+}
+
+impl VulkanBackend {
+    /// Runs `program` over the resident `weights` and `store` in one
+    /// submission; on success `act_out` holds the activations in
+    /// `program.read` and `meta_out` the meta words in `program.read_meta`.
+    /// Everything is checked first (op ranges, token ids and positions,
+    /// slots, the batch, the copies); a refused program dispatches nothing.
+    pub fn run_step_on(
+        &mut self,
+        weights: &VulkanWeights,
+        store: &mut VulkanKvStore,
+        program: &StepProgram<'_>,
+        act_out: &mut Vec<f32>,
+        meta_out: &mut Vec<u32>,
+    ) -> Result<(), VulkanError> {
+        self.check_store(store)?;
+        if !weights.buffer.belongs_to(&self.ctx) {
+            return Err(VulkanError::Unsupported(
+                "the weights belong to another Vulkan backend".into(),
+            ));
+        }
+        let act_len = u64::from(program.act_len);
+        let meta = program.meta;
+        if meta.len() as u64 > u64::from(u32::MAX) {
+            return Err(shape("meta beyond 2^32 words".into()));
+        }
+        if program.init.len() as u64 > act_len
+            || program.read.start > program.read.end
+            || u64::from(program.read.end) > act_len
+            || program.read_meta.start > program.read_meta.end
+            || program.read_meta.end as usize > meta.len()
+        {
+            return Err(shape(
+                "initial values or read-back past their buffers".into(),
+            ));
+        }
+        let geometry = store.geometry;
+        let (q_row, kv_row) = (program.shape.q_row() as u64, program.shape.kv_row() as u64);
+        let t = program.slots.len() as u64;
+        let needs_plan = program
+            .ops
+            .iter()
+            .any(|op| matches!(op, StepOp::Attention { .. }));
+        let shared = if needs_plan && !program.batch.is_empty() {
+            // The rows the batch covers, checked again for each layer.
+            let rows = validate_attention(
+                &geometry,
+                store.pages,
+                0,
+                &program.shape,
+                program.batch,
+                usize::MAX,
+                usize::MAX,
+            )?;
+            let plan = plan::plan_attention(&program.shape, program.batch);
+            let slots_at = plan.meta.len() as u32;
+            Some(Shared {
+                plan,
+                rows: rows as u32,
+                slots_at,
+            })
+        } else {
+            None
+        };
+        let slots_at = shared.as_ref().map_or(0, |s| s.slots_at);
+        // The attention kernels' buffers, grown for the largest operand
+        // before any push constants (which carry their sizes) are made.
+        let mut attn_meta = Vec::new();
+        if let Some(s) = &shared {
+            attn_meta.extend_from_slice(&s.plan.meta);
+            let rows = u64::from(s.rows);
+            self.ensure(|io| &mut io.output, 4 * rows * q_row)?;
+            let partials =
+                u64::from(s.plan.partial_records) * (u64::from(program.shape.head_dim) + 2) * 4;
+            self.ensure(|io| &mut io.partials, partials)?;
+            self.ensure(|io| &mut io.input, 4 * rows * q_row)?;
+        }
+        attn_meta.extend(slot_words(program.slots));
+        self.ensure(|io| &mut io.input, 8 * t * kv_row)?;
+        self.ensure(|io| &mut io.meta, 4 * attn_meta.len() as u64)?;
+        let mut planned = Vec::with_capacity(program.ops.len());
+        for (i, op) in program.ops.iter().enumerate() {
+            planned.push(match *op {
+                StepOp::Op(op) => {
+                    let (kernel, params, groups) =
+                        op.plan(i, weights.buffer.bytes, act_len, meta)?;
+                    Planned::Op(kernel, params, groups)
+                }
+                StepOp::Scatter { layer, kv } => {
+                    let len = (t * kv_row) as usize;
+                    validate_scatter(&geometry, store.pages, layer, program.slots, len, len)?;
+                    within("the keys and values", i, kv, 2 * t * kv_row, act_len)?;
+                    let mut params = self.params(store, layer, t as u32);
+                    params.seq_offset = slots_at;
+                    Planned::Scatter(params, kv)
+                }
+                StepOp::Attention { layer, q, out } => {
+                    let rows = shared.as_ref().map_or(0, |s| u64::from(s.rows));
+                    let floats = (rows * q_row) as usize;
+                    validate_attention(
+                        &geometry,
+                        store.pages,
+                        layer,
+                        &program.shape,
+                        program.batch,
+                        floats,
+                        floats,
+                    )?;
+                    within("the queries", i, q, rows * q_row, act_len)?;
+                    within("the outputs", i, out, rows * q_row, act_len)?;
+                    Planned::Attention { layer, q, out }
+                }
+            });
+        }
+        let limit = self.ctx.info.max_storage_buffer_range;
+        let act_bytes = (4 * act_len).max(4);
+        let meta_bytes = (4 * meta.len() as u64).max(4);
+        if act_bytes > limit || meta_bytes > limit {
+            return Err(VulkanError::Unsupported(format!(
+                "activations of {act_bytes} bytes are more than one binding covers ({limit})"
+            )));
+        }
+
+        let attention_params = |this: &Self, layer: u32| -> Vec<Dispatch> {
+            let Some(s) = &shared else {
+                return Vec::new();
+            };
+            let mut params = this.params(store, layer, s.plan.items);
+            params.q_heads = program.shape.q_heads;
+            params.scale = program.shape.scale;
+            params.item_offset = s.plan.item_offset;
+            let mut out = Vec::with_capacity(3);
+            if s.plan.items > 0 {
+                out.push(Dispatch {
+                    kernel: Kernel::Attention,
+                    params,
+                    groups: s.plan.items.min(MAX_GROUPS),
+                });
+            }
+            if s.plan.decode_items > 0 {
+                out.push(Dispatch {
+                    kernel: this.decode_kernel(geometry.dtype()),
+                    params: Params {
+                        count: s.plan.decode_items,
+                        item_offset: s.plan.decode_offset,
+                        ..params
+                    },
+                    groups: s.plan.decode_items.min(MAX_GROUPS),
+                });
+            }
+            if s.plan.merges > 0 {
+                out.push(Dispatch {
+                    kernel: Kernel::Merge,
+                    params: Params {
+                        count: s.plan.merges,
+                        item_offset: s.plan.merge_offset,
+                        ..params
+                    },
+                    groups: s.plan.merges.min(MAX_GROUPS),
+                });
+            }
+            out
+        };
+        let mut attention = Vec::new();
+        for p in &planned {
+            if let Planned::Attention { layer, .. } = p {
+                attention.push(attention_params(self, *layer));
+            }
+        }
+
+        if self.ops.is_none() {
+            self.ops = Some(OpPipelines::new(&self.ctx, self.ctx.info.bounds_checks)?);
+        }
+        // The step buffers are kept and grown, not made per step.
+        let init_bytes = 4 * program.init.len() as u64;
+        let attn_meta_bytes = 4 * attn_meta.len() as u64;
+        let read_bytes = 4 * u64::from(program.read.end - program.read.start);
+        let read_meta_bytes = 4 * u64::from(program.read_meta.end - program.read_meta.start);
+        self.ensure(|io| &mut io.step_act, act_bytes)?;
+        self.ensure(|io| &mut io.step_meta, meta_bytes)?;
+        self.ensure(
+            |io| &mut io.upload,
+            init_bytes + meta_bytes + attn_meta_bytes,
+        )?;
+        self.ensure(|io| &mut io.download, read_bytes + read_meta_bytes)?;
+        {
+            let staged = self.io.upload.mapped()?;
+            let words = program
+                .init
+                .iter()
+                .map(|v| v.to_bits())
+                .chain(meta.iter().copied())
+                .chain(std::iter::repeat_n(
+                    0,
+                    (meta_bytes / 4) as usize - meta.len(),
+                ))
+                .chain(attn_meta.iter().copied());
+            for (dst, w) in staged.chunks_exact_mut(4).zip(words) {
+                dst.copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        self.io.faults.mapped()?[..4].copy_from_slice(&0u32.to_le_bytes());
+        let ops = self
+            .ops
+            .as_ref()
+            .ok_or_else(|| VulkanError::Unsupported("no op pipelines".into()))?;
+        ops.bind([
+            weights.buffer.handle,
+            self.io.step_act.handle,
+            self.io.faults.handle,
+            self.io.step_meta.handle,
+        ]);
+        let io = &self.io;
+        let chunks: Vec<vk::Buffer> = store.chunks.iter().map(|c| c.handle).collect();
+        self.pipelines.bind(
+            &chunks,
+            [
+                io.input.handle,
+                io.output.handle,
+                io.meta.handle,
+                io.partials.handle,
+                io.faults.handle,
+            ],
+        );
+        let (up, down, act_dev, meta_dev) = (
+            io.upload.handle,
+            io.download.handle,
+            io.step_act.handle,
+            io.step_meta.handle,
+        );
+        let (input, output, attn_meta_dev) = (io.input.handle, io.output.handle, io.meta.handle);
+        let queries = self.commands.query_pool();
+        let pipelines = &self.pipelines;
+        let batch = program.batch;
+        let read = program.read.clone();
+        let read_meta = program.read_meta.clone();
+        self.commands.submit_and_wait(|device, cmd| {
+            let rw = vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE;
+            let transfer = vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE;
+            let after_copy = [vk::MemoryBarrier::default()
+                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+                .dst_access_mask(rw | transfer)];
+            let after_dispatch = [vk::MemoryBarrier::default()
+                .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+                .dst_access_mask(rw | transfer)];
+            let to_host = [vk::MemoryBarrier::default()
+                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+                .dst_access_mask(vk::AccessFlags::HOST_READ)];
+            let both = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
+            let region = |src_offset: u64, dst_offset: u64, size: u64| {
+                vk::BufferCopy::default()
+                    .src_offset(src_offset)
+                    .dst_offset(dst_offset)
+                    .size(size)
+            };
+            // SAFETY: `cmd` is recording; every buffer, store chunk and
+            // descriptor set recorded stays alive and as large as checked
+            // above until the wait that follows.
+            unsafe {
+                let barrier = |src, access: &[vk::MemoryBarrier<'_>]| {
+                    device.cmd_pipeline_barrier(
+                        cmd,
+                        src,
+                        both,
+                        vk::DependencyFlags::empty(),
+                        access,
+                        &[],
+                        &[],
+                    );
+                };
+                let copy = |src, dst, regions: &[vk::BufferCopy]| {
+                    if !regions.is_empty() {
+                        device.cmd_copy_buffer(cmd, src, dst, regions);
+                        barrier(vk::PipelineStageFlags::TRANSFER, &after_copy);
+                    }
+                };
+                device.cmd_fill_buffer(cmd, act_dev, 0, act_bytes, 0);
+                barrier(vk::PipelineStageFlags::TRANSFER, &after_copy);
+                let mut uploads = vec![region(init_bytes, 0, meta_bytes)];
+                if init_bytes > 0 {
+                    copy(up, act_dev, &[region(0, 0, init_bytes)]);
+                }
+                copy(up, meta_dev, &uploads);
+                if attn_meta_bytes > 0 {
+                    uploads = vec![region(init_bytes + meta_bytes, 0, attn_meta_bytes)];
+                    copy(up, attn_meta_dev, &uploads);
+                }
+                let stamp = vk::PipelineStageFlags::COMPUTE_SHADER;
+                if let Some(pool) = queries {
+                    device.cmd_reset_query_pool(cmd, pool, 0, 2);
+                    device.cmd_write_timestamp(cmd, stamp, pool, 0);
+                }
+                let mut attention = attention.iter();
+                let dispatched = |barrier_src| barrier(barrier_src, &after_dispatch);
+                for p in &planned {
+                    match p {
+                        Planned::Op(kernel, params, groups) => {
+                            ops.record(cmd, *kernel, params, *groups);
+                            dispatched(vk::PipelineStageFlags::COMPUTE_SHADER);
+                        }
+                        Planned::Scatter(params, kv) => {
+                            let bytes = u64::from(params.count) * 8 * kv_row;
+                            if bytes > 0 {
+                                let at = 4 * u64::from(*kv);
+                                copy(act_dev, input, &[region(at, 0, bytes)]);
+                                pipelines.record(
+                                    cmd,
+                                    Kernel::ScatterF32,
+                                    params,
+                                    params.count.min(MAX_GROUPS),
+                                );
+                                dispatched(vk::PipelineStageFlags::COMPUTE_SHADER);
+                            }
+                        }
+                        Planned::Attention { q, out, .. } => {
+                            let dispatches = attention.next().map_or(&[][..], |d| &d[..]);
+                            if dispatches.is_empty() {
+                                continue;
+                            }
+                            let rows = shared.as_ref().map_or(0, |s| u64::from(s.rows));
+                            copy(
+                                act_dev,
+                                input,
+                                &[region(4 * u64::from(*q), 0, 4 * rows * q_row)],
+                            );
+                            for d in dispatches {
+                                pipelines.record(cmd, d.kernel, &d.params, d.groups);
+                                dispatched(vk::PipelineStageFlags::COMPUTE_SHADER);
+                            }
+                            let back: Vec<vk::BufferCopy> = batch
+                                .iter()
+                                .map(|s| {
+                                    let start = 4 * u64::from(s.query_start) * q_row;
+                                    let len = 4 * u64::from(s.query_len) * q_row;
+                                    region(start, 4 * u64::from(*out) + start, len)
+                                })
+                                .collect();
+                            copy(output, act_dev, &back);
+                        }
+                    }
+                }
+                if let Some(pool) = queries {
+                    device.cmd_write_timestamp(cmd, stamp, pool, 1);
+                }
+                let mut downloads = Vec::with_capacity(2);
+                if read_bytes > 0 {
+                    downloads.push((act_dev, region(4 * u64::from(read.start), 0, read_bytes)));
+                }
+                if read_meta_bytes > 0 {
+                    let at = 4 * u64::from(read_meta.start);
+                    downloads.push((meta_dev, region(at, read_bytes, read_meta_bytes)));
+                }
+                for (src, r) in downloads {
+                    device.cmd_copy_buffer(cmd, src, down, &[r]);
+                }
+                device.cmd_pipeline_barrier(
+                    cmd,
+                    vk::PipelineStageFlags::TRANSFER,
+                    vk::PipelineStageFlags::HOST,
+                    vk::DependencyFlags::empty(),
+                    &to_host,
+                    &[],
+                    &[],
+                );
+            }
+        })?;
+        let fault = u32::from_le_bytes(self.io.faults.mapped()?[..4].try_into().unwrap_or([0; 4]));
+        if fault != 0 {
+            return Err(VulkanError::ShaderFault(fault));
+        }
+        self.program_dispatches = planned
+            .iter()
+            .map(|p| match p {
+                Planned::Op(..) => 1,
+                Planned::Scatter(params, _) => usize::from(params.count > 0),
+                Planned::Attention { .. } => attention.first().map_or(0, Vec::len),
+            })
+            .sum();
+        self.program_nanos = match queries {
+            Some(_) => self.commands.read_timestamps(1)?.first().copied(),
+            None => None,
+        };
+        let back = self.io.download.mapped()?;
+        act_out.clear();
+        act_out.extend(
+            back[..read_bytes as usize]
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        );
+        meta_out.clear();
+        meta_out.extend(
+            back[read_bytes as usize..(read_bytes + read_meta_bytes) as usize]
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,159 @@
+//! Whole model steps on the Vulkan backend: on a model's first step the
+//! weights are laid out ([`image`]) and uploaded once, kept in the engine's
+//! [`Activations`]; every step then runs as one step program ([`program`]):
+//! embedding, every layer (attention through the paged KV store included),
+//! the output head for the sampled rows, one submission, and only the
+//! logits come back.
+//!
+//! A model whose weights do not fit one storage binding of the device
+//! (`maxStorageBufferRange`, 128 MiB on lavapipe) runs as before: the
+//! products on the CPU, attention on the device.
+
+mod image;
+mod program;
+
+use pagoda_vulkan::{StepProgram, VulkanBackend, VulkanError, VulkanKvStore, VulkanWeights};
+
+use super::forward::{Activations, ForwardError, Model, StepInput};
+use crate::backend::StepBackend;
+use image::Image;
+
+/// A model's weights on the device, or why they are not there.
+#[derive(Debug)]
+pub(crate) struct DeviceModel {
+    /// The [`Model`] they are of.
+    model: u64,
+    /// `None`: too large for the device, steps run the host's forward pass.
+    resident: Option<Box<Resident>>,
+}
+
+#[derive(Debug)]
+struct Resident {
+    weights: VulkanWeights,
+    image: Image,
+}
+
+impl Activations {
+    /// Whether the last model run on a Vulkan backend through these buffers
+    /// runs whole steps on the device (`Some(true)`), runs only attention
+    /// there because its weights do not fit one buffer binding
+    /// (`Some(false)`), or has not run yet (`None`).
+    pub fn whole_steps_on_device(&self) -> Option<bool> {
+        self.device.as_ref().map(|d| d.resident.is_some())
+    }
+}
+
+/// Uploads `model`'s weights unless `act` already holds them.
+fn make_resident(
+    backend: &mut VulkanBackend,
+    model: &Model,
+    act: &mut Activations,
+) -> Result<(), VulkanError> {
+    if act.device.as_ref().is_some_and(|d| d.model == model.id()) {
+        return Ok(());
+    }
+    // The old model's weights go first, so both are never held at once.
+    act.device = None;
+    let fits = Image::size(model) <= backend.info().max_storage_buffer_range;
+    let resident = match Image::new(model).filter(|_| fits) {
+        None => None,
+        Some(mut image) => {
+            let bytes = std::mem::take(&mut image.bytes);
+            match backend.upload_weights(&bytes) {
+                Ok(weights) => Some(Box::new(Resident { weights, image })),
+                Err(VulkanError::Unsupported(_)) => None,
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    act.device = Some(DeviceModel {
+        model: model.id(),
+        resident,
+    });
+    Ok(())
+}
+
+/// Runs one step as one program: the logits come back, or with `tokens`
+/// only each sampled row's argmax. `false`: the model is not on the device,
+/// nothing ran.
+fn device_step(
+    backend: &mut VulkanBackend,
+    model: &Model,
+    store: &mut VulkanKvStore,
+    input: &StepInput<'_>,
+    act: &mut Activations,
+    logits: &mut Vec<f32>,
+    tokens: Option<&mut Vec<u32>>,
+) -> Result<bool, VulkanError> {
+    if input.tokens.is_empty() {
+        return Ok(false);
+    }
+    make_resident(backend, model, act)?;
+    let Some(Resident { weights, image }) = act.device.as_ref().and_then(|d| d.resident.as_deref())
+    else {
+        return Ok(false);
+    };
+    let c = model.config();
+    let (_, _, interleaved) = model.rope_tables();
+    let p = program::build(image, c, interleaved, input, tokens.is_some())?;
+    let step = StepProgram {
+        ops: &p.ops,
+        act_len: p.act_len,
+        init: &image.consts,
+        meta: &p.meta,
+        slots: input.slots,
+        shape: c.attention_shape(),
+        batch: input.seqs,
+        read: if tokens.is_some() { 0..0 } else { p.logits },
+        read_meta: p.tokens,
+    };
+    let mut scratch = Vec::new();
+    let picked = match tokens {
+        Some(tokens) => tokens,
+        None => &mut scratch,
+    };
+    backend.run_step_on(weights, store, &step, logits, picked)?;
+    Ok(true)
+}
+
+impl StepBackend for VulkanBackend {
+    fn forward_step(
+        &mut self,
+        model: &Model,
+        store: &mut Self::KvStore,
+        input: &StepInput<'_>,
+        act: &mut Activations,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ForwardError<VulkanError>> {
+        model.check(input).map_err(ForwardError::Model)?;
+        let ran = device_step(self, model, store, input, act, logits, None)
+            .map_err(ForwardError::Backend)?;
+        if ran {
+            Ok(())
+        } else {
+            model.forward(self, store, input, act, logits)
+        }
+    }
+
+    fn greedy_step(
+        &mut self,
+        model: &Model,
+        store: &mut Self::KvStore,
+        input: &StepInput<'_>,
+        act: &mut Activations,
+        logits: &mut Vec<f32>,
+        tokens: &mut Vec<u32>,
+    ) -> Result<(), ForwardError<VulkanError>> {
+        model.check(input).map_err(ForwardError::Model)?;
+        let ran = device_step(self, model, store, input, act, logits, Some(tokens))
+            .map_err(ForwardError::Backend)?;
+        if ran {
+            return Ok(());
+        }
+        model.forward(self, store, input, act, logits)?;
+        let vocab = model.config().vocab as usize;
+        tokens.clear();
+        tokens.extend(logits.chunks_exact(vocab).map(super::argmax));
+        Ok(())
+    }
+}
