@@ -52,6 +52,30 @@ pub trait StepBackend: Backend + Sized {
         tokens.extend(logits.chunks_exact(vocab).map(argmax));
         Ok(())
     }
+
+    /// The device's copy bandwidth in bytes read plus written per second,
+    /// measured now (the baseline a device's decode is compared with);
+    /// `None` for a backend on the host.
+    fn device_copy_bandwidth(&mut self) -> Option<f64> {
+        None
+    }
+
+    /// Kernel dispatches and device time of the last program the backend
+    /// ran on a device; `None` for a backend on the host.
+    fn last_device_program(&self) -> Option<DeviceProgram> {
+        None
+    }
+}
+
+/// What one program cost on the device: the figures a device bench reports
+/// per step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeviceProgram {
+    /// Kernel dispatches recorded.
+    pub dispatches: usize,
+    /// Device time, first dispatch to last, from GPU timestamps (`None`
+    /// where the device has none).
+    pub device_seconds: Option<f64>,
 }
 
 impl StepBackend for CpuBackend {}

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Instant;
 
-use crate::backend::StepBackend;
+use crate::backend::{DeviceProgram, StepBackend};
 use pagoda_core::scheduler::{EntryId, Scheduler, Work};
 use pagoda_core::{
     KvCache, KvGeometry, PoolStats, Priority, RadixStats, RequestId, RequestQueue, Timestamp,
@@ -133,6 +133,22 @@ impl<'s, B: StepBackend> Engine<'s, B> {
     /// The backend's name.
     pub fn backend_name(&self) -> &'static str {
         self.backend.name()
+    }
+
+    /// Dispatches and device time of the last step, when the backend runs
+    /// whole steps on a device (`None` on the host, or when the model's
+    /// weights did not fit the device and only attention runs there).
+    pub fn last_device_step(&self) -> Option<DeviceProgram> {
+        if self.activations.whole_steps_on_device() != Some(true) {
+            return None;
+        }
+        self.backend.last_device_program()
+    }
+
+    /// The device's copy bandwidth in bytes read plus written per second,
+    /// measured now; `None` for a backend on the host.
+    pub fn device_copy_bandwidth(&mut self) -> Option<f64> {
+        self.backend.device_copy_bandwidth()
     }
 
     /// The KV geometry.

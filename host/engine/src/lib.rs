@@ -66,7 +66,7 @@ mod text;
 mod thread;
 pub mod tokenizer;
 
-pub use backend::{BackendChoice, BackendOpenError, StepBackend, WithBackend};
+pub use backend::{BackendChoice, BackendOpenError, DeviceProgram, StepBackend, WithBackend};
 pub use cache_events::{CachedBlock, KvEvent};
 pub use config::EngineConfig;
 pub use engine::Engine;

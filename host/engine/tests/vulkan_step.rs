@@ -21,7 +21,9 @@ use pagoda_cpu::CpuBackend;
 use pagoda_engine::model::{
     argmax, Activations, Model, ModelConfig, ModelFile, SamplingParams, StepInput, Weights,
 };
-use pagoda_engine::{Engine, EngineConfig, EngineStorage, Event, GenRequest, StepBackend};
+use pagoda_engine::{
+    DeviceProgram, Engine, EngineConfig, EngineStorage, Event, GenRequest, StepBackend,
+};
 use pagoda_vulkan::{VulkanBackend, VulkanOptions};
 
 /// Worst |device − CPU| logit over the CPU's logit range at that step. The
@@ -253,8 +255,12 @@ fn a_model_too_large_for_one_binding_runs_attention_only_on_the_device() {
     eprintln!("dense SmolLM2 (whole steps on the device: {on_device}): {worst:.2e}");
 }
 
-/// Greedy continuations of two requests batched in one engine.
-fn continuations<B: StepBackend>(model: &Model, backend: B) -> Vec<Vec<u32>> {
+/// Greedy continuations of two requests batched in one engine, and what
+/// the engine says its last step cost on a device.
+fn continuations<B: StepBackend>(
+    model: &Model,
+    backend: B,
+) -> (Vec<Vec<u32>>, Option<DeviceProgram>) {
     let config = EngineConfig {
         kv_pages: 16,
         ..EngineConfig::default()
@@ -283,7 +289,8 @@ fn continuations<B: StepBackend>(model: &Model, backend: B) -> Vec<Vec<u32>> {
     while !engine.is_idle() {
         engine.step().unwrap();
     }
-    handles
+    let device = engine.last_device_step();
+    let outputs = handles
         .into_iter()
         .map(|h| loop {
             match h.recv() {
@@ -292,7 +299,8 @@ fn continuations<B: StepBackend>(model: &Model, backend: B) -> Vec<Vec<u32>> {
                 other => panic!("unexpected {other:?}"),
             }
         })
-        .collect()
+        .collect();
+    (outputs, device)
 }
 
 #[test]
@@ -300,9 +308,18 @@ fn engines_on_both_backends_give_the_same_greedy_tokens() {
     let model = embedded();
     let Some(gpu) = open() else { return };
     let log = gpu.validation_log();
-    let want = continuations(&model, CpuBackend::with_threads(1).unwrap());
-    let got = continuations(&model, gpu);
+    let (want, on_host) = continuations(&model, CpuBackend::with_threads(1).unwrap());
+    let (got, on_device) = continuations(&model, gpu);
     assert_eq!(got, want);
+    // The bench's per-step figures: none on the host; on the device, the
+    // whole step (at least norm, q, k, v, rope, scatter, attention, o and
+    // the MLP's five ops per layer) in one program.
+    assert_eq!(on_host, None);
+    let step = on_device.expect("a device step");
+    assert!(
+        step.dispatches >= 10 * model.config().layers as usize,
+        "{step:?}"
+    );
     assert!(
         log.messages().is_empty(),
         "validation layer: {:#?}",

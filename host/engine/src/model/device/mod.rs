@@ -15,7 +15,7 @@ mod program;
 use pagoda_vulkan::{StepProgram, VulkanBackend, VulkanError, VulkanKvStore, VulkanWeights};
 
 use super::forward::{Activations, ForwardError, Model, StepInput};
-use crate::backend::StepBackend;
+use crate::backend::{DeviceProgram, StepBackend};
 use image::Image;
 
 /// A model's weights on the device, or why they are not there.
@@ -155,5 +155,17 @@ impl StepBackend for VulkanBackend {
         tokens.clear();
         tokens.extend(logits.chunks_exact(vocab).map(super::argmax));
         Ok(())
+    }
+
+    fn device_copy_bandwidth(&mut self) -> Option<f64> {
+        // 256 MiB each way, best of 5: past every cache a GPU has.
+        self.copy_bandwidth(512 << 20, 5).ok()
+    }
+
+    fn last_device_program(&self) -> Option<DeviceProgram> {
+        Some(DeviceProgram {
+            dispatches: self.last_program_dispatches(),
+            device_seconds: self.last_program_nanos().map(|ns| ns * 1e-9),
+        })
     }
 }
