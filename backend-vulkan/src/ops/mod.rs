@@ -21,7 +21,7 @@ mod program;
 mod step;
 
 pub use op::Op;
-pub use pipelines::matmul_kernel;
 pub(crate) use pipelines::OpPipelines;
+pub use pipelines::{matmul_kernel, matmul_kernels, MatmulKernels};
 pub use program::VulkanWeights;
 pub use step::{StepOp, StepProgram};

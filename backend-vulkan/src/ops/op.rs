@@ -3,7 +3,9 @@
 
 use pagoda_core::QuantKind;
 
-use super::pipelines::{matmul_kernel, OpParams};
+use super::pipelines::{
+    matmul_kernels, OpParams, DECODE_MAX_BATCH, DECODE_ROWS, TILE_BATCH, TILE_ROWS,
+};
 use crate::kernels::Kernel;
 use crate::VulkanError;
 
@@ -199,12 +201,15 @@ impl Op {
     /// Checks the op's ranges against the buffers' sizes (weight bytes,
     /// activation elements, meta words) and the meta values it reads as
     /// uploaded; returns the kernel, its push constants and workgroups.
+    /// `subgroup` is the device's subgroup width where the subgroup kernel
+    /// variants are in use.
     pub(super) fn plan(
         &self,
         index: usize,
         weights: u64,
         act: u64,
         meta: &[u32],
+        subgroup: Option<u32>,
     ) -> Result<(Kernel, OpParams, u32), VulkanError> {
         let base = OpParams {
             w_words: (weights / 4) as u32,
@@ -231,7 +236,7 @@ impl Op {
                 y,
                 y_stride,
             } => {
-                let kernel = matmul_kernel(kind).ok_or_else(|| {
+                let kernels = matmul_kernels(kind).ok_or_else(|| {
                     VulkanError::Unsupported(format!(
                         "no matrix product for {} weights",
                         kind.name()
@@ -253,7 +258,23 @@ impl Op {
                     y_stride,
                     ..base
                 };
-                Ok((kernel, params, rows.clamp(1, MAX_GROUPS)))
+                // Kernels loop over what the workgroups do not cover, so
+                // the counts only need to be right for speed.
+                let (kernel, groups) = if batch > DECODE_MAX_BATCH {
+                    let tiles =
+                        u64::from(rows.div_ceil(TILE_ROWS)) * u64::from(batch.div_ceil(TILE_BATCH));
+                    (kernels.tiled, tiles)
+                } else if let Some(width) = subgroup {
+                    let per_group = (GROUP / width.clamp(1, GROUP)).max(1);
+                    (kernels.decode_subgroup, u64::from(rows.div_ceil(per_group)))
+                } else {
+                    (kernels.decode, u64::from(rows.div_ceil(DECODE_ROWS)))
+                };
+                Ok((
+                    kernel,
+                    params,
+                    groups.clamp(1, u64::from(MAX_GROUPS)) as u32,
+                ))
             }
             Op::Embed {
                 kind,
