@@ -506,3 +506,39 @@ impl Op {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel and workgroups the planner gives a Q4_0 product of
+    /// `rows` × 64 at `batch`, with subgroups of `subgroup` (or none).
+    fn product(rows: u32, batch: u32, subgroup: Option<u32>) -> (Kernel, u32) {
+        let op = Op::Matmul {
+            kind: QuantKind::Q4_0,
+            weights: 0,
+            rows,
+            cols: 64,
+            batch,
+            x: 0,
+            x_stride: 64,
+            y: 0,
+            y_stride: rows,
+        };
+        let (kernel, _, groups) = op.plan(0, 1 << 40, 1 << 32, &[], subgroup).unwrap();
+        (kernel, groups)
+    }
+
+    #[test]
+    fn batches_beyond_the_decode_product_take_the_tiled_one() {
+        // 4 rows per workgroup in shared memory, one per subgroup.
+        assert_eq!(product(130, 8, None), (Kernel::MatmulQ40, 33));
+        assert_eq!(product(130, 1, Some(32)), (Kernel::MatmulQ40Subgroup, 65));
+        assert_eq!(product(130, 1, Some(64)), (Kernel::MatmulQ40Subgroup, 130));
+        // Tiles of 64 rows × 32 activation rows.
+        assert_eq!(product(130, 9, None), (Kernel::MatmulTiledQ40, 3));
+        assert_eq!(product(130, 70, Some(32)), (Kernel::MatmulTiledQ40, 9));
+        // Far beyond one dispatch: the kernels loop over the rest.
+        assert_eq!(product(1 << 20, 1, None).1, MAX_GROUPS);
+    }
+}
