@@ -8,7 +8,8 @@
 // Q4 blocks) still keep every invocation busy: the invocations of a row
 // split it into chunks of CHUNK elements (a block's elements as well as its
 // blocks), neighbouring invocations on neighbouring chunks. Each chunk lies
-// within one sub-block, so its scale is decoded once and then only quants.
+// within one sub-block, so its scale is decoded once and then only quants,
+// four at a time (quant4).
 // The row's partial sums are added by subgroupAdd in the SUBGROUP variant
 // (one subgroup per row, no barrier), else 4 rows of 16 invocations each
 // meet in shared memory behind one barrier. The block type is a define
@@ -80,16 +81,28 @@ void main() {
                     uint base = row_base + (it / per_block) * BLOCK_BYTES;
                     vec2 so = sub_scale(base, e0 / SUB_ELEMS);
                     uint x0 = p.x_offset + b0 * p.x_stride + it * CHUNK;
-                    for (uint e = 0u; e < CHUNK; e++) {
-                        float v = so.x * quant(base, e0 + e) + so.y;
+#ifdef QUANT4
+                    for (uint e = 0u; e < CHUNK; e += 4u) {
+                        vec4 v = so.x * quant4(base, e0 + e) + so.y;
                         // A constant trip count unrolls, so `acc` stays in
                         // registers (a dynamic index would spill it).
+                        for (uint b = 0u; b < MAX_BATCH; b++) {
+                            if (b < nb) {
+                                uint x = x0 + b * p.x_stride + e;
+                                acc[b] += dot(v, vec4(act[x], act[x + 1u], act[x + 2u], act[x + 3u]));
+                            }
+                        }
+                    }
+#else
+                    for (uint e = 0u; e < CHUNK; e++) {
+                        float v = so.x * quant(base, e0 + e) + so.y;
                         for (uint b = 0u; b < MAX_BATCH; b++) {
                             if (b < nb) {
                                 acc[b] += v * act[x0 + b * p.x_stride + e];
                             }
                         }
                     }
+#endif
                 }
             }
 #ifdef SUBGROUP

@@ -52,6 +52,18 @@ void main() {
             if (tid < nr) {
                 uint e0 = k0 % BLOCK_ELEMS;
                 vec2 so = sub_scale(row_base + (k0 / BLOCK_ELEMS) * BLOCK_BYTES, e0 / SUB_ELEMS);
+#ifdef QUANT4
+                // Quantized columns come in whole blocks of 32 or 256, so
+                // the step is one block (or within one) and never partial.
+                uint base = row_base + (k0 / BLOCK_ELEMS) * BLOCK_BYTES;
+                for (uint k = 0u; k < KC; k += 4u) {
+                    vec4 v = so.x * quant4(base, e0 + k) + so.y;
+                    ws[tid][k] = v.x;
+                    ws[tid][k + 1u] = v.y;
+                    ws[tid][k + 2u] = v.z;
+                    ws[tid][k + 3u] = v.w;
+                }
+#else
                 for (uint k = 0u; k < KC; k++) {
                     float v = 0.0;
                     if (k < kn) {
@@ -61,6 +73,7 @@ void main() {
                     }
                     ws[tid][k] = v;
                 }
+#endif
             } else {
                 for (uint k = 0u; k < KC; k++) {
                     ws[tid][k] = 0.0;
