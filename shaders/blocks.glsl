@@ -209,4 +209,88 @@ float quant(uint base, uint e) {
     return sc * float(int(lo | (hi << 4u)) - 32);
 #endif
 }
+
+#if !defined(F32) && !defined(F16)
+// The quantized types take their quants four at a time: consecutive
+// elements sit in consecutive bytes (or nibbles, or bits), so one unaligned
+// 4-byte load (two word loads at most) serves four elements, where quant()
+// loads a word per element. Kernels use it where QUANT4 is defined.
+#define QUANT4
+
+// The little-endian u32 of bytes b .. b + 3 (any alignment). The second
+// word is read only when the bytes reach into it, so never past them.
+uint word_at(uint b) {
+    uint i = b >> 2u;
+    uint s = (b & 3u) * 8u;
+    uint lo = w[i];
+    if (s != 0u) {
+        lo = (lo >> s) | (w[i + 1u] << (32u - s));
+    }
+    return lo;
+}
+
+vec4 low_nibbles(uint u) {
+    return vec4(uvec4(u, u >> 8u, u >> 16u, u >> 24u) & 15u);
+}
+
+vec4 high_nibbles(uint u) {
+    return vec4(uvec4(u >> 4u, u >> 12u, u >> 20u, u >> 28u) & 15u);
+}
+
+// Bit `bit` of each of the four bytes of `u`, as 0 or 1.
+vec4 byte_bits(uint u, uint bit) {
+    return vec4((uvec4(u, u >> 8u, u >> 16u, u >> 24u) >> bit) & 1u);
+}
+
+// quant(base, e) .. quant(base, e + 3), for `e` a multiple of 4.
+vec4 quant4(uint base, uint e) {
+#if defined(Q4_0)
+    uint u = word_at(base + 2u + (e & 15u));
+    return (e < 16u ? low_nibbles(u) : high_nibbles(u)) - 8.0;
+#elif defined(Q4_1)
+    uint u = word_at(base + 4u + (e & 15u));
+    return e < 16u ? low_nibbles(u) : high_nibbles(u);
+#elif defined(Q5_0) || defined(Q5_1)
+#if defined(Q5_0)
+    uint u = word_at(base + 6u + (e & 15u));
+    uint h = word_at(base + 2u) >> e;
+#else
+    uint u = word_at(base + 8u + (e & 15u));
+    uint h = word_at(base + 4u) >> e;
+#endif
+    vec4 q = (e < 16u ? low_nibbles(u) : high_nibbles(u))
+        + 16.0 * vec4(uvec4(h, h >> 1u, h >> 2u, h >> 3u) & 1u);
+#if defined(Q5_0)
+    return q - 16.0;
+#else
+    return q;
+#endif
+#elif defined(Q8_0)
+    int u = int(word_at(base + 2u + e));
+    return vec4(bitfieldExtract(u, 0, 8), bitfieldExtract(u, 8, 8),
+                bitfieldExtract(u, 16, 8), bitfieldExtract(u, 24, 8));
+#elif defined(Q4_K) || defined(Q5_K)
+    uint j = e / 64u;
+    uint l = e % 64u;
+    uint qs = KIND == KIND_Q4_K ? base + 16u : base + 48u;
+    uint u = word_at(qs + 32u * j + (l & 31u));
+    vec4 q = l < 32u ? low_nibbles(u) : high_nibbles(u);
+#if defined(Q5_K)
+    q += 16.0 * byte_bits(word_at(base + 16u + (l & 31u)), 2u * j + (l < 32u ? 0u : 1u));
+#endif
+    return q;
+#else
+    uint n = e / 128u;
+    uint r = e % 128u;
+    uint quarter = r / 32u;
+    uint l = r % 32u;
+    uint u = word_at(base + 64u * n + l + (quarter & 1u) * 32u);
+    vec4 lo = quarter >= 2u ? high_nibbles(u) : low_nibbles(u);
+    uint h = word_at(base + 128u + 32u * n + l) >> (2u * quarter);
+    vec4 hi = vec4(uvec4(h, h >> 8u, h >> 16u, h >> 24u) & 3u);
+    float sc = float(int8_at(base + 192u + 8u * n + l / 16u + 2u * quarter));
+    return sc * (lo + 16.0 * hi - 32.0);
+#endif
+}
+#endif
 #endif

@@ -83,7 +83,9 @@ pub use context::{
 };
 pub use error::VulkanError;
 pub use kernels::{Kernel, KV_CHUNKS};
-pub use ops::{matmul_kernel, Op, StepOp, StepProgram, VulkanWeights};
+pub use ops::{
+    matmul_kernel, matmul_kernels, MatmulKernels, Op, StepOp, StepProgram, VulkanWeights,
+};
 pub use store::VulkanKvStore;
 pub use validation::ValidationLog;
 

@@ -2,7 +2,8 @@
 //! GGUF blocks as a file holds them, on random blocks (random quantized
 //! values, scales drawn in the range trained models have) and random
 //! activations, for every block type the kernels take, at shapes that
-//! cover partial workgroups and batches beyond one pass of the kernel.
+//! cover partial workgroups and tiles, through both the decode product
+//! (both of its reductions) and the tiled prefill product.
 //! The reference dequantizes with `pagoda_core::dequantize_row` (itself
 //! bit-identical to the `gguf` package) and sums in f64.
 //!
@@ -15,10 +16,16 @@ use pagoda_core::{dequantize_row, QuantKind};
 use pagoda_vulkan::{matmul_kernel, Op, VulkanBackend, VulkanError, VulkanOptions};
 
 fn open() -> Option<VulkanBackend> {
+    open_with(VulkanOptions::from_env())
+}
+
+/// A backend with `options`, under the validation layer with the
+/// bounds-checking kernels.
+fn open_with(options: VulkanOptions) -> Option<VulkanBackend> {
     let options = VulkanOptions {
         validation: Some(true),
         bounds_checks: Some(true),
-        ..VulkanOptions::from_env()
+        ..options
     };
     match VulkanBackend::new(&options) {
         Ok(b) => Some(b),
@@ -108,28 +115,38 @@ fn assert_clean(backend: &VulkanBackend) {
     assert!(messages.is_empty(), "validation layer: {messages:#?}");
 }
 
-#[test]
-fn matmul_matches_a_plain_reference_for_every_block_type() {
-    let Some(mut backend) = open() else {
-        return;
+/// Shapes `(rows, cols, batch)` for `kind`: decode batches (1, 3, 8: the
+/// decode product) and prefill batches (9, 33, 70: the tiled product), with
+/// row counts that leave partial workgroups and partial tiles (64 rows ×
+/// 32 activation rows), and for one-element blocks columns that leave a
+/// partial step of the tile (32 columns).
+fn product_shapes(kind: QuantKind, prefill: bool) -> Vec<(usize, usize, usize)> {
+    let k = kind.block_elems().max(32);
+    let mut shapes = if prefill {
+        vec![(3, 2 * k, 9), (70, k, 33), (130, 2 * k, 70)]
+    } else {
+        vec![
+            (1, k, 1),
+            (7, 2 * k, 3),
+            (65, 3 * k, 8),
+            (64, if k == 32 { 576 } else { 6 * k }, 8),
+        ]
     };
-    let mut rng = Rng::new(0x5EED_0A75);
+    if kind.block_elems() == 1 {
+        shapes.push(if prefill { (9, 100, 40) } else { (5, 100, 3) });
+    }
+    shapes
+}
+
+/// Runs the product at every shape of every block type and compares each
+/// output with the f64 sum of the dequantized products; returns the worst
+/// error relative to Σ|w·x|.
+fn check_products(backend: &mut VulkanBackend, rng: &mut Rng, prefill: bool) -> f64 {
     let mut worst = 0.0f64;
     for kind in KINDS {
         assert!(matmul_kernel(kind).is_some());
-        let shapes: &[(usize, usize, usize)] = if kind.block_elems() == 256 {
-            &[(1, 256, 1), (7, 512, 3), (65, 1536, 8), (3, 2048, 17)]
-        } else {
-            &[
-                (1, 32, 1),
-                (7, 64, 3),
-                (64, 576, 8),
-                (130, 1024, 11),
-                (3, 2048, 17),
-            ]
-        };
-        for &(rows, cols, batch) in shapes {
-            let weights = random_weights(&mut rng, kind, rows, cols);
+        for (rows, cols, batch) in product_shapes(kind, prefill) {
+            let weights = random_weights(rng, kind, rows, cols);
             let x: Vec<f32> = (0..batch * cols).map(|_| rng.value()).collect();
             let got = backend
                 .matmul(kind, &weights, rows, cols, &x, batch)
@@ -163,7 +180,37 @@ fn matmul_matches_a_plain_reference_for_every_block_type() {
             }
         }
     }
-    eprintln!("worst matmul error: {worst:.2e} of Σ|w·x|");
+    worst
+}
+
+#[test]
+fn decode_products_match_a_plain_reference_for_every_block_type() {
+    // Both reductions: by subgroup add where the device has it, and in
+    // shared memory.
+    let mut rng = Rng::new(0x5EED_0A75);
+    for subgroups in [true, false] {
+        let options = VulkanOptions {
+            subgroups: Some(subgroups),
+            ..VulkanOptions::from_env()
+        };
+        let Some(mut backend) = open_with(options) else {
+            return;
+        };
+        let used = backend.info().use_subgroups;
+        let worst = check_products(&mut backend, &mut rng, false);
+        eprintln!("worst decode product error (subgroups {used}): {worst:.2e} of Σ|w·x|");
+        assert_clean(&backend);
+    }
+}
+
+#[test]
+fn prefill_products_match_a_plain_reference_for_every_block_type() {
+    let Some(mut backend) = open() else {
+        return;
+    };
+    let mut rng = Rng::new(0x7113_D0A7);
+    let worst = check_products(&mut backend, &mut rng, true);
+    eprintln!("worst tiled product error: {worst:.2e} of Σ|w·x|");
     assert_clean(&backend);
 }
 

@@ -1,7 +1,12 @@
 //! Model ops on the device: the kernels `shaders/kernels.list` marks
 //! `-DOPS` (matrix products over GGUF blocks dequantized in registers, the
 //! embedding lookup, RMSNorm, rotary embedding, SwiGLU, the residual add
-//! and greedy argmax), with their own descriptor layout.
+//! and greedy argmax), with their own descriptor layout. The product has
+//! two shapes per block type ([`matmul_kernels`]): the decode product for
+//! batches up to 8 (several output rows per workgroup, reduced by subgroup
+//! add where the device has it), and the tiled product for larger batches
+//! (weight tiles dequantized into shared memory once per 32 activation
+//! rows); the planner picks by batch.
 //!
 //! A program is a list of [`Op`]s over three buffers: the weights (GGUF
 //! blocks as a file lays them out, addressed by byte), the activations
@@ -21,7 +26,7 @@ mod program;
 mod step;
 
 pub use op::Op;
-pub use pipelines::matmul_kernel;
 pub(crate) use pipelines::OpPipelines;
+pub use pipelines::{matmul_kernel, matmul_kernels, MatmulKernels};
 pub use program::VulkanWeights;
 pub use step::{StepOp, StepProgram};

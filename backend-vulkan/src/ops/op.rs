@@ -3,7 +3,9 @@
 
 use pagoda_core::QuantKind;
 
-use super::pipelines::{matmul_kernel, OpParams};
+use super::pipelines::{
+    matmul_kernels, OpParams, DECODE_MAX_BATCH, DECODE_ROWS, TILE_BATCH, TILE_ROWS,
+};
 use crate::kernels::Kernel;
 use crate::VulkanError;
 
@@ -199,12 +201,15 @@ impl Op {
     /// Checks the op's ranges against the buffers' sizes (weight bytes,
     /// activation elements, meta words) and the meta values it reads as
     /// uploaded; returns the kernel, its push constants and workgroups.
+    /// `subgroup` is the device's subgroup width where the subgroup kernel
+    /// variants are in use.
     pub(super) fn plan(
         &self,
         index: usize,
         weights: u64,
         act: u64,
         meta: &[u32],
+        subgroup: Option<u32>,
     ) -> Result<(Kernel, OpParams, u32), VulkanError> {
         let base = OpParams {
             w_words: (weights / 4) as u32,
@@ -231,7 +236,7 @@ impl Op {
                 y,
                 y_stride,
             } => {
-                let kernel = matmul_kernel(kind).ok_or_else(|| {
+                let kernels = matmul_kernels(kind).ok_or_else(|| {
                     VulkanError::Unsupported(format!(
                         "no matrix product for {} weights",
                         kind.name()
@@ -253,7 +258,23 @@ impl Op {
                     y_stride,
                     ..base
                 };
-                Ok((kernel, params, rows.clamp(1, MAX_GROUPS)))
+                // Kernels loop over what the workgroups do not cover, so
+                // the counts only need to be right for speed.
+                let (kernel, groups) = if batch > DECODE_MAX_BATCH {
+                    let tiles =
+                        u64::from(rows.div_ceil(TILE_ROWS)) * u64::from(batch.div_ceil(TILE_BATCH));
+                    (kernels.tiled, tiles)
+                } else if let Some(width) = subgroup {
+                    let per_group = (GROUP / width.clamp(1, GROUP)).max(1);
+                    (kernels.decode_subgroup, u64::from(rows.div_ceil(per_group)))
+                } else {
+                    (kernels.decode, u64::from(rows.div_ceil(DECODE_ROWS)))
+                };
+                Ok((
+                    kernel,
+                    params,
+                    groups.clamp(1, u64::from(MAX_GROUPS)) as u32,
+                ))
             }
             Op::Embed {
                 kind,
@@ -483,5 +504,41 @@ impl Op {
                 Ok((Kernel::Argmax, params, batch.clamp(1, MAX_GROUPS)))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel and workgroups the planner gives a Q4_0 product of
+    /// `rows` × 64 at `batch`, with subgroups of `subgroup` (or none).
+    fn product(rows: u32, batch: u32, subgroup: Option<u32>) -> (Kernel, u32) {
+        let op = Op::Matmul {
+            kind: QuantKind::Q4_0,
+            weights: 0,
+            rows,
+            cols: 64,
+            batch,
+            x: 0,
+            x_stride: 64,
+            y: 0,
+            y_stride: rows,
+        };
+        let (kernel, _, groups) = op.plan(0, 1 << 40, 1 << 32, &[], subgroup).unwrap();
+        (kernel, groups)
+    }
+
+    #[test]
+    fn batches_beyond_the_decode_product_take_the_tiled_one() {
+        // 4 rows per workgroup in shared memory, one per subgroup.
+        assert_eq!(product(130, 8, None), (Kernel::MatmulQ40, 33));
+        assert_eq!(product(130, 1, Some(32)), (Kernel::MatmulQ40Subgroup, 65));
+        assert_eq!(product(130, 1, Some(64)), (Kernel::MatmulQ40Subgroup, 130));
+        // Tiles of 64 rows × 32 activation rows.
+        assert_eq!(product(130, 9, None), (Kernel::MatmulTiledQ40, 3));
+        assert_eq!(product(130, 70, Some(32)), (Kernel::MatmulTiledQ40, 9));
+        // Far beyond one dispatch: the kernels loop over the rest.
+        assert_eq!(product(1 << 20, 1, None).1, MAX_GROUPS);
     }
 }

@@ -65,21 +65,58 @@ impl OpParams {
     }
 }
 
-/// The matrix-product kernel for a weight block type, if there is one.
-pub fn matmul_kernel(kind: QuantKind) -> Option<Kernel> {
-    Some(match kind {
-        QuantKind::F32 => Kernel::MatmulF32,
-        QuantKind::F16 => Kernel::MatmulF16,
-        QuantKind::Q4_0 => Kernel::MatmulQ40,
-        QuantKind::Q4_1 => Kernel::MatmulQ41,
-        QuantKind::Q5_0 => Kernel::MatmulQ50,
-        QuantKind::Q5_1 => Kernel::MatmulQ51,
-        QuantKind::Q8_0 => Kernel::MatmulQ80,
-        QuantKind::Q4_K => Kernel::MatmulQ4K,
-        QuantKind::Q5_K => Kernel::MatmulQ5K,
-        QuantKind::Q6_K => Kernel::MatmulQ6K,
+/// Activation rows the decode product (`shaders/matmul.comp`) takes in one
+/// pass; the host gives larger batches to the tiled product.
+pub(crate) const DECODE_MAX_BATCH: u32 = 8;
+
+/// Output rows per workgroup of the decode product without subgroups.
+pub(crate) const DECODE_ROWS: u32 = 4;
+
+/// Output rows × activation rows per workgroup of the tiled product
+/// (`TR`, `TB` in `shaders/matmul_tiled.comp`).
+pub(crate) const TILE_ROWS: u32 = 64;
+pub(crate) const TILE_BATCH: u32 = 32;
+
+/// The matrix-product kernels of one weight block type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatmulKernels {
+    /// Batches up to 8 activation rows, reduced in shared memory.
+    pub decode: Kernel,
+    /// The same, one subgroup per output row, reduced by subgroup add
+    /// (where the device has subgroup arithmetic).
+    pub decode_subgroup: Kernel,
+    /// Larger batches: tiles of weights dequantized once into shared
+    /// memory for many activation rows.
+    pub tiled: Kernel,
+}
+
+/// The matrix-product kernels for a weight block type, if there are any.
+pub fn matmul_kernels(kind: QuantKind) -> Option<MatmulKernels> {
+    use Kernel as K;
+    let (decode, decode_subgroup, tiled) = match kind {
+        QuantKind::F32 => (K::MatmulF32, K::MatmulF32Subgroup, K::MatmulTiledF32),
+        QuantKind::F16 => (K::MatmulF16, K::MatmulF16Subgroup, K::MatmulTiledF16),
+        QuantKind::Q4_0 => (K::MatmulQ40, K::MatmulQ40Subgroup, K::MatmulTiledQ40),
+        QuantKind::Q4_1 => (K::MatmulQ41, K::MatmulQ41Subgroup, K::MatmulTiledQ41),
+        QuantKind::Q5_0 => (K::MatmulQ50, K::MatmulQ50Subgroup, K::MatmulTiledQ50),
+        QuantKind::Q5_1 => (K::MatmulQ51, K::MatmulQ51Subgroup, K::MatmulTiledQ51),
+        QuantKind::Q8_0 => (K::MatmulQ80, K::MatmulQ80Subgroup, K::MatmulTiledQ80),
+        QuantKind::Q4_K => (K::MatmulQ4K, K::MatmulQ4KSubgroup, K::MatmulTiledQ4K),
+        QuantKind::Q5_K => (K::MatmulQ5K, K::MatmulQ5KSubgroup, K::MatmulTiledQ5K),
+        QuantKind::Q6_K => (K::MatmulQ6K, K::MatmulQ6KSubgroup, K::MatmulTiledQ6K),
         QuantKind::BF16 => return None,
+    };
+    Some(MatmulKernels {
+        decode,
+        decode_subgroup,
+        tiled,
     })
+}
+
+/// The decode matrix-product kernel for a weight block type, if there is
+/// one (see [`matmul_kernels`] for the others).
+pub fn matmul_kernel(kind: QuantKind) -> Option<Kernel> {
+    matmul_kernels(kind).map(|k| k.decode)
 }
 
 /// The op kernels' pipelines, their layout and their one descriptor set.
@@ -149,8 +186,12 @@ impl OpPipelines {
             this.set = device
                 .allocate_descriptor_sets(&info)
                 .map_err(VulkanError::vk("vkAllocateDescriptorSets"))?[0];
+            let info = &ctx.info;
             for kernel in Kernel::ALL {
-                let pipeline = if kernel.is_op() {
+                // Variants the device cannot run (subgroups) are left out;
+                // the planner never picks them there.
+                let runs = kernel.needs().met(info.use_subgroups, info.use_float16);
+                let pipeline = if kernel.is_op() && runs {
                     create_pipeline(device, kernel, checked, this.layout)?
                 } else {
                     vk::Pipeline::null()
@@ -266,8 +307,11 @@ mod tests {
     #[test]
     fn every_product_kernel_is_an_op_and_no_attention_kernel_is() {
         for kind in QuantKind::ALL {
-            if let Some(k) = matmul_kernel(kind) {
-                assert!(k.is_op(), "{}", k.name());
+            if let Some(k) = matmul_kernels(kind) {
+                for k in [k.decode, k.decode_subgroup, k.tiled] {
+                    assert!(k.is_op(), "{}", k.name());
+                }
+                assert!(k.decode_subgroup.needs().subgroup_arithmetic);
             }
         }
         assert!(!Kernel::Attention.is_op());

@@ -70,6 +70,13 @@ impl VulkanBackend {
         self.program_nanos
     }
 
+    /// The subgroup width the op planner shapes the decode product for,
+    /// where the subgroup kernel variants are in use.
+    pub(super) fn subgroup_width(&self) -> Option<u32> {
+        let info = &self.ctx.info;
+        info.use_subgroups.then_some(info.subgroup_size)
+    }
+
     /// Kernel dispatches the last program recorded (ops, and for a step
     /// program each scatter and the one to three attention kernels).
     pub fn last_program_dispatches(&self) -> usize {
@@ -105,7 +112,13 @@ impl VulkanBackend {
         }
         let mut planned = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
-            planned.push(op.plan(i, weights.buffer.bytes, act_len, meta)?);
+            planned.push(op.plan(
+                i,
+                weights.buffer.bytes,
+                act_len,
+                meta,
+                self.subgroup_width(),
+            )?);
         }
         let limit = self.ctx.info.max_storage_buffer_range;
         let act_bytes = (4 * act_len).max(4);

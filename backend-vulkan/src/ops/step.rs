@@ -186,8 +186,13 @@ impl VulkanBackend {
         for (i, op) in program.ops.iter().enumerate() {
             planned.push(match *op {
                 StepOp::Op(op) => {
-                    let (kernel, params, groups) =
-                        op.plan(i, weights.buffer.bytes, act_len, meta)?;
+                    let (kernel, params, groups) = op.plan(
+                        i,
+                        weights.buffer.bytes,
+                        act_len,
+                        meta,
+                        self.subgroup_width(),
+                    )?;
                     Planned::Op(kernel, params, groups)
                 }
                 StepOp::Scatter { layer, kv } => {
