@@ -358,6 +358,11 @@ async fn full_queue_answers_429_with_retry_after() {
         }
         assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
         held.push(socket);
+        if held.len() == 1 {
+            // Accepted means queued: let the engine take it into its one
+            // running slot first, or the next would find the queue full.
+            assert!(server.wait_running(1).await);
+        }
     }
     let refused = refused.expect("a 429 once the queue is full");
     assert_eq!(held.len(), 2, "one running and one queued are taken");

@@ -88,6 +88,23 @@ impl TestServer {
     }
 
     /// Waits until the engine holds no request (at most 10 s).
+    /// Waits (up to 10 s) until exactly `n` requests run: one just accepted
+    /// may still sit in the queue until the engine's next step takes it.
+    pub async fn wait_running(&self, n: u32) -> bool {
+        for _ in 0..1000 {
+            let client = self.state.client.clone();
+            let stats = tokio::task::spawn_blocking(move || client.stats())
+                .await
+                .expect("join")
+                .expect("stats");
+            if stats.running == n {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
     pub async fn wait_idle(&self) -> bool {
         for _ in 0..1000 {
             let client = self.state.client.clone();
