@@ -64,6 +64,27 @@ impl VulkanBackend {
         })
     }
 
+    /// After a program's submission: a fault a bounds-checking kernel
+    /// raised fails it; otherwise its dispatches and device time (when
+    /// `timed`) become the last program's.
+    pub(super) fn close_program(
+        &mut self,
+        dispatches: usize,
+        timed: bool,
+    ) -> Result<(), VulkanError> {
+        let fault = u32::from_le_bytes(self.io.faults.mapped()?[..4].try_into().unwrap_or([0; 4]));
+        if fault != 0 {
+            return Err(VulkanError::ShaderFault(fault));
+        }
+        self.program_dispatches = dispatches;
+        self.program_nanos = if timed {
+            self.commands.read_timestamps(1)?.first().copied()
+        } else {
+            None
+        };
+        Ok(())
+    }
+
     /// Device time of the last program's ops, first dispatch to last, from
     /// GPU timestamps (`None` if the device has none).
     pub fn last_program_nanos(&self) -> Option<f64> {
@@ -240,15 +261,7 @@ impl VulkanBackend {
                 );
             }
         })?;
-        let fault = u32::from_le_bytes(self.io.faults.mapped()?[..4].try_into().unwrap_or([0; 4]));
-        if fault != 0 {
-            return Err(VulkanError::ShaderFault(fault));
-        }
-        self.program_dispatches = planned.len();
-        self.program_nanos = match queries {
-            Some(_) => self.commands.read_timestamps(1)?.first().copied(),
-            None => None,
-        };
+        self.close_program(planned.len(), queries.is_some())?;
         let out = download.mapped()?;
         for (v, b) in act.iter_mut().zip(out.chunks_exact(4)) {
             *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);

@@ -385,14 +385,13 @@ impl VulkanBackend {
                 };
                 device.cmd_fill_buffer(cmd, act_dev, 0, act_bytes, 0);
                 barrier(vk::PipelineStageFlags::TRANSFER, &after_copy);
-                let mut uploads = vec![region(init_bytes, 0, meta_bytes)];
                 if init_bytes > 0 {
                     copy(up, act_dev, &[region(0, 0, init_bytes)]);
                 }
-                copy(up, meta_dev, &uploads);
+                copy(up, meta_dev, &[region(init_bytes, 0, meta_bytes)]);
                 if attn_meta_bytes > 0 {
-                    uploads = vec![region(init_bytes + meta_bytes, 0, attn_meta_bytes)];
-                    copy(up, attn_meta_dev, &uploads);
+                    let at = init_bytes + meta_bytes;
+                    copy(up, attn_meta_dev, &[region(at, 0, attn_meta_bytes)]);
                 }
                 let stamp = vk::PipelineStageFlags::COMPUTE_SHADER;
                 if let Some(pool) = queries {
@@ -400,6 +399,9 @@ impl VulkanBackend {
                     device.cmd_write_timestamp(cmd, stamp, pool, 0);
                 }
                 let mut attention = attention.iter();
+                // Each layer's attention output goes back per sequence; one
+                // list, refilled per layer.
+                let mut back: Vec<vk::BufferCopy> = Vec::with_capacity(batch.len());
                 let dispatched = |barrier_src| barrier(barrier_src, &after_dispatch);
                 for p in &planned {
                     match p {
@@ -436,14 +438,12 @@ impl VulkanBackend {
                                 pipelines.record(cmd, d.kernel, &d.params, d.groups);
                                 dispatched(vk::PipelineStageFlags::COMPUTE_SHADER);
                             }
-                            let back: Vec<vk::BufferCopy> = batch
-                                .iter()
-                                .map(|s| {
-                                    let start = 4 * u64::from(s.query_start) * q_row;
-                                    let len = 4 * u64::from(s.query_len) * q_row;
-                                    region(start, 4 * u64::from(*out) + start, len)
-                                })
-                                .collect();
+                            back.clear();
+                            back.extend(batch.iter().map(|s| {
+                                let start = 4 * u64::from(s.query_start) * q_row;
+                                let len = 4 * u64::from(s.query_len) * q_row;
+                                region(start, 4 * u64::from(*out) + start, len)
+                            }));
                             copy(output, act_dev, &back);
                         }
                     }
@@ -451,16 +451,14 @@ impl VulkanBackend {
                 if let Some(pool) = queries {
                     device.cmd_write_timestamp(cmd, stamp, pool, 1);
                 }
-                let mut downloads = Vec::with_capacity(2);
                 if read_bytes > 0 {
-                    downloads.push((act_dev, region(4 * u64::from(read.start), 0, read_bytes)));
+                    let at = 4 * u64::from(read.start);
+                    device.cmd_copy_buffer(cmd, act_dev, down, &[region(at, 0, read_bytes)]);
                 }
                 if read_meta_bytes > 0 {
                     let at = 4 * u64::from(read_meta.start);
-                    downloads.push((meta_dev, region(at, read_bytes, read_meta_bytes)));
-                }
-                for (src, r) in downloads {
-                    device.cmd_copy_buffer(cmd, src, down, &[r]);
+                    let r = region(at, read_bytes, read_meta_bytes);
+                    device.cmd_copy_buffer(cmd, meta_dev, down, &[r]);
                 }
                 device.cmd_pipeline_barrier(
                     cmd,
@@ -473,11 +471,7 @@ impl VulkanBackend {
                 );
             }
         })?;
-        let fault = u32::from_le_bytes(self.io.faults.mapped()?[..4].try_into().unwrap_or([0; 4]));
-        if fault != 0 {
-            return Err(VulkanError::ShaderFault(fault));
-        }
-        self.program_dispatches = planned
+        let dispatches = planned
             .iter()
             .map(|p| match p {
                 Planned::Op(..) => 1,
@@ -485,10 +479,7 @@ impl VulkanBackend {
                 Planned::Attention { .. } => attention.first().map_or(0, Vec::len),
             })
             .sum();
-        self.program_nanos = match queries {
-            Some(_) => self.commands.read_timestamps(1)?.first().copied(),
-            None => None,
-        };
+        self.close_program(dispatches, queries.is_some())?;
         let back = self.io.download.mapped()?;
         act_out.clear();
         act_out.extend(

@@ -47,9 +47,7 @@ pub trait StepBackend: Backend + Sized {
         tokens: &mut Vec<u32>,
     ) -> Result<(), ForwardError<Self::Error>> {
         self.forward_step(model, store, input, act, logits)?;
-        let vocab = model.config().vocab as usize;
-        tokens.clear();
-        tokens.extend(logits.chunks_exact(vocab).map(argmax));
+        greedy_tokens(logits, model.config().vocab, tokens);
         Ok(())
     }
 
@@ -65,6 +63,13 @@ pub trait StepBackend: Backend + Sized {
     fn last_device_program(&self) -> Option<DeviceProgram> {
         None
     }
+}
+
+/// Each row of `logits` (`vocab` wide)'s most likely token into `tokens`:
+/// a greedy step picked on the host.
+pub(crate) fn greedy_tokens(logits: &[f32], vocab: u32, tokens: &mut Vec<u32>) {
+    tokens.clear();
+    tokens.extend(logits.chunks_exact(vocab as usize).map(argmax));
 }
 
 /// What one program cost on the device: the figures a device bench reports

@@ -15,7 +15,7 @@ mod program;
 use pagoda_vulkan::{StepProgram, VulkanBackend, VulkanError, VulkanKvStore, VulkanWeights};
 
 use super::forward::{Activations, ForwardError, Model, StepInput};
-use crate::backend::{DeviceProgram, StepBackend};
+use crate::backend::{greedy_tokens, DeviceProgram, StepBackend};
 use image::Image;
 
 /// A model's weights on the device, or why they are not there.
@@ -151,9 +151,7 @@ impl StepBackend for VulkanBackend {
             return Ok(());
         }
         model.forward(self, store, input, act, logits)?;
-        let vocab = model.config().vocab as usize;
-        tokens.clear();
-        tokens.extend(logits.chunks_exact(vocab).map(super::argmax));
+        greedy_tokens(logits, model.config().vocab, tokens);
         Ok(())
     }
 
