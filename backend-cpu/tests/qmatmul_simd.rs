@@ -58,3 +58,50 @@ fn simd_matches_scalar_for_every_kind() {
         );
     }
 }
+
+/// Prefill-sized products (enough activation rows that the weights are
+/// widened to an f32 panel and multiplied as a dense product), alone and
+/// split over a team, against a float64 sum of the dequantized weights
+/// times the activations: tolerance `1e-5 × Σ|w·x| + 1e-6`.
+#[test]
+fn prefill_panels_match_a_float64_product() {
+    let isa = Isa::detect();
+    let mut rng = fastrand::Rng::with_seed(29);
+    let mut team = pagoda_cpu::Team::new(3).unwrap();
+    for kind in KINDS {
+        let mut worst = 0.0f64;
+        for round in 0..4 {
+            let cols = random_cols(&mut rng, kind);
+            let (rows, n) = (rng.usize(1..40), rng.usize(24..70));
+            let data = random_weights(&mut rng, kind, rows, cols);
+            let x = random_activations(&mut rng, n, cols);
+            let w = QuantMatrix::new(kind, rows, cols, &data).unwrap();
+            let mut acts = QuantizedActivations::new();
+            acts.keep_f32(&x, n, cols).unwrap();
+            let mut out = vec![f32::NAN; n * rows];
+            if round % 2 == 0 {
+                matmul(isa, &w, &acts, &mut out, 0..rows).unwrap();
+            } else {
+                pagoda_cpu::matmul_team(&mut team, isa, &w, &acts, &mut out).unwrap();
+            }
+            for r in 0..rows {
+                let wr = weight_row(kind, &data, cols, r);
+                for i in 0..n {
+                    let (exact, mag) = dot64(&wr, &x[i * cols..(i + 1) * cols]);
+                    let got = f64::from(out[i * rows + r]);
+                    let tol = 1e-5 * mag + 1e-6;
+                    assert!(
+                        (got - exact).abs() <= tol,
+                        "{kind} {} rows {rows} × {n}: {got} vs {exact} (tol {tol})",
+                        isa.name()
+                    );
+                    worst = worst.max((got - exact).abs() / mag.max(1e-30));
+                }
+            }
+        }
+        println!(
+            "{kind} {} panels: worst |got − f64| / Σ|w·x| = {worst:.2e}",
+            isa.name()
+        );
+    }
+}

@@ -70,7 +70,41 @@ pub struct QuantizedActivations {
     pub(super) s: Vec<f32>,
     /// Q8_K: `Σ q` per 16 values.
     pub(super) bsums: Vec<i16>,
+    /// F32: each 32-value block in [`NIBBLE_ORDER`] (Q4_0, Q4_1 weights).
+    nibble_order: Vec<f32>,
+    /// F32: each 32-value block in [`BYTE_ORDER`] (Q8_0 weights).
+    byte_order: Vec<f32>,
 }
+
+/// The element of a 32-value block that lane `l` of vector `k` holds when
+/// a Q4 block's 16 bytes are read as four 32-bit words, the words'
+/// high halves moved to lanes 4..8, and each vector takes the nibble at bits
+/// `4k` of every lane: `NIBBLE_ORDER[8k + l]`. The SIMD kernels then widen
+/// weights with shifts and masks alone (no byte shuffles), and the
+/// activations, permuted once per step to match, are read in order.
+pub(super) const NIBBLE_ORDER: [usize; QB] = {
+    let mut order = [0; QB];
+    let mut i = 0;
+    while i < QB {
+        let (k, l) = (i / 8, i % 8);
+        let byte = 4 * (l % 4) + 2 * (l / 4) + k / 2;
+        order[i] = byte + 16 * (k % 2);
+        i += 1;
+    }
+    order
+};
+
+/// As [`NIBBLE_ORDER`] for a Q8_0 block's 32 bytes read as eight 32-bit
+/// words, vector `k` taking byte `k` of every word: element `4l + k`.
+pub(super) const BYTE_ORDER: [usize; QB] = {
+    let mut order = [0; QB];
+    let mut i = 0;
+    while i < QB {
+        order[i] = 4 * (i % 8) + i / 8;
+        i += 1;
+    }
+    order
+};
 
 impl Default for QuantizedActivations {
     fn default() -> Self {
@@ -90,6 +124,8 @@ impl QuantizedActivations {
             d: Vec::new(),
             s: Vec::new(),
             bsums: Vec::new(),
+            nibble_order: Vec::new(),
+            byte_order: Vec::new(),
         }
     }
 
@@ -132,16 +168,15 @@ impl QuantizedActivations {
                 found: x.len(),
             });
         }
+        if format == ActFormat::F32 {
+            return self.keep_f32(x, rows, cols);
+        }
         (self.format, self.rows, self.cols) = (format, rows, cols);
         for v in [&mut self.f, &mut self.d, &mut self.s] {
             v.clear();
         }
         self.q.clear();
         self.bsums.clear();
-        if format == ActFormat::F32 {
-            self.f.extend_from_slice(x);
-            return Ok(());
-        }
         for xb in x.chunks_exact(block) {
             let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
             let d = amax / 127.0;
@@ -189,6 +224,15 @@ impl QuantizedActivations {
         self.bsums.clear();
         self.f.clear();
         self.f.extend_from_slice(x);
+        self.nibble_order.clear();
+        self.byte_order.clear();
+        if cols % QB == 0 {
+            for xb in x.chunks_exact(QB) {
+                self.nibble_order
+                    .extend(NIBBLE_ORDER.iter().map(|&e| xb[e]));
+                self.byte_order.extend(BYTE_ORDER.iter().map(|&e| xb[e]));
+            }
+        }
         Ok(())
     }
 
@@ -252,5 +296,16 @@ impl QuantizedActivations {
     /// Row `i`'s floats (F32 format).
     pub(super) fn f_row(&self, i: usize) -> &[f32] {
         &self.f[i * self.cols..(i + 1) * self.cols]
+    }
+
+    /// Row `i`'s floats (F32 format, whole 32-value blocks) in
+    /// [`NIBBLE_ORDER`], or [`BYTE_ORDER`] when `bytes`.
+    pub(super) fn ordered_row(&self, i: usize, bytes: bool) -> &[f32] {
+        let v = if bytes {
+            &self.byte_order
+        } else {
+            &self.nibble_order
+        };
+        &v[i * self.cols..(i + 1) * self.cols]
     }
 }

@@ -3,6 +3,7 @@
 //! [`MAX_ROWS_PER_PASS`], each pass reading a weight row once and using
 //! each block for every activation row of the pass.
 
+use std::cell::RefCell;
 use std::ops::Range;
 
 use super::{scalar, QuantMatrix, QuantizedActivations, MAX_ROWS_PER_PASS};
@@ -50,6 +51,75 @@ pub(super) fn rows(
     }
 }
 
+/// Activation rows from which a product with f32 activations widens its
+/// weight rows to an f32 panel once and multiplies it as a dense matrix
+/// product (a prefill step): each widened weight is then used for every
+/// row from cache, so arithmetic, not unpacking, sets the pace.
+pub(super) const PANEL_MIN_ROWS: usize = 24;
+
+thread_local! {
+    /// Each thread's widened panel, kept between products: the team's
+    /// workers live as long as the team, so a step allocates nothing once
+    /// the largest panel has been seen.
+    static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Computes `out[i × stride + r] = x_i · w_r` for every activation row `i`
+/// and `r` in `rows` by widening those weight rows to f32 and running one
+/// dense product (f32 activations only).
+///
+/// # Safety
+/// `out` must point to `x.rows() × stride` writable floats, `rows` must be
+/// inside `w` with `rows.end <= stride`, and no other thread may touch the
+/// outputs of these rows until this returns.
+pub(super) unsafe fn panel(
+    w: &QuantMatrix<'_>,
+    x: &QuantizedActivations,
+    rows: Range<usize>,
+    out: *mut f32,
+    stride: usize,
+) {
+    let (n, k, m) = (rows.len(), w.cols, x.rows());
+    if n == 0 || m == 0 {
+        return;
+    }
+    PANEL.with(|panel| {
+        let mut panel = panel.borrow_mut();
+        if panel.len() < n * k {
+            panel.resize(n * k, 0.0);
+        }
+        for (r, dst) in rows.clone().zip(panel.chunks_exact_mut(k)) {
+            // The shape was validated, so the row is whole blocks.
+            if pagoda_core::dequantize_row(w.kind, w.row(r), dst).is_err() {
+                dst.fill(f32::NAN);
+            }
+        }
+        let xs = &x.f[..m * k];
+        // SAFETY: `xs` is `m × k` row-major; the panel is `n` rows of `k`,
+        // read as the `k × n` matrix Wᵀ (row stride 1, column stride k); the
+        // output block is `m × n` at `out + rows.start` with row stride
+        // `stride`, inside the caller's buffer by the contract above.
+        unsafe {
+            matrixmultiply::sgemm(
+                m,
+                k,
+                n,
+                1.0,
+                xs.as_ptr(),
+                k as isize,
+                1,
+                panel.as_ptr(),
+                1,
+                k as isize,
+                0.0,
+                out.add(rows.start),
+                stride as isize,
+                1,
+            );
+        }
+    });
+}
+
 /// An output slice that several workers write disjoint floats of.
 pub(super) struct SharedOut {
     ptr: *mut f32,
@@ -82,5 +152,15 @@ impl SharedOut {
         // SAFETY: `at` is in bounds (asserted) and, by the contract, the
         // slice is alive and nobody else touches this float.
         unsafe { self.ptr.add(at).write(v) }
+    }
+
+    /// The start of the slice, for [`panel`] (which writes whole blocks).
+    pub(super) fn ptr(&self) -> *mut f32 {
+        self.ptr
+    }
+
+    /// Floats in the slice.
+    pub(super) fn len(&self) -> usize {
+        self.len
     }
 }

@@ -14,6 +14,12 @@
 //! | F32, F16, BF16 | f32 | no integer form: widen and FMA |
 //! | any quantized | f32 ([`QuantizedActivations::keep_f32`]) | no activation rounding: blocks widened to f32 in registers, then FMA |
 //!
+//! Prefill-sized steps with f32 activations (at least
+//! `PANEL_MIN_ROWS` = 24 rows) widen each worker's weight rows once to an
+//! f32 panel and multiply it by a dense product (`matrixmultiply`'s
+//! single-threaded `sgemm`), so every widened weight serves all rows from
+//! cache.
+//!
 //! Every integer sum is exact, so the scalar reference and the SIMD paths
 //! differ only in the order of the f32 adds. [`matmul`] computes a range of
 //! weight rows; [`matmul_team`] splits the rows across a [`Team`], each worker
@@ -294,9 +300,23 @@ pub fn matmul(
     rows: Range<usize>,
 ) -> Result<(), QMatError> {
     validate(w, x, out.len(), &rows)?;
-    let stride = w.rows;
-    kernel::rows(usable(isa), w, x, rows, |i, r, v| out[i * stride + r] = v);
+    let (isa, stride) = (usable(isa), w.rows);
+    if uses_panel(isa, x) {
+        // SAFETY: `validate` checked that `out` holds `x.rows() × stride`
+        // floats and that `rows` is inside the matrix; `out` is borrowed
+        // mutably for the whole call.
+        unsafe { kernel::panel(w, x, rows, out.as_mut_ptr(), stride) };
+        return Ok(());
+    }
+    kernel::rows(isa, w, x, rows, |i, r, v| out[i * stride + r] = v);
     Ok(())
+}
+
+/// Whether a product widens its weights to a dense panel (see
+/// [`kernel::panel`]): prefill-sized steps with f32 activations, on the
+/// SIMD paths (the scalar path stays the plain reference).
+fn uses_panel(isa: Isa, x: &QuantizedActivations) -> bool {
+    isa != Isa::Scalar && x.format() == ActFormat::F32 && x.rows() >= kernel::PANEL_MIN_ROWS
 }
 
 /// [`matmul`] over all weight rows, split across `team`'s workers.
@@ -311,8 +331,16 @@ pub fn matmul_team(
     let isa = usable(isa);
     let stride = w.rows;
     let sink = kernel::SharedOut::new(out);
+    let panel = uses_panel(isa, x);
+    debug_assert!(x.rows() * stride <= sink.len());
     team.run(&|worker, workers| {
         let mine = split(0..w.rows, worker, workers, ROW_ALIGN);
+        if panel {
+            // SAFETY: as below: the output holds every row of every
+            // worker, and each worker's rows are its own.
+            unsafe { kernel::panel(w, x, mine, sink.ptr(), stride) };
+            return;
+        }
         kernel::rows(isa, w, x, mine, |i, r, v| {
             // SAFETY: `validate` checked that `out` holds every `i × stride
             // + r`, and `split` gives each worker rows no other worker has,
