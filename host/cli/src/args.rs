@@ -40,6 +40,19 @@ pub(crate) enum Command {
     Synth(crate::synth::SynthArgs),
 }
 
+/// How a GGUF model's weights are held (`--weights`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum WeightsArg {
+    /// Quantized in the memory map, each block widened to f32 in registers:
+    /// loads in milliseconds, holds about the file's size, decodes about
+    /// twice as fast, and gives the dense path's logits within f32 rounding.
+    Quantized,
+    /// Dequantized to f32 at load (4 bytes a parameter): the plain
+    /// reference path.
+    Dense,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum BackendKind {
@@ -75,10 +88,13 @@ pub(crate) struct RunArgs {
     /// The model: a GGUF file (llama or qwen2 architecture).
     #[arg(long, value_name = "FILE.gguf")]
     pub(crate) model: PathBuf,
-    /// Keep the weights quantized in the memory map (widened to f32 in
-    /// registers): loads in milliseconds, holds about the file's size, and
-    /// gives the dense path's logits within f32 rounding.
-    #[arg(long)]
+    /// How the weights are held: quantized in the memory map (the
+    /// default), or dequantized to f32 at load.
+    #[arg(long, value_enum, default_value_t = WeightsArg::Quantized)]
+    pub(crate) weights: WeightsArg,
+    /// The default since quantized weights became it; accepted so older
+    /// scripts keep working.
+    #[arg(long, hide = true, conflicts_with = "weights")]
     pub(crate) quantized: bool,
     /// Wrap the prompt in the model's chat template as one user turn.
     #[arg(long)]
@@ -144,10 +160,13 @@ pub(crate) struct BenchArgs {
     /// Run on this GGUF model instead of the embedded random-weight one.
     #[arg(long, value_name = "FILE.gguf")]
     pub(crate) model: Option<PathBuf>,
-    /// Keep the weights quantized in the memory map (widened to f32 in
-    /// registers): loads in milliseconds, holds about the file's size, and
-    /// gives the dense path's logits within f32 rounding.
-    #[arg(long, requires = "model")]
+    /// How the weights are held: quantized in the memory map (the
+    /// default), or dequantized to f32 at load.
+    #[arg(long, value_enum, default_value_t = WeightsArg::Quantized)]
+    pub(crate) weights: WeightsArg,
+    /// The default since quantized weights became it; accepted so older
+    /// scripts keep working.
+    #[arg(long, hide = true, conflicts_with = "weights")]
     pub(crate) quantized: bool,
     /// Prefix structure of the synthetic workload.
     #[arg(long, value_enum, default_value_t = WorkloadKind::FewShot)]

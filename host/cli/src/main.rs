@@ -60,12 +60,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--quantized` as the engine's weight mode.
-pub(crate) fn weight_mode(quantized: bool) -> WeightMode {
-    if quantized {
-        WeightMode::Quantized
-    } else {
-        WeightMode::Dequantized
+/// `--weights` as the engine's weight mode.
+pub(crate) fn weight_mode(weights: args::WeightsArg) -> WeightMode {
+    match weights {
+        args::WeightsArg::Quantized => WeightMode::Quantized,
+        args::WeightsArg::Dense => WeightMode::Dequantized,
     }
 }
 
@@ -102,12 +101,12 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
         std::env::set_var("MATMUL_NUM_THREADS", args.threads.to_string());
     }
     let loaded = match &args.model {
-        Some(path) => Some(TextModel::open(path, weight_mode(args.quantized)).map_err(
-            |error| CliError::Load {
+        Some(path) => Some(
+            TextModel::open(path, weight_mode(args.weights)).map_err(|error| CliError::Load {
                 path: path.clone(),
                 error: Box::new(error),
-            },
-        )?),
+            })?,
+        ),
         None => None,
     };
     let embedded;

@@ -89,7 +89,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
     sampling.validate()?;
     let started = Instant::now();
     let model =
-        TextModel::open(&args.model, crate::weight_mode(args.quantized)).map_err(|error| {
+        TextModel::open(&args.model, crate::weight_mode(args.weights)).map_err(|error| {
             CliError::Load {
                 path: args.model.clone(),
                 error: Box::new(error),

@@ -12,7 +12,7 @@ use pagoda_engine::{EngineConfig, Policy, SchedulerConfig, TextModel};
 use pagoda_server::kv_events::KvEventsConfig;
 use pagoda_server::{AppState, Limits, Vocab};
 
-use crate::args::{parse_policy, BackendKind};
+use crate::args::{parse_policy, BackendKind, WeightsArg};
 use crate::error::CliError;
 
 /// `pagoda serve`'s options.
@@ -22,8 +22,13 @@ pub(crate) struct ServeArgs {
     /// model with one token per UTF-8 byte.
     #[arg(long, value_name = "FILE.gguf")]
     model: Option<PathBuf>,
-    /// Keep the weights quantized in the memory map.
-    #[arg(long, requires = "model")]
+    /// How the weights are held: quantized in the memory map (the
+    /// default), or dequantized to f32 at load.
+    #[arg(long, value_enum, default_value_t = WeightsArg::Quantized)]
+    weights: WeightsArg,
+    /// The default since quantized weights became it; accepted so older
+    /// scripts keep working.
+    #[arg(long, hide = true, conflicts_with = "weights")]
     quantized: bool,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
@@ -90,7 +95,7 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
     let (model, vocab, name) = match &args.model {
         Some(path) => {
             let text =
-                TextModel::open(path, crate::weight_mode(args.quantized)).map_err(|error| {
+                TextModel::open(path, crate::weight_mode(args.weights)).map_err(|error| {
                     CliError::Load {
                         path: path.clone(),
                         error: Box::new(error),

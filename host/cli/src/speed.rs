@@ -23,7 +23,7 @@ use pagoda_engine::{
 };
 use serde::Serialize;
 
-use crate::args::{BackendKind, BenchArgs};
+use crate::args::{BackendKind, BenchArgs, WeightsArg};
 use crate::error::CliError;
 
 /// Bytes the bandwidth probe reads per pass: well past every cache.
@@ -97,7 +97,14 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
         ..EngineConfig::default()
     };
     if !args.quiet {
-        eprintln!("pagoda bench --suite speed: decode, prefill and batching runs");
+        let weights = if model.is_quantized() {
+            "quantized"
+        } else {
+            "dense f32"
+        };
+        eprintln!(
+            "pagoda bench --suite speed: decode, prefill and batching runs ({weights} weights)"
+        );
     }
     let job = SpeedJob {
         model,
@@ -138,7 +145,7 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
 
     let (run_s, rss, limit) = match file {
         Some(path) => {
-            let (seconds, rss, kv) = time_run(path, args.quantized, args.backend)?;
+            let (seconds, rss, kv) = time_run(path, args.weights, args.backend)?;
             let file_bytes = std::fs::metadata(path).map_or(0, |m| m.len());
             (Some(seconds), rss, Some(file_bytes + kv + (64 << 20)))
         }
@@ -286,11 +293,11 @@ fn table(r: &SpeedReport, bw: &ReadBandwidth) -> String {
 }
 
 /// Runs `pagoda run` on one short prompt for one token as a new process
-/// (weights as `--quantized` says, on the same backend): seconds from start to exit, its peak
+/// (weights as `--weights` says, on the same backend): seconds from start to exit, its peak
 /// resident bytes and KV pool bytes.
 fn time_run(
     model: &Path,
-    quantized: bool,
+    weights: WeightsArg,
     backend: BackendKind,
 ) -> Result<(f64, Option<u64>, u64), CliError> {
     let exe = std::env::current_exe().map_err(CliError::Child)?;
@@ -307,7 +314,10 @@ fn time_run(
         ])
         .arg("--model")
         .arg(model)
-        .args(quantized.then_some("--quantized"))
+        .args(match weights {
+            WeightsArg::Quantized => ["--weights", "quantized"],
+            WeightsArg::Dense => ["--weights", "dense"],
+        })
         .args(match backend {
             BackendKind::Cpu => ["--backend", "cpu"],
             BackendKind::Vulkan => ["--backend", "vulkan"],

@@ -266,10 +266,11 @@ fn quantized_weights_stay_in_the_map() {
         "--max-tokens",
         "4",
     ];
-    let dense = run_json(&args);
-    let mut q_args = args.to_vec();
-    q_args.push("--quantized");
-    let quantized = run_json(&q_args);
+    // Quantized weights are the default; `--weights dense` dequantizes.
+    let quantized = run_json(&args);
+    let mut dense_args = args.to_vec();
+    dense_args.extend(["--weights", "dense"]);
+    let dense = run_json(&dense_args);
     assert_eq!(
         ids(&dense[0], "prompt_ids"),
         ids(&quantized[0], "prompt_ids")

@@ -212,8 +212,8 @@ fn synthetic_models_generate_dense_and_quantized() {
             "--max-tokens",
             "4",
         ];
-        if quantized {
-            args.push("--quantized");
+        if !quantized {
+            args.extend(["--weights", "dense"]);
         }
         let out = pagoda(&args);
         assert!(
