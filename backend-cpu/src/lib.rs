@@ -56,7 +56,9 @@ use pagoda_core::{KvGeometry, PageCopy, Slot, PAGE_SIZE};
 use data::{with_elements, KvData};
 pub use element::KvElement;
 pub use kernels::Isa;
-pub use quant::{matmul, matmul_team, ActFormat, QMatError, QuantMatrix, QuantizedActivations};
+pub use quant::{
+    matmul, matmul_team, matmul_team_each, ActFormat, QMatError, QuantMatrix, QuantizedActivations,
+};
 use store::{in_block, Layout};
 pub use team::{split, Team, TeamError};
 

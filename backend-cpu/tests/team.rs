@@ -148,3 +148,55 @@ fn a_product_split_across_the_team_equals_one_thread() {
         }
     }
 }
+
+/// Several matrices in one run of the team (a layer's q, k and v) give
+/// each matrix exactly what its own one-thread product gives, for row
+/// counts that do not fall on the workers' unit, decode and prefill sizes,
+/// and both activation formats.
+#[test]
+fn products_in_one_run_equal_each_alone() {
+    let mut rng = fastrand::Rng::with_seed(11);
+    for workers in [1, 2, 3] {
+        let mut team = Team::new(workers).unwrap();
+        for (kind, f32_acts) in [
+            (QuantKind::Q4_1, true),
+            (QuantKind::Q8_0, true),
+            (QuantKind::Q4_K, false),
+        ] {
+            let cols = 256 * rng.usize(1..3);
+            let n = [1, 5, 30][rng.usize(0..3)];
+            let rows = [rng.usize(1..40), rng.usize(1..13), rng.usize(1..29)];
+            let data: Vec<Vec<u8>> = rows
+                .iter()
+                .map(|&r| qmatmul_support::random_weights(&mut rng, kind, r, cols))
+                .collect();
+            let x = qmatmul_support::random_activations(&mut rng, n, cols);
+            let ws: Vec<QuantMatrix<'_>> = rows
+                .iter()
+                .zip(&data)
+                .map(|(&r, d)| QuantMatrix::new(kind, r, cols, d).unwrap())
+                .collect();
+            let mut acts = QuantizedActivations::new();
+            if f32_acts {
+                acts.keep_f32(&x, n, cols).unwrap();
+            } else {
+                acts.quantize(kind, &x, n, cols).unwrap();
+            }
+            let isa = Isa::detect();
+            let [mut a, mut b, mut c] = rows.map(|r| vec![f32::NAN; n * r]);
+            pagoda_cpu::matmul_team_each(
+                &mut team,
+                isa,
+                [&ws[0], &ws[1], &ws[2]],
+                &acts,
+                [&mut a, &mut b, &mut c],
+            )
+            .unwrap();
+            for (w, got) in ws.iter().zip([&a, &b, &c]) {
+                let mut alone = vec![0.0f32; n * w.rows()];
+                matmul(isa, w, &acts, &mut alone, 0..w.rows()).unwrap();
+                assert_eq!(got, &alone, "{kind} n {n} rows {rows:?}, {workers} workers");
+            }
+        }
+    }
+}

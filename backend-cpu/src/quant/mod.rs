@@ -217,6 +217,18 @@ impl<'a> QuantMatrix<'a> {
         })
     }
 
+    /// A matrix of no rows and no columns: a placeholder where a real one
+    /// could not be had (products refuse it, as any shape mismatch).
+    pub const fn empty(kind: QuantKind) -> Self {
+        Self {
+            kind,
+            rows: 0,
+            cols: 0,
+            row_bytes: 0,
+            data: &[],
+        }
+    }
+
     /// The weight type.
     pub fn kind(&self) -> QuantKind {
         self.kind
@@ -348,6 +360,54 @@ pub fn matmul_team(
             // after every worker is done, while `out` is still borrowed.
             unsafe { sink.write(i * stride + r, v) }
         });
+    })
+    .map_err(QMatError::Team)
+}
+
+/// Several products of the same activations in one run of `team` (a
+/// layer's q, k and v, or gate and up): one hand-off to the workers instead
+/// of one per matrix. `outs[i]` receives [`matmul`]'s output for `ws[i]`;
+/// the workers split the matrices' rows taken together.
+pub fn matmul_team_each<const N: usize>(
+    team: &mut Team,
+    isa: Isa,
+    ws: [&QuantMatrix<'_>; N],
+    x: &QuantizedActivations,
+    outs: [&mut [f32]; N],
+) -> Result<(), QMatError> {
+    for (w, out) in ws.iter().zip(&outs) {
+        validate(w, x, out.len(), &(0..w.rows))?;
+    }
+    let isa = usable(isa);
+    let panel = uses_panel(isa, x);
+    let mut starts = [0usize; N];
+    let mut total = 0usize;
+    for (start, w) in starts.iter_mut().zip(&ws) {
+        *start = total;
+        total += w.rows;
+    }
+    let sinks = outs.map(kernel::SharedOut::new);
+    team.run(&|worker, workers| {
+        let mine = split(0..total, worker, workers, ROW_ALIGN);
+        for ((w, sink), &start) in ws.iter().zip(&sinks).zip(&starts) {
+            let rows = mine.start.clamp(start, start + w.rows) - start
+                ..mine.end.clamp(start, start + w.rows) - start;
+            if rows.is_empty() {
+                continue;
+            }
+            let stride = w.rows;
+            if panel {
+                // SAFETY: `validate` checked that each output holds every
+                // row of its matrix, and `split` gives each worker rows no
+                // other worker has; `run` returns before the borrows end.
+                unsafe { kernel::panel(w, x, rows, sink.ptr(), stride) };
+                continue;
+            }
+            kernel::rows(isa, w, x, rows, |i, r, v| {
+                // SAFETY: as above, for one float.
+                unsafe { sink.write(i * stride + r, v) }
+            });
+        }
     })
     .map_err(QMatError::Team)
 }

@@ -8,7 +8,9 @@
 //! in the dense pass; the output head runs only for the rows that sample.
 
 use pagoda_core::backend::Backend;
-use pagoda_cpu::{matmul_team, ActFormat, Isa, QuantizedActivations, Team};
+use pagoda_cpu::{
+    matmul_team, matmul_team_each, ActFormat, Isa, QuantMatrix, QuantizedActivations, Team,
+};
 
 use super::config::ModelError;
 use super::forward::{add_bias, rms_norm, Activations, ForwardError, Model, StepInput};
@@ -77,6 +79,47 @@ fn product(
     matmul_team(team, isa, &m, x, &mut out[..len]).map_err(ModelError::Kernel)
 }
 
+/// [`product`] for several matrices that read the same activations, in one
+/// run of the team.
+fn products<const N: usize>(
+    team: &mut Team,
+    isa: Isa,
+    file: &[u8],
+    ws: [&QuantTensor; N],
+    qx: &[QuantizedActivations; 4],
+    precision: ActPrecision,
+    outs: [&mut Vec<f32>; N],
+) -> Result<(), ModelError> {
+    if precision == ActPrecision::Int8 {
+        // Each matrix may want another 8-bit format: one product each.
+        for (w, out) in ws.into_iter().zip(outs) {
+            product(team, isa, file, w, qx, precision, out)?;
+        }
+        return Ok(());
+    }
+    let x = &qx[slot(ActFormat::F32)];
+    let mut error = None;
+    let matrices: [QuantMatrix<'_>; N] = std::array::from_fn(|i| {
+        ws[i].matrix(file).unwrap_or_else(|e| {
+            error.get_or_insert(e);
+            QuantMatrix::empty(ws[i].kind())
+        })
+    });
+    if let Some(e) = error {
+        return Err(ModelError::Kernel(e));
+    }
+    let mut outs = outs;
+    for (m, out) in matrices.iter().zip(outs.iter_mut()) {
+        let len = x.rows() * m.rows();
+        if out.len() < len {
+            out.resize(len, 0.0);
+        }
+    }
+    let ms = std::array::from_fn(|i| &matrices[i]);
+    matmul_team_each(team, isa, ms, x, outs.map(|out| out.as_mut_slice()))
+        .map_err(ModelError::Kernel)
+}
+
 impl Model {
     /// [`forward`](Self::forward) over quantized weights.
     pub(super) fn forward_quantized<B: Backend>(
@@ -142,9 +185,8 @@ impl Model {
             let layer_id = layer_index as u32;
             rms_norm(x, h, t, hidden, &layer.attn_norm, c.rms_eps);
             quantize(qx, p, &[&layer.wq, &layer.wk, &layer.wv], h, t, hidden).map_err(model)?;
-            product(team, isa, file, &layer.wq, qx, p, q).map_err(model)?;
-            product(team, isa, file, &layer.wk, qx, p, k).map_err(model)?;
-            product(team, isa, file, &layer.wv, qx, p, v).map_err(model)?;
+            let (wq, wk, wv) = (&layer.wq, &layer.wk, &layer.wv);
+            products(team, isa, file, [wq, wk, wv], qx, p, [q, k, v]).map_err(model)?;
             add_bias(&mut q[..t * q_dim], layer.bq.as_ref());
             add_bias(&mut k[..t * kv_dim], layer.bk.as_ref());
             add_bias(&mut v[..t * kv_dim], layer.bv.as_ref());
@@ -180,8 +222,8 @@ impl Model {
 
             rms_norm(x, h, t, hidden, &layer.ffn_norm, c.rms_eps);
             quantize(qx, p, &[&layer.w_gate, &layer.w_up], h, t, hidden).map_err(model)?;
-            product(team, isa, file, &layer.w_gate, qx, p, gate).map_err(model)?;
-            product(team, isa, file, &layer.w_up, qx, p, up).map_err(model)?;
+            let (wg, wu) = (&layer.w_gate, &layer.w_up);
+            products(team, isa, file, [wg, wu], qx, p, [gate, up]).map_err(model)?;
             for (g, u) in gate[..t * ffn].iter_mut().zip(&up[..t * ffn]) {
                 *g = *g / (1.0 + (-*g).exp()) * u;
             }
