@@ -637,3 +637,45 @@ pub(super) fn rms_norm(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `general_on_team` on 1 to 3 workers (3 also where threads outnumber
+    /// cores) against a plain f64 triple loop, over weights stored as a GGUF
+    /// file's rows (a transposed view) and row-major, with and without
+    /// accumulating, at widths that do not divide into the workers' runs.
+    #[test]
+    fn general_products_on_the_team_match_a_plain_loop() {
+        let mut rng = fastrand::Rng::with_seed(3);
+        for workers in [1, 2, 3] {
+            let mut team = Team::new(workers).unwrap();
+            for (t, inputs, outputs) in [(5, 64, 37), (9, 96, 100), (33, 40, 1000), (1, 8, 3)] {
+                let x: Vec<f32> = (0..t * inputs).map(|_| rng.f32() - 0.5).collect();
+                let rows: Vec<f32> = (0..outputs * inputs).map(|_| rng.f32() - 0.5).collect();
+                let file_rows = ArrayView2::from_shape((outputs, inputs), &rows).unwrap();
+                let row_major = file_rows.t().as_standard_layout().into_owned();
+                for (w, beta) in [(file_rows.t(), 0.0), (row_major.view(), 1.0)] {
+                    let start: Vec<f32> = (0..t * outputs).map(|_| rng.f32()).collect();
+                    let mut out = start.clone();
+                    let view = ArrayViewMut2::from_shape((t, outputs), &mut out).unwrap();
+                    general_on_team(&mut team, read(&x, t, inputs), w, beta, view).unwrap();
+                    for r in 0..t {
+                        for c in 0..outputs {
+                            let dot: f64 = (0..inputs)
+                                .map(|i| f64::from(x[r * inputs + i]) * f64::from(w[[i, c]]))
+                                .sum();
+                            let want = dot + f64::from(beta * start[r * outputs + c]);
+                            let got = f64::from(out[r * outputs + c]);
+                            assert!(
+                                (got - want).abs() < 1e-4,
+                                "{workers} workers, {t}×{inputs}×{outputs} [{r},{c}]: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
