@@ -14,12 +14,13 @@
 //!   in flops; `prefill/2048`: a 2,048-token causal prefill, in flops.
 
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use pagoda_core::backend::{AttentionShape, Backend, SeqAttention};
 use pagoda_core::{KvDtype, KvGeometry, PageId, Slot, PAGE_SIZE};
-use pagoda_cpu::{CpuBackend, CpuKvStore};
-use rayon::prelude::*;
+use pagoda_cpu::{split, CpuBackend, CpuKvStore, Team};
 
 const Q_HEADS: u32 = 32;
 const KV_HEADS: u32 = 8;
@@ -94,11 +95,17 @@ fn decode(c: &mut Criterion) {
     let mut group = c.benchmark_group("bandwidth");
     group.sample_size(10);
     group.throughput(Throughput::Bytes(copy_bytes as u64));
+    // On a team like the backend's: the same threads, the same hand-off.
+    let mut team = Team::new(CpuBackend::resolve_threads(0)).unwrap();
     group.bench_function("copy", |b| {
         b.iter(|| {
-            dst.par_chunks_mut(1 << 20)
-                .zip(src.par_chunks(1 << 20))
-                .for_each(|(d, s)| d.copy_from_slice(s));
+            let chunks = Mutex::new(dst.chunks_mut(1 << 20).zip(src.chunks(1 << 20)));
+            team.run(&|_, _| {
+                while let Some((d, s)) = chunks.lock().unwrap().next() {
+                    d.copy_from_slice(s);
+                }
+            })
+            .unwrap();
             black_box(&dst);
         })
     });
@@ -107,14 +114,18 @@ fn decode(c: &mut Criterion) {
     let words = vec![1u64; copy_bytes / 8];
     group.bench_function("read", |b| {
         b.iter(|| {
-            words
-                .par_chunks(1 << 17)
-                .map(|c| c.iter().fold(0u64, |a, &w| a.wrapping_add(w)))
-                .reduce(|| 0, u64::wrapping_add)
+            let total = AtomicU64::new(0);
+            team.run(&|w, n| {
+                let mine = &words[split(0..words.len(), w, n, 1 << 17)];
+                let sum = mine.iter().fold(0u64, |a, &w| a.wrapping_add(w));
+                total.fetch_add(sum, Ordering::Relaxed);
+            })
+            .unwrap();
+            total.into_inner()
         })
     });
     group.finish();
-    drop((src, dst, words));
+    drop((src, dst, words, team));
 
     let mut group = c.benchmark_group("decode");
     group.sample_size(10);
@@ -192,16 +203,21 @@ fn prefill(c: &mut Criterion) {
     group.sample_size(10);
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        let threads = rayon::current_num_threads() as u64;
+        let threads = CpuBackend::resolve_threads(0) as u64;
         let iters = 10_000_000u64;
         group.throughput(Throughput::Elements(threads * iters * 10 * 8 * 2));
         group.bench_function("fma", |b| {
             b.iter(|| {
-                (0..threads)
-                    .into_par_iter()
-                    // SAFETY: AVX2 and FMA were detected just above.
-                    .map(|_| unsafe { fma_chains(black_box(iters)) })
-                    .sum::<f32>()
+                std::thread::scope(|s| {
+                    let chains: Vec<_> = (0..threads)
+                        // SAFETY: AVX2 and FMA were detected just above.
+                        .map(|_| s.spawn(|| unsafe { fma_chains(black_box(iters)) }))
+                        .collect();
+                    chains
+                        .into_iter()
+                        .map(|c| c.join().unwrap_or(0.0))
+                        .sum::<f32>()
+                })
             })
         });
     }

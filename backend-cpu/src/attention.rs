@@ -3,15 +3,19 @@
 //! key and value is read once per group, work split across sequences, KV
 //! heads (decode tiles take them all, reading each page as long runs), query
 //! tiles and (for long contexts) ranges of the KV length, with a final merge
-//! of the partial softmaxes.
+//! of the partial softmaxes. Tasks run on the backend's [`Team`], whose
+//! workers take them one at a time; the plan, the partial softmaxes and
+//! each worker's scratch live in [`Buffers`], reused from call to call.
+
+use std::sync::{Mutex, PoisonError};
 
 use pagoda_core::backend::{AttentionShape, SeqAttention};
 use pagoda_core::PAGE_SIZE;
-use rayon::prelude::*;
 
 use crate::element::KvElement;
 use crate::kernels::{page_accumulate, page_scores, page_softmax, Isa};
 use crate::store::Layout;
+use crate::team::{Team, TeamError};
 
 /// Query rows (tokens × grouped heads) processed together: each key row
 /// loaded is used this many times.
@@ -20,9 +24,9 @@ const TILE_ROWS: usize = 8;
 const MIN_SPLIT_KEYS: u32 = 64;
 /// Work (in pages × KV heads × blocks of `TILE_ROWS` query rows, each about
 /// a microsecond) below which a call runs on the calling thread. Handing
-/// work to the pool's threads and waiting for them costs tens of
-/// microseconds (two thread wake-ups; more in a VM), which a short decode
-/// would spend several times over.
+/// work to the team and waiting for it costs a few microseconds while its
+/// workers spin, tens once they sleep (a thread wake-up; more in a VM),
+/// which a short decode would spend several times over.
 const SERIAL_WORK: usize = 64;
 
 /// The call's work in the units of [`SERIAL_WORK`].
@@ -52,7 +56,7 @@ struct Task {
 
 /// Per-thread buffers reused across tasks: the tile's scaled queries, a page
 /// of scores, and per row the keys it sees in the page and its rescale factor.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Scratch {
     q: Vec<f32>,
     scores: Vec<f32>,
@@ -61,6 +65,7 @@ struct Scratch {
 }
 
 /// A task's softmax state per row: running max, sum and weighted values.
+#[derive(Debug, Default)]
 struct Partial {
     max: Vec<f32>,
     sum: Vec<f32>,
@@ -80,7 +85,20 @@ fn heads_per_task(shape: &AttentionShape, seq: &SeqAttention<'_>, tile_tokens: u
     }
 }
 
-fn plan(shape: &AttentionShape, batch: &[SeqAttention<'_>], threads: usize) -> Vec<Task> {
+/// Buffers an attention call reuses: they grow to the largest call seen,
+/// so a steady stream of steps allocates nothing.
+#[derive(Debug, Default)]
+pub struct Buffers {
+    /// The call's plan.
+    tasks: Vec<Task>,
+    /// One softmax state per task.
+    partials: Vec<Partial>,
+    /// One scratch per worker (each locks only its own).
+    scratch: Vec<Mutex<Scratch>>,
+}
+
+/// Fills `tasks` with the plan of a call on `threads` workers.
+fn plan(shape: &AttentionShape, batch: &[SeqAttention<'_>], threads: usize, tasks: &mut Vec<Task>) {
     let group = shape.group() as usize;
     let tile_tokens = (TILE_ROWS / group).max(1) as u32;
     let tiles: usize = batch
@@ -91,7 +109,7 @@ fn plan(shape: &AttentionShape, batch: &[SeqAttention<'_>], threads: usize) -> V
         })
         .sum();
     let target = 4 * threads;
-    let mut tasks = Vec::with_capacity(tiles.max(1) * 2);
+    tasks.clear();
     for (i, seq) in batch.iter().enumerate() {
         // Few tasks and a long context: split the keys so every core works.
         let splits = if tiles < target {
@@ -126,7 +144,6 @@ fn plan(shape: &AttentionShape, batch: &[SeqAttention<'_>], threads: usize) -> V
             }
         }
     }
-    tasks
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -140,7 +157,8 @@ fn run<E: KvElement>(
     queries: &[f32],
     task: &Task,
     scratch: &mut Scratch,
-) -> Partial {
+    partial: &mut Partial,
+) {
     let dim = shape.head_dim as usize;
     let group = shape.group() as usize;
     // Rows of one head (token × group + g), then all heads, head-major.
@@ -169,9 +187,15 @@ fn run<E: KvElement>(
         }
     }
     let first_pos = seq.context_len - seq.query_len + task.first_token;
-    let mut max = vec![f32::NEG_INFINITY; rows];
-    let mut sum = vec![0.0f32; rows];
-    let mut acc = vec![0.0f32; rows * dim];
+    let Partial { max, sum, acc } = partial;
+    for (v, len, fill) in [
+        (&mut *max, rows, f32::NEG_INFINITY),
+        (&mut *sum, rows, 0.0),
+        (&mut *acc, rows * dim, 0.0),
+    ] {
+        v.clear();
+        v.resize(len, fill);
+    }
     scores.clear();
     scores.resize(head_rows * 16, 0.0);
     correction.resize(head_rows, 1.0);
@@ -256,13 +280,20 @@ fn run<E: KvElement>(
         }
         key += in_page as u32;
     }
-    Partial { max, sum, acc }
 }
 
-/// Runs attention for a validated batch, writing every output row.
+/// Locks `m`, ignoring poisoning: a scratch holds no invariant a panic
+/// could break (every task resets what it reads).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs attention for a validated batch, writing every output row. Fails
+/// only if a kernel panicked on a worker (a bug; the team survives it).
 #[allow(clippy::too_many_arguments)]
 pub fn attention<E: KvElement>(
-    pool: &rayon::ThreadPool,
+    team: &mut Team,
+    buffers: &mut Buffers,
     isa: Isa,
     data: &[E],
     layout: &Layout,
@@ -271,27 +302,52 @@ pub fn attention<E: KvElement>(
     batch: &[SeqAttention<'_>],
     queries: &[f32],
     out: &mut [f32],
-) {
+) -> Result<(), TeamError> {
     let serial = work(shape, batch) < SERIAL_WORK;
-    let tasks = plan(
-        shape,
-        batch,
-        if serial {
-            1
-        } else {
-            pool.current_num_threads()
-        },
-    );
-    let task = |scratch: &mut Scratch, t: &Task| {
-        let seq = &batch[t.seq as usize];
-        run(isa, data, layout, layer, shape, seq, queries, t, scratch)
+    let threads = if serial { 1 } else { team.workers() };
+    let Buffers {
+        tasks,
+        partials,
+        scratch,
+    } = buffers;
+    plan(shape, batch, threads, tasks);
+    if partials.len() < tasks.len() {
+        partials.resize_with(tasks.len(), Partial::default);
+    }
+    if scratch.len() < threads {
+        scratch.resize_with(threads, Mutex::default);
+    }
+    let tasks = &tasks[..];
+    let partials = &mut partials[..tasks.len()];
+    // Workers take the next task until none is left.
+    let next = Mutex::new(tasks.iter().zip(partials.iter_mut()));
+    let job = |worker: usize, _: usize| {
+        let mut scratch = lock(&scratch[worker]);
+        loop {
+            let Some((t, partial)) = lock(&next).next() else {
+                break;
+            };
+            let seq = &batch[t.seq as usize];
+            run(
+                isa,
+                data,
+                layout,
+                layer,
+                shape,
+                seq,
+                queries,
+                t,
+                &mut scratch,
+                partial,
+            );
+        }
     };
-    let partials: Vec<Partial> = if serial {
-        let mut scratch = Scratch::default();
-        tasks.iter().map(|t| task(&mut scratch, t)).collect()
+    if serial {
+        job(0, 1);
     } else {
-        pool.install(|| tasks.par_iter().map_init(Scratch::default, task).collect())
-    };
+        team.run(&job)?;
+    }
+    let partials = &*partials;
     // Merge consecutive tasks of the same tile (the KV splits) and write.
     let dim = shape.head_dim as usize;
     let group = shape.group() as usize;
@@ -336,4 +392,5 @@ pub fn attention<E: KvElement>(
         }
         i = j;
     }
+    Ok(())
 }

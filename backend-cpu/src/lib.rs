@@ -11,9 +11,12 @@
 //!   x86_64, NEON on aarch64, and a portable path giving the same answers
 //!   within rounding. Keys and values are stored as f32, f16 or bf16 and
 //!   widened in registers.
-//! - Multi-threaded with `rayon` across sequences, KV heads and query tiles,
-//!   and across the KV length for long contexts (split-KV, then a merge of the
-//!   partial softmaxes), so one long sequence uses every core.
+//! - Multi-threaded on one persistent [`Team`] across sequences, KV heads
+//!   and query tiles, and across the KV length for long contexts (split-KV,
+//!   then a merge of the partial softmaxes), so one long sequence uses every
+//!   core. The team is a shareable handle: [`CpuBackend::team`] gives it to
+//!   the model's matrix products, so a whole step runs on `threads` threads
+//!   (the caller and `threads − 1` workers) and nothing else.
 //!
 //! ```
 //! use pagoda_core::backend::{AttentionShape, Backend, SeqAttention};
@@ -73,8 +76,10 @@ pub enum CpuError {
         /// Bytes asked for.
         bytes: u64,
     },
-    /// The thread pool could not start.
+    /// The thread team could not start.
     Threads(String),
+    /// A kernel panicked on a worker thread (a bug); the team survives it.
+    Worker(String),
 }
 
 impl fmt::Display for CpuError {
@@ -82,7 +87,8 @@ impl fmt::Display for CpuError {
         match self {
             Self::Input(e) => write!(f, "invalid input: {e}"),
             Self::OutOfMemory { bytes } => write!(f, "cannot allocate a {bytes}-byte KV store"),
-            Self::Threads(e) => write!(f, "cannot start the thread pool: {e}"),
+            Self::Threads(e) => write!(f, "cannot start the thread team: {e}"),
+            Self::Worker(e) => write!(f, "attention failed on a worker: {e}"),
         }
     }
 }
@@ -94,7 +100,7 @@ impl BackendError for CpuError {
         match self {
             Self::Input(_) => BackendErrorKind::InvalidInput,
             Self::OutOfMemory { .. } => BackendErrorKind::OutOfMemory,
-            Self::Threads(_) => BackendErrorKind::Unsupported,
+            Self::Threads(_) | Self::Worker(_) => BackendErrorKind::Unsupported,
         }
     }
 }
@@ -126,11 +132,13 @@ impl CpuKvStore {
     }
 }
 
-/// The CPU backend: a thread pool and the instruction set it detected.
+/// The CPU backend: a thread team, the instruction set it detected, and
+/// the buffers attention reuses from call to call.
 #[derive(Debug)]
 pub struct CpuBackend {
-    pool: rayon::ThreadPool,
+    team: Team,
     isa: Isa,
+    buffers: attention::Buffers,
 }
 
 impl Default for CpuBackend {
@@ -140,28 +148,33 @@ impl Default for CpuBackend {
 }
 
 impl CpuBackend {
-    /// A backend using every core and the best instruction set the CPU has.
+    /// A backend using every core and the best instruction set the CPU has
+    /// (the calling thread alone if no other thread can start).
     pub fn new() -> Self {
-        Self::with_threads(0).unwrap_or_else(|_| Self {
-            pool: rayon::ThreadPoolBuilder::new()
-                .num_threads(1)
-                .build()
-                .expect("a one-thread pool always starts"),
-            isa: Isa::detect(),
-        })
+        Self::with_threads(0).unwrap_or_else(|_| Self::on_team(Team::single()))
     }
 
-    /// A backend with `threads` worker threads (0: one per core).
+    /// A backend running on `threads` threads, the caller included, so
+    /// `threads − 1` are started (0: one per core).
     pub fn with_threads(threads: usize) -> Result<Self, CpuError> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("pagoda-cpu-{i}"))
-            .build()
+        let team = Team::new(Self::resolve_threads(threads))
             .map_err(|e| CpuError::Threads(e.to_string()))?;
-        Ok(Self {
-            pool,
+        Ok(Self::on_team(team))
+    }
+
+    /// A backend running on `team`, which it shares with whoever else holds
+    /// a handle to it (runs take turns).
+    pub fn on_team(team: Team) -> Self {
+        Self {
+            team,
             isa: Isa::detect(),
-        })
+            buffers: attention::Buffers::default(),
+        }
+    }
+
+    /// A handle on the backend's team, for the products of the same step.
+    pub fn team(&self) -> &Team {
+        &self.team
     }
 
     /// Uses `isa` instead of the detected one (`Scalar` always works; others
@@ -179,9 +192,20 @@ impl CpuBackend {
         self.isa
     }
 
-    /// Worker threads.
+    /// Threads a call uses, the caller included.
     pub fn threads(&self) -> usize {
-        self.pool.current_num_threads()
+        self.team.workers()
+    }
+
+    /// The threads [`with_threads`](Self::with_threads)`(threads)` runs on,
+    /// without starting them (0: one per core, or one when that count is
+    /// unknown).
+    pub fn resolve_threads(threads: usize) -> usize {
+        if threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            threads
+        }
     }
 }
 
@@ -350,11 +374,12 @@ impl Backend for CpuBackend {
             queries.len(),
             out.len(),
         )?;
-        let (pool, isa, layout) = (&self.pool, self.isa, &store.layout);
+        let (team, buffers, isa, layout) =
+            (&mut self.team, &mut self.buffers, self.isa, &store.layout);
         with_elements!(&store.data, |d| attention::attention(
-            pool, isa, d, layout, layer, &shape, batch, queries, out
-        ));
-        Ok(())
+            team, buffers, isa, d, layout, layer, &shape, batch, queries, out
+        ))
+        .map_err(|e| CpuError::Worker(e.to_string()))
     }
 
     fn gather(

@@ -3,7 +3,10 @@
 //! waking a pool per step must cost next to nothing).
 //!
 //! `Team::run(job)` hands `job(worker, workers)` to every worker, the caller
-//! being worker 0, and returns when all are done. Workers wait between jobs
+//! being worker 0, and returns when all are done. A [`Team`] is a handle:
+//! its clones share the same workers (runs from different handles take
+//! turns), so the attention backend and the model's products use one set
+//! of threads. Workers wait between jobs
 //! at a barrier that spins a bounded number of iterations (a job a few
 //! microseconds later finds them awake) and then sleeps on a `Condvar`.
 //! Nothing is allocated per run. A panicking job is caught on its worker
@@ -14,6 +17,7 @@
 //! `align`-sized units, so workers touch disjoint rows and cache lines.
 
 use std::any::Any;
+use std::cell::Cell;
 use std::fmt;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -64,6 +68,8 @@ pub fn split(range: Range<usize>, worker: usize, workers: usize, align: usize) -
 pub enum TeamError {
     /// The operating system refused a thread.
     Spawn(String),
+    /// A job tried to run a job on a team: the team would wait for itself.
+    Nested,
     /// The job panicked on at least one worker (the lowest index given);
     /// every worker finished first, and the team stays usable.
     Panicked {
@@ -78,6 +84,7 @@ impl fmt::Display for TeamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Spawn(e) => write!(f, "cannot start a worker thread: {e}"),
+            Self::Nested => write!(f, "a job cannot run another job on a team"),
             Self::Panicked { worker, message } => {
                 write!(f, "the job panicked on worker {worker}: {message}")
             }
@@ -111,10 +118,55 @@ struct Shared {
     panic: Mutex<Option<(usize, String)>>,
 }
 
-/// Threads created once and reused for every job; see the module docs.
-pub struct Team {
+thread_local! {
+    /// Set while this thread runs a job: a run from inside one is refused
+    /// (it would wait on the run it is part of).
+    static IN_JOB: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `job` as worker `index` of `workers`, marked as inside a job.
+fn run_marked(
+    job: &(dyn Fn(usize, usize) + Sync),
+    index: usize,
+    workers: usize,
+) -> Result<(), Box<dyn Any + Send>> {
+    IN_JOB.with(|c| c.set(true));
+    let result = catch_unwind(AssertUnwindSafe(|| job(index, workers)));
+    IN_JOB.with(|c| c.set(false));
+    result
+}
+
+/// The threads of a team and their shared state; dropped (and the threads
+/// joined) with the last [`Team`] handle.
+struct Crew {
     shared: Arc<Shared>,
     handles: Vec<JoinHandle<()>>,
+}
+
+impl Shared {
+    fn new() -> Self {
+        Self {
+            epoch: AtomicU64::new(0),
+            job: Mutex::new(None),
+            pending: AtomicUsize::new(0),
+            sleepers: AtomicUsize::new(0),
+            wake_lock: Mutex::new(()),
+            wake: Condvar::new(),
+            caller_sleeps: AtomicBool::new(false),
+            done_lock: Mutex::new(()),
+            done: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            panic: Mutex::new(None),
+        }
+    }
+}
+
+/// Threads created once and reused for every job; see the module docs.
+/// Cloning gives another handle on the same threads.
+#[derive(Clone)]
+pub struct Team {
+    crew: Arc<Mutex<Crew>>,
+    workers: usize,
 }
 
 impl fmt::Debug for Team {
@@ -129,44 +181,63 @@ impl Team {
     /// A team of `workers` (at least 1) including the calling thread, so
     /// `workers − 1` threads are started.
     pub fn new(workers: usize) -> Result<Self, TeamError> {
-        let shared = Arc::new(Shared {
-            epoch: AtomicU64::new(0),
-            job: Mutex::new(None),
-            pending: AtomicUsize::new(0),
-            sleepers: AtomicUsize::new(0),
-            wake_lock: Mutex::new(()),
-            wake: Condvar::new(),
-            caller_sleeps: AtomicBool::new(false),
-            done_lock: Mutex::new(()),
-            done: Condvar::new(),
-            shutdown: AtomicBool::new(false),
-            panic: Mutex::new(None),
-        });
         let workers = workers.max(1);
-        let mut team = Self {
-            shared,
+        let mut crew = Crew {
+            shared: Arc::new(Shared::new()),
             handles: Vec::with_capacity(workers - 1),
         };
         for index in 1..workers {
-            let shared = Arc::clone(&team.shared);
+            let shared = Arc::clone(&crew.shared);
             let handle = std::thread::Builder::new()
                 .name(format!("pagoda-team-{index}"))
                 .spawn(move || worker_loop(&shared, index, workers))
                 .map_err(|e| TeamError::Spawn(e.to_string()))?;
-            // On an error above, `team` drops here and joins those started.
-            team.handles.push(handle);
+            // On an error above, `crew` drops here and joins those started.
+            crew.handles.push(handle);
         }
-        Ok(team)
+        Ok(Self::from_crew(crew))
+    }
+
+    /// A team of the calling thread alone: it starts no thread, so it
+    /// cannot fail.
+    pub fn single() -> Self {
+        Self::from_crew(Crew {
+            shared: Arc::new(Shared::new()),
+            handles: Vec::new(),
+        })
+    }
+
+    fn from_crew(crew: Crew) -> Self {
+        Self {
+            workers: crew.workers(),
+            crew: Arc::new(Mutex::new(crew)),
+        }
     }
 
     /// Workers, the caller included.
     pub fn workers(&self) -> usize {
-        self.handles.len() + 1
+        self.workers
     }
 
     /// Runs `job(worker, workers)` once on every worker (the caller is
-    /// worker 0) and returns when all have finished.
+    /// worker 0) and returns when all have finished. A run from another
+    /// handle waits for this one; a run from inside a job is refused with
+    /// [`TeamError::Nested`].
     pub fn run(&mut self, job: &(dyn Fn(usize, usize) + Sync)) -> Result<(), TeamError> {
+        if IN_JOB.with(Cell::get) {
+            return Err(TeamError::Nested);
+        }
+        lock(&self.crew).run(job)
+    }
+}
+
+impl Crew {
+    fn workers(&self) -> usize {
+        self.handles.len() + 1
+    }
+
+    /// [`Team::run`] on the locked crew.
+    fn run(&mut self, job: &(dyn Fn(usize, usize) + Sync)) -> Result<(), TeamError> {
         let workers = self.workers();
         let s = &*self.shared;
         if workers > 1 {
@@ -174,8 +245,8 @@ impl Team {
             // only between the `epoch` bump below and their `pending`
             // decrement, and this function waits for `pending` to reach 0
             // (even when the caller's own part panics) before returning, so
-            // the job outlives every use. `&mut self` rules out a second run
-            // replacing it meanwhile.
+            // the job outlives every use. `&mut self` (the crew's lock) rules
+            // out a second run replacing it meanwhile.
             let job: Job =
                 unsafe { std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), Job>(job) };
             *lock(&s.job) = Some(job);
@@ -186,7 +257,7 @@ impl Team {
                 s.wake.notify_all();
             }
         }
-        let mine = catch_unwind(AssertUnwindSafe(|| job(0, workers)));
+        let mine = run_marked(job, 0, workers);
         if workers > 1 {
             wait_done(s);
             *lock(&s.job) = None;
@@ -203,7 +274,7 @@ impl Team {
     }
 }
 
-impl Drop for Team {
+impl Drop for Crew {
     fn drop(&mut self) {
         let s = &*self.shared;
         s.shutdown.store(true, SeqCst);
@@ -220,7 +291,8 @@ impl Drop for Team {
     }
 }
 
-/// Locks `m`, ignoring poisoning: no lock here is held across user code.
+/// Locks `m`, ignoring poisoning: the only lock held across user code (a
+/// team's crew, during a run) sees every panic of a job caught.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -261,7 +333,7 @@ fn worker_loop(s: &Shared, index: usize, workers: usize) {
         }
         let job = *lock(&s.job);
         if let Some(job) = job {
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| job(index, workers))) {
+            if let Err(payload) = run_marked(job, index, workers) {
                 let mut p = lock(&s.panic);
                 if p.as_ref().is_none_or(|(w, _)| *w > index) {
                     *p = Some((index, message(payload.as_ref())));

@@ -13,7 +13,7 @@
 mod qmatmul_support;
 
 use pagoda_core::QuantKind;
-use pagoda_cpu::{matmul, Isa, QuantMatrix, QuantizedActivations};
+use pagoda_cpu::{matmul, ActFormat, Isa, QuantMatrix, QuantizedActivations};
 use qmatmul_support::*;
 
 /// One random case: `(weights, activations, cols, rows, n)`.
@@ -111,6 +111,21 @@ fn many_rows_equal_one_row_at_a_time() {
                     .unwrap();
                 let mut single = vec![0.0f32; rows];
                 matmul(isa, &w, &one, &mut single, 0..rows).unwrap();
+                // Float weights with 24 or more rows take the dense panel
+                // product, which adds in another order: within f32
+                // summation error there, bit for bit everywhere else.
+                if isa != Isa::Scalar && acts.format() == ActFormat::F32 && n >= 24 {
+                    for r in 0..rows {
+                        let wr = weight_row(kind, &data, cols, r);
+                        let (_, mag) = dot64(&wr, &x[i * cols..(i + 1) * cols]);
+                        let (a, b) = (all[i * rows + r], single[r]);
+                        assert!(
+                            f64::from((a - b).abs()) <= 1e-5 * mag + 1e-6,
+                            "{kind} {isa:?} act row {i} of {n}: {a} vs {b}"
+                        );
+                    }
+                    continue;
+                }
                 assert_eq!(
                     &all[i * rows..(i + 1) * rows],
                     &single[..],

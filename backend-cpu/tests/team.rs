@@ -200,3 +200,85 @@ fn products_in_one_run_equal_each_alone() {
         }
     }
 }
+
+/// The thread each worker of a run is on, by worker index.
+fn run_threads(team: &mut Team) -> Vec<std::thread::ThreadId> {
+    let seen = Mutex::new(vec![None; team.workers()]);
+    team.run(&|w, _| seen.lock().unwrap()[w] = Some(std::thread::current().id()))
+        .unwrap();
+    seen.into_inner()
+        .unwrap()
+        .into_iter()
+        .map(Option::unwrap)
+        .collect()
+}
+
+#[test]
+fn clones_share_the_same_workers() {
+    let mut team = Team::new(3).unwrap();
+    let mut other = team.clone();
+    assert_eq!(other.workers(), 3);
+    let (a, b) = (run_threads(&mut team), run_threads(&mut other));
+    // Workers 1 and 2 are the same two threads; worker 0 is the caller.
+    assert_eq!(a[1..], b[1..]);
+    assert_eq!(a[0], std::thread::current().id());
+    assert!(!a[1..].contains(&a[0]));
+    // Dropping one handle leaves the workers to the other.
+    drop(team);
+    assert_eq!(run_threads(&mut other)[1..], a[1..]);
+}
+
+#[test]
+fn runs_from_two_threads_take_turns() {
+    // Two callers on clones of one team: each run still sees every worker
+    // exactly once and no other run's job.
+    let team = Team::new(3).unwrap();
+    std::thread::scope(|s| {
+        for caller in 0..2usize {
+            let mut team = team.clone();
+            s.spawn(move || {
+                for i in 0..2000 {
+                    let tag = caller * 1_000_000 + i;
+                    let seen = Mutex::new(Vec::new());
+                    team.run(&|w, _| seen.lock().unwrap().push((tag, w)))
+                        .unwrap();
+                    let mut seen = seen.into_inner().unwrap();
+                    seen.sort();
+                    assert_eq!(seen, [(tag, 0), (tag, 1), (tag, 2)]);
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn a_run_from_inside_a_job_is_refused() {
+    for workers in [1, 3] {
+        let team = Team::new(workers).unwrap();
+        let inner = Mutex::new(team.clone());
+        let errors = Mutex::new(Vec::new());
+        let mut outer = team;
+        outer
+            .run(&|w, _| {
+                if let Ok(mut inner) = inner.try_lock() {
+                    errors.lock().unwrap().push((w, inner.run(&|_, _| {})));
+                }
+            })
+            .unwrap();
+        let errors = errors.into_inner().unwrap();
+        // At least one worker got the handle; every one that did was refused.
+        assert!(!errors.is_empty());
+        for (w, e) in errors {
+            assert_eq!(e, Err(TeamError::Nested), "worker {w} of {workers}");
+        }
+        // Outside a job, the same handle runs.
+        inner.into_inner().unwrap().run(&|_, _| {}).unwrap();
+    }
+}
+
+#[test]
+fn a_single_team_runs_on_the_caller() {
+    let mut team = Team::single();
+    assert_eq!(team.workers(), 1);
+    assert_eq!(run_threads(&mut team), [std::thread::current().id()]);
+}

@@ -1,14 +1,16 @@
 //! The conformance suite against the CPU backend, with the detected SIMD and
-//! with the portable path.
+//! with the portable path, on teams of 1, 2 and 3 threads (3 also where
+//! threads outnumber cores).
 
 use pagoda_conformance::*;
 use pagoda_core::KvDtype;
 use pagoda_cpu::{CpuBackend, Isa};
 
 fn backends() -> Vec<(String, CpuBackend)> {
-    [CpuBackend::new(), CpuBackend::new().with_isa(Isa::Scalar)]
+    let team = |threads| CpuBackend::with_threads(threads).unwrap();
+    [team(1), team(2), team(3), team(2).with_isa(Isa::Scalar)]
         .into_iter()
-        .map(|b| (format!("cpu {}", b.isa().name()), b))
+        .map(|b| (format!("cpu {} x{}", b.isa().name(), b.threads()), b))
         .collect()
 }
 
@@ -19,10 +21,9 @@ conformance_tests!(backends, after);
 
 #[test]
 fn split_kv_on_one_thread_and_many_agree() {
-    // One long sequence on 1 thread and on 8, split across the KV length
-    // into different numbers of ranges, then merged: both match the
-    // reference.
-    for threads in [1, 8] {
+    // One long sequence on 1 to 8 threads, split across the KV length into
+    // different numbers of ranges, then merged: each matches the reference.
+    for threads in [1, 2, 3, 8] {
         let mut backend = CpuBackend::with_threads(threads).unwrap();
         let err = check_batch(&mut backend, KvDtype::F32, 128, 4, 2, &[(4097, 1)], 9);
         assert!(err < tolerance(KvDtype::F32), "{threads} threads: {err}");

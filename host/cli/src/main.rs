@@ -95,11 +95,6 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
         top_p: args.top_p,
     };
     sampling.validate()?;
-    if args.threads > 0 {
-        // The matrix products' thread pool reads this on first use; keep it
-        // to the same count as the attention backend.
-        std::env::set_var("MATMUL_NUM_THREADS", args.threads.to_string());
-    }
     let loaded = match &args.model {
         Some(path) => Some(
             TextModel::open(path, weight_mode(args.weights)).map_err(|error| CliError::Load {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use pagoda_core::backend::Backend;
-use pagoda_cpu::{CpuBackend, CpuError};
+use pagoda_cpu::{CpuBackend, CpuError, Isa};
 use pagoda_vulkan::{VulkanBackend, VulkanError, VulkanOptions};
 
 use crate::config::EngineConfig;
@@ -19,6 +19,13 @@ use crate::thread::{spawn, EngineClient, SpawnError};
 /// KV scatter and attention on the backend); the Vulkan backend runs the
 /// whole step on the device (weights uploaded on the first step).
 pub trait StepBackend: Backend + Sized {
+    /// Fresh activation buffers for an engine on this backend. The default
+    /// starts its own thread team on the first step; the CPU backend lends
+    /// its team, so attention and the products run on the same threads.
+    fn activations(&self) -> Activations {
+        Activations::default()
+    }
+
     /// Runs one step of `model`: writes the step's keys and values into
     /// `store` and `sample_rows.len() × vocab` logits into `logits`.
     fn forward_step(
@@ -83,14 +90,20 @@ pub struct DeviceProgram {
     pub device_seconds: Option<f64>,
 }
 
-impl StepBackend for CpuBackend {}
+impl StepBackend for CpuBackend {
+    fn activations(&self) -> Activations {
+        Activations::with_team(self.team().clone())
+    }
+}
 
 /// Which backend runs attention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendChoice {
-    /// The SIMD CPU backend, on this many threads (0: one per core).
+    /// The SIMD CPU backend, on this many threads (0: one per core): the
+    /// engine's thread and `threads − 1` team workers, shared by attention
+    /// and the matrix products.
     Cpu {
-        /// Worker threads.
+        /// Threads, the engine's included.
         threads: usize,
     },
     /// The Vulkan compute backend, on the device `PAGODA_VULKAN_*` variables
@@ -158,14 +171,12 @@ impl BackendChoice {
     /// instruction set and threads, or the Vulkan device's name.
     pub fn describe(self) -> Result<String, BackendOpenError> {
         Ok(match self {
-            Self::Cpu { threads } => {
-                let probe = CpuBackend::with_threads(threads)?;
-                format!(
-                    "cpu backend ({:?}, {} threads)",
-                    probe.isa(),
-                    probe.threads()
-                )
-            }
+            // What `with_threads` would use, without starting threads.
+            Self::Cpu { threads } => format!(
+                "cpu backend ({:?}, {} threads)",
+                Isa::detect(),
+                CpuBackend::resolve_threads(threads)
+            ),
             Self::Vulkan => {
                 let probe = VulkanBackend::new(&VulkanOptions::from_env())?;
                 format!("vulkan backend ({})", probe.info().name)

@@ -100,6 +100,7 @@ impl<'s, B: StepBackend> Engine<'s, B> {
         let max_context = kv.table().max_tokens_per_sequence().min(mc.max_context);
         let sched = Scheduler::new(slots, watch, config.scheduler, config.policy, max_context)?;
         let (cancel_tx, cancel_rx) = mpsc::channel();
+        let activations = backend.activations();
         Ok(Self {
             model,
             backend,
@@ -111,7 +112,7 @@ impl<'s, B: StepBackend> Engine<'s, B> {
             live,
             entries: HashMap::new(),
             batch: Batch::default(),
-            activations: Activations::default(),
+            activations,
             logits: Vec::new(),
             sampler: Sampler::default(),
             epoch: Instant::now(),

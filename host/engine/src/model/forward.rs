@@ -2,8 +2,10 @@
 //! in one tensor, through every layer; attention goes through the backend's
 //! paged KV cache.
 
+use std::sync::{Mutex, PoisonError};
+
 use ndarray::linalg::general_mat_mul;
-use ndarray::{Array1, ArrayView2, ArrayViewMut2};
+use ndarray::{s, Array1, ArrayView2, ArrayViewMut2, Axis};
 use pagoda_core::backend::{Backend, SeqAttention};
 use pagoda_core::Slot;
 
@@ -43,8 +45,9 @@ pub enum ForwardError<E> {
 }
 
 /// Reusable activation buffers: they grow to the largest step seen and are
-/// not reallocated after that. They also hold the thread team the quantized
-/// forward pass multiplies with (one per engine, created once).
+/// not reallocated after that. They also hold the thread team the forward
+/// pass multiplies with (one per engine, created once; on the CPU backend
+/// the backend's own team, so attention and products share its threads).
 #[derive(Debug)]
 pub struct Activations {
     pub(super) x: Vec<f32>,
@@ -60,8 +63,8 @@ pub struct Activations {
     pub(super) sum: Vec<f32>,
     /// The normed activations quantized once per weight format.
     pub(super) qx: [QuantizedActivations; 4],
-    /// Workers for the quantized products; started on first use when
-    /// built by [`Default`].
+    /// Workers for the products; started on first use when built by
+    /// [`Default`].
     pub(super) team: Option<Team>,
     /// A model's weights on a Vulkan device, uploaded by its first step
     /// there (see `device`).
@@ -108,7 +111,16 @@ impl Activations {
         Ok(act)
     }
 
-    /// Workers the quantized products use.
+    /// Buffers over `team`, a handle on threads that may also serve the
+    /// backend (see [`pagoda_cpu::CpuBackend::team`]): the step then runs on
+    /// those threads and no others.
+    pub fn with_team(team: Team) -> Self {
+        let mut act = Self::empty(team.workers());
+        act.team = Some(team);
+        act
+    }
+
+    /// Workers the products use.
     pub fn threads(&self) -> usize {
         self.threads
     }
@@ -297,17 +309,11 @@ impl Model {
         act: &mut Activations,
         logits: &mut Vec<f32>,
     ) -> Result<(), ForwardError<B::Error>> {
-        // Decode-sized steps use the team (see `Projector`); it is lent
-        // out for the step and put back whatever happens.
-        let mut team = if input.tokens.len() <= DENSE_TEAM_MAX_ROWS {
-            Some(act.take_team().map_err(ForwardError::Model)?)
-        } else {
-            None
-        };
-        let result = self.dense_step(w, backend, store, input, act, team.as_mut(), logits);
-        if team.is_some() {
-            act.team = team;
-        }
+        // The products run on the team (see `Projector`); it is lent out
+        // for the step and put back whatever happens.
+        let mut team = act.take_team().map_err(ForwardError::Model)?;
+        let result = self.dense_step(w, backend, store, input, act, &mut team, logits);
+        act.team = Some(team);
         result
     }
 
@@ -319,7 +325,7 @@ impl Model {
         store: &mut B::KvStore,
         input: &StepInput<'_>,
         act: &mut Activations,
-        team: Option<&mut Team>,
+        team: &mut Team,
         logits: &mut Vec<f32>,
     ) -> Result<(), ForwardError<B::Error>> {
         let c = self.config();
@@ -513,15 +519,20 @@ fn grow(buf: &mut Vec<f32>, len: usize) {
 const DENSE_TEAM_MAX_ROWS: usize = 4;
 const _: () = assert!(DENSE_TEAM_MAX_ROWS <= MAX_ROWS_PER_PASS);
 
+/// Output columns a worker's share of a general product is a multiple of:
+/// whole register tiles of the single-threaded kernel.
+const GENERAL_COLUMNS: usize = 16;
+
 /// Projections of a dense step: `out = x · w` or `out += x · w` for `t`
-/// rows. A step of at most [`DENSE_TEAM_MAX_ROWS`] rows over a matrix whose
-/// output columns are contiguous (a GGUF file's rows, or the tied head) goes
-/// to the team's f32 product, which streams each weight row once for every
-/// row of the step; a general matrix product would first pack the whole
-/// matrix, moving its bytes twice per decode step. Anything else takes the
-/// general product.
+/// rows, on the team. A step of at most [`DENSE_TEAM_MAX_ROWS`] rows over a
+/// matrix whose output columns are contiguous (a GGUF file's rows, or the
+/// tied head) goes to the team's f32 product, which streams each weight row
+/// once for every row of the step; a general matrix product would first
+/// pack the whole matrix, moving its bytes twice per decode step. Anything
+/// else takes the general product, its output columns split across the
+/// team (see [`general_on_team`]).
 struct Projector<'a> {
-    team: Option<&'a mut Team>,
+    team: &'a mut Team,
     isa: Isa,
     qx: &'a mut QuantizedActivations,
     sum: &'a mut Vec<f32>,
@@ -540,35 +551,67 @@ impl Projector<'_> {
         let len = t * outputs;
         grow(out, len);
         let columns_contiguous = w.strides() == [1, inputs as isize];
-        match (&mut self.team, w.as_slice_memory_order()) {
-            (Some(team), Some(data)) if columns_contiguous && t <= DENSE_TEAM_MAX_ROWS => {
+        let kernel = ModelError::Kernel;
+        match w.as_slice_memory_order() {
+            Some(data) if columns_contiguous && t <= DENSE_TEAM_MAX_ROWS => {
                 let bytes: &[u8] = bytemuck::cast_slice(data);
-                let kernel = ModelError::Kernel;
                 let m = QuantMatrix::new(QuantKind::F32, outputs, inputs, bytes).map_err(kernel)?;
                 self.qx
                     .quantize(QuantKind::F32, &x[..t * inputs], t, inputs)
                     .map_err(kernel)?;
                 if accumulate {
                     grow(self.sum, len);
-                    matmul_team(team, self.isa, &m, self.qx, &mut self.sum[..len])
+                    matmul_team(self.team, self.isa, &m, self.qx, &mut self.sum[..len])
                         .map_err(kernel)?;
                     for (o, s) in out[..len].iter_mut().zip(&self.sum[..len]) {
                         *o += s;
                     }
                     Ok(())
                 } else {
-                    matmul_team(team, self.isa, &m, self.qx, &mut out[..len]).map_err(kernel)
+                    matmul_team(self.team, self.isa, &m, self.qx, &mut out[..len]).map_err(kernel)
                 }
             }
             _ => {
                 let beta = if accumulate { 1.0 } else { 0.0 };
-                let mut out = ArrayViewMut2::from_shape((t, outputs), &mut out[..len])
+                let out = ArrayViewMut2::from_shape((t, outputs), &mut out[..len])
                     .expect("sized by grow above");
-                general_mat_mul(1.0, &read(x, t, inputs), &w, beta, &mut out);
-                Ok(())
+                general_on_team(self.team, read(x, t, inputs), w, beta, out)
+                    .map_err(|e| kernel(QMatError::Team(e)))
             }
         }
     }
+}
+
+/// `out = x · w + beta × out` with the output's columns split across the
+/// team in runs of [`GENERAL_COLUMNS`], each worker running the
+/// single-threaded general product on its own columns (packing only its
+/// part of `w`). Nothing is allocated: workers take the next run of
+/// columns from one shared iterator.
+fn general_on_team(
+    team: &mut Team,
+    x: ArrayView2<'_, f32>,
+    w: ArrayView2<'_, f32>,
+    beta: f32,
+    mut out: ArrayViewMut2<'_, f32>,
+) -> Result<(), TeamError> {
+    let workers = team.workers();
+    if workers == 1 {
+        general_mat_mul(1.0, &x, &w, beta, &mut out);
+        return Ok(());
+    }
+    let width = w
+        .ncols()
+        .div_ceil(workers)
+        .next_multiple_of(GENERAL_COLUMNS)
+        .max(GENERAL_COLUMNS);
+    let runs = Mutex::new(out.axis_chunks_iter_mut(Axis(1), width).enumerate());
+    team.run(&|_, _| loop {
+        let next = runs.lock().unwrap_or_else(PoisonError::into_inner).next();
+        let Some((i, mut run)) = next else { break };
+        let first = i * width;
+        let w = w.slice(s![.., first..first + run.ncols()]);
+        general_mat_mul(1.0, &x, &w, beta, &mut run);
+    })
 }
 
 /// `out = x / rms(x) × gain`, row by row.
@@ -591,6 +634,48 @@ pub(super) fn rms_norm(
         let inv = 1.0 / (mean_square + eps).sqrt();
         for ((d, s), g) in dst.iter_mut().zip(src).zip(gain) {
             *d = s * inv * g;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `general_on_team` on 1 to 3 workers (3 also where threads outnumber
+    /// cores) against a plain f64 triple loop, over weights stored as a GGUF
+    /// file's rows (a transposed view) and row-major, with and without
+    /// accumulating, at widths that do not divide into the workers' runs.
+    #[test]
+    fn general_products_on_the_team_match_a_plain_loop() {
+        let mut rng = fastrand::Rng::with_seed(3);
+        for workers in [1, 2, 3] {
+            let mut team = Team::new(workers).unwrap();
+            for (t, inputs, outputs) in [(5, 64, 37), (9, 96, 100), (33, 40, 1000), (1, 8, 3)] {
+                let x: Vec<f32> = (0..t * inputs).map(|_| rng.f32() - 0.5).collect();
+                let rows: Vec<f32> = (0..outputs * inputs).map(|_| rng.f32() - 0.5).collect();
+                let file_rows = ArrayView2::from_shape((outputs, inputs), &rows).unwrap();
+                let row_major = file_rows.t().as_standard_layout().into_owned();
+                for (w, beta) in [(file_rows.t(), 0.0), (row_major.view(), 1.0)] {
+                    let start: Vec<f32> = (0..t * outputs).map(|_| rng.f32()).collect();
+                    let mut out = start.clone();
+                    let view = ArrayViewMut2::from_shape((t, outputs), &mut out).unwrap();
+                    general_on_team(&mut team, read(&x, t, inputs), w, beta, view).unwrap();
+                    for r in 0..t {
+                        for c in 0..outputs {
+                            let dot: f64 = (0..inputs)
+                                .map(|i| f64::from(x[r * inputs + i]) * f64::from(w[[i, c]]))
+                                .sum();
+                            let want = dot + f64::from(beta * start[r * outputs + c]);
+                            let got = f64::from(out[r * outputs + c]);
+                            assert!(
+                                (got - want).abs() < 1e-4,
+                                "{workers} workers, {t}×{inputs}×{outputs} [{r},{c}]: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -10,7 +10,8 @@ use std::path::Path;
 use pagoda_core::backend::{Backend, SeqAttention};
 use pagoda_core::{KvDtype, PageId, Slot, PAGE_SIZE};
 use pagoda_cpu::CpuBackend;
-use pagoda_engine::model::{Activations, Model, StepInput};
+use pagoda_engine::model::{Model, StepInput};
+use pagoda_engine::StepBackend;
 
 #[path = "../../../../tests/support/env.rs"]
 mod env;
@@ -45,7 +46,8 @@ pub fn logits_every_position(
     let pages: Vec<PageId> = (0..pages_needed)
         .map(|i| PageId::from_index(total - 1 - 2 * i as u32))
         .collect();
-    let mut act = Activations::default();
+    // The backend's own team runs the products too, as in an engine.
+    let mut act = backend.activations();
     let mut all = Vec::with_capacity(tokens.len() * c.vocab as usize);
     let mut logits = Vec::new();
     let mut start = 0;
