@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use pagoda_core::{PageEntry, PageId, PagePool, PageTable, RadixCache, RadixNode, SeqEntry};
 
-const BACKGROUND: [usize; 2] = [10, 100_000];
+const BACKGROUND: [usize; 3] = [10, 1_000, 100_000];
 const PROMPT: usize = 2048;
 const ROW: usize = PROMPT / 16;
 

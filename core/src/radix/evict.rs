@@ -1,11 +1,26 @@
 //! Eviction: the cache is the pool's [`EvictionListener`], and a node leaves
 //! the tree when the pool reclaims its page.
+//!
+//! Leaving the tree does not touch the hash index. Its entry is the one
+//! random access in a large table that an eviction would otherwise make,
+//! and it missed the cache on nearly every eviction. Instead, the node is
+//! *retired*: marked so that no lookup matches it, and pushed on a stack of
+//! retired nodes that keep their index entries (and their ids, so an entry
+//! never names a reused node). A drain takes the entries out in a batch
+//! when node storage runs out: it first reads every batch member's home
+//! slot, loads that do not depend on one another and so overlap, then
+//! deletes them from a warm table. Every index entry still belongs to a
+//! distinct node, so the index is never fuller than the node storage.
 
 use super::node::{NodeState, RadixNode};
 use super::RadixCache;
 use crate::ids::PageId;
 use crate::list::NIL;
 use crate::pool::{CacheTag, EvictionListener, PagePool};
+
+/// The most retired nodes one drain takes out of the index: enough for the
+/// loads to overlap, few enough to bound the pause of the insert that pays.
+pub(super) const DRAIN_BATCH: u32 = 256;
 
 impl RadixCache<'_> {
     /// Evicts up to `pages` least recently used unlocked pages from the tree
@@ -20,7 +35,6 @@ impl RadixCache<'_> {
         if self.events_on() {
             self.record_removed(node);
         }
-        self.unindex(node);
         self.live -= 1;
         self.version += 1;
         let parent = self.nodes[node as usize].parent;
@@ -28,7 +42,7 @@ impl RadixCache<'_> {
             self.child_gone(parent);
         }
         if self.nodes[node as usize].children == 0 {
-            self.free_node(node);
+            self.retire(node);
         } else {
             // Only reachable by breaking the one rule: keep the node so its
             // children's parent id is not reused, unreachable, until they go.
@@ -42,15 +56,48 @@ impl RadixCache<'_> {
         let p = &mut self.nodes[parent as usize];
         p.children -= 1;
         if p.children == 0 && p.state == NodeState::Detached {
-            self.free_node(parent);
+            self.retire(parent);
         }
     }
 
+    /// Marks a node out of the tree, leaving its index entry for a drain.
     #[inline]
-    fn free_node(&mut self, node: u32) {
-        self.nodes[node as usize] = RadixNode::EMPTY;
-        let freed = self.free.push(self.nodes, node);
-        debug_assert!(freed);
+    fn retire(&mut self, node: u32) {
+        let n = &mut self.nodes[node as usize];
+        n.state = NodeState::Retired;
+        n.next_free = self.retired;
+        self.retired = node;
+    }
+
+    /// Takes up to `max` retired nodes out of the index and onto the free
+    /// stack; returns how many.
+    pub(super) fn drain_retired(&mut self, max: u32) -> u32 {
+        // First pass: read each home slot. The loads are independent, so
+        // their cache misses overlap instead of following one another.
+        let mut node = self.retired;
+        let mut seen = 0u64;
+        for _ in 0..max {
+            let Some(n) = self.nodes.get(node as usize) else {
+                break;
+            };
+            seen ^= self.index[self.home_slot(n.hash)];
+            node = n.next_free;
+        }
+        core::hint::black_box(seen);
+        let mut drained = 0;
+        while drained < max {
+            let node = self.retired;
+            let Some(n) = self.nodes.get(node as usize) else {
+                break;
+            };
+            self.retired = n.next_free;
+            self.unindex(node);
+            self.nodes[node as usize] = RadixNode::EMPTY;
+            let freed = self.free.push(self.nodes, node);
+            debug_assert!(freed);
+            drained += 1;
+        }
+        drained
     }
 }
 

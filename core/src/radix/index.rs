@@ -2,7 +2,7 @@
 //! probing keyed by a hash of the whole prefix, and backward-shift deletion
 //! (no tombstones); and the keys themselves.
 
-use super::node::PageTokens;
+use super::node::{NodeState, PageTokens};
 use super::RadixCache;
 use crate::geometry::PAGE_SIZE;
 
@@ -30,7 +30,12 @@ impl RadixCache<'_> {
             if entry & HASH_BITS == hash & HASH_BITS {
                 let node = entry as u32;
                 let n = &self.nodes[node as usize];
-                if n.hash == hash && n.parent == parent && same_tokens(&n.tokens, tokens) {
+                // Retired and detached nodes keep their entries until a drain.
+                if n.hash == hash
+                    && n.state == NodeState::Live
+                    && n.parent == parent
+                    && same_tokens(&n.tokens, tokens)
+                {
                     return Some(node);
                 }
             }
@@ -57,7 +62,7 @@ impl RadixCache<'_> {
         let mask = self.index.len() - 1;
         let mut hole = self.home_slot(self.nodes[node as usize].hash);
         while self.index[hole] as u32 != node {
-            debug_assert_ne!(self.index[hole], EMPTY_SLOT, "live node missing from index");
+            debug_assert_ne!(self.index[hole], EMPTY_SLOT, "node missing from index");
             hole = (hole + 1) & mask;
         }
         let mut slot = hole;
@@ -86,7 +91,7 @@ impl RadixCache<'_> {
     /// The slot a key hash (or an index entry, which keeps the hash's high
     /// bits) probes first: the top bits, at most 32 of them.
     #[inline]
-    fn home_slot(&self, hash: u64) -> usize {
+    pub(super) fn home_slot(&self, hash: u64) -> usize {
         (hash >> self.index_shift) as usize
     }
 }

@@ -69,7 +69,7 @@ pub use walk::{PrefixMatch, PrefixProbe};
 
 use self::index::{EMPTY_SLOT, MAX_NODES};
 use crate::error::StorageError;
-use crate::list::Stack;
+use crate::list::{Stack, NIL};
 
 /// The prefix cache over caller-provided storage: `nodes` bounds how many pages
 /// it can hold, `index` (a power of two, larger than `nodes`; twice as large
@@ -107,6 +107,10 @@ pub struct RadixCache<'a> {
     index: &'a mut [u64],
     index_shift: u32,
     free: Stack,
+    /// The top of the stack (through `next_free`) of nodes out of the tree
+    /// whose index entries are still to be taken out (see `evict`); `NIL`
+    /// when empty. A bare head, without a length, so the cache is no larger.
+    retired: u32,
     live: u32,
     stats: RadixStats,
     /// Bumped whenever a node is added or removed.
@@ -159,6 +163,7 @@ impl<'a> RadixCache<'a> {
             index,
             index_shift,
             free,
+            retired: NIL,
             live: 0,
             stats: RadixStats {
                 capacity: n as u32,

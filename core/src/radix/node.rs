@@ -13,8 +13,11 @@ pub(super) enum NodeState {
     Free,
     Live,
     /// Evicted while it still had children (only if the one rule was broken):
-    /// out of the index, freed when its last child goes.
+    /// never matched, retired when its last child goes.
     Detached,
+    /// Out of the tree but still in the hash index, waiting on the retired
+    /// stack until a drain takes its entry out (see `evict`). Never matched.
+    Retired,
 }
 
 /// One cached page in the tree. Callers only provide storage
