@@ -2,7 +2,8 @@
 //! a model that never looks at the index: which prefix each page caches,
 //! from the page table's rows after every insert, and whether the pool
 //! still tags that page (an evicted page loses its tag). A prefix is
-//! matchable when each of its pages is; a match must find exactly that.
+//! matchable when each of its pages is, under the same caching of its
+//! parent; a match must find exactly that.
 //!
 //! Tiny node storage and the smallest index the cache accepts keep probe
 //! chains long and full of retired entries; few distinct tokens make the
@@ -12,7 +13,7 @@
 //! touching an inner page out of order breaks the leaf-first rule, so
 //! detached nodes occur too.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use pagoda_core::{
     AppendError, KvError, PageEntry, PageId, PagePool, PageTable, RadixCache, RadixNode, SeqEntry,
@@ -85,6 +86,9 @@ struct Harness<'a> {
     cache: RadixCache<'a>,
     /// The latest caching of each prefix.
     cached: HashMap<Vec<u32>, Cached>,
+    /// Every page ever cached: an older caching of a prefix may still hold
+    /// its page, out of reach under a parent that was evicted.
+    ever: HashSet<PageId>,
     generations: u64,
     running: Vec<(SeqId, Vec<u32>)>,
 }
@@ -178,6 +182,7 @@ impl Harness<'_> {
                         parent,
                     };
                     self.cached.insert(tokens[..(k + 1) * PAGE].to_vec(), c);
+                    self.ever.insert(page);
                 }
                 self.table.release(id, &mut self.pool).unwrap();
             }
@@ -205,8 +210,9 @@ impl Harness<'_> {
         }
     }
 
-    /// Every prefix the model knows matches as far as the model reaches;
-    /// the tree has one node per page the pool still tags, reachable or not.
+    /// Every prefix the model knows matches as far as the model reaches; the
+    /// pool tags exactly the model's pages that were never evicted, and the
+    /// tree has one node per tagged page, reachable or not.
     fn check(&mut self) {
         let prefixes: Vec<Vec<u32>> = self.cached.keys().cloned().collect();
         for prefix in &prefixes {
@@ -220,6 +226,8 @@ impl Harness<'_> {
         let in_pool = (0..self.pool.total_pages())
             .filter(|&i| self.tagged(PageId::from_index(i)))
             .count();
+        let known = self.ever.iter().filter(|&&p| self.tagged(p)).count();
+        assert_eq!(known, in_pool, "model and pool disagree");
         assert_eq!(
             self.cache.len() as usize,
             in_pool,
@@ -239,6 +247,7 @@ fn run(nodes: usize, index: usize, pages: usize, ops: Vec<Op>) {
         table: PageTable::new(&mut rows, &mut seqs).unwrap(),
         cache: RadixCache::new(&mut node_store, &mut index_store).unwrap(),
         cached: HashMap::new(),
+        ever: HashSet::new(),
         generations: 0,
         running: Vec::new(),
     };
@@ -260,7 +269,7 @@ fn run(nodes: usize, index: usize, pages: usize, ops: Vec<Op>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     /// Node storage from one node to more than the pool has pages; the index
     /// is the smallest power of two larger than the node storage, so it is
