@@ -6,11 +6,11 @@
 //! and it missed the cache on nearly every eviction. Instead, the node is
 //! *retired*: marked so that no lookup matches it, and pushed on a stack of
 //! retired nodes that keep their index entries (and their ids, so an entry
-//! never names a reused node). A drain takes the entries out in a batch
-//! when node storage runs out: it first reads every batch member's home
-//! slot, loads that do not depend on one another and so overlap, then
-//! deletes them from a warm table. Every index entry still belongs to a
-//! distinct node, so the index is never fuller than the node storage.
+//! never names a reused node). The next insert that adds a node first
+//! drains a batch of them out of the index, so the deferred deletions cost
+//! the insert what they saved the eviction, and the index does not fill
+//! up with them. Every index entry belongs to a distinct node, so the index
+//! is never fuller than the node storage.
 
 use super::node::{NodeState, RadixNode};
 use super::RadixCache;
@@ -18,8 +18,8 @@ use crate::ids::PageId;
 use crate::list::NIL;
 use crate::pool::{CacheTag, EvictionListener, PagePool};
 
-/// The most retired nodes one drain takes out of the index: enough for the
-/// loads to overlap, few enough to bound the pause of the insert that pays.
+/// The most retired nodes one drain takes out of the index, to bound the
+/// pause of the insert that pays for them.
 pub(super) const DRAIN_BATCH: u32 = 256;
 
 impl RadixCache<'_> {
@@ -72,18 +72,6 @@ impl RadixCache<'_> {
     /// Takes up to `max` retired nodes out of the index and onto the free
     /// stack; returns how many.
     pub(super) fn drain_retired(&mut self, max: u32) -> u32 {
-        // First pass: read each home slot. The loads are independent, so
-        // their cache misses overlap instead of following one another.
-        let mut node = self.retired;
-        let mut seen = 0u64;
-        for _ in 0..max {
-            let Some(n) = self.nodes.get(node as usize) else {
-                break;
-            };
-            seen ^= self.index[self.home_slot(n.hash)];
-            node = n.next_free;
-        }
-        core::hint::black_box(seen);
         let mut drained = 0;
         while drained < max {
             let node = self.retired;

@@ -91,7 +91,7 @@ impl RadixCache<'_> {
     /// The slot a key hash (or an index entry, which keeps the hash's high
     /// bits) probes first: the top bits, at most 32 of them.
     #[inline]
-    pub(super) fn home_slot(&self, hash: u64) -> usize {
+    fn home_slot(&self, hash: u64) -> usize {
         (hash >> self.index_shift) as usize
     }
 }

@@ -145,6 +145,8 @@ impl RadixCache<'_> {
         page: PageId,
         pool: &mut PagePool<'_>,
     ) -> Option<u32> {
+        // Deletions deferred by evictions since the last new node.
+        self.drain_retired(DRAIN_BATCH);
         let node = loop {
             if let Some(node) = self.free.pop(self.nodes) {
                 break node;

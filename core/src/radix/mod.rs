@@ -43,14 +43,21 @@
 //! raw pool API and an inner node be evicted, its subtree becomes unreachable
 //! and is reclaimed as its pages are; no match ever returns stale pages.)
 //!
+//! An evicted node is *retired*, not taken out of the hash index at once:
+//! lookups skip it, and the next insert that adds a node deletes its entry,
+//! in a batch with the others (see `evict`). So an eviction touches the
+//! pool's entry and the node, never the large index, and costs the same
+//! however many sequences are cached; the index never holds more entries
+//! than there are nodes.
+//!
 //! ## Modules
 //!
 //! `node` holds the nodes and [`RadixStats`], `index` the hash index and its
 //! keys, `walk` the one prefix walk and the lookups built on it, `insert`
 //! insertion and deduplication, `events` the event ring for mirrors of the
-//! cache, `lock` locking and unlocking paths, `evict`
-//! eviction (the pool's listener), `journal` the growth journal; this file
-//! the [`RadixCache`], its constructor and its counters.
+//! cache, `lock` locking and unlocking paths, `evict` eviction (the pool's
+//! listener) and the retired nodes' drain, `journal` the growth journal;
+//! this file the [`RadixCache`], its constructor and its counters.
 
 mod events;
 mod evict;
