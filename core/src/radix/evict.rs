@@ -4,7 +4,7 @@
 //! Leaving the tree does not touch the hash index. Its entry is the one
 //! random access in a large table that an eviction would otherwise make,
 //! and it missed the cache on nearly every eviction. Instead, the node is
-//! *retired*: marked so that no lookup matches it, and pushed on a stack of
+//! *retired*: given a parent no lookup passes, and pushed on a stack of
 //! retired nodes that keep their index entries (and their ids, so an entry
 //! never names a reused node). The next insert that adds a node first
 //! drains a batch of them out of the index, so the deferred deletions cost
@@ -12,7 +12,7 @@
 //! up with them. Every index entry belongs to a distinct node, so the index
 //! is never fuller than the node storage.
 
-use super::node::{NodeState, RadixNode};
+use super::node::{NodeState, RadixNode, OUT_OF_TREE};
 use super::RadixCache;
 use crate::ids::PageId;
 use crate::list::NIL;
@@ -41,6 +41,7 @@ impl RadixCache<'_> {
         if parent != NIL {
             self.child_gone(parent);
         }
+        self.nodes[node as usize].parent = OUT_OF_TREE;
         if self.nodes[node as usize].children == 0 {
             self.retire(node);
         } else {

@@ -2,7 +2,7 @@
 //! probing keyed by a hash of the whole prefix, and backward-shift deletion
 //! (no tombstones); and the keys themselves.
 
-use super::node::{NodeState, PageTokens};
+use super::node::PageTokens;
 use super::RadixCache;
 use crate::geometry::PAGE_SIZE;
 
@@ -30,12 +30,9 @@ impl RadixCache<'_> {
             if entry & HASH_BITS == hash & HASH_BITS {
                 let node = entry as u32;
                 let n = &self.nodes[node as usize];
-                // Retired and detached nodes keep their entries until a drain.
-                if n.hash == hash
-                    && n.state == NodeState::Live
-                    && n.parent == parent
-                    && same_tokens(&n.tokens, tokens)
-                {
+                // Retired and detached nodes, whose entries stay until a
+                // drain, have a parent no walk passes (`OUT_OF_TREE`).
+                if n.hash == hash && n.parent == parent && same_tokens(&n.tokens, tokens) {
                     return Some(node);
                 }
             }

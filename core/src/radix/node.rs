@@ -8,6 +8,11 @@ use crate::list::{StackNode, NIL};
 /// The tokens of one page.
 pub(super) type PageTokens = [u32; PAGE_SIZE];
 
+/// The parent of a node out of the tree (retired or detached): no walk ever
+/// passes it (walks start at `NIL` and pass node ids, below 2^31), so such a
+/// node, still in the index, never matches, at no cost to lookups.
+pub(super) const OUT_OF_TREE: u32 = NIL - 1;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum NodeState {
     Free,
