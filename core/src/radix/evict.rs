@@ -1,11 +1,26 @@
 //! Eviction: the cache is the pool's [`EvictionListener`], and a node leaves
 //! the tree when the pool reclaims its page.
+//!
+//! Leaving the tree does not touch the hash index. Its entry is the one
+//! random access in a large table that an eviction would otherwise make,
+//! and it missed the cache on nearly every eviction. Instead, the node is
+//! *retired*: given a parent no lookup passes, and pushed on a stack of
+//! retired nodes that keep their index entries (and their ids, so an entry
+//! never names a reused node). The next insert that adds a node first
+//! drains a batch of them out of the index, so the deferred deletions cost
+//! the insert what they saved the eviction, and the index does not fill
+//! up with them. Every index entry belongs to a distinct node, so the index
+//! is never fuller than the node storage.
 
-use super::node::{NodeState, RadixNode};
+use super::node::{NodeState, RadixNode, OUT_OF_TREE};
 use super::RadixCache;
 use crate::ids::PageId;
 use crate::list::NIL;
 use crate::pool::{CacheTag, EvictionListener, PagePool};
+
+/// The most retired nodes one drain takes out of the index, to bound the
+/// pause of the insert that pays for them.
+pub(super) const DRAIN_BATCH: u32 = 256;
 
 impl RadixCache<'_> {
     /// Evicts up to `pages` least recently used unlocked pages from the tree
@@ -20,15 +35,15 @@ impl RadixCache<'_> {
         if self.events_on() {
             self.record_removed(node);
         }
-        self.unindex(node);
         self.live -= 1;
         self.version += 1;
         let parent = self.nodes[node as usize].parent;
         if parent != NIL {
             self.child_gone(parent);
         }
+        self.nodes[node as usize].parent = OUT_OF_TREE;
         if self.nodes[node as usize].children == 0 {
-            self.free_node(node);
+            self.retire(node);
         } else {
             // Only reachable by breaking the one rule: keep the node so its
             // children's parent id is not reused, unreachable, until they go.
@@ -42,15 +57,36 @@ impl RadixCache<'_> {
         let p = &mut self.nodes[parent as usize];
         p.children -= 1;
         if p.children == 0 && p.state == NodeState::Detached {
-            self.free_node(parent);
+            self.retire(parent);
         }
     }
 
+    /// Marks a node out of the tree, leaving its index entry for a drain.
     #[inline]
-    fn free_node(&mut self, node: u32) {
-        self.nodes[node as usize] = RadixNode::EMPTY;
-        let freed = self.free.push(self.nodes, node);
-        debug_assert!(freed);
+    fn retire(&mut self, node: u32) {
+        let n = &mut self.nodes[node as usize];
+        n.state = NodeState::Retired;
+        n.next_free = self.retired;
+        self.retired = node;
+    }
+
+    /// Takes up to `max` retired nodes out of the index and onto the free
+    /// stack; returns how many.
+    pub(super) fn drain_retired(&mut self, max: u32) -> u32 {
+        let mut drained = 0;
+        while drained < max {
+            let node = self.retired;
+            let Some(n) = self.nodes.get(node as usize) else {
+                break;
+            };
+            self.retired = n.next_free;
+            self.unindex(node);
+            self.nodes[node as usize] = RadixNode::EMPTY;
+            let freed = self.free.push(self.nodes, node);
+            debug_assert!(freed);
+            drained += 1;
+        }
+        drained
     }
 }
 

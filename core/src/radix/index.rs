@@ -30,6 +30,8 @@ impl RadixCache<'_> {
             if entry & HASH_BITS == hash & HASH_BITS {
                 let node = entry as u32;
                 let n = &self.nodes[node as usize];
+                // Retired and detached nodes, whose entries stay until a
+                // drain, have a parent no walk passes (`OUT_OF_TREE`).
                 if n.hash == hash && n.parent == parent && same_tokens(&n.tokens, tokens) {
                     return Some(node);
                 }
@@ -57,7 +59,7 @@ impl RadixCache<'_> {
         let mask = self.index.len() - 1;
         let mut hole = self.home_slot(self.nodes[node as usize].hash);
         while self.index[hole] as u32 != node {
-            debug_assert_ne!(self.index[hole], EMPTY_SLOT, "live node missing from index");
+            debug_assert_ne!(self.index[hole], EMPTY_SLOT, "node missing from index");
             hole = (hole + 1) & mask;
         }
         let mut slot = hole;

@@ -1,6 +1,7 @@
 //! Inserting a sequence's full pages into the tree, deduplicating pages the
 //! tree already holds under the same tokens.
 
+use super::evict::DRAIN_BATCH;
 use super::index::{key_hash, page_tokens, ROOT_KEY};
 use super::node::{NodeState, PageTokens, RadixNode};
 use super::walk::Walk;
@@ -144,11 +145,16 @@ impl RadixCache<'_> {
         page: PageId,
         pool: &mut PagePool<'_>,
     ) -> Option<u32> {
+        // Deletions deferred by evictions since the last new node.
+        self.drain_retired(DRAIN_BATCH);
         let node = loop {
             if let Some(node) = self.free.pop(self.nodes) {
                 break node;
             }
-            // Evicting a page frees its node (or, after a broken rule, a
+            if self.drain_retired(DRAIN_BATCH) > 0 {
+                continue;
+            }
+            // Evicting a page retires its node (or, after a broken rule, a
             // detached node's last child); stop when nothing is evictable.
             if pool.evict(1, self) == 0 {
                 return None;

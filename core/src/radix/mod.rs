@@ -43,14 +43,21 @@
 //! raw pool API and an inner node be evicted, its subtree becomes unreachable
 //! and is reclaimed as its pages are; no match ever returns stale pages.)
 //!
+//! An evicted node is *retired*, not taken out of the hash index at once:
+//! lookups skip it, and the next insert that adds a node deletes its entry,
+//! in a batch with the others (see `evict`). So an eviction touches the
+//! pool's entry and the node, never the large index, and costs the same
+//! however many sequences are cached; the index never holds more entries
+//! than there are nodes.
+//!
 //! ## Modules
 //!
 //! `node` holds the nodes and [`RadixStats`], `index` the hash index and its
 //! keys, `walk` the one prefix walk and the lookups built on it, `insert`
 //! insertion and deduplication, `events` the event ring for mirrors of the
-//! cache, `lock` locking and unlocking paths, `evict`
-//! eviction (the pool's listener), `journal` the growth journal; this file
-//! the [`RadixCache`], its constructor and its counters.
+//! cache, `lock` locking and unlocking paths, `evict` eviction (the pool's
+//! listener) and the retired nodes' drain, `journal` the growth journal;
+//! this file the [`RadixCache`], its constructor and its counters.
 
 mod events;
 mod evict;
@@ -69,7 +76,7 @@ pub use walk::{PrefixMatch, PrefixProbe};
 
 use self::index::{EMPTY_SLOT, MAX_NODES};
 use crate::error::StorageError;
-use crate::list::Stack;
+use crate::list::{Stack, NIL};
 
 /// The prefix cache over caller-provided storage: `nodes` bounds how many pages
 /// it can hold, `index` (a power of two, larger than `nodes`; twice as large
@@ -107,6 +114,10 @@ pub struct RadixCache<'a> {
     index: &'a mut [u64],
     index_shift: u32,
     free: Stack,
+    /// The top of the stack (through `next_free`) of nodes out of the tree
+    /// whose index entries are still to be taken out (see `evict`); `NIL`
+    /// when empty. A bare head, without a length, so the cache is no larger.
+    retired: u32,
     live: u32,
     stats: RadixStats,
     /// Bumped whenever a node is added or removed.
@@ -159,6 +170,7 @@ impl<'a> RadixCache<'a> {
             index,
             index_shift,
             free,
+            retired: NIL,
             live: 0,
             stats: RadixStats {
                 capacity: n as u32,

@@ -8,13 +8,21 @@ use crate::list::{StackNode, NIL};
 /// The tokens of one page.
 pub(super) type PageTokens = [u32; PAGE_SIZE];
 
+/// The parent of a node out of the tree (retired or detached): no walk ever
+/// passes it (walks start at `NIL` and pass node ids, below 2^31), so such a
+/// node, still in the index, never matches, at no cost to lookups.
+pub(super) const OUT_OF_TREE: u32 = NIL - 1;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum NodeState {
     Free,
     Live,
     /// Evicted while it still had children (only if the one rule was broken):
-    /// out of the index, freed when its last child goes.
+    /// never matched, retired when its last child goes.
     Detached,
+    /// Out of the tree but still in the hash index, waiting on the retired
+    /// stack until a drain takes its entry out (see `evict`). Never matched.
+    Retired,
 }
 
 /// One cached page in the tree. Callers only provide storage
