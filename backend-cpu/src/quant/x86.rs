@@ -178,8 +178,9 @@ unsafe fn shifted_block<const KIND: u8>(b: &[u8]) -> [__m256; 4] {
 }
 
 /// Q4_0, Q4_1 and Q8_0 weights with f32 activations kept in the matching
-/// order: as [`widened`], each block widened once per group of up to four
-/// activation rows.
+/// order: as [`widened`], each block widened once per group of up to eight
+/// activation rows (one sum each, the eight sums and four weight vectors
+/// fitting the registers).
 #[inline(always)]
 unsafe fn shifted<const KIND: u8>(
     w: &[u8],
@@ -187,13 +188,17 @@ unsafe fn shifted<const KIND: u8>(
     first: usize,
     res: &mut [f32],
 ) {
-    for (g, out) in res.chunks_mut(4).enumerate() {
-        let first = first + 4 * g;
+    for (g, out) in res.chunks_mut(8).enumerate() {
+        let first = first + 8 * g;
         match out.len() {
             1 => shifted_rows::<KIND, 1>(w, x, first, out),
             2 => shifted_rows::<KIND, 2>(w, x, first, out),
             3 => shifted_rows::<KIND, 3>(w, x, first, out),
-            _ => shifted_rows::<KIND, 4>(w, x, first, out),
+            4 => shifted_rows::<KIND, 4>(w, x, first, out),
+            5 => shifted_rows::<KIND, 5>(w, x, first, out),
+            6 => shifted_rows::<KIND, 6>(w, x, first, out),
+            7 => shifted_rows::<KIND, 7>(w, x, first, out),
+            _ => shifted_rows::<KIND, 8>(w, x, first, out),
         }
     }
 }
@@ -271,14 +276,17 @@ unsafe fn widened(
 }
 
 /// Independent sums per activation row for `N` rows: four when few rows
-/// give the core too few FMA chains to hide their latency, else two (the
-/// others stay zero), so sums and weights fit the 16 registers.
+/// give the core too few FMA chains to hide their latency, two up to four
+/// rows, one beyond (the others stay zero), so sums and weights fit the 16
+/// registers.
 #[inline(always)]
 const fn lanes<const N: usize>() -> usize {
     if N <= 2 {
         4
-    } else {
+    } else if N <= 4 {
         2
+    } else {
+        1
     }
 }
 
