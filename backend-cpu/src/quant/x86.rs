@@ -123,6 +123,13 @@ pub(super) unsafe fn dots(
     }
 }
 
+/// Bytes ahead of the block in hand that [`shifted_rows`] asks the cache
+/// to fetch. A worker streams its weight rows back to back, and the
+/// hardware prefetcher alone left decode short of the bandwidth: SmolLM2
+/// Q4_1 at batch 1 decoded 84–85 tok/s without the hint, 87 at 512 bytes,
+/// 88 at 2 KiB and 89–90 at 4 and 8 KiB (2 cores, Zen 2).
+const PREFETCH_AHEAD: usize = 4096;
+
 /// [`shifted`]'s weight types, as const parameters.
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
@@ -220,6 +227,8 @@ unsafe fn shifted_rows<const KIND: u8, const N: usize>(
     let xs: [&[f32]; N] = std::array::from_fn(|j| &x.ordered_row(first + j, KIND == Q8_0)[..cols]);
     let mut acc = [[_mm256_setzero_ps(); 4]; N];
     for (b, wb) in w.chunks_exact(bytes).enumerate() {
+        // A hint only: it never faults, and the address is never read.
+        _mm_prefetch::<_MM_HINT_T0>(wb.as_ptr().wrapping_add(PREFETCH_AHEAD).cast());
         let wv = shifted_block::<KIND>(wb);
         for j in 0..N {
             let xr = &xs[j][b * QB..b * QB + QB];
