@@ -226,7 +226,9 @@ impl QuantizedActivations {
         self.f.extend_from_slice(x);
         self.nibble_order.clear();
         self.byte_order.clear();
-        if cols % QB == 0 {
+        // Only the AVX2 row kernels read these, and only below the rows
+        // where a product switches to a dense panel of the natural order.
+        if cfg!(target_arch = "x86_64") && cols % QB == 0 && rows < super::kernel::PANEL_MIN_ROWS {
             for xb in x.chunks_exact(QB) {
                 self.nibble_order
                     .extend(NIBBLE_ORDER.iter().map(|&e| xb[e]));

@@ -158,9 +158,4 @@ impl SharedOut {
     pub(super) fn ptr(&self) -> *mut f32 {
         self.ptr
     }
-
-    /// Floats in the slice.
-    pub(super) fn len(&self) -> usize {
-        self.len
-    }
 }

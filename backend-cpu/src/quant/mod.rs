@@ -339,29 +339,7 @@ pub fn matmul_team(
     x: &QuantizedActivations,
     out: &mut [f32],
 ) -> Result<(), QMatError> {
-    validate(w, x, out.len(), &(0..w.rows))?;
-    let isa = usable(isa);
-    let stride = w.rows;
-    let sink = kernel::SharedOut::new(out);
-    let panel = uses_panel(isa, x);
-    debug_assert!(x.rows() * stride <= sink.len());
-    team.run(&|worker, workers| {
-        let mine = split(0..w.rows, worker, workers, ROW_ALIGN);
-        if panel {
-            // SAFETY: as below: the output holds every row of every
-            // worker, and each worker's rows are its own.
-            unsafe { kernel::panel(w, x, mine, sink.ptr(), stride) };
-            return;
-        }
-        kernel::rows(isa, w, x, mine, |i, r, v| {
-            // SAFETY: `validate` checked that `out` holds every `i × stride
-            // + r`, and `split` gives each worker rows no other worker has,
-            // so no two threads write the same float; `run` returns only
-            // after every worker is done, while `out` is still borrowed.
-            unsafe { sink.write(i * stride + r, v) }
-        });
-    })
-    .map_err(QMatError::Team)
+    matmul_team_each(team, isa, [w], x, [out])
 }
 
 /// Several products of the same activations in one run of `team` (a
@@ -404,7 +382,8 @@ pub fn matmul_team_each<const N: usize>(
                 continue;
             }
             kernel::rows(isa, w, x, rows, |i, r, v| {
-                // SAFETY: as above, for one float.
+                // SAFETY: as above, for one float (`write` also checks the
+                // index against the output's length).
                 unsafe { sink.write(i * stride + r, v) }
             });
         }

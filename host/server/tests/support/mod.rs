@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pagoda_engine::model::{Model, ModelConfig, Weights};
-use pagoda_engine::{Audit, BackendChoice, EngineConfig, SchedulerConfig};
+use pagoda_engine::{Audit, BackendChoice, EngineConfig, EngineStats, SchedulerConfig};
 use pagoda_server::{AppState, Limits, Vocab};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -87,32 +87,27 @@ impl TestServer {
         self.task.await.expect("join").expect("serve")
     }
 
-    /// Waits until the engine holds no request (at most 10 s).
     /// Waits (up to 10 s) until exactly `n` requests run: one just accepted
     /// may still sit in the queue until the engine's next step takes it.
     pub async fn wait_running(&self, n: u32) -> bool {
-        for _ in 0..1000 {
-            let client = self.state.client.clone();
-            let stats = tokio::task::spawn_blocking(move || client.stats())
-                .await
-                .expect("join")
-                .expect("stats");
-            if stats.running == n {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        false
+        self.wait_for(|stats| stats.running == n).await
     }
 
+    /// Waits (up to 10 s) until the engine holds no request.
     pub async fn wait_idle(&self) -> bool {
+        self.wait_for(|stats| stats.running == 0 && stats.waiting == 0)
+            .await
+    }
+
+    /// Polls the engine's stats every 10 ms, up to 10 s, until `done`.
+    async fn wait_for(&self, done: impl Fn(&EngineStats) -> bool) -> bool {
         for _ in 0..1000 {
             let client = self.state.client.clone();
             let stats = tokio::task::spawn_blocking(move || client.stats())
                 .await
                 .expect("join")
                 .expect("stats");
-            if stats.running == 0 && stats.waiting == 0 {
+            if done(&stats) {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
