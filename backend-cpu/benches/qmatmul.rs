@@ -1,4 +1,4 @@
-//! Quantized matrix products at SmolLM2-135M's shapes: decode (1 and 8
+//! Quantized matrix products at SmolLM2-135M's shapes: decode (1 to 16
 //! activation rows) and prefill (128), with 8-bit and with f32 activations,
 //! single-threaded, reported as weight bytes streamed per second.
 
@@ -27,13 +27,16 @@ fn weights(kind: QuantKind, rows: usize, cols: usize) -> Vec<u8> {
 
 fn bench(c: &mut Criterion) {
     let isa = Isa::detect();
-    let shapes = [(1536, 576), (576, 1536), (49152, 576)];
+    let shapes = [(1536, 576), (576, 1536), (49152, 576), (1536, 1536)];
     for kind in [QuantKind::Q4_1, QuantKind::Q8_0, QuantKind::Q4_K] {
         let mut group = c.benchmark_group(format!("qmatmul/{kind}"));
         for (rows, cols) in shapes {
+            if kind.bytes_for(cols).is_err() {
+                continue; // K super-blocks of 256 do not divide 576
+            }
             let data = weights(kind, rows, cols);
             let w = QuantMatrix::new(kind, rows, cols, &data).expect("valid shape");
-            for n in [1usize, 8, 128] {
+            for n in [1usize, 2, 4, 8, 16, 128] {
                 let x: Vec<f32> = (0..n * cols)
                     .map(|i| ((i % 97) as f32 - 48.0) / 32.0)
                     .collect();

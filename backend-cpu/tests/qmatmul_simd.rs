@@ -1,7 +1,9 @@
 //! Every SIMD path against the scalar reference on the same quantized
-//! inputs, with 8-bit and with f32 activations. Integer block sums are exact on every path, so only the order of
-//! the f32 adds differs: tolerance `1e-5 × Σ|w·x| + 1e-6` (Σ in f64 over
-//! the dequantized weights and activations).
+//! inputs, with 8-bit and with f32 activations. Integer block sums are
+//! exact on every path, so only the order of the f32 adds differs:
+//! tolerance `1e-5 × Σ|w·x| + 1e-6` (Σ in f64 over the dequantized weights
+//! and activations). A product over a sub-range of weight rows gives the
+//! full product's floats bit for bit there and leaves the rest alone.
 
 mod qmatmul_support;
 
@@ -33,6 +35,27 @@ fn simd_matches_scalar_for_every_kind() {
             let (mut simd, mut scalar) = (vec![0.0f32; n * rows], vec![0.0f32; n * rows]);
             matmul(isa, &w, &acts, &mut simd, 0..rows).unwrap();
             matmul(Isa::Scalar, &w, &acts, &mut scalar, 0..rows).unwrap();
+            // A sub-range of rows (tiles of several weight rows start
+            // elsewhere) gives the same floats there and writes nothing else.
+            let lo = rng.usize(0..rows);
+            let hi = rng.usize(lo..=rows);
+            let mut part = vec![f32::NAN; n * rows];
+            matmul(isa, &w, &acts, &mut part, lo..hi).unwrap();
+            for (at, (&p, &full)) in part.iter().zip(&simd).enumerate() {
+                if (lo..hi).contains(&(at % rows)) {
+                    assert_eq!(
+                        p.to_bits(),
+                        full.to_bits(),
+                        "{kind}: rows {lo}..{hi} of {rows}"
+                    );
+                } else {
+                    assert!(
+                        p.is_nan(),
+                        "{kind}: rows {lo}..{hi} wrote row {}",
+                        at % rows
+                    );
+                }
+            }
             for i in 0..n {
                 let mut xq = vec![0.0f32; cols];
                 acts.dequantize_row(i, &mut xq).unwrap();

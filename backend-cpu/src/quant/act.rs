@@ -4,6 +4,7 @@
 
 use pagoda_core::QuantKind;
 
+use super::lines::LineBuf;
 use super::QMatError;
 
 /// Elements per Q8_0/Q8_1 activation block (the legacy weight block).
@@ -63,7 +64,7 @@ pub struct QuantizedActivations {
     /// F32: the values.
     pub(super) f: Vec<f32>,
     /// Quantized values, row after row.
-    pub(super) q: Vec<i8>,
+    pub(super) q: LineBuf<i8>,
     /// One scale per block.
     pub(super) d: Vec<f32>,
     /// Q8_1: `d × Σ q` per block.
@@ -71,9 +72,9 @@ pub struct QuantizedActivations {
     /// Q8_K: `Σ q` per 16 values.
     pub(super) bsums: Vec<i16>,
     /// F32: each 32-value block in [`NIBBLE_ORDER`] (Q4_0, Q4_1 weights).
-    nibble_order: Vec<f32>,
+    nibble_order: LineBuf<f32>,
     /// F32: each 32-value block in [`BYTE_ORDER`] (Q8_0 weights).
-    byte_order: Vec<f32>,
+    byte_order: LineBuf<f32>,
 }
 
 /// The element of a 32-value block that lane `l` of vector `k` holds when
@@ -120,12 +121,12 @@ impl QuantizedActivations {
             rows: 0,
             cols: 0,
             f: Vec::new(),
-            q: Vec::new(),
+            q: LineBuf::new(),
             d: Vec::new(),
             s: Vec::new(),
             bsums: Vec::new(),
-            nibble_order: Vec::new(),
-            byte_order: Vec::new(),
+            nibble_order: LineBuf::new(),
+            byte_order: LineBuf::new(),
         }
     }
 
@@ -175,19 +176,16 @@ impl QuantizedActivations {
         for v in [&mut self.f, &mut self.d, &mut self.s] {
             v.clear();
         }
-        self.q.clear();
         self.bsums.clear();
-        for xb in x.chunks_exact(block) {
+        let q = self.q.reset(x.len());
+        for (xb, qb) in x.chunks_exact(block).zip(q.chunks_exact_mut(block)) {
             let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
             let d = amax / 127.0;
             let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let start = self.q.len();
-            // `as` saturates (NaN to 0), so no input can overflow an i8.
-            self.q.extend(
-                xb.iter()
-                    .map(|v| (v * id).round().clamp(-127.0, 127.0) as i8),
-            );
-            let qb = &self.q[start..];
+            for (q, v) in qb.iter_mut().zip(xb) {
+                // `as` saturates (NaN to 0), so no input can overflow an i8.
+                *q = (v * id).round().clamp(-127.0, 127.0) as i8;
+            }
             self.d.push(d);
             match format {
                 ActFormat::Q8_1 => {
@@ -220,19 +218,25 @@ impl QuantizedActivations {
         for v in [&mut self.d, &mut self.s] {
             v.clear();
         }
-        self.q.clear();
+        self.q.reset(0);
         self.bsums.clear();
         self.f.clear();
         self.f.extend_from_slice(x);
-        self.nibble_order.clear();
-        self.byte_order.clear();
         // Only the AVX2 row kernels read these, and only below the rows
         // where a product switches to a dense panel of the natural order.
-        if cfg!(target_arch = "x86_64") && cols % QB == 0 && rows < super::kernel::PANEL_MIN_ROWS {
-            for xb in x.chunks_exact(QB) {
-                self.nibble_order
-                    .extend(NIBBLE_ORDER.iter().map(|&e| xb[e]));
-                self.byte_order.extend(BYTE_ORDER.iter().map(|&e| xb[e]));
+        let ordered =
+            cfg!(target_arch = "x86_64") && cols % QB == 0 && rows < super::kernel::PANEL_MIN_ROWS;
+        let len = if ordered { x.len() } else { 0 };
+        let nibbles = self.nibble_order.reset(len);
+        for (xb, ob) in x.chunks_exact(QB).zip(nibbles.chunks_exact_mut(QB)) {
+            for (o, &e) in ob.iter_mut().zip(&NIBBLE_ORDER) {
+                *o = xb[e];
+            }
+        }
+        let bytes = self.byte_order.reset(len);
+        for (xb, ob) in x.chunks_exact(QB).zip(bytes.chunks_exact_mut(QB)) {
+            for (o, &e) in ob.iter_mut().zip(&BYTE_ORDER) {
+                *o = xb[e];
             }
         }
         Ok(())
@@ -261,7 +265,7 @@ impl QuantizedActivations {
         let block = self.format.block_elems();
         for (b, (o, q)) in out
             .chunks_exact_mut(block)
-            .zip(self.q[at..at + self.cols].chunks_exact(block))
+            .zip(self.q.as_slice()[at..at + self.cols].chunks_exact(block))
             .enumerate()
         {
             let d = self.d[at / block + b];
@@ -274,7 +278,7 @@ impl QuantizedActivations {
 
     /// Row `i`'s quantized values.
     pub(super) fn q_row(&self, i: usize) -> &[i8] {
-        &self.q[i * self.cols..(i + 1) * self.cols]
+        &self.q.as_slice()[i * self.cols..(i + 1) * self.cols]
     }
 
     /// Row `i`'s block scales.
@@ -304,9 +308,9 @@ impl QuantizedActivations {
     /// [`NIBBLE_ORDER`], or [`BYTE_ORDER`] when `bytes`.
     pub(super) fn ordered_row(&self, i: usize, bytes: bool) -> &[f32] {
         let v = if bytes {
-            &self.byte_order
+            self.byte_order.as_slice()
         } else {
-            &self.nibble_order
+            self.nibble_order.as_slice()
         };
         &v[i * self.cols..(i + 1) * self.cols]
     }

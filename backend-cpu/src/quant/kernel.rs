@@ -23,27 +23,42 @@ pub(super) fn rows(
     rows: Range<usize>,
     mut store: impl FnMut(usize, usize, f32),
 ) {
-    let mut res = [0.0f32; MAX_ROWS_PER_PASS];
+    let mut res = [0.0f32; ROW_TILE * MAX_ROWS_PER_PASS];
     for tile in (rows.start..rows.end).step_by(ROW_TILE) {
         let tile = tile..(tile + ROW_TILE).min(rows.end);
         for first in (0..x.rows()).step_by(MAX_ROWS_PER_PASS) {
             let m = (x.rows() - first).min(MAX_ROWS_PER_PASS);
-            let res = &mut res[..m];
-            for r in tile.clone() {
-                let wrow = w.row(r);
-                match isa {
-                    Isa::Scalar => scalar::dots(w.kind, wrow, x, first, res),
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: `isa` went through `usable`, so the CPU has
-                    // AVX2 and FMA; the shapes were validated, and the
-                    // kernel slices every input with bounds checks before
-                    // loading from it.
-                    Isa::Avx2 => unsafe { super::x86::dots(w.kind, wrow, x, first, res) },
-                    #[cfg(target_arch = "aarch64")]
-                    // SAFETY: as above, for NEON.
-                    Isa::Neon => unsafe { super::neon::dots(w.kind, wrow, x, first, res) },
+            let res = &mut res[..tile.len() * m];
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `isa` went through `usable`, so the CPU has AVX2,
+                // FMA and F16C; the shapes were validated, and the kernel
+                // slices every input with bounds checks before loading
+                // from it.
+                Isa::Avx2 => unsafe {
+                    super::x86::dots(
+                        w.kind,
+                        w.rows_bytes(tile.clone()),
+                        w.row_bytes,
+                        x,
+                        first,
+                        res,
+                    )
+                },
+                _ => {
+                    for (r, out) in tile.clone().zip(res.chunks_exact_mut(m)) {
+                        let wrow = w.row(r);
+                        match isa {
+                            #[cfg(target_arch = "aarch64")]
+                            // SAFETY: as above, for NEON.
+                            Isa::Neon => unsafe { super::neon::dots(w.kind, wrow, x, first, out) },
+                            _ => scalar::dots(w.kind, wrow, x, first, out),
+                        }
+                    }
                 }
-                for (j, &v) in res.iter().enumerate() {
+            }
+            for (r, out) in tile.clone().zip(res.chunks_exact(m)) {
+                for (j, &v) in out.iter().enumerate() {
                     store(first + j, r, v);
                 }
             }

@@ -47,6 +47,7 @@
 
 mod act;
 mod kernel;
+mod lines;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod scalar;
@@ -252,6 +253,11 @@ impl<'a> QuantMatrix<'a> {
     /// The bytes of row `r` (`r < rows`).
     fn row(&self, r: usize) -> &'a [u8] {
         &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+
+    /// The bytes of `rows` (inside the matrix), back to back.
+    fn rows_bytes(&self, rows: Range<usize>) -> &'a [u8] {
+        &self.data[rows.start * self.row_bytes..rows.end * self.row_bytes]
     }
 }
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use pagoda_engine::model::{ModelConfig, SamplingParams};
+use pagoda_engine::model::{ActPrecision, ModelConfig, SamplingParams};
 use pagoda_engine::{BackendChoice, KvDtype, ParseKvDtypeError, Policy};
 use serde::Serialize;
 
@@ -53,6 +53,30 @@ pub(crate) enum WeightsArg {
     Dense,
 }
 
+/// How quantized weights take their activations (`--activations`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum ActivationsArg {
+    /// 8-bit blocks on decode steps (up to two rows), for integer products
+    /// as llama.cpp uses; f32 on prefill-sized steps: the fastest.
+    Int8Decode,
+    /// f32 on every step: the dense path's logits within f32 rounding.
+    F32,
+    /// 8-bit blocks on every step.
+    Int8,
+}
+
+impl ActivationsArg {
+    /// The engine's precision for this choice.
+    pub(crate) fn precision(self) -> ActPrecision {
+        match self {
+            Self::Int8Decode => ActPrecision::Int8Decode,
+            Self::F32 => ActPrecision::F32,
+            Self::Int8 => ActPrecision::Int8,
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum BackendKind {
@@ -96,6 +120,11 @@ pub(crate) struct RunArgs {
     /// scripts keep working.
     #[arg(long, hide = true, conflicts_with = "weights")]
     pub(crate) quantized: bool,
+    /// How quantized weights take their activations: 8-bit blocks on
+    /// decode steps (the default), or f32 throughout (exact), or 8-bit
+    /// throughout. Ignored with dense weights.
+    #[arg(long, value_enum, default_value_t = ActivationsArg::Int8Decode)]
+    pub(crate) activations: ActivationsArg,
     /// Wrap the prompt in the model's chat template as one user turn.
     #[arg(long)]
     pub(crate) chat: bool,
@@ -168,6 +197,11 @@ pub(crate) struct BenchArgs {
     /// scripts keep working.
     #[arg(long, hide = true, conflicts_with = "weights")]
     pub(crate) quantized: bool,
+    /// How quantized weights take their activations: 8-bit blocks on
+    /// decode steps (the default), or f32 throughout (exact), or 8-bit
+    /// throughout. Ignored with dense weights.
+    #[arg(long, value_enum, default_value_t = ActivationsArg::Int8Decode)]
+    pub(crate) activations: ActivationsArg,
     /// Prefix structure of the synthetic workload.
     #[arg(long, value_enum, default_value_t = WorkloadKind::FewShot)]
     pub(crate) workload: WorkloadKind,

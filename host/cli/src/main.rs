@@ -60,10 +60,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--weights` as the engine's weight mode.
-pub(crate) fn weight_mode(weights: args::WeightsArg) -> WeightMode {
+/// `--weights` and `--activations` as the engine's weight mode.
+pub(crate) fn weight_mode(
+    weights: args::WeightsArg,
+    activations: args::ActivationsArg,
+) -> WeightMode {
     match weights {
-        args::WeightsArg::Quantized => WeightMode::Quantized,
+        args::WeightsArg::Quantized => WeightMode::Quantized(activations.precision()),
         args::WeightsArg::Dense => WeightMode::Dequantized,
     }
 }
@@ -97,10 +100,12 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
     sampling.validate()?;
     let loaded = match &args.model {
         Some(path) => Some(
-            TextModel::open(path, weight_mode(args.weights)).map_err(|error| CliError::Load {
-                path: path.clone(),
-                error: Box::new(error),
-            })?,
+            TextModel::open(path, weight_mode(args.weights, args.activations)).map_err(
+                |error| CliError::Load {
+                    path: path.clone(),
+                    error: Box::new(error),
+                },
+            )?,
         ),
         None => None,
     };

@@ -12,7 +12,7 @@ use pagoda_engine::{EngineConfig, Policy, SchedulerConfig, TextModel};
 use pagoda_server::kv_events::KvEventsConfig;
 use pagoda_server::{AppState, Limits, Vocab};
 
-use crate::args::{parse_policy, BackendKind, WeightsArg};
+use crate::args::{parse_policy, ActivationsArg, BackendKind, WeightsArg};
 use crate::error::CliError;
 
 /// `pagoda serve`'s options.
@@ -30,6 +30,11 @@ pub(crate) struct ServeArgs {
     /// scripts keep working.
     #[arg(long, hide = true, conflicts_with = "weights")]
     quantized: bool,
+    /// How quantized weights take their activations: 8-bit blocks on
+    /// decode steps (the default), or f32 throughout (exact), or 8-bit
+    /// throughout. Ignored with dense weights.
+    #[arg(long, value_enum, default_value_t = ActivationsArg::Int8Decode)]
+    activations: ActivationsArg,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -94,12 +99,10 @@ pub(crate) enum ServeError {
 pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
     let (model, vocab, name) = match &args.model {
         Some(path) => {
-            let text =
-                TextModel::open(path, crate::weight_mode(args.weights)).map_err(|error| {
-                    CliError::Load {
-                        path: path.clone(),
-                        error: Box::new(error),
-                    }
+            let text = TextModel::open(path, crate::weight_mode(args.weights, args.activations))
+                .map_err(|error| CliError::Load {
+                    path: path.clone(),
+                    error: Box::new(error),
                 })?;
             let name = path
                 .file_stem()

@@ -23,7 +23,7 @@ use pagoda_engine::{
 };
 use serde::Serialize;
 
-use crate::args::{BackendKind, BenchArgs, WeightsArg};
+use crate::args::{ActivationsArg, BackendKind, BenchArgs, WeightsArg};
 use crate::error::CliError;
 
 /// Bytes the bandwidth probe reads per pass: well past every cache.
@@ -98,13 +98,17 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
     };
     if !args.quiet {
         let weights = if model.is_quantized() {
-            "quantized"
+            match args.activations {
+                ActivationsArg::Int8Decode => {
+                    "quantized weights, 8-bit activations on decode steps"
+                }
+                ActivationsArg::F32 => "quantized weights, f32 activations",
+                ActivationsArg::Int8 => "quantized weights, 8-bit activations",
+            }
         } else {
-            "dense f32"
+            "dense f32 weights"
         };
-        eprintln!(
-            "pagoda bench --suite speed: decode, prefill and batching runs ({weights} weights)"
-        );
+        eprintln!("pagoda bench --suite speed: decode, prefill and batching runs ({weights})");
     }
     let job = SpeedJob {
         model,
@@ -145,7 +149,7 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
 
     let (run_s, rss, limit) = match file {
         Some(path) => {
-            let (seconds, rss, kv) = time_run(path, args.weights, args.backend)?;
+            let (seconds, rss, kv) = time_run(path, args.weights, args.activations, args.backend)?;
             let file_bytes = std::fs::metadata(path).map_or(0, |m| m.len());
             (Some(seconds), rss, Some(file_bytes + kv + (64 << 20)))
         }
@@ -293,11 +297,13 @@ fn table(r: &SpeedReport, bw: &ReadBandwidth) -> String {
 }
 
 /// Runs `pagoda run` on one short prompt for one token as a new process
-/// (weights as `--weights` says, on the same backend): seconds from start to exit, its peak
-/// resident bytes and KV pool bytes.
+/// (weights and activations as the bench's flags say, on the same
+/// backend): seconds from start to exit, its peak resident bytes and KV
+/// pool bytes.
 fn time_run(
     model: &Path,
     weights: WeightsArg,
+    activations: ActivationsArg,
     backend: BackendKind,
 ) -> Result<(f64, Option<u64>, u64), CliError> {
     let exe = std::env::current_exe().map_err(CliError::Child)?;
@@ -317,6 +323,11 @@ fn time_run(
         .args(match weights {
             WeightsArg::Quantized => ["--weights", "quantized"],
             WeightsArg::Dense => ["--weights", "dense"],
+        })
+        .args(match activations {
+            ActivationsArg::Int8Decode => ["--activations", "int8-decode"],
+            ActivationsArg::F32 => ["--activations", "f32"],
+            ActivationsArg::Int8 => ["--activations", "int8"],
         })
         .args(match backend {
             BackendKind::Cpu => ["--backend", "cpu"],

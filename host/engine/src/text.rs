@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::chat::{ChatTemplate, ChatTemplateError, StopStrings};
-use crate::model::{LoadError, Model, ModelFile};
+use crate::model::{ActPrecision, LoadError, Model, ModelConfig, ModelFile, QuantizedWeights};
 use crate::tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 
 /// Why a GGUF file could not be opened as a text model.
@@ -70,11 +70,14 @@ pub enum WeightMode {
     /// parameter.
     #[default]
     Dequantized,
-    /// Kept quantized in the memory map, each block widened to f32 in
-    /// registers and multiplied with f32 activations: loads in
-    /// milliseconds, holds about the file's size, and gives the dense
-    /// path's logits within f32 summation error.
-    Quantized,
+    /// Kept quantized in the memory map, multiplied with activations at
+    /// the given precision: loads in milliseconds and holds about the
+    /// file's size. With [`ActPrecision::F32`] each block is widened to f32
+    /// in registers and the logits are the dense path's within f32
+    /// summation error; with [`ActPrecision::Int8Decode`] decode steps use
+    /// integer products over 8-bit activations, as llama.cpp does, for
+    /// about 1.4× the tokens per second.
+    Quantized(ActPrecision),
 }
 
 impl TextModel {
@@ -93,7 +96,11 @@ impl TextModel {
         let gguf = file.gguf()?;
         let model = match mode {
             WeightMode::Dequantized => Model::from_gguf(&gguf)?,
-            WeightMode::Quantized => Model::from_file(Arc::clone(&file))?,
+            WeightMode::Quantized(precision) => {
+                let config = ModelConfig::from_gguf(&gguf)?;
+                let weights = QuantizedWeights::from_file(Arc::clone(&file), config)?;
+                Model::from_quantized(weights.with_precision(precision))
+            }
         };
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let text_of = |id: Option<u32>| {

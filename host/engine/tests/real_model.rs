@@ -87,6 +87,9 @@ struct Fixture {
     quantized: Model,
     /// Kept quantized in the map, 8-bit activations.
     int8: Model,
+    /// Kept quantized in the map, 8-bit activations on decode steps only
+    /// (what `pagoda` runs by default).
+    int8_decode: Model,
     /// The reference's output: logits of the greedy prompts then the others.
     dir: PathBuf,
 }
@@ -131,13 +134,15 @@ fn fixture() -> Option<&'static Fixture> {
             );
             let file = Arc::new(file);
             let config = ModelConfig::from_gguf(&file.gguf().unwrap()).unwrap();
-            let int8 = QuantizedWeights::from_file(file, config)
-                .expect("load the model in place")
-                .with_precision(ActPrecision::Int8);
+            let in_place =
+                QuantizedWeights::from_file(file, config).expect("load the model in place");
+            let int8 = in_place.clone().with_precision(ActPrecision::Int8);
+            let int8_decode = in_place.with_precision(ActPrecision::Int8Decode);
             Some(Fixture {
                 model,
                 quantized,
                 int8: Model::from_quantized(int8),
+                int8_decode: Model::from_quantized(int8_decode),
                 dir,
             })
         })
@@ -164,6 +169,7 @@ fn smollm2_config_comes_from_the_file() {
     let precision = |m: &Model| m.quantized_weights().unwrap().precision();
     assert_eq!(precision(&f.quantized), ActPrecision::F32, "the default");
     assert_eq!(precision(&f.int8), ActPrecision::Int8);
+    assert_eq!(precision(&f.int8_decode), ActPrecision::Int8Decode);
     assert_eq!(f.quantized.parameters(), f.model.parameters());
     let q = f.quantized.quantized_weights().unwrap();
     assert!(
@@ -276,6 +282,9 @@ fn smollm2_greedy_continuations_match_the_reference() {
         ("dense", &f.model, KvDtype::F32, NEAR_TIE),
         ("quantized", &f.quantized, KvDtype::F16, NEAR_TIE),
         ("int8", &f.int8, KvDtype::F16, NEAR_TIE_INT8),
+        // The prompts run with f32 activations, then the two-row decode
+        // steps with 8-bit ones.
+        ("int8-decode", &f.int8_decode, KvDtype::F16, NEAR_TIE_INT8),
     ];
     for (name, model, dtype, near_tie) in runs {
         let config = EngineConfig {

@@ -1,11 +1,13 @@
 //! The forward pass over weights kept quantized in the mapped file: each
 //! layer's normed activations are prepared once and used for every matrix
 //! that reads them (q, k, v; gate, up), the products split over the
-//! [`Activations`]' thread team. By default ([`ActPrecision::F32`]) they stay
-//! f32 and each weight block is widened to f32 in registers, so the logits
-//! are the dense pass's; [`ActPrecision::Int8`] rounds them once per weight
-//! format to 8-bit blocks for integer products. Element-wise steps are as
-//! in the dense pass; the output head runs only for the rows that sample.
+//! [`Activations`]' thread team. Under [`ActPrecision::F32`](super::ActPrecision::F32) they stay f32
+//! and each weight block is widened to f32 in registers, so the logits are
+//! the dense pass's; when the precision
+//! [rounds](super::ActPrecision::rounds) a
+//! step's rows, they are quantized once per weight format to 8-bit blocks
+//! for integer products. Element-wise steps are as in the dense pass; the
+//! output head runs only for the rows that sample.
 
 use pagoda_core::backend::Backend;
 use pagoda_cpu::{
@@ -14,7 +16,7 @@ use pagoda_cpu::{
 
 use super::config::ModelError;
 use super::forward::{add_bias, rms_norm, Activations, ForwardError, Model, StepInput};
-use super::quantized::{ActPrecision, QuantTensor, QuantizedWeights};
+use super::quantized::{QuantTensor, QuantizedWeights};
 
 /// Where each activation format is kept in [`Activations`].
 fn slot(format: ActFormat) -> usize {
@@ -27,17 +29,17 @@ fn slot(format: ActFormat) -> usize {
 }
 
 /// Prepares `x` (`rows × cols`) for every matrix in `weights`: kept f32
-/// once (in the F32 slot, which every weight type takes) under
-/// [`ActPrecision::F32`], else quantized once for each format they need.
+/// once (in the F32 slot, which every weight type takes), or when `rounds`
+/// quantized once for each format they need.
 fn quantize(
     qx: &mut [QuantizedActivations; 4],
-    precision: ActPrecision,
+    rounds: bool,
     weights: &[&QuantTensor],
     x: &[f32],
     rows: usize,
     cols: usize,
 ) -> Result<(), ModelError> {
-    if precision == ActPrecision::F32 {
+    if !rounds {
         return qx[slot(ActFormat::F32)]
             .keep_f32(&x[..rows * cols], rows, cols)
             .map_err(ModelError::Kernel);
@@ -55,6 +57,15 @@ fn quantize(
     Ok(())
 }
 
+/// The slot a product with `w` reads its activations from.
+fn format(w: &QuantTensor, rounds: bool) -> ActFormat {
+    if rounds {
+        ActFormat::for_weights(w.kind())
+    } else {
+        ActFormat::F32
+    }
+}
+
 /// `out[..rows × w.rows()] = x · wᵀ` on the team, `x` from the slot
 /// [`quantize`] left it in.
 fn product(
@@ -63,13 +74,10 @@ fn product(
     file: &[u8],
     w: &QuantTensor,
     qx: &[QuantizedActivations; 4],
-    precision: ActPrecision,
+    rounds: bool,
     out: &mut Vec<f32>,
 ) -> Result<(), ModelError> {
-    let format = match precision {
-        ActPrecision::F32 => ActFormat::F32,
-        ActPrecision::Int8 => ActFormat::for_weights(w.kind()),
-    };
+    let format = format(w, rounds);
     let x = &qx[slot(format)];
     let len = x.rows() * w.rows();
     if out.len() < len {
@@ -87,17 +95,18 @@ fn products<const N: usize>(
     file: &[u8],
     ws: [&QuantTensor; N],
     qx: &[QuantizedActivations; 4],
-    precision: ActPrecision,
+    rounds: bool,
     outs: [&mut Vec<f32>; N],
 ) -> Result<(), ModelError> {
-    if precision == ActPrecision::Int8 {
-        // Each matrix may want another 8-bit format: one product each.
+    let first = format(ws[0], rounds);
+    if ws.iter().any(|w| format(w, rounds) != first) {
+        // The matrices want different 8-bit formats: one product each.
         for (w, out) in ws.into_iter().zip(outs) {
-            product(team, isa, file, w, qx, precision, out)?;
+            product(team, isa, file, w, qx, rounds, out)?;
         }
         return Ok(());
     }
-    let x = &qx[slot(ActFormat::F32)];
+    let x = &qx[slot(first)];
     let mut error = None;
     let matrices: [QuantMatrix<'_>; N] = std::array::from_fn(|i| {
         ws[i].matrix(file).unwrap_or_else(|e| {
@@ -159,6 +168,9 @@ impl Model {
         let model = ForwardError::Model;
         let isa = act.isa;
         let p = w.precision();
+        // Decode-sized steps may round their rows (the head follows the
+        // step, so a prompt's first token comes from f32 activations).
+        let rounds = p.rounds(t);
         let Activations {
             x,
             h,
@@ -184,9 +196,10 @@ impl Model {
         for (layer_index, layer) in w.layers.iter().enumerate() {
             let layer_id = layer_index as u32;
             rms_norm(x, h, t, hidden, &layer.attn_norm, c.rms_eps);
-            quantize(qx, p, &[&layer.wq, &layer.wk, &layer.wv], h, t, hidden).map_err(model)?;
+            quantize(qx, rounds, &[&layer.wq, &layer.wk, &layer.wv], h, t, hidden)
+                .map_err(model)?;
             let (wq, wk, wv) = (&layer.wq, &layer.wk, &layer.wv);
-            products(team, isa, file, [wq, wk, wv], qx, p, [q, k, v]).map_err(model)?;
+            products(team, isa, file, [wq, wk, wv], qx, rounds, [q, k, v]).map_err(model)?;
             add_bias(&mut q[..t * q_dim], layer.bq.as_ref());
             add_bias(&mut k[..t * kv_dim], layer.bk.as_ref());
             add_bias(&mut v[..t * kv_dim], layer.bv.as_ref());
@@ -214,21 +227,21 @@ impl Model {
                     &mut attn[..t * q_dim],
                 )
                 .map_err(ForwardError::Backend)?;
-            quantize(qx, p, &[&layer.wo], attn, t, q_dim).map_err(model)?;
+            quantize(qx, rounds, &[&layer.wo], attn, t, q_dim).map_err(model)?;
             // The projection lands in `h` (free until the next norm), then
             // joins the residual stream.
-            product(team, isa, file, &layer.wo, qx, p, h).map_err(model)?;
+            product(team, isa, file, &layer.wo, qx, rounds, h).map_err(model)?;
             add(&mut x[..t * hidden], &h[..t * hidden]);
 
             rms_norm(x, h, t, hidden, &layer.ffn_norm, c.rms_eps);
-            quantize(qx, p, &[&layer.w_gate, &layer.w_up], h, t, hidden).map_err(model)?;
+            quantize(qx, rounds, &[&layer.w_gate, &layer.w_up], h, t, hidden).map_err(model)?;
             let (wg, wu) = (&layer.w_gate, &layer.w_up);
-            products(team, isa, file, [wg, wu], qx, p, [gate, up]).map_err(model)?;
+            products(team, isa, file, [wg, wu], qx, rounds, [gate, up]).map_err(model)?;
             for (g, u) in gate[..t * ffn].iter_mut().zip(&up[..t * ffn]) {
                 *g = *g / (1.0 + (-*g).exp()) * u;
             }
-            quantize(qx, p, &[&layer.w_down], gate, t, ffn).map_err(model)?;
-            product(team, isa, file, &layer.w_down, qx, p, h).map_err(model)?;
+            quantize(qx, rounds, &[&layer.w_down], gate, t, ffn).map_err(model)?;
+            product(team, isa, file, &layer.w_down, qx, rounds, h).map_err(model)?;
             add(&mut x[..t * hidden], &h[..t * hidden]);
         }
 
@@ -243,12 +256,12 @@ impl Model {
         }
         rms_norm(h, last, s, hidden, &w.final_norm, c.rms_eps);
         let head = w.lm_head();
-        quantize(qx, p, &[head], last, s, hidden).map_err(model)?;
+        quantize(qx, rounds, &[head], last, s, hidden).map_err(model)?;
         let vocab = c.vocab as usize;
         if logits.len() != s * vocab {
             logits.resize(s * vocab, 0.0);
         }
-        product(team, isa, file, head, qx, p, logits).map_err(model)?;
+        product(team, isa, file, head, qx, rounds, logits).map_err(model)?;
         Ok(())
     }
 }

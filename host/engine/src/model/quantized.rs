@@ -30,11 +30,35 @@ pub enum ActPrecision {
     /// path's (within 2e-5 of the logit range of a float64 reference).
     #[default]
     F32,
-    /// Rounded to 8-bit blocks per product input, as llama.cpp does, for
-    /// integer dot products: less arithmetic per weight, but every product
-    /// adds the rounding, and over 30 layers the logits move by about 3% of
-    /// their range, enough to flip a near tie.
+    /// 8-bit activations on decode-sized steps (at most
+    /// [`INT8_DECODE_ROWS`](Self::INT8_DECODE_ROWS) rows), f32 on larger
+    /// ones. Few rows are bound by unpacking the weights, which the integer
+    /// products do in a fraction of the work (SmolLM2's Q4_1 rows at 2.4×
+    /// the f32 path's speed, one thread); many rows are bound by the
+    /// multiplies, where the f32 kernels are as fast and add no rounding.
+    Int8Decode,
+    /// Rounded to 8-bit blocks for every product, as llama.cpp does: every
+    /// product adds the rounding, and over 30 layers the logits move by
+    /// about 3% of their range, enough to flip a near tie.
     Int8,
+}
+
+impl ActPrecision {
+    /// The most activation rows a step may have for
+    /// [`Int8Decode`](Self::Int8Decode) to round them: on AVX2 (Zen 2,
+    /// one thread) the integer products of Q4_1 rows are 2.4× the f32
+    /// path's speed at one row, 1.7× at two, and 0.9× at four.
+    pub const INT8_DECODE_ROWS: usize = 2;
+
+    /// Whether the products of a step of `rows` activation rows take them
+    /// rounded to 8-bit blocks.
+    pub fn rounds(self, rows: usize) -> bool {
+        match self {
+            Self::F32 => false,
+            Self::Int8Decode => rows <= Self::INT8_DECODE_ROWS,
+            Self::Int8 => true,
+        }
+    }
 }
 
 /// One matrix in the map: `rows` rows (outputs) of `cols` elements (inputs)
