@@ -13,6 +13,9 @@ pub(super) const QB: usize = 32;
 pub(super) const KB: usize = 256;
 /// Elements per Q8_K partial sum.
 pub(super) const KSUM: usize = 16;
+/// Activation rows whose block scales [`QuantizedActivations::lane_scales`]
+/// keeps side by side (one 8-lane vector).
+pub(super) const LANES: usize = 8;
 
 /// How the activations are stored.
 // GGML's names, so they read as in every other tool.
@@ -69,6 +72,10 @@ pub struct QuantizedActivations {
     pub(super) d: Vec<f32>,
     /// Q8_1: `d × Σ q` per block.
     pub(super) s: Vec<f32>,
+    /// Q8_0 and Q8_1: for each group of [`LANES`] rows and each block, one
+    /// cache line of the rows' scales (`d`) then their `d × Σ q` (zero past
+    /// the last row), so a kernel reads a group's eight of each in one load.
+    lane_scales: LineBuf<f32>,
     /// Q8_K: `Σ q` per 16 values.
     pub(super) bsums: Vec<i16>,
     /// F32: each 32-value block in [`NIBBLE_ORDER`] (Q4_0, Q4_1 weights).
@@ -127,6 +134,7 @@ impl QuantizedActivations {
             bsums: Vec::new(),
             nibble_order: LineBuf::new(),
             byte_order: LineBuf::new(),
+            lane_scales: LineBuf::new(),
         }
     }
 
@@ -198,6 +206,23 @@ impl QuantizedActivations {
                     }
                 }
                 _ => {}
+            }
+        }
+        if matches!(format, ActFormat::Q8_0 | ActFormat::Q8_1) {
+            let blocks = cols / QB;
+            let table = self
+                .lane_scales
+                .reset(rows.div_ceil(LANES) * blocks * 2 * LANES);
+            table.fill(0.0);
+            for i in 0..rows {
+                let (group, lane) = (i / LANES, i % LANES);
+                for b in 0..blocks {
+                    let at = (group * blocks + b) * 2 * LANES + lane;
+                    table[at] = self.d[i * blocks + b];
+                    if format == ActFormat::Q8_1 {
+                        table[at + LANES] = self.s[i * blocks + b];
+                    }
+                }
             }
         }
         Ok(())
@@ -285,6 +310,13 @@ impl QuantizedActivations {
     pub(super) fn d_row(&self, i: usize) -> &[f32] {
         let n = self.cols / self.format.block_elems();
         &self.d[i * n..(i + 1) * n]
+    }
+
+    /// The scale lines of rows `LANES × group ..` (Q8_0 and Q8_1): for
+    /// each block, the rows' `d` then their `d × Σ q`, eight lanes each.
+    pub(super) fn lane_scales(&self, group: usize) -> &[f32] {
+        let n = self.cols / QB * 2 * LANES;
+        &self.lane_scales.as_slice()[group * n..(group + 1) * n]
     }
 
     /// Row `i`'s Q8_1 block sums.

@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 
 use pagoda_core::QuantKind;
 
-use super::act::{ActFormat, QuantizedActivations, KB, KSUM, QB};
+use super::act::{ActFormat, QuantizedActivations, KB, KSUM, LANES, QB};
 use super::{scalar, unpack};
 
 /// The sum of a vector's eight lanes.
@@ -298,12 +298,12 @@ unsafe fn packed<const KIND: u8>(
         match n {
             1 => packed_rows::<KIND, 1, 4>(w, row_bytes, x, first + g, res, m, g),
             2 => packed_rows::<KIND, 2, 2>(w, row_bytes, x, first + g, res, m, g),
-            3 => packed_rows::<KIND, 3, 2>(w, row_bytes, x, first + g, res, m, g),
-            4 => packed_rows::<KIND, 4, 2>(w, row_bytes, x, first + g, res, m, g),
-            5 => packed_rows::<KIND, 5, 1>(w, row_bytes, x, first + g, res, m, g),
-            6 => packed_rows::<KIND, 6, 1>(w, row_bytes, x, first + g, res, m, g),
-            7 => packed_rows::<KIND, 7, 1>(w, row_bytes, x, first + g, res, m, g),
-            _ => packed_rows::<KIND, 8, 1>(w, row_bytes, x, first + g, res, m, g),
+            3 => packed_lanes::<KIND, 3>(w, row_bytes, x, first + g, res, m, g),
+            4 => packed_lanes::<KIND, 4>(w, row_bytes, x, first + g, res, m, g),
+            5 => packed_lanes::<KIND, 5>(w, row_bytes, x, first + g, res, m, g),
+            6 => packed_lanes::<KIND, 6>(w, row_bytes, x, first + g, res, m, g),
+            7 => packed_lanes::<KIND, 7>(w, row_bytes, x, first + g, res, m, g),
+            _ => packed_lanes::<KIND, 8>(w, row_bytes, x, first + g, res, m, g),
         }
     }
 }
@@ -345,6 +345,79 @@ unsafe fn packed_rows<const KIND: u8, const N: usize, const R: usize>(
         let [row] = packed_tile::<KIND, N, 1>(wr, row_bytes, &x);
         res[k * m + g..k * m + g + N].copy_from_slice(&row);
         k += 1;
+    }
+}
+
+/// [`packed`] for `N` (3 to 8) activation rows from `first` (a multiple of
+/// [`LANES`]), one weight row at a time: the group's block scales come in
+/// one vector ([`QuantizedActivations::lane_scales`]), so each block costs
+/// one multiply for all the rows' scales (and one FMA for all Q4_1
+/// minimum terms), and each (weight row, activation row) pair only the
+/// integer product, its conversion, a lane broadcast and one FMA.
+#[inline(always)]
+unsafe fn packed_lanes<const KIND: u8, const N: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+    m: usize,
+    g: usize,
+) {
+    let blocks = x.cols() / QB;
+    let bytes = match KIND {
+        Q8_0 => 34,
+        Q4_1 => 20,
+        _ => 18,
+    };
+    let qs: [&[i8]; N] = std::array::from_fn(|j| &x.q_row(first + j)[..blocks * QB]);
+    let table = &x.lane_scales(first / LANES)[..blocks * 2 * LANES];
+    let ones = _mm256_set1_epi16(1);
+    for (k, wr) in w.chunks_exact(row_bytes).enumerate() {
+        let mut acc = [_mm256_setzero_ps(); N];
+        let mut mins = _mm256_setzero_ps();
+        for (b, wb) in wr.chunks_exact(bytes).enumerate() {
+            // A hint only: it never faults, and the address is never read.
+            _mm_prefetch::<_MM_HINT_T0>(wb.as_ptr().wrapping_add(PREFETCH_AHEAD).cast());
+            let dw = half(wb, 0);
+            let q = match KIND {
+                Q8_0 => load32(&wb[2..34]),
+                Q4_1 => nibbles(&wb[4..20]),
+                _ => _mm256_sub_epi8(nibbles(&wb[2..18]), _mm256_set1_epi8(8)),
+            };
+            let aw = if KIND == Q4_1 {
+                q
+            } else {
+                _mm256_sign_epi8(q, q)
+            };
+            let line = &table[b * 2 * LANES..(b + 1) * 2 * LANES];
+            // Stored and broadcast back one lane at a time: a broadcast
+            // from memory is a load, and leaves the vector ports to the
+            // products.
+            let mut scales = [0.0f32; LANES];
+            let v = _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_loadu_ps(line.as_ptr()));
+            _mm256_storeu_ps(scales.as_mut_ptr(), v);
+            if KIND == Q4_1 {
+                let s = _mm256_loadu_ps(line[LANES..].as_ptr());
+                mins = _mm256_fmadd_ps(_mm256_set1_ps(half(wb, 2)), s, mins);
+            }
+            for j in 0..N {
+                let vx = load32(&qs[j][b * QB..b * QB + QB]);
+                let vx = if KIND == Q4_1 {
+                    vx
+                } else {
+                    _mm256_sign_epi8(vx, q)
+                };
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, vx), ones);
+                let scale = _mm256_broadcast_ss(&scales[j]);
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[j]);
+            }
+        }
+        let mut lane_mins = [0.0f32; LANES];
+        _mm256_storeu_ps(lane_mins.as_mut_ptr(), mins);
+        for j in 0..N {
+            res[k * m + g + j] = hsum(acc[j]) + lane_mins[j];
+        }
     }
 }
 
@@ -403,7 +476,9 @@ unsafe fn packed_tile<const KIND: u8, const N: usize, const R: usize>(
                 let scale = _mm256_set1_ps(dw * x.ds[j][b]);
                 acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[r][j]);
                 if KIND == Q4_1 {
-                    mins[r][j] += mw * x.ss[j][b];
+                    // Fused, as `packed_lanes` adds it, so a row's result
+                    // does not depend on how many rows share its step.
+                    mins[r][j] = mw.mul_add(x.ss[j][b], mins[r][j]);
                 }
             }
         }

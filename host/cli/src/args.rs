@@ -57,8 +57,9 @@ pub(crate) enum WeightsArg {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum ActivationsArg {
-    /// 8-bit blocks on decode steps (up to two rows), for integer products
-    /// as llama.cpp uses; f32 on prefill-sized steps: the fastest.
+    /// 8-bit blocks on decode steps (below 24 rows) for Q4_0, Q4_1 and
+    /// K-quant weights, whose integer products are the faster there; f32
+    /// for the rest: the fastest.
     Int8Decode,
     /// f32 on every step: the dense path's logits within f32 rounding.
     F32,

@@ -3,7 +3,7 @@
 //! that reads them (q, k, v; gate, up), the products split over the
 //! [`Activations`]' thread team. Under [`ActPrecision::F32`](super::ActPrecision::F32) they stay f32
 //! and each weight block is widened to f32 in registers, so the logits are
-//! the dense pass's; when the precision
+//! the dense pass's; where the precision
 //! [rounds](super::ActPrecision::rounds) a
 //! step's rows, they are quantized once per weight format to 8-bit blocks
 //! for integer products. Element-wise steps are as in the dense pass; the
@@ -16,7 +16,7 @@ use pagoda_cpu::{
 
 use super::config::ModelError;
 use super::forward::{add_bias, rms_norm, Activations, ForwardError, Model, StepInput};
-use super::quantized::{QuantTensor, QuantizedWeights};
+use super::quantized::{ActPrecision, QuantTensor, QuantizedWeights};
 
 /// Where each activation format is kept in [`Activations`].
 fn slot(format: ActFormat) -> usize {
@@ -28,42 +28,55 @@ fn slot(format: ActFormat) -> usize {
     }
 }
 
-/// Prepares `x` (`rows × cols`) for every matrix in `weights`: kept f32
-/// once (in the F32 slot, which every weight type takes), or when `rounds`
-/// quantized once for each format they need.
-fn quantize(
-    qx: &mut [QuantizedActivations; 4],
-    rounds: bool,
-    weights: &[&QuantTensor],
-    x: &[f32],
+/// How one step's activations reach its products: the model's precision
+/// and the step's row count decide, matrix by matrix, whether they are
+/// rounded to 8-bit blocks.
+#[derive(Debug, Clone, Copy)]
+struct Feed {
+    precision: ActPrecision,
     rows: usize,
-    cols: usize,
-) -> Result<(), ModelError> {
-    if !rounds {
-        return qx[slot(ActFormat::F32)]
-            .keep_f32(&x[..rows * cols], rows, cols)
-            .map_err(ModelError::Kernel);
-    }
-    let mut done = [false; 4];
-    for w in weights {
-        let s = slot(ActFormat::for_weights(w.kind()));
-        if !done[s] {
-            qx[s]
-                .quantize(w.kind(), &x[..rows * cols], rows, cols)
-                .map_err(ModelError::Kernel)?;
-            done[s] = true;
-        }
-    }
-    Ok(())
 }
 
-/// The slot a product with `w` reads its activations from.
-fn format(w: &QuantTensor, rounds: bool) -> ActFormat {
-    if rounds {
-        ActFormat::for_weights(w.kind())
-    } else {
-        ActFormat::F32
+impl Feed {
+    /// The format a product with `w` takes the activations in (and the
+    /// slot [`quantize`] leaves them in).
+    fn format(self, w: &QuantTensor) -> ActFormat {
+        if self.precision.rounds(self.rows, w.kind()) {
+            ActFormat::for_weights(w.kind())
+        } else {
+            ActFormat::F32
+        }
     }
+}
+
+/// Prepares `x` (`rows × cols`) for every matrix in `weights`, once for
+/// each format they take it in: kept f32 (the F32 slot) or quantized to
+/// the 8-bit blocks their type pairs with.
+fn quantize(
+    qx: &mut [QuantizedActivations; 4],
+    feed: Feed,
+    weights: &[&QuantTensor],
+    x: &[f32],
+    cols: usize,
+) -> Result<(), ModelError> {
+    let rows = feed.rows;
+    let x = &x[..rows * cols];
+    let mut done = [false; 4];
+    for w in weights {
+        let format = feed.format(w);
+        let s = slot(format);
+        if done[s] {
+            continue;
+        }
+        let prepared = if format == ActFormat::F32 {
+            qx[s].keep_f32(x, rows, cols)
+        } else {
+            qx[s].quantize(w.kind(), x, rows, cols)
+        };
+        prepared.map_err(ModelError::Kernel)?;
+        done[s] = true;
+    }
+    Ok(())
 }
 
 /// `out[..rows × w.rows()] = x · wᵀ` on the team, `x` from the slot
@@ -74,11 +87,10 @@ fn product(
     file: &[u8],
     w: &QuantTensor,
     qx: &[QuantizedActivations; 4],
-    rounds: bool,
+    feed: Feed,
     out: &mut Vec<f32>,
 ) -> Result<(), ModelError> {
-    let format = format(w, rounds);
-    let x = &qx[slot(format)];
+    let x = &qx[slot(feed.format(w))];
     let len = x.rows() * w.rows();
     if out.len() < len {
         out.resize(len, 0.0);
@@ -95,14 +107,14 @@ fn products<const N: usize>(
     file: &[u8],
     ws: [&QuantTensor; N],
     qx: &[QuantizedActivations; 4],
-    rounds: bool,
+    feed: Feed,
     outs: [&mut Vec<f32>; N],
 ) -> Result<(), ModelError> {
-    let first = format(ws[0], rounds);
-    if ws.iter().any(|w| format(w, rounds) != first) {
-        // The matrices want different 8-bit formats: one product each.
+    let first = feed.format(ws[0]);
+    if ws.iter().any(|w| feed.format(w) != first) {
+        // The matrices take different formats: one product each.
         for (w, out) in ws.into_iter().zip(outs) {
-            product(team, isa, file, w, qx, rounds, out)?;
+            product(team, isa, file, w, qx, feed, out)?;
         }
         return Ok(());
     }
@@ -170,7 +182,10 @@ impl Model {
         let p = w.precision();
         // Decode-sized steps may round their rows (the head follows the
         // step, so a prompt's first token comes from f32 activations).
-        let rounds = p.rounds(t);
+        let feed = Feed {
+            precision: p,
+            rows: t,
+        };
         let Activations {
             x,
             h,
@@ -196,10 +211,9 @@ impl Model {
         for (layer_index, layer) in w.layers.iter().enumerate() {
             let layer_id = layer_index as u32;
             rms_norm(x, h, t, hidden, &layer.attn_norm, c.rms_eps);
-            quantize(qx, rounds, &[&layer.wq, &layer.wk, &layer.wv], h, t, hidden)
-                .map_err(model)?;
+            quantize(qx, feed, &[&layer.wq, &layer.wk, &layer.wv], h, hidden).map_err(model)?;
             let (wq, wk, wv) = (&layer.wq, &layer.wk, &layer.wv);
-            products(team, isa, file, [wq, wk, wv], qx, rounds, [q, k, v]).map_err(model)?;
+            products(team, isa, file, [wq, wk, wv], qx, feed, [q, k, v]).map_err(model)?;
             add_bias(&mut q[..t * q_dim], layer.bq.as_ref());
             add_bias(&mut k[..t * kv_dim], layer.bk.as_ref());
             add_bias(&mut v[..t * kv_dim], layer.bv.as_ref());
@@ -227,21 +241,21 @@ impl Model {
                     &mut attn[..t * q_dim],
                 )
                 .map_err(ForwardError::Backend)?;
-            quantize(qx, rounds, &[&layer.wo], attn, t, q_dim).map_err(model)?;
+            quantize(qx, feed, &[&layer.wo], attn, q_dim).map_err(model)?;
             // The projection lands in `h` (free until the next norm), then
             // joins the residual stream.
-            product(team, isa, file, &layer.wo, qx, rounds, h).map_err(model)?;
+            product(team, isa, file, &layer.wo, qx, feed, h).map_err(model)?;
             add(&mut x[..t * hidden], &h[..t * hidden]);
 
             rms_norm(x, h, t, hidden, &layer.ffn_norm, c.rms_eps);
-            quantize(qx, rounds, &[&layer.w_gate, &layer.w_up], h, t, hidden).map_err(model)?;
+            quantize(qx, feed, &[&layer.w_gate, &layer.w_up], h, hidden).map_err(model)?;
             let (wg, wu) = (&layer.w_gate, &layer.w_up);
-            products(team, isa, file, [wg, wu], qx, rounds, [gate, up]).map_err(model)?;
+            products(team, isa, file, [wg, wu], qx, feed, [gate, up]).map_err(model)?;
             for (g, u) in gate[..t * ffn].iter_mut().zip(&up[..t * ffn]) {
                 *g = *g / (1.0 + (-*g).exp()) * u;
             }
-            quantize(qx, rounds, &[&layer.w_down], gate, t, ffn).map_err(model)?;
-            product(team, isa, file, &layer.w_down, qx, rounds, h).map_err(model)?;
+            quantize(qx, feed, &[&layer.w_down], gate, ffn).map_err(model)?;
+            product(team, isa, file, &layer.w_down, qx, feed, h).map_err(model)?;
             add(&mut x[..t * hidden], &h[..t * hidden]);
         }
 
@@ -255,13 +269,17 @@ impl Model {
             row.copy_from_slice(&x[start..start + hidden]);
         }
         rms_norm(h, last, s, hidden, &w.final_norm, c.rms_eps);
+        let head_feed = Feed {
+            precision: p,
+            rows: s,
+        };
         let head = w.lm_head();
-        quantize(qx, rounds, &[head], last, s, hidden).map_err(model)?;
+        quantize(qx, head_feed, &[head], last, hidden).map_err(model)?;
         let vocab = c.vocab as usize;
         if logits.len() != s * vocab {
             logits.resize(s * vocab, 0.0);
         }
-        product(team, isa, file, head, qx, rounds, logits).map_err(model)?;
+        product(team, isa, file, head, qx, head_feed, logits).map_err(model)?;
         Ok(())
     }
 }

@@ -30,12 +30,13 @@ pub enum ActPrecision {
     /// path's (within 2e-5 of the logit range of a float64 reference).
     #[default]
     F32,
-    /// 8-bit activations on decode-sized steps (at most
-    /// [`INT8_DECODE_ROWS`](Self::INT8_DECODE_ROWS) rows), f32 on larger
-    /// ones. Few rows are bound by unpacking the weights, which the integer
-    /// products do in a fraction of the work (SmolLM2's Q4_1 rows at 2.4×
-    /// the f32 path's speed, one thread); many rows are bound by the
-    /// multiplies, where the f32 kernels are as fast and add no rounding.
+    /// 8-bit activations where the integer kernels are the faster ones:
+    /// products of fewer than
+    /// [`INT8_DECODE_ROWS`](Self::INT8_DECODE_ROWS) rows (decode steps)
+    /// with Q4_0, Q4_1 or K-quant weights; f32 for everything else. Few
+    /// rows are bound by unpacking the weights, which the integer products
+    /// do in a fraction of the work; Q8_0 weights (and larger steps, which
+    /// multiply widened panels) gain nothing from rounding.
     Int8Decode,
     /// Rounded to 8-bit blocks for every product, as llama.cpp does: every
     /// product adds the rounding, and over 30 layers the logits move by
@@ -44,18 +45,32 @@ pub enum ActPrecision {
 }
 
 impl ActPrecision {
-    /// The most activation rows a step may have for
-    /// [`Int8Decode`](Self::Int8Decode) to round them: on AVX2 (Zen 2,
-    /// one thread) the integer products of Q4_1 rows are 2.4× the f32
-    /// path's speed at one row, 1.7× at two, and 0.9× at four.
-    pub const INT8_DECODE_ROWS: usize = 2;
+    /// The rows from which [`Int8Decode`](Self::Int8Decode) keeps f32
+    /// activations: the quantized products switch to widened f32 panels
+    /// there (prefill).
+    pub const INT8_DECODE_ROWS: usize = 24;
 
-    /// Whether the products of a step of `rows` activation rows take them
-    /// rounded to 8-bit blocks.
-    pub fn rounds(self, rows: usize) -> bool {
+    /// Whether a product of `rows` activation rows with `weights`-typed
+    /// weights takes them rounded to 8-bit blocks.
+    ///
+    /// The single-threaded kernels, integer against f32, in weight bytes
+    /// per second on AVX2 (Zen 2; `cargo bench -p pagoda-cpu --bench
+    /// qmatmul`): Q4_1 at 1, 4 and 16 rows 2.4×, 1.3× and 1.1×; Q4_K 1.3×,
+    /// 1.3× and 2.2×; Q8_0 1.0×, 0.7× and 0.8×.
+    pub fn rounds(self, rows: usize, weights: QuantKind) -> bool {
         match self {
             Self::F32 => false,
-            Self::Int8Decode => rows <= Self::INT8_DECODE_ROWS,
+            Self::Int8Decode => {
+                rows < Self::INT8_DECODE_ROWS
+                    && matches!(
+                        weights,
+                        QuantKind::Q4_0
+                            | QuantKind::Q4_1
+                            | QuantKind::Q4_K
+                            | QuantKind::Q5_K
+                            | QuantKind::Q6_K
+                    )
+            }
             Self::Int8 => true,
         }
     }
