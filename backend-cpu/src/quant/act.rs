@@ -114,6 +114,19 @@ pub(super) const BYTE_ORDER: [usize; QB] = {
     order
 };
 
+/// `v` rounded to the nearest integer (halves away from zero, as
+/// `f32::round`) and clamped to ±127; NaN gives 0. Written out because
+/// `round` is a library call on x86_64 without SSE4.1, and a decode step
+/// rounds every activation of every product.
+#[inline]
+fn round_i8(v: f32) -> i8 {
+    let r = v.clamp(-127.0, 127.0);
+    // `as` truncates toward zero (NaN to 0); `r − t` is exact below 2²³.
+    let t = r as i32;
+    let frac = r - t as f32;
+    (t + i32::from(frac >= 0.5) - i32::from(frac <= -0.5)) as i8
+}
+
 impl Default for QuantizedActivations {
     fn default() -> Self {
         Self::new()
@@ -191,8 +204,7 @@ impl QuantizedActivations {
             let d = amax / 127.0;
             let id = if d > 0.0 { 1.0 / d } else { 0.0 };
             for (q, v) in qb.iter_mut().zip(xb) {
-                // `as` saturates (NaN to 0), so no input can overflow an i8.
-                *q = (v * id).round().clamp(-127.0, 127.0) as i8;
+                *q = round_i8(v * id);
             }
             self.d.push(d);
             match format {
@@ -345,5 +357,47 @@ impl QuantizedActivations {
             self.nibble_order.as_slice()
         };
         &v[i * self.cols..(i + 1) * self.cols]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_i8;
+
+    #[test]
+    fn round_i8_is_rounding_to_nearest_with_halves_away_from_zero() {
+        let mut rng_state = 0x2545_f491_4f6c_dd1du64;
+        let mut values = vec![
+            0.0f32,
+            -0.0,
+            0.5,
+            -0.5,
+            1.5,
+            -1.5,
+            2.5,
+            -2.5,
+            0.499_999_97,
+            -0.499_999_97,
+            126.5,
+            -126.5,
+            127.0,
+            127.4,
+            200.0,
+            -1e9,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ];
+        for _ in 0..100_000 {
+            // xorshift: uniform bits as a float in [-160, 160).
+            rng_state ^= rng_state << 13;
+            rng_state ^= rng_state >> 7;
+            rng_state ^= rng_state << 17;
+            values.push((rng_state >> 40) as f32 / (1u64 << 24) as f32 * 320.0 - 160.0);
+        }
+        for v in values {
+            let expected = v.round().clamp(-127.0, 127.0) as i8;
+            assert_eq!(round_i8(v), expected, "{v}");
+        }
+        assert_eq!(round_i8(f32::NAN), 0);
     }
 }

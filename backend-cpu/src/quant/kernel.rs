@@ -15,13 +15,15 @@ use crate::Isa;
 const ROW_TILE: usize = 64;
 
 /// Computes `x_i · w_r` for every activation row `i` and `r` in `rows`
-/// (checked by the caller) and hands each to `store(i, r, value)`.
+/// (checked by the caller) and hands them over a tile at a time:
+/// `store(first, tile, m, res)` with `res[k × m + j] = x_{first + j} ·
+/// w_{tile.start + k}`.
 pub(super) fn rows(
     isa: Isa,
     w: &QuantMatrix<'_>,
     x: &QuantizedActivations,
     rows: Range<usize>,
-    mut store: impl FnMut(usize, usize, f32),
+    mut store: impl FnMut(usize, Range<usize>, usize, &[f32]),
 ) {
     let mut res = [0.0f32; ROW_TILE * MAX_ROWS_PER_PASS];
     for tile in (rows.start..rows.end).step_by(ROW_TILE) {
@@ -57,11 +59,7 @@ pub(super) fn rows(
                     }
                 }
             }
-            for (r, out) in tile.clone().zip(res.chunks_exact(m)) {
-                for (j, &v) in out.iter().enumerate() {
-                    store(first + j, r, v);
-                }
-            }
+            store(first, tile.clone(), m, res);
         }
     }
 }
@@ -157,16 +155,34 @@ impl SharedOut {
         }
     }
 
-    /// Writes `v` at `at`.
+    /// Writes a [`rows`] tile: `res[k × m + j]` to `(first + j) × stride +
+    /// tile.start + k`.
     ///
     /// # Safety
     /// The slice given to `new` must still be borrowed by the caller, and
-    /// no other thread may read or write index `at` meanwhile.
-    pub(super) unsafe fn write(&self, at: usize, v: f32) {
-        assert!(at < self.len, "output index out of range");
-        // SAFETY: `at` is in bounds (asserted) and, by the contract, the
-        // slice is alive and nobody else touches this float.
-        unsafe { self.ptr.add(at).write(v) }
+    /// no other thread may read or write these floats meanwhile.
+    pub(super) unsafe fn write_tile(
+        &self,
+        first: usize,
+        tile: Range<usize>,
+        m: usize,
+        stride: usize,
+        res: &[f32],
+    ) {
+        if tile.is_empty() || m == 0 {
+            return;
+        }
+        let last = (first + m - 1) * stride + tile.end - 1;
+        assert!(last < self.len, "output index out of range");
+        assert!(res.len() >= tile.len() * m, "tile results too short");
+        for (k, out) in res.chunks_exact(m).take(tile.len()).enumerate() {
+            for (j, &v) in out.iter().enumerate() {
+                let at = (first + j) * stride + tile.start + k;
+                // SAFETY: `at` ≤ `last` < `len` (asserted above) and, by the
+                // contract, the slice is alive and nobody else touches it.
+                unsafe { self.ptr.add(at).write(v) }
+            }
+        }
     }
 
     /// The start of the slice, for [`panel`] (which writes whole blocks).

@@ -326,7 +326,13 @@ pub fn matmul(
         unsafe { kernel::panel(w, x, rows, out.as_mut_ptr(), stride) };
         return Ok(());
     }
-    kernel::rows(isa, w, x, rows, |i, r, v| out[i * stride + r] = v);
+    kernel::rows(isa, w, x, rows, |first, tile, m, res| {
+        for (r, col) in tile.zip(res.chunks_exact(m)) {
+            for (j, &v) in col.iter().enumerate() {
+                out[(first + j) * stride + r] = v;
+            }
+        }
+    });
     Ok(())
 }
 
@@ -387,10 +393,11 @@ pub fn matmul_team_each<const N: usize>(
                 unsafe { kernel::panel(w, x, rows, sink.ptr(), stride) };
                 continue;
             }
-            kernel::rows(isa, w, x, rows, |i, r, v| {
-                // SAFETY: as above, for one float (`write` also checks the
-                // index against the output's length).
-                unsafe { sink.write(i * stride + r, v) }
+            kernel::rows(isa, w, x, rows, |first, tile, m, res| {
+                // SAFETY: as above, for one tile of this worker's rows
+                // (`write_tile` also checks the indices against the
+                // output's length).
+                unsafe { sink.write_tile(first, tile, m, stride, res) }
             });
         }
     })
