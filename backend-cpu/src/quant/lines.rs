@@ -34,8 +34,9 @@ impl<T: Pod> LineBuf<T> {
         }
     }
 
-    /// Sets the length to `len` elements (new ones zero) and returns them:
-    /// the lines are reused, so once grown a step allocates nothing.
+    /// Sets the length to `len` elements and returns them for the caller
+    /// to fill: lines already held are reused with whatever they hold (new
+    /// ones are zero), so once grown a step allocates nothing.
     pub(super) fn reset(&mut self, len: usize) -> &mut [T] {
         let bytes = len * std::mem::size_of::<T>();
         let lines = bytes.div_ceil(64);
