@@ -3,7 +3,7 @@
 //! AVX2 path unpacks the same way in registers. Bit layouts are as in
 //! `pagoda_core::quant` (whose dequantization the tests check against).
 
-use pagoda_core::quant::{f16_to_f32, k_scale_min};
+use pagoda_core::quant::f16_to_f32;
 use pagoda_core::QuantKind;
 
 /// A 32-element block: `w = d × q + m` (`m` is 0 for the symmetric types,
@@ -86,24 +86,53 @@ pub(super) fn legacy(kind: QuantKind, b: &[u8]) -> Legacy {
 
 /// A K block's per-16 scales `sc` and corrections `c`, `d` and `dc` (see
 /// [`KBlock`]).
+#[inline]
 pub(super) fn k_scales(kind: QuantKind, b: &[u8]) -> ([i32; 16], [i32; 16], f32, f32) {
+    let (sc, c, d, dc) = k_scale_bits(kind, b);
+    (sc, c, f16_to_f32(d), f16_to_f32(dc))
+}
+
+/// [`k_scales`] with `d` and `dc` left as f16 bits, for callers that
+/// convert them in hardware.
+#[inline(always)]
+pub(super) fn k_scale_bits(kind: QuantKind, b: &[u8]) -> ([i32; 16], [i32; 16], u16, u16) {
     let (mut sc, mut c) = ([0i32; 16], [0i32; 16]);
+    let bits = |at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
     if kind == QuantKind::Q6_K {
-        let d = half(b, 208);
         for g in 0..16 {
             sc[g] = i32::from(b[192 + g] as i8);
             c[g] = 32 * sc[g];
         }
-        return (sc, c, d, d);
+        return (sc, c, bits(208), bits(208));
     }
+    let (scales, mins) = k4_scales_mins(&b[4..16]);
     for j in 0..8 {
-        let (s, m) = k_scale_min(&b[4..16], j);
         for g in [2 * j, 2 * j + 1] {
-            sc[g] = i32::from(s);
-            c[g] = i32::from(m);
+            sc[g] = i32::from(scales[j]);
+            c[g] = i32::from(mins[j]);
         }
     }
-    (sc, c, half(b, 0), half(b, 2))
+    (sc, c, bits(0), bits(2))
+}
+
+/// The eight 6-bit scales and eight 6-bit minimums of a Q4_K or Q5_K block
+/// from its 12 packed bytes (`p`), by masks on 32-bit words: all of them at
+/// once rather than one per-pair call. Sub-blocks 0–3 keep
+/// scale and minimum in the low six bits of bytes 0–3 and 4–7; sub-blocks
+/// 4–7 take their low four bits from the nibbles of bytes 8–11 and their
+/// top two from the top bits of bytes 0–3 (scales) and 4–7 (minimums).
+/// The test checks it against `pagoda_core::quant::k_scale_min`.
+#[inline(always)]
+pub(super) fn k4_scales_mins(p: &[u8]) -> ([u8; 8], [u8; 8]) {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const TOP2: u32 = 0x0303_0303;
+    let word = |i: usize| u32::from_le_bytes([p[4 * i], p[4 * i + 1], p[4 * i + 2], p[4 * i + 3]]);
+    let (a, b, c) = (word(0), word(1), word(2));
+    let scales_hi = (c & LOW4) | (((a >> 6) & TOP2) << 4);
+    let mins_hi = ((c >> 4) & LOW4) | (((b >> 6) & TOP2) << 4);
+    let join = |lo: u32, hi: u32| (u64::from(lo) | (u64::from(hi) << 32)).to_le_bytes();
+    (join(a & LOW6, scales_hi), join(b & LOW6, mins_hi))
 }
 
 /// Unpacks one K block (`b` starts at the block).
@@ -148,4 +177,32 @@ pub(super) fn kquant(kind: QuantKind, b: &[u8]) -> KBlock {
         }
     }
     k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pagoda_core::quant::k_scale_min;
+
+    #[test]
+    fn k4_scales_mins_agree_with_the_pairwise_unpacking() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000 {
+            let mut p = [0u8; 12];
+            for byte in &mut p {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                *byte = (rng >> 56) as u8;
+            }
+            let (scales, mins) = k4_scales_mins(&p);
+            for j in 0..8 {
+                assert_eq!(
+                    (scales[j], mins[j]),
+                    k_scale_min(&p, j),
+                    "{p:?} sub-block {j}"
+                );
+            }
+        }
+    }
 }

@@ -68,7 +68,19 @@ unsafe fn fifth_bits(qh: u32) -> __m256i {
 /// on the exponent, which costs more than the rest of a block's unpacking).
 #[inline(always)]
 unsafe fn half(b: &[u8], at: usize) -> f32 {
-    let h = u16::from_le_bytes([b[at], b[at + 1]]);
+    half_bits(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// [`unpack::k_scales`] with the two f16 scales converted by F16C.
+#[inline(always)]
+unsafe fn k_scales(kind: QuantKind, b: &[u8]) -> ([i32; 16], [i32; 16], f32, f32) {
+    let (sc, c, d, dc) = unpack::k_scale_bits(kind, b);
+    (sc, c, half_bits(d), half_bits(dc))
+}
+
+/// The f16 `h` as f32, by F16C.
+#[inline(always)]
+unsafe fn half_bits(h: u16) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
 }
 
@@ -622,7 +634,7 @@ unsafe fn widened_k_rows<const N: usize>(
     let mut q = [_mm256_setzero_si256(); 8];
     let mut scales = [_mm256_setzero_si256(); 8];
     for (b, wb) in w.chunks_exact(kind.block_bytes()).enumerate() {
-        let (sc, c, d, dc) = unpack::k_scales(kind, wb);
+        let (sc, c, d, dc) = k_scales(kind, wb);
         k_block(kind, wb, &mut q, &mut scales, &sc);
         for (k, &qk) in q.iter().enumerate() {
             let (lo, hi) = (
@@ -780,7 +792,7 @@ unsafe fn kquants(
     let mut q = [_mm256_setzero_si256(); 8];
     let mut s = [_mm256_setzero_si256(); 8];
     for (b, wb) in w.chunks_exact(kind.block_bytes()).enumerate() {
-        let (sc, c, d, dc) = unpack::k_scales(kind, wb);
+        let (sc, c, d, dc) = k_scales(kind, wb);
         k_block(kind, wb, &mut q, &mut s, &sc);
         for j in 0..m {
             let i = first + j;
