@@ -788,12 +788,15 @@ unsafe fn kquants(
 ) {
     let m = res.len();
     let mut acc = [_mm256_setzero_ps(); 16];
-    let mut corr = [0.0f32; 16];
     let mut q = [_mm256_setzero_si256(); 8];
     let mut s = [_mm256_setzero_si256(); 8];
     for (b, wb) in w.chunks_exact(kind.block_bytes()).enumerate() {
         let (sc, c, d, dc) = k_scales(kind, wb);
         k_block(kind, wb, &mut q, &mut s, &sc);
+        // The corrections per 16 as i16 (|c| ≤ 32 × 128), so each row's
+        // Σ c × bsums is one `madd` (pairs of at most 2 × 4096 × 2032).
+        let c16: [i16; 16] = std::array::from_fn(|g| c[g] as i16);
+        let cv = _mm256_loadu_si256(c16.as_ptr().cast());
         for j in 0..m {
             let i = first + j;
             let qx = &x.q_row(i)[b * KB..(b + 1) * KB];
@@ -806,12 +809,12 @@ unsafe fn kquants(
             let dx = x.d_row(i)[b];
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * dx), acc[j]);
             let bs = &x.bsums_row(i)[b * (KB / KSUM)..(b + 1) * (KB / KSUM)];
-            let cs: i32 = c.iter().zip(bs).map(|(&c, &s)| c * i32::from(s)).sum();
-            corr[j] += dc * dx * cs as f32;
+            let cs = _mm256_madd_epi16(load32(bs), cv);
+            acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(cs), _mm256_set1_ps(dc * dx), acc[j]);
         }
     }
     for j in 0..m {
-        res[j] = hsum(acc[j]) - corr[j];
+        res[j] = hsum(acc[j]);
     }
 }
 
