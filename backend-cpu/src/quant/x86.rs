@@ -778,6 +778,9 @@ unsafe fn k_block(
     }
 }
 
+// Indexed loops over the row sums: the iterator form compiled to slower
+// code (Q4_K at one row 3.8 against 5.0 GiB/s).
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 unsafe fn kquants(
     kind: QuantKind,
