@@ -55,8 +55,8 @@ impl ActPrecision {
     ///
     /// The single-threaded kernels, integer against f32, in weight bytes
     /// per second on AVX2 (Zen 2; `cargo bench -p pagoda-cpu --bench
-    /// qmatmul`): Q4_1 at 1, 4 and 16 rows 2.4×, 1.9× and 1.3×; Q4_K 1.3×,
-    /// 1.3× and 2.2×; Q8_0 0.9×, 1.15× and 1.0×, too little to be worth
+    /// qmatmul`): Q4_1 at 1, 4 and 16 rows 2.4×, 1.9× and 1.3×; Q4_K 2.2×,
+    /// 1.9× and 2.7×; Q8_0 0.9×, 1.15× and 1.0×, too little to be worth
     /// the rounding.
     pub fn rounds(self, rows: usize, weights: QuantKind) -> bool {
         match self {
