@@ -75,6 +75,7 @@ pub struct QuantizedActivations {
     /// Q8_0 and Q8_1: for each group of [`LANES`] rows and each block, one
     /// cache line of the rows' scales (`d`) then their `d × Σ q` (zero past
     /// the last row), so a kernel reads a group's eight of each in one load.
+    /// Built only where read: on x86_64, for three rows or more.
     lane_scales: LineBuf<f32>,
     /// Q8_K: `Σ q` per 16 values.
     pub(super) bsums: Vec<i16>,
@@ -220,7 +221,10 @@ impl QuantizedActivations {
                 _ => {}
             }
         }
-        if matches!(format, ActFormat::Q8_0 | ActFormat::Q8_1) {
+        // Only the AVX2 kernels for groups of three or four rows read these
+        // lines, so a one- or two-row decode step does not build them.
+        let lanes_read = cfg!(target_arch = "x86_64") && rows >= 3;
+        if lanes_read && matches!(format, ActFormat::Q8_0 | ActFormat::Q8_1) {
             let blocks = cols / QB;
             let table = self
                 .lane_scales
