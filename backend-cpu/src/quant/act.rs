@@ -16,6 +16,15 @@ pub(super) const KSUM: usize = 16;
 /// Activation rows whose block scales [`QuantizedActivations::lane_scales`]
 /// keeps side by side (one 8-lane vector).
 pub(super) const LANES: usize = 8;
+/// Activation rows interleaved together in [`QuantizedActivations::quads`].
+pub(super) const QUAD: usize = 4;
+/// Bytes of one row that a quad's vector holds side by side with the
+/// other rows' (a quarter of a 32-byte vector).
+pub(super) const QUAD_CHUNK: usize = 8;
+/// Activation rows from which the AVX2 kernels multiply Q4_0 and Q4_1
+/// weights against [`QuantizedActivations::quads`], and so from which
+/// quantizing builds them.
+pub(super) const QUAD_MIN_ROWS: usize = 3;
 
 /// How the activations are stored.
 // GGML's names, so they read as in every other tool.
@@ -77,6 +86,17 @@ pub struct QuantizedActivations {
     /// the last row), so a kernel reads a group's eight of each in one load.
     /// Built only where read: on x86_64, for three rows or more.
     lane_scales: LineBuf<f32>,
+    /// Q8_0 and Q8_1, from [`QUAD_MIN_ROWS`] rows on x86_64: the values
+    /// of each group of [`QUAD`] rows (zero past the last row) interleaved
+    /// per block in chunks of [`QUAD_CHUNK`]: 128 bytes a block, chunk `k`
+    /// of row `r` at `32k + 8r`. One 32-byte load then holds a chunk of
+    /// four rows, and `maddubs` against the weight chunk broadcast to all
+    /// four gives every row's sums in its own lanes (see `x86::quads`).
+    quads: LineBuf<i8>,
+    /// Beside [`Self::quads`], for each group and block, 16 floats: the
+    /// rows' scales `d` (each twice, as row `r`'s sums fill lanes `2r` and
+    /// `2r + 1`), then their `d × Σ q` in lanes `2r` (odd lanes zero).
+    quad_scales: LineBuf<f32>,
     /// Q8_K: `Σ q` per 16 values.
     pub(super) bsums: Vec<i16>,
     /// F32: each 32-value block in [`NIBBLE_ORDER`] (Q4_0, Q4_1 weights).
@@ -149,6 +169,8 @@ impl QuantizedActivations {
             nibble_order: LineBuf::new(),
             byte_order: LineBuf::new(),
             lane_scales: LineBuf::new(),
+            quads: LineBuf::new(),
+            quad_scales: LineBuf::new(),
         }
     }
 
@@ -241,7 +263,44 @@ impl QuantizedActivations {
                 }
             }
         }
+        let quads_read = cfg!(target_arch = "x86_64") && rows >= QUAD_MIN_ROWS;
+        if quads_read && matches!(format, ActFormat::Q8_0 | ActFormat::Q8_1) {
+            self.build_quads();
+        } else {
+            self.quads.reset(0);
+            self.quad_scales.reset(0);
+        }
         Ok(())
+    }
+
+    /// Fills [`Self::quads`] and [`Self::quad_scales`] from the rows.
+    fn build_quads(&mut self) {
+        let blocks = self.cols / QB;
+        let groups = self.rows.div_ceil(QUAD);
+        let quads = self.quads.reset(groups * blocks * QUAD * QB);
+        let scales = self.quad_scales.reset(groups * blocks * 4 * QUAD);
+        quads.fill(0);
+        scales.fill(0.0);
+        let q = self.q.as_slice();
+        for i in 0..self.rows {
+            let (group, r) = (i / QUAD, i % QUAD);
+            for b in 0..blocks {
+                let at = (group * blocks + b) * QUAD * QB;
+                let src = &q[(i * blocks + b) * QB..(i * blocks + b + 1) * QB];
+                for (k, chunk) in src.chunks_exact(QUAD_CHUNK).enumerate() {
+                    let to = at + k * QUAD * QUAD_CHUNK + r * QUAD_CHUNK;
+                    quads[to..to + QUAD_CHUNK].copy_from_slice(chunk);
+                }
+                let d = self.d[i * blocks + b];
+                // Q4_0 weights are multiplied unsigned (0..15) and take
+                // their −8 from `d × Σ q` too, so both formats carry it.
+                let sum: i32 = src.iter().map(|&v| i32::from(v)).sum();
+                let line = &mut scales[(group * blocks + b) * 4 * QUAD..][..4 * QUAD];
+                line[2 * r] = d;
+                line[2 * r + 1] = d;
+                line[2 * QUAD + 2 * r] = d * sum as f32;
+            }
+        }
     }
 
     /// Keeps `x` (`rows × cols` floats) as f32, unrounded. Every weight
@@ -260,6 +319,8 @@ impl QuantizedActivations {
             v.clear();
         }
         self.q.reset(0);
+        self.quads.reset(0);
+        self.quad_scales.reset(0);
         self.bsums.clear();
         self.f.clear();
         self.f.extend_from_slice(x);
@@ -333,6 +394,23 @@ impl QuantizedActivations {
     pub(super) fn lane_scales(&self, group: usize) -> &[f32] {
         let n = self.cols / QB * 2 * LANES;
         &self.lane_scales.as_slice()[group * n..(group + 1) * n]
+    }
+
+    /// Whether [`Self::quads`] was built (see [`QUAD_MIN_ROWS`]).
+    pub(super) fn has_quads(&self) -> bool {
+        !self.quads.as_slice().is_empty()
+    }
+
+    /// Group `group`'s interleaved values ([`Self::quads`]), every block.
+    pub(super) fn quad_values(&self, group: usize) -> &[i8] {
+        let n = self.cols / QB * QUAD * QB;
+        &self.quads.as_slice()[group * n..(group + 1) * n]
+    }
+
+    /// Group `group`'s scale lines ([`Self::quad_scales`]), every block.
+    pub(super) fn quad_scales(&self, group: usize) -> &[f32] {
+        let n = self.cols / QB * 4 * QUAD;
+        &self.quad_scales.as_slice()[group * n..(group + 1) * n]
     }
 
     /// Row `i`'s Q8_1 block sums.

@@ -9,13 +9,15 @@ use std::arch::x86_64::*;
 
 use pagoda_core::QuantKind;
 
-use super::act::{ActFormat, QuantizedActivations};
+use super::act::{ActFormat, QuantizedActivations, QUAD_MIN_ROWS};
 use super::unpack;
 
 mod int8;
+mod quads;
 mod widen;
 
 use int8::{kquants, legacy, packed};
+use quads::quads;
 use widen::{floats, shifted, widened, widened_k};
 
 /// The sum of a vector's eight lanes.
@@ -123,7 +125,14 @@ pub(super) unsafe fn dots(
     res: &mut [f32],
 ) {
     let rows = w.len() / row_bytes;
+    let interleaved = x.has_quads() && res.len() / rows >= QUAD_MIN_ROWS;
     match kind {
+        QuantKind::Q4_0 if x.format() == ActFormat::Q8_0 && interleaved => {
+            quads::<Q4_0>(w, row_bytes, x, first, res)
+        }
+        QuantKind::Q4_1 if x.format() == ActFormat::Q8_1 && interleaved => {
+            quads::<Q4_1>(w, row_bytes, x, first, res)
+        }
         QuantKind::Q4_0 if x.format() == ActFormat::Q8_0 => {
             packed::<Q4_0>(w, row_bytes, x, first, res)
         }

@@ -1,0 +1,187 @@
+//! Q4_0 and Q4_1 weights against activation rows interleaved four at a
+//! time ([`QuantizedActivations::quads`]): the kernel for steps of several
+//! rows (decode batches), where the multiplies, not the weight bytes, set
+//! the pace.
+//!
+//! A 32-byte vector holds 8 values of each of four activation rows. The
+//! weight's matching 8 values, broadcast to all four quarters, go through
+//! `maddubs` against it, so each row's products land in its own four i16
+//! lanes. The four chunks of a block add up in i16 (4-bit weights are
+//! 0..15 and activations ±127: at most 4 × 2 × 15 × 127 = 15,240), and
+//! one `madd` widens the sums to i32, two lanes a row. A block and a group
+//! of four rows then cost four `maddubs` and one `madd`, where one row at
+//! a time costs a `maddubs` and a `madd` per row: `maddubs` and `madd`
+//! share one port on Zen 2, so this is the bound.
+//!
+//! Weights go in unsigned; a Q4_0 block's −8 is paid, like Q4_1's
+//! minimum, from each activation block's `d × Σ q`.
+
+use std::arch::x86_64::*;
+
+use super::super::act::{QuantizedActivations, QB, QUAD, QUAD_CHUNK};
+use super::{half, nibbles, PREFETCH_AHEAD, Q4_1};
+
+/// Weight blocks unpacked ahead of the products at a time (1 KiB of
+/// values on the stack, read back by broadcasts).
+const SPAN: usize = 32;
+
+/// `res[k × m + j] = w_k · x_{first + j}` for Q4_0 (`KIND` = `Q4_0`) or
+/// Q4_1 weight rows and `m` = `res.len()` / rows activation rows from
+/// `first` (a multiple of [`QUAD`]), in passes of up to four groups.
+#[inline(always)]
+pub(super) unsafe fn quads<const KIND: u8>(
+    w: &[u8],
+    row_bytes: usize,
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    let rows = w.len() / row_bytes;
+    let m = res.len() / rows;
+    let groups = m.div_ceil(QUAD);
+    for g in (0..groups).step_by(4) {
+        let pass = Pass {
+            group: first / QUAD + g,
+            col: g * QUAD,
+            m,
+        };
+        match groups - g {
+            1 => quads_pass::<KIND, 1>(w, row_bytes, x, pass, res),
+            2 => quads_pass::<KIND, 2>(w, row_bytes, x, pass, res),
+            3 => quads_pass::<KIND, 3>(w, row_bytes, x, pass, res),
+            _ => quads_pass::<KIND, 4>(w, row_bytes, x, pass, res),
+        }
+    }
+}
+
+/// Where one pass reads and writes.
+#[derive(Clone, Copy)]
+struct Pass {
+    /// The first group of activation rows.
+    group: usize,
+    /// Its first row, counted from the product's `first`.
+    col: usize,
+    /// Activation rows of the whole product (the result row length).
+    m: usize,
+}
+
+/// [`quads`] for `G` groups of activation rows.
+#[inline(always)]
+unsafe fn quads_pass<const KIND: u8, const G: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    x: &QuantizedActivations,
+    pass: Pass,
+    res: &mut [f32],
+) {
+    let bytes = if KIND == Q4_1 { 20 } else { 18 };
+    let blocks = x.cols() / QB;
+    let qs: [&[i8]; G] =
+        std::array::from_fn(|g| &x.quad_values(pass.group + g)[..blocks * QUAD * QB]);
+    let ss: [&[f32]; G] = std::array::from_fn(|g| &x.quad_scales(pass.group + g)[..blocks * LINE]);
+    let mut values = [[0u8; QB]; SPAN];
+    let mut scales = [0.0f32; SPAN];
+    let mut mins = [0.0f32; SPAN];
+    for (k, wr) in w.chunks_exact(row_bytes).enumerate() {
+        let mut acc = [_mm256_setzero_ps(); G];
+        let mut accm = [_mm256_setzero_ps(); G];
+        for (s, span) in wr.chunks(SPAN * bytes).enumerate() {
+            let n = span.len() / bytes;
+            for (b, wb) in span.chunks_exact(bytes).enumerate() {
+                // A hint only: it never faults, and the address is never read.
+                _mm_prefetch::<_MM_HINT_T0>(wb.as_ptr().wrapping_add(PREFETCH_AHEAD).cast());
+                let d = half(wb, 0);
+                let q = if KIND == Q4_1 {
+                    mins[b] = half(wb, 2);
+                    nibbles(&wb[4..20])
+                } else {
+                    mins[b] = -8.0 * d;
+                    nibbles(&wb[2..18])
+                };
+                scales[b] = d;
+                _mm256_storeu_si256(values[b].as_mut_ptr().cast(), q);
+            }
+            let xq: [&[i8]; G] =
+                std::array::from_fn(|g| &qs[g][s * SPAN * QUAD * QB..][..n * QUAD * QB]);
+            let xs: [&[f32]; G] = std::array::from_fn(|g| &ss[g][s * SPAN * LINE..][..n * LINE]);
+            integer_span::<G>(&values[..n], &scales[..n], &xq, &xs, &mut acc);
+            for (b, mw) in mins[..n].iter().enumerate() {
+                let mw = _mm256_broadcast_ss(mw);
+                for g in 0..G {
+                    let dsum = _mm256_loadu_ps(xs[g][b * LINE + 2 * QUAD..].as_ptr());
+                    accm[g] = _mm256_fmadd_ps(mw, dsum, accm[g]);
+                }
+            }
+        }
+        for g in 0..G {
+            // Row r's two lanes (2r, 2r + 1) and its minimum (lane 2r).
+            let t = _mm256_add_ps(acc[g], accm[g]);
+            let h = _mm256_hadd_ps(t, t);
+            let four = _mm_shuffle_ps::<0b01_00_01_00>(
+                _mm256_castps256_ps128(h),
+                _mm256_extractf128_ps::<1>(h),
+            );
+            let mut out = [0.0f32; QUAD];
+            _mm_storeu_ps(out.as_mut_ptr(), four);
+            let col = pass.col + g * QUAD;
+            let row = &mut res[k * pass.m..(k + 1) * pass.m];
+            for (r, v) in out.into_iter().enumerate() {
+                if let Some(o) = row.get_mut(col + r) {
+                    *o = v;
+                }
+            }
+        }
+    }
+}
+
+/// Floats per group and block in [`QuantizedActivations::quad_scales`].
+const LINE: usize = 4 * QUAD;
+
+/// The integer products of one span of unpacked weight blocks (`values`,
+/// their scales `scales`) with `G` groups' activations (`xq`: 128 bytes a
+/// block; `xs`: [`LINE`] floats a block), added to `acc`.
+#[inline(always)]
+unsafe fn integer_span<const G: usize>(
+    values: &[[u8; QB]],
+    scales: &[f32],
+    xq: &[&[i8]; G],
+    xs: &[&[f32]; G],
+    acc: &mut [__m256; G],
+) {
+    let n = values.len().min(scales.len());
+    for g in 0..G {
+        assert!(xq[g].len() >= n * QUAD * QB && xs[g].len() >= n * LINE);
+    }
+    let ones = _mm256_set1_epi16(1);
+    let vp = values.as_ptr().cast::<u8>();
+    for (b, d) in scales[..n].iter().enumerate() {
+        // SAFETY: `b < n` and `values` holds `n` blocks of 32 bytes, so
+        // each 8-byte chunk read is inside it.
+        let wv: [__m256i; 4] = std::array::from_fn(|c| unsafe {
+            _mm256_set1_epi64x(
+                vp.add(b * QB + c * QUAD_CHUNK)
+                    .cast::<i64>()
+                    .read_unaligned(),
+            )
+        });
+        let dw = _mm256_broadcast_ss(d);
+        for g in 0..G {
+            // SAFETY: asserted above: group `g` holds 128 bytes and LINE
+            // floats for each of the `n` blocks.
+            let (xp, sp) = unsafe {
+                (
+                    xq[g].as_ptr().add(b * QUAD * QB),
+                    xs[g].as_ptr().add(b * LINE),
+                )
+            };
+            let mut sum = _mm256_setzero_si256();
+            for (c, wc) in wv.iter().enumerate() {
+                let xc = _mm256_loadu_si256(xp.add(c * QB).cast());
+                sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(*wc, xc));
+            }
+            let p = _mm256_madd_epi16(sum, ones);
+            let scale = _mm256_mul_ps(dw, _mm256_loadu_ps(sp));
+            acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[g]);
+        }
+    }
+}
