@@ -23,8 +23,11 @@ pub(super) const QUAD: usize = 4;
 pub(super) const QUAD_CHUNK: usize = 8;
 /// Activation rows from which the AVX2 kernels multiply Q4_0 and Q4_1
 /// weights against [`QuantizedActivations::quads`], and so from which
-/// quantizing builds them.
-pub(super) const QUAD_MIN_ROWS: usize = 3;
+/// quantizing builds them. Below, a group of four has too little work per
+/// unpacked block: Q4_1 1536×576 at 3 and 4 rows ran 3.99 and 3.92 GiB/s
+/// interleaved against 4.99 and 4.25 one row at a time; at 6 and 8, 2.79
+/// and 2.70 against 2.55 and 2.16 (one thread, Zen 2).
+pub(super) const QUAD_MIN_ROWS: usize = 5;
 
 /// How the activations are stored.
 // GGML's names, so they read as in every other tool.
