@@ -151,6 +151,33 @@ fn round_i8(v: f32) -> i8 {
     (t + i32::from(frac >= 0.5) - i32::from(frac <= -0.5)) as i8
 }
 
+/// Rounds one block: scale `amax / 127`, values rounded to nearest by
+/// [`round_i8`]. Returns the scale and the sum of the values.
+fn round_block(xb: &[f32], qb: &mut [i8]) -> (f32, i32) {
+    let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let mut sum = 0i32;
+    for (q, v) in qb.iter_mut().zip(xb) {
+        *q = round_i8(v * id);
+        sum += i32::from(*q);
+    }
+    (d, sum)
+}
+
+/// Whether 32-value blocks are rounded by the AVX2 loop
+/// (`x86::round::round_blocks`), which gives the same bytes.
+fn simd_rounding() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::Isa::detect() == crate::Isa::Avx2
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 impl Default for QuantizedActivations {
     fn default() -> Self {
         Self::new()
@@ -225,25 +252,32 @@ impl QuantizedActivations {
         }
         self.bsums.clear();
         let q = self.q.reset(x.len());
-        for (xb, qb) in x.chunks_exact(block).zip(q.chunks_exact_mut(block)) {
-            let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            for (q, v) in qb.iter_mut().zip(xb) {
-                *q = round_i8(v * id);
+        let (d, s, bsums) = (&mut self.d, &mut self.s, &mut self.bsums);
+        let mut each = |d_block: f32, sum: i32| {
+            d.push(d_block);
+            if format == ActFormat::Q8_1 {
+                s.push(d_block * sum as f32);
             }
-            self.d.push(d);
-            match format {
-                ActFormat::Q8_1 => {
-                    let sum: i32 = qb.iter().map(|&q| i32::from(q)).sum();
-                    self.s.push(d * sum as f32);
+        };
+        if format == ActFormat::Q8_K {
+            for (xb, qb) in x.chunks_exact(block).zip(q.chunks_exact_mut(block)) {
+                let (d_block, _) = round_block(xb, qb);
+                d.push(d_block);
+                for g in qb.chunks_exact(KSUM) {
+                    bsums.push(g.iter().map(|&q| i16::from(q)).sum());
                 }
-                ActFormat::Q8_K => {
-                    for g in qb.chunks_exact(KSUM) {
-                        self.bsums.push(g.iter().map(|&q| i16::from(q)).sum());
-                    }
-                }
-                _ => {}
+            }
+        } else if simd_rounding() {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `simd_rounding` checked that the CPU has AVX2, FMA
+            // and F16C.
+            unsafe {
+                super::x86::round::round_blocks(x, q, each);
+            }
+        } else {
+            for (xb, qb) in x.chunks_exact(block).zip(q.chunks_exact_mut(block)) {
+                let (d_block, sum) = round_block(xb, qb);
+                each(d_block, sum);
             }
         }
         // Only the AVX2 kernels for groups of three or four rows read these
@@ -447,7 +481,59 @@ impl QuantizedActivations {
 
 #[cfg(test)]
 mod tests {
-    use super::round_i8;
+    use super::{round_block, round_i8, QB};
+
+    /// The AVX2 block rounding gives the scalar blocks bit for bit: random
+    /// blocks of several magnitudes, blocks whose scale is exactly 1 so
+    /// that halves are ties, zeros, NaN and infinities.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_rounding_matches_scalar_rounding() {
+        if crate::Isa::detect() != crate::Isa::Avx2 {
+            return;
+        }
+        let mut rng = fastrand::Rng::with_seed(31);
+        let mut x = Vec::new();
+        for b in 0..2000 {
+            let mut block: Vec<f32> = match b % 5 {
+                0 => (0..QB).map(|_| rng.f32() * 2.0 - 1.0).collect(),
+                1 => (0..QB).map(|_| (rng.f32() - 0.5) * 1e4).collect(),
+                // Scale 1: every k + 0.5 is a tie.
+                2 => (0..QB)
+                    .map(|_| (rng.i32(-127..127) as f32 + 0.5).clamp(-127.0, 127.0))
+                    .collect(),
+                3 => vec![0.0; QB],
+                _ => (0..QB).map(|_| (rng.f32() - 0.5) * 1e-30).collect(),
+            };
+            if b % 5 == 2 {
+                block[rng.usize(..QB)] = 127.0;
+            }
+            if b % 7 == 0 {
+                let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0];
+                block[rng.usize(..QB)] = special[rng.usize(..special.len())];
+            }
+            x.extend(block);
+        }
+        let mut want_q = vec![0i8; x.len()];
+        let want: Vec<(u32, i32)> = x
+            .chunks_exact(QB)
+            .zip(want_q.chunks_exact_mut(QB))
+            .map(|(xb, qb)| {
+                let (d, s) = round_block(xb, qb);
+                (d.to_bits(), s)
+            })
+            .collect();
+        let mut got_q = vec![0i8; x.len()];
+        let mut got = Vec::new();
+        // SAFETY: AVX2 (with FMA and F16C) was detected above.
+        unsafe {
+            super::super::x86::round::round_blocks(&x, &mut got_q, |d, s| {
+                got.push((d.to_bits(), s))
+            });
+        }
+        assert_eq!(got, want);
+        assert_eq!(got_q, want_q);
+    }
 
     #[test]
     fn round_i8_is_rounding_to_nearest_with_halves_away_from_zero() {

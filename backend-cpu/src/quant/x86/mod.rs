@@ -14,6 +14,7 @@ use super::unpack;
 
 mod int8;
 mod quads;
+pub(super) mod round;
 mod widen;
 
 use int8::{kquants, legacy, packed};
