@@ -134,6 +134,9 @@ pub(super) unsafe fn dots(
         QuantKind::Q4_1 if x.format() == ActFormat::Q8_1 && interleaved => {
             quads::<Q4_1>(w, row_bytes, x, first, res)
         }
+        QuantKind::Q8_0 if x.format() == ActFormat::Q8_0 && interleaved => {
+            quads::<Q8_0>(w, row_bytes, x, first, res)
+        }
         QuantKind::Q4_0 if x.format() == ActFormat::Q8_0 => {
             packed::<Q4_0>(w, row_bytes, x, first, res)
         }

@@ -30,13 +30,15 @@ pub enum ActPrecision {
     /// path's (within 2e-5 of the logit range of a float64 reference).
     #[default]
     F32,
-    /// 8-bit activations where the integer kernels are the faster ones:
-    /// products of fewer than
-    /// [`INT8_DECODE_ROWS`](Self::INT8_DECODE_ROWS) rows (decode steps)
-    /// with Q4_0, Q4_1 or K-quant weights; f32 for everything else. Few
-    /// rows are bound by unpacking the weights, which the integer products
-    /// do in a fraction of the work; Q8_0 weights (and larger steps, which
-    /// multiply widened panels) gain nothing from rounding.
+    /// 8-bit activations on decode steps, where the integer kernels are
+    /// the faster ones: products of fewer than
+    /// [`INT8_DECODE_ROWS`](Self::INT8_DECODE_ROWS) rows with Q4_0, Q4_1
+    /// or K-quant weights, and with Q8_0 weights from
+    /// [`INT8_Q8_0_ROWS`](Self::INT8_Q8_0_ROWS) rows; f32 for everything
+    /// else. Prompt steps keep f32 although the integer products are
+    /// faster there too (Q4_1 at 128 rows: 1.6×): a prompt's keys and
+    /// values stay in the cache for every later token and every request
+    /// that shares the prefix, so they are computed unrounded.
     Int8Decode,
     /// Rounded to 8-bit blocks for every product, as llama.cpp does: every
     /// product adds the rounding, and over 30 layers the logits move by
@@ -50,27 +52,33 @@ impl ActPrecision {
     /// there (prefill).
     pub const INT8_DECODE_ROWS: usize = 24;
 
+    /// The rows from which [`Int8Decode`](Self::Int8Decode) rounds for
+    /// Q8_0 weights: from there the AVX2 kernel takes four activation rows
+    /// per multiply, and runs 1.3× its f32 path at 8 and 16 rows (one row
+    /// at a time, the integer products gained 0.9–1.15×).
+    pub const INT8_Q8_0_ROWS: usize = 5;
+
     /// Whether a product of `rows` activation rows with `weights`-typed
     /// weights takes them rounded to 8-bit blocks.
     ///
     /// The single-threaded kernels, integer against f32, in weight bytes
     /// per second on AVX2 (Zen 2; `cargo bench -p pagoda-cpu --bench
-    /// qmatmul`): Q4_1 at 1, 4 and 16 rows 2.4×, 1.9× and 1.3×; Q4_K 2.2×,
-    /// 1.9× and 2.7×; Q8_0 0.9×, 1.15× and 1.0×, too little to be worth
-    /// the rounding.
+    /// qmatmul`): Q4_1 at 1, 4 and 16 rows 2.4×, 1.9× and 1.9×; Q4_K 2.2×,
+    /// 1.9× and 2.7×; Q8_0 0.9× and 1.15× at 1 and 4 rows, 1.3× at 8 and 16.
     pub fn rounds(self, rows: usize, weights: QuantKind) -> bool {
         match self {
             Self::F32 => false,
             Self::Int8Decode => {
                 rows < Self::INT8_DECODE_ROWS
-                    && matches!(
-                        weights,
+                    && match weights {
                         QuantKind::Q4_0
-                            | QuantKind::Q4_1
-                            | QuantKind::Q4_K
-                            | QuantKind::Q5_K
-                            | QuantKind::Q6_K
-                    )
+                        | QuantKind::Q4_1
+                        | QuantKind::Q4_K
+                        | QuantKind::Q5_K
+                        | QuantKind::Q6_K => true,
+                        QuantKind::Q8_0 => rows >= Self::INT8_Q8_0_ROWS,
+                        _ => false,
+                    }
             }
             Self::Int8 => true,
         }
