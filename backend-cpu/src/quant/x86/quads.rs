@@ -84,29 +84,33 @@ unsafe fn quads_pass<const KIND: u8, const G: usize>(
         std::array::from_fn(|g| &x.quad_values(pass.group + g)[..blocks * QUAD * QB]);
     let ss: [&[f32]; G] = std::array::from_fn(|g| &x.quad_scales(pass.group + g)[..blocks * LINE]);
     let mut values = [[0u8; QB]; SPAN];
-    let mut scales = [0.0f32; SPAN];
-    let mut mins = [0.0f32; SPAN];
+    // Each block's scale and minimum.
+    let mut scales = [[0.0f32; 2]; SPAN];
     for (k, wr) in w.chunks_exact(row_bytes).enumerate() {
         let mut acc = [_mm256_setzero_ps(); G];
-        let mut accm = [_mm256_setzero_ps(); G];
         for (s, span) in wr.chunks(SPAN * bytes).enumerate() {
             let n = span.len() / bytes;
             for (b, wb) in span.chunks_exact(bytes).enumerate() {
                 // A hint only: it never faults, and the address is never read.
                 _mm_prefetch::<_MM_HINT_T0>(wb.as_ptr().wrapping_add(PREFETCH_AHEAD).cast());
-                let d = half(wb, 0);
                 let q = match KIND {
                     Q4_1 => {
-                        mins[b] = half(wb, 2);
+                        // d and m side by side: one conversion for both.
+                        let dm = u32::from_le_bytes([wb[0], wb[1], wb[2], wb[3]]);
+                        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(dm as i32));
+                        _mm_storel_epi64(scales[b].as_mut_ptr().cast(), _mm_castps_si128(v));
                         nibbles(&wb[4..20])
                     }
-                    Q8_0 => load32(&wb[2..34]),
+                    Q8_0 => {
+                        scales[b] = [half(wb, 0), 0.0];
+                        load32(&wb[2..34])
+                    }
                     _ => {
-                        mins[b] = -8.0 * d;
+                        let d = half(wb, 0);
+                        scales[b] = [d, -8.0 * d];
                         nibbles(&wb[2..18])
                     }
                 };
-                scales[b] = d;
                 _mm256_storeu_si256(values[b].as_mut_ptr().cast(), q);
             }
             let xq: [&[i8]; G] =
@@ -118,18 +122,10 @@ unsafe fn quads_pass<const KIND: u8, const G: usize>(
                 continue;
             }
             integer_span::<G>(&values[..n], &scales[..n], &xq, &xs, &mut acc);
-            for (b, mw) in mins[..n].iter().enumerate() {
-                let mw = _mm256_broadcast_ss(mw);
-                for g in 0..G {
-                    let dsum = _mm256_loadu_ps(xs[g][b * LINE + 2 * QUAD..].as_ptr());
-                    accm[g] = _mm256_fmadd_ps(mw, dsum, accm[g]);
-                }
-            }
         }
-        for g in 0..G {
-            // Row r's two lanes (2r, 2r + 1) and its minimum (lane 2r).
-            let t = _mm256_add_ps(acc[g], accm[g]);
-            let h = _mm256_hadd_ps(t, t);
+        for (g, a) in acc.iter().enumerate() {
+            // Row r's two lanes (2r, 2r + 1).
+            let h = _mm256_hadd_ps(*a, *a);
             let four = _mm_shuffle_ps::<0b01_00_01_00>(
                 _mm256_castps256_ps128(h),
                 _mm256_extractf128_ps::<1>(h),
@@ -150,13 +146,15 @@ unsafe fn quads_pass<const KIND: u8, const G: usize>(
 /// Floats per group and block in [`QuantizedActivations::quad_scales`].
 const LINE: usize = 4 * QUAD;
 
-/// The integer products of one span of unpacked weight blocks (`values`,
-/// their scales `scales`) with `G` groups' activations (`xq`: 128 bytes a
-/// block; `xs`: [`LINE`] floats a block), added to `acc`.
+/// The products of one span of unpacked weight blocks (`values`, their
+/// scales and minimums `scales`) with `G` groups' activations (`xq`:
+/// 128 bytes a block; `xs`: [`LINE`] floats a block), added to `acc`: the
+/// integer sums times both scales, plus each minimum times the rows'
+/// `d × Σ q` (lane `2r` only, so each row counts it once).
 #[inline(always)]
 unsafe fn integer_span<const G: usize>(
     values: &[[u8; QB]],
-    scales: &[f32],
+    scales: &[[f32; 2]],
     xq: &[&[i8]; G],
     xs: &[&[f32]; G],
     acc: &mut [__m256; G],
@@ -167,7 +165,7 @@ unsafe fn integer_span<const G: usize>(
     }
     let ones = _mm256_set1_epi16(1);
     let vp = values.as_ptr().cast::<u8>();
-    for (b, d) in scales[..n].iter().enumerate() {
+    for (b, [d, m]) in scales[..n].iter().enumerate() {
         // SAFETY: `b < n` and `values` holds `n` blocks of 32 bytes, so
         // each 8-byte chunk read is inside it.
         let wv: [__m256i; 4] = std::array::from_fn(|c| unsafe {
@@ -177,7 +175,7 @@ unsafe fn integer_span<const G: usize>(
                     .read_unaligned(),
             )
         });
-        let dw = _mm256_broadcast_ss(d);
+        let (dw, mw) = (_mm256_broadcast_ss(d), _mm256_broadcast_ss(m));
         for g in 0..G {
             // SAFETY: asserted above: group `g` holds 128 bytes and LINE
             // floats for each of the `n` blocks.
@@ -195,6 +193,7 @@ unsafe fn integer_span<const G: usize>(
             let p = _mm256_madd_epi16(sum, ones);
             let scale = _mm256_mul_ps(dw, _mm256_loadu_ps(sp));
             acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[g]);
+            acc[g] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(sp.add(2 * QUAD)), acc[g]);
         }
     }
 }
@@ -208,7 +207,7 @@ unsafe fn integer_span<const G: usize>(
 #[inline(always)]
 unsafe fn signed_span<const G: usize>(
     values: &[[u8; QB]],
-    scales: &[f32],
+    scales: &[[f32; 2]],
     xq: &[&[i8]; G],
     xs: &[&[f32]; G],
     acc: &mut [__m256; G],
@@ -219,7 +218,7 @@ unsafe fn signed_span<const G: usize>(
     }
     let ones = _mm256_set1_epi16(1);
     let vp = values.as_ptr().cast::<u8>();
-    for (b, d) in scales[..n].iter().enumerate() {
+    for (b, [d, _]) in scales[..n].iter().enumerate() {
         // SAFETY: `b < n` and `values` holds `n` blocks of 32 bytes.
         let chunk = |c: usize| unsafe {
             _mm256_set1_epi64x(
