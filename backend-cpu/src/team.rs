@@ -231,6 +231,62 @@ impl Team {
     }
 }
 
+impl Team {
+    /// Runs `f(i, piece)` for every `chunk`-element piece `i` of `data`
+    /// (the last may be short), each worker taking a contiguous run of
+    /// pieces: row-wise work on a step's activations (norms, gating,
+    /// rounding) without the caller doing it alone. A `chunk` of 0 is
+    /// taken as 1.
+    ///
+    /// ```
+    /// use pagoda_cpu::Team;
+    ///
+    /// let mut team = Team::new(2).unwrap();
+    /// let mut rows = vec![1.0f32; 6];
+    /// team.for_each_chunk(&mut rows, 2, &|i, row| row.iter_mut().for_each(|v| *v *= i as f32))
+    ///     .unwrap();
+    /// assert_eq!(rows, [0.0, 0.0, 1.0, 1.0, 2.0, 2.0]);
+    /// ```
+    pub fn for_each_chunk<T: Send>(
+        &mut self,
+        data: &mut [T],
+        chunk: usize,
+        f: &(dyn Fn(usize, &mut [T]) + Sync),
+    ) -> Result<(), TeamError> {
+        let chunk = chunk.max(1);
+        let (len, pieces) = (data.len(), data.len().div_ceil(chunk));
+        let base = Pieces(data.as_mut_ptr());
+        self.run(&|worker, workers| {
+            for i in split(0..pieces, worker, workers, 1) {
+                let start = i * chunk;
+                let n = chunk.min(len - start);
+                // SAFETY: `split` gives each worker pieces no other worker
+                // has, so these `n` elements at `start` (inside `data`,
+                // as `i < pieces`) are borrowed by this worker alone, and
+                // `run` returns before the borrow of `data` ends.
+                let piece = unsafe { std::slice::from_raw_parts_mut(base.at(start), n) };
+                f(i, piece);
+            }
+        })
+    }
+}
+
+/// The start of a slice that [`Team::for_each_chunk`] hands out in
+/// disjoint pieces.
+struct Pieces<T>(*mut T);
+
+impl<T> Pieces<T> {
+    /// The element at `i` (inside the slice, by the caller).
+    fn at(&self, i: usize) -> *mut T {
+        self.0.wrapping_add(i)
+    }
+}
+
+// SAFETY: the pointer is only turned into disjoint `&mut` pieces, one
+// worker each (see `for_each_chunk`), so sharing it is sharing `&mut [T]`
+// split apart, which `T: Send` allows.
+unsafe impl<T: Send> Sync for Pieces<T> {}
+
 impl Crew {
     fn workers(&self) -> usize {
         self.handles.len() + 1

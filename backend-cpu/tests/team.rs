@@ -282,3 +282,22 @@ fn a_single_team_runs_on_the_caller() {
     assert_eq!(team.workers(), 1);
     assert_eq!(run_threads(&mut team), [std::thread::current().id()]);
 }
+
+#[test]
+fn for_each_chunk_hands_every_piece_to_one_worker_once() {
+    for workers in [1, 2, 3] {
+        let mut team = Team::new(workers).unwrap();
+        for (len, chunk) in [(0usize, 4usize), (1, 4), (10, 3), (64, 8), (7, 0), (5, 9)] {
+            let mut data = vec![0u32; len];
+            team.for_each_chunk(&mut data, chunk, &|i, piece| {
+                for v in piece {
+                    *v += 1 + i as u32;
+                }
+            })
+            .unwrap();
+            let chunk = chunk.max(1);
+            let want: Vec<u32> = (0..len).map(|k| 1 + (k / chunk) as u32).collect();
+            assert_eq!(data, want, "{workers} workers, {len} by {chunk}");
+        }
+    }
+}

@@ -630,11 +630,16 @@ pub(super) fn rms_norm(
         .chunks_exact(width)
         .zip(out[..rows * width].chunks_exact_mut(width))
     {
-        let mean_square = src.iter().map(|v| v * v).sum::<f32>() / width as f32;
-        let inv = 1.0 / (mean_square + eps).sqrt();
-        for ((d, s), g) in dst.iter_mut().zip(src).zip(gain) {
-            *d = s * inv * g;
-        }
+        rms_norm_row(src, dst, gain, eps);
+    }
+}
+
+/// One row of [`rms_norm`]: `dst = src / rms(src) × gain`.
+pub(super) fn rms_norm_row(src: &[f32], dst: &mut [f32], gain: &Array1<f32>, eps: f32) {
+    let mean_square = src.iter().map(|v| v * v).sum::<f32>() / src.len() as f32;
+    let inv = 1.0 / (mean_square + eps).sqrt();
+    for ((d, s), g) in dst.iter_mut().zip(src).zip(gain) {
+        *d = s * inv * g;
     }
 }
 
