@@ -152,10 +152,53 @@ pub fn page_softmax(
     }
 }
 
+/// `gate[i] = silu(gate[i]) × up[i]` (SwiGLU's gating, `silu(g) = g /
+/// (1 + e^-g)`) over the common length. The exponential is
+/// [`scalar::exp_nonpositive`] of `-|g|` (relative error about 2e-7), so
+/// the AVX2 path runs eight lanes at a time where `f32::exp` is a library
+/// call per value: a batch-16 SmolLM2 step gates 737,280 values.
+#[inline]
+pub fn silu_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Avx2` is only chosen when the CPU has AVX2 and FMA; the
+        // kernel reads and writes within the slices' common length.
+        Isa::Avx2 => unsafe { x86::silu_mul(gate, up) },
+        _ => scalar::silu_mul(gate, up),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use half::{bf16, f16};
+
+    /// Both paths against `g / (1 + e^-g) × u` in f64, on values from
+    /// 1e-6 to 100 in magnitude (and tails long enough to leave the
+    /// eight-lane body), within 1e-6 relative (plus 1e-30).
+    #[test]
+    fn silu_mul_matches_f64_reference() {
+        let mut seed = 11;
+        for len in [0usize, 1, 7, 8, 9, 31, 1000] {
+            let gate: Vec<f32> = (0..len)
+                .map(|i| rng(&mut seed) * [1e-6, 1.0, 5.0, 30.0, 100.0][i % 5])
+                .collect();
+            let up: Vec<f32> = (0..len).map(|_| rng(&mut seed) * 3.0).collect();
+            for isa in [Isa::Scalar, Isa::detect()] {
+                let mut g = gate.clone();
+                silu_mul(isa, &mut g, &up);
+                for ((&got, &x), &u) in g.iter().zip(&gate).zip(&up) {
+                    let (x, u) = (f64::from(x), f64::from(u));
+                    let want = x / (1.0 + (-x).exp()) * u;
+                    let err = (f64::from(got) - want).abs();
+                    assert!(
+                        err <= 1e-6 * want.abs() + 1e-30,
+                        "{isa:?} silu({x}) × {u}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
 
     fn rng(seed: &mut u64) -> f32 {
         *seed ^= *seed << 13;

@@ -64,6 +64,17 @@ pub fn exp_nonpositive(x: f32) -> f32 {
     }
 }
 
+/// [`super::silu_mul`] one value at a time: with `t = e^-|g|`, `σ(g)` is
+/// `1 / (1 + t)` for `g ≥ 0` and `t / (1 + t)` below, so the exponential
+/// never overflows.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    for (g, u) in gate.iter_mut().zip(up) {
+        let t = exp_nonpositive(-g.abs());
+        let top = if *g >= 0.0 { 1.0 } else { t };
+        *g = *g * top / (1.0 + t) * u;
+    }
+}
+
 /// `ln 2` split so that `n · LN2_HI` is exact for the `n` that occur.
 pub const LN2_HI: f32 = 0.693_359_4;
 pub const LN2_LO: f32 = -2.121_944_4e-4;

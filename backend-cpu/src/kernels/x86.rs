@@ -282,6 +282,31 @@ unsafe fn exp8(x: __m256) -> __m256 {
     _mm256_andnot_ps(masked, _mm256_mul_ps(p, scale))
 }
 
+/// [`scalar::silu_mul`](super::scalar::silu_mul) eight values at a time
+/// (the tail through the scalar steps).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    let n = gate.len().min(up.len());
+    let (body, tail) = gate[..n].split_at_mut(n - n % 8);
+    let sign = _mm256_set1_ps(-0.0);
+    let one = _mm256_set1_ps(1.0);
+    for (g8, u8) in body.chunks_exact_mut(8).zip(up.chunks_exact(8)) {
+        let g = _mm256_loadu_ps(g8.as_ptr());
+        let t = exp8(_mm256_or_ps(g, sign));
+        let negative = _mm256_cmp_ps::<_CMP_LT_OQ>(g, _mm256_setzero_ps());
+        let top = _mm256_blendv_ps(one, t, negative);
+        let s = _mm256_div_ps(_mm256_mul_ps(g, top), _mm256_add_ps(one, t));
+        _mm256_storeu_ps(
+            g8.as_mut_ptr(),
+            _mm256_mul_ps(s, _mm256_loadu_ps(u8.as_ptr())),
+        );
+    }
+    super::scalar::silu_mul(tail, &up[n - n % 8..n]);
+}
+
 /// The largest of a vector's eight lanes.
 #[inline(always)]
 unsafe fn hmax(v: __m256) -> f32 {
