@@ -19,6 +19,8 @@ pub(crate) struct Batch {
     /// Per sequence: work index, query start, query length, context length.
     pub(crate) seqs: Vec<(usize, u32, u32, u32)>,
     pub(crate) sample_rows: Vec<u32>,
+    /// Rows that are prompt tokens (the rest decode).
+    pub(crate) prompt_rows: usize,
     /// Work index of each sample row.
     pub(crate) samplers: Vec<usize>,
     pub(crate) copies: Vec<PageCopy>,
@@ -40,6 +42,7 @@ impl Batch {
         self.slots.clear();
         self.seqs.clear();
         self.sample_rows.clear();
+        self.prompt_rows = 0;
         self.samplers.clear();
         self.copies.clear();
         for (i, w) in plan.iter().enumerate() {
@@ -74,6 +77,7 @@ impl Batch {
                         .get(start as usize..(start + len) as usize)
                         .ok_or(EngineError::Invariant("prefill past the prompt"))?;
                     self.tokens.extend_from_slice(prompt);
+                    self.prompt_rows += prompt.len();
                     (start, len, last)
                 }
                 WorkKind::Decode { position } => {

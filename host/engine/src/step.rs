@@ -133,6 +133,7 @@ impl<B: StepBackend> Engine<'_, B> {
             slots: &b.slots,
             seqs: &seqs,
             sample_rows: &b.sample_rows,
+            prompt_rows: b.prompt_rows,
         };
         // A step whose every sampled row is greedy needs only the tokens.
         let mut greedy = !b.samplers.is_empty();

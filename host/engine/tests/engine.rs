@@ -206,6 +206,7 @@ fn paged_chunked_forward_matches_the_dense_reference() {
                 slots: &slots,
                 seqs: &seqs,
                 sample_rows: &rows,
+                prompt_rows: chunk,
             };
             model
                 .forward(&mut backend, &mut store, &input, &mut act, &mut logits)
@@ -583,6 +584,7 @@ fn a_step_past_the_batch_is_a_typed_model_error() {
         slots: &slots,
         seqs: &seqs,
         sample_rows: &[0, 0],
+        prompt_rows: 1,
     };
     let mut logits = Vec::new();
     let err = model

@@ -103,6 +103,7 @@ impl<B: StepBackend> Run<B> {
             slots: &slots,
             seqs: &seqs,
             sample_rows: &rows,
+            prompt_rows: tokens.len(),
         };
         let mut logits = Vec::new();
         self.backend

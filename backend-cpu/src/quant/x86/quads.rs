@@ -1,5 +1,5 @@
-//! Q4_0 and Q4_1 weights against activation rows interleaved four at a
-//! time ([`QuantizedActivations::quads`]): the kernel for steps of several
+//! Q4_0, Q4_1 and Q8_0 weights against activation rows interleaved four at
+//! a time ([`QuantizedActivations::quads`]): the kernel for steps of several
 //! rows (decode batches), where the multiplies, not the weight bytes, set
 //! the pace.
 //!
@@ -14,7 +14,8 @@
 //! share one port on Zen 2, so this is the bound.
 //!
 //! Weights go in unsigned; a Q4_0 block's −8 is paid, like Q4_1's
-//! minimum, from each activation block's `d × Σ q`.
+//! minimum, from each activation block's `d × Σ q`. Q8_0 blocks take the
+//! sign trick and widen each chunk on its own ([`signed_span`]).
 
 use std::arch::x86_64::*;
 
@@ -25,8 +26,8 @@ use super::{half, load32, nibbles, PREFETCH_AHEAD, Q4_1, Q8_0};
 /// values on the stack, read back by broadcasts).
 const SPAN: usize = 32;
 
-/// `res[k × m + j] = w_k · x_{first + j}` for Q4_0 (`KIND` = `Q4_0`) or
-/// Q4_1 weight rows and `m` = `res.len()` / rows activation rows from
+/// `res[k × m + j] = w_k · x_{first + j}` for Q4_0, Q4_1 or Q8_0 (`KIND`)
+/// weight rows and `m` = `res.len()` / rows activation rows from
 /// `first` (a multiple of [`QUAD`]), in passes of up to four groups.
 #[inline(always)]
 pub(super) unsafe fn quads<const KIND: u8>(

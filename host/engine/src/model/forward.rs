@@ -33,6 +33,11 @@ pub struct StepInput<'a> {
     pub seqs: &'a [SeqAttention<'a>],
     /// Rows whose logits are wanted.
     pub sample_rows: &'a [u32],
+    /// How many of the rows are prompt tokens (prefill); 0 for a step that
+    /// only decodes. Under [`ActPrecision::Int8Decode`](super::ActPrecision::Int8Decode)
+    /// a step with any prompt row keeps f32 activations, so a prompt gives
+    /// the same first token whether or not part of it came from the cache.
+    pub prompt_rows: usize,
 }
 
 /// Why a forward pass failed.

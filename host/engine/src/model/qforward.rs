@@ -30,20 +30,21 @@ fn slot(format: ActFormat) -> usize {
     }
 }
 
-/// How one step's activations reach its products: the model's precision
-/// and the step's row count decide, matrix by matrix, whether they are
-/// rounded to 8-bit blocks.
+/// How one step's activations reach its products: the model's precision,
+/// the step's row count and whether it holds prompt rows decide, matrix by
+/// matrix, whether they are rounded to 8-bit blocks.
 #[derive(Debug, Clone, Copy)]
 struct Feed {
     precision: ActPrecision,
     rows: usize,
+    prompt: bool,
 }
 
 impl Feed {
     /// The format a product with `w` takes the activations in (and the
     /// slot [`quantize`] leaves them in).
     fn format(self, w: &QuantTensor) -> ActFormat {
-        if self.precision.rounds(self.rows, w.kind()) {
+        if self.precision.rounds(self.rows, self.prompt, w.kind()) {
             ActFormat::for_weights(w.kind())
         } else {
             ActFormat::F32
@@ -182,11 +183,13 @@ impl Model {
         let model = ForwardError::Model;
         let isa = act.isa;
         let p = w.precision();
-        // Decode-sized steps may round their rows (the head follows the
-        // step, so a prompt's first token comes from f32 activations).
+        // Decode steps may round their rows; a step with prompt rows does
+        // not, its head included, so a prompt's first token comes from f32
+        // activations however much of it the cache held.
         let feed = Feed {
             precision: p,
             rows: t,
+            prompt: input.prompt_rows > 0,
         };
         let Activations {
             x,
@@ -272,6 +275,7 @@ impl Model {
         let head_feed = Feed {
             precision: p,
             rows: s,
+            prompt: feed.prompt,
         };
         let head = w.lm_head();
         quantize(qx, head_feed, &[head], last, hidden).map_err(model)?;

@@ -35,10 +35,12 @@ pub enum ActPrecision {
     /// [`INT8_DECODE_ROWS`](Self::INT8_DECODE_ROWS) rows with Q4_0, Q4_1
     /// or K-quant weights, and with Q8_0 weights from
     /// [`INT8_Q8_0_ROWS`](Self::INT8_Q8_0_ROWS) rows; f32 for everything
-    /// else. Prompt steps keep f32 although the integer products are
-    /// faster there too (Q4_1 at 128 rows: 1.6×): a prompt's keys and
-    /// values stay in the cache for every later token and every request
-    /// that shares the prefix, so they are computed unrounded.
+    /// else. Steps that hold any prompt rows keep f32 although the integer
+    /// products are faster there too (Q4_1 at 128 rows: 1.6×): a prompt's
+    /// keys and values stay in the cache for every later token and every
+    /// request that shares the prefix, so they are computed unrounded, and
+    /// a prompt's first token does not depend on how much of it the prefix
+    /// cache held (a cached prompt's last few tokens make a short step).
     Int8Decode,
     /// Rounded to 8-bit blocks for every product, as llama.cpp does: every
     /// product adds the rounding, and over 30 layers the logits move by
@@ -48,8 +50,8 @@ pub enum ActPrecision {
 
 impl ActPrecision {
     /// The rows from which [`Int8Decode`](Self::Int8Decode) keeps f32
-    /// activations: the quantized products switch to widened f32 panels
-    /// there (prefill).
+    /// activations on decode steps too (with f32 activations, products of
+    /// this many rows widen the weights to f32 panels).
     pub const INT8_DECODE_ROWS: usize = 24;
 
     /// The rows from which [`Int8Decode`](Self::Int8Decode) rounds for
@@ -59,17 +61,19 @@ impl ActPrecision {
     pub const INT8_Q8_0_ROWS: usize = 5;
 
     /// Whether a product of `rows` activation rows with `weights`-typed
-    /// weights takes them rounded to 8-bit blocks.
+    /// weights takes them rounded to 8-bit blocks, in a step that holds
+    /// prompt rows (`prompt`) or only decodes.
     ///
     /// The single-threaded kernels, integer against f32, in weight bytes
     /// per second on AVX2 (Zen 2; `cargo bench -p pagoda-cpu --bench
     /// qmatmul`): Q4_1 at 1, 4 and 16 rows 2.4×, 1.9× and 1.9×; Q4_K 2.2×,
     /// 1.9× and 2.7×; Q8_0 0.9× and 1.15× at 1 and 4 rows, 1.3× at 8 and 16.
-    pub fn rounds(self, rows: usize, weights: QuantKind) -> bool {
+    pub fn rounds(self, rows: usize, prompt: bool, weights: QuantKind) -> bool {
         match self {
             Self::F32 => false,
             Self::Int8Decode => {
-                rows < Self::INT8_DECODE_ROWS
+                !prompt
+                    && rows < Self::INT8_DECODE_ROWS
                     && match weights {
                         QuantKind::Q4_0
                         | QuantKind::Q4_1
@@ -384,5 +388,26 @@ impl QuantizedWeights {
             .sum();
         let head = self.lm_head.as_ref().map_or(bytes(&self.embed), bytes);
         layers + 4 * self.final_norm.len() as u64 + head
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn int8_decode_rounds_decode_steps_where_the_integer_kernels_win() {
+        let p = ActPrecision::Int8Decode;
+        assert!(p.rounds(1, false, QuantKind::Q4_1));
+        assert!(p.rounds(16, false, QuantKind::Q4_K));
+        // Any prompt row keeps the step f32, however short.
+        assert!(!p.rounds(1, true, QuantKind::Q4_1));
+        assert!(!p.rounds(ActPrecision::INT8_DECODE_ROWS, false, QuantKind::Q4_1));
+        // Q8_0 only where four rows share each multiply.
+        assert!(!p.rounds(ActPrecision::INT8_Q8_0_ROWS - 1, false, QuantKind::Q8_0));
+        assert!(p.rounds(ActPrecision::INT8_Q8_0_ROWS, false, QuantKind::Q8_0));
+        assert!(!p.rounds(8, false, QuantKind::F16));
+        assert!(!ActPrecision::F32.rounds(1, false, QuantKind::Q4_1));
+        assert!(ActPrecision::Int8.rounds(512, true, QuantKind::Q8_0));
     }
 }

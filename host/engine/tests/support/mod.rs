@@ -71,6 +71,7 @@ pub fn logits_every_position(
             slots: &slots,
             seqs: &seqs,
             sample_rows: &rows,
+            prompt_rows: end - start,
         };
         model
             .forward(&mut backend, &mut store, &input, &mut act, &mut logits)
