@@ -369,7 +369,7 @@ impl Model {
         }
         for (layer_index, layer) in w.layers.iter().enumerate() {
             let layer_id = layer_index as u32;
-            rms_norm(x, h, t, hidden, &layer.attn_norm, c.rms_eps);
+            rms_norm(p.team, x, h, t, hidden, &layer.attn_norm, c.rms_eps).map_err(model)?;
             p.project(h, t, layer.wq.view(), q, false).map_err(model)?;
             p.project(h, t, layer.wk.view(), k, false).map_err(model)?;
             p.project(h, t, layer.wv.view(), v, false).map_err(model)?;
@@ -401,7 +401,7 @@ impl Model {
             p.project(attn, t, layer.wo.view(), x, true)
                 .map_err(model)?;
 
-            rms_norm(x, h, t, hidden, &layer.ffn_norm, c.rms_eps);
+            rms_norm(p.team, x, h, t, hidden, &layer.ffn_norm, c.rms_eps).map_err(model)?;
             p.project(h, t, layer.w_gate.view(), gate, false)
                 .map_err(model)?;
             p.project(h, t, layer.w_up.view(), up, false)
@@ -423,7 +423,7 @@ impl Model {
             let start = r as usize * hidden;
             row.copy_from_slice(&x[start..start + hidden]);
         }
-        rms_norm(h, last, s, hidden, &w.final_norm, c.rms_eps);
+        rms_norm(p.team, h, last, s, hidden, &w.final_norm, c.rms_eps).map_err(model)?;
         let vocab = c.vocab as usize;
         if logits.len() != s * vocab {
             logits.resize(s * vocab, 0.0);
@@ -619,30 +619,38 @@ fn general_on_team(
     })
 }
 
-/// `out = x / rms(x) × gain`, row by row.
+/// `out`'s first `rows` rows of `width` = `x`'s RMS-normed by `gain`
+/// ([`rms_norm_row`]), one row per piece on the team from two rows (a
+/// single row is not worth a hand-off).
 pub(super) fn rms_norm(
+    team: &mut Team,
     x: &[f32],
     out: &mut Vec<f32>,
     rows: usize,
     width: usize,
     gain: &Array1<f32>,
     eps: f32,
-) {
+) -> Result<(), ModelError> {
     if out.len() < rows * width {
         out.resize(rows * width, 0.0);
     }
-    for (src, dst) in x[..rows * width]
-        .chunks_exact(width)
-        .zip(out[..rows * width].chunks_exact_mut(width))
-    {
-        rms_norm_row(src, dst, gain, eps);
+    let out = &mut out[..rows * width];
+    if rows < 2 {
+        for (src, dst) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
+            rms_norm_row(src, dst, gain, eps);
+        }
+        return Ok(());
     }
+    team.for_each_chunk(out, width, &|i, dst| {
+        rms_norm_row(&x[i * width..(i + 1) * width], dst, gain, eps)
+    })
+    .map_err(|e| ModelError::Kernel(QMatError::Team(e)))
 }
 
 /// One row of [`rms_norm`]: `dst = src / rms(src) × gain`. The squares
 /// are summed in eight running lanes, which the compiler keeps in vector
 /// registers (one running sum is a chain of dependent adds).
-pub(super) fn rms_norm_row(src: &[f32], dst: &mut [f32], gain: &Array1<f32>, eps: f32) {
+fn rms_norm_row(src: &[f32], dst: &mut [f32], gain: &Array1<f32>, eps: f32) {
     let mut lanes = [0.0f32; 8];
     let eights = src.chunks_exact(8);
     let rest: f32 = eights.remainder().iter().map(|v| v * v).sum();

@@ -9,7 +9,6 @@
 //! for integer products. Element-wise steps are as in the dense pass; the
 //! output head runs only for the rows that sample.
 
-use ndarray::Array1;
 use pagoda_core::backend::Backend;
 use pagoda_cpu::{
     matmul_team, matmul_team_each, silu_mul, ActFormat, Isa, QMatError, QuantMatrix,
@@ -17,7 +16,7 @@ use pagoda_cpu::{
 };
 
 use super::config::ModelError;
-use super::forward::{add_bias, rms_norm_row, Activations, ForwardError, Model, StepInput};
+use super::forward::{add_bias, rms_norm, Activations, ForwardError, Model, StepInput};
 use super::quantized::{ActPrecision, QuantTensor, QuantizedWeights};
 
 /// Where each activation format is kept in [`Activations`].
@@ -215,7 +214,7 @@ impl Model {
         }
         for (layer_index, layer) in w.layers.iter().enumerate() {
             let layer_id = layer_index as u32;
-            norm_rows(team, x, h, t, hidden, &layer.attn_norm, c.rms_eps).map_err(model)?;
+            rms_norm(team, x, h, t, hidden, &layer.attn_norm, c.rms_eps).map_err(model)?;
             quantize(qx, feed, &[&layer.wq, &layer.wk, &layer.wv], h, hidden).map_err(model)?;
             let (wq, wk, wv) = (&layer.wq, &layer.wk, &layer.wv);
             products(team, isa, file, [wq, wk, wv], qx, feed, [q, k, v]).map_err(model)?;
@@ -252,7 +251,7 @@ impl Model {
             product(team, isa, file, &layer.wo, qx, feed, h).map_err(model)?;
             add(&mut x[..t * hidden], &h[..t * hidden]);
 
-            norm_rows(team, x, h, t, hidden, &layer.ffn_norm, c.rms_eps).map_err(model)?;
+            rms_norm(team, x, h, t, hidden, &layer.ffn_norm, c.rms_eps).map_err(model)?;
             quantize(qx, feed, &[&layer.w_gate, &layer.w_up], h, hidden).map_err(model)?;
             let (wg, wu) = (&layer.w_gate, &layer.w_up);
             products(team, isa, file, [wg, wu], qx, feed, [gate, up]).map_err(model)?;
@@ -271,7 +270,7 @@ impl Model {
             let start = r as usize * hidden;
             row.copy_from_slice(&x[start..start + hidden]);
         }
-        norm_rows(team, h, last, s, hidden, &w.final_norm, c.rms_eps).map_err(model)?;
+        rms_norm(team, h, last, s, hidden, &w.final_norm, c.rms_eps).map_err(model)?;
         let head_feed = Feed {
             precision: p,
             rows: s,
@@ -286,34 +285,6 @@ impl Model {
         product(team, isa, file, head, qx, head_feed, logits).map_err(model)?;
         Ok(())
     }
-}
-
-/// `out`'s first `rows` rows of `width` = `x`'s RMS-normed by `gain`, one
-/// row per piece on the team from two rows (a single row is not worth a
-/// hand-off).
-fn norm_rows(
-    team: &mut Team,
-    x: &[f32],
-    out: &mut Vec<f32>,
-    rows: usize,
-    width: usize,
-    gain: &Array1<f32>,
-    eps: f32,
-) -> Result<(), ModelError> {
-    if out.len() < rows * width {
-        out.resize(rows * width, 0.0);
-    }
-    let out = &mut out[..rows * width];
-    if rows < 2 {
-        for (src, dst) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
-            rms_norm_row(src, dst, gain, eps);
-        }
-        return Ok(());
-    }
-    team.for_each_chunk(out, width, &|i, dst| {
-        rms_norm_row(&x[i * width..(i + 1) * width], dst, gain, eps)
-    })
-    .map_err(|e| ModelError::Kernel(QMatError::Team(e)))
 }
 
 /// Values per piece of [`swiglu`] on the team: a decode step's single row
