@@ -428,23 +428,27 @@ impl QuantizedActivations {
 
     /// The scale lines of rows `LANES × group ..` (Q8_0 and Q8_1): for
     /// each block, the rows' `d` then their `d × Σ q`, eight lanes each.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // AVX2 kernels only
     pub(super) fn lane_scales(&self, group: usize) -> &[f32] {
         let n = self.cols / QB * 2 * LANES;
         &self.lane_scales.as_slice()[group * n..(group + 1) * n]
     }
 
     /// Whether [`Self::quads`] was built (see [`QUAD_MIN_ROWS`]).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // AVX2 kernels only
     pub(super) fn has_quads(&self) -> bool {
         !self.quads.as_slice().is_empty()
     }
 
     /// Group `group`'s interleaved values ([`Self::quads`]), every block.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // AVX2 kernels only
     pub(super) fn quad_values(&self, group: usize) -> &[i8] {
         let n = self.cols / QB * QUAD * QB;
         &self.quads.as_slice()[group * n..(group + 1) * n]
     }
 
     /// Group `group`'s scale lines ([`Self::quad_scales`]), every block.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // AVX2 kernels only
     pub(super) fn quad_scales(&self, group: usize) -> &[f32] {
         let n = self.cols / QB * 4 * QUAD;
         &self.quad_scales.as_slice()[group * n..(group + 1) * n]
@@ -469,6 +473,7 @@ impl QuantizedActivations {
 
     /// Row `i`'s floats (F32 format, whole 32-value blocks) in
     /// [`NIBBLE_ORDER`], or [`BYTE_ORDER`] when `bytes`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // AVX2 kernels only
     pub(super) fn ordered_row(&self, i: usize, bytes: bool) -> &[f32] {
         let v = if bytes {
             self.byte_order.as_slice()

@@ -256,6 +256,7 @@ impl<'a> QuantMatrix<'a> {
     }
 
     /// The bytes of `rows` (inside the matrix), back to back.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // AVX2 kernels only
     fn rows_bytes(&self, rows: Range<usize>) -> &'a [u8] {
         &self.data[rows.start * self.row_bytes..rows.end * self.row_bytes]
     }
