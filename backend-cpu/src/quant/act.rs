@@ -486,7 +486,7 @@ impl QuantizedActivations {
 
 #[cfg(test)]
 mod tests {
-    use super::{round_block, round_i8, QB};
+    use super::round_i8;
 
     /// The AVX2 block rounding gives the scalar blocks bit for bit: random
     /// blocks of several magnitudes, blocks whose scale is exactly 1 so
@@ -494,6 +494,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn simd_rounding_matches_scalar_rounding() {
+        use super::{round_block, QB};
         if crate::Isa::detect() != crate::Isa::Avx2 {
             return;
         }

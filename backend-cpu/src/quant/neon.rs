@@ -1,12 +1,15 @@
 //! NEON. Weight blocks are unpacked as in the scalar path (`unpack`), then
 //! every activation row takes widening `i8 × i8 → i16` multiplies
 //! (`vmull_s8`, exact: |w|, |x| ≤ 128) and pairwise adds to i32, so the
-//! integer sums equal the scalar path's. `vdotq_s32` (the `dotprod`
-//! extension) would halve the multiply work, but its intrinsics are not
-//! stable at the workspace's minimum Rust version, so it is left for later.
-//! Floats widen in Rust and multiply with `vfmaq_f32`.
+//! integer sums equal the scalar path's. Where the CPU has the dot product
+//! extension (`dotprod`, checked at run time), `sdot` does 16 products and
+//! their sums in one instruction instead; its intrinsic is not stable at the
+//! workspace's minimum Rust version, so it is written as inline assembly.
+//! Both give the same integers, so the same floats. Floats widen in Rust and
+//! multiply with `vfmaq_f32`.
 
 use std::arch::aarch64::*;
+use std::arch::asm;
 
 use pagoda_core::QuantKind;
 
@@ -21,6 +24,36 @@ unsafe fn dot16(a: int8x16_t, b: int8x16_t) -> int32x4_t {
     vaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi))
 }
 
+/// [`dot16`] by `sdot`: four i32 sums of four products each.
+///
+/// # Safety
+/// The CPU must have the `dotprod` extension, and the caller must be
+/// compiled with it (the assembler checks).
+#[inline(always)]
+unsafe fn sdot16(a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    let mut acc = vdupq_n_s32(0);
+    // SAFETY: a register-only instruction (no memory, no stack, no flags);
+    // the caller guarantees the extension.
+    asm!(
+        "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+        acc = inout(vreg) acc,
+        a = in(vreg) a,
+        b = in(vreg) b,
+        options(pure, nomem, nostack, preserves_flags)
+    );
+    acc
+}
+
+/// [`dot16`], or [`sdot16`] when `SDOT`.
+#[inline(always)]
+unsafe fn dot<const SDOT: bool>(a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    if SDOT {
+        sdot16(a, b)
+    } else {
+        dot16(a, b)
+    }
+}
+
 /// 16 signed bytes from `s` (which holds at least 16).
 #[inline(always)]
 unsafe fn load16(s: &[i8]) -> int8x16_t {
@@ -31,8 +64,52 @@ unsafe fn load16(s: &[i8]) -> int8x16_t {
 ///
 /// # Safety
 /// The CPU must have NEON.
-#[target_feature(enable = "neon")]
 pub(super) unsafe fn dots(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    if std::arch::is_aarch64_feature_detected!("dotprod") {
+        dots_sdot(kind, w, x, first, res)
+    } else {
+        dots_plain(kind, w, x, first, res)
+    }
+}
+
+/// [`dots`] with `sdot`.
+///
+/// # Safety
+/// The CPU must have NEON and `dotprod`.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn dots_sdot(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    dots_with::<true>(kind, w, x, first, res)
+}
+
+/// [`dots`] with widening multiplies.
+///
+/// # Safety
+/// The CPU must have NEON.
+#[target_feature(enable = "neon")]
+unsafe fn dots_plain(
+    kind: QuantKind,
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    dots_with::<false>(kind, w, x, first, res)
+}
+
+#[inline(always)]
+unsafe fn dots_with<const SDOT: bool>(
     kind: QuantKind,
     w: &[u8],
     x: &QuantizedActivations,
@@ -45,13 +122,15 @@ pub(super) unsafe fn dots(
         // Quantized weights with f32 activations: the portable path (a NEON
         // one is left for later).
         _ if x.format() == super::act::ActFormat::F32 => scalar::widened(kind, w, x, first, res),
-        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K => kquants(kind, w, x, first, res),
-        _ => legacy(kind, w, x, first, res),
+        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K => {
+            kquants::<SDOT>(kind, w, x, first, res)
+        }
+        _ => legacy::<SDOT>(kind, w, x, first, res),
     }
 }
 
 #[inline(always)]
-unsafe fn legacy(
+unsafe fn legacy<const SDOT: bool>(
     kind: QuantKind,
     w: &[u8],
     x: &QuantizedActivations,
@@ -65,7 +144,10 @@ unsafe fn legacy(
         for (j, r) in res.iter_mut().enumerate() {
             let i = first + j;
             let qx = &x.q_row(i)[b * QB..(b + 1) * QB];
-            let v = vaddq_s32(dot16(w0, load16(&qx[..16])), dot16(w1, load16(&qx[16..])));
+            let v = vaddq_s32(
+                dot::<SDOT>(w0, load16(&qx[..16])),
+                dot::<SDOT>(w1, load16(&qx[16..])),
+            );
             *r += blk.d * x.d_row(i)[b] * vaddvq_s32(v) as f32;
             if with_min {
                 *r += blk.m * x.s_row(i)[b];
@@ -75,7 +157,7 @@ unsafe fn legacy(
 }
 
 #[inline(always)]
-unsafe fn kquants(
+unsafe fn kquants<const SDOT: bool>(
     kind: QuantKind,
     w: &[u8],
     x: &QuantizedActivations,
@@ -94,7 +176,7 @@ unsafe fn kquants(
             let qx = &x.q_row(i)[b * KB..(b + 1) * KB];
             let mut isum = vdupq_n_s32(0);
             for (g, &wq) in q.iter().enumerate() {
-                let p = dot16(wq, load16(&qx[g * KSUM..]));
+                let p = dot::<SDOT>(wq, load16(&qx[g * KSUM..]));
                 isum = vmlaq_n_s32(isum, p, blk.sc[g]);
             }
             let bs = &x.bsums_row(i)[b * (KB / KSUM)..(b + 1) * (KB / KSUM)];
@@ -133,5 +215,44 @@ unsafe fn floats(
             .map(|e| scalar::float_at(kind, w, e) * xr[e])
             .sum();
         *r = vaddvq_f32(acc[j]) + tail;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `sdot` and the widening multiplies give the same four-lane total on
+    /// random bytes, the extremes included (where the CPU has `dotprod`).
+    #[test]
+    fn sdot_sums_equal_widening_sums() {
+        if !std::arch::is_aarch64_feature_detected!("dotprod") {
+            println!("skipped: no dotprod on this CPU");
+            return;
+        }
+        #[target_feature(enable = "neon,dotprod")]
+        unsafe fn both(a: &[i8; 16], b: &[i8; 16]) -> (i32, i32) {
+            let (va, vb) = (vld1q_s8(a.as_ptr()), vld1q_s8(b.as_ptr()));
+            (vaddvq_s32(sdot16(va, vb)), vaddvq_s32(dot16(va, vb)))
+        }
+        let mut rng = fastrand::Rng::with_seed(41);
+        for round in 0..10_000 {
+            let pick = |rng: &mut fastrand::Rng| match round % 4 {
+                0 => rng.i8(..),
+                1 => -128,
+                2 => 127,
+                _ => rng.i8(-8..8),
+            };
+            let a: [i8; 16] = std::array::from_fn(|_| pick(&mut rng));
+            let b: [i8; 16] = std::array::from_fn(|_| rng.i8(..));
+            let want: i32 = a
+                .iter()
+                .zip(&b)
+                .map(|(&x, &y)| i32::from(x) * i32::from(y))
+                .sum();
+            // SAFETY: `dotprod` (and so NEON) was detected above.
+            let (sdot, widening) = unsafe { both(&a, &b) };
+            assert_eq!((sdot, widening), (want, want), "{a:?} · {b:?}");
+        }
     }
 }
