@@ -122,3 +122,36 @@ fn non_finite_activations_do_not_panic() {
     let mut out = [0.0f32; 1];
     matmul(Isa::detect(), &w, &acts, &mut out, 0..1).unwrap();
 }
+
+/// Rows of no columns are a valid, empty shape: every product is 0, on
+/// every path and row count, alone and on a team.
+#[test]
+fn rows_of_no_columns_give_zeros() {
+    let mut team = pagoda_cpu::Team::new(2).unwrap();
+    for kind in [
+        QuantKind::F32,
+        QuantKind::Q4_1,
+        QuantKind::Q8_0,
+        QuantKind::Q4_K,
+    ] {
+        let w = QuantMatrix::new(kind, 3, 0, &[]).unwrap();
+        for n in [1usize, 2, 5, 17, 30] {
+            for f32_acts in [false, true] {
+                let mut acts = QuantizedActivations::new();
+                if f32_acts {
+                    acts.keep_f32(&[], n, 0).unwrap();
+                } else {
+                    acts.quantize(kind, &[], n, 0).unwrap();
+                }
+                for isa in [Isa::Scalar, Isa::detect()] {
+                    let mut out = vec![f32::NAN; n * 3];
+                    matmul(isa, &w, &acts, &mut out, 0..3).unwrap();
+                    assert!(out.iter().all(|&v| v == 0.0), "{kind} {n} rows {isa:?}");
+                }
+                let mut out = vec![f32::NAN; n * 3];
+                pagoda_cpu::matmul_team(&mut team, Isa::detect(), &w, &acts, &mut out).unwrap();
+                assert!(out.iter().all(|&v| v == 0.0), "{kind} {n} rows on a team");
+            }
+        }
+    }
+}

@@ -31,6 +31,12 @@ pub(super) fn rows(
         for first in (0..x.rows()).step_by(MAX_ROWS_PER_PASS) {
             let m = (x.rows() - first).min(MAX_ROWS_PER_PASS);
             let res = &mut res[..tile.len() * m];
+            if w.row_bytes == 0 {
+                // Rows of no columns: every product is the empty sum.
+                res.fill(0.0);
+                store(first, tile.clone(), m, res);
+                continue;
+            }
             match isa {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `isa` went through `usable`, so the CPU has AVX2,
@@ -94,6 +100,18 @@ pub(super) unsafe fn panel(
 ) {
     let (n, k, m) = (rows.len(), w.cols, x.rows());
     if n == 0 || m == 0 {
+        return;
+    }
+    if k == 0 {
+        // Rows of no columns: every product is the empty sum.
+        for i in 0..m {
+            for r in rows.clone() {
+                // SAFETY: `i < x.rows()` and `r < rows.end <= stride`, so
+                // the float is inside the caller's `x.rows() × stride`,
+                // which no other thread touches (the contract above).
+                unsafe { out.add(i * stride + r).write(0.0) };
+            }
+        }
         return;
     }
     PANEL.with(|panel| {
