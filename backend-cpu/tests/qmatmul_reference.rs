@@ -112,13 +112,21 @@ fn many_rows_equal_one_row_at_a_time() {
                 let mut single = vec![0.0f32; rows];
                 matmul(isa, &w, &one, &mut single, 0..rows).unwrap();
                 // Float weights with 24 or more rows take the dense panel
-                // product, and on AVX2 Q4_0, Q4_1 and Q8_0 from 5 rows take the
-                // interleaved kernel; both add in another order: within
-                // f32 summation error there, bit for bit everywhere else.
+                // product, and on AVX2 Q4_0, Q4_1, Q8_0, Q4_K and Q5_K
+                // from 5 rows take the interleaved kernels; both add in
+                // another order: within f32 summation error there, bit for
+                // bit everywhere else.
                 let panel = acts.format() == ActFormat::F32 && n >= 24;
                 let interleaved = cfg!(target_arch = "x86_64")
                     && acts.format() != ActFormat::F32
-                    && matches!(kind, QuantKind::Q4_0 | QuantKind::Q4_1 | QuantKind::Q8_0)
+                    && matches!(
+                        kind,
+                        QuantKind::Q4_0
+                            | QuantKind::Q4_1
+                            | QuantKind::Q8_0
+                            | QuantKind::Q4_K
+                            | QuantKind::Q5_K
+                    )
                     && n >= 5;
                 if isa != Isa::Scalar && (panel || interleaved) {
                     for r in 0..rows {

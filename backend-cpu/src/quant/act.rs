@@ -21,8 +21,8 @@ pub(super) const QUAD: usize = 4;
 /// Bytes of one row that a quad's vector holds side by side with the
 /// other rows' (a quarter of a 32-byte vector).
 pub(super) const QUAD_CHUNK: usize = 8;
-/// Activation rows from which the AVX2 kernels multiply Q4_0, Q4_1 and
-/// Q8_0 weights against [`QuantizedActivations::quads`], and so from which
+/// Activation rows from which the AVX2 kernels multiply Q4_0, Q4_1, Q8_0,
+/// Q4_K and Q5_K weights against [`QuantizedActivations::quads`], and so from which
 /// quantizing builds them. Below, a group of four has too little work per
 /// unpacked block: Q4_1 1536×576 at 3 and 4 rows ran 3.99 and 3.92 GiB/s
 /// interleaved against 4.99 and 4.25 one row at a time; at 6 and 8, 2.79
@@ -89,17 +89,24 @@ pub struct QuantizedActivations {
     /// the last row), so a kernel reads a group's eight of each in one load.
     /// Built only where read: on x86_64, for three rows or more.
     lane_scales: LineBuf<f32>,
-    /// Q8_0 and Q8_1, from [`QUAD_MIN_ROWS`] rows on x86_64: the values
+    /// From [`QUAD_MIN_ROWS`] rows on x86_64 (8-bit formats): the values
     /// of each group of [`QUAD`] rows (zero past the last row) interleaved
-    /// per block in chunks of [`QUAD_CHUNK`]: 128 bytes a block, chunk `k`
-    /// of row `r` at `32k + 8r`. One 32-byte load then holds a chunk of
+    /// per 32 values in chunks of [`QUAD_CHUNK`]: 128 bytes a 32, chunk `k`
+    /// of row `r` at `32k + 8r` (a Q8_K block is eight such in a row). One 32-byte load then holds a chunk of
     /// four rows, and `maddubs` against the weight chunk broadcast to all
     /// four gives every row's sums in its own lanes (see `x86::quads`).
     quads: LineBuf<i8>,
     /// Beside [`Self::quads`], for each group and block, 16 floats: the
     /// rows' scales `d` (each twice, as row `r`'s sums fill lanes `2r` and
-    /// `2r + 1`), then their `d × Σ q` in lanes `2r` (odd lanes zero).
+    /// `2r + 1`), then (Q8_0, Q8_1) their `d × Σ q` in lanes `2r` (odd
+    /// lanes zero).
     quad_scales: LineBuf<f32>,
+    /// Q8_K, beside [`Self::quads`]: for each group and 256-value block,
+    /// the rows' 16 sums of 16 in four vectors, vector `k` holding sums
+    /// `4k..4k + 4` of row `r` at `4r` (64 `i16`), so one `madd` against a
+    /// weight block's four corrections broadcast gives each row's in its
+    /// lanes `2r`, `2r + 1`.
+    quad_bsums: LineBuf<i16>,
     /// Q8_K: `Σ q` per 16 values.
     pub(super) bsums: Vec<i16>,
     /// F32: each 32-value block in [`NIBBLE_ORDER`] (Q4_0, Q4_1 weights).
@@ -201,6 +208,7 @@ impl QuantizedActivations {
             lane_scales: LineBuf::new(),
             quads: LineBuf::new(),
             quad_scales: LineBuf::new(),
+            quad_bsums: LineBuf::new(),
         }
     }
 
@@ -301,23 +309,23 @@ impl QuantizedActivations {
             }
         }
         let quads_read = cfg!(target_arch = "x86_64") && rows >= QUAD_MIN_ROWS;
-        if quads_read && matches!(format, ActFormat::Q8_0 | ActFormat::Q8_1) {
+        if quads_read {
             self.build_quads();
         } else {
             self.quads.reset(0);
             self.quad_scales.reset(0);
+            self.quad_bsums.reset(0);
         }
         Ok(())
     }
 
-    /// Fills [`Self::quads`] and [`Self::quad_scales`] from the rows.
+    /// Fills [`Self::quads`], [`Self::quad_scales`] and (Q8_K)
+    /// [`Self::quad_bsums`] from the rows.
     fn build_quads(&mut self) {
         let blocks = self.cols / QB;
         let groups = self.rows.div_ceil(QUAD);
         let quads = self.quads.reset(groups * blocks * QUAD * QB);
-        let scales = self.quad_scales.reset(groups * blocks * 4 * QUAD);
         quads.fill(0);
-        scales.fill(0.0);
         let q = self.q.as_slice();
         for i in 0..self.rows {
             let (group, r) = (i / QUAD, i % QUAD);
@@ -328,6 +336,19 @@ impl QuantizedActivations {
                     let to = at + k * QUAD * QUAD_CHUNK + r * QUAD_CHUNK;
                     quads[to..to + QUAD_CHUNK].copy_from_slice(chunk);
                 }
+            }
+        }
+        if self.format == ActFormat::Q8_K {
+            self.build_k_lines();
+            return;
+        }
+        self.quad_bsums.reset(0);
+        let scales = self.quad_scales.reset(groups * blocks * 4 * QUAD);
+        scales.fill(0.0);
+        for i in 0..self.rows {
+            let (group, r) = (i / QUAD, i % QUAD);
+            for b in 0..blocks {
+                let src = &q[(i * blocks + b) * QB..(i * blocks + b + 1) * QB];
                 let d = self.d[i * blocks + b];
                 // Q4_0 weights are multiplied unsigned (0..15) and take
                 // their −8 from `d × Σ q` too, so both formats carry it.
@@ -336,6 +357,35 @@ impl QuantizedActivations {
                 line[2 * r] = d;
                 line[2 * r + 1] = d;
                 line[2 * QUAD + 2 * r] = d * sum as f32;
+            }
+        }
+    }
+
+    /// Q8_K's lines beside [`Self::quads`]: for each group and 256-value
+    /// block, the rows' scales in [`Self::quad_scales`] (lanes `2r`,
+    /// `2r + 1`; the rest of the 16 zero) and their sums of 16 in
+    /// [`Self::quad_bsums`].
+    fn build_k_lines(&mut self) {
+        let blocks = self.cols / KB;
+        let groups = self.rows.div_ceil(QUAD);
+        let scales = self.quad_scales.reset(groups * blocks * 4 * QUAD);
+        let bsums = self.quad_bsums.reset(groups * blocks * KB / KSUM * QUAD);
+        scales.fill(0.0);
+        bsums.fill(0);
+        let per_block = KB / KSUM;
+        for i in 0..self.rows {
+            let (group, r) = (i / QUAD, i % QUAD);
+            for b in 0..blocks {
+                let d = self.d[i * blocks + b];
+                let line = &mut scales[(group * blocks + b) * 4 * QUAD..][..4 * QUAD];
+                line[2 * r] = d;
+                line[2 * r + 1] = d;
+                let src = &self.bsums[(i * blocks + b) * per_block..][..per_block];
+                let at = (group * blocks + b) * per_block * QUAD;
+                for (k, four) in src.chunks_exact(QUAD).enumerate() {
+                    let to = at + (k * QUAD + r) * QUAD;
+                    bsums[to..to + QUAD].copy_from_slice(four);
+                }
             }
         }
     }
@@ -358,6 +408,7 @@ impl QuantizedActivations {
         self.q.reset(0);
         self.quads.reset(0);
         self.quad_scales.reset(0);
+        self.quad_bsums.reset(0);
         self.bsums.clear();
         self.f.clear();
         self.f.extend_from_slice(x);
@@ -447,10 +498,17 @@ impl QuantizedActivations {
         &self.quads.as_slice()[group * n..(group + 1) * n]
     }
 
+    /// Group `group`'s sums of 16 ([`Self::quad_bsums`], Q8_K).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // AVX2 kernels only
+    pub(super) fn quad_bsums(&self, group: usize) -> &[i16] {
+        let n = self.cols / KB * (KB / KSUM) * QUAD;
+        &self.quad_bsums.as_slice()[group * n..(group + 1) * n]
+    }
+
     /// Group `group`'s scale lines ([`Self::quad_scales`]), every block.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // AVX2 kernels only
     pub(super) fn quad_scales(&self, group: usize) -> &[f32] {
-        let n = self.cols / QB * 4 * QUAD;
+        let n = self.cols / self.format.block_elems() * 4 * QUAD;
         &self.quad_scales.as_slice()[group * n..(group + 1) * n]
     }
 

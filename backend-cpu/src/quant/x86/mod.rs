@@ -18,7 +18,7 @@ pub(super) mod round;
 mod widen;
 
 use int8::{kquants, legacy, packed};
-use quads::quads;
+use quads::{kquads, quads};
 use widen::{floats, shifted, widened, widened_k};
 
 /// The sum of a vector's eight lanes.
@@ -133,6 +133,9 @@ pub(super) unsafe fn dots(
         }
         QuantKind::Q4_1 if x.format() == ActFormat::Q8_1 && interleaved => {
             quads::<Q4_1>(w, row_bytes, x, first, res)
+        }
+        QuantKind::Q4_K | QuantKind::Q5_K if x.format() == ActFormat::Q8_K && interleaved => {
+            kquads(kind, w, row_bytes, x, first, res)
         }
         QuantKind::Q8_0 if x.format() == ActFormat::Q8_0 && interleaved => {
             quads::<Q8_0>(w, row_bytes, x, first, res)

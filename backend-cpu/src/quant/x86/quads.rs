@@ -19,8 +19,10 @@
 
 use std::arch::x86_64::*;
 
-use super::super::act::{QuantizedActivations, QB, QUAD, QUAD_CHUNK};
-use super::{half, load32, nibbles, PREFETCH_AHEAD, Q4_1, Q8_0};
+use pagoda_core::QuantKind;
+
+use super::super::act::{QuantizedActivations, KB, KSUM, QB, QUAD, QUAD_CHUNK};
+use super::{half, k_block, k_scales, load32, nibbles, PREFETCH_AHEAD, Q4_1, Q8_0};
 
 /// Weight blocks unpacked ahead of the products at a time (1 KiB of
 /// values on the stack, read back by broadcasts).
@@ -247,5 +249,177 @@ unsafe fn signed_span<const G: usize>(
             let scale = _mm256_mul_ps(dw, _mm256_loadu_ps(sp));
             acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc[g]);
         }
+    }
+}
+
+/// K blocks unpacked ahead of the products at a time (2 KiB of values).
+const K_SPAN: usize = 8;
+
+/// Q4_K and Q5_K weights against interleaved Q8_K rows, as [`quads`]: each
+/// 32-value sub-block's four chunks add in i16 (5-bit values: at most
+/// 4 × 2 × 31 × 127 = 31,496), then one `madd` by the sub-block's 6-bit
+/// scale widens them to i32, and the eight sub-blocks add in i32. The
+/// minimums are paid from the rows' sums of 16 (`quad_bsums`) by one
+/// `madd` per four of them, and each super-block costs two conversions
+/// and two FMAs per group of four rows.
+#[inline(always)]
+pub(super) unsafe fn kquads(
+    kind: QuantKind,
+    w: &[u8],
+    row_bytes: usize,
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    let rows = w.len() / row_bytes;
+    let m = res.len() / rows;
+    let groups = m.div_ceil(QUAD);
+    for g in (0..groups).step_by(4) {
+        let pass = Pass {
+            group: first / QUAD + g,
+            col: g * QUAD,
+            m,
+        };
+        match groups - g {
+            1 => kquads_pass::<1>(kind, w, row_bytes, x, pass, res),
+            2 => kquads_pass::<2>(kind, w, row_bytes, x, pass, res),
+            3 => kquads_pass::<3>(kind, w, row_bytes, x, pass, res),
+            _ => kquads_pass::<4>(kind, w, row_bytes, x, pass, res),
+        }
+    }
+}
+
+/// One K block unpacked for [`kquads`]: values in element order, the
+/// eight sub-block scales, the sixteen minimum corrections (per 16 values)
+/// and the two f32 scales.
+#[derive(Clone, Copy)]
+struct KBlock {
+    values: [u8; KB],
+    scales: [i16; 8],
+    corrections: [i16; KB / KSUM],
+    d: f32,
+    dmin: f32,
+}
+
+/// [`kquads`] for `G` groups of activation rows.
+#[inline(always)]
+unsafe fn kquads_pass<const G: usize>(
+    kind: QuantKind,
+    w: &[u8],
+    row_bytes: usize,
+    x: &QuantizedActivations,
+    pass: Pass,
+    res: &mut [f32],
+) {
+    let bytes = kind.block_bytes();
+    let blocks = x.cols() / KB;
+    let qs: [&[i8]; G] =
+        std::array::from_fn(|g| &x.quad_values(pass.group + g)[..blocks * QUAD * KB]);
+    let ss: [&[f32]; G] = std::array::from_fn(|g| &x.quad_scales(pass.group + g)[..blocks * LINE]);
+    let bs: [&[i16]; G] =
+        std::array::from_fn(|g| &x.quad_bsums(pass.group + g)[..blocks * QUAD * (KB / KSUM)]);
+    let empty = KBlock {
+        values: [0; KB],
+        scales: [0; 8],
+        corrections: [0; KB / KSUM],
+        d: 0.0,
+        dmin: 0.0,
+    };
+    let mut span = [empty; K_SPAN];
+    let mut q = [_mm256_setzero_si256(); 8];
+    let mut s = [_mm256_setzero_si256(); 8];
+    for (k, wr) in w.chunks_exact(row_bytes).enumerate() {
+        let mut acc = [_mm256_setzero_ps(); G];
+        for (si, wspan) in wr.chunks(K_SPAN * bytes).enumerate() {
+            let n = wspan.len() / bytes;
+            for (blk, wb) in span.iter_mut().zip(wspan.chunks_exact(bytes)) {
+                // A hint only: it never faults, and the address is never read.
+                _mm_prefetch::<_MM_HINT_T0>(wb.as_ptr().wrapping_add(PREFETCH_AHEAD).cast());
+                let (sc, c, d, dc) = k_scales(kind, wb);
+                k_block(kind, wb, &mut q, &mut s, &sc);
+                for (j, v) in q.iter().enumerate() {
+                    _mm256_storeu_si256(blk.values[32 * j..].as_mut_ptr().cast(), *v);
+                }
+                // 6-bit scales and minimums fit i16.
+                blk.scales = std::array::from_fn(|j| sc[2 * j] as i16);
+                blk.corrections = std::array::from_fn(|g| c[g] as i16);
+                (blk.d, blk.dmin) = (d, dc);
+            }
+            for (b, blk) in span[..n].iter().enumerate() {
+                let at = si * K_SPAN + b;
+                k_block_products::<G>(blk, &qs, &ss, &bs, at, &mut acc);
+            }
+        }
+        for (g, a) in acc.iter().enumerate() {
+            // Row r's two lanes (2r, 2r + 1).
+            let h = _mm256_hadd_ps(*a, *a);
+            let four = _mm_shuffle_ps::<0b01_00_01_00>(
+                _mm256_castps256_ps128(h),
+                _mm256_extractf128_ps::<1>(h),
+            );
+            let mut out = [0.0f32; QUAD];
+            _mm_storeu_ps(out.as_mut_ptr(), four);
+            let col = pass.col + g * QUAD;
+            let row = &mut res[k * pass.m..(k + 1) * pass.m];
+            for (r, v) in out.into_iter().enumerate() {
+                if let Some(o) = row.get_mut(col + r) {
+                    *o = v;
+                }
+            }
+        }
+    }
+}
+
+/// One unpacked K block (`blk`) against `G` groups' block `at`, added to
+/// `acc`.
+#[inline(always)]
+unsafe fn k_block_products<const G: usize>(
+    blk: &KBlock,
+    qs: &[&[i8]; G],
+    ss: &[&[f32]; G],
+    bs: &[&[i16]; G],
+    at: usize,
+    acc: &mut [__m256; G],
+) {
+    let xq: [&[i8]; G] = std::array::from_fn(|g| &qs[g][at * QUAD * KB..][..QUAD * KB]);
+    let mut isum = [_mm256_setzero_si256(); G];
+    let vp = blk.values.as_ptr();
+    for j in 0..8 {
+        // SAFETY: `j < 8`, so the 32 values of sub-block `j` are inside
+        // the block's 256.
+        let wv: [__m256i; 4] = std::array::from_fn(|c| unsafe {
+            _mm256_set1_epi64x(
+                vp.add(32 * j + c * QUAD_CHUNK)
+                    .cast::<i64>()
+                    .read_unaligned(),
+            )
+        });
+        let scale = _mm256_set1_epi16(blk.scales[j]);
+        for (g, xg) in xq.iter().enumerate() {
+            let xs = &xg[32 * j * QUAD..32 * (j + 1) * QUAD];
+            let mut sum = _mm256_setzero_si256();
+            for (c, wc) in wv.iter().enumerate() {
+                let xc = _mm256_loadu_si256(xs[c * QB..(c + 1) * QB].as_ptr().cast());
+                sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(*wc, xc));
+            }
+            isum[g] = _mm256_add_epi32(isum[g], _mm256_madd_epi16(sum, scale));
+        }
+    }
+    let cp = blk.corrections.as_ptr();
+    // SAFETY: `c < 4`, so each four corrections are inside the sixteen.
+    let cv: [__m256i; 4] = std::array::from_fn(|c| unsafe {
+        _mm256_set1_epi64x(cp.add(4 * c).cast::<i64>().read_unaligned())
+    });
+    let (d, dmin) = (_mm256_set1_ps(blk.d), _mm256_set1_ps(blk.dmin));
+    for g in 0..G {
+        let sums = &bs[g][at * QUAD * (KB / KSUM)..][..QUAD * (KB / KSUM)];
+        let mut corr = _mm256_setzero_si256();
+        for (c, cc) in cv.iter().enumerate() {
+            let v = _mm256_loadu_si256(sums[c * 16..(c + 1) * 16].as_ptr().cast());
+            corr = _mm256_add_epi32(corr, _mm256_madd_epi16(*cc, v));
+        }
+        let dx = _mm256_loadu_ps(ss[g][at * LINE..][..QUAD * 2].as_ptr());
+        acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[g]), _mm256_mul_ps(d, dx), acc[g]);
+        acc[g] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_mul_ps(dmin, dx), acc[g]);
     }
 }

@@ -67,7 +67,7 @@ impl ActPrecision {
     /// The single-threaded kernels, integer against f32, in weight bytes
     /// per second on AVX2 (Zen 2; `cargo bench -p pagoda-cpu --bench
     /// qmatmul`): Q4_1 at 1, 4 and 16 rows 2.4×, 1.9× and 1.9×; Q4_K 2.2×,
-    /// 1.9× and 2.7×; Q8_0 0.9× and 1.15× at 1 and 4 rows, 1.3× at 8 and 16.
+    /// 1.9× and 4.5×; Q8_0 0.9× and 1.15× at 1 and 4 rows, 1.3× at 8 and 16.
     pub fn rounds(self, rows: usize, prompt: bool, weights: QuantKind) -> bool {
         match self {
             Self::F32 => false,
