@@ -30,11 +30,12 @@ fn weights(kind: QuantKind, rows: usize, cols: usize) -> Vec<u8> {
 fn bench(c: &mut Criterion) {
     let isa = Isa::detect();
     // SmolLM2-135M's Q4_1 layer shapes and its Q8_0 head; a K-quant needs
-    // rows of whole 256-blocks, so Q4_K takes a 1536-square matrix.
-    let cases: [(QuantKind, &[(usize, usize)]); 3] = [
+    // rows of whole 256-blocks, so Q4_K and Q6_K take a 1536-square matrix.
+    let cases: [(QuantKind, &[(usize, usize)]); 4] = [
         (QuantKind::Q4_1, &[(1536, 576), (576, 1536)]),
         (QuantKind::Q8_0, &[(49152, 576)]),
         (QuantKind::Q4_K, &[(1536, 1536)]),
+        (QuantKind::Q6_K, &[(1536, 1536)]),
     ];
     for (kind, shapes) in cases {
         let mut group = c.benchmark_group(format!("qmatmul/{kind}"));

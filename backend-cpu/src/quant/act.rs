@@ -21,8 +21,8 @@ pub(super) const QUAD: usize = 4;
 /// Bytes of one row that a quad's vector holds side by side with the
 /// other rows' (a quarter of a 32-byte vector).
 pub(super) const QUAD_CHUNK: usize = 8;
-/// Activation rows from which the AVX2 kernels multiply Q4_0, Q4_1, Q8_0,
-/// Q4_K and Q5_K weights against [`QuantizedActivations::quads`], and so from which
+/// Activation rows from which the AVX2 kernels multiply Q4_0, Q4_1, Q8_0
+/// and K-quant weights against [`QuantizedActivations::quads`], and so from which
 /// quantizing builds them. Below, a group of four has too little work per
 /// unpacked block: Q4_1 1536×576 at 3 and 4 rows ran 3.99 and 3.92 GiB/s
 /// interleaved against 4.99 and 4.25 one row at a time; at 6 and 8, 2.79

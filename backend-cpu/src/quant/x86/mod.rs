@@ -134,7 +134,9 @@ pub(super) unsafe fn dots(
         QuantKind::Q4_1 if x.format() == ActFormat::Q8_1 && interleaved => {
             quads::<Q4_1>(w, row_bytes, x, first, res)
         }
-        QuantKind::Q4_K | QuantKind::Q5_K if x.format() == ActFormat::Q8_K && interleaved => {
+        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K
+            if x.format() == ActFormat::Q8_K && interleaved =>
+        {
             kquads(kind, w, row_bytes, x, first, res)
         }
         QuantKind::Q8_0 if x.format() == ActFormat::Q8_0 && interleaved => {

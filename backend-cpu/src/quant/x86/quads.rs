@@ -255,13 +255,15 @@ unsafe fn signed_span<const G: usize>(
 /// K blocks unpacked ahead of the products at a time (2 KiB of values).
 const K_SPAN: usize = 8;
 
-/// Q4_K and Q5_K weights against interleaved Q8_K rows, as [`quads`]: each
-/// 32-value sub-block's four chunks add in i16 (5-bit values: at most
-/// 4 × 2 × 31 × 127 = 31,496), then one `madd` by the sub-block's 6-bit
-/// scale widens them to i32, and the eight sub-blocks add in i32. The
-/// minimums are paid from the rows' sums of 16 (`quad_bsums`) by one
-/// `madd` per four of them, and each super-block costs two conversions
-/// and two FMAs per group of four rows.
+/// K-quant weights against interleaved Q8_K rows, as [`quads`]: for Q4_K
+/// and Q5_K each 32-value sub-block's four chunks add in i16 (5-bit values:
+/// at most 4 × 2 × 31 × 127 = 31,496), then one `madd` by the sub-block's
+/// 6-bit scale widens them to i32; Q6_K's 6-bit values allow two chunks
+/// (2 × 2 × 63 × 127 = 32,004), which is also its scale's reach (16
+/// values). The sub-blocks add in i32. The minimums (and Q6_K's −32) are
+/// paid from the rows' sums of 16 (`quad_bsums`) by one `madd` per four of
+/// them, and each super-block costs two conversions and two FMAs per group
+/// of four rows.
 #[inline(always)]
 pub(super) unsafe fn kquads(
     kind: QuantKind,
@@ -280,30 +282,35 @@ pub(super) unsafe fn kquads(
             col: g * QUAD,
             m,
         };
-        match groups - g {
-            1 => kquads_pass::<1>(kind, w, row_bytes, x, pass, res),
-            2 => kquads_pass::<2>(kind, w, row_bytes, x, pass, res),
-            3 => kquads_pass::<3>(kind, w, row_bytes, x, pass, res),
-            _ => kquads_pass::<4>(kind, w, row_bytes, x, pass, res),
+        let six = kind == QuantKind::Q6_K;
+        match (groups - g, six) {
+            (1, false) => kquads_pass::<1, false>(kind, w, row_bytes, x, pass, res),
+            (2, false) => kquads_pass::<2, false>(kind, w, row_bytes, x, pass, res),
+            (3, false) => kquads_pass::<3, false>(kind, w, row_bytes, x, pass, res),
+            (_, false) => kquads_pass::<4, false>(kind, w, row_bytes, x, pass, res),
+            (1, true) => kquads_pass::<1, true>(kind, w, row_bytes, x, pass, res),
+            (2, true) => kquads_pass::<2, true>(kind, w, row_bytes, x, pass, res),
+            (3, true) => kquads_pass::<3, true>(kind, w, row_bytes, x, pass, res),
+            (_, true) => kquads_pass::<4, true>(kind, w, row_bytes, x, pass, res),
         }
     }
 }
 
 /// One K block unpacked for [`kquads`]: values in element order, the
-/// eight sub-block scales, the sixteen minimum corrections (per 16 values)
-/// and the two f32 scales.
+/// scales and the minimum corrections per 16 values, and the two f32
+/// scales.
 #[derive(Clone, Copy)]
 struct KBlock {
     values: [u8; KB],
-    scales: [i16; 8],
+    scales: [i16; KB / KSUM],
     corrections: [i16; KB / KSUM],
     d: f32,
     dmin: f32,
 }
 
-/// [`kquads`] for `G` groups of activation rows.
+/// [`kquads`] for `G` groups of activation rows (`SIX`: Q6_K).
 #[inline(always)]
-unsafe fn kquads_pass<const G: usize>(
+unsafe fn kquads_pass<const G: usize, const SIX: bool>(
     kind: QuantKind,
     w: &[u8],
     row_bytes: usize,
@@ -320,7 +327,7 @@ unsafe fn kquads_pass<const G: usize>(
         std::array::from_fn(|g| &x.quad_bsums(pass.group + g)[..blocks * QUAD * (KB / KSUM)]);
     let empty = KBlock {
         values: [0; KB],
-        scales: [0; 8],
+        scales: [0; KB / KSUM],
         corrections: [0; KB / KSUM],
         d: 0.0,
         dmin: 0.0,
@@ -340,14 +347,15 @@ unsafe fn kquads_pass<const G: usize>(
                 for (j, v) in q.iter().enumerate() {
                     _mm256_storeu_si256(blk.values[32 * j..].as_mut_ptr().cast(), *v);
                 }
-                // 6-bit scales and minimums fit i16.
-                blk.scales = std::array::from_fn(|j| sc[2 * j] as i16);
+                // 6-bit scales and minimums, Q6_K's i8 scales and its
+                // 32 × scale corrections fit i16.
+                blk.scales = std::array::from_fn(|g| sc[g] as i16);
                 blk.corrections = std::array::from_fn(|g| c[g] as i16);
                 (blk.d, blk.dmin) = (d, dc);
             }
             for (b, blk) in span[..n].iter().enumerate() {
                 let at = si * K_SPAN + b;
-                k_block_products::<G>(blk, &qs, &ss, &bs, at, &mut acc);
+                k_block_products::<G, SIX>(blk, &qs, &ss, &bs, at, &mut acc);
             }
         }
         for (g, a) in acc.iter().enumerate() {
@@ -373,7 +381,7 @@ unsafe fn kquads_pass<const G: usize>(
 /// One unpacked K block (`blk`) against `G` groups' block `at`, added to
 /// `acc`.
 #[inline(always)]
-unsafe fn k_block_products<const G: usize>(
+unsafe fn k_block_products<const G: usize, const SIX: bool>(
     blk: &KBlock,
     qs: &[&[i8]; G],
     ss: &[&[f32]; G],
@@ -394,15 +402,25 @@ unsafe fn k_block_products<const G: usize>(
                     .read_unaligned(),
             )
         });
-        let scale = _mm256_set1_epi16(blk.scales[j]);
+        // Q4_K and Q5_K: one scale for the 32 values (both of its 16s).
+        let low = _mm256_set1_epi16(blk.scales[2 * j]);
+        let high = _mm256_set1_epi16(blk.scales[2 * j + 1]);
         for (g, xg) in xq.iter().enumerate() {
             let xs = &xg[32 * j * QUAD..32 * (j + 1) * QUAD];
-            let mut sum = _mm256_setzero_si256();
-            for (c, wc) in wv.iter().enumerate() {
+            let p: [__m256i; 4] = std::array::from_fn(|c| {
                 let xc = _mm256_loadu_si256(xs[c * QB..(c + 1) * QB].as_ptr().cast());
-                sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(*wc, xc));
-            }
-            isum[g] = _mm256_add_epi32(isum[g], _mm256_madd_epi16(sum, scale));
+                _mm256_maddubs_epi16(wv[c], xc)
+            });
+            let (first, second) = (_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
+            let widened = if SIX {
+                _mm256_add_epi32(
+                    _mm256_madd_epi16(first, low),
+                    _mm256_madd_epi16(second, high),
+                )
+            } else {
+                _mm256_madd_epi16(_mm256_add_epi16(first, second), low)
+            };
+            isum[g] = _mm256_add_epi32(isum[g], widened);
         }
     }
     let cp = blk.corrections.as_ptr();
