@@ -10,7 +10,7 @@
 mod neon;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(crate) mod x86;
 
 use crate::element::KvElement;
 

@@ -48,9 +48,9 @@ unsafe fn advance(ptr: *const u8, bytes: usize) -> *const u8 {
     }
 }
 
-/// The sum of a vector's eight lanes.
+/// The sum of a vector's eight lanes (the quantized products use it too).
 #[inline(always)]
-unsafe fn hsum(v: __m256) -> f32 {
+pub(crate) unsafe fn hsum(v: __m256) -> f32 {
     let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
     let one = _mm_add_ss(pair, _mm_shuffle_ps::<0b01>(pair, pair));
@@ -307,9 +307,9 @@ pub unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
     super::scalar::silu_mul(tail, &up[n - n % 8..n]);
 }
 
-/// The largest of a vector's eight lanes.
+/// The largest of a vector's eight lanes (activation rounding uses it too).
 #[inline(always)]
-unsafe fn hmax(v: __m256) -> f32 {
+pub(crate) unsafe fn hmax(v: __m256) -> f32 {
     let quad = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let pair = _mm_max_ps(quad, _mm_movehl_ps(quad, quad));
     let one = _mm_max_ss(pair, _mm_shuffle_ps::<0b01>(pair, pair));

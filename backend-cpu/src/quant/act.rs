@@ -288,9 +288,11 @@ impl QuantizedActivations {
                 each(d_block, sum);
             }
         }
-        // Only the AVX2 kernels for groups of three or four rows read these
-        // lines, so a one- or two-row decode step does not build them.
-        let lanes_read = cfg!(target_arch = "x86_64") && rows >= 3;
+        // Only the AVX2 kernels for passes of three or four rows read these
+        // lines (passes of 5 or more take the interleaved rows), and only
+        // a product's last pass can be that short.
+        let last_pass = rows.saturating_sub(1) % super::MAX_ROWS_PER_PASS + 1;
+        let lanes_read = cfg!(target_arch = "x86_64") && rows >= 3 && matches!(last_pass, 3 | 4);
         if lanes_read && matches!(format, ActFormat::Q8_0 | ActFormat::Q8_1) {
             let blocks = cols / QB;
             let table = self

@@ -44,14 +44,12 @@ pub(super) fn rows(
                 // slices every input with bounds checks before loading
                 // from it.
                 Isa::Avx2 => unsafe {
-                    super::x86::dots(
-                        w.kind,
-                        w.rows_bytes(tile.clone()),
-                        w.row_bytes,
-                        x,
-                        first,
-                        res,
-                    )
+                    let (tile_bytes, row_bytes) = (w.rows_bytes(tile.clone()), w.row_bytes);
+                    if super::x86::takes_kquads(w.kind, x, m) {
+                        super::x86::kquads(w.kind, tile_bytes, row_bytes, x, first, res)
+                    } else {
+                        super::x86::dots(w.kind, tile_bytes, row_bytes, x, first, res)
+                    }
                 },
                 _ => {
                     for (r, out) in tile.clone().zip(res.chunks_exact_mut(m)) {

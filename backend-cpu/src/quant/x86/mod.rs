@@ -18,17 +18,11 @@ pub(super) mod round;
 mod widen;
 
 use int8::{kquants, legacy, packed};
-use quads::{kquads, quads};
+pub(super) use quads::kquads;
+use quads::quads;
 use widen::{floats, shifted, widened, widened_k};
 
-/// The sum of a vector's eight lanes.
-#[inline(always)]
-unsafe fn hsum(v: __m256) -> f32 {
-    let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-    let one = _mm_add_ss(pair, _mm_shuffle_ps::<0b01>(pair, pair));
-    _mm_cvtss_f32(one)
-}
+use crate::kernels::x86::hsum;
 
 /// 32 bytes from `s` (which must hold at least 32).
 #[inline(always)]
@@ -134,11 +128,6 @@ pub(super) unsafe fn dots(
         QuantKind::Q4_1 if x.format() == ActFormat::Q8_1 && interleaved => {
             quads::<Q4_1>(w, row_bytes, x, first, res)
         }
-        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K
-            if x.format() == ActFormat::Q8_K && interleaved =>
-        {
-            kquads(kind, w, row_bytes, x, first, res)
-        }
         QuantKind::Q8_0 if x.format() == ActFormat::Q8_0 && interleaved => {
             quads::<Q8_0>(w, row_bytes, x, first, res)
         }
@@ -158,6 +147,18 @@ pub(super) unsafe fn dots(
             }
         }
     }
+}
+
+/// Whether [`kquads`] takes a tile of `kind` rows against `x`, `m`
+/// activation rows of it at a time: K-quants against interleaved Q8_K rows.
+/// It is called apart from [`dots`] (see `kernel::rows`): with the call
+/// inside `dots`, the code generated for the other kernels changed and
+/// Q4_1 at four rows fell from 3.7 to 1.8 GiB/s.
+pub(super) fn takes_kquads(kind: QuantKind, x: &QuantizedActivations, m: usize) -> bool {
+    matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K)
+        && x.format() == ActFormat::Q8_K
+        && x.has_quads()
+        && m >= QUAD_MIN_ROWS
 }
 
 /// `res[j] = w · x_{first + j}`; `w` one weight row of `kind`.

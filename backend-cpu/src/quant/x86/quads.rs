@@ -39,20 +39,52 @@ pub(super) unsafe fn quads<const KIND: u8>(
     first: usize,
     res: &mut [f32],
 ) {
-    let rows = w.len() / row_bytes;
-    let m = res.len() / rows;
+    for (pass, groups) in passes(w.len() / row_bytes, first, res.len()) {
+        match groups {
+            1 => quads_pass::<KIND, 1>(w, row_bytes, x, pass, res),
+            2 => quads_pass::<KIND, 2>(w, row_bytes, x, pass, res),
+            3 => quads_pass::<KIND, 3>(w, row_bytes, x, pass, res),
+            _ => quads_pass::<KIND, 4>(w, row_bytes, x, pass, res),
+        }
+    }
+}
+
+/// The passes of a product over `rows` weight rows whose results fill
+/// `len` floats, activation rows from `first` (a multiple of [`QUAD`]):
+/// up to four groups of rows each, with their count.
+fn passes(rows: usize, first: usize, len: usize) -> impl Iterator<Item = (Pass, usize)> {
+    debug_assert_eq!(first % QUAD, 0);
+    let m = len.checked_div(rows).unwrap_or(0);
     let groups = m.div_ceil(QUAD);
-    for g in (0..groups).step_by(4) {
+    (0..groups).step_by(4).map(move |g| {
         let pass = Pass {
             group: first / QUAD + g,
             col: g * QUAD,
             m,
         };
-        match groups - g {
-            1 => quads_pass::<KIND, 1>(w, row_bytes, x, pass, res),
-            2 => quads_pass::<KIND, 2>(w, row_bytes, x, pass, res),
-            3 => quads_pass::<KIND, 3>(w, row_bytes, x, pass, res),
-            _ => quads_pass::<KIND, 4>(w, row_bytes, x, pass, res),
+        (pass, (groups - g).min(4))
+    })
+}
+
+/// Writes weight row `k`'s sums for a pass's `G` groups (`acc[g]`: row `r`
+/// of the group in lanes `2r` and `2r + 1`) to `res`, skipping rows past
+/// the product's last (a partial group's padding).
+#[inline(always)]
+unsafe fn store_groups<const G: usize>(acc: &[__m256; G], pass: Pass, k: usize, res: &mut [f32]) {
+    let row = &mut res[k * pass.m..(k + 1) * pass.m];
+    for (g, a) in acc.iter().enumerate() {
+        let h = _mm256_hadd_ps(*a, *a);
+        let four = _mm_shuffle_ps::<0b01_00_01_00>(
+            _mm256_castps256_ps128(h),
+            _mm256_extractf128_ps::<1>(h),
+        );
+        let mut out = [0.0f32; QUAD];
+        _mm_storeu_ps(out.as_mut_ptr(), four);
+        let col = pass.col + g * QUAD;
+        for (r, v) in out.into_iter().enumerate() {
+            if let Some(o) = row.get_mut(col + r) {
+                *o = v;
+            }
         }
     }
 }
@@ -126,23 +158,7 @@ unsafe fn quads_pass<const KIND: u8, const G: usize>(
             }
             integer_span::<G>(&values[..n], &scales[..n], &xq, &xs, &mut acc);
         }
-        for (g, a) in acc.iter().enumerate() {
-            // Row r's two lanes (2r, 2r + 1).
-            let h = _mm256_hadd_ps(*a, *a);
-            let four = _mm_shuffle_ps::<0b01_00_01_00>(
-                _mm256_castps256_ps128(h),
-                _mm256_extractf128_ps::<1>(h),
-            );
-            let mut out = [0.0f32; QUAD];
-            _mm_storeu_ps(out.as_mut_ptr(), four);
-            let col = pass.col + g * QUAD;
-            let row = &mut res[k * pass.m..(k + 1) * pass.m];
-            for (r, v) in out.into_iter().enumerate() {
-                if let Some(o) = row.get_mut(col + r) {
-                    *o = v;
-                }
-            }
-        }
+        store_groups(&acc, pass, k, res);
     }
 }
 
@@ -264,8 +280,12 @@ const K_SPAN: usize = 8;
 /// paid from the rows' sums of 16 (`quad_bsums`) by one `madd` per four of
 /// them, and each super-block costs two conversions and two FMAs per group
 /// of four rows.
-#[inline(always)]
-pub(super) unsafe fn kquads(
+/// Kept out of [`super::dots`] (see [`super::takes_kquads`]).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(in super::super) unsafe fn kquads(
     kind: QuantKind,
     w: &[u8],
     row_bytes: usize,
@@ -273,17 +293,9 @@ pub(super) unsafe fn kquads(
     first: usize,
     res: &mut [f32],
 ) {
-    let rows = w.len() / row_bytes;
-    let m = res.len() / rows;
-    let groups = m.div_ceil(QUAD);
-    for g in (0..groups).step_by(4) {
-        let pass = Pass {
-            group: first / QUAD + g,
-            col: g * QUAD,
-            m,
-        };
-        let six = kind == QuantKind::Q6_K;
-        match (groups - g, six) {
+    let six = kind == QuantKind::Q6_K;
+    for (pass, groups) in passes(w.len() / row_bytes, first, res.len()) {
+        match (groups, six) {
             (1, false) => kquads_pass::<1, false>(kind, w, row_bytes, x, pass, res),
             (2, false) => kquads_pass::<2, false>(kind, w, row_bytes, x, pass, res),
             (3, false) => kquads_pass::<3, false>(kind, w, row_bytes, x, pass, res),
@@ -358,23 +370,7 @@ unsafe fn kquads_pass<const G: usize, const SIX: bool>(
                 k_block_products::<G, SIX>(blk, &qs, &ss, &bs, at, &mut acc);
             }
         }
-        for (g, a) in acc.iter().enumerate() {
-            // Row r's two lanes (2r, 2r + 1).
-            let h = _mm256_hadd_ps(*a, *a);
-            let four = _mm_shuffle_ps::<0b01_00_01_00>(
-                _mm256_castps256_ps128(h),
-                _mm256_extractf128_ps::<1>(h),
-            );
-            let mut out = [0.0f32; QUAD];
-            _mm_storeu_ps(out.as_mut_ptr(), four);
-            let col = pass.col + g * QUAD;
-            let row = &mut res[k * pass.m..(k + 1) * pass.m];
-            for (r, v) in out.into_iter().enumerate() {
-                if let Some(o) = row.get_mut(col + r) {
-                    *o = v;
-                }
-            }
-        }
+        store_groups(&acc, pass, k, res);
     }
 }
 

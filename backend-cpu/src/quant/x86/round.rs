@@ -7,6 +7,7 @@
 use std::arch::x86_64::*;
 
 use super::super::act::QB;
+use crate::kernels::x86::hmax;
 
 /// Rounds each 32-value block of `x` into `q` and calls `each(d, Σ q)`
 /// with its scale and the sum of its values, block by block. `x` and `q`
@@ -62,14 +63,6 @@ pub(in super::super) unsafe fn round_blocks(
         _mm256_storeu_si256(qb.as_mut_ptr().cast(), bytes);
         each(d, hsum_i32(sum));
     }
-}
-
-/// The largest of a vector's eight lanes.
-#[inline(always)]
-unsafe fn hmax(v: __m256) -> f32 {
-    let quad = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let pair = _mm_max_ps(quad, _mm_movehl_ps(quad, quad));
-    _mm_cvtss_f32(_mm_max_ss(pair, _mm_shuffle_ps::<0b01>(pair, pair)))
 }
 
 /// The sum of a vector's eight i32 lanes.
