@@ -54,10 +54,11 @@ fn main() {
     for n in &names {
         writeln!(
             out,
-            "            Kernel::{} => Needs {{ subgroup_arithmetic: {}, float16: {} }},",
+            "            Kernel::{} => Needs {{ subgroup_arithmetic: {}, float16: {}, cooperative_matrix: {} }},",
             camel(n),
             defines(n, "-DSUBGROUP"),
-            defines(n, "-DF16_ARITH")
+            defines(n, "-DF16_ARITH"),
+            defines(n, "-DCOOPMAT")
         )
         .unwrap();
     }

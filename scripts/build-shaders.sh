@@ -5,8 +5,16 @@
 #                                     each module with spirv-val, and fail if
 #                                     the committed SPIR-V differs
 # Needs glslc (Debian: glslc) and, for --check, spirv-val (spirv-tools).
+# Kernels that define COOPMAT need GL_KHR_cooperative_matrix, which Debian
+# 12's glslang (11.13) lacks: they are compiled and validated by
+# $GLSLC_COOPMAT and $SPIRV_VAL_COOPMAT, by default the Debian 13 tools of
+# scripts/coopmat-lavapipe.sh (run its `install` first).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck disable=SC2206 # each is a command line, split on purpose
+glslc_coop=(${GLSLC_COOPMAT:-$root/scripts/coopmat-lavapipe.sh exec glslc})
+# shellcheck disable=SC2206
+spirv_val_coop=(${SPIRV_VAL_COOPMAT:-$root/scripts/coopmat-lavapipe.sh exec spirv-val})
 shaders="$root/shaders"
 check=false
 [[ "${1:-}" == "--check" ]] && check=true
@@ -23,11 +31,17 @@ while read -r name source defines; do
     [[ -z "$name" || "$name" == \#* ]] && continue
     src="$shaders/${source:-$name}.comp"
     defs=($defines)
-    glslc "${flags[@]}" "${defs[@]}" -o "$out/$name.spv" "$src"
-    glslc "${flags[@]}" "${defs[@]}" -DBOUNDS_CHECK -o "$out/$name.checked.spv" "$src"
+    compile=(glslc)
+    validate=(spirv-val)
+    if [[ " $defines " == *" -DCOOPMAT "* ]]; then
+        compile=("${glslc_coop[@]}")
+        validate=("${spirv_val_coop[@]}")
+    fi
+    "${compile[@]}" "${flags[@]}" "${defs[@]}" -o "$out/$name.spv" "$src"
+    "${compile[@]}" "${flags[@]}" "${defs[@]}" -DBOUNDS_CHECK -o "$out/$name.checked.spv" "$src"
     if $check; then
         for variant in "$name.spv" "$name.checked.spv"; do
-            spirv-val --target-env vulkan1.1 "$out/$variant"
+            "${validate[@]}" --target-env vulkan1.1 "$out/$variant"
             if ! cmp -s "$out/$variant" "$shaders/spirv/$variant"; then
                 echo "shaders/spirv/$variant is stale: run scripts/build-shaders.sh and commit it" >&2
                 status=1

@@ -8,6 +8,19 @@
 // 8 rows × 4 activation rows of products from shared memory. So each
 // weight is dequantized once per TB activation rows, and each activation
 // read once per TR output rows. The block type is a define (blocks.glsl).
+//
+// With COOPMAT the same tiles are staged in f16 and multiplied as
+// cooperative matrices (VK_KHR_cooperative_matrix): the tile's CM × CN
+// pieces are split among the workgroup's subgroups, each summing its
+// pieces over KC / CK multiply-adds of CM × CK weights by CK × CN
+// activations, in f32. The shape is the host's choice among those the
+// device lists (specialization constants).
+#ifdef COOPMAT
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_shader_subgroup_basic : require
+#endif
 #include "ops_common.glsl"
 #include "blocks.glsl"
 
@@ -20,9 +33,27 @@
 
 layout(local_size_x = 64) in;
 
+#ifdef COOPMAT
+layout(constant_id = 0) const uint CM = 16u;  // output rows per multiply
+layout(constant_id = 1) const uint CN = 16u;  // activation rows per multiply
+layout(constant_id = 2) const uint CK = 16u;  // columns per multiply
+// Subgroups the workgroup has at least (64 / the widest subgroup); the
+// host picks a shape whose pieces split evenly among them.
+layout(constant_id = 3) const uint SUBGROUPS = 4u;
+const uint PIECES = (TR / CM) * (TB / CN) / SUBGROUPS;  // per subgroup
+#define ELEM float16_t
+// Rows 40 halves apart: 80 bytes, a multiple of the 16 that cooperative
+// loads may want.
+#define WS (KC + 8u)
+// The output tile, column-major (an activation row's outputs together).
+shared float cs[TB * TR];
+#else
+#define ELEM float
 // Rows padded by one, so an invocation per row writes distinct banks.
-shared float ws[TR][KC + 1u];
-shared float xs[TB][KC + 1u];
+#define WS (KC + 1u)
+#endif
+shared ELEM ws[TR * WS];
+shared ELEM xs[TB * WS];
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
@@ -39,12 +70,19 @@ void main() {
         CHECK(p.w_offset + (r0 + nr - 1u) * p.row_bytes + blocks * BLOCK_BYTES <= p.w_words * 4u, FAULT_WEIGHTS)
         CHECK(p.x_offset + (b0 + nb - 1u) * p.x_stride + p.cols <= p.act_words, FAULT_ACT)
         CHECK(p.y_offset + (b0 + nb - 1u) * p.y_stride + p.rows <= p.act_words, FAULT_ACT)
+#ifdef COOPMAT
+        coopmat<float, gl_ScopeSubgroup, CM, CN, gl_MatrixUseAccumulator> acc[PIECES];
+        for (uint i = 0u; i < PIECES; i++) {
+            acc[i] = coopmat<float, gl_ScopeSubgroup, CM, CN, gl_MatrixUseAccumulator>(0.0);
+        }
+#else
         float acc[RI][BJ];
         for (uint i = 0u; i < RI; i++) {
             for (uint j = 0u; j < BJ; j++) {
                 acc[i][j] = 0.0;
             }
         }
+#endif
         uint row_base = p.w_offset + (r0 + tid) * p.row_bytes;
         for (uint k0 = 0u; k0 < p.cols; k0 += KC) {
             // Weights: invocation `tid` dequantizes row r0 + tid.
@@ -58,10 +96,10 @@ void main() {
                 uint base = row_base + (k0 / BLOCK_ELEMS) * BLOCK_BYTES;
                 for (uint k = 0u; k < KC; k += 4u) {
                     vec4 v = so.x * quant4(base, e0 + k) + so.y;
-                    ws[tid][k] = v.x;
-                    ws[tid][k + 1u] = v.y;
-                    ws[tid][k + 2u] = v.z;
-                    ws[tid][k + 3u] = v.w;
+                    ws[tid * WS + k] = ELEM(v.x);
+                    ws[tid * WS + k + 1u] = ELEM(v.y);
+                    ws[tid * WS + k + 2u] = ELEM(v.z);
+                    ws[tid * WS + k + 3u] = ELEM(v.w);
                 }
 #else
                 for (uint k = 0u; k < KC; k++) {
@@ -71,12 +109,12 @@ void main() {
                         uint base = row_base + (c / BLOCK_ELEMS) * BLOCK_BYTES;
                         v = so.x * quant(base, c % BLOCK_ELEMS) + so.y;
                     }
-                    ws[tid][k] = v;
+                    ws[tid * WS + k] = ELEM(v);
                 }
 #endif
             } else {
                 for (uint k = 0u; k < KC; k++) {
-                    ws[tid][k] = 0.0;
+                    ws[tid * WS + k] = ELEM(0.0);
                 }
             }
             // Activations: neighbouring invocations on neighbouring columns.
@@ -87,23 +125,62 @@ void main() {
                 if (b < nb && k < kn) {
                     x = act[p.x_offset + (b0 + b) * p.x_stride + k0 + k];
                 }
-                xs[b][k] = x;
+                xs[b * WS + k] = ELEM(x);
             }
             barrier();
+#ifdef COOPMAT
+            // Subgroup-uniform: a whole subgroup takes part or none does.
+            if (gl_SubgroupID < SUBGROUPS) {
+                for (uint kk = 0u; kk < KC; kk += CK) {
+                    for (uint i = 0u; i < PIECES; i++) {
+                        uint piece = gl_SubgroupID * PIECES + i;
+                        uint pm = piece % (TR / CM);
+                        uint pn = piece / (TR / CM);
+                        coopmat<float16_t, gl_ScopeSubgroup, CM, CK, gl_MatrixUseA> a;
+                        coopmat<float16_t, gl_ScopeSubgroup, CK, CN, gl_MatrixUseB> x;
+                        // W rows are A's rows; X rows are B's columns.
+                        coopMatLoad(a, ws, pm * CM * WS + kk, WS, gl_CooperativeMatrixLayoutRowMajor);
+                        coopMatLoad(x, xs, pn * CN * WS + kk, WS, gl_CooperativeMatrixLayoutColumnMajor);
+                        acc[i] = coopMatMulAdd(a, x, acc[i]);
+                    }
+                }
+            }
+#else
             for (uint k = 0u; k < KC; k++) {
                 float wv[RI];
                 for (uint i = 0u; i < RI; i++) {
-                    wv[i] = ws[rg + (TR / RI) * i][k];
+                    wv[i] = ws[(rg + (TR / RI) * i) * WS + k];
                 }
                 for (uint j = 0u; j < BJ; j++) {
-                    float x = xs[bg + (TB / BJ) * j][k];
+                    float x = xs[(bg + (TB / BJ) * j) * WS + k];
                     for (uint i = 0u; i < RI; i++) {
                         acc[i][j] += wv[i] * x;
                     }
                 }
             }
+#endif
             barrier();
         }
+#ifdef COOPMAT
+        if (gl_SubgroupID < SUBGROUPS) {
+            for (uint i = 0u; i < PIECES; i++) {
+                uint piece = gl_SubgroupID * PIECES + i;
+                uint pm = piece % (TR / CM);
+                uint pn = piece / (TR / CM);
+                coopMatStore(acc[i], cs, pn * CN * TR + pm * CM, TR, gl_CooperativeMatrixLayoutColumnMajor);
+            }
+        }
+        barrier();
+        // Neighbouring invocations on neighbouring output rows.
+        for (uint i = tid; i < TR * TB; i += GROUP) {
+            uint r = i % TR;
+            uint b = i / TR;
+            if (r < nr && b < nb) {
+                act[p.y_offset + (b0 + b) * p.y_stride + r0 + r] = cs[i];
+            }
+        }
+        barrier();
+#else
         for (uint i = 0u; i < RI; i++) {
             uint r = rg + (TR / RI) * i;
             for (uint j = 0u; j < BJ; j++) {
@@ -113,5 +190,6 @@ void main() {
                 }
             }
         }
+#endif
     }
 }

@@ -16,13 +16,17 @@
 //!    2816; 10 M weights) on a CPU device, where the point is that it runs. Device time from GPU timestamps (median of 10
 //!    programs after 2 warm-ups; 3 after 1 on a CPU device); weight bytes
 //!    read per second and their share of the copy bandwidth.
+//! 4. **Prefill**: the same layer at 512 activation rows (64 on a CPU
+//!    device) in Q4_0 and Q4_K, as GFLOP/s (2 × rows × columns × batch per
+//!    product), through the f32 tiled product and, where the device has
+//!    `VK_KHR_cooperative_matrix`, the cooperative-matrix one.
 //!
 //! Weights are random blocks with small scales; the kernels' work does not
 //! depend on the values. Timing runs the plain kernels without validation.
 
 use pagoda_conformance::Rng;
 use pagoda_core::{dequantize_row, QuantKind};
-use pagoda_vulkan::{DeviceKind, Op, VulkanBackend, VulkanOptions};
+use pagoda_vulkan::{DeviceKind, Op, VulkanBackend, VulkanOptions, VulkanWeights};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -165,39 +169,19 @@ fn main() {
             }
         };
         for batch in [1usize, 16] {
-            let width = ffn.max(hidden);
-            let mut act: Vec<f32> = (0..2 * batch * width).map(|_| rng.value()).collect();
-            let ops: Vec<Op> = mats
-                .iter()
-                .zip(&offsets)
-                .map(|(&(rows, cols), &at)| Op::Matmul {
-                    kind,
-                    weights: at,
-                    rows: rows as u32,
-                    cols: cols as u32,
-                    batch: batch as u32,
-                    x: 0,
-                    x_stride: width as u32,
-                    y: (batch * width) as u32,
-                    y_stride: width as u32,
-                })
-                .collect();
-            let mut times = Vec::new();
-            for i in 0..warm + timed {
-                backend
-                    .run_ops_on(&resident, &mut act, &mut [], &ops)
-                    .expect("layer program runs");
-                if i >= warm {
-                    if let Some(ns) = backend.last_program_nanos() {
-                        times.push(ns);
-                    }
-                }
-            }
-            if times.is_empty() {
+            let Some(ns) = layer_nanos(
+                &mut backend,
+                &resident,
+                kind,
+                &mats,
+                &offsets,
+                batch,
+                &mut rng,
+                (warm, timed),
+            ) else {
                 println!("{:<6} no timestamps on this device", kind.name());
                 continue;
-            }
-            let ns = median(times);
+            };
             let bytes = weights.len() as f64;
             let rate = bytes / (ns * 1e-9);
             println!(
@@ -209,6 +193,109 @@ fn main() {
                 rate / 1e9,
                 100.0 * rate / copy
             );
+        }
+    }
+    prefill(backend, options, &mats, cpu_device, (warm, timed), &mut rng);
+}
+
+/// Device time of one program of the layer's products at `batch`
+/// (median of `timed` after `warm`), if the device has timestamps.
+#[allow(clippy::too_many_arguments)]
+fn layer_nanos(
+    backend: &mut VulkanBackend,
+    resident: &VulkanWeights,
+    kind: QuantKind,
+    mats: &[(usize, usize)],
+    offsets: &[u64],
+    batch: usize,
+    rng: &mut Rng,
+    (warm, timed): (usize, usize),
+) -> Option<f64> {
+    let width = mats.iter().map(|&(r, c)| r.max(c)).max().unwrap_or(0);
+    let mut act: Vec<f32> = (0..2 * batch * width).map(|_| rng.value()).collect();
+    let ops: Vec<Op> = mats
+        .iter()
+        .zip(offsets)
+        .map(|(&(rows, cols), &at)| Op::Matmul {
+            kind,
+            weights: at,
+            rows: rows as u32,
+            cols: cols as u32,
+            batch: batch as u32,
+            x: 0,
+            x_stride: width as u32,
+            y: (batch * width) as u32,
+            y_stride: width as u32,
+        })
+        .collect();
+    let mut times = Vec::new();
+    for i in 0..warm + timed {
+        backend
+            .run_ops_on(resident, &mut act, &mut [], &ops)
+            .expect("layer program runs");
+        if i >= warm {
+            times.extend(backend.last_program_nanos());
+        }
+    }
+    (!times.is_empty()).then(|| median(times))
+}
+
+/// The layer's products at a prefill batch, GFLOP/s through each prefill
+/// kernel the device has: the f32 tiles, and cooperative matrices.
+fn prefill(
+    backend: VulkanBackend,
+    options: VulkanOptions,
+    mats: &[(usize, usize)],
+    cpu_device: bool,
+    runs: (usize, usize),
+    rng: &mut Rng,
+) {
+    let batch = if cpu_device { 64 } else { 512 };
+    let flops: f64 = mats
+        .iter()
+        .map(|&(r, c)| 2.0 * (r * c * batch) as f64)
+        .sum();
+    let shape = backend.info().cooperative_matrix;
+    println!(
+        "\nthe layer's products at {batch} rows (prefill), device time (median of {})",
+        runs.1
+    );
+    println!(
+        "{:<6} {:<22} {:>12} {:>10}",
+        "type", "kernel", "µs/layer", "GFLOP/s"
+    );
+    let mut backends = vec![(backend, "tiles, f32".to_string())];
+    if let Some(shape) = shape {
+        let tiled = VulkanOptions {
+            coopmat: Some(false),
+            ..options
+        };
+        match VulkanBackend::new(&tiled) {
+            Ok(b) => backends.push((b, "tiles, f32".to_string())),
+            Err(e) => println!("no second backend: {e}"),
+        }
+        backends[0].1 = format!("cooperative {}x{}x{}", shape.m, shape.n, shape.k);
+    }
+    for kind in [QuantKind::Q4_0, QuantKind::Q4_K] {
+        let mut weights = Vec::new();
+        let mut offsets = Vec::new();
+        for &(rows, cols) in mats {
+            offsets.push(weights.len() as u64);
+            weights.extend(random_weights(rng, kind, rows, cols));
+            weights.resize(weights.len().next_multiple_of(256), 0);
+        }
+        for (backend, label) in &mut backends {
+            let resident = backend.upload_weights(&weights).expect("weights fit");
+            match layer_nanos(backend, &resident, kind, mats, &offsets, batch, rng, runs) {
+                Some(ns) => println!(
+                    "{:<6} {:<22} {:>12.1} {:>10.1}",
+                    kind.name(),
+                    label,
+                    ns / 1e3,
+                    flops / ns
+                ),
+                None => println!("{:<6} no timestamps on this device", kind.name()),
+            }
         }
     }
 }

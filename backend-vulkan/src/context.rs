@@ -28,6 +28,15 @@ pub const SUBGROUPS_ENV: &str = "PAGODA_VULKAN_SUBGROUPS";
 /// The environment variable that turns the f16-arithmetic kernel variants
 /// off (`0`) where the device has them.
 pub const FLOAT16_ENV: &str = "PAGODA_VULKAN_F16";
+/// The environment variable that turns the cooperative-matrix prefill
+/// product off (`0`) where the device has `VK_KHR_cooperative_matrix`.
+pub const COOPMAT_ENV: &str = "PAGODA_VULKAN_COOPMAT";
+
+/// Invocations per workgroup of the cooperative-matrix product, and its
+/// tile: output rows × activation rows × columns staged at a time (`GROUP`,
+/// `TR`, `TB`, `KC` in `shaders/matmul_tiled.comp`).
+const COOPMAT_GROUP: u32 = 64;
+const COOPMAT_TILE: (u32, u32, u32) = (64, 32, 32);
 
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
@@ -61,12 +70,17 @@ pub struct VulkanOptions {
     /// Use the variants that multiply in f16 for f16 stores where the device
     /// has `shaderFloat16` (`None`: yes, unless [`FLOAT16_ENV`] is `0`).
     pub float16: Option<bool>,
+    /// Give prefill products (more than 8 activation rows) to the
+    /// cooperative-matrix kernel where the device has a shape that fits
+    /// (`None`: yes, unless [`COOPMAT_ENV`] is `0`). It multiplies in f16:
+    /// weights and activations rounded to f16, sums in f32.
+    pub coopmat: Option<bool>,
 }
 
 impl VulkanOptions {
     /// Every choice left to the environment: [`DEVICE_ENV`],
-    /// [`VALIDATION_ENV`], [`SUBGROUPS_ENV`] and [`FLOAT16_ENV`] are read
-    /// when the backend opens.
+    /// [`VALIDATION_ENV`], [`SUBGROUPS_ENV`], [`FLOAT16_ENV`] and
+    /// [`COOPMAT_ENV`] are read when the backend opens.
     pub fn from_env() -> Self {
         Self::default()
     }
@@ -101,6 +115,58 @@ impl DeviceKind {
     /// Lower is preferred.
     fn rank(self) -> u8 {
         self as u8
+    }
+}
+
+/// The cooperative-matrix shape the prefill product uses: one
+/// `m × k` by `k × n` multiply-add in f16 with f32 sums per subgroup
+/// (`VK_KHR_cooperative_matrix`, subgroup scope), chosen among the shapes
+/// the device lists so that it tiles the kernel's 64 × 32 tile and 32
+/// staged columns evenly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoopMatrixShape {
+    /// Rows of the product's output (weight rows) per multiply.
+    pub m: u32,
+    /// Columns of the output (activation rows) per multiply.
+    pub n: u32,
+    /// The summed dimension (input features) per multiply.
+    pub k: u32,
+    /// Subgroups a workgroup of 64 has at least (64 / the largest subgroup
+    /// width the device may use): the tile's `m × n` pieces are split
+    /// among this many, and any further subgroups wait.
+    pub subgroups: u32,
+}
+
+impl CoopMatrixShape {
+    /// The shape to use among the device's `(m, n, k)` f16 × f16 → f32
+    /// subgroup shapes, for subgroups at most `max_subgroup` wide: the
+    /// largest multiply that tiles the kernel's tile evenly across the
+    /// subgroups, if any does.
+    pub fn choose(listed: &[(u32, u32, u32)], max_subgroup: u32) -> Option<Self> {
+        let (tr, tb, kc) = COOPMAT_TILE;
+        if max_subgroup == 0 || max_subgroup > COOPMAT_GROUP || COOPMAT_GROUP % max_subgroup != 0 {
+            return None;
+        }
+        let subgroups = COOPMAT_GROUP / max_subgroup;
+        listed
+            .iter()
+            .copied()
+            .filter(|&(m, n, k)| {
+                m > 0
+                    && n > 0
+                    && k > 0
+                    && tr % m == 0
+                    && tb % n == 0
+                    && kc % k == 0
+                    && ((tr / m) * (tb / n)) % subgroups == 0
+            })
+            .max_by_key(|&(m, n, k)| (m * n * k, m * n))
+            .map(|(m, n, k)| Self { m, n, k, subgroups })
+    }
+
+    /// The kernel's specialization constants, in `constant_id` order.
+    pub(crate) fn constants(self) -> [u32; 4] {
+        [self.m, self.n, self.k, self.subgroups]
     }
 }
 
@@ -141,6 +207,12 @@ pub struct DeviceInfo {
     pub use_subgroups: bool,
     /// Whether the f16-arithmetic kernel variants are in use (f16 stores).
     pub use_float16: bool,
+    /// The cooperative-matrix shape for the prefill product, where the
+    /// device has `VK_KHR_cooperative_matrix` with an f16 shape that fits,
+    /// `shaderFloat16` and `vulkanMemoryModel` (with device scope).
+    pub cooperative_matrix: Option<CoopMatrixShape>,
+    /// Whether prefill products use it.
+    pub use_coopmat: bool,
 }
 
 impl fmt::Display for DeviceInfo {
@@ -148,8 +220,9 @@ impl fmt::Display for DeviceInfo {
         write!(
             f,
             "{} ({:?}, Vulkan {}): storage buffer range {} MiB, shared memory {} KiB, subgroup {}, \
-             subgroup arithmetic {}, timestamps {}, shaderFloat16 {}, 16-bit storage {}; kernels: \
-             subgroups {}, f16 arithmetic {}, bounds checks {}; validation {}",
+             subgroup arithmetic {}, timestamps {}, shaderFloat16 {}, 16-bit storage {}, \
+             cooperative matrix {}; kernels: subgroups {}, f16 arithmetic {}, cooperative matrix {}, \
+             bounds checks {}; validation {}",
             self.name,
             self.kind,
             self.api_version,
@@ -160,8 +233,11 @@ impl fmt::Display for DeviceInfo {
             if self.timestamp_period_ns.is_some() { "yes" } else { "no" },
             self.shader_float16,
             self.storage_16bit,
+            self.cooperative_matrix
+                .map_or("no".to_string(), |c| format!("{}x{}x{}", c.m, c.n, c.k)),
             self.use_subgroups,
             self.use_float16,
+            self.use_coopmat,
             self.bounds_checks,
             self.validation,
         )
@@ -313,8 +389,7 @@ impl Context {
         }
         let log = options.validation_log.clone().unwrap_or_default();
         let instance = Instance::new(entry, &log, validation)?;
-        let (physical, queue_family, mut info) =
-            choose_device(&instance.handle, options.device.clone())?;
+        let (physical, queue_family, mut info) = choose_device(&instance, options.device.clone())?;
         info.bounds_checks = options.bounds_checks.unwrap_or(cfg!(debug_assertions));
         info.validation = validation;
         let wanted = |option: Option<bool>, env: &str| {
@@ -322,11 +397,21 @@ impl Context {
         };
         info.use_subgroups = info.subgroup_arithmetic && wanted(options.subgroups, SUBGROUPS_ENV);
         info.use_float16 = info.shader_float16 && wanted(options.float16, FLOAT16_ENV);
+        info.use_coopmat =
+            info.cooperative_matrix.is_some() && wanted(options.coopmat, COOPMAT_ENV);
 
         let features = vk::PhysicalDeviceFeatures::default()
             .shader_storage_buffer_array_dynamic_indexing(true);
         let mut float16 =
             vk::PhysicalDeviceShaderFloat16Int8Features::default().shader_float16(true);
+        // The cooperative-matrix kernel declares f16 values and the Vulkan
+        // memory model (glslang's choice for cooperative matrices).
+        let mut coopmat =
+            vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
+        let mut memory_model = vk::PhysicalDeviceVulkanMemoryModelFeatures::default()
+            .vulkan_memory_model(true)
+            .vulkan_memory_model_device_scope(true);
+        let extensions = [ash::khr::cooperative_matrix::NAME.as_ptr()];
         let priorities = [1.0f32];
         let queues = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(queue_family)
@@ -334,8 +419,14 @@ impl Context {
         let mut create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
             .enabled_features(&features);
-        if info.use_float16 {
+        if info.use_float16 || info.use_coopmat {
             create = create.push_next(&mut float16);
+        }
+        if info.use_coopmat {
+            create = create
+                .enabled_extension_names(&extensions)
+                .push_next(&mut coopmat)
+                .push_next(&mut memory_model);
         }
         inject::before("vkCreateDevice")?;
         // SAFETY: `physical` came from this instance; the infos outlive the call.
@@ -387,9 +478,10 @@ impl Drop for Context {
 /// Picks the device: the option or [`DEVICE_ENV`] if given, else the best
 /// kind with a compute queue and Vulkan 1.1.
 fn choose_device(
-    instance: &ash::Instance,
+    loaded: &Instance,
     choice: Option<String>,
 ) -> Result<(vk::PhysicalDevice, u32, DeviceInfo), VulkanError> {
+    let instance = &loaded.handle;
     // SAFETY: plain queries of a live instance.
     let devices = unsafe { instance.enumerate_physical_devices() }
         .map_err(VulkanError::vk("vkEnumeratePhysicalDevices"))?;
@@ -503,6 +595,8 @@ fn choose_device(
         maintenance3.max_memory_allocation_size
     };
     let timestamps = family_props.timestamp_valid_bits > 0 && limits.timestamp_period > 0.0;
+    // SAFETY: `physical` was enumerated from this instance.
+    let cooperative_matrix = unsafe { coop_matrix_shape(loaded, physical, &props, subgroup) }?;
     let info = DeviceInfo {
         index,
         name,
@@ -520,6 +614,128 @@ fn choose_device(
         validation: false,
         use_subgroups: false,
         use_float16: false,
+        cooperative_matrix: cooperative_matrix.filter(|_| f16.0),
+        use_coopmat: false,
     };
     Ok((physical, family, info))
+}
+
+/// The cooperative-matrix shape the prefill product can use on `physical`
+/// (see [`CoopMatrixShape::choose`]), if it has `VK_KHR_cooperative_matrix`
+/// with the feature on, and `vulkanMemoryModel` with device scope.
+///
+/// # Safety
+/// `physical` was enumerated from `loaded`'s instance.
+unsafe fn coop_matrix_shape(
+    loaded: &Instance,
+    physical: vk::PhysicalDevice,
+    props: &vk::PhysicalDeviceProperties,
+    subgroup: u32,
+) -> Result<Option<CoopMatrixShape>, VulkanError> {
+    let instance = &loaded.handle;
+    // SAFETY: plain queries of an enumerated device (the caller's promise);
+    // the chained structs outlive the calls, and each is chained only where
+    // the device has its extension or Vulkan version.
+    unsafe {
+        let extensions = instance
+            .enumerate_device_extension_properties(physical)
+            .map_err(VulkanError::vk("vkEnumerateDeviceExtensionProperties"))?;
+        let has = |name: &std::ffi::CStr| {
+            extensions
+                .iter()
+                .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
+        };
+        if props.api_version < vk::API_VERSION_1_2 || !has(ash::khr::cooperative_matrix::NAME) {
+            return Ok(None);
+        }
+        let mut coop = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+        let mut memory_model = vk::PhysicalDeviceVulkanMemoryModelFeatures::default();
+        let mut all = vk::PhysicalDeviceFeatures2::default()
+            .push_next(&mut coop)
+            .push_next(&mut memory_model);
+        instance.get_physical_device_features2(physical, &mut all);
+        // Device scope: the bounds-checking variant's atomic fault report.
+        if coop.cooperative_matrix != vk::TRUE
+            || memory_model.vulkan_memory_model != vk::TRUE
+            || memory_model.vulkan_memory_model_device_scope != vk::TRUE
+        {
+            return Ok(None);
+        }
+        // The widest subgroup the device may run the kernel with (without
+        // a size requested, a device that varies may pick any in range).
+        let mut max_subgroup = subgroup;
+        if props.api_version >= vk::API_VERSION_1_3 || has(ash::ext::subgroup_size_control::NAME) {
+            let mut sizes = vk::PhysicalDeviceSubgroupSizeControlProperties::default();
+            let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut sizes);
+            instance.get_physical_device_properties2(physical, &mut props2);
+            max_subgroup = max_subgroup.max(sizes.max_subgroup_size);
+        }
+        let coop = ash::khr::cooperative_matrix::Instance::new(&loaded._entry, instance);
+        let listed = coop
+            .get_physical_device_cooperative_matrix_properties(physical)
+            .map_err(VulkanError::vk(
+                "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR",
+            ))?;
+        let f16 = vk::ComponentTypeKHR::FLOAT16;
+        let f32 = vk::ComponentTypeKHR::FLOAT32;
+        let shapes: Vec<(u32, u32, u32)> = listed
+            .iter()
+            .filter(|p| {
+                p.scope == vk::ScopeKHR::SUBGROUP
+                    && p.a_type == f16
+                    && p.b_type == f16
+                    && p.c_type == f32
+                    && p.result_type == f32
+                    && p.saturating_accumulation == vk::FALSE
+            })
+            .map(|p| (p.m_size, p.n_size, p.k_size))
+            .collect();
+        Ok(CoopMatrixShape::choose(&shapes, max_subgroup))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(m: u32, n: u32, k: u32, subgroups: u32) -> Option<CoopMatrixShape> {
+        Some(CoopMatrixShape { m, n, k, subgroups })
+    }
+
+    #[test]
+    fn the_largest_listed_shape_that_tiles_evenly_is_chosen() {
+        // Mesa 26.1 lavapipe: 8×8×8 at 8 lanes (4 pieces a subgroup) and
+        // at 4 lanes (16 subgroups, 2 pieces each).
+        assert_eq!(CoopMatrixShape::choose(&[(8, 8, 8)], 8), shape(8, 8, 8, 8));
+        assert_eq!(CoopMatrixShape::choose(&[(8, 8, 8)], 4), shape(8, 8, 8, 16));
+        // NVIDIA-like lists: the largest multiply wins.
+        let nvidia = [(16, 8, 8), (16, 8, 16), (16, 16, 16)];
+        assert_eq!(CoopMatrixShape::choose(&nvidia, 32), shape(16, 16, 16, 2));
+        // Wave64: one subgroup takes all 8 pieces.
+        assert_eq!(
+            CoopMatrixShape::choose(&[(16, 16, 16)], 64),
+            shape(16, 16, 16, 1)
+        );
+    }
+
+    #[test]
+    fn shapes_that_do_not_tile_evenly_are_refused() {
+        // 8 pieces of 16×16 cannot split among 16 subgroups.
+        assert_eq!(CoopMatrixShape::choose(&[(16, 16, 16)], 4), None);
+        // A 64-column step, or 48 rows, does not divide the tile.
+        assert_eq!(
+            CoopMatrixShape::choose(&[(16, 16, 64), (48, 16, 16)], 32),
+            None
+        );
+        // Subgroups wider than the workgroup, or of no width; nothing listed.
+        assert_eq!(CoopMatrixShape::choose(&[(16, 16, 16)], 128), None);
+        assert_eq!(CoopMatrixShape::choose(&[(16, 16, 16)], 0), None);
+        assert_eq!(CoopMatrixShape::choose(&[(0, 16, 16)], 32), None);
+        assert_eq!(CoopMatrixShape::choose(&[], 32), None);
+        // Among several, only the ones that fit count.
+        assert_eq!(
+            CoopMatrixShape::choose(&[(16, 16, 64), (16, 8, 16)], 32),
+            shape(16, 8, 16, 2)
+        );
+    }
 }

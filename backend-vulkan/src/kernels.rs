@@ -20,13 +20,19 @@ pub struct Needs {
     pub subgroup_arithmetic: bool,
     /// `shaderFloat16` (`F16_ARITH`).
     pub float16: bool,
+    /// `VK_KHR_cooperative_matrix` with an f16 shape that fits (`COOPMAT`);
+    /// built with specialization constants for the shape.
+    pub cooperative_matrix: bool,
 }
 
 impl Needs {
-    /// Whether a kernel with these needs may run where subgroup arithmetic and
-    /// f16 arithmetic are (or are not) available and wanted.
-    pub(crate) fn met(self, subgroups: bool, float16: bool) -> bool {
-        (subgroups || !self.subgroup_arithmetic) && (float16 || !self.float16)
+    /// Whether a kernel with these needs may run where subgroup arithmetic,
+    /// f16 arithmetic and cooperative matrices are (or are not) available
+    /// and wanted.
+    pub(crate) fn met(self, subgroups: bool, float16: bool, coopmat: bool) -> bool {
+        (subgroups || !self.subgroup_arithmetic)
+            && (float16 || !self.float16)
+            && (coopmat || !self.cooperative_matrix)
     }
 }
 
@@ -109,7 +115,7 @@ pub(crate) fn load_spirv(kernel: Kernel, bytes: &[u8]) -> Result<Vec<u32>, Vulka
 }
 
 /// Builds `kernel`'s compute pipeline (plain or bounds-checking) on
-/// `layout`.
+/// `layout`, with `constants` as its specialization constants 0, 1, ...
 ///
 /// # Safety
 /// `layout` is a live pipeline layout of `device` that matches the
@@ -119,7 +125,20 @@ pub(crate) unsafe fn create_pipeline(
     kernel: Kernel,
     checked: bool,
     layout: vk::PipelineLayout,
+    constants: &[u32],
 ) -> Result<vk::Pipeline, VulkanError> {
+    let entries: Vec<vk::SpecializationMapEntry> = (0..constants.len() as u32)
+        .map(|i| {
+            vk::SpecializationMapEntry::default()
+                .constant_id(i)
+                .offset(4 * i)
+                .size(4)
+        })
+        .collect();
+    let data: Vec<u8> = constants.iter().flat_map(|c| c.to_le_bytes()).collect();
+    let specialization = vk::SpecializationInfo::default()
+        .map_entries(&entries)
+        .data(&data);
     let code = load_spirv(kernel, kernel.spirv(checked))?;
     let info = vk::ShaderModuleCreateInfo::default().code(&code);
     inject::before("vkCreateShaderModule")?;
@@ -129,10 +148,13 @@ pub(crate) unsafe fn create_pipeline(
         let module = device
             .create_shader_module(&info, None)
             .map_err(VulkanError::vk("vkCreateShaderModule"))?;
-        let stage = vk::PipelineShaderStageCreateInfo::default()
+        let mut stage = vk::PipelineShaderStageCreateInfo::default()
             .stage(vk::ShaderStageFlags::COMPUTE)
             .module(module)
             .name(c"main");
+        if !constants.is_empty() {
+            stage = stage.specialization_info(&specialization);
+        }
         let info = [vk::ComputePipelineCreateInfo::default()
             .stage(stage)
             .layout(layout)];
@@ -225,13 +247,13 @@ impl Pipelines {
                 if kernel.is_op()
                     || !kernel
                         .needs()
-                        .met(ctx.info.use_subgroups, ctx.info.use_float16)
+                        .met(ctx.info.use_subgroups, ctx.info.use_float16, false)
                 {
                     this.pipelines.push(vk::Pipeline::null());
                     continue;
                 }
                 this.pipelines
-                    .push(create_pipeline(device, kernel, checked, this.layout)?);
+                    .push(create_pipeline(device, kernel, checked, this.layout, &[])?);
             }
         }
         Ok(this)

@@ -79,7 +79,8 @@ use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot, PAGE_SIZE};
 
 pub use commands::KernelTime;
 pub use context::{
-    DeviceInfo, DeviceKind, VulkanOptions, DEVICE_ENV, FLOAT16_ENV, SUBGROUPS_ENV, VALIDATION_ENV,
+    CoopMatrixShape, DeviceInfo, DeviceKind, VulkanOptions, COOPMAT_ENV, DEVICE_ENV, FLOAT16_ENV,
+    SUBGROUPS_ENV, VALIDATION_ENV,
 };
 pub use error::VulkanError;
 pub use kernels::{Kernel, KV_CHUNKS};
@@ -359,7 +360,7 @@ impl VulkanBackend {
             Kernel::DecodeSubgroup,
         ]
         .into_iter()
-        .find(|k| k.needs().met(info.use_subgroups, float16))
+        .find(|k| k.needs().met(info.use_subgroups, float16, false))
         .unwrap_or(Kernel::Decode)
     }
 

@@ -202,7 +202,8 @@ impl Op {
     /// activation elements, meta words) and the meta values it reads as
     /// uploaded; returns the kernel, its push constants and workgroups.
     /// `subgroup` is the device's subgroup width where the subgroup kernel
-    /// variants are in use.
+    /// variants are in use; `coopmat` whether prefill products take the
+    /// cooperative-matrix kernel.
     pub(super) fn plan(
         &self,
         index: usize,
@@ -210,6 +211,7 @@ impl Op {
         act: u64,
         meta: &[u32],
         subgroup: Option<u32>,
+        coopmat: bool,
     ) -> Result<(Kernel, OpParams, u32), VulkanError> {
         let base = OpParams {
             w_words: (weights / 4) as u32,
@@ -261,9 +263,15 @@ impl Op {
                 // Kernels loop over what the workgroups do not cover, so
                 // the counts only need to be right for speed.
                 let (kernel, groups) = if batch > DECODE_MAX_BATCH {
+                    // Both prefill kernels work on the same tiles.
                     let tiles =
                         u64::from(rows.div_ceil(TILE_ROWS)) * u64::from(batch.div_ceil(TILE_BATCH));
-                    (kernels.tiled, tiles)
+                    let kernel = if coopmat {
+                        kernels.coopmat
+                    } else {
+                        kernels.tiled
+                    };
+                    (kernel, tiles)
                 } else if let Some(width) = subgroup {
                     let per_group = (GROUP / width.clamp(1, GROUP)).max(1);
                     (kernels.decode_subgroup, u64::from(rows.div_ceil(per_group)))
@@ -514,6 +522,10 @@ mod tests {
     /// The kernel and workgroups the planner gives a Q4_0 product of
     /// `rows` × 64 at `batch`, with subgroups of `subgroup` (or none).
     fn product(rows: u32, batch: u32, subgroup: Option<u32>) -> (Kernel, u32) {
+        product_with(rows, batch, subgroup, false)
+    }
+
+    fn product_with(rows: u32, batch: u32, subgroup: Option<u32>, coopmat: bool) -> (Kernel, u32) {
         let op = Op::Matmul {
             kind: QuantKind::Q4_0,
             weights: 0,
@@ -525,7 +537,9 @@ mod tests {
             y: 0,
             y_stride: rows,
         };
-        let (kernel, _, groups) = op.plan(0, 1 << 40, 1 << 32, &[], subgroup).unwrap();
+        let (kernel, _, groups) = op
+            .plan(0, 1 << 40, 1 << 32, &[], subgroup, coopmat)
+            .unwrap();
         (kernel, groups)
     }
 
@@ -538,6 +552,15 @@ mod tests {
         // Tiles of 64 rows × 32 activation rows.
         assert_eq!(product(130, 9, None), (Kernel::MatmulTiledQ40, 3));
         assert_eq!(product(130, 70, Some(32)), (Kernel::MatmulTiledQ40, 9));
+        // With cooperative matrices: the same tiles, decode unchanged.
+        assert_eq!(
+            product_with(130, 70, Some(32), true),
+            (Kernel::MatmulCoopQ40, 9)
+        );
+        assert_eq!(
+            product_with(130, 8, Some(32), true),
+            (Kernel::MatmulQ40Subgroup, 65)
+        );
         // Far beyond one dispatch: the kernels loop over the rest.
         assert_eq!(product(1 << 20, 1, None).1, MAX_GROUPS);
     }

@@ -88,28 +88,33 @@ pub struct MatmulKernels {
     /// Larger batches: tiles of weights dequantized once into shared
     /// memory for many activation rows.
     pub tiled: Kernel,
+    /// The same tiles multiplied as f16 cooperative matrices (where the
+    /// device has `VK_KHR_cooperative_matrix`).
+    pub coopmat: Kernel,
 }
 
 /// The matrix-product kernels for a weight block type, if there are any.
 pub fn matmul_kernels(kind: QuantKind) -> Option<MatmulKernels> {
     use Kernel as K;
-    let (decode, decode_subgroup, tiled) = match kind {
-        QuantKind::F32 => (K::MatmulF32, K::MatmulF32Subgroup, K::MatmulTiledF32),
-        QuantKind::F16 => (K::MatmulF16, K::MatmulF16Subgroup, K::MatmulTiledF16),
-        QuantKind::Q4_0 => (K::MatmulQ40, K::MatmulQ40Subgroup, K::MatmulTiledQ40),
-        QuantKind::Q4_1 => (K::MatmulQ41, K::MatmulQ41Subgroup, K::MatmulTiledQ41),
-        QuantKind::Q5_0 => (K::MatmulQ50, K::MatmulQ50Subgroup, K::MatmulTiledQ50),
-        QuantKind::Q5_1 => (K::MatmulQ51, K::MatmulQ51Subgroup, K::MatmulTiledQ51),
-        QuantKind::Q8_0 => (K::MatmulQ80, K::MatmulQ80Subgroup, K::MatmulTiledQ80),
-        QuantKind::Q4_K => (K::MatmulQ4K, K::MatmulQ4KSubgroup, K::MatmulTiledQ4K),
-        QuantKind::Q5_K => (K::MatmulQ5K, K::MatmulQ5KSubgroup, K::MatmulTiledQ5K),
-        QuantKind::Q6_K => (K::MatmulQ6K, K::MatmulQ6KSubgroup, K::MatmulTiledQ6K),
+    #[rustfmt::skip]
+    let (decode, decode_subgroup, tiled, coopmat) = match kind {
+        QuantKind::F32 => (K::MatmulF32, K::MatmulF32Subgroup, K::MatmulTiledF32, K::MatmulCoopF32),
+        QuantKind::F16 => (K::MatmulF16, K::MatmulF16Subgroup, K::MatmulTiledF16, K::MatmulCoopF16),
+        QuantKind::Q4_0 => (K::MatmulQ40, K::MatmulQ40Subgroup, K::MatmulTiledQ40, K::MatmulCoopQ40),
+        QuantKind::Q4_1 => (K::MatmulQ41, K::MatmulQ41Subgroup, K::MatmulTiledQ41, K::MatmulCoopQ41),
+        QuantKind::Q5_0 => (K::MatmulQ50, K::MatmulQ50Subgroup, K::MatmulTiledQ50, K::MatmulCoopQ50),
+        QuantKind::Q5_1 => (K::MatmulQ51, K::MatmulQ51Subgroup, K::MatmulTiledQ51, K::MatmulCoopQ51),
+        QuantKind::Q8_0 => (K::MatmulQ80, K::MatmulQ80Subgroup, K::MatmulTiledQ80, K::MatmulCoopQ80),
+        QuantKind::Q4_K => (K::MatmulQ4K, K::MatmulQ4KSubgroup, K::MatmulTiledQ4K, K::MatmulCoopQ4K),
+        QuantKind::Q5_K => (K::MatmulQ5K, K::MatmulQ5KSubgroup, K::MatmulTiledQ5K, K::MatmulCoopQ5K),
+        QuantKind::Q6_K => (K::MatmulQ6K, K::MatmulQ6KSubgroup, K::MatmulTiledQ6K, K::MatmulCoopQ6K),
         QuantKind::BF16 => return None,
     };
     Some(MatmulKernels {
         decode,
         decode_subgroup,
         tiled,
+        coopmat,
     })
 }
 
@@ -190,9 +195,16 @@ impl OpPipelines {
             for kernel in Kernel::ALL {
                 // Variants the device cannot run (subgroups) are left out;
                 // the planner never picks them there.
-                let runs = kernel.needs().met(info.use_subgroups, info.use_float16);
+                let needs = kernel.needs();
+                let runs = needs.met(info.use_subgroups, info.use_float16, info.use_coopmat);
                 let pipeline = if kernel.is_op() && runs {
-                    create_pipeline(device, kernel, checked, this.layout)?
+                    // The cooperative-matrix kernel takes its shape as
+                    // specialization constants.
+                    let constants = match info.cooperative_matrix {
+                        Some(shape) if needs.cooperative_matrix => shape.constants().to_vec(),
+                        _ => Vec::new(),
+                    };
+                    create_pipeline(device, kernel, checked, this.layout, &constants)?
                 } else {
                     vk::Pipeline::null()
                 };
@@ -308,10 +320,12 @@ mod tests {
     fn every_product_kernel_is_an_op_and_no_attention_kernel_is() {
         for kind in QuantKind::ALL {
             if let Some(k) = matmul_kernels(kind) {
-                for k in [k.decode, k.decode_subgroup, k.tiled] {
+                for k in [k.decode, k.decode_subgroup, k.tiled, k.coopmat] {
                     assert!(k.is_op(), "{}", k.name());
                 }
                 assert!(k.decode_subgroup.needs().subgroup_arithmetic);
+                assert!(k.coopmat.needs().cooperative_matrix);
+                assert!(!k.tiled.needs().cooperative_matrix);
             }
         }
         assert!(!Kernel::Attention.is_op());

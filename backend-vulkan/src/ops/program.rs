@@ -139,6 +139,7 @@ impl VulkanBackend {
                 act_len,
                 meta,
                 self.subgroup_width(),
+                self.ctx.info.use_coopmat,
             )?);
         }
         let limit = self.ctx.info.max_storage_buffer_range;

@@ -192,6 +192,7 @@ impl VulkanBackend {
                         act_len,
                         meta,
                         self.subgroup_width(),
+                        self.ctx.info.use_coopmat,
                     )?;
                     Planned::Op(kernel, params, groups)
                 }

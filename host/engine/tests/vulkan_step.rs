@@ -32,6 +32,10 @@ use pagoda_vulkan::{VulkanBackend, VulkanOptions};
 /// by the test.
 const TOLERANCE_F32_KV: f32 = 1e-4;
 const TOLERANCE_F16_KV: f32 = 5e-3;
+/// Where the device has cooperative matrices, a prompt of more than 8
+/// tokens goes through their product, which rounds weights and
+/// activations to f16 (measured on lavapipe: 3.1e-4 on the embedded model).
+const TOLERANCE_COOPMAT: f32 = 2e-3;
 
 fn open() -> Option<VulkanBackend> {
     let options = VulkanOptions {
@@ -124,11 +128,28 @@ fn compare(
     decode: usize,
 ) -> (f32, bool) {
     let total = prompt.len() + decode;
+    // The prompt's products in f16 cooperative matrices (more than the
+    // decode product's 8 rows), and the later steps attending to its KV.
+    let coopmat = gpu.info().use_coopmat && prompt.len() > 8;
+    // Where CI runs the cooperative-matrix lavapipe, they must be used.
+    if std::env::var("PAGODA_EXPECT_COOPMAT").is_ok_and(|v| v == "1") {
+        assert!(
+            gpu.info().use_coopmat,
+            "no cooperative matrices on {}",
+            gpu.info()
+        );
+    }
     let mut cpu = Run::new(CpuBackend::with_threads(1).unwrap(), model, dtype, total);
     let mut dev = Run::new(gpu, model, dtype, total);
     let tolerance = match dtype {
         KvDtype::F32 => TOLERANCE_F32_KV,
         _ => TOLERANCE_F16_KV,
+    };
+    let tolerance = if coopmat {
+        eprintln!("the prompt's products in cooperative matrices");
+        tolerance.max(TOLERANCE_COOPMAT)
+    } else {
+        tolerance
     };
     let (mut worst, mut at, mut input) = (0f32, 0, prompt.to_vec());
     for step in 0..=decode {
@@ -233,10 +254,14 @@ fn biases_an_untied_head_and_rope_factors_step_on_the_device_as_on_the_cpu() {
 fn smollm2_steps_on_the_device_as_on_the_cpu() {
     let Some(model) = smollm2() else { return };
     let Some(gpu) = open() else { return };
-    // The opening of real_model.rs's ChatML prompt (`<|im_start|>` = 1).
-    // Lavapipe takes 15-40 s a step here (one workgroup per output row of
-    // every product), so the prompt is short and the decode steps few.
-    let prompt = [1, 9690, 198];
+    // The opening of real_model.rs's ChatML prompt (`<|im_start|>` = 1):
+    // 12 tokens, past the decode product's 8 rows, so the prompt takes the
+    // prefill product (tiled, or in cooperative matrices) on the model's
+    // own Q4_1 / Q6_K / Q8_0 blocks. Lavapipe takes seconds a step here,
+    // so the decode steps are few.
+    let prompt = [
+        1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308,
+    ];
     let (worst, on_device) = compare(&model, gpu, KvDtype::F32, &prompt, 2);
     assert!(on_device);
     eprintln!("SmolLM2, F32 KV: worst logit difference / range {worst:.2e}");
