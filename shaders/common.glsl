@@ -62,9 +62,14 @@ uint row_words() {
     return p.dtype == 0u ? p.head_dim : p.head_dim / 2u;
 }
 
-// Chunk of a page.
+// Chunk of a page, never past the descriptor array. For pages the host
+// checked this changes nothing; it keeps a descriptor index in range where
+// a compiler evaluates it early from a word the kernel would not use:
+// Mesa 26.1's lavapipe does so for the iteration after a kernel's last
+// (the stale meta word there, say NO_PARTIAL, made the scatter kernel load
+// descriptor 0xFFFFF and fault).
 uint chunk_of(uint page) {
-    return page / p.pages_per_chunk;
+    return min(page / p.pages_per_chunk, KV_CHUNKS - 1u);
 }
 
 // First word of a page inside its chunk.

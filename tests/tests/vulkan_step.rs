@@ -457,7 +457,14 @@ fn an_attention_block_with_a_cached_prefix_matches_a_float64_reference() {
         // summation (measured ≤ 1.3e-5 on lavapipe), except that an f16
         // store's decode row runs the f16-arithmetic decode kernel where
         // the device has shaderFloat16 (measured 1.2e-3).
+        //
+        // Where the device has cooperative matrices, the 25-row program's
+        // products take them with f16 operands, and the second program
+        // attends to keys and values made that way (measured on Mesa
+        // 26.1's lavapipe: 1.6e-3 to 7.1e-3 for the prefill, up to 1.5e-2
+        // for a BF16 store's second program).
         let tolerance = match dtype {
+            _ if backend.info().use_coopmat => 3e-2,
             KvDtype::F16 => 3e-3,
             _ => 5e-5,
         };
