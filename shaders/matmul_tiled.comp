@@ -41,6 +41,13 @@ layout(constant_id = 2) const uint CK = 16u;  // columns per multiply
 // host picks a shape whose pieces split evenly among them.
 layout(constant_id = 3) const uint SUBGROUPS = 4u;
 const uint PIECES = (TR / CM) * (TB / CN) / SUBGROUPS;  // per subgroup
+
+// Where this subgroup's piece `i` starts in the tile: its first output
+// row and first activation row.
+uvec2 piece_at(uint i) {
+    uint piece = gl_SubgroupID * PIECES + i;
+    return uvec2((piece % (TR / CM)) * CM, (piece / (TR / CM)) * CN);
+}
 #define ELEM float16_t
 // Rows 40 halves apart: 80 bytes, a multiple of the 16 that cooperative
 // loads may want.
@@ -133,14 +140,12 @@ void main() {
             if (gl_SubgroupID < SUBGROUPS) {
                 for (uint kk = 0u; kk < KC; kk += CK) {
                     for (uint i = 0u; i < PIECES; i++) {
-                        uint piece = gl_SubgroupID * PIECES + i;
-                        uint pm = piece % (TR / CM);
-                        uint pn = piece / (TR / CM);
+                        uvec2 at = piece_at(i);
                         coopmat<float16_t, gl_ScopeSubgroup, CM, CK, gl_MatrixUseA> a;
                         coopmat<float16_t, gl_ScopeSubgroup, CK, CN, gl_MatrixUseB> x;
                         // W rows are A's rows; X rows are B's columns.
-                        coopMatLoad(a, ws, pm * CM * WS + kk, WS, gl_CooperativeMatrixLayoutRowMajor);
-                        coopMatLoad(x, xs, pn * CN * WS + kk, WS, gl_CooperativeMatrixLayoutColumnMajor);
+                        coopMatLoad(a, ws, at.x * WS + kk, WS, gl_CooperativeMatrixLayoutRowMajor);
+                        coopMatLoad(x, xs, at.y * WS + kk, WS, gl_CooperativeMatrixLayoutColumnMajor);
                         acc[i] = coopMatMulAdd(a, x, acc[i]);
                     }
                 }
@@ -164,10 +169,8 @@ void main() {
 #ifdef COOPMAT
         if (gl_SubgroupID < SUBGROUPS) {
             for (uint i = 0u; i < PIECES; i++) {
-                uint piece = gl_SubgroupID * PIECES + i;
-                uint pm = piece % (TR / CM);
-                uint pn = piece / (TR / CM);
-                coopMatStore(acc[i], cs, pn * CN * TR + pm * CM, TR, gl_CooperativeMatrixLayoutColumnMajor);
+                uvec2 at = piece_at(i);
+                coopMatStore(acc[i], cs, at.y * TR + at.x, TR, gl_CooperativeMatrixLayoutColumnMajor);
             }
         }
         barrier();

@@ -255,7 +255,12 @@ fn prefill(
         .iter()
         .map(|&(r, c)| 2.0 * (r * c * batch) as f64)
         .sum();
-    let shape = backend.info().cooperative_matrix;
+    // The backend's own prefill kernel first, then (where that is the
+    // cooperative one) the f32 tiles on a second backend.
+    let shape = backend
+        .info()
+        .cooperative_matrix
+        .filter(|_| backend.info().use_coopmat);
     println!(
         "\nthe layer's products at {batch} rows (prefill), device time (median of {})",
         runs.1
@@ -264,17 +269,20 @@ fn prefill(
         "{:<6} {:<22} {:>12} {:>10}",
         "type", "kernel", "µs/layer", "GFLOP/s"
     );
-    let mut backends = vec![(backend, "tiles, f32".to_string())];
-    if let Some(shape) = shape {
+    let tiles = "tiles, f32".to_string();
+    let mut backends = match shape {
+        Some(s) => vec![(backend, format!("cooperative {}x{}x{}", s.m, s.n, s.k))],
+        None => vec![(backend, tiles.clone())],
+    };
+    if shape.is_some() {
         let tiled = VulkanOptions {
             coopmat: Some(false),
             ..options
         };
         match VulkanBackend::new(&tiled) {
-            Ok(b) => backends.push((b, "tiles, f32".to_string())),
+            Ok(b) => backends.push((b, tiles)),
             Err(e) => println!("no second backend: {e}"),
         }
-        backends[0].1 = format!("cooperative {}x{}x{}", shape.m, shape.n, shape.k);
     }
     for kind in [QuantKind::Q4_0, QuantKind::Q4_K] {
         let mut weights = Vec::new();
