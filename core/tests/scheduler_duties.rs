@@ -8,6 +8,7 @@ mod common;
 use common::sched::{prompt, Engine, Req};
 use pagoda_core::scheduler::{
     Lpm, Policy, SchedSlot, Scheduler, SchedulerConfig, SchedulerPolicy, Work, WorkKind,
+    DEFAULT_PREFILL_SHARE,
 };
 use pagoda_core::{
     KvStorage, PageEntry, PageId, Priority, RadixCache, RadixNode, SeqEntry, Timestamp,
@@ -105,10 +106,29 @@ mod issue_duties {
         assert_eq!(chunks, vec![(0, 100), (100, 100), (200, 100), (300, 50)]);
     }
 
+    /// Runs `e` to idle; returns each step's (decode, prefill) tokens and
+    /// the prefill chunks.
+    fn run_steps<P: SchedulerPolicy>(e: &mut Engine<P>) -> (Vec<(u32, u32)>, Vec<(u32, u32)>) {
+        let (mut steps, mut chunks) = (Vec::new(), Vec::new());
+        while !e.sched.is_idle() {
+            let (step, work) = e.schedule();
+            steps.push((step.decode_tokens, step.prefill_tokens));
+            for w in &work {
+                if let WorkKind::Prefill { start, len, .. } = w.kind {
+                    chunks.push((start, len));
+                }
+            }
+            e.complete(&work, STEP);
+        }
+        (steps, chunks)
+    }
+
     #[test]
-    fn prefill_share_caps_prefill_after_decodes() {
-        // Budget 100, prefill share 0.3: prompts of 95 and 350 go in
-        // chunks of at most 30 (by hand: 100 * 0.3), decodes never wait.
+    fn prefill_share_caps_prefill_while_decoding() {
+        // Budget 100, prefill share 0.3: while a step decodes, its prefill
+        // takes at most 30 tokens (by hand: 100 * 0.3); a step with nothing
+        // to decode takes the whole budget. Prompts of 95 and 350: the
+        // first step (no decodes yet) prefills 100.
         let cfg = SchedulerConfig {
             max_batch: 4,
             token_budget: 100,
@@ -124,20 +144,60 @@ mod issue_duties {
         let mut e = Engine::new(256, cfg, policy);
         e.add(0, prompt(0, 0, 0, 95), 8, Priority::Normal);
         e.add(1, prompt(1, 0, 1, 350), 2, Priority::Normal);
-        let mut chunks = Vec::new();
-        while !e.sched.is_idle() {
-            let (step, work) = e.schedule();
-            assert!(step.prefill_tokens <= 30, "{step:?}");
-            for w in &work {
-                if let WorkKind::Prefill { start, len, .. } = w.kind {
-                    chunks.push((start, len));
-                }
-            }
-            e.complete(&work, STEP);
+        let (steps, chunks) = run_steps(&mut e);
+        assert_eq!(steps[0], (0, 100), "{steps:?}");
+        for &(decode, prefill) in &steps {
+            let cap = if decode > 0 { 30 } else { 100 };
+            assert!(prefill <= cap, "{steps:?}");
         }
+        assert!(steps.iter().any(|&(d, p)| d > 0 && p == 30), "{steps:?}");
         let total: u32 = chunks.iter().map(|c| c.1).sum();
         assert_eq!(total, 95 + 350, "{chunks:?}");
-        assert!(chunks.iter().all(|c| c.1 <= 30), "{chunks:?}");
+    }
+
+    #[test]
+    fn decode_first_is_the_default_for_every_policy() {
+        // The scheduler's own share (the default, 1/8) applies to FCFS and
+        // LPM alike; a share of 1 (config or LPM's own) gives prefill all
+        // the decodes leave. Budget 160: 20 tokens of prefill while
+        // decoding.
+        assert_eq!(SchedulerConfig::default().prefill_share, Some(DEFAULT_PREFILL_SHARE));
+        let cfg = SchedulerConfig {
+            max_batch: 4,
+            token_budget: 160,
+            ..config()
+        };
+        let off = SchedulerConfig {
+            prefill_share: Some(1.0),
+            ..cfg
+        };
+        let lpm_off = Policy::parse("lpm", &[("prefill_share", "1")]).unwrap();
+        let cases = [
+            (cfg, Policy::default(), Some(20)),
+            (cfg, lpm(), Some(20)),
+            (off, Policy::default(), None),
+            (SchedulerConfig { prefill_share: None, ..cfg }, lpm(), None),
+            (cfg, lpm_off, None),
+        ];
+        for (cfg, policy, cap) in cases {
+            let mut e = Engine::new(256, cfg, policy);
+            e.add(0, prompt(0, 0, 0, 40), 30, Priority::Normal);
+            e.add(1, prompt(1, 0, 1, 600), 2, Priority::Normal);
+            let (steps, _) = run_steps(&mut e);
+            let decoding: Vec<u32> = steps.iter().filter(|s| s.0 > 0).map(|s| s.1).collect();
+            let most = decoding.iter().copied().max().unwrap_or(0);
+            match cap {
+                Some(cap) => assert_eq!(most, cap, "{policy:?} {steps:?}"),
+                None => assert!(most > 100, "{policy:?} {steps:?}"),
+            }
+        }
+        for bad in [0.0, -1.0, 1.5, f32::NAN] {
+            let cfg = SchedulerConfig {
+                prefill_share: Some(bad),
+                ..SchedulerConfig::default()
+            };
+            assert!(cfg.validate().is_err(), "{bad}");
+        }
     }
 
     #[test]

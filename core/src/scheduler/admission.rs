@@ -136,11 +136,16 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
                 p.step.overdue_admitted += 1;
                 self.metrics.fairness_overrides += 1;
             }
+            // The hit rate counts each request once, at its first
+            // admission: a preempted request readmitted finds its own
+            // recomputed pages, which no other policy's order would miss.
             if first_time {
                 self.metrics.wait.record(wait);
+                p.step.first_prompt_tokens += prompt_len;
+                p.step.first_cached_tokens += matched;
+                self.metrics.prompt_tokens += u64::from(prompt_len);
+                self.metrics.cached_tokens += u64::from(matched);
             }
-            self.metrics.prompt_tokens += u64::from(prompt_len);
-            self.metrics.cached_tokens += u64::from(matched);
         }
         self.requeue_skipped(skipped);
     }

@@ -28,7 +28,22 @@ pub struct SchedulerConfig {
     pub length_grouping: Option<f32>,
     /// Most waiting requests passed over per step before admission stops.
     pub max_skips: u32,
+    /// Decode first: while a step decodes, its prefill chunks and
+    /// admissions together take at most this share of `token_budget` (in
+    /// `0 < share <= 1`), because every prefill token in a step lengthens
+    /// the time per output token of the decodes batched with it. A step
+    /// with nothing to decode gives prefill the whole budget. `None`, or
+    /// `Some(1.0)`, lets prefill use whatever the decodes left (the old
+    /// behaviour, best for offline batch throughput). A policy may set its
+    /// own ([`SchedulerPolicy::prefill_share`](super::SchedulerPolicy::prefill_share)).
+    pub prefill_share: Option<f32>,
 }
+
+/// The default decode-first share: prefill gets an eighth of the token
+/// budget (256 of the default 2,048 tokens) while decodes run. Chosen by
+/// measurement on the bench's workloads (see `docs/ARCHITECTURE.md`, "Decode
+/// first").
+pub const DEFAULT_PREFILL_SHARE: f32 = 0.125;
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
@@ -41,13 +56,14 @@ impl Default for SchedulerConfig {
             share_prefixes: true,
             length_grouping: None,
             max_skips: 64,
+            prefill_share: Some(DEFAULT_PREFILL_SHARE),
         }
     }
 }
 
 impl SchedulerConfig {
     /// Checks the limits: positive batch and budget, finite non-negative
-    /// weights, a grouping factor above 1.
+    /// weights, a grouping factor above 1, a prefill share in `(0, 1]`.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.max_batch == 0 {
             return Err(ConfigError::ZeroLimit("max_batch"));
@@ -69,6 +85,19 @@ impl SchedulerConfig {
                 return Err(ConfigError::OutOfRange("length_grouping"));
             }
         }
+        if let Some(share) = self.prefill_share {
+            if !(share > 0.0 && share <= 1.0) {
+                return Err(ConfigError::OutOfRange("prefill_share"));
+            }
+        }
         Ok(())
+    }
+
+    /// The most prefill tokens a step that decodes may take under `share`
+    /// (at least one, so prompts always progress); `None` when the share
+    /// caps nothing. An invalid share caps nothing either.
+    pub fn prefill_cap(&self, share: Option<f32>) -> Option<u32> {
+        let share = share.filter(|s| s.is_finite() && *s > 0.0 && *s < 1.0)?;
+        Some(((self.token_budget as f32 * share) as u32).max(1))
     }
 }

@@ -164,9 +164,10 @@ pub struct SchedulerMetrics {
     pub cancelled: u64,
     /// Running sequences preempted for recomputation.
     pub preemptions: u64,
-    /// Prompt tokens of admitted requests.
+    /// Prompt tokens of admitted requests, each counted at its first
+    /// admission only.
     pub prompt_tokens: u64,
-    /// Of those, tokens found in the prefix cache at admission.
+    /// Of those, tokens found in the prefix cache at that admission.
     pub cached_tokens: u64,
     /// Tokens generated.
     pub generated_tokens: u64,

@@ -68,7 +68,7 @@ use plan::Planning;
 use slots::{Free, Run, State};
 use waiting::{ByAge, ByPolicy};
 
-pub use config::SchedulerConfig;
+pub use config::{SchedulerConfig, DEFAULT_PREFILL_SHARE};
 pub use error::SchedError;
 pub use metrics::{Histogram, Percentiles, SchedulerMetrics};
 pub use plan::{StepPlan, Work, WorkKind};
@@ -185,6 +185,12 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
     /// The configuration.
     pub fn config(&self) -> &SchedulerConfig {
         &self.config
+    }
+
+    /// The decode-first prefill share in force: the policy's if it sets
+    /// one, else the configuration's.
+    pub fn prefill_share(&self) -> Option<f32> {
+        self.policy.prefill_share().or(self.config.prefill_share)
     }
 
     /// Requests waiting.
@@ -345,13 +351,11 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
             budget: self.config.token_budget,
         };
         self.plan_decodes(&mut planning);
-        // Prefill gets at most the policy's share of the budget (at least
-        // one token, so prompts always progress); an invalid share is
-        // ignored.
-        if let Some(share) = self.policy.prefill_share() {
-            if share.is_finite() && share > 0.0 {
-                let cap = (self.config.token_budget as f32 * share.min(1.0)) as u32;
-                planning.budget = planning.budget.min(cap.max(1));
+        // Decode first: while this step decodes, prefill gets at most the
+        // share of the budget (the policy's, else the config's).
+        if planning.step.decode_tokens > 0 {
+            if let Some(cap) = self.config.prefill_cap(self.prefill_share()) {
+                planning.budget = planning.budget.min(cap);
             }
         }
         self.plan_prefill_chunks(&mut planning);

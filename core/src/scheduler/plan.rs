@@ -86,6 +86,12 @@ pub struct StepPlan {
     /// Prompt tokens the admitted requests found in the prefix cache: the
     /// batch's cache reuse.
     pub cached_tokens: u32,
+    /// Prompt tokens of the requests admitted for the first time (a
+    /// request preempted and readmitted is not counted again).
+    pub first_prompt_tokens: u32,
+    /// Of those, found in the prefix cache: the hit rate's numerator, so
+    /// a readmitted request hitting its own recomputed pages is no hit.
+    pub first_cached_tokens: u32,
     /// Requests held back to share a prefix being computed in the batch.
     pub deferred: u32,
     /// Requests passed over because they did not fit the pages left.

@@ -75,8 +75,9 @@ pub trait SchedulerPolicy {
         None
     }
 
-    /// The most of a step's token budget prefill chunks may take, if the
-    /// policy caps it (decodes are planned first either way).
+    /// The most of a step's token budget prefill chunks and admissions may
+    /// take while the step decodes, if the policy sets its own in place of
+    /// [`SchedulerConfig::prefill_share`](super::SchedulerConfig::prefill_share).
     fn prefill_share(&self) -> Option<f32> {
         None
     }
@@ -123,10 +124,12 @@ pub struct Lpm {
     /// If set, the fairness threshold in microseconds while LPM is active
     /// (replacing the scheduler's own): a request waiting longer runs next.
     pub fairness_threshold_us: Option<u64>,
-    /// If set, the most of a step's token budget prefill chunks may take
-    /// (in `0.0 < share <= 1.0`), after decodes took theirs: admitting more
-    /// prefill beside running decodes lengthens every decode's step. `None`
-    /// (the default until measured) lets prefill use whatever is left.
+    /// If set, the most of a step's token budget prefill chunks and
+    /// admissions may take while the step decodes (in `0.0 < share <=
+    /// 1.0`), in place of the scheduler's
+    /// [`prefill_share`](super::SchedulerConfig::prefill_share); `1.0`
+    /// turns the cap off for this policy. `None` (the default) keeps the
+    /// scheduler's.
     pub prefill_share: Option<f32>,
 }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use pagoda_engine::model::{ActPrecision, ModelConfig, SamplingParams};
-use pagoda_engine::{BackendChoice, KvDtype, ParseKvDtypeError, Policy};
+use pagoda_engine::{BackendChoice, KvDtype, ParseKvDtypeError, Policy, DEFAULT_PREFILL_SHARE};
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -174,6 +174,11 @@ pub(crate) struct RunArgs {
     /// Most sequences running at once.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub(crate) max_batch: u32,
+    /// Decode first: while a step decodes, prefill takes at most this share
+    /// of the token budget (1: no cap, for the most throughput on a batch
+    /// of prompts).
+    #[arg(long, default_value_t = DEFAULT_PREFILL_SHARE, value_parser = parse_prefill_share)]
+    pub(crate) prefill_share: f32,
     /// No load and speed lines on standard error.
     #[arg(long)]
     pub(crate) quiet: bool,
@@ -235,7 +240,8 @@ pub(crate) struct BenchArgs {
     #[serde(skip)]
     pub(crate) save_trace: Option<PathBuf>,
     /// A policy to run, repeatable: fcfs, or lpm[:KEY=VALUE,...] with keys
-    /// cache_weight, fairness_threshold_ms, score (relative|absolute).
+    /// cache_weight, fairness_threshold_ms, score (relative|absolute),
+    /// prefill_share.
     #[arg(long = "policy", value_name = "POLICY", default_values = ["fcfs", "lpm"])]
     pub(crate) policies: Vec<String>,
     /// Attention backend.
@@ -258,6 +264,11 @@ pub(crate) struct BenchArgs {
     /// Most tokens computed per step (decode plus prefill chunks).
     #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub(crate) token_budget: u32,
+    /// Decode first: while a step decodes, prefill takes at most this share
+    /// of the token budget (1: no cap, the old behaviour, for offline
+    /// throughput); a policy's own prefill_share overrides it.
+    #[arg(long, default_value_t = DEFAULT_PREFILL_SHARE, value_parser = parse_prefill_share)]
+    pub(crate) prefill_share: f32,
     /// Admit a request waiting longer than this first (ms); 0 turns fairness off.
     #[arg(long, default_value_t = 2000)]
     pub(crate) fairness_ms: u64,
@@ -314,6 +325,15 @@ fn dtype_debug<S: serde::Serializer>(d: &KvDtype, s: S) -> Result<S::Ok, S::Erro
 
 fn parse_kv_dtype(text: &str) -> Result<KvDtype, ParseKvDtypeError> {
     text.parse()
+}
+
+/// A decode-first prefill share: a number in `(0, 1]`.
+pub(crate) fn parse_prefill_share(text: &str) -> Result<f32, String> {
+    match text.trim().parse::<f32>() {
+        Ok(share) if share > 0.0 && share <= 1.0 => Ok(share),
+        Ok(_) => Err("the share must be in (0, 1]; 1 turns the cap off".into()),
+        Err(e) => Err(format!("not a number: {e}")),
+    }
 }
 
 /// `fcfs` or `lpm[:key=value,...]`, with the valid choices in every error.

@@ -118,9 +118,14 @@ pub struct PolicyReport {
     pub e2e_ms: Latency,
     /// Arrival to admission (ms): mean and max are the queue wait.
     pub queue_wait_ms: Latency,
-    /// Prompt tokens served from the prefix cache at admission, over all
-    /// prompt tokens admitted (cached plus computed), in percent.
+    /// Prompt tokens served from the prefix cache at admission, over the
+    /// prompt tokens admitted, in percent; each request counts once, at its
+    /// first admission (a preempted request readmitted hits its own
+    /// recomputed pages, which is no saving a cache policy earned).
     pub cache_hit_rate_pct: f64,
+    /// The trace's offline upper bound on that hit rate over the prompts
+    /// this run admitted (see [`crate::workload::hit_rate_bound_pct`]).
+    pub hit_rate_bound_pct: f64,
     /// This hit rate minus FCFS's, in percentage points (FCFS run first).
     pub hit_rate_gain_over_fcfs_pp: Option<f64>,
     /// Pages holding data over the pool, time-weighted mean (%).
@@ -139,6 +144,11 @@ pub struct PolicyReport {
     pub pages_evicted: u64,
     /// Running sequences preempted for recomputation.
     pub preemptions: u64,
+    /// The decode-first budget this run had: the most prefill tokens a
+    /// step that decodes could take (`None`: whatever the decodes left).
+    pub prefill_cap_tokens: Option<u32>,
+    /// The share of the token budget that cap came from.
+    pub prefill_share: Option<f32>,
     /// Engine steps.
     pub steps: u64,
     /// Mean sequences per step.
@@ -174,7 +184,8 @@ pub(crate) struct Accumulator {
     peak_running: u32,
     prefill_tokens: u64,
     decode_tokens: u64,
-    cached_tokens: u64,
+    first_prompt_tokens: u64,
+    first_cached_tokens: u64,
     preemptions: u64,
     bookkeeping_us: u64,
     compute_us: u64,
@@ -199,7 +210,8 @@ impl Accumulator {
             peak_running: 0,
             prefill_tokens: 0,
             decode_tokens: 0,
-            cached_tokens: 0,
+            first_prompt_tokens: 0,
+            first_cached_tokens: 0,
             preemptions: 0,
             bookkeeping_us: 0,
             compute_us: 0,
@@ -222,7 +234,8 @@ impl Accumulator {
         self.peak_running = self.peak_running.max(running_in_step);
         self.prefill_tokens += u64::from(p.prefill_tokens);
         self.decode_tokens += u64::from(p.decode_tokens);
-        self.cached_tokens += u64::from(p.cached_tokens);
+        self.first_prompt_tokens += u64::from(p.first_prompt_tokens);
+        self.first_cached_tokens += u64::from(p.first_cached_tokens);
         self.preemptions += u64::from(p.preempted);
         self.bookkeeping_us += step.bookkeeping_us;
         self.compute_us += step.compute_us;
@@ -346,7 +359,6 @@ impl Accumulator {
                 0.0
             }
         };
-        let admitted_tokens = self.cached_tokens + self.prefill_tokens;
         let total_us = self.bookkeeping_us + self.compute_us;
         let pct = |a: u64, b: u64| {
             if b == 0 {
@@ -372,7 +384,8 @@ impl Accumulator {
             tpot_ms: Latency::of(&self.tpot),
             e2e_ms: Latency::of(&collect(|r| r.e2e_ms)),
             queue_wait_ms: Latency::of(&collect(|r| r.queue_ms)),
-            cache_hit_rate_pct: pct(self.cached_tokens, admitted_tokens),
+            cache_hit_rate_pct: pct(self.first_cached_tokens, self.first_prompt_tokens),
+            hit_rate_bound_pct: 0.0,
             hit_rate_gain_over_fcfs_pp: None,
             pool_utilization_pct: self.util_weighted / weight,
             pool_peak_utilization_pct: self.peak_util,
@@ -384,6 +397,8 @@ impl Accumulator {
             evictions: end_pool.evictions - start_pool.evictions,
             pages_evicted: end_pool.pages_reclaimed - start_pool.pages_reclaimed,
             preemptions: self.preemptions,
+            prefill_cap_tokens: None,
+            prefill_share: None,
             steps: self.steps,
             mean_batch: if self.steps == 0 {
                 0.0

@@ -143,6 +143,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         kv_dtype: args.kv_dtype,
         scheduler: SchedulerConfig {
             max_batch: args.max_batch,
+            prefill_share: Some(args.prefill_share),
             ..SchedulerConfig::default()
         },
         ..EngineConfig::default()

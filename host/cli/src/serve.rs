@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pagoda_engine::model::{Model, ModelConfig, Weights};
-use pagoda_engine::{EngineConfig, Policy, SchedulerConfig, TextModel};
+use pagoda_engine::{EngineConfig, Policy, SchedulerConfig, TextModel, DEFAULT_PREFILL_SHARE};
 use pagoda_server::kv_events::KvEventsConfig;
 use pagoda_server::{AppState, Limits, Vocab};
 
-use crate::args::{parse_policy, ActivationsArg, BackendKind, WeightsArg};
+use crate::args::{parse_policy, parse_prefill_share, ActivationsArg, BackendKind, WeightsArg};
 use crate::error::CliError;
 
 /// `pagoda serve`'s options.
@@ -53,6 +53,10 @@ pub(crate) struct ServeArgs {
     /// Scheduling policy: fcfs, or lpm[:KEY=VALUE,...].
     #[arg(long, default_value = "lpm", value_parser = parse_policy)]
     policy: Policy,
+    /// Decode first: while a step decodes, prefill takes at most this share
+    /// of the step's token budget (1: no cap, for offline throughput).
+    #[arg(long, default_value_t = DEFAULT_PREFILL_SHARE, value_parser = parse_prefill_share)]
+    prefill_share: f32,
     /// Attention backend.
     #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
     backend: BackendKind,
@@ -126,6 +130,7 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
     let config = EngineConfig {
         scheduler: SchedulerConfig {
             max_batch: args.max_batch,
+            prefill_share: Some(args.prefill_share),
             ..SchedulerConfig::default()
         },
         policy: args.policy,

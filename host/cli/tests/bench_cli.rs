@@ -154,16 +154,20 @@ fn shared_prefixes_hit_and_lpm_hits_at_least_as_much_as_fcfs() {
 }
 
 #[test]
-fn new_workloads_run_and_stay_under_the_offline_optimum() {
-    for workload in ["rag", "agent", "hot-prefix"] {
+fn workloads_stay_under_the_hit_rate_bound() {
+    // Few-shot on the default pool preempts (readmitted prompts find their
+    // own recomputed pages, which must not count as hits).
+    for workload in ["few-shot", "rag", "agent", "hot-prefix"] {
         let report = bench(workload, &["--workload", workload]);
-        let optimum = num(&report, "optimal_hit_rate_pct");
-        assert!(optimum > 20.0, "{workload}: optimum {optimum}");
+        let bound = num(&report, "hit_rate_bound_pct");
+        assert!(bound > 20.0, "{workload}: bound {bound}");
         for p in report["policies"].as_array().unwrap() {
             assert_accounted(p);
             let hit = num(p, "cache_hit_rate_pct");
-            // No policy reuses more than every shared page once computed.
-            assert!(hit <= optimum + 0.5, "{workload}: {hit} above {optimum}");
+            // No run reuses more than every shared page once computed.
+            let own = num(p, "hit_rate_bound_pct");
+            assert!(own <= bound + 1e-9 || num(p, "rejected") > 0.0);
+            assert!(hit <= own + 1e-9, "{workload}: {hit} above {own}");
             assert!(hit > 0.0, "{workload}: no hits");
         }
     }

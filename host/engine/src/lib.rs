@@ -81,7 +81,7 @@ pub use pagoda_core::backend::Backend;
 pub use pagoda_core::queue::QueueError;
 pub use pagoda_core::scheduler::{
     ConfigError, Fcfs, Lpm, Policy, SchedError, SchedulerConfig, SchedulerMetrics, SchedulerPolicy,
-    StepPlan,
+    StepPlan, DEFAULT_PREFILL_SHARE,
 };
 pub use pagoda_core::{
     KvDtype, KvError, ParseKvDtypeError, PoolStats, Priority, RadixStats, RequestId, Timestamp,
