@@ -52,8 +52,11 @@ def workload(args, rng):
         return out
     lo, hi = args.prompt_len
     mlo, mhi = args.max_tokens
+    # A system prompt every request shares (as chat front-ends send), then
+    # the request's own tokens.
+    shared = [rng.randrange(32, 127) for _ in range(args.shared_prefix)]
     return [
-        ([rng.randrange(32, 127) for _ in range(rng.randint(lo, hi))], rng.randint(mlo, mhi))
+        (shared + [rng.randrange(32, 127) for _ in range(rng.randint(lo, hi))], rng.randint(mlo, mhi))
         for _ in range(args.clients * args.requests)
     ]
 
@@ -308,6 +311,8 @@ if __name__ == "__main__":
     p.add_argument("--requests", type=int, default=8, help="per client (ignored with --trace)")
     p.add_argument("--trace", help="JSON Lines from `pagoda bench --save-trace` to replay")
     p.add_argument("--prompt-len", type=pair, default=(16, 96), help="MIN:MAX prompt tokens")
+    p.add_argument("--shared-prefix", type=int, default=0,
+                   help="tokens of a prefix every prompt starts with (a shared system prompt)")
     p.add_argument("--max-tokens", type=pair, default=(8, 32), help="MIN:MAX output tokens")
     p.add_argument("--stream-fraction", type=float, default=0.5)
     p.add_argument("--disconnect-fraction", type=float, default=0.15, help="of streamed requests")
