@@ -161,7 +161,10 @@ mod issue_duties {
         // LPM alike; a share of 1 (config or LPM's own) gives prefill all
         // the decodes leave. Budget 160: 20 tokens of prefill while
         // decoding.
-        assert_eq!(SchedulerConfig::default().prefill_share, Some(DEFAULT_PREFILL_SHARE));
+        assert_eq!(
+            SchedulerConfig::default().prefill_share,
+            Some(DEFAULT_PREFILL_SHARE)
+        );
         let cfg = SchedulerConfig {
             max_batch: 4,
             token_budget: 160,
@@ -176,7 +179,14 @@ mod issue_duties {
             (cfg, Policy::default(), Some(20)),
             (cfg, lpm(), Some(20)),
             (off, Policy::default(), None),
-            (SchedulerConfig { prefill_share: None, ..cfg }, lpm(), None),
+            (
+                SchedulerConfig {
+                    prefill_share: None,
+                    ..cfg
+                },
+                lpm(),
+                None,
+            ),
             (cfg, lpm_off, None),
         ];
         for (cfg, policy, cap) in cases {

@@ -1,6 +1,7 @@
 //! Fuzzes what is built from a model file's metadata: any input that parses
 //! as GGUF goes through the tokenizer, the chat template and the model
-//! configuration, then encoding, decoding, streaming and rendering; each
+//! configuration and program (every architecture's builder), then encoding,
+//! decoding, streaming and rendering; each
 //! succeeds or returns its typed error, none panics. Seed the corpus with a
 //! tokenizer-only file (e.g. `tests/reference/tokenizer_ref.py` writes one)
 //! so mutations start from valid vocabularies:
@@ -10,12 +11,14 @@
 use libfuzzer_sys::fuzz_target;
 use pagoda_core::gguf::Gguf;
 use pagoda_engine::chat::{ChatMessage, ChatTemplate};
-use pagoda_engine::model::ModelConfig;
+use pagoda_engine::model::{Model, ModelConfig};
 use pagoda_engine::tokenizer::{StreamDecoder, Tokenizer};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(file) = Gguf::parse(data) else { return };
     let _ = ModelConfig::from_gguf(&file);
+    // Every architecture's builder reads the file's tensors by name.
+    let _ = Model::from_gguf(&file);
     let Ok(tokenizer) = Tokenizer::from_gguf(&file) else {
         return;
     };

@@ -1,23 +1,48 @@
-"""An independent forward pass of a `llama` or `qwen2` GGUF model in NumPy
-(float64), for host/engine/tests/real_model.rs and synthetic_gguf.rs.
+"""An independent forward pass of a `llama`, `qwen2`, `qwen3` or `phi3` GGUF
+model in NumPy (float64), for host/engine/tests/real_model.rs and
+synthetic_gguf.rs.
 
-Written from the architectures' definitions over the tensors that
-`gguf.quants.dequantize` gives, not from the Rust engine:
+Written from the architectures' definitions (and llama.cpp's reading of
+the GGUF files) over the tensors that `gguf.quants.dequantize` gives, not
+from the Rust engine:
 
     x = embed[tokens]
     per layer:  h = rmsnorm(x) * attn_norm
                 q, k, v = h @ Wq.T (+ bq), h @ Wk.T (+ bk), h @ Wv.T (+ bv)
+                qwen3: q, k = rmsnorm(each head of q) * attn_q_norm,
+                              rmsnorm(each head of k) * attn_k_norm
                 rotary on q and k (first rope.dimension_count dims of a head)
                 x += softmax(q k^T / sqrt(head_dim), causal) v  @ Wo.T
                 h = rmsnorm(x) * ffn_norm
                 x += (silu(h @ Wg.T) * (h @ Wu.T)) @ Wd.T
     logits = (rmsnorm(x) * output_norm) @ (output or token_embd).T
 
+head_dim is attention.key_length (default hidden / heads), so heads *
+head_dim may differ from hidden (Wq [heads * head_dim, hidden], Wo [hidden,
+heads * head_dim]); query head h reads KV head h // (heads / kv_heads).
+Every rmsnorm uses attention.layer_norm_rms_epsilon: x / sqrt(mean(x^2) +
+eps), the mean over the hidden size, or over head_dim for qwen3's
+attn_q_norm / attn_k_norm (each [head_dim], applied after the projection,
+before rotary). qwen3 has no q/k/v biases; qwen2 has them.
+
+phi3 fuses the projections: blk.N.attn_qkv [q_dim + 2 kv_dim, hidden] gives
+q, k, v as its rows in that order (q = its first heads * head_dim outputs,
+then k, then v), and blk.N.ffn_up [2 ffn, hidden] gives gate (the first ffn
+outputs) and up (the last ffn): x += (silu(gate) * up) @ Wd.T, llama.cpp's
+LLM_FFN_SWIGLU over the fused output (ggml_swiglu: silu of the first half
+times the second half, as HF's Phi3MLP chunks gate_up_proj). No biases.
+
 Rotary: `llama` files hold Q/K rows as llama.cpp's converter permuted them
 for its interleaved-pair mode, so pairs are (2j, 2j+1), applied to the
-file's rows as they are; `qwen2` uses the NeoX mode, pairs (j, j + n/2).
-Angle j at position p is p * base^(-2j/n) / rope_freqs[j] (rope_freqs only
-where the file has it).
+file's rows as they are; `qwen2`, `qwen3` and `phi3` use the NeoX mode,
+pairs (j, j + n/2). Angle j at position p is p * base^(-2j/n) / factor[j],
+factor being rope_freqs.weight where the file has it (Llama 3's scaling,
+stored by the converter as these divisors), else LongRoPE's
+rope_factors_long.weight when context_length > rope.scaling.
+original_context_length and rope_factors_short.weight otherwise (phi3;
+llama.cpp chooses by its context size, here the trained one), else 1.
+cos and sin are both multiplied by rope.scaling.attn_factor (default 1;
+phi3's LongRoPE scale), as llama.cpp's rope does with its attn_factor.
 
 Usage: forward_ref.py MODEL OUT PROMPTS GREEDY [COUNT]. PROMPTS is a text
 file, one prompt per line as space-separated token ids. For prompt i it
@@ -58,7 +83,7 @@ class Model:
     def __init__(self, path):
         r = GGUFReader(path)
         self.arch = field(r, "general.architecture")
-        if self.arch not in ("llama", "qwen2"):
+        if self.arch not in ("llama", "qwen2", "qwen3", "phi3"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         self.layers = int(field(r, f"{a}.block_count"))
@@ -66,9 +91,14 @@ class Model:
         self.heads = int(field(r, f"{a}.attention.head_count"))
         self.kv_heads = int(field(r, f"{a}.attention.head_count_kv", self.heads))
         self.head_dim = int(field(r, f"{a}.attention.key_length", self.hidden // self.heads))
+        if int(field(r, f"{a}.attention.value_length", self.head_dim)) != self.head_dim:
+            sys.exit("value_length != key_length is not supported")
         self.rope_dim = int(field(r, f"{a}.rope.dimension_count", self.head_dim))
         self.base = float(field(r, f"{a}.rope.freq_base", 10000.0))
         self.eps = float(field(r, f"{a}.attention.layer_norm_rms_epsilon"))
+        self.context = int(field(r, f"{a}.context_length", 0))
+        self.orig_context = int(field(r, f"{a}.rope.scaling.original_context_length", self.context))
+        self.attn_factor = float(field(r, f"{a}.rope.scaling.attn_factor", 1.0))
         self.t = {}
         for t in r.tensors:
             # numpy shape is GGUF dims reversed: [out, in] for a matrix.
@@ -77,6 +107,9 @@ class Model:
             self.t[t.name] = np.asarray(values, dtype=np.float64).reshape(shape)
         self.head = self.t.get("output.weight", self.t["token_embd.weight"])
         self.rope_factors = self.t.get("rope_freqs.weight")
+        if self.rope_factors is None and "rope_factors_long.weight" in self.t:
+            long = self.context > self.orig_context
+            self.rope_factors = self.t["rope_factors_long.weight" if long else "rope_factors_short.weight"]
 
     def rope(self, x, positions):
         """x: [tokens, heads, head_dim], rotated in place."""
@@ -86,7 +119,8 @@ class Model:
         if self.rope_factors is not None:
             freq = freq / self.rope_factors
         angle = positions[:, None].astype(np.float64) * freq[None, :]
-        cos, sin = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
+        cos = self.attn_factor * np.cos(angle)[:, None, :]
+        sin = self.attn_factor * np.sin(angle)[:, None, :]
         if self.arch == "llama":
             a, b = x[:, :, 0:n:2].copy(), x[:, :, 1:n:2].copy()
             x[:, :, 0:n:2] = a * cos - b * sin
@@ -108,12 +142,20 @@ class Model:
         for i in range(self.layers):
             p = f"blk.{i}."
             h = self.norm(x, w[p + "attn_norm.weight"])
-            q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0.0)
-            k = h @ w[p + "attn_k.weight"].T + w.get(p + "attn_k.bias", 0.0)
-            v = h @ w[p + "attn_v.weight"].T + w.get(p + "attn_v.bias", 0.0)
+            if self.arch == "phi3":
+                qkv = h @ w[p + "attn_qkv.weight"].T
+                nq, nkv = self.heads * d, self.kv_heads * d
+                q, k, v = qkv[:, :nq], qkv[:, nq : nq + nkv], qkv[:, nq + nkv :]
+            else:
+                q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0.0)
+                k = h @ w[p + "attn_k.weight"].T + w.get(p + "attn_k.bias", 0.0)
+                v = h @ w[p + "attn_v.weight"].T + w.get(p + "attn_v.bias", 0.0)
             q = q.reshape(t, self.heads, d)
             k = k.reshape(t, self.kv_heads, d)
             v = v.reshape(t, self.kv_heads, d)
+            if self.arch == "qwen3":
+                q = self.norm(q, w[p + "attn_q_norm.weight"])
+                k = self.norm(k, w[p + "attn_k_norm.weight"])
             self.rope(q, positions)
             self.rope(k, positions)
             out = np.empty((t, self.heads, d))
@@ -124,8 +166,12 @@ class Model:
                 out[:, hq, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, hk, :]
             x = x + out.reshape(t, self.heads * d) @ w[p + "attn_output.weight"].T
             h = self.norm(x, w[p + "ffn_norm.weight"])
-            g = h @ w[p + "ffn_gate.weight"].T
-            u = h @ w[p + "ffn_up.weight"].T
+            if self.arch == "phi3":
+                gu = h @ w[p + "ffn_up.weight"].T
+                g, u = gu[:, : gu.shape[1] // 2], gu[:, gu.shape[1] // 2 :]
+            else:
+                g = h @ w[p + "ffn_gate.weight"].T
+                u = h @ w[p + "ffn_up.weight"].T
             x = x + (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
         if last_only:
             x = x[-1:]

@@ -6,9 +6,36 @@ Usage: make_tiny_gguf.py OUT. Writes into OUT:
               (2 query heads of 64 over 1 KV head, hidden 256)
   llama.gguf  llama, tied embedding (no output.weight), partial rotary
               (rope.dimension_count 32 of head_dim 64), rope_freqs factors
+  qwen3.gguf  qwen3, no biases, QK-norm (blk.N.attn_q_norm / attn_k_norm
+              gains of [head_dim]; attn_q and attn_k values 4x larger, so
+              that the norm matters), untied output.weight, explicit
+              key_length and value_length (4 query heads of 64 over 2 KV)
+  llama3.gguf llama, Llama 3.x rope scaling as llama.cpp's converter stores
+              it: rope_freqs.weight [32] from the "llama3" formula (factor 8,
+              low_freq_factor 1, high_freq_factor 4, original context 64,
+              rope.freq_base 500000), no rope.scaling.type; 8 query heads of
+              64 over 2 KV heads with key_length 64, so heads * head_dim =
+              512 != hidden 256 (attn_q [out 512, in 256], attn_output
+              [out 256, in 512]), and no rope.dimension_count (it defaults
+              to key_length, not to hidden / heads = 32); untied output.weight
+  phi3.gguf   phi3, fused blk.N.attn_qkv [out q + k + v, in hidden] (q rows
+              first, then k, then v) and fused blk.N.ffn_up [out 2 * ffn, in
+              hidden] (gate rows first, then up), no biases, untied
+              output.weight, 4 heads and 4 KV heads of 64 (no key_length:
+              hidden / heads), rope.dimension_count 64, LongRoPE:
+              rope_factors_long.weight in [1, 4] and rope_factors_short.weight
+              in [1, 1.5], each [32], rope.scaling.original_context_length
+              256 < context_length 512 (so the long factors apply),
+              rope.scaling.attn_factor sqrt(1 + ln 2 / ln 256)
 and files each loader must refuse: gpt2.gguf (architecture), q2k.gguf (a
 Q2_K tensor), missing.gguf (no blk.1.ffn_up.weight), shape.gguf (attn_k
-with the wrong output width), zero_heads.gguf (attention.head_count 0).
+with the wrong output width), zero_heads.gguf (attention.head_count 0),
+qwen3moe.gguf (architecture; made as gpt2.gguf is). The files after
+zero_heads.gguf are written last, so the earlier files do not change.
+
+The Q/K rows are random, so they need no converter permutation: a `llama`
+file's rows are simply taken as already permuted for the interleaved-pair
+rotary, which is how llama.cpp and forward_ref.py read them.
 
 Weights use every type the engine loads: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
 Q5_0, Q5_1 through `gguf.quants.quantize`, and Q4_K, Q5_K, Q6_K (which the
@@ -16,6 +43,7 @@ package does not quantize) as random valid blocks with a small random f16
 scale. Rows of 64 or 128 elements (not multiples of 256) use legacy types,
 as llama.cpp's fallback does.
 """
+import math
 import pathlib
 import sys
 
@@ -70,7 +98,13 @@ def gain(n):
 
 
 def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
-          key_length=False, types, skip=(), meta_heads=None):
+          key_length=False, types, skip=(), meta_heads=None, eps=None,
+          base=None, qk_norm=False, qk_scale=1.0, fused=False, meta=None, extra=()):
+    """qk_norm: per-layer attn_q_norm / attn_k_norm gains [HEAD_DIM];
+    qk_scale: attn_q and attn_k values scaled by it (legacy and float types);
+    fused: phi3's attn_qkv and gate+up ffn_up instead of separate matrices;
+    meta: a function adding more metadata; extra: (name, values, type)
+    tensors appended last."""
     w = GGUFWriter(str(path), arch)
     w.add_block_count(LAYERS)
     w.add_context_length(512)
@@ -78,29 +112,50 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
     w.add_feed_forward_length(FFN)
     w.add_head_count(heads if meta_heads is None else meta_heads)
     w.add_head_count_kv(kv_heads)
-    w.add_layer_norm_rms_eps(1e-5 if arch == "llama" else 1e-6)
-    w.add_rope_freq_base(10000.0 if arch == "llama" else 1000000.0)
+    if eps is None:
+        eps = 1e-5 if arch == "llama" else 1e-6
+    w.add_layer_norm_rms_eps(eps)
+    if base is None:
+        base = 10000.0 if arch == "llama" else 1000000.0
+    w.add_rope_freq_base(base)
     if key_length:
         w.add_key_length(HEAD_DIM)
         w.add_value_length(HEAD_DIM)
     if rope_dim is not None:
         w.add_rope_dimension_count(rope_dim)
+    if meta is not None:
+        meta(w)
     q, kv = heads * HEAD_DIM, kv_heads * HEAD_DIM
     tensors = [("token_embd.weight", rng.normal(0.0, 1.0, size=(VOCAB, HIDDEN)), types["embed"])]
     for i in range(LAYERS):
         p = f"blk.{i}."
         t = types["layers"][i]
-        tensors += [
-            (p + "attn_norm.weight", gain(HIDDEN), Q.F32),
-            (p + "attn_q.weight", matrix(q, HIDDEN), t["q"]),
-            (p + "attn_k.weight", matrix(kv, HIDDEN), t["k"]),
-            (p + "attn_v.weight", matrix(kv, HIDDEN), t["v"]),
-            (p + "attn_output.weight", matrix(HIDDEN, q), t["o"]),
-            (p + "ffn_norm.weight", gain(HIDDEN), Q.F32),
-            (p + "ffn_gate.weight", matrix(FFN, HIDDEN), t["gate"]),
-            (p + "ffn_up.weight", matrix(FFN, HIDDEN), t["up"]),
-            (p + "ffn_down.weight", matrix(HIDDEN, FFN), t["down"]),
-        ]
+        if fused:
+            tensors += [
+                (p + "attn_norm.weight", gain(HIDDEN), Q.F32),
+                (p + "attn_qkv.weight", matrix(q + 2 * kv, HIDDEN), t["qkv"]),
+                (p + "attn_output.weight", matrix(HIDDEN, q), t["o"]),
+                (p + "ffn_norm.weight", gain(HIDDEN), Q.F32),
+                (p + "ffn_up.weight", matrix(2 * FFN, HIDDEN), t["up"]),
+                (p + "ffn_down.weight", matrix(HIDDEN, FFN), t["down"]),
+            ]
+        else:
+            tensors += [
+                (p + "attn_norm.weight", gain(HIDDEN), Q.F32),
+                (p + "attn_q.weight", matrix(q, HIDDEN) * qk_scale, t["q"]),
+                (p + "attn_k.weight", matrix(kv, HIDDEN) * qk_scale, t["k"]),
+                (p + "attn_v.weight", matrix(kv, HIDDEN), t["v"]),
+                (p + "attn_output.weight", matrix(HIDDEN, q), t["o"]),
+                (p + "ffn_norm.weight", gain(HIDDEN), Q.F32),
+                (p + "ffn_gate.weight", matrix(FFN, HIDDEN), t["gate"]),
+                (p + "ffn_up.weight", matrix(FFN, HIDDEN), t["up"]),
+                (p + "ffn_down.weight", matrix(HIDDEN, FFN), t["down"]),
+            ]
+        if qk_norm:
+            tensors += [
+                (p + "attn_q_norm.weight", gain(HEAD_DIM), Q.F32),
+                (p + "attn_k_norm.weight", gain(HEAD_DIM), Q.F32),
+            ]
         if biases:
             tensors += [
                 (p + "attn_q.bias", rng.normal(0.0, 0.5, size=q), Q.F32),
@@ -112,6 +167,7 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
         tensors.append(("output.weight", matrix(VOCAB, HIDDEN), types["output"]))
     if arch == "llama" and rope_dim is not None:
         tensors.append(("rope_freqs.weight", rng.uniform(1.0, 4.0, size=rope_dim // 2), Q.F32))
+    tensors += list(extra)
     for name, values, qtype in tensors:
         if name in skip:
             continue
@@ -141,6 +197,57 @@ LLAMA_TYPES = {
     ],
 }
 
+# qwen3's attn_q / attn_k are scaled up (qk_scale) so that the QK-norm
+# matters: no K-quant there, whose random blocks would ignore the scale.
+QWEN3_TYPES = {
+    "embed": Q.Q5_K,
+    "output": Q.Q8_0,
+    "layers": [
+        dict(q=Q.Q5_1, k=Q.Q8_0, v=Q.Q6_K, o=Q.Q4_K, gate=Q.Q5_0, up=Q.BF16, down=Q.Q4_1),
+        dict(q=Q.Q4_0, k=Q.F16, v=Q.Q5_K, o=Q.Q6_K, gate=Q.BF16, up=Q.Q8_0, down=Q.F32),
+    ],
+}
+# attn_output's rows here are 512 wide (8 heads of 64). The random Q4_K and
+# Q5_K blocks have a nonzero mean, which on attn_q and attn_k of one layer
+# would saturate the attention; they stay off such pairs.
+LLAMA3_TYPES = {
+    "embed": Q.Q5_K,
+    "output": Q.Q6_K,
+    "layers": [
+        dict(q=Q.Q6_K, k=Q.Q5_0, v=Q.Q4_K, o=Q.Q8_0, gate=Q.F16, up=Q.Q4_1, down=Q.Q5_K),
+        dict(q=Q.BF16, k=Q.Q6_K, v=Q.Q5_1, o=Q.Q4_K, gate=Q.Q4_0, up=Q.Q6_K, down=Q.Q8_0),
+    ],
+}
+PHI3_TYPES = {
+    "embed": Q.Q8_0,
+    "output": Q.Q6_K,
+    "layers": [
+        dict(qkv=Q.Q6_K, o=Q.F16, up=Q.Q5_K, down=Q.BF16),
+        dict(qkv=Q.Q8_0, o=Q.Q4_K, up=Q.Q5_1, down=Q.Q4_0),
+    ],
+}
+
+
+def llama3_rope_freqs(head_dim, base, factor, low_freq_factor, high_freq_factor, old_context_len):
+    """The divisors llama.cpp's convert_hf_to_gguf.py (LlamaModel) stores as
+    rope_freqs.weight for HF's rope_scaling {"rope_type": "llama3", ...}:
+    1 for high frequencies, `factor` for low ones, and in between
+    1 / ((1 - smooth) / factor + smooth) (HF's _compute_llama3_parameters
+    divides inv_freq by exactly these)."""
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    factors = []
+    for freq in base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim):
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_freq_wavelen:
+            factors.append(1.0)
+        elif wavelen > low_freq_wavelen:
+            factors.append(factor)
+        else:
+            smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            factors.append(1.0 / ((1.0 - smooth) / factor + smooth))
+    return np.array(factors)
+
 
 def q2k(w, name, values):
     rows, cols = values.shape
@@ -164,6 +271,25 @@ def main() -> None:
     shape_types = {**QWEN_TYPES, "layers": [dict(QWEN_TYPES["layers"][0], k=wide_k), QWEN_TYPES["layers"][1]]}
     write(out / "shape.gguf", "qwen2", 2, 1, **dict(qwen, types=shape_types))
     write(out / "zero_heads.gguf", "qwen2", 2, 1, meta_heads=0, **qwen)
+    # The newer files, written after the ones above so that those stay the
+    # same (one random generator for all).
+    write(out / "qwen3.gguf", "qwen3", 4, 2, biases=False, tied=False, key_length=True,
+          qk_norm=True, qk_scale=4.0, types=QWEN3_TYPES)
+    llama3_base = 500000.0
+    freqs = llama3_rope_freqs(HEAD_DIM, llama3_base, 8.0, 1.0, 4.0, 64)
+    write(out / "llama3.gguf", "llama", 8, 2, biases=False, tied=False, key_length=True,
+          base=llama3_base, types=LLAMA3_TYPES, extra=[("rope_freqs.weight", freqs, Q.F32)])
+    long = rng.uniform(1.0, 4.0, size=HEAD_DIM // 2)
+    short = rng.uniform(1.0, 1.5, size=HEAD_DIM // 2)
+    orig_ctx = 256
+    def longrope(w):
+        w.add_rope_scaling_orig_ctx_len(orig_ctx)
+        w.add_rope_scaling_attn_factors(math.sqrt(1.0 + math.log(512 / orig_ctx) / math.log(orig_ctx)))
+    write(out / "phi3.gguf", "phi3", 4, 4, biases=False, tied=False, rope_dim=HEAD_DIM,
+          eps=1e-5, base=10000.0, fused=True, meta=longrope, types=PHI3_TYPES,
+          extra=[("rope_factors_long.weight", long, Q.F32),
+                 ("rope_factors_short.weight", short, Q.F32)])
+    write(out / "qwen3moe.gguf", "qwen3moe", 2, 1, **qwen)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use pagoda_engine::model::{Model, ModelConfig, SamplingParams, Weights};
+use pagoda_engine::model::{Model, ModelConfig, SamplingParams};
 use pagoda_engine::{EngineConfig, SchedulerConfig, SchedulerPolicy, TextModel, WeightMode};
 
 use crate::args::{parse_policy, BenchArgs, Cli, Command, Settings, Suite};
@@ -116,10 +116,7 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
             format!("{} ({})", path.display(), loaded.info.architecture),
         ),
         _ => {
-            embedded = Model::new(Weights::seeded(
-                ModelConfig::EMBEDDED,
-                EMBEDDED_WEIGHTS_SEED,
-            )?);
+            embedded = Model::seeded(ModelConfig::EMBEDDED, EMBEDDED_WEIGHTS_SEED)?;
             (&embedded, "embedded model".to_string())
         }
     };

@@ -82,7 +82,9 @@ impl BenchReport {
         row("cache hit rate (%)", &|p| {
             format!("{:.1}", p.cache_hit_rate_pct)
         });
-        row("  offline bound (%)", &|p| format!("{:.1}", p.hit_rate_bound_pct));
+        row("  offline bound (%)", &|p| {
+            format!("{:.1}", p.hit_rate_bound_pct)
+        });
         row("  gain over FCFS (points)", &|p| {
             p.hit_rate_gain_over_fcfs_pp
                 .map_or("-".into(), |g| format!("{g:+.1}"))

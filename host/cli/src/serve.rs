@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pagoda_engine::model::{Model, ModelConfig, Weights};
+use pagoda_engine::model::{Model, ModelConfig};
 use pagoda_engine::{EngineConfig, Policy, SchedulerConfig, TextModel, DEFAULT_PREFILL_SHARE};
 use pagoda_server::kv_events::KvEventsConfig;
 use pagoda_server::{AppState, Limits, Vocab};
@@ -117,14 +117,11 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
             };
             (text.model, vocab, name)
         }
-        None => {
-            let weights = Weights::seeded(ModelConfig::EMBEDDED, crate::EMBEDDED_WEIGHTS_SEED)?;
-            (
-                Model::new(weights),
-                Vocab::Bytes,
-                "pagoda-embedded".to_string(),
-            )
-        }
+        None => (
+            Model::seeded(ModelConfig::EMBEDDED, crate::EMBEDDED_WEIGHTS_SEED)?,
+            Vocab::Bytes,
+            "pagoda-embedded".to_string(),
+        ),
     };
     let max_context = model.config().max_context;
     let config = EngineConfig {

@@ -553,15 +553,6 @@ pub(crate) mod tests {
         assert_eq!(firsts.len(), 200 - hot + 1, "cold prompts are one-offs");
     }
 
-    fn entry(prompt: Vec<u32>) -> TraceEntry {
-        TraceEntry {
-            arrival_us: 0,
-            prompt,
-            max_tokens: 1,
-            priority: Priority::Normal,
-        }
-    }
-
     /// The hit rate of running `prompts` in this order with an unbounded
     /// cache, as the engine counts it: leading pages already computed.
     fn hit_rate_in_order(prompts: &[&[u32]], page: usize) -> f64 {
@@ -642,7 +633,10 @@ pub(crate) mod tests {
             let mut refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
             let bound = hit_rate_bound_pct(refs.iter().copied(), 4);
             let best = best_order_rate(&mut refs, 4);
-            assert!(bound + 1e-9 >= best, "bound {bound} below order {best}: {prompts:?}");
+            assert!(
+                bound + 1e-9 >= best,
+                "bound {bound} below order {best}: {prompts:?}"
+            );
             tight += usize::from((bound - best).abs() < 1e-9);
         }
         assert!(tight > 150, "bound tight on only {tight} of 200 traces");

@@ -19,6 +19,11 @@ use crate::thread::{spawn, EngineClient, SpawnError};
 /// KV scatter and attention on the backend); the Vulkan backend runs the
 /// whole step on the device (weights uploaded on the first step).
 pub trait StepBackend: Backend + Sized {
+    /// What the backend prepares for a model and keeps across steps (the
+    /// Vulkan backend: the weights on the device); the engine holds it
+    /// beside the backend's KV store.
+    type Prepared: Default;
+
     /// Fresh activation buffers for an engine on this backend. The default
     /// starts its own thread team on the first step; the CPU backend lends
     /// its team, so attention and the products run on the same threads.
@@ -32,10 +37,12 @@ pub trait StepBackend: Backend + Sized {
         &mut self,
         model: &Model,
         store: &mut Self::KvStore,
+        prepared: &mut Self::Prepared,
         input: &StepInput<'_>,
         act: &mut Activations,
         logits: &mut Vec<f32>,
     ) -> Result<(), ForwardError<Self::Error>> {
+        let _ = prepared;
         model.forward(self, store, input, act, logits)
     }
 
@@ -44,18 +51,27 @@ pub trait StepBackend: Backend + Sized {
     /// (the lowest id among equal logits); what `logits` holds after it is
     /// unspecified. The default picks from the logits on the host; the
     /// Vulkan backend picks on the device and reads back only the tokens.
+    #[allow(clippy::too_many_arguments)]
     fn greedy_step(
         &mut self,
         model: &Model,
         store: &mut Self::KvStore,
+        prepared: &mut Self::Prepared,
         input: &StepInput<'_>,
         act: &mut Activations,
         logits: &mut Vec<f32>,
         tokens: &mut Vec<u32>,
     ) -> Result<(), ForwardError<Self::Error>> {
-        self.forward_step(model, store, input, act, logits)?;
+        self.forward_step(model, store, prepared, input, act, logits)?;
         greedy_tokens(logits, model.config().vocab, tokens);
         Ok(())
+    }
+
+    /// Whether steps run whole on a device with what the backend
+    /// `prepared` (`None` on the host, or before the first step).
+    fn whole_steps_on_device(prepared: &Self::Prepared) -> Option<bool> {
+        let _ = prepared;
+        None
     }
 
     /// The device's copy bandwidth in bytes read plus written per second,
@@ -91,6 +107,8 @@ pub struct DeviceProgram {
 }
 
 impl StepBackend for CpuBackend {
+    type Prepared = ();
+
     fn activations(&self) -> Activations {
         Activations::with_team(self.team().clone())
     }

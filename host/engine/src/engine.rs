@@ -58,6 +58,8 @@ pub struct Engine<'s, B: StepBackend> {
     pub(crate) entries: HashMap<RequestId, EntryId>,
     pub(crate) batch: Batch,
     pub(crate) activations: Activations,
+    /// What the backend prepared for the model (weights on a device).
+    pub(crate) prepared: B::Prepared,
     pub(crate) logits: Vec<f32>,
     pub(crate) sampler: Sampler,
     epoch: Instant,
@@ -113,6 +115,7 @@ impl<'s, B: StepBackend> Engine<'s, B> {
             entries: HashMap::new(),
             batch: Batch::default(),
             activations,
+            prepared: B::Prepared::default(),
             logits: Vec::new(),
             sampler: Sampler::default(),
             epoch: Instant::now(),
@@ -140,7 +143,7 @@ impl<'s, B: StepBackend> Engine<'s, B> {
     /// whole steps on a device (`None` on the host, or when the model's
     /// weights did not fit the device and only attention runs there).
     pub fn last_device_step(&self) -> Option<DeviceProgram> {
-        if self.activations.whole_steps_on_device() != Some(true) {
+        if B::whole_steps_on_device(&self.prepared) != Some(true) {
             return None;
         }
         self.backend.last_device_program()

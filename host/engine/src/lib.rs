@@ -14,11 +14,11 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use pagoda_engine::model::{Model, ModelConfig, SamplingParams, Weights};
+//! use pagoda_engine::model::{Model, ModelConfig, SamplingParams};
 //! use pagoda_engine::{BackendChoice, EngineConfig, Event, GenRequest, Priority, Shutdown};
 //!
 //! // The embedded random-weight model, on the CPU backend, on its own thread.
-//! let model = Arc::new(Model::new(Weights::seeded(ModelConfig::EMBEDDED, 0)?));
+//! let model = Arc::new(Model::seeded(ModelConfig::EMBEDDED, 0)?);
 //! let config = EngineConfig { kv_pages: 64, ..EngineConfig::default() };
 //! let client = BackendChoice::Cpu { threads: 1 }.spawn(model, config)?;
 //!

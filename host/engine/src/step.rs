@@ -147,6 +147,7 @@ impl<B: StepBackend> Engine<'_, B> {
             self.backend.greedy_step(
                 self.model,
                 &mut self.store,
+                &mut self.prepared,
                 &input,
                 &mut self.activations,
                 &mut self.logits,
@@ -156,6 +157,7 @@ impl<B: StepBackend> Engine<'_, B> {
             self.backend.forward_step(
                 self.model,
                 &mut self.store,
+                &mut self.prepared,
                 &input,
                 &mut self.activations,
                 &mut self.logits,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::chat::{ChatTemplate, ChatTemplateError, StopStrings};
-use crate::model::{ActPrecision, LoadError, Model, ModelConfig, ModelFile, QuantizedWeights};
+use crate::model::{ActPrecision, Holding, LoadError, Model, ModelFile};
 use crate::tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 
 /// Why a GGUF file could not be opened as a text model.
@@ -94,14 +94,11 @@ impl TextModel {
         let started = Instant::now();
         let file = Arc::new(ModelFile::open(path)?);
         let gguf = file.gguf()?;
-        let model = match mode {
-            WeightMode::Dequantized => Model::from_gguf(&gguf)?,
-            WeightMode::Quantized(precision) => {
-                let config = ModelConfig::from_gguf(&gguf)?;
-                let weights = QuantizedWeights::from_file(Arc::clone(&file), config)?;
-                Model::from_quantized(weights.with_precision(precision))
-            }
+        let holding = match mode {
+            WeightMode::Dequantized => Holding::Dense,
+            WeightMode::Quantized(precision) => Holding::Mapped(precision),
         };
+        let model = Model::open(Arc::clone(&file), holding)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let text_of = |id: Option<u32>| {
             id.and_then(|id| tokenizer.token_text(id))

@@ -9,7 +9,7 @@ use pagoda_core::scheduler::{Fcfs, Policy, SchedulerConfig};
 use pagoda_core::{KvDtype, PageId, Priority, Slot, PAGE_SIZE};
 use pagoda_cpu::CpuBackend;
 use pagoda_engine::model::{
-    Activations, Model, ModelConfig, ModelError, SamplingError, SamplingParams, StepInput, Weights,
+    Activations, Model, ModelConfig, ModelError, SamplingError, SamplingParams, StepInput,
 };
 use pagoda_engine::{
     Engine, EngineConfig, EngineStorage, Event, GenRequest, Rejection, RequestHandle, StopReason,
@@ -30,39 +30,39 @@ const CONFIG: ModelConfig = ModelConfig {
 };
 
 fn model() -> Model {
-    Model::new(Weights::seeded(CONFIG, 42).unwrap())
+    Model::seeded(CONFIG, 42).unwrap()
 }
 
 /// Logits of every position of `tokens`, by a dense f64 forward pass with
 /// plain loops: the definition the engine must match.
 fn reference_logits(model: &Model, tokens: &[u32]) -> Vec<Vec<f64>> {
     let c = model.config();
-    let w = model.weights().expect("a dense model");
+    // The seeded model's matrices in the order it reads them: the
+    // embedding, each layer's q, k, v, output, gate, up and down, the head
+    // (`out` rows of `in`); its norm gains are all one.
+    let matrices: Vec<(usize, Vec<f32>)> = model
+        .matrices()
+        .map(|m| (m.cols(), m.to_f32().unwrap()))
+        .collect();
+    assert_eq!(matrices.len(), 2 + 7 * c.layers as usize);
     let (n, hd, d) = (tokens.len(), c.hidden as usize, c.head_dim as usize);
     let group = (c.q_heads / c.kv_heads) as usize;
-    let matmul = |x: &[Vec<f64>], m: &ndarray::Array2<f32>| -> Vec<Vec<f64>> {
+    let matmul = |x: &[Vec<f64>], m: &(usize, Vec<f32>)| -> Vec<Vec<f64>> {
+        let (inp, w) = m;
         x.iter()
             .map(|row| {
-                (0..m.ncols())
-                    .map(|j| {
-                        row.iter()
-                            .enumerate()
-                            .map(|(i, v)| v * f64::from(m[[i, j]]))
-                            .sum()
-                    })
+                w.chunks_exact(*inp)
+                    .map(|wrow| row.iter().zip(wrow).map(|(v, w)| v * f64::from(*w)).sum())
                     .collect()
             })
             .collect()
     };
-    let norm = |x: &[Vec<f64>], g: &ndarray::Array1<f32>| -> Vec<Vec<f64>> {
+    let norm = |x: &[Vec<f64>]| -> Vec<Vec<f64>> {
         x.iter()
             .map(|row| {
                 let ms = row.iter().map(|v| v * v).sum::<f64>() / row.len() as f64;
                 let inv = 1.0 / (ms + f64::from(c.rms_eps)).sqrt();
-                row.iter()
-                    .zip(g)
-                    .map(|(v, g)| v * inv * f64::from(*g))
-                    .collect()
+                row.iter().map(|v| v * inv).collect()
             })
             .collect()
     };
@@ -79,21 +79,21 @@ fn reference_logits(model: &Model, tokens: &[u32]) -> Vec<Vec<f64>> {
             }
         }
     };
+    let embed = &matrices[0].1;
     let mut x: Vec<Vec<f64>> = tokens
         .iter()
         .map(|&t| {
-            w.embed()
-                .row(t as usize)
+            embed[t as usize * hd..][..hd]
                 .iter()
                 .map(|&v| f64::from(v))
                 .collect()
         })
         .collect();
-    for layer in w.layers() {
-        let h = norm(&x, &layer.attn_norm);
-        let mut q = matmul(&h, &layer.wq);
-        let mut k = matmul(&h, &layer.wk);
-        let v = matmul(&h, &layer.wv);
+    for layer in matrices[1..matrices.len() - 1].chunks_exact(7) {
+        let h = norm(&x);
+        let mut q = matmul(&h, &layer[0]);
+        let mut k = matmul(&h, &layer[1]);
+        let v = matmul(&h, &layer[2]);
         rope(&mut q, c.q_heads as usize);
         rope(&mut k, c.kv_heads as usize);
         let scale = 1.0 / (d as f64).sqrt();
@@ -119,15 +119,15 @@ fn reference_logits(model: &Model, tokens: &[u32]) -> Vec<Vec<f64>> {
                 }
             }
         }
-        let o = matmul(&attn, &layer.wo);
+        let o = matmul(&attn, &layer[3]);
         for (xr, or) in x.iter_mut().zip(&o) {
             for (a, b) in xr.iter_mut().zip(or) {
                 *a += b;
             }
         }
-        let h = norm(&x, &layer.ffn_norm);
-        let gate = matmul(&h, &layer.w_gate);
-        let up = matmul(&h, &layer.w_up);
+        let h = norm(&x);
+        let gate = matmul(&h, &layer[4]);
+        let up = matmul(&h, &layer[5]);
         let act: Vec<Vec<f64>> = gate
             .iter()
             .zip(&up)
@@ -138,15 +138,14 @@ fn reference_logits(model: &Model, tokens: &[u32]) -> Vec<Vec<f64>> {
                     .collect()
             })
             .collect();
-        let down = matmul(&act, &layer.w_down);
+        let down = matmul(&act, &layer[6]);
         for (xr, dr) in x.iter_mut().zip(&down) {
             for (a, b) in xr.iter_mut().zip(dr) {
                 *a += b;
             }
         }
     }
-    let _ = hd;
-    matmul(&norm(&x, w.final_norm()), &w.lm_head().to_owned())
+    matmul(&norm(&x), &matrices[matrices.len() - 1])
 }
 
 fn argmax(row: &[f64]) -> u32 {

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pagoda_cpu::{CpuBackend, CpuError};
-use pagoda_engine::model::{Model, ModelConfig, SamplingParams, Weights};
+use pagoda_engine::model::{Model, ModelConfig, SamplingParams};
 use pagoda_engine::{
     spawn, Canceller, EngineClient, EngineConfig, Event, EventSink, Fcfs, GenRequest, KvDtype,
     Policy, Priority, Rejection, SchedulerConfig, Shutdown,
@@ -33,7 +33,7 @@ const CONFIG: ModelConfig = ModelConfig {
 };
 
 fn engine() -> EngineClient {
-    let model = Arc::new(Model::new(Weights::seeded(CONFIG, 42).unwrap()));
+    let model = Arc::new(Model::seeded(CONFIG, 42).unwrap());
     let config = EngineConfig {
         scheduler: SchedulerConfig {
             max_batch: 8,

@@ -19,9 +19,7 @@ use std::time::Instant;
 
 use pagoda_core::{KvDtype, Priority};
 use pagoda_cpu::CpuBackend;
-use pagoda_engine::model::{
-    ActPrecision, Model, ModelConfig, ModelFile, QuantizedWeights, SamplingParams,
-};
+use pagoda_engine::model::{ActPrecision, Holding, Model, ModelFile, RopeMode, SamplingParams};
 use pagoda_engine::{Engine, EngineConfig, EngineStorage, Event, GenRequest};
 
 /// Our logits may differ from the f64 reference by this fraction of the
@@ -133,16 +131,12 @@ fn fixture() -> Option<&'static Fixture> {
                 start.elapsed()
             );
             let file = Arc::new(file);
-            let config = ModelConfig::from_gguf(&file.gguf().unwrap()).unwrap();
-            let in_place =
-                QuantizedWeights::from_file(file, config).expect("load the model in place");
-            let int8 = in_place.clone().with_precision(ActPrecision::Int8);
-            let int8_decode = in_place.with_precision(ActPrecision::Int8Decode);
+            let mapped = |p| Model::open(Arc::clone(&file), Holding::Mapped(p));
             Some(Fixture {
                 model,
                 quantized,
-                int8: Model::from_quantized(int8),
-                int8_decode: Model::from_quantized(int8_decode),
+                int8: mapped(ActPrecision::Int8).expect("load the model in place"),
+                int8_decode: mapped(ActPrecision::Int8Decode).expect("load the model in place"),
                 dir,
             })
         })
@@ -166,20 +160,28 @@ fn smollm2_config_comes_from_the_file() {
     assert_eq!(f.quantized.config(), c);
     assert!(f.quantized.is_quantized() && !f.model.is_quantized());
     assert!(f.quantized.is_tied());
-    let precision = |m: &Model| m.quantized_weights().unwrap().precision();
-    assert_eq!(precision(&f.quantized), ActPrecision::F32, "the default");
-    assert_eq!(precision(&f.int8), ActPrecision::Int8);
-    assert_eq!(precision(&f.int8_decode), ActPrecision::Int8Decode);
+    let precision = |m: &Model| m.holding();
+    assert_eq!(
+        precision(&f.quantized),
+        Holding::Mapped(ActPrecision::F32),
+        "the default"
+    );
+    assert_eq!(precision(&f.int8), Holding::Mapped(ActPrecision::Int8));
+    assert_eq!(
+        precision(&f.int8_decode),
+        Holding::Mapped(ActPrecision::Int8Decode)
+    );
     assert_eq!(f.quantized.parameters(), f.model.parameters());
-    let q = f.quantized.quantized_weights().unwrap();
-    assert!(
-        q.interleaved_rope(),
+    assert_eq!(f.quantized.architecture(), "llama");
+    assert_eq!(
+        f.quantized.rope_mode(),
+        RopeMode::Interleaved,
         "a llama file keeps llama.cpp's row order"
     );
-    assert_eq!(q.embed().kind(), pagoda_core::QuantKind::Q8_0);
+    assert_eq!(f.quantized.embedding().kind(), pagoda_core::QuantKind::Q8_0);
     assert_eq!(
-        q.lm_head(),
-        q.embed(),
+        f.quantized.head().bytes().as_ptr(),
+        f.quantized.embedding().bytes().as_ptr(),
         "the tied head is the embedding's bytes"
     );
 }

@@ -6,7 +6,7 @@
 //! its tokens, and the engine ends with a clean audit.
 
 use pagoda_cpu::CpuBackend;
-use pagoda_engine::model::{Model, ModelConfig, SamplingParams, Weights};
+use pagoda_engine::model::{Model, ModelConfig, SamplingParams};
 use pagoda_engine::{
     Engine, EngineConfig, EngineStorage, Event, Fcfs, GenRequest, KvDtype, Policy, Priority,
     Rejection, RequestHandle, SchedulerConfig,
@@ -102,7 +102,7 @@ proptest! {
     fn arbitrary_requests_get_typed_refusals_one_terminal_event_and_a_clean_audit(
         ops in prop::collection::vec(op(), 1..40)
     ) {
-        let model = Model::new(Weights::seeded(CONFIG, 5).unwrap());
+        let model = Model::seeded(CONFIG, 5).unwrap();
         let config = EngineConfig {
             scheduler: SchedulerConfig {
                 max_batch: 4,

@@ -2,9 +2,11 @@
 //! (tests/reference/make_tiny_gguf.py), loaded by the engine and run through
 //! the paged forward pass, against the independent NumPy forward pass
 //! (tests/reference/forward_ref.py) over the tensors `gguf` dequantizes: a
-//! `qwen2` model (biases, untied head, explicit key length) and a `llama`
-//! one (tied head, partial rotary, rope factors), both with weights of
-//! every supported type, through both the dense path (dequantized at load)
+//! `qwen2` model (biases, untied head, explicit key length), a `llama`
+//! one (tied head, partial rotary, rope factors), a `qwen3` one (QK-norm), a
+//! `llama` one with Llama 3.x rope scaling and attention wider than the
+//! hidden size, and a `phi3` one (fused tensors, LongRoPE), all with weights
+//! of every supported type, through both the dense path (dequantized at load)
 //! and the quantized one (matrices kept in the map, f32 activations, so
 //! held to the same tolerances). Then the files each loader must refuse.
 
@@ -14,13 +16,17 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use pagoda_core::KvDtype;
-use pagoda_engine::model::{LoadError, Model, ModelConfig, ModelError, ModelFile};
+use pagoda_engine::model::{LoadError, Model, ModelConfig, ModelError, ModelFile, RopeMode};
 
 /// Logits may differ from the f64 reference by this fraction of their
 /// range (max - min over all positions): f32 compute and the KV cache's
 /// rounding. Measured: see the printed figures.
 const TOLERANCE_F32: f32 = 3e-5;
 const TOLERANCE_F16: f32 = 5e-3;
+/// The tiny models make_tiny_gguf.py writes, each checked against the
+/// reference.
+const ARCHS: [&str; 5] = ["qwen2", "llama", "qwen3", "llama3", "phi3"];
+
 fn prompts() -> Vec<Vec<u32>> {
     vec![
         vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 200, 255, 0, 17],
@@ -38,7 +44,7 @@ fn fixtures() -> Option<&'static PathBuf> {
         support::run_reference(&python, "make_tiny_gguf.py", &[dir.as_os_str()]);
         let prompts_file = dir.join("prompts.txt");
         support::write_prompts(&prompts_file, &prompts());
-        for arch in ["qwen2", "llama"] {
+        for arch in ARCHS {
             let out = dir.join(arch);
             std::fs::create_dir_all(&out).unwrap();
             let model = dir.join(format!("{arch}.gguf"));
@@ -131,29 +137,59 @@ fn llama_with_tied_head_and_partial_rotary_matches_the_reference() {
 }
 
 #[test]
-fn the_loaded_qwen2_model_has_biases_and_its_own_head() {
-    let Some(dir) = fixtures() else { return };
-    let model = load(&dir.join("qwen2.gguf")).unwrap();
-    let w = model.weights().expect("dense");
-    assert!(!w.is_tied());
-    assert!(w
-        .layers()
-        .iter()
-        .all(|l| l.bq.is_some() && l.bk.is_some() && l.bv.is_some()));
-    let llama = load(&dir.join("llama.gguf")).unwrap();
-    assert!(llama.is_tied());
-    assert!(llama.weights().expect("dense").rope_factors().is_some());
+fn qwen3_with_qk_norm_matches_the_reference() {
+    if let Some(c) = agrees_with_reference("qwen3") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
+    }
+}
 
-    let q = Model::load(dir.join("qwen2.gguf")).unwrap();
-    let qw = q.quantized_weights().expect("quantized");
-    assert!(!qw.is_tied() && qw.has_biases() && !qw.interleaved_rope());
-    let ql = Model::load(dir.join("llama.gguf")).unwrap();
-    let qlw = ql.quantized_weights().expect("quantized");
-    assert!(qlw.is_tied() && !qlw.has_biases() && qlw.interleaved_rope());
-    assert!(qlw.rope_factors().is_some());
-    // The matrices are views of the file, not copies.
-    let file_len = qlw.file().bytes().len();
-    assert!(qlw.embed().byte_range().end <= file_len);
+#[test]
+fn llama3_rope_scaling_and_a_wider_attention_match_the_reference() {
+    // Llama 3.x's scaled frequencies (as rope_freqs.weight), and heads ×
+    // head_dim (512) wider than the hidden size (256), as Mistral-Nemo has.
+    if let Some(c) = agrees_with_reference("llama3") {
+        assert_eq!(
+            (c.q_heads, c.head_dim, c.rope_dim, c.hidden),
+            (8, 64, 64, 256)
+        );
+        assert_eq!(c.rope_theta, 500_000.0);
+    }
+}
+
+#[test]
+fn phi3_with_fused_tensors_and_longrope_matches_the_reference() {
+    if let Some(c) = agrees_with_reference("phi3") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 4, 64));
+    }
+}
+
+#[test]
+fn each_architecture_loads_what_its_file_holds() {
+    let Some(dir) = fixtures() else { return };
+    for (name, load) in loaders() {
+        let qwen2 = load(&dir.join("qwen2.gguf")).unwrap();
+        assert!(!qwen2.is_tied() && qwen2.has_biases(), "{name}");
+        assert_eq!(qwen2.rope_mode(), RopeMode::Neox);
+        let llama = load(&dir.join("llama.gguf")).unwrap();
+        assert!(llama.is_tied() && !llama.has_biases(), "{name}");
+        assert_eq!(llama.rope_mode(), RopeMode::Interleaved);
+        let phi3 = load(&dir.join("phi3.gguf")).unwrap();
+        assert_eq!(phi3.architecture(), "phi3");
+        // q, k and v (and gate and up) are views of one fused tensor.
+        assert_eq!(
+            phi3.matrices().count(),
+            2 + 7 * phi3.config().layers as usize
+        );
+        let qwen3 = load(&dir.join("qwen3.gguf")).unwrap();
+        assert!(!qwen3.has_biases() && qwen3.architecture() == "qwen3");
+    }
+    // Mapped matrices are views of the file, not copies.
+    let file = std::sync::Arc::new(ModelFile::open(dir.join("phi3.gguf")).unwrap());
+    let phi3 = Model::from_file(std::sync::Arc::clone(&file)).unwrap();
+    let range = file.bytes().as_ptr_range();
+    for m in phi3.matrices() {
+        assert!(range.contains(&m.bytes().as_ptr()), "a copy");
+    }
 }
 
 #[test]
@@ -166,9 +202,17 @@ fn unsupported_or_malformed_files_are_refused_by_name() {
 }
 
 fn refused_by_name(dir: &Path, load: Loader) {
-    match load(&dir.join("gpt2.gguf")) {
-        Err(LoadError::UnsupportedArchitecture(a)) => assert_eq!(a, "gpt2"),
-        other => panic!("gpt2: {other:?}"),
+    for arch in ["gpt2", "qwen3moe"] {
+        match load(&dir.join(format!("{arch}.gguf"))) {
+            Err(e @ LoadError::UnsupportedArchitecture(_)) => {
+                let LoadError::UnsupportedArchitecture(a) = &e else {
+                    unreachable!()
+                };
+                assert_eq!(a, arch);
+                assert!(e.to_string().contains("qwen3, phi3"), "{e}");
+            }
+            other => panic!("{arch}: {other:?}"),
+        }
     }
     match load(&dir.join("q2k.gguf")) {
         Err(e @ LoadError::UnsupportedTensorType { .. }) => {

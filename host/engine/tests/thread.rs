@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pagoda_cpu::{CpuBackend, CpuError};
-use pagoda_engine::model::{Model, ModelConfig, SamplingParams, Weights};
+use pagoda_engine::model::{Model, ModelConfig, SamplingParams};
 use pagoda_engine::{
     spawn, BackendChoice, EngineConfig, Event, Fcfs, GenRequest, KvDtype, Policy, Priority,
     Rejection, SchedulerConfig, Shutdown, ShutdownError, SpawnError,
@@ -27,7 +27,7 @@ const CONFIG: ModelConfig = ModelConfig {
 };
 
 fn model() -> Arc<Model> {
-    Arc::new(Model::new(Weights::seeded(CONFIG, 42).unwrap()))
+    Arc::new(Model::seeded(CONFIG, 42).unwrap())
 }
 
 fn config(kv_pages: u32) -> EngineConfig {

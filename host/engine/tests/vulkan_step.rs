@@ -14,12 +14,11 @@ mod support;
 
 use std::sync::Arc;
 
-use ndarray::{Array1, Array2};
-use pagoda_core::backend::{Backend, SeqAttention};
+use pagoda_core::backend::SeqAttention;
 use pagoda_core::{KvDtype, PageId, Priority, Slot, PAGE_SIZE};
 use pagoda_cpu::CpuBackend;
 use pagoda_engine::model::{
-    argmax, Activations, Model, ModelConfig, ModelFile, SamplingParams, StepInput, Weights,
+    argmax, Activations, Model, ModelConfig, ModelFile, SamplingParams, Seeded, StepInput,
 };
 use pagoda_engine::{
     DeviceProgram, Engine, EngineConfig, EngineStorage, Event, GenRequest, StepBackend,
@@ -60,13 +59,14 @@ fn smollm2() -> Option<Model> {
 }
 
 fn embedded() -> Model {
-    Model::new(Weights::seeded(ModelConfig::EMBEDDED, 7).unwrap())
+    Model::seeded(ModelConfig::EMBEDDED, 7).unwrap()
 }
 
 /// One sequence stepped by hand on one backend: its own store and buffers.
-struct Run<B: Backend> {
+struct Run<B: StepBackend> {
     backend: B,
     store: B::KvStore,
+    prepared: B::Prepared,
     act: Activations,
     pages: Vec<PageId>,
 }
@@ -81,6 +81,7 @@ impl<B: StepBackend> Run<B> {
         Self {
             backend,
             store,
+            prepared: B::Prepared::default(),
             act: Activations::with_threads(1).unwrap(),
             pages,
         }
@@ -111,7 +112,14 @@ impl<B: StepBackend> Run<B> {
         };
         let mut logits = Vec::new();
         self.backend
-            .forward_step(model, &mut self.store, &input, &mut self.act, &mut logits)
+            .forward_step(
+                model,
+                &mut self.store,
+                &mut self.prepared,
+                &input,
+                &mut self.act,
+                &mut logits,
+            )
             .unwrap_or_else(|e| panic!("{}: {e:?}", self.backend.name()));
         logits
     }
@@ -183,7 +191,7 @@ fn compare(
         at += input.len();
         input = vec![token];
     }
-    let on_device = dev.act.whole_steps_on_device();
+    let on_device = VulkanBackend::whole_steps_on_device(&dev.prepared);
     assert!(on_device.is_some());
     let messages = dev.backend.validation_messages();
     assert!(messages.is_empty(), "validation layer: {messages:#?}");
@@ -205,39 +213,14 @@ fn the_embedded_model_steps_on_the_device_as_on_the_cpu() {
 /// The embedded model with what Qwen2 and Llama 3 files add: query, key
 /// and value biases, an output head of its own, rotary frequency factors.
 fn embedded_with_biases() -> Model {
-    let w = Weights::seeded(ModelConfig::EMBEDDED, 11).unwrap();
-    let c = *w.config();
-    let mut rng = fastrand::Rng::with_seed(3);
-    let mut random = |n: usize, scale: f32| -> Vec<f32> {
-        (0..n).map(|_| (rng.f32() * 2.0 - 1.0) * scale).collect()
+    let c = ModelConfig::EMBEDDED;
+    let extra = Seeded {
+        biases: true,
+        rope_factors: Some((0..c.rope_dim / 2).map(|i| 1.0 + i as f32 / 8.0).collect()),
     };
-    let layers = w
-        .layers()
-        .iter()
-        .map(|l| {
-            let mut l = l.clone();
-            l.bq = Some(Array1::from(random(c.q_dim(), 0.5)));
-            l.bk = Some(Array1::from(random(c.kv_dim(), 0.5)));
-            l.bv = Some(Array1::from(random(c.kv_dim(), 0.5)));
-            l
-        })
-        .collect();
-    let (h, v) = (c.hidden as usize, c.vocab as usize);
-    let head = Array2::from_shape_vec((h, v), random(h * v, 0.1)).unwrap();
-    let factors: Vec<f32> = (0..c.rope_dim as usize / 2)
-        .map(|i| 1.0 + i as f32 / 8.0)
-        .collect();
-    let w = Weights::from_parts(
-        c,
-        w.embed().clone(),
-        layers,
-        w.final_norm().clone(),
-        Some(head),
-    )
-    .unwrap()
-    .with_rope_factors(Array1::from(factors))
-    .unwrap();
-    Model::new(w)
+    let model = Model::seeded_with(c, 11, &extra).unwrap();
+    assert!(model.has_biases() && !model.is_tied());
+    model
 }
 
 #[test]

@@ -1,8 +1,8 @@
-//! GGUF tensors to f32 arrays at load, split over threads by rows.
+//! GGUF tensors to f32 at load (the dense path, and the small vectors of
+//! every path), split over threads by rows.
 
 use std::num::NonZeroUsize;
 
-use ndarray::{Array1, Array2};
 use pagoda_core::dequantize_row;
 use pagoda_core::gguf::{Gguf, TensorInfo};
 
@@ -30,32 +30,25 @@ pub(super) fn tensor<'a>(
     Ok(t)
 }
 
-/// A vector tensor `[len]`.
-pub(super) fn vector(g: &Gguf<'_>, name: &str, len: usize) -> Result<Array1<f32>, LoadError> {
-    let t = tensor(g, name, &[len as u64])?;
-    let rows = rows(&t, |r| r)?;
-    Ok(Array1::from_vec(rows.into_raw_vec_and_offset().0))
+/// A vector tensor `[len]`, in f32.
+pub(super) fn vector(g: &Gguf<'_>, name: &str, len: usize) -> Result<Vec<f32>, LoadError> {
+    rows(&tensor(g, name, &[len as u64])?)
 }
 
-/// A matrix tensor stored as `out` rows of `inp` elements, as an
-/// `[out, inp]` array whose row `r` is the file's row `source(r)`.
+/// A matrix tensor stored as `out` rows of `inp` elements, in f32, rows
+/// back to back.
 pub(super) fn matrix(
     g: &Gguf<'_>,
     name: &str,
     inp: usize,
     out: usize,
-    source: impl Fn(usize) -> usize + Sync,
-) -> Result<Array2<f32>, LoadError> {
-    let t = tensor(g, name, &[inp as u64, out as u64])?;
-    rows(&t, source)
+) -> Result<Vec<f32>, LoadError> {
+    rows(&tensor(g, name, &[inp as u64, out as u64])?)
 }
 
-/// Dequantizes every row of `t` into place `r` from row `source(r)`, with
-/// the rows split over the available cores.
-fn rows(
-    t: &TensorInfo<'_>,
-    source: impl Fn(usize) -> usize + Sync,
-) -> Result<Array2<f32>, LoadError> {
+/// Dequantizes every row of `t`, with the rows split over the available
+/// cores.
+fn rows(t: &TensorInfo<'_>) -> Result<Vec<f32>, LoadError> {
     let width = t.row_elems() as usize;
     let count = t.rows() as usize;
     let mut data = vec![0f32; width * count];
@@ -70,13 +63,11 @@ fn rows(
     };
     let one = |first: usize, chunk: &mut [f32]| -> Result<(), LoadError> {
         for (i, out) in chunk.chunks_exact_mut(width).enumerate() {
-            let bytes = t
-                .row(source(first + i) as u64)
-                .ok_or_else(|| LoadError::Shape {
-                    tensor: t.name().to_string(),
-                    expected: vec![width as u64, count as u64],
-                    found: t.dims().to_vec(),
-                })?;
+            let bytes = t.row((first + i) as u64).ok_or_else(|| LoadError::Shape {
+                tensor: t.name().to_string(),
+                expected: vec![width as u64, count as u64],
+                found: t.dims().to_vec(),
+            })?;
             dequantize_row(t.kind(), bytes, out).map_err(fail)?;
         }
         Ok(())
@@ -98,9 +89,5 @@ fn rows(
                 .try_for_each(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
         })?;
     }
-    Array2::from_shape_vec((count, width), data).map_err(|_| LoadError::Shape {
-        tensor: t.name().to_string(),
-        expected: vec![width as u64, count as u64],
-        found: t.dims().to_vec(),
-    })
+    Ok(data)
 }

@@ -1,21 +1,22 @@
-//! The forward pass of one engine step: every new token of the batch, packed
-//! in one tensor, through every layer; attention goes through the backend's
-//! paged KV cache.
+//! A model ready to run: its shape, its [`Program`] (the architecture as
+//! data, built once at load) and how its matrices are held; the step's
+//! input, checked before any compute; the entry point backends call.
 
-use std::sync::{Mutex, PoisonError};
+use std::path::Path;
+use std::sync::Arc;
 
-use ndarray::linalg::general_mat_mul;
-use ndarray::{s, Array1, ArrayView2, ArrayViewMut2, Axis};
 use pagoda_core::backend::{Backend, SeqAttention};
+use pagoda_core::gguf::Gguf;
 use pagoda_core::Slot;
 
-use pagoda_core::QuantKind;
-use pagoda_cpu::quant::MAX_ROWS_PER_PASS;
-use pagoda_cpu::{matmul_team, Isa, QMatError, QuantMatrix, QuantizedActivations, Team, TeamError};
-
+use super::arch::{self, Source};
 use super::config::{ModelConfig, ModelError};
-use super::quantized::QuantizedWeights;
-use super::weights::Weights;
+use super::cpu::{self, ActPrecision, Activations};
+use super::file::ModelFile;
+use super::load_error::LoadError;
+use super::program::{attention_block, mlp_block, AttentionBlock, Gating, MlpBlock, Op, Program};
+use super::rope::{Rope, RopeMode, RopeSpec};
+use super::tensors::Matrix;
 
 /// The new tokens of one step, packed: row `i` is token `tokens[i]` at
 /// `positions[i]`, whose keys and values go to `slots[i]`. `seqs` says which
@@ -34,9 +35,9 @@ pub struct StepInput<'a> {
     /// Rows whose logits are wanted.
     pub sample_rows: &'a [u32],
     /// How many of the rows are prompt tokens (prefill); 0 for a step that
-    /// only decodes. Under [`ActPrecision::Int8Decode`](super::ActPrecision::Int8Decode)
-    /// a step with any prompt row keeps f32 activations, so a prompt gives
-    /// the same first token whether or not part of it came from the cache.
+    /// only decodes. Under [`ActPrecision::Int8Decode`] a step with any
+    /// prompt row keeps f32 activations, so a prompt gives the same first
+    /// token whether or not part of it came from the cache.
     pub prompt_rows: usize,
 }
 
@@ -49,169 +50,179 @@ pub enum ForwardError<E> {
     Backend(E),
 }
 
-/// Reusable activation buffers: they grow to the largest step seen and are
-/// not reallocated after that. They also hold the thread team the forward
-/// pass multiplies with (one per engine, created once; on the CPU backend
-/// the backend's own team, so attention and products share its threads).
-#[derive(Debug)]
-pub struct Activations {
-    pub(super) x: Vec<f32>,
-    pub(super) h: Vec<f32>,
-    pub(super) q: Vec<f32>,
-    pub(super) k: Vec<f32>,
-    pub(super) v: Vec<f32>,
-    pub(super) attn: Vec<f32>,
-    pub(super) gate: Vec<f32>,
-    pub(super) up: Vec<f32>,
-    pub(super) last: Vec<f32>,
-    /// A product's result before it is added to the residual stream.
-    pub(super) sum: Vec<f32>,
-    /// The normed activations quantized once per weight format.
-    pub(super) qx: [QuantizedActivations; 4],
-    /// Workers for the products; started on first use when built by
-    /// [`Default`].
-    pub(super) team: Option<Team>,
-    /// A model's weights on a Vulkan device, uploaded by its first step
-    /// there (see `device`).
-    pub(super) device: Option<super::device::DeviceModel>,
-    threads: usize,
-    pub(super) isa: Isa,
+/// How a model's matrices are held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holding {
+    /// Quantized in the memory-mapped file, multiplied with activations at
+    /// this precision.
+    Mapped(ActPrecision),
+    /// Dequantized to f32 (a file at load, or the seeded model).
+    Dense,
 }
 
-impl Default for Activations {
-    /// Buffers for a team of one worker per available core, started on the
-    /// first quantized step.
-    fn default() -> Self {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self::empty(threads)
-    }
-}
-
-impl Activations {
-    fn empty(threads: usize) -> Self {
-        Self {
-            x: Vec::new(),
-            h: Vec::new(),
-            q: Vec::new(),
-            k: Vec::new(),
-            v: Vec::new(),
-            attn: Vec::new(),
-            gate: Vec::new(),
-            up: Vec::new(),
-            last: Vec::new(),
-            sum: Vec::new(),
-            qx: Default::default(),
-            team: None,
-            device: None,
-            threads: threads.max(1),
-            isa: Isa::detect(),
-        }
-    }
-
-    /// Buffers and a team of `threads` workers (the caller counts as one;
-    /// at least one), started now.
-    pub fn with_threads(threads: usize) -> Result<Self, TeamError> {
-        let mut act = Self::empty(threads);
-        act.team = Some(Team::new(act.threads)?);
-        Ok(act)
-    }
-
-    /// Buffers over `team`, a handle on threads that may also serve the
-    /// backend (see [`pagoda_cpu::CpuBackend::team`]): the step then runs on
-    /// those threads and no others.
-    pub fn with_team(team: Team) -> Self {
-        let mut act = Self::empty(team.workers());
-        act.team = Some(team);
-        act
-    }
-
-    /// Workers the products use.
-    pub fn threads(&self) -> usize {
-        self.threads
-    }
-
-    /// The team, taken out (the caller puts it back), started if it was
-    /// not yet.
-    pub(super) fn take_team(&mut self) -> Result<Team, ModelError> {
-        match self.team.take() {
-            Some(team) => Ok(team),
-            None => Team::new(self.threads).map_err(|e| ModelError::Kernel(QMatError::Team(e))),
-        }
-    }
-}
-
-pub(super) fn read(buf: &[f32], rows: usize, cols: usize) -> ArrayView2<'_, f32> {
-    ArrayView2::from_shape((rows, cols), &buf[..rows * cols]).expect("length checked by view")
-}
-
-/// The weights a model runs on.
-#[derive(Debug, Clone)]
-enum Repr {
-    /// Dequantized to f32 (the embedded model, and a reference path).
-    Dense(Weights),
-    /// Kept quantized in the mapped file.
-    Quantized(QuantizedWeights),
-}
-
-/// A Llama-architecture decoder ready to run: weights (dense or quantized
-/// in place) plus the rotary tables.
+/// A decoder ready to run: its shape, its program and the rotary tables in
+/// it.
 #[derive(Debug, Clone)]
 pub struct Model {
-    repr: Repr,
-    /// Rotate interleaved pairs `(2i, 2i+1)` rather than halves `(i, i +
-    /// rope_dim/2)`: a `llama` file's own row order, kept in place.
-    interleaved: bool,
-    /// `cos` and `sin` of position × frequency, `[max_context, rope_dim/2]`.
-    rope_cos: Vec<f32>,
-    rope_sin: Vec<f32>,
+    config: ModelConfig,
+    program: Program,
+    holding: Holding,
+    architecture: String,
     /// Tells models apart (clones share it: same weights), so a backend
     /// knows which model's weights it holds (see `device`).
     id: u64,
+}
+
+/// What [`Model::seeded_with`] adds to the seeded Llama layer (the parts
+/// other architectures' files bring).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Seeded {
+    /// Query, key and value biases, uniform in ±0.5 (qwen2).
+    pub biases: bool,
+    /// Divisors of the rotary frequencies (Llama 3.x), `rope_dim/2`.
+    pub rope_factors: Option<Vec<f32>>,
 }
 
 /// The next [`Model`]'s id.
 static NEXT_MODEL_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Model {
-    /// A model over dense f32 `weights` (rotate-half rotary).
-    pub fn new(weights: Weights) -> Self {
-        Self::build(Repr::Dense(weights), false)
-    }
-
-    /// A model over weights kept quantized in their file; rotary in the
-    /// file's order ([`QuantizedWeights::interleaved_rope`]).
-    pub fn from_quantized(weights: QuantizedWeights) -> Self {
-        let interleaved = weights.interleaved_rope();
-        Self::build(Repr::Quantized(weights), interleaved)
-    }
-
-    fn build(repr: Repr, interleaved: bool) -> Self {
-        let (c, factors) = match &repr {
-            Repr::Dense(w) => (*w.config(), w.rope_factors()),
-            Repr::Quantized(w) => (*w.config(), w.rope_factors()),
-        };
-        let half = (c.rope_dim / 2) as usize;
-        let mut rope_cos = Vec::with_capacity(c.max_context as usize * half);
-        let mut rope_sin = Vec::with_capacity(c.max_context as usize * half);
-        for pos in 0..c.max_context {
-            for i in 0..half {
-                let mut freq =
-                    f64::from(c.rope_theta).powf(-2.0 * i as f64 / f64::from(c.rope_dim));
-                if let Some(f) = factors {
-                    freq /= f64::from(f[i]);
-                }
-                let angle = f64::from(pos) * freq;
-                rope_cos.push(angle.cos() as f32);
-                rope_sin.push(angle.sin() as f32);
-            }
-        }
+    fn new(config: ModelConfig, program: Program, holding: Holding, architecture: &str) -> Self {
         Self {
-            repr,
-            interleaved,
-            rope_cos,
-            rope_sin,
+            config,
+            program,
+            holding,
+            architecture: architecture.to_string(),
             id: NEXT_MODEL_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
+    }
+
+    /// The model a GGUF file holds, its matrices dequantized to f32.
+    pub fn from_gguf(g: &Gguf<'_>) -> Result<Model, LoadError> {
+        let (config, program) = arch::build(g, Source::Dense)?;
+        Ok(Self::new(config, program, Holding::Dense, arch::name(g)?))
+    }
+
+    /// The model a mapped GGUF file holds, held as `holding` says: loading
+    /// a mapped model reads only the metadata and the small vectors.
+    pub fn open(file: Arc<ModelFile>, holding: Holding) -> Result<Model, LoadError> {
+        let g = file.gguf()?;
+        let source = match holding {
+            Holding::Mapped(_) => Source::Mapped(Arc::clone(&file)),
+            Holding::Dense => Source::Dense,
+        };
+        let (config, program) = arch::build(&g, source)?;
+        Ok(Self::new(config, program, holding, arch::name(&g)?))
+    }
+
+    /// [`open`](Self::open) with the matrices in the map and f32
+    /// activations.
+    pub fn from_file(file: Arc<ModelFile>) -> Result<Model, LoadError> {
+        Self::open(file, Holding::Mapped(ActPrecision::F32))
+    }
+
+    /// Maps the GGUF file at `path` and loads it with [`from_file`](Self::from_file).
+    pub fn load(path: impl AsRef<Path>) -> Result<Model, LoadError> {
+        Model::from_file(Arc::new(ModelFile::open(path)?))
+    }
+
+    /// A Llama-shaped model of `config` with weights drawn from `seed`
+    /// (NeoX rotary): each projection uniform with unit output variance
+    /// (±√3/√fan_in), norms at one, an output head of its own. Same seed,
+    /// same model, on every machine.
+    pub fn seeded(config: ModelConfig, seed: u64) -> Result<Model, ModelError> {
+        Self::seeded_with(config, seed, &Seeded::default())
+    }
+
+    /// [`seeded`](Self::seeded) with what [`Seeded`] adds (the same base
+    /// weights: the additions are drawn from a second seed).
+    pub fn seeded_with(
+        config: ModelConfig,
+        seed: u64,
+        extra: &Seeded,
+    ) -> Result<Model, ModelError> {
+        config.validate()?;
+        let mut extra_rng = fastrand::Rng::with_seed(seed ^ 0x5eed_b1a5);
+        let mut biases = || {
+            if !extra.biases {
+                return [None, None, None];
+            }
+            let mut draw = |n: usize| Some((0..n).map(|_| extra_rng.f32() - 0.5).collect());
+            [
+                draw(config.q_dim()),
+                draw(config.kv_dim()),
+                draw(config.kv_dim()),
+            ]
+        };
+        if let Some(f) = &extra.rope_factors {
+            if f.len() != config.rope_dim as usize / 2
+                || !f.iter().all(|x| x.is_finite() && *x > 0.0)
+            {
+                return Err(ModelError::NonFinite);
+            }
+        }
+        let mut rng = fastrand::Rng::with_seed(seed);
+        // Drawn as `[in, out]` (the order the draws have always had), kept
+        // as GGUF's `out` rows of `in`.
+        let mut matrix = |inp: usize, out: usize| {
+            let bound = 3f32.sqrt() / (inp as f32).sqrt();
+            let drawn: Vec<f32> = (0..inp * out)
+                .map(|_| (rng.f32() * 2.0 - 1.0) * bound)
+                .collect();
+            let rows = (0..out * inp)
+                .map(|k| drawn[(k % inp) * out + k / inp])
+                .collect();
+            Matrix::dense(rows, out, inp)
+        };
+        let (v, h, q, kv, f) = (
+            config.vocab as usize,
+            config.hidden as usize,
+            config.q_dim(),
+            config.kv_dim(),
+            config.ffn as usize,
+        );
+        // Embedding rows of unit variance: fan-in 1, drawn as one row.
+        let embed = matrix(1, v * h)?;
+        let embed = Matrix::dense(embed.f32_rows().unwrap_or_default().to_vec(), v, h)?;
+        let mut layers = Vec::with_capacity(config.layers as usize);
+        for _ in 0..config.layers {
+            let attention = AttentionBlock {
+                q: matrix(h, q)?,
+                k: matrix(h, kv)?,
+                v: matrix(h, kv)?,
+                biases: biases(),
+                qk_norm: None,
+                output: matrix(q, h)?,
+            };
+            let (gate, up, down) = (matrix(h, f)?, matrix(h, f)?, matrix(f, h)?);
+            let mut ops = Vec::new();
+            attention_block(&mut ops, &config, vec![1.0; h], attention);
+            let mlp = MlpBlock {
+                gate,
+                up,
+                down,
+                gating: Gating::Silu,
+            };
+            mlp_block(&mut ops, vec![1.0; h], mlp);
+            layers.push(ops);
+        }
+        let head = matrix(h, v)?;
+        let rope = RopeSpec {
+            mode: RopeMode::Neox,
+            base: config.rope_theta,
+            dims: config.rope_dim,
+            factors: extra.rope_factors.clone(),
+            scale: 1.0,
+            attn_factor: 1.0,
+        };
+        let program = Program {
+            embed,
+            layers,
+            final_norm: vec![1.0; h],
+            head,
+            rope: Rope::new(&rope, config.max_context),
+        };
+        Ok(Self::new(config, program, Holding::Dense, "llama"))
     }
 
     /// The model's id: equal for a model and its clones only.
@@ -219,76 +230,89 @@ impl Model {
         self.id
     }
 
-    /// The rotary tables (`[max_context, rope_dim/2]` cosines, then sines)
-    /// and whether they rotate interleaved pairs.
-    pub(super) fn rope_tables(&self) -> (&[f32], &[f32], bool) {
-        (&self.rope_cos, &self.rope_sin, self.interleaved)
+    /// The program every backend runs.
+    pub(crate) fn program(&self) -> &Program {
+        &self.program
     }
 
     /// The model's configuration.
     pub fn config(&self) -> &ModelConfig {
-        match &self.repr {
-            Repr::Dense(w) => w.config(),
-            Repr::Quantized(w) => w.config(),
-        }
+        &self.config
     }
 
-    /// The dense weights; `None` when the model runs on quantized ones.
-    pub fn weights(&self) -> Option<&Weights> {
-        match &self.repr {
-            Repr::Dense(w) => Some(w),
-            Repr::Quantized(_) => None,
-        }
+    /// The architecture, as the file names it (`llama` for the seeded
+    /// model).
+    pub fn architecture(&self) -> &str {
+        &self.architecture
     }
 
-    /// The quantized weights; `None` for a dense model.
-    pub fn quantized_weights(&self) -> Option<&QuantizedWeights> {
-        match &self.repr {
-            Repr::Dense(_) => None,
-            Repr::Quantized(w) => Some(w),
-        }
+    /// How the matrices are held.
+    pub fn holding(&self) -> Holding {
+        self.holding
     }
 
     /// Whether the matrices stay quantized in the mapped file.
     pub fn is_quantized(&self) -> bool {
-        matches!(self.repr, Repr::Quantized(_))
+        matches!(self.holding, Holding::Mapped(_))
     }
 
     /// Whether the output head is the embedding.
     pub fn is_tied(&self) -> bool {
-        match &self.repr {
-            Repr::Dense(w) => w.is_tied(),
-            Repr::Quantized(w) => w.is_tied(),
-        }
+        self.program.is_tied()
     }
 
-    /// Parameters held: a tied head counts once, biases count.
+    /// Whether the attention products add biases.
+    pub fn has_biases(&self) -> bool {
+        self.program.layers.iter().flatten().any(|op| match op {
+            Op::Linear { projs, .. } => projs.iter().any(|p| p.bias.is_some()),
+            _ => false,
+        })
+    }
+
+    /// Which dimensions the rotary embedding pairs.
+    pub fn rope_mode(&self) -> RopeMode {
+        self.program.rope.mode
+    }
+
+    /// The token embedding, `vocab` rows of `hidden`.
+    pub fn embedding(&self) -> &Matrix {
+        &self.program.embed
+    }
+
+    /// The output head, `vocab` rows of `hidden` (the embedding when tied).
+    pub fn head(&self) -> &Matrix {
+        &self.program.head
+    }
+
+    /// Every matrix the model reads (a tied head once; views of a fused
+    /// tensor as their rows).
+    pub fn matrices(&self) -> impl Iterator<Item = &Matrix> {
+        self.program.matrices()
+    }
+
+    /// Parameters held: a tied head counts once, norm gains and biases
+    /// count.
     pub fn parameters(&self) -> u64 {
-        match &self.repr {
-            Repr::Dense(w) => w.parameters(),
-            Repr::Quantized(w) => w.parameters(),
-        }
+        let vectors: usize = self.program.vectors().map(<[f32]>::len).sum();
+        self.matrices().map(Matrix::elems).sum::<u64>() + vectors as u64
     }
 
-    /// Bytes of weights a decode step reads: the quantized blocks as the
-    /// file holds them, or 4 per parameter for dense f32 weights (the
-    /// embedding only as the output head when tied; lookups read a row).
+    /// Bytes of weights a decode step reads: the matrices as held (the
+    /// embedding only as the output head when tied: lookups read a row)
+    /// plus the f32 vectors.
     pub fn weight_bytes(&self) -> u64 {
-        match &self.repr {
-            Repr::Dense(w) => {
-                let lookup_only = if w.is_tied() {
-                    0
-                } else {
-                    w.embed().len() as u64
-                };
-                4 * (w.parameters() - lookup_only)
-            }
-            Repr::Quantized(w) => w.weight_bytes(),
-        }
+        let embed_lookup_only = if self.is_tied() {
+            0
+        } else {
+            self.program.embed.byte_len()
+        };
+        let vectors: usize = self.program.vectors().map(<[f32]>::len).sum();
+        self.matrices().map(Matrix::byte_len).sum::<u64>() - embed_lookup_only + 4 * vectors as u64
     }
 
-    /// Runs one step: writes this step's keys and values into the KV store
-    /// and `sample_rows.len() × vocab` logits into `logits`.
+    /// Runs one step on the host (products on the CPU, the KV scatter and
+    /// attention on `backend`): writes this step's keys and values into the
+    /// KV store and `sample_rows.len() × vocab` logits into `logits`.
     pub fn forward<B: Backend>(
         &self,
         backend: &mut B,
@@ -298,143 +322,25 @@ impl Model {
         logits: &mut Vec<f32>,
     ) -> Result<(), ForwardError<B::Error>> {
         self.check(input).map_err(ForwardError::Model)?;
-        match &self.repr {
-            Repr::Dense(w) => self.forward_dense(w, backend, store, input, act, logits),
-            Repr::Quantized(w) => self.forward_quantized(w, backend, store, input, act, logits),
-        }
-    }
-
-    /// [`forward`](Self::forward) over dense weights, with ndarray.
-    fn forward_dense<B: Backend>(
-        &self,
-        w: &Weights,
-        backend: &mut B,
-        store: &mut B::KvStore,
-        input: &StepInput<'_>,
-        act: &mut Activations,
-        logits: &mut Vec<f32>,
-    ) -> Result<(), ForwardError<B::Error>> {
-        // The products run on the team (see `Projector`); it is lent out
-        // for the step and put back whatever happens.
-        let mut team = act.take_team().map_err(ForwardError::Model)?;
-        let result = self.dense_step(w, backend, store, input, act, &mut team, logits);
-        act.team = Some(team);
-        result
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn dense_step<B: Backend>(
-        &self,
-        w: &Weights,
-        backend: &mut B,
-        store: &mut B::KvStore,
-        input: &StepInput<'_>,
-        act: &mut Activations,
-        team: &mut Team,
-        logits: &mut Vec<f32>,
-    ) -> Result<(), ForwardError<B::Error>> {
-        let c = self.config();
-        let t = input.tokens.len();
-        let (hidden, q_dim, kv_dim, ffn) =
-            (c.hidden as usize, c.q_dim(), c.kv_dim(), c.ffn as usize);
-        let shape = c.attention_shape();
-        let model = ForwardError::Model;
-        let Activations {
-            x,
-            h,
-            q,
-            k,
-            v,
-            attn,
-            gate,
-            up,
-            last,
-            sum,
-            qx,
-            isa,
-            ..
-        } = act;
-        let mut p = Projector {
-            team,
-            isa: *isa,
-            qx: &mut qx[0],
-            sum,
+        let precision = match self.holding {
+            Holding::Mapped(p) => p,
+            Holding::Dense => ActPrecision::F32,
         };
-
-        grow(x, t * hidden);
-        for (row, &token) in x.chunks_exact_mut(hidden).zip(input.tokens) {
-            for (d, s) in row.iter_mut().zip(w.embed.row(token as usize)) {
-                *d = *s;
-            }
-        }
-        for (layer_index, layer) in w.layers.iter().enumerate() {
-            let layer_id = layer_index as u32;
-            rms_norm(p.team, x, h, t, hidden, &layer.attn_norm, c.rms_eps).map_err(model)?;
-            p.project(h, t, layer.wq.view(), q, false).map_err(model)?;
-            p.project(h, t, layer.wk.view(), k, false).map_err(model)?;
-            p.project(h, t, layer.wv.view(), v, false).map_err(model)?;
-            add_bias(&mut q[..t * q_dim], layer.bq.as_ref());
-            add_bias(&mut k[..t * kv_dim], layer.bk.as_ref());
-            add_bias(&mut v[..t * kv_dim], layer.bv.as_ref());
-            self.rope(&mut q[..t * q_dim], c.q_heads, input.positions);
-            self.rope(&mut k[..t * kv_dim], c.kv_heads, input.positions);
-            backend
-                .scatter(
-                    store,
-                    layer_id,
-                    input.slots,
-                    &k[..t * kv_dim],
-                    &v[..t * kv_dim],
-                )
-                .map_err(ForwardError::Backend)?;
-            grow(attn, t * q_dim);
-            backend
-                .attention(
-                    store,
-                    layer_id,
-                    shape,
-                    input.seqs,
-                    &q[..t * q_dim],
-                    &mut attn[..t * q_dim],
-                )
-                .map_err(ForwardError::Backend)?;
-            p.project(attn, t, layer.wo.view(), x, true)
-                .map_err(model)?;
-
-            rms_norm(p.team, x, h, t, hidden, &layer.ffn_norm, c.rms_eps).map_err(model)?;
-            p.project(h, t, layer.w_gate.view(), gate, false)
-                .map_err(model)?;
-            p.project(h, t, layer.w_up.view(), up, false)
-                .map_err(model)?;
-            for (g, u) in gate[..t * ffn].iter_mut().zip(&up[..t * ffn]) {
-                *g = *g / (1.0 + (-*g).exp()) * u;
-            }
-            p.project(gate, t, layer.w_down.view(), x, true)
-                .map_err(model)?;
-        }
-
-        // Only the rows that sample need the output head.
-        let s = input.sample_rows.len();
-        grow(h, s * hidden);
-        for (row, &r) in h[..s * hidden]
-            .chunks_exact_mut(hidden)
-            .zip(input.sample_rows)
-        {
-            let start = r as usize * hidden;
-            row.copy_from_slice(&x[start..start + hidden]);
-        }
-        rms_norm(p.team, h, last, s, hidden, &w.final_norm, c.rms_eps).map_err(model)?;
-        let vocab = c.vocab as usize;
-        if logits.len() != s * vocab {
-            logits.resize(s * vocab, 0.0);
-        }
-        p.project(last, s, w.lm_head(), logits, false)
-            .map_err(model)
+        cpu::forward(
+            &self.program,
+            &self.config,
+            precision,
+            backend,
+            store,
+            input,
+            act,
+            logits,
+        )
     }
 
     /// Every token in the vocabulary, every position in the context, one
     /// slot and position per token, sample rows in range.
-    pub(super) fn check(&self, input: &StepInput<'_>) -> Result<(), ModelError> {
+    pub(crate) fn check(&self, input: &StepInput<'_>) -> Result<(), ModelError> {
         let c = self.config();
         let t = input.tokens.len();
         if input.positions.len() != t || input.slots.len() != t {
@@ -466,244 +372,5 @@ impl Model {
             return Err(ModelError::SampleRow { row, tokens: t });
         }
         Ok(())
-    }
-
-    /// Rotary position embedding over each head's first `rope_dim`
-    /// dimensions (the rest passes through): rotate-half pairs dimension
-    /// `i` with `i + rope_dim/2`; interleaved pairs `2i` with `2i + 1`.
-    /// Pair `i` turns by position × frequency `i` either way.
-    pub(super) fn rope(&self, rows: &mut [f32], heads: u32, positions: &[u32]) {
-        let d = self.config().head_dim as usize;
-        let half = self.config().rope_dim as usize / 2;
-        let width = heads as usize * d;
-        for (row, &pos) in rows.chunks_exact_mut(width).zip(positions) {
-            let cos = &self.rope_cos[pos as usize * half..][..half];
-            let sin = &self.rope_sin[pos as usize * half..][..half];
-            for head in row.chunks_exact_mut(d) {
-                if self.interleaved {
-                    for (i, pair) in head[..2 * half].chunks_exact_mut(2).enumerate() {
-                        let (x1, x2) = (pair[0], pair[1]);
-                        pair[0] = x1 * cos[i] - x2 * sin[i];
-                        pair[1] = x2 * cos[i] + x1 * sin[i];
-                    }
-                } else {
-                    let (a, b) = head[..2 * half].split_at_mut(half);
-                    for i in 0..half {
-                        let (x1, x2) = (a[i], b[i]);
-                        a[i] = x1 * cos[i] - x2 * sin[i];
-                        b[i] = x2 * cos[i] + x1 * sin[i];
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Adds `bias` to every row of `rows` (nothing without a bias).
-pub(super) fn add_bias(rows: &mut [f32], bias: Option<&Array1<f32>>) {
-    let Some(bias) = bias else { return };
-    for row in rows.chunks_exact_mut(bias.len()) {
-        for (x, b) in row.iter_mut().zip(bias) {
-            *x += b;
-        }
-    }
-}
-
-/// Grows `buf` to at least `len` (buffers never shrink).
-fn grow(buf: &mut Vec<f32>, len: usize) {
-    if buf.len() < len {
-        buf.resize(len, 0.0);
-    }
-}
-
-/// Most rows of a dense step that go to the team's f32 products: they stream
-/// each weight row once, which wins while a step is bound by reading the
-/// weights; past a few rows the step is bound by arithmetic, where the
-/// general product's packed, tiled kernel is several times faster
-/// (SmolLM2, 2 cores: 1 row 2.7× faster on the team, 16 rows 2× slower).
-const DENSE_TEAM_MAX_ROWS: usize = 4;
-const _: () = assert!(DENSE_TEAM_MAX_ROWS <= MAX_ROWS_PER_PASS);
-
-/// Output columns a worker's share of a general product is a multiple of:
-/// whole register tiles of the single-threaded kernel.
-const GENERAL_COLUMNS: usize = 16;
-
-/// Projections of a dense step: `out = x · w` or `out += x · w` for `t`
-/// rows, on the team. A step of at most [`DENSE_TEAM_MAX_ROWS`] rows over a
-/// matrix whose output columns are contiguous (a GGUF file's rows, or the
-/// tied head) goes to the team's f32 product, which streams each weight row
-/// once for every row of the step; a general matrix product would first
-/// pack the whole matrix, moving its bytes twice per decode step. Anything
-/// else takes the general product, its output columns split across the
-/// team (see [`general_on_team`]).
-struct Projector<'a> {
-    team: &'a mut Team,
-    isa: Isa,
-    qx: &'a mut QuantizedActivations,
-    sum: &'a mut Vec<f32>,
-}
-
-impl Projector<'_> {
-    fn project(
-        &mut self,
-        x: &[f32],
-        t: usize,
-        w: ArrayView2<'_, f32>,
-        out: &mut Vec<f32>,
-        accumulate: bool,
-    ) -> Result<(), ModelError> {
-        let (inputs, outputs) = w.dim();
-        let len = t * outputs;
-        grow(out, len);
-        let columns_contiguous = w.strides() == [1, inputs as isize];
-        let kernel = ModelError::Kernel;
-        match w.as_slice_memory_order() {
-            Some(data) if columns_contiguous && t <= DENSE_TEAM_MAX_ROWS => {
-                let bytes: &[u8] = bytemuck::cast_slice(data);
-                let m = QuantMatrix::new(QuantKind::F32, outputs, inputs, bytes).map_err(kernel)?;
-                self.qx
-                    .quantize(QuantKind::F32, &x[..t * inputs], t, inputs)
-                    .map_err(kernel)?;
-                if accumulate {
-                    grow(self.sum, len);
-                    matmul_team(self.team, self.isa, &m, self.qx, &mut self.sum[..len])
-                        .map_err(kernel)?;
-                    for (o, s) in out[..len].iter_mut().zip(&self.sum[..len]) {
-                        *o += s;
-                    }
-                    Ok(())
-                } else {
-                    matmul_team(self.team, self.isa, &m, self.qx, &mut out[..len]).map_err(kernel)
-                }
-            }
-            _ => {
-                let beta = if accumulate { 1.0 } else { 0.0 };
-                let out = ArrayViewMut2::from_shape((t, outputs), &mut out[..len])
-                    .expect("sized by grow above");
-                general_on_team(self.team, read(x, t, inputs), w, beta, out)
-                    .map_err(|e| kernel(QMatError::Team(e)))
-            }
-        }
-    }
-}
-
-/// `out = x · w + beta × out` with the output's columns split across the
-/// team in runs of [`GENERAL_COLUMNS`], each worker running the
-/// single-threaded general product on its own columns (packing only its
-/// part of `w`). Nothing is allocated: workers take the next run of
-/// columns from one shared iterator.
-fn general_on_team(
-    team: &mut Team,
-    x: ArrayView2<'_, f32>,
-    w: ArrayView2<'_, f32>,
-    beta: f32,
-    mut out: ArrayViewMut2<'_, f32>,
-) -> Result<(), TeamError> {
-    let workers = team.workers();
-    if workers == 1 {
-        general_mat_mul(1.0, &x, &w, beta, &mut out);
-        return Ok(());
-    }
-    let width = w
-        .ncols()
-        .div_ceil(workers)
-        .next_multiple_of(GENERAL_COLUMNS)
-        .max(GENERAL_COLUMNS);
-    let runs = Mutex::new(out.axis_chunks_iter_mut(Axis(1), width).enumerate());
-    team.run(&|_, _| loop {
-        let next = runs.lock().unwrap_or_else(PoisonError::into_inner).next();
-        let Some((i, mut run)) = next else { break };
-        let first = i * width;
-        let w = w.slice(s![.., first..first + run.ncols()]);
-        general_mat_mul(1.0, &x, &w, beta, &mut run);
-    })
-}
-
-/// `out`'s first `rows` rows of `width` = `x`'s RMS-normed by `gain`
-/// ([`rms_norm_row`]), one row per piece on the team from two rows (a
-/// single row is not worth a hand-off).
-pub(super) fn rms_norm(
-    team: &mut Team,
-    x: &[f32],
-    out: &mut Vec<f32>,
-    rows: usize,
-    width: usize,
-    gain: &Array1<f32>,
-    eps: f32,
-) -> Result<(), ModelError> {
-    if out.len() < rows * width {
-        out.resize(rows * width, 0.0);
-    }
-    let out = &mut out[..rows * width];
-    if rows < 2 {
-        for (src, dst) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
-            rms_norm_row(src, dst, gain, eps);
-        }
-        return Ok(());
-    }
-    team.for_each_chunk(out, width, &|i, dst| {
-        rms_norm_row(&x[i * width..(i + 1) * width], dst, gain, eps)
-    })
-    .map_err(|e| ModelError::Kernel(QMatError::Team(e)))
-}
-
-/// One row of [`rms_norm`]: `dst = src / rms(src) × gain`. The squares
-/// are summed in eight running lanes, which the compiler keeps in vector
-/// registers (one running sum is a chain of dependent adds).
-fn rms_norm_row(src: &[f32], dst: &mut [f32], gain: &Array1<f32>, eps: f32) {
-    let mut lanes = [0.0f32; 8];
-    let eights = src.chunks_exact(8);
-    let rest: f32 = eights.remainder().iter().map(|v| v * v).sum();
-    for c in eights {
-        for (l, v) in lanes.iter_mut().zip(c) {
-            *l += v * v;
-        }
-    }
-    let mean_square = (lanes.iter().sum::<f32>() + rest) / src.len() as f32;
-    let inv = 1.0 / (mean_square + eps).sqrt();
-    for ((d, s), g) in dst.iter_mut().zip(src).zip(gain) {
-        *d = s * inv * g;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `general_on_team` on 1 to 3 workers (3 also where threads outnumber
-    /// cores) against a plain f64 triple loop, over weights stored as a GGUF
-    /// file's rows (a transposed view) and row-major, with and without
-    /// accumulating, at widths that do not divide into the workers' runs.
-    #[test]
-    fn general_products_on_the_team_match_a_plain_loop() {
-        let mut rng = fastrand::Rng::with_seed(3);
-        for workers in [1, 2, 3] {
-            let mut team = Team::new(workers).unwrap();
-            for (t, inputs, outputs) in [(5, 64, 37), (9, 96, 100), (33, 40, 1000), (1, 8, 3)] {
-                let x: Vec<f32> = (0..t * inputs).map(|_| rng.f32() - 0.5).collect();
-                let rows: Vec<f32> = (0..outputs * inputs).map(|_| rng.f32() - 0.5).collect();
-                let file_rows = ArrayView2::from_shape((outputs, inputs), &rows).unwrap();
-                let row_major = file_rows.t().as_standard_layout().into_owned();
-                for (w, beta) in [(file_rows.t(), 0.0), (row_major.view(), 1.0)] {
-                    let start: Vec<f32> = (0..t * outputs).map(|_| rng.f32()).collect();
-                    let mut out = start.clone();
-                    let view = ArrayViewMut2::from_shape((t, outputs), &mut out).unwrap();
-                    general_on_team(&mut team, read(&x, t, inputs), w, beta, view).unwrap();
-                    for r in 0..t {
-                        for c in 0..outputs {
-                            let dot: f64 = (0..inputs)
-                                .map(|i| f64::from(x[r * inputs + i]) * f64::from(w[[i, c]]))
-                                .sum();
-                            let want = dot + f64::from(beta * start[r * outputs + c]);
-                            let got = f64::from(out[r * outputs + c]);
-                            assert!(
-                                (got - want).abs() < 1e-4,
-                                "{workers} workers, {t}×{inputs}×{outputs} [{r},{c}]: {got} vs {want}"
-                            );
-                        }
-                    }
-                }
-            }
-        }
     }
 }

@@ -25,8 +25,17 @@ pub enum LoadError {
     #[error("GGUF: {0}")]
     Gguf(GgufError),
     /// `general.architecture` names an architecture this engine does not run.
-    #[error("unsupported architecture {0:?} (supported: llama, qwen2)")]
+    #[error("unsupported architecture {0:?} (supported: {list})", list = super::arch::SUPPORTED.join(", "))]
     UnsupportedArchitecture(String),
+    /// The architecture runs, but this file uses a feature of it that is
+    /// not built (a mixture of experts, a RoPE scaling).
+    #[error("{architecture}: {feature} is not supported")]
+    UnsupportedFeature {
+        /// The architecture.
+        architecture: String,
+        /// What the file uses.
+        feature: String,
+    },
     /// A tensor's weight type is not one the engine dequantizes.
     #[error("tensor {tensor} has unsupported type {kind}")]
     UnsupportedTensorType {

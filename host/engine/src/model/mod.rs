@@ -1,24 +1,35 @@
-//! A Llama-architecture decoder: configuration, weights from any source
-//! (seeded, or a GGUF file's `llama` or `qwen2` model, either dequantized to
-//! f32 or kept quantized in the memory map), the batched forward pass over
-//! the paged KV cache, and sampling.
+//! A decoder model: its shape, its architecture as data (a [`Program`](program)
+//! built once at load by one file per architecture in `arch/`, over
+//! matrices whose format is a property of the tensor), the CPU backend's
+//! interpreter of that program (`cpu.rs`), the Vulkan lowering (`device/`),
+//! and sampling.
+//!
+//! Supported: `llama` (Llama 1-3.x, Mistral, Mistral-Nemo, SmolLM,
+//! TinyLlama), `qwen2`, `qwen3` and `phi3` GGUF files, with their matrices
+//! quantized in the memory map or dequantized to f32, and a seeded model of
+//! any Llama shape.
 
+mod arch;
 mod config;
+mod cpu;
 mod dequant;
 mod device;
 mod file;
 mod forward;
-mod load;
 mod load_error;
-mod qforward;
-mod quantized;
+mod meta;
+mod program;
+mod rope;
 mod sampling;
-mod weights;
+mod tensors;
 
+pub use arch::SUPPORTED as SUPPORTED_ARCHITECTURES;
 pub use config::{ModelConfig, ModelError};
+pub use cpu::{ActPrecision, Activations};
+pub use device::DeviceModel;
 pub use file::ModelFile;
-pub use forward::{Activations, ForwardError, Model, StepInput};
+pub use forward::{ForwardError, Holding, Model, Seeded, StepInput};
 pub use load_error::LoadError;
-pub use quantized::{ActPrecision, QuantTensor, QuantizedWeights};
+pub use rope::RopeMode;
 pub use sampling::{argmax, Sampler, SamplingError, SamplingParams};
-pub use weights::{LayerWeights, Weights};
+pub use tensors::Matrix;

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pagoda_engine::model::{Model, ModelConfig, Weights};
+use pagoda_engine::model::{Model, ModelConfig};
 use pagoda_engine::{Audit, BackendChoice, EngineConfig, EngineStats, SchedulerConfig};
 use pagoda_server::{AppState, Limits, Vocab};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -46,7 +46,7 @@ pub async fn start_with_deadline(
     max_body_bytes: usize,
     deadline: Duration,
 ) -> TestServer {
-    let model = Model::new(Weights::seeded(ModelConfig::EMBEDDED, 7).expect("weights"));
+    let model = Model::seeded(ModelConfig::EMBEDDED, 7).expect("weights");
     let max_context = model.config().max_context;
     let client = BackendChoice::Cpu { threads: 1 }
         .spawn(Arc::new(model), config)

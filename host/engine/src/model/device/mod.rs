@@ -1,9 +1,10 @@
 //! Whole model steps on the Vulkan backend: on a model's first step the
-//! weights are laid out ([`image`]) and uploaded once, kept in the engine's
-//! [`Activations`]; every step then runs as one step program ([`program`]):
-//! embedding, every layer (attention through the paged KV store included),
-//! the output head for the sampled rows, one submission, and only the
-//! logits come back.
+//! weights are laid out ([`image`]) and uploaded once, kept in the
+//! backend's [`DeviceModel`] (the state the engine keeps for the backend,
+//! beside its KV store); every step then runs as one step program
+//! ([`program`], the model's program lowered): embedding, every layer
+//! (attention through the paged KV store included), the output head for the
+//! sampled rows, one submission, and only the logits come back.
 //!
 //! A model whose weights do not fit one storage binding of the device
 //! (`maxStorageBufferRange`, 128 MiB on lavapipe) runs as before: the
@@ -14,15 +15,17 @@ mod program;
 
 use pagoda_vulkan::{StepProgram, VulkanBackend, VulkanError, VulkanKvStore, VulkanWeights};
 
-use super::forward::{Activations, ForwardError, Model, StepInput};
+use super::cpu::Activations;
+use super::forward::{ForwardError, Model, StepInput};
 use crate::backend::{greedy_tokens, DeviceProgram, StepBackend};
 use image::Image;
 
-/// A model's weights on the device, or why they are not there.
-#[derive(Debug)]
-pub(crate) struct DeviceModel {
-    /// The [`Model`] they are of.
-    model: u64,
+/// A model's weights on the device, or why they are not there: what the
+/// Vulkan backend prepares for a model.
+#[derive(Debug, Default)]
+pub struct DeviceModel {
+    /// The [`Model`] they are of, once a step ran.
+    model: Option<u64>,
     /// `None`: too large for the device, steps run the host's forward pass.
     resident: Option<Box<Resident>>,
 }
@@ -33,29 +36,29 @@ struct Resident {
     image: Image,
 }
 
-impl Activations {
-    /// Whether the last model run on a Vulkan backend through these buffers
-    /// runs whole steps on the device (`Some(true)`), runs only attention
-    /// there because its weights do not fit one buffer binding
-    /// (`Some(false)`), or has not run yet (`None`).
+impl DeviceModel {
+    /// Whether the last model run runs whole steps on the device
+    /// (`Some(true)`), runs only attention there because its weights do
+    /// not fit one buffer binding (`Some(false)`), or has not run yet
+    /// (`None`).
     pub fn whole_steps_on_device(&self) -> Option<bool> {
-        self.device.as_ref().map(|d| d.resident.is_some())
+        self.model.map(|_| self.resident.is_some())
     }
 }
 
-/// Uploads `model`'s weights unless `act` already holds them.
+/// Uploads `model`'s weights unless `device` already holds them.
 fn make_resident(
     backend: &mut VulkanBackend,
     model: &Model,
-    act: &mut Activations,
+    device: &mut DeviceModel,
 ) -> Result<(), VulkanError> {
-    if act.device.as_ref().is_some_and(|d| d.model == model.id()) {
+    if device.model == Some(model.id()) {
         return Ok(());
     }
     // The old model's weights go first, so both are never held at once.
-    act.device = None;
-    let fits = Image::size(model) <= backend.info().max_storage_buffer_range;
-    let resident = match Image::new(model).filter(|_| fits) {
+    *device = DeviceModel::default();
+    let fits = Image::size(model.program()) <= backend.info().max_storage_buffer_range;
+    let resident = match fits.then(|| Image::new(model.program())) {
         None => None,
         Some(mut image) => {
             let bytes = std::mem::take(&mut image.bytes);
@@ -66,10 +69,10 @@ fn make_resident(
             }
         }
     };
-    act.device = Some(DeviceModel {
-        model: model.id(),
+    *device = DeviceModel {
+        model: Some(model.id()),
         resident,
-    });
+    };
     Ok(())
 }
 
@@ -80,22 +83,20 @@ fn device_step(
     backend: &mut VulkanBackend,
     model: &Model,
     store: &mut VulkanKvStore,
+    device: &mut DeviceModel,
     input: &StepInput<'_>,
-    act: &mut Activations,
     logits: &mut Vec<f32>,
     tokens: Option<&mut Vec<u32>>,
 ) -> Result<bool, VulkanError> {
     if input.tokens.is_empty() {
         return Ok(false);
     }
-    make_resident(backend, model, act)?;
-    let Some(Resident { weights, image }) = act.device.as_ref().and_then(|d| d.resident.as_deref())
-    else {
+    make_resident(backend, model, device)?;
+    let Some(Resident { weights, image }) = device.resident.as_deref() else {
         return Ok(false);
     };
     let c = model.config();
-    let (_, _, interleaved) = model.rope_tables();
-    let p = program::build(image, c, interleaved, input, tokens.is_some())?;
+    let p = program::build(image, model.program(), c, input, tokens.is_some())?;
     let step = StepProgram {
         ops: &p.ops,
         act_len: p.act_len,
@@ -117,16 +118,19 @@ fn device_step(
 }
 
 impl StepBackend for VulkanBackend {
+    type Prepared = DeviceModel;
+
     fn forward_step(
         &mut self,
         model: &Model,
         store: &mut Self::KvStore,
+        prepared: &mut DeviceModel,
         input: &StepInput<'_>,
         act: &mut Activations,
         logits: &mut Vec<f32>,
     ) -> Result<(), ForwardError<VulkanError>> {
         model.check(input).map_err(ForwardError::Model)?;
-        let ran = device_step(self, model, store, input, act, logits, None)
+        let ran = device_step(self, model, store, prepared, input, logits, None)
             .map_err(ForwardError::Backend)?;
         if ran {
             Ok(())
@@ -139,13 +143,14 @@ impl StepBackend for VulkanBackend {
         &mut self,
         model: &Model,
         store: &mut Self::KvStore,
+        prepared: &mut DeviceModel,
         input: &StepInput<'_>,
         act: &mut Activations,
         logits: &mut Vec<f32>,
         tokens: &mut Vec<u32>,
     ) -> Result<(), ForwardError<VulkanError>> {
         model.check(input).map_err(ForwardError::Model)?;
-        let ran = device_step(self, model, store, input, act, logits, Some(tokens))
+        let ran = device_step(self, model, store, prepared, input, logits, Some(tokens))
             .map_err(ForwardError::Backend)?;
         if ran {
             return Ok(());
@@ -158,6 +163,10 @@ impl StepBackend for VulkanBackend {
     fn device_copy_bandwidth(&mut self) -> Option<f64> {
         // 256 MiB each way, best of 5: past every cache a GPU has.
         self.copy_bandwidth(512 << 20, 5).ok()
+    }
+
+    fn whole_steps_on_device(prepared: &DeviceModel) -> Option<bool> {
+        prepared.whole_steps_on_device()
     }
 
     fn last_device_program(&self) -> Option<DeviceProgram> {

@@ -1,6 +1,6 @@
-//! One engine step as a Vulkan step program: the same computation as the
-//! CPU forward pass (`forward.rs`, `qforward.rs`), op for op, over one
-//! activation buffer.
+//! One engine step as a Vulkan step program: the model's [`Program`]
+//! lowered op for op (the same computation the CPU interpreter in `cpu.rs`
+//! runs) over one activation buffer.
 //!
 //! Activations, in elements: the biases (`Image::consts`), then `x` (the
 //! residual stream), `h` (normed rows), `q`, the `[k | v]` rows the scatter
@@ -10,14 +10,16 @@
 
 use std::ops::Range;
 
-use pagoda_vulkan::{Op, StepOp, VulkanError};
+use pagoda_vulkan::{Op as DeviceOp, StepOp, VulkanError};
 
 use super::super::config::ModelConfig;
 use super::super::forward::StepInput;
-use super::image::{Image, Matrix};
+use super::super::program::{Buf, Gating, Op, Program};
+use super::super::rope::RopeMode;
+use super::image::{Image, Placed, Placement};
 
 /// A step's ops and buffers.
-pub(crate) struct Program {
+pub(crate) struct Lowered {
     pub ops: Vec<StepOp>,
     pub meta: Vec<u32>,
     pub act_len: u32,
@@ -85,8 +87,27 @@ impl Regions {
     }
 }
 
-fn matmul(m: &Matrix, batch: u32, x: u32, y: u32, y_stride: u32) -> StepOp {
-    StepOp::Op(Op::Matmul {
+impl Regions {
+    /// Where a buffer's first row starts and how far apart its rows are:
+    /// keys and values share the `[k | v]` rows the scatter takes.
+    fn of(&self, b: Buf, c: &ModelConfig) -> (u32, u32) {
+        let (hidden, q, kv, ffn) = (c.hidden, c.q_dim() as u32, c.kv_dim() as u32, c.ffn);
+        match b {
+            Buf::X => (self.x, hidden),
+            Buf::H => (self.h, hidden),
+            Buf::Sum => (self.s, hidden),
+            Buf::Q => (self.q, q),
+            Buf::Attn => (self.attn, q),
+            Buf::K => (self.kv, 2 * kv),
+            Buf::V => (self.kv + kv, 2 * kv),
+            Buf::Gate => (self.gate, ffn),
+            Buf::Up => (self.up, ffn),
+        }
+    }
+}
+
+fn matmul(m: &Placed, batch: u32, x: u32, y: u32, y_stride: u32) -> StepOp {
+    StepOp::Op(DeviceOp::Matmul {
         kind: m.kind,
         weights: m.at,
         rows: m.rows,
@@ -100,7 +121,7 @@ fn matmul(m: &Matrix, batch: u32, x: u32, y: u32, y_stride: u32) -> StepOp {
 }
 
 fn add(cols: u32, batch: u32, x: u32, x_stride: u32, y: u32, y_stride: u32) -> StepOp {
-    StepOp::Op(Op::Add {
+    StepOp::Op(DeviceOp::Add {
         cols,
         batch,
         x,
@@ -111,7 +132,7 @@ fn add(cols: u32, batch: u32, x: u32, x_stride: u32, y: u32, y_stride: u32) -> S
 }
 
 fn norm(gains: u64, cols: u32, batch: u32, x: u32, y: u32, eps: f32) -> StepOp {
-    StepOp::Op(Op::RmsNorm {
+    StepOp::Op(DeviceOp::RmsNorm {
         gains,
         cols,
         batch,
@@ -123,38 +144,25 @@ fn norm(gains: u64, cols: u32, batch: u32, x: u32, y: u32, eps: f32) -> StepOp {
     })
 }
 
-/// The program of one step of `input` (checked by `Model::check`); with
-/// `greedy`, each sampled row's argmax lands in meta after the positions.
+/// The step program of `program` (laid out in `image`) for `input`
+/// (checked by `Model::check`); with `greedy`, each sampled row's argmax
+/// lands in meta after the positions.
 pub(crate) fn build(
     image: &Image,
+    program: &Program,
     c: &ModelConfig,
-    interleaved: bool,
     input: &StepInput<'_>,
     greedy: bool,
-) -> Result<Program, VulkanError> {
+) -> Result<Lowered, VulkanError> {
     let t = input.tokens.len() as u32;
     let samples = input.sample_rows.len() as u32;
     let r =
         Regions::new(image.consts.len(), c, u64::from(t), u64::from(samples)).ok_or_else(|| {
             VulkanError::Unsupported(format!("a step of {t} tokens needs over 2^32 activations"))
         })?;
-    let (hidden, q_dim, kv_dim, ffn) = (c.hidden, c.q_dim() as u32, c.kv_dim() as u32, c.ffn);
-    let rope = |heads: u32, x: u32, x_stride: u32| {
-        StepOp::Op(Op::Rope {
-            cos: image.cos,
-            sin: image.sin,
-            table_rows: image.table_rows,
-            half: c.rope_dim / 2,
-            interleaved,
-            heads,
-            head_dim: c.head_dim,
-            batch: t,
-            x,
-            x_stride,
-            positions: t,
-        })
-    };
-    let mut ops = vec![StepOp::Op(Op::Embed {
+    let hidden = c.hidden;
+    let interleaved = program.rope.mode == RopeMode::Interleaved;
+    let mut ops = vec![StepOp::Op(DeviceOp::Embed {
         kind: image.embed.kind,
         weights: image.embed.at,
         rows: image.embed.rows,
@@ -164,45 +172,10 @@ pub(crate) fn build(
         y: r.x,
         y_stride: hidden,
     })];
-    for (layer, l) in (0u32..).zip(&image.layers) {
-        ops.push(norm(l.attn_norm, hidden, t, r.x, r.h, c.rms_eps));
-        ops.push(matmul(&l.wq, t, r.h, r.q, q_dim));
-        ops.push(matmul(&l.wk, t, r.h, r.kv, 2 * kv_dim));
-        ops.push(matmul(&l.wv, t, r.h, r.kv + kv_dim, 2 * kv_dim));
-        let [bq, bk, bv] = l.biases;
-        for (bias, cols, y, stride) in [
-            (bq, q_dim, r.q, q_dim),
-            (bk, kv_dim, r.kv, 2 * kv_dim),
-            (bv, kv_dim, r.kv + kv_dim, 2 * kv_dim),
-        ] {
-            if let Some(at) = bias {
-                ops.push(add(cols, t, at, 0, y, stride));
-            }
+    for ((layer, layer_ops), placed) in (0u32..).zip(&program.layers).zip(&image.layers) {
+        for (op, placement) in layer_ops.iter().zip(placed) {
+            lower(&mut ops, op, placement, layer, &r, image, c, t, interleaved)?;
         }
-        ops.push(rope(c.q_heads, r.q, q_dim));
-        ops.push(rope(c.kv_heads, r.kv, 2 * kv_dim));
-        ops.push(StepOp::Scatter { layer, kv: r.kv });
-        ops.push(StepOp::Attention {
-            layer,
-            q: r.q,
-            out: r.attn,
-        });
-        ops.push(matmul(&l.wo, t, r.attn, r.s, hidden));
-        ops.push(add(hidden, t, r.s, hidden, r.x, hidden));
-        ops.push(norm(l.ffn_norm, hidden, t, r.x, r.h, c.rms_eps));
-        ops.push(matmul(&l.gate, t, r.h, r.gate, ffn));
-        ops.push(matmul(&l.up, t, r.h, r.up, ffn));
-        ops.push(StepOp::Op(Op::SwiGlu {
-            cols: ffn,
-            batch: t,
-            gate: r.gate,
-            up: r.up,
-            stride: ffn,
-            y: r.gate,
-            y_stride: ffn,
-        }));
-        ops.push(matmul(&l.down, t, r.gate, r.s, hidden));
-        ops.push(add(hidden, t, r.s, hidden, r.x, hidden));
     }
     // Only the rows that sample need the final norm and the output head.
     for (i, &row) in (0u32..).zip(input.sample_rows) {
@@ -223,7 +196,7 @@ pub(crate) fn build(
     meta.extend_from_slice(input.positions);
     let mut tokens = 0..0;
     if greedy && samples > 0 {
-        ops.push(StepOp::Op(Op::Argmax {
+        ops.push(StepOp::Op(DeviceOp::Argmax {
             cols: c.vocab,
             batch: samples,
             x: r.logits,
@@ -233,11 +206,129 @@ pub(crate) fn build(
         tokens = 2 * t..2 * t + samples;
         meta.resize(tokens.end as usize, 0);
     }
-    Ok(Program {
+    Ok(Lowered {
         ops,
         meta,
         act_len: r.end,
         logits: r.logits..r.end,
         tokens,
     })
+}
+
+/// The step ops of one program op.
+#[allow(clippy::too_many_arguments)]
+fn lower(
+    ops: &mut Vec<StepOp>,
+    op: &Op,
+    placement: &Placement,
+    layer: u32,
+    r: &Regions,
+    image: &Image,
+    c: &ModelConfig,
+    t: u32,
+    interleaved: bool,
+) -> Result<(), VulkanError> {
+    let misplaced =
+        || VulkanError::Unsupported("the weight image does not match the program".into());
+    match (op, placement) {
+        (
+            Op::Norm {
+                src, dst, per_head, ..
+            },
+            Placement::Gains(gains),
+        ) => {
+            let ((x, x_stride), (y, y_stride)) = (r.of(*src, c), r.of(*dst, c));
+            let width = src.width(c) as u32;
+            match per_head {
+                None => ops.push(StepOp::Op(DeviceOp::RmsNorm {
+                    gains: *gains,
+                    cols: width,
+                    batch: t,
+                    x,
+                    x_stride,
+                    y,
+                    y_stride,
+                    eps: c.rms_eps,
+                })),
+                // Contiguous heads: one norm over every head of every row.
+                Some(d) if x_stride == width && y_stride == width => {
+                    ops.push(StepOp::Op(DeviceOp::RmsNorm {
+                        gains: *gains,
+                        cols: *d,
+                        batch: t * (width / d),
+                        x,
+                        x_stride: *d,
+                        y,
+                        y_stride: *d,
+                        eps: c.rms_eps,
+                    }))
+                }
+                // Heads of rows spaced apart (keys beside values): one norm
+                // per head position.
+                Some(d) => {
+                    for h in 0..width / d {
+                        ops.push(StepOp::Op(DeviceOp::RmsNorm {
+                            gains: *gains,
+                            cols: *d,
+                            batch: t,
+                            x: x + h * d,
+                            x_stride,
+                            y: y + h * d,
+                            y_stride,
+                            eps: c.rms_eps,
+                        }));
+                    }
+                }
+            }
+        }
+        (Op::Linear { src, projs }, Placement::Products(placed)) => {
+            let (x, _) = r.of(*src, c);
+            for (p, (m, bias)) in projs.iter().zip(placed) {
+                let (y, y_stride) = r.of(p.out, c);
+                ops.push(matmul(m, t, x, y, y_stride));
+                if let Some(at) = bias {
+                    ops.push(add(m.rows, t, *at, 0, y, y_stride));
+                }
+            }
+        }
+        (Op::Rope { buf, heads }, Placement::None) => {
+            let (x, x_stride) = r.of(*buf, c);
+            ops.push(StepOp::Op(DeviceOp::Rope {
+                cos: image.cos,
+                sin: image.sin,
+                table_rows: image.table_rows,
+                half: c.rope_dim / 2,
+                interleaved,
+                heads: *heads,
+                head_dim: c.head_dim,
+                batch: t,
+                x,
+                x_stride,
+                positions: t,
+            }));
+        }
+        (Op::Attention, Placement::None) => {
+            ops.push(StepOp::Scatter { layer, kv: r.kv });
+            ops.push(StepOp::Attention {
+                layer,
+                q: r.q,
+                out: r.attn,
+            });
+        }
+        (Op::Glu(Gating::Silu), Placement::None) => ops.push(StepOp::Op(DeviceOp::SwiGlu {
+            cols: c.ffn,
+            batch: t,
+            gate: r.gate,
+            up: r.up,
+            stride: c.ffn,
+            y: r.gate,
+            y_stride: c.ffn,
+        })),
+        (Op::Residual { src }, Placement::None) => {
+            let (x, x_stride) = r.of(*src, c);
+            ops.push(add(c.hidden, t, x, x_stride, r.x, c.hidden));
+        }
+        _ => return Err(misplaced()),
+    }
+    Ok(())
 }

@@ -1,0 +1,22 @@
+//! `llama`: Llama 1-3.x, TinyLlama, SmolLM, Mistral and Mistral-Nemo (which
+//! llama.cpp writes as `llama`, a head width of its own included). Pre-norm
+//! layers of attention and a SwiGLU MLP; query and key rows in the
+//! interleaved-pair order llama.cpp's converter gives them; Llama 3.x's
+//! rope scaling as `rope_freqs.weight` factors. Attention biases where a
+//! converted fine-tune carries them.
+
+use super::super::load_error::LoadError;
+use super::super::program::{AttentionBlock, Program};
+use super::super::rope::RopeMode;
+use super::Loader;
+
+/// The model of a `llama` file.
+pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
+    l.pre_norm_decoder(&l.rope(RopeMode::Interleaved)?, |i| {
+        let attention = AttentionBlock {
+            biases: l.qkv_biases(i, false)?,
+            ..l.attention(i)?
+        };
+        Ok((attention, l.swiglu(i)?))
+    })
+}

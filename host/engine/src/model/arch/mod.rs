@@ -1,0 +1,320 @@
+//! Architectures: each file builds one architecture's [`Program`] from a
+//! GGUF file's metadata and tensors, once at load, in the shape of
+//! llama.cpp's `src/models/*.cpp`. This module holds what they share: the
+//! name dispatch (and the refusals, which name what is not built), the
+//! [`Loader`] that finds tensors by name and shape and holds them as the
+//! caller asked (views of the map, or dequantized to f32), and the rotary
+//! parameters most files read the same way.
+//!
+//! Adding an architecture: a file here with a `build(&Loader) ->
+//! Result<Program, LoadError>` that reads its tensors and pushes its ops
+//! (the blocks in `program.rs` cover the usual pre-norm layer), a line in
+//! [`build`] and in [`SUPPORTED`], its definition in the NumPy reference
+//! (`tests/reference/forward_ref.py`) and a tiny file in
+//! `make_tiny_gguf.py`; `docs/ARCHITECTURE.md` walks through it.
+
+mod llama;
+mod phi3;
+mod qwen2;
+mod qwen3;
+
+use std::sync::Arc;
+
+use pagoda_core::gguf::Gguf;
+
+use super::config::ModelConfig;
+use super::dequant;
+use super::file::ModelFile;
+use super::load_error::LoadError;
+use super::meta::{bad, float, meta, uint};
+use super::program::{attention_block, mlp_block, AttentionBlock, Gating, MlpBlock, Program};
+use super::rope::{Rope, RopeMode, RopeSpec};
+use super::tensors::Matrix;
+
+/// The architectures the engine runs, as `general.architecture` names them.
+pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "phi3"];
+
+/// The file's architecture name, if the engine runs it.
+pub(super) fn name<'g>(g: &Gguf<'g>) -> Result<&'g str, LoadError> {
+    let name = g
+        .get_str("general.architecture")
+        .map_err(|e| meta("general.architecture", e))?;
+    if SUPPORTED.contains(&name) {
+        Ok(name)
+    } else {
+        Err(LoadError::UnsupportedArchitecture(name.to_string()))
+    }
+}
+
+/// How the loader holds the matrices.
+#[derive(Clone)]
+pub(super) enum Source {
+    /// Views of the mapped file, in their own format.
+    Mapped(Arc<ModelFile>),
+    /// Dequantized to f32 rows.
+    Dense,
+}
+
+/// A file's tensors and metadata for one architecture's builder.
+pub(super) struct Loader<'a> {
+    pub g: &'a Gguf<'a>,
+    pub source: Source,
+    pub config: ModelConfig,
+    /// The architecture's name: the prefix of its metadata keys.
+    pub arch: &'static str,
+}
+
+impl Loader<'_> {
+    /// `{arch}.{key}`.
+    pub fn key(&self, key: &str) -> String {
+        format!("{}.{key}", self.arch)
+    }
+
+    /// Whether the file has tensor `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.g.tensor(name).is_some()
+    }
+
+    /// Matrix `name`, `out` rows of `inp` elements.
+    pub fn matrix(&self, name: &str, inp: usize, out: usize) -> Result<Matrix, LoadError> {
+        match &self.source {
+            Source::Dense => {
+                let values = dequant::matrix(self.g, name, inp, out)?;
+                Ok(Matrix::dense(values, out, inp)?)
+            }
+            Source::Mapped(file) => {
+                let t = dequant::tensor(self.g, name, &[inp as u64, out as u64])?;
+                let data = t.data();
+                // The reader hands out sub-slices of the map: their offset
+                // in it is the difference of the addresses.
+                let start = (data.as_ptr() as usize).wrapping_sub(file.bytes().as_ptr() as usize);
+                let range = start..start + data.len();
+                let inside = file.bytes().get(range.clone()).is_some_and(|s| {
+                    std::ptr::eq(s.as_ptr(), data.as_ptr()) && s.len() == data.len()
+                });
+                if !inside {
+                    return Err(LoadError::Shape {
+                        tensor: name.to_string(),
+                        expected: vec![inp as u64, out as u64],
+                        found: t.dims().to_vec(),
+                    });
+                }
+                Matrix::mapped(Arc::clone(file), range, t.kind(), out, inp).map_err(|source| {
+                    LoadError::Matrix {
+                        tensor: name.to_string(),
+                        source,
+                    }
+                })
+            }
+        }
+    }
+
+    /// Layer `i`'s matrix `name` (`blk.{i}.{name}.weight`).
+    pub fn layer_matrix(
+        &self,
+        i: u32,
+        name: &str,
+        inp: usize,
+        out: usize,
+    ) -> Result<Matrix, LoadError> {
+        self.matrix(&format!("blk.{i}.{name}.weight"), inp, out)
+    }
+
+    /// Vector `name` of `len` values, in f32.
+    pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, LoadError> {
+        dequant::vector(self.g, name, len)
+    }
+
+    /// Layer `i`'s vector `blk.{i}.{name}`.
+    pub fn layer_vector(&self, i: u32, name: &str, len: usize) -> Result<Vec<f32>, LoadError> {
+        self.vector(&format!("blk.{i}.{name}"), len)
+    }
+
+    /// Vector `name`, if the file has it.
+    pub fn optional_vector(&self, name: &str, len: usize) -> Result<Option<Vec<f32>>, LoadError> {
+        if self.has(name) {
+            self.vector(name, len).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// The token embedding, and the output head (`output.weight`, else the
+    /// embedding: tied).
+    pub fn embedding_and_head(&self) -> Result<(Matrix, Matrix), LoadError> {
+        let (h, v) = (self.config.hidden as usize, self.config.vocab as usize);
+        let embed = self.matrix("token_embd.weight", h, v)?;
+        let head = if self.has("output.weight") {
+            self.matrix("output.weight", h, v)?
+        } else {
+            embed.clone()
+        };
+        Ok((embed, head))
+    }
+
+    /// The rotary parameters the metadata gives (base, rotated dimensions,
+    /// linear scaling), pairs in `mode`, with `rope_freqs.weight` as the
+    /// frequency factors where the file has it (Llama 3.x). YaRN and other
+    /// scalings are refused by name.
+    pub fn rope(&self, mode: RopeMode) -> Result<RopeSpec, LoadError> {
+        let c = &self.config;
+        let mut scale = 1.0;
+        let scaling_key = self.key("rope.scaling.type");
+        if self.g.get(&scaling_key).is_some() {
+            let scaling = self
+                .g
+                .get_str(&scaling_key)
+                .map_err(|e| meta(&scaling_key, e))?;
+            match scaling {
+                "none" => {}
+                "linear" => {
+                    let key = self.key("rope.scaling.factor");
+                    scale = float(self.g, &key)?.unwrap_or(1.0);
+                    if !(scale.is_finite() && scale >= 1.0) {
+                        return Err(bad(&key, scale, "a linear RoPE scale must be at least 1"));
+                    }
+                }
+                other => return Err(self.unsupported(format!("RoPE scaling {other:?}"))),
+            }
+        }
+        let factors = self.optional_vector("rope_freqs.weight", c.rope_dim as usize / 2)?;
+        check_factors(&factors)?;
+        Ok(RopeSpec {
+            mode,
+            base: c.rope_theta,
+            dims: c.rope_dim,
+            factors,
+            scale,
+            attn_factor: 1.0,
+        })
+    }
+
+    /// Layer `i`'s separate q, k, v and output projections (no biases).
+    pub fn attention(&self, i: u32) -> Result<AttentionBlock, LoadError> {
+        let c = &self.config;
+        let (h, q, kv) = (c.hidden as usize, c.q_dim(), c.kv_dim());
+        Ok(AttentionBlock {
+            q: self.layer_matrix(i, "attn_q", h, q)?,
+            k: self.layer_matrix(i, "attn_k", h, kv)?,
+            v: self.layer_matrix(i, "attn_v", h, kv)?,
+            biases: [None, None, None],
+            qk_norm: None,
+            output: self.layer_matrix(i, "attn_output", q, h)?,
+        })
+    }
+
+    /// Layer `i`'s q, k and v biases (`blk.{i}.attn_{q,k,v}.bias`): all
+    /// required, or (`required` false) each where the file has it.
+    pub fn qkv_biases(&self, i: u32, required: bool) -> Result<[Option<Vec<f32>>; 3], LoadError> {
+        let c = &self.config;
+        let bias = |name: &str, len: usize| {
+            let name = format!("blk.{i}.{name}.bias");
+            if required {
+                self.vector(&name, len).map(Some)
+            } else {
+                self.optional_vector(&name, len)
+            }
+        };
+        Ok([
+            bias("attn_q", c.q_dim())?,
+            bias("attn_k", c.kv_dim())?,
+            bias("attn_v", c.kv_dim())?,
+        ])
+    }
+
+    /// Layer `i`'s SwiGLU MLP from separate gate, up and down tensors.
+    pub fn swiglu(&self, i: u32) -> Result<MlpBlock, LoadError> {
+        let (h, f) = (self.config.hidden as usize, self.config.ffn as usize);
+        Ok(MlpBlock {
+            gate: self.layer_matrix(i, "ffn_gate", h, f)?,
+            up: self.layer_matrix(i, "ffn_up", h, f)?,
+            down: self.layer_matrix(i, "ffn_down", f, h)?,
+            gating: Gating::Silu,
+        })
+    }
+
+    /// A decoder of pre-norm layers (`attn_norm`, the attention block,
+    /// `ffn_norm`, the MLP block, each added to the residual stream) whose
+    /// blocks `layer` reads, with the file's embedding, final norm and head.
+    pub fn pre_norm_decoder(
+        &self,
+        rope: &RopeSpec,
+        layer: impl Fn(u32) -> Result<(AttentionBlock, MlpBlock), LoadError>,
+    ) -> Result<Program, LoadError> {
+        let c = &self.config;
+        let h = c.hidden as usize;
+        let (embed, head) = self.embedding_and_head()?;
+        let mut layers = Vec::with_capacity(c.layers as usize);
+        for i in 0..c.layers {
+            let (attention, mlp) = layer(i)?;
+            let mut ops = Vec::new();
+            attention_block(
+                &mut ops,
+                c,
+                self.layer_vector(i, "attn_norm.weight", h)?,
+                attention,
+            );
+            mlp_block(&mut ops, self.layer_vector(i, "ffn_norm.weight", h)?, mlp);
+            layers.push(ops);
+        }
+        Ok(Program {
+            embed,
+            layers,
+            final_norm: self.vector("output_norm.weight", h)?,
+            head,
+            rope: Rope::new(rope, c.max_context),
+        })
+    }
+
+    /// A refusal naming a feature of this architecture that is not built.
+    pub fn unsupported(&self, feature: String) -> LoadError {
+        LoadError::UnsupportedFeature {
+            architecture: self.arch.to_string(),
+            feature,
+        }
+    }
+
+    /// Refuses mixture-of-experts files (`{arch}.expert_count` above 0),
+    /// which reuse dense architectures' names (Mixtral is `llama`).
+    pub fn refuse_experts(&self) -> Result<(), LoadError> {
+        match uint(self.g, &self.key("expert_count"))? {
+            Some(n) if n > 0 => Err(self.unsupported(format!("mixture of experts ({n} experts)"))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Frequency factors must be finite and positive.
+pub(super) fn check_factors(factors: &Option<Vec<f32>>) -> Result<(), LoadError> {
+    match factors {
+        Some(f) if !f.iter().all(|x| x.is_finite() && *x > 0.0) => {
+            Err(super::config::ModelError::NonFinite.into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The program of `g`'s architecture, its matrices held as `source` says.
+pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Program), LoadError> {
+    let config = ModelConfig::from_gguf(g)?;
+    let arch = SUPPORTED
+        .iter()
+        .copied()
+        .find(|a| *a == name(g).unwrap_or_default())
+        .ok_or_else(|| LoadError::UnsupportedArchitecture(String::new()))?;
+    let loader = Loader {
+        g,
+        source,
+        config,
+        arch,
+    };
+    loader.refuse_experts()?;
+    let program = match arch {
+        "llama" => llama::build(&loader)?,
+        "qwen2" => qwen2::build(&loader)?,
+        "qwen3" => qwen3::build(&loader)?,
+        "phi3" => phi3::build(&loader)?,
+        other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
+    };
+    Ok((config, program))
+}

@@ -1,0 +1,771 @@
+//! The CPU backend's interpreter of a [`Program`]: every new token of the
+//! batch, packed in one tensor per buffer, through every op; attention goes
+//! through the backend's paged KV cache. One path for every weight format:
+//! each product takes its matrix's format from the matrix.
+//!
+//! The products run on the [`Activations`]' thread team. A linear op's
+//! input rows are prepared once for all the matrices that read them (q, k
+//! and v; gate and up), kept f32 or, where the precision
+//! [rounds](ActPrecision::rounds) them, quantized once per weight format to
+//! 8-bit blocks for integer products. f32 matrices (dense models) take the
+//! team's f32 product up to [`DENSE_TEAM_MAX_ROWS`] rows and the general
+//! product, split across the team, above. Only the sampled rows go through
+//! the final norm and the head.
+
+use std::sync::{Mutex, PoisonError};
+
+use ndarray::linalg::general_mat_mul;
+use ndarray::{s, ArrayView2, ArrayViewMut2, Axis};
+use pagoda_core::backend::Backend;
+use pagoda_core::QuantKind;
+use pagoda_cpu::quant::MAX_ROWS_PER_PASS;
+use pagoda_cpu::{
+    matmul_team, matmul_team_each, silu_mul, ActFormat, Isa, QMatError, QuantMatrix,
+    QuantizedActivations, Team, TeamError,
+};
+
+use super::config::{ModelConfig, ModelError};
+use super::forward::{ForwardError, StepInput};
+use super::program::{Buf, Gating, Op, Program, Proj};
+use super::tensors::Matrix;
+
+/// How the products take their activations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ActPrecision {
+    /// Unrounded f32, each weight block widened to f32 in registers: the
+    /// products add only f32 summation error, so the logits are the dense
+    /// path's (within 2e-5 of the logit range of a float64 reference).
+    #[default]
+    F32,
+    /// 8-bit activations on decode steps, where the integer kernels are
+    /// the faster ones: products of fewer than
+    /// [`INT8_DECODE_ROWS`](Self::INT8_DECODE_ROWS) rows with Q4_0, Q4_1
+    /// or K-quant weights, and with Q8_0 weights from
+    /// [`INT8_Q8_0_ROWS`](Self::INT8_Q8_0_ROWS) rows; f32 for everything
+    /// else. Steps that hold any prompt rows keep f32 although the integer
+    /// products are faster there too (Q4_1 at 128 rows: 1.6×): a prompt's
+    /// keys and values stay in the cache for every later token and every
+    /// request that shares the prefix, so they are computed unrounded, and
+    /// a prompt's first token does not depend on how much of it the prefix
+    /// cache held (a cached prompt's last few tokens make a short step).
+    Int8Decode,
+    /// Rounded to 8-bit blocks for every product of a block type, as
+    /// llama.cpp does: every product adds the rounding, and over 30 layers
+    /// the logits move by about 3% of their range, enough to flip a near
+    /// tie.
+    Int8,
+}
+
+impl ActPrecision {
+    /// The rows from which [`Int8Decode`](Self::Int8Decode) keeps f32
+    /// activations on decode steps too (with f32 activations, products of
+    /// this many rows widen the weights to f32 panels).
+    pub const INT8_DECODE_ROWS: usize = 24;
+
+    /// The rows from which [`Int8Decode`](Self::Int8Decode) rounds for
+    /// Q8_0 weights: from there the AVX2 kernel takes four activation rows
+    /// per multiply, and runs 1.3× its f32 path at 8 and 16 rows (one row
+    /// at a time, the integer products gained 0.9–1.15×).
+    pub const INT8_Q8_0_ROWS: usize = 5;
+
+    /// Whether a product of `rows` activation rows with `weights`-typed
+    /// weights takes them rounded to 8-bit blocks, in a step that holds
+    /// prompt rows (`prompt`) or only decodes. Float weights never do.
+    ///
+    /// The single-threaded kernels, integer against f32, in weight bytes
+    /// per second on AVX2 (Zen 2; `cargo bench -p pagoda-cpu --bench
+    /// qmatmul`): Q4_1 at 1, 4 and 16 rows 2.4×, 1.9× and 1.9×; Q4_K 2.2×,
+    /// 1.9× and 4.5×; Q8_0 0.9× and 1.15× at 1 and 4 rows, 1.3× at 8 and 16.
+    pub fn rounds(self, rows: usize, prompt: bool, weights: QuantKind) -> bool {
+        if matches!(weights, QuantKind::F32 | QuantKind::F16 | QuantKind::BF16) {
+            return false;
+        }
+        match self {
+            Self::F32 => false,
+            Self::Int8Decode => {
+                !prompt
+                    && rows < Self::INT8_DECODE_ROWS
+                    && match weights {
+                        QuantKind::Q4_0
+                        | QuantKind::Q4_1
+                        | QuantKind::Q4_K
+                        | QuantKind::Q5_K
+                        | QuantKind::Q6_K => true,
+                        QuantKind::Q8_0 => rows >= Self::INT8_Q8_0_ROWS,
+                        _ => false,
+                    }
+            }
+            Self::Int8 => true,
+        }
+    }
+}
+
+/// The buffers of [`Buf`], in this order.
+const BUFS: [Buf; 9] = [
+    Buf::X,
+    Buf::H,
+    Buf::Q,
+    Buf::K,
+    Buf::V,
+    Buf::Attn,
+    Buf::Gate,
+    Buf::Up,
+    Buf::Sum,
+];
+
+fn index(b: Buf) -> usize {
+    BUFS.iter().position(|&x| x == b).unwrap_or(0)
+}
+
+/// Reusable activation buffers: they grow to the largest step seen and are
+/// not reallocated after that. They also hold the thread team the products
+/// run on (one per engine, created once; on the CPU backend the backend's
+/// own team, so attention and products share its threads).
+#[derive(Debug)]
+pub struct Activations {
+    bufs: [Vec<f32>; 9],
+    /// The sampled rows of the residual stream, then normed.
+    rows: Vec<f32>,
+    last: Vec<f32>,
+    /// The input rows of a product, prepared once per weight format.
+    qx: [QuantizedActivations; 4],
+    /// Workers for the products; started on first use when built by
+    /// [`Default`].
+    team: Option<Team>,
+    threads: usize,
+    isa: Isa,
+}
+
+impl Default for Activations {
+    /// Buffers for a team of one worker per available core, started on the
+    /// first step.
+    fn default() -> Self {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::empty(threads)
+    }
+}
+
+impl Activations {
+    fn empty(threads: usize) -> Self {
+        Self {
+            bufs: Default::default(),
+            rows: Vec::new(),
+            last: Vec::new(),
+            qx: Default::default(),
+            team: None,
+            threads: threads.max(1),
+            isa: Isa::detect(),
+        }
+    }
+
+    /// Buffers and a team of `threads` workers (the caller counts as one;
+    /// at least one), started now.
+    pub fn with_threads(threads: usize) -> Result<Self, TeamError> {
+        let mut act = Self::empty(threads);
+        act.team = Some(Team::new(act.threads)?);
+        Ok(act)
+    }
+
+    /// Buffers over `team`, a handle on threads that may also serve the
+    /// backend (see [`pagoda_cpu::CpuBackend::team`]): the step then runs on
+    /// those threads and no others.
+    pub fn with_team(team: Team) -> Self {
+        let mut act = Self::empty(team.workers());
+        act.team = Some(team);
+        act
+    }
+
+    /// Workers the products use.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The team, taken out (the caller puts it back), started if it was
+    /// not yet.
+    fn take_team(&mut self) -> Result<Team, ModelError> {
+        match self.team.take() {
+            Some(team) => Ok(team),
+            None => Team::new(self.threads).map_err(|e| ModelError::Kernel(QMatError::Team(e))),
+        }
+    }
+}
+
+/// One step being run: the program's shape, the step's rows, the buffers.
+struct Run<'a> {
+    c: &'a ModelConfig,
+    t: usize,
+    feed: Feed,
+    act: &'a mut Activations,
+    team: &'a mut Team,
+}
+
+/// Runs `program` for one step (see [`Model::forward`](super::Model::forward)).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn forward<B: Backend>(
+    program: &Program,
+    c: &ModelConfig,
+    precision: ActPrecision,
+    backend: &mut B,
+    store: &mut B::KvStore,
+    input: &StepInput<'_>,
+    act: &mut Activations,
+    logits: &mut Vec<f32>,
+) -> Result<(), ForwardError<B::Error>> {
+    // The team is lent out for the step so the buffers can be borrowed
+    // beside it, and put back whatever happens.
+    let mut team = act.take_team().map_err(ForwardError::Model)?;
+    let t = input.tokens.len();
+    // Decode steps may round their rows; a step with prompt rows does not,
+    // its head included, so a prompt's first token comes from f32
+    // activations however much of it the cache held.
+    let feed = Feed {
+        precision,
+        rows: t,
+        prompt: input.prompt_rows > 0,
+    };
+    let mut run = Run {
+        c,
+        t,
+        feed,
+        act,
+        team: &mut team,
+    };
+    let result = run.step(program, backend, store, input, logits);
+    act.team = Some(team);
+    result
+}
+
+impl Run<'_> {
+    fn step<B: Backend>(
+        &mut self,
+        program: &Program,
+        backend: &mut B,
+        store: &mut B::KvStore,
+        input: &StepInput<'_>,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ForwardError<B::Error>> {
+        let (c, t) = (self.c, self.t);
+        let hidden = c.hidden as usize;
+        let model = ForwardError::Model;
+        for b in BUFS {
+            grow(&mut self.act.bufs[index(b)], t * b.width(c));
+        }
+        let x = &mut self.act.bufs[index(Buf::X)];
+        for (row, &token) in x.chunks_exact_mut(hidden).zip(input.tokens) {
+            program.embed.row_into(token as usize, row).map_err(model)?;
+        }
+        for (layer, ops) in (0u32..).zip(&program.layers) {
+            for op in ops {
+                match op {
+                    Op::Norm {
+                        src,
+                        dst,
+                        gain,
+                        per_head,
+                    } => self.norm(*src, *dst, gain, *per_head).map_err(model)?,
+                    Op::Linear { src, projs } => self.linear(*src, projs).map_err(model)?,
+                    Op::Rope { buf, heads } => {
+                        let rows = &mut self.act.bufs[index(*buf)][..t * buf.width(c)];
+                        program
+                            .rope
+                            .apply(rows, *heads, c.head_dim, input.positions);
+                    }
+                    Op::Attention => {
+                        let bufs = &mut self.act.bufs;
+                        let (kv, q) = (t * c.kv_dim(), t * c.q_dim());
+                        backend
+                            .scatter(
+                                store,
+                                layer,
+                                input.slots,
+                                &bufs[index(Buf::K)][..kv],
+                                &bufs[index(Buf::V)][..kv],
+                            )
+                            .map_err(ForwardError::Backend)?;
+                        let mut out = std::mem::take(&mut bufs[index(Buf::Attn)]);
+                        let result = backend.attention(
+                            store,
+                            layer,
+                            c.attention_shape(),
+                            input.seqs,
+                            &bufs[index(Buf::Q)][..q],
+                            &mut out[..q],
+                        );
+                        bufs[index(Buf::Attn)] = out;
+                        result.map_err(ForwardError::Backend)?;
+                    }
+                    Op::Glu(Gating::Silu) => self.swiglu().map_err(model)?,
+                    Op::Residual { src } => {
+                        let n = t * hidden;
+                        let bufs = &mut self.act.bufs;
+                        let y = std::mem::take(&mut bufs[index(*src)]);
+                        for (a, b) in bufs[index(Buf::X)][..n].iter_mut().zip(&y[..n]) {
+                            *a += b;
+                        }
+                        bufs[index(*src)] = y;
+                    }
+                }
+            }
+        }
+        self.head(program, input.sample_rows, logits).map_err(model)
+    }
+
+    /// The final norm and the head, for the rows that sample.
+    fn head(
+        &mut self,
+        program: &Program,
+        sample_rows: &[u32],
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        let hidden = self.c.hidden as usize;
+        let s = sample_rows.len();
+        let act = &mut *self.act;
+        grow(&mut act.rows, s * hidden);
+        let x = &act.bufs[index(Buf::X)];
+        for (row, &r) in act.rows.chunks_exact_mut(hidden).zip(sample_rows) {
+            let start = r as usize * hidden;
+            row.copy_from_slice(&x[start..start + hidden]);
+        }
+        rms_norm(
+            self.team,
+            &act.rows,
+            &mut act.last,
+            s,
+            hidden,
+            &program.final_norm,
+            self.c.rms_eps,
+        )?;
+        let vocab = self.c.vocab as usize;
+        if logits.len() != s * vocab {
+            logits.resize(s * vocab, 0.0);
+        }
+        let feed = Feed {
+            rows: s,
+            ..self.feed
+        };
+        let last = std::mem::take(&mut act.last);
+        let result = project(
+            self.team,
+            act.isa,
+            &mut act.qx,
+            feed,
+            &last,
+            hidden,
+            &[&program.head],
+            [logits],
+        );
+        act.last = last;
+        result
+    }
+
+    /// `dst = rmsnorm(src) × gain`, over rows or each head of them.
+    fn norm(
+        &mut self,
+        src: Buf,
+        dst: Buf,
+        gain: &[f32],
+        per_head: Option<u32>,
+    ) -> Result<(), ModelError> {
+        let eps = self.c.rms_eps;
+        let (width, rows) = match per_head {
+            Some(d) => (d as usize, self.t * src.width(self.c) / d as usize),
+            None => (src.width(self.c), self.t),
+        };
+        let bufs = &mut self.act.bufs;
+        if src == dst {
+            let x = &mut bufs[index(src)][..rows * width];
+            for row in x.chunks_exact_mut(width) {
+                rms_norm_in_place(row, gain, eps);
+            }
+            return Ok(());
+        }
+        let x = std::mem::take(&mut bufs[index(src)]);
+        let result = rms_norm(self.team, &x, &mut bufs[index(dst)], rows, width, gain, eps);
+        bufs[index(src)] = x;
+        result
+    }
+
+    /// Every projection of `projs` from `src`'s rows, then their biases.
+    fn linear(&mut self, src: Buf, projs: &[Proj]) -> Result<(), ModelError> {
+        let (c, t) = (self.c, self.t);
+        let cols = src.width(c);
+        let act = &mut *self.act;
+        let x = std::mem::take(&mut act.bufs[index(src)]);
+        let mut outs: Vec<Vec<f32>> = projs
+            .iter()
+            .map(|p| std::mem::take(&mut act.bufs[index(p.out)]))
+            .collect();
+        let ws: Vec<&Matrix> = projs.iter().map(|p| &p.w).collect();
+        let result = match outs.as_mut_slice() {
+            [a] => project(
+                self.team,
+                act.isa,
+                &mut act.qx,
+                self.feed,
+                &x,
+                cols,
+                &ws,
+                [a],
+            ),
+            [a, b] => project(
+                self.team,
+                act.isa,
+                &mut act.qx,
+                self.feed,
+                &x,
+                cols,
+                &ws,
+                [a, b],
+            ),
+            [a, b, c] => project(
+                self.team,
+                act.isa,
+                &mut act.qx,
+                self.feed,
+                &x,
+                cols,
+                &ws,
+                [a, b, c],
+            ),
+            _ => Err(ModelError::Kernel(QMatError::Overflow)),
+        };
+        for (p, out) in projs.iter().zip(outs.iter_mut()) {
+            if let Some(bias) = &p.bias {
+                for row in out[..t * p.w.rows()].chunks_exact_mut(bias.len()) {
+                    for (v, b) in row.iter_mut().zip(bias) {
+                        *v += b;
+                    }
+                }
+            }
+        }
+        act.bufs[index(src)] = x;
+        for (p, out) in projs.iter().zip(outs) {
+            act.bufs[index(p.out)] = out;
+        }
+        result
+    }
+
+    /// `Gate = silu(Gate) × Up`.
+    fn swiglu(&mut self) -> Result<(), ModelError> {
+        let n = self.t * self.c.ffn as usize;
+        let bufs = &mut self.act.bufs;
+        let up = std::mem::take(&mut bufs[index(Buf::Up)]);
+        let result = swiglu(
+            self.team,
+            self.act.isa,
+            &mut bufs[index(Buf::Gate)][..n],
+            &up[..n],
+        );
+        bufs[index(Buf::Up)] = up;
+        result
+    }
+}
+
+/// How one step's activations reach its products: the model's precision,
+/// the step's row count and whether it holds prompt rows decide, matrix by
+/// matrix, whether they are rounded to 8-bit blocks.
+#[derive(Debug, Clone, Copy)]
+struct Feed {
+    precision: ActPrecision,
+    rows: usize,
+    prompt: bool,
+}
+
+impl Feed {
+    /// The format a product with `w` takes the activations in.
+    fn format(self, w: &Matrix) -> ActFormat {
+        if self.precision.rounds(self.rows, self.prompt, w.kind()) {
+            ActFormat::for_weights(w.kind())
+        } else {
+            ActFormat::F32
+        }
+    }
+}
+
+/// Where each activation format is kept.
+fn slot(format: ActFormat) -> usize {
+    match format {
+        ActFormat::F32 => 0,
+        ActFormat::Q8_0 => 1,
+        ActFormat::Q8_1 => 2,
+        ActFormat::Q8_K => 3,
+    }
+}
+
+/// Most rows of a product with f32 weights that go to the team's f32
+/// product: it streams each weight row once, which wins while a step is
+/// bound by reading the weights; past a few rows the step is bound by
+/// arithmetic, where the general product's packed, tiled kernel is several
+/// times faster (SmolLM2, 2 cores: 1 row 2.7× faster on the team, 16 rows
+/// 2× slower).
+const DENSE_TEAM_MAX_ROWS: usize = 4;
+const _: () = assert!(DENSE_TEAM_MAX_ROWS <= MAX_ROWS_PER_PASS);
+
+/// Output columns a worker's share of a general product is a multiple of:
+/// whole register tiles of the single-threaded kernel.
+const GENERAL_COLUMNS: usize = 16;
+
+/// `outs[i][..rows × ws[i].rows()] = x · ws[i]ᵀ` for `rows = feed.rows`
+/// rows of `cols`, on the team. f32 matrices above
+/// [`DENSE_TEAM_MAX_ROWS`] rows take the general product; everything else
+/// the team's products over `x` prepared once per format (all matrices in
+/// one run of the team when they take the same format).
+#[allow(clippy::too_many_arguments)]
+fn project<const N: usize>(
+    team: &mut Team,
+    isa: Isa,
+    qx: &mut [QuantizedActivations; 4],
+    feed: Feed,
+    x: &[f32],
+    cols: usize,
+    ws: &[&Matrix],
+    outs: [&mut Vec<f32>; N],
+) -> Result<(), ModelError> {
+    let rows = feed.rows;
+    let x = &x[..rows * cols];
+    let kernel = ModelError::Kernel;
+    for (w, out) in ws.iter().zip(outs.iter()) {
+        if w.cols() != cols {
+            return Err(ModelError::Kernel(QMatError::DataLength {
+                expected: w.cols(),
+                found: cols,
+            }));
+        }
+        let _ = out;
+    }
+    let mut outs = outs;
+    for (w, out) in ws.iter().zip(outs.iter_mut()) {
+        grow(out, rows * w.rows());
+    }
+    let general = rows > DENSE_TEAM_MAX_ROWS && ws.iter().all(|w| w.f32_rows().is_some());
+    if general {
+        for (w, out) in ws.iter().zip(outs) {
+            let data = w.f32_rows().unwrap_or_default();
+            let file_rows = ArrayView2::from_shape((w.rows(), w.cols()), data)
+                .map_err(|_| kernel(QMatError::Overflow))?;
+            let len = rows * w.rows();
+            let out = ArrayViewMut2::from_shape((rows, w.rows()), &mut out[..len])
+                .map_err(|_| kernel(QMatError::Overflow))?;
+            let x =
+                ArrayView2::from_shape((rows, cols), x).map_err(|_| kernel(QMatError::Overflow))?;
+            general_on_team(team, x, file_rows.t(), 0.0, out)
+                .map_err(|e| kernel(QMatError::Team(e)))?;
+        }
+        return Ok(());
+    }
+    // Each format the matrices take, prepared once.
+    let mut done = [false; 4];
+    for w in ws {
+        let format = feed.format(w);
+        let s = slot(format);
+        if done[s] {
+            continue;
+        }
+        let prepared = if format == ActFormat::F32 {
+            qx[s].keep_f32(x, rows, cols)
+        } else {
+            qx[s].quantize(w.kind(), x, rows, cols)
+        };
+        prepared.map_err(kernel)?;
+        done[s] = true;
+    }
+    let first = feed.format(ws[0]);
+    if N > 1 && ws.iter().all(|w| feed.format(w) == first) {
+        let mut error = None;
+        let matrices: [QuantMatrix<'_>; N] = std::array::from_fn(|i| {
+            ws[i].quant_matrix().unwrap_or_else(|e| {
+                error.get_or_insert(e);
+                QuantMatrix::empty(ws[i].kind())
+            })
+        });
+        if let Some(e) = error {
+            return Err(kernel(e));
+        }
+        let ms = std::array::from_fn(|i| &matrices[i]);
+        let lens: [usize; N] = std::array::from_fn(|i| rows * ws[i].rows());
+        let mut i = 0;
+        let slices = outs.map(|out| {
+            let s = &mut out[..lens[i]];
+            i += 1;
+            s
+        });
+        return matmul_team_each(team, isa, ms, &qx[slot(first)], slices).map_err(kernel);
+    }
+    for (w, out) in ws.iter().zip(outs) {
+        let m = w.quant_matrix().map_err(kernel)?;
+        let len = rows * w.rows();
+        matmul_team(team, isa, &m, &qx[slot(feed.format(w))], &mut out[..len]).map_err(kernel)?;
+    }
+    Ok(())
+}
+
+/// `out = x · w + beta × out` with the output's columns split across the
+/// team in runs of [`GENERAL_COLUMNS`], each worker running the
+/// single-threaded general product on its own columns (packing only its
+/// part of `w`). Nothing is allocated: workers take the next run of
+/// columns from one shared iterator.
+fn general_on_team(
+    team: &mut Team,
+    x: ArrayView2<'_, f32>,
+    w: ArrayView2<'_, f32>,
+    beta: f32,
+    mut out: ArrayViewMut2<'_, f32>,
+) -> Result<(), TeamError> {
+    let workers = team.workers();
+    if workers == 1 {
+        general_mat_mul(1.0, &x, &w, beta, &mut out);
+        return Ok(());
+    }
+    let width = w
+        .ncols()
+        .div_ceil(workers)
+        .next_multiple_of(GENERAL_COLUMNS)
+        .max(GENERAL_COLUMNS);
+    let runs = Mutex::new(out.axis_chunks_iter_mut(Axis(1), width).enumerate());
+    team.run(&|_, _| loop {
+        let next = runs.lock().unwrap_or_else(PoisonError::into_inner).next();
+        let Some((i, mut run)) = next else { break };
+        let first = i * width;
+        let w = w.slice(s![.., first..first + run.ncols()]);
+        general_mat_mul(1.0, &x, &w, beta, &mut run);
+    })
+}
+
+/// Grows `buf` to at least `len` (buffers never shrink).
+fn grow(buf: &mut Vec<f32>, len: usize) {
+    if buf.len() < len {
+        buf.resize(len, 0.0);
+    }
+}
+
+/// `out`'s first `rows` rows of `width` = `x`'s RMS-normed by `gain`
+/// ([`rms_norm_row`]), one row per piece on the team from two rows (a
+/// single row is not worth a hand-off).
+fn rms_norm(
+    team: &mut Team,
+    x: &[f32],
+    out: &mut Vec<f32>,
+    rows: usize,
+    width: usize,
+    gain: &[f32],
+    eps: f32,
+) -> Result<(), ModelError> {
+    grow(out, rows * width);
+    let out = &mut out[..rows * width];
+    if rows < 2 {
+        for (src, dst) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
+            rms_norm_row(src, dst, gain, eps);
+        }
+        return Ok(());
+    }
+    team.for_each_chunk(out, width, &|i, dst| {
+        rms_norm_row(&x[i * width..(i + 1) * width], dst, gain, eps)
+    })
+    .map_err(|e| ModelError::Kernel(QMatError::Team(e)))
+}
+
+/// `1 / rms(src)`, the squares summed in eight running lanes, which the
+/// compiler keeps in vector registers (one running sum is a chain of
+/// dependent adds).
+fn inverse_rms(src: &[f32], eps: f32) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let eights = src.chunks_exact(8);
+    let rest: f32 = eights.remainder().iter().map(|v| v * v).sum();
+    for c in eights {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l += v * v;
+        }
+    }
+    let mean_square = (lanes.iter().sum::<f32>() + rest) / src.len() as f32;
+    1.0 / (mean_square + eps).sqrt()
+}
+
+/// One row of [`rms_norm`]: `dst = src / rms(src) × gain`.
+fn rms_norm_row(src: &[f32], dst: &mut [f32], gain: &[f32], eps: f32) {
+    let inv = inverse_rms(src, eps);
+    for ((d, s), g) in dst.iter_mut().zip(src).zip(gain) {
+        *d = s * inv * g;
+    }
+}
+
+/// [`rms_norm_row`] in place (a head of q or k).
+fn rms_norm_in_place(row: &mut [f32], gain: &[f32], eps: f32) {
+    let inv = inverse_rms(row, eps);
+    for (v, g) in row.iter_mut().zip(gain) {
+        *v *= inv * g;
+    }
+}
+
+/// Values per piece of [`swiglu`] on the team: a decode step's single row
+/// (SmolLM2: 1,536) still splits.
+const GATE_PIECE: usize = 256;
+
+/// `gate = silu(gate) × up` ([`silu_mul`]), in pieces across the team:
+/// with `f32::exp` on the caller alone, the gating cost a batch-16 SmolLM2
+/// step about 7% of its time.
+fn swiglu(team: &mut Team, isa: Isa, gate: &mut [f32], up: &[f32]) -> Result<(), ModelError> {
+    team.for_each_chunk(gate, GATE_PIECE, &|i, g| {
+        silu_mul(isa, g, &up[i * GATE_PIECE..])
+    })
+    .map_err(|e| ModelError::Kernel(QMatError::Team(e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn int8_decode_rounds_decode_steps_where_the_integer_kernels_win() {
+        let p = ActPrecision::Int8Decode;
+        assert!(p.rounds(1, false, QuantKind::Q4_1));
+        assert!(p.rounds(16, false, QuantKind::Q4_K));
+        // Any prompt row keeps the step f32, however short.
+        assert!(!p.rounds(1, true, QuantKind::Q4_1));
+        assert!(!p.rounds(ActPrecision::INT8_DECODE_ROWS, false, QuantKind::Q4_1));
+        // Q8_0 only where four rows share each multiply.
+        assert!(!p.rounds(ActPrecision::INT8_Q8_0_ROWS - 1, false, QuantKind::Q8_0));
+        assert!(p.rounds(ActPrecision::INT8_Q8_0_ROWS, false, QuantKind::Q8_0));
+        assert!(!p.rounds(8, false, QuantKind::F16));
+        assert!(!ActPrecision::F32.rounds(1, false, QuantKind::Q4_1));
+        assert!(ActPrecision::Int8.rounds(512, true, QuantKind::Q8_0));
+        assert!(!ActPrecision::Int8.rounds(512, true, QuantKind::F32));
+    }
+
+    /// `general_on_team` on 1 to 3 workers (3 also where threads outnumber
+    /// cores) against a plain f64 triple loop, over weights stored as a GGUF
+    /// file's rows (a transposed view) and row-major, with and without
+    /// accumulating, at widths that do not divide into the workers' runs.
+    #[test]
+    fn general_products_on_the_team_match_a_plain_loop() {
+        let mut rng = fastrand::Rng::with_seed(3);
+        for workers in [1, 2, 3] {
+            let mut team = Team::new(workers).unwrap();
+            for (t, inputs, outputs) in [(5, 64, 37), (9, 96, 100), (33, 40, 1000), (1, 8, 3)] {
+                let x: Vec<f32> = (0..t * inputs).map(|_| rng.f32() - 0.5).collect();
+                let rows: Vec<f32> = (0..outputs * inputs).map(|_| rng.f32() - 0.5).collect();
+                let file_rows = ArrayView2::from_shape((outputs, inputs), &rows).unwrap();
+                let row_major = file_rows.t().as_standard_layout().into_owned();
+                for (w, beta) in [(file_rows.t(), 0.0), (row_major.view(), 1.0)] {
+                    let start: Vec<f32> = (0..t * outputs).map(|_| rng.f32()).collect();
+                    let mut out = start.clone();
+                    let view = ArrayViewMut2::from_shape((t, outputs), &mut out).unwrap();
+                    let xv = ArrayView2::from_shape((t, inputs), &x).unwrap();
+                    general_on_team(&mut team, xv, w, beta, view).unwrap();
+                    for r in 0..t {
+                        for c in 0..outputs {
+                            let dot: f64 = (0..inputs)
+                                .map(|i| f64::from(x[r * inputs + i]) * f64::from(w[[i, c]]))
+                                .sum();
+                            let want = dot + f64::from(beta * start[r * outputs + c]);
+                            let got = f64::from(out[r * outputs + c]);
+                            assert!(
+                                (got - want).abs() < 1e-4,
+                                "{workers} workers, {t}×{inputs}×{outputs} [{r},{c}]: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

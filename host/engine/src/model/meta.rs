@@ -1,0 +1,145 @@
+//! A GGUF file's metadata as the loader reads it: integers and floats of
+//! any width under a key, typed errors naming the key, and the decoder's
+//! shape ([`ModelConfig::from_gguf`]) from the `{arch}.*` keys every
+//! architecture shares.
+
+use pagoda_core::gguf::{Gguf, GgufError, Value};
+
+use super::arch;
+use super::config::ModelConfig;
+use super::load_error::LoadError;
+
+pub(super) fn meta(key: &str, source: GgufError) -> LoadError {
+    LoadError::Metadata {
+        key: key.to_string(),
+        source,
+    }
+}
+
+pub(super) fn bad(key: &str, value: impl ToString, reason: &'static str) -> LoadError {
+    LoadError::HyperParameter {
+        key: key.to_string(),
+        value: value.to_string(),
+        reason,
+    }
+}
+
+/// An unsigned integer under `key` (any integer type that fits a u32), or
+/// `None` when absent.
+pub(super) fn uint(g: &Gguf<'_>, key: &str) -> Result<Option<u32>, LoadError> {
+    let value: i128 = match g.get(key) {
+        None => return Ok(None),
+        Some(Value::U8(v)) => v.into(),
+        Some(Value::U16(v)) => v.into(),
+        Some(Value::U32(v)) => v.into(),
+        Some(Value::U64(v)) => v.into(),
+        Some(Value::I8(v)) => v.into(),
+        Some(Value::I16(v)) => v.into(),
+        Some(Value::I32(v)) => v.into(),
+        Some(Value::I64(v)) => v.into(),
+        Some(_) => return g.get_u32(key).map(Some).map_err(|e| meta(key, e)),
+    };
+    u32::try_from(value)
+        .map(Some)
+        .map_err(|_| bad(key, value, "must fit an unsigned 32-bit integer"))
+}
+
+pub(super) fn required_uint(g: &Gguf<'_>, key: &str) -> Result<u32, LoadError> {
+    uint(g, key)?.ok_or_else(|| {
+        meta(
+            key,
+            GgufError::MissingKey {
+                key: pagoda_core::gguf::Name::new(key.as_bytes()),
+            },
+        )
+    })
+}
+
+/// A float under `key` (f32 or f64), or `None` when absent.
+pub(super) fn float(g: &Gguf<'_>, key: &str) -> Result<Option<f32>, LoadError> {
+    match g.get(key) {
+        None => Ok(None),
+        Some(Value::F64(v)) => Ok(Some(v as f32)),
+        Some(_) => g.get_f32(key).map(Some).map_err(|e| meta(key, e)),
+    }
+}
+
+impl ModelConfig {
+    /// The shape from a GGUF file's `{arch}.*` metadata (the keys every
+    /// architecture shares); the vocabulary from the embedding tensor.
+    /// Refuses an architecture the engine does not run and a
+    /// configuration [`validate`](Self::validate) refuses.
+    pub fn from_gguf(g: &Gguf<'_>) -> Result<ModelConfig, LoadError> {
+        let a = arch::name(g)?;
+        let key = |k: &str| format!("{a}.{k}");
+        let layers = required_uint(g, &key("block_count"))?;
+        let hidden = required_uint(g, &key("embedding_length"))?;
+        let ffn = required_uint(g, &key("feed_forward_length"))?;
+        let q_heads = required_uint(g, &key("attention.head_count"))?;
+        if q_heads == 0 {
+            return Err(super::config::ModelError::ZeroSize("q_heads").into());
+        }
+        let kv_heads = uint(g, &key("attention.head_count_kv"))?.unwrap_or(q_heads);
+        let head_dim = match uint(g, &key("attention.key_length"))? {
+            Some(d) => d,
+            None if hidden % q_heads == 0 => hidden / q_heads,
+            None => {
+                return Err(bad(
+                    &key("embedding_length"),
+                    hidden,
+                    "not a multiple of the head count, and no attention.key_length",
+                ))
+            }
+        };
+        if let Some(v) = uint(g, &key("attention.value_length"))? {
+            if v != head_dim {
+                return Err(bad(
+                    &key("attention.value_length"),
+                    v,
+                    "must equal the key length",
+                ));
+            }
+        }
+        let rope_dim = uint(g, &key("rope.dimension_count"))?.unwrap_or(head_dim);
+        let rope_theta = float(g, &key("rope.freq_base"))?.unwrap_or(10_000.0);
+        let rms_key = key("attention.layer_norm_rms_epsilon");
+        let rms_eps = float(g, &rms_key)?.ok_or_else(|| {
+            meta(
+                &rms_key,
+                GgufError::MissingKey {
+                    key: pagoda_core::gguf::Name::new(rms_key.as_bytes()),
+                },
+            )
+        })?;
+        let max_context = required_uint(g, &key("context_length"))?;
+        let embed = g
+            .tensor("token_embd.weight")
+            .ok_or_else(|| LoadError::MissingTensor("token_embd.weight".into()))?;
+        let vocab = match embed.dims() {
+            [h, v] if *h == u64::from(hidden) => u32::try_from(*v)
+                .map_err(|_| bad("token_embd.weight rows", v, "vocabulary too large"))?,
+            found => {
+                return Err(LoadError::Shape {
+                    tensor: "token_embd.weight".into(),
+                    expected: vec![u64::from(hidden), embed.rows()],
+                    found: found.to_vec(),
+                })
+            }
+        };
+        let config = ModelConfig {
+            vocab,
+            hidden,
+            layers,
+            q_heads,
+            kv_heads,
+            head_dim,
+            rope_dim,
+            ffn,
+            rope_theta,
+            rms_eps,
+            max_context,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}

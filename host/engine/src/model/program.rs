@@ -1,0 +1,256 @@
+//! The architecture as data: a [`Program`] says what one step computes,
+//! layer by layer, over a few named activation buffers, and every backend
+//! runs it (the CPU interpreter in `cpu.rs`, the Vulkan lowering in
+//! `device/program.rs`). An architecture file (`arch/*.rs`) builds it once
+//! at load from the GGUF metadata and tensors; nothing else knows which
+//! architecture a model is.
+//!
+//! A layer is a list of [`Op`]s over the buffers of [`Buf`]: norms, linear
+//! products (with biases, over views of fused tensors), rotary positions,
+//! paged attention, gated MLP activations and residual adds. The helpers at
+//! the bottom ([`attention_block`], [`mlp_block`]) are the pre-norm decoder
+//! block most architectures share, so it is written once.
+
+use super::config::ModelConfig;
+use super::rope::Rope;
+use super::tensors::Matrix;
+
+/// An activation buffer: `rows × width` f32 values, the width from the
+/// model's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Buf {
+    /// The residual stream, `hidden` wide.
+    X,
+    /// Normed rows, `hidden` wide.
+    H,
+    /// Queries, `q_dim` wide.
+    Q,
+    /// Keys, `kv_dim` wide.
+    K,
+    /// Values, `kv_dim` wide.
+    V,
+    /// Attention output, `q_dim` wide.
+    Attn,
+    /// MLP gate, `ffn` wide.
+    Gate,
+    /// MLP up projection, `ffn` wide.
+    Up,
+    /// A product before it joins the residual stream, `hidden` wide.
+    Sum,
+}
+
+impl Buf {
+    /// Values per row.
+    pub(crate) fn width(self, c: &ModelConfig) -> usize {
+        match self {
+            Buf::X | Buf::H | Buf::Sum => c.hidden as usize,
+            Buf::Q | Buf::Attn => c.q_dim(),
+            Buf::K | Buf::V => c.kv_dim(),
+            Buf::Gate | Buf::Up => c.ffn as usize,
+        }
+    }
+}
+
+/// One product of a [`Op::Linear`]: `out = src · wᵀ (+ bias)`.
+#[derive(Debug, Clone)]
+pub(crate) struct Proj {
+    pub w: Matrix,
+    pub out: Buf,
+    pub bias: Option<Vec<f32>>,
+}
+
+/// The MLP's gating activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gating {
+    /// `silu(gate) × up` (SwiGLU).
+    Silu,
+}
+
+/// One operation of a layer.
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    /// `dst = rmsnorm(src) × gain`, over whole rows, or with `per_head`
+    /// over each head of that many values (QK-norm; `gain` is one head).
+    Norm {
+        src: Buf,
+        dst: Buf,
+        gain: Vec<f32>,
+        per_head: Option<u32>,
+    },
+    /// Products that read the same rows, run together.
+    Linear { src: Buf, projs: Vec<Proj> },
+    /// Rotary positions on each of `heads` heads of `buf`.
+    Rope { buf: Buf, heads: u32 },
+    /// Keys and values into the paged cache, then attention of the queries
+    /// over it into [`Buf::Attn`].
+    Attention,
+    /// `Gate = act(Gate) × Up`.
+    Glu(Gating),
+    /// `X += src`.
+    Residual { src: Buf },
+}
+
+/// A whole model as data: embedding, layers, final norm, head.
+#[derive(Debug, Clone)]
+pub(crate) struct Program {
+    /// Token embedding, `vocab` rows of `hidden`.
+    pub embed: Matrix,
+    /// Each layer's operations.
+    pub layers: Vec<Vec<Op>>,
+    /// Final RMS norm gain.
+    pub final_norm: Vec<f32>,
+    /// Output head, `vocab` rows of `hidden` (the embedding when tied).
+    pub head: Matrix,
+    /// The rotary tables every [`Op::Rope`] reads.
+    pub rope: Rope,
+}
+
+impl Program {
+    /// Every matrix the program reads, each once (a tied head is the
+    /// embedding; views of one fused tensor count as their rows).
+    pub(crate) fn matrices(&self) -> impl Iterator<Item = &Matrix> {
+        let layers = self.layers.iter().flatten().flat_map(|op| match op {
+            Op::Linear { projs, .. } => projs.iter().map(|p| &p.w).collect::<Vec<_>>(),
+            _ => Vec::new(),
+        });
+        let head = (!self.is_tied()).then_some(&self.head);
+        std::iter::once(&self.embed).chain(layers).chain(head)
+    }
+
+    /// Every f32 vector the program holds (norm gains, biases).
+    pub(crate) fn vectors(&self) -> impl Iterator<Item = &[f32]> {
+        let layers = self.layers.iter().flatten().flat_map(|op| match op {
+            Op::Norm { gain, .. } => vec![gain.as_slice()],
+            Op::Linear { projs, .. } => projs.iter().filter_map(|p| p.bias.as_deref()).collect(),
+            _ => Vec::new(),
+        });
+        layers.chain(std::iter::once(self.final_norm.as_slice()))
+    }
+
+    /// Whether the output head is the embedding.
+    pub(crate) fn is_tied(&self) -> bool {
+        self.head.same_as(&self.embed)
+    }
+}
+
+/// The attention half of a pre-norm decoder layer, from the normed rows in
+/// [`Buf::H`]: q/k/v products (with their biases), optional per-head norms
+/// of q and k, rotary, attention, the output product, the residual add.
+pub(crate) struct AttentionBlock {
+    pub q: Matrix,
+    pub k: Matrix,
+    pub v: Matrix,
+    /// Query, key and value biases (qwen2).
+    pub biases: [Option<Vec<f32>>; 3],
+    /// Per-head RMS norm gains of q and k (qwen3, gemma3).
+    pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
+    pub output: Matrix,
+}
+
+/// Pushes `norm` then the [`AttentionBlock`] onto `ops`.
+pub(crate) fn attention_block(
+    ops: &mut Vec<Op>,
+    c: &ModelConfig,
+    norm: Vec<f32>,
+    a: AttentionBlock,
+) {
+    ops.push(Op::Norm {
+        src: Buf::X,
+        dst: Buf::H,
+        gain: norm,
+        per_head: None,
+    });
+    let [bq, bk, bv] = a.biases;
+    ops.push(Op::Linear {
+        src: Buf::H,
+        projs: vec![
+            Proj {
+                w: a.q,
+                out: Buf::Q,
+                bias: bq,
+            },
+            Proj {
+                w: a.k,
+                out: Buf::K,
+                bias: bk,
+            },
+            Proj {
+                w: a.v,
+                out: Buf::V,
+                bias: bv,
+            },
+        ],
+    });
+    if let Some((qn, kn)) = a.qk_norm {
+        for (buf, gain) in [(Buf::Q, qn), (Buf::K, kn)] {
+            ops.push(Op::Norm {
+                src: buf,
+                dst: buf,
+                gain,
+                per_head: Some(c.head_dim),
+            });
+        }
+    }
+    ops.push(Op::Rope {
+        buf: Buf::Q,
+        heads: c.q_heads,
+    });
+    ops.push(Op::Rope {
+        buf: Buf::K,
+        heads: c.kv_heads,
+    });
+    ops.push(Op::Attention);
+    ops.push(Op::Linear {
+        src: Buf::Attn,
+        projs: vec![Proj {
+            w: a.output,
+            out: Buf::Sum,
+            bias: None,
+        }],
+    });
+    ops.push(Op::Residual { src: Buf::Sum });
+}
+
+/// The MLP half of a pre-norm decoder layer, from the normed rows in
+/// [`Buf::H`]: gate and up products, gating, the down product.
+pub(crate) struct MlpBlock {
+    pub gate: Matrix,
+    pub up: Matrix,
+    pub down: Matrix,
+    pub gating: Gating,
+}
+
+/// Pushes `norm`, the [`MlpBlock`] and its residual add onto `ops`.
+pub(crate) fn mlp_block(ops: &mut Vec<Op>, norm: Vec<f32>, m: MlpBlock) {
+    ops.push(Op::Norm {
+        src: Buf::X,
+        dst: Buf::H,
+        gain: norm,
+        per_head: None,
+    });
+    ops.push(Op::Linear {
+        src: Buf::H,
+        projs: vec![
+            Proj {
+                w: m.gate,
+                out: Buf::Gate,
+                bias: None,
+            },
+            Proj {
+                w: m.up,
+                out: Buf::Up,
+                bias: None,
+            },
+        ],
+    });
+    ops.push(Op::Glu(m.gating));
+    ops.push(Op::Linear {
+        src: Buf::Gate,
+        projs: vec![Proj {
+            w: m.down,
+            out: Buf::Sum,
+            bias: None,
+        }],
+    });
+    ops.push(Op::Residual { src: Buf::Sum });
+}
