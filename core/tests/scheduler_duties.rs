@@ -106,9 +106,13 @@ mod issue_duties {
         assert_eq!(chunks, vec![(0, 100), (100, 100), (200, 100), (300, 50)]);
     }
 
+    /// Pairs of token counts: (decode, prefill) per step, or (start, len)
+    /// per prefill chunk.
+    type Pairs = Vec<(u32, u32)>;
+
     /// Runs `e` to idle; returns each step's (decode, prefill) tokens and
     /// the prefill chunks.
-    fn run_steps<P: SchedulerPolicy>(e: &mut Engine<P>) -> (Vec<(u32, u32)>, Vec<(u32, u32)>) {
+    fn run_steps<P: SchedulerPolicy>(e: &mut Engine<P>) -> (Pairs, Pairs) {
         let (mut steps, mut chunks) = (Vec::new(), Vec::new());
         while !e.sched.is_idle() {
             let (step, work) = e.schedule();

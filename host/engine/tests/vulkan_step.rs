@@ -233,6 +233,29 @@ fn biases_an_untied_head_and_rope_factors_step_on_the_device_as_on_the_cpu() {
     eprintln!("embedded with biases, F32 KV: worst logit difference / range {worst:.2e}");
 }
 
+/// Every architecture's tiny file (make_tiny_gguf.py: llama, qwen2, qwen3
+/// with QK-norm, Llama 3 scaling with attention wider than the hidden size,
+/// phi3 with fused tensors and LongRoPE), its program lowered to the
+/// device, against the CPU backend (which the synthetic_gguf tests hold to
+/// the NumPy reference): a 12-token prompt (the prefill product) and two
+/// decode steps.
+#[test]
+fn every_architecture_steps_on_the_device_as_on_the_cpu() {
+    let Some(python) = support::require_python("vulkan_step") else {
+        return;
+    };
+    let dir = support::scratch_dir("vulkan_step_archs");
+    support::run_reference(&python, "make_tiny_gguf.py", &[dir.as_os_str()]);
+    let prompt: Vec<u32> = (0..12).map(|i| (i * 37 + 11) % 256).collect();
+    for arch in ["llama", "qwen2", "qwen3", "llama3", "phi3"] {
+        let Some(gpu) = open() else { return };
+        let model = Model::load(dir.join(format!("{arch}.gguf"))).unwrap();
+        let (worst, on_device) = compare(&model, gpu, KvDtype::F32, &prompt, 2);
+        assert!(on_device, "{arch}");
+        eprintln!("{arch}, F32 KV: worst logit difference / range {worst:.2e}");
+    }
+}
+
 #[test]
 fn smollm2_steps_on_the_device_as_on_the_cpu() {
     let Some(model) = smollm2() else { return };

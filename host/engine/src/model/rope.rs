@@ -131,8 +131,8 @@ mod tests {
         );
         // Position 6: angle i = 6 / 2 × 10000^(−i/2) / factor[i].
         let angles = [3.0f64, 3.0 * 0.01 / 2.0];
-        let mut a = vec![1.0, 2.0, 3.0, 4.0, 9.0];
-        let mut b = vec![1.0, 3.0, 2.0, 4.0, 9.0];
+        let mut a = [1.0, 2.0, 3.0, 4.0, 9.0];
+        let mut b = [1.0, 3.0, 2.0, 4.0, 9.0];
         neox.apply(&mut a[..4], 1, 4, &[6]);
         inter.apply(&mut b[..4], 1, 4, &[6]);
         for (i, &t) in angles.iter().enumerate() {

@@ -25,7 +25,9 @@ enum Bytes {
     },
     /// A range of f32 values the loader made.
     Owned {
-        values: Arc<[f32]>,
+        // A `Vec` behind the `Arc`, not a slice: turning the loader's
+        // `Vec` into an `Arc<[f32]>` would copy every dense matrix.
+        values: Arc<Vec<f32>>,
         range: Range<usize>,
     },
 }
@@ -75,7 +77,7 @@ impl Matrix {
             rows,
             cols,
             bytes: Bytes::Owned {
-                values: values.into(),
+                values: Arc::new(values),
                 range: 0..len,
             },
         })

@@ -1,6 +1,7 @@
 //! The bytes a model's weights take on the device, and where each tensor
 //! of its [`Program`] lies in them: every matrix as GGUF rows in its own
-//! format (a file's quantized blocks as they are, f32 rows as they are),
+//! format (a file's quantized blocks as they are, f32 rows as they are;
+//! BF16, which no device kernel reads, widened to f32),
 //! then the f32 vectors (norm gains) and the rotary tables. Biases are added
 //! from the activations (the add op reads only those), so they are kept
 //! apart, in [`Image::consts`].
@@ -84,10 +85,27 @@ impl Builder {
         self.raw(bytemuck::cast_slice(values))
     }
 
+    /// A matrix in its own format; BF16 (which the device's kernels do
+    /// not read) widened to f32, exactly.
     fn matrix(&mut self, m: &Matrix) -> Placed {
+        let (kind, at) = match m.kind() {
+            QuantKind::BF16 => {
+                let at = self.start();
+                self.len += 4 * m.rows() * m.cols();
+                if !self.counting {
+                    let halves = m.bytes().chunks_exact(2);
+                    let widened = halves.flat_map(|h| {
+                        ((u32::from(u16::from_le_bytes([h[0], h[1]]))) << 16).to_le_bytes()
+                    });
+                    self.bytes.extend(widened);
+                }
+                (QuantKind::F32, at)
+            }
+            kind => (kind, self.raw(m.bytes())),
+        };
         Placed {
-            kind: m.kind(),
-            at: self.raw(m.bytes()),
+            kind,
+            at,
             rows: m.rows() as u32,
             cols: m.cols() as u32,
         }
