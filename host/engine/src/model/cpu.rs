@@ -25,7 +25,7 @@ use pagoda_cpu::{
 };
 
 use super::config::{ModelConfig, ModelError};
-use super::forward::{ForwardError, StepInput};
+use super::input::{ForwardError, StepInput};
 use super::program::{Buf, Gating, Op, Program, Proj};
 use super::tensors::Matrix;
 

@@ -25,7 +25,7 @@ pub enum LoadError {
     #[error("GGUF: {0}")]
     Gguf(GgufError),
     /// `general.architecture` names an architecture this engine does not run.
-    #[error("unsupported architecture {0:?} (supported: {list})", list = super::arch::SUPPORTED.join(", "))]
+    #[error("unsupported architecture {0:?} (supported: {list})", list = super::config::SUPPORTED_ARCHITECTURES.join(", "))]
     UnsupportedArchitecture(String),
     /// The architecture runs, but this file uses a feature of it that is
     /// not built (a mixture of experts, a RoPE scaling).

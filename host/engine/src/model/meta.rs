@@ -5,9 +5,20 @@
 
 use pagoda_core::gguf::{Gguf, GgufError, Value};
 
-use super::arch;
-use super::config::ModelConfig;
+use super::config::{ModelConfig, SUPPORTED_ARCHITECTURES};
 use super::load_error::LoadError;
+
+/// The file's architecture name, if the engine runs it.
+pub(super) fn architecture<'g>(g: &Gguf<'g>) -> Result<&'g str, LoadError> {
+    let name = g
+        .get_str("general.architecture")
+        .map_err(|e| meta("general.architecture", e))?;
+    if SUPPORTED_ARCHITECTURES.contains(&name) {
+        Ok(name)
+    } else {
+        Err(LoadError::UnsupportedArchitecture(name.to_string()))
+    }
+}
 
 pub(super) fn meta(key: &str, source: GgufError) -> LoadError {
     LoadError::Metadata {
@@ -70,7 +81,7 @@ impl ModelConfig {
     /// Refuses an architecture the engine does not run and a
     /// configuration [`validate`](Self::validate) refuses.
     pub fn from_gguf(g: &Gguf<'_>) -> Result<ModelConfig, LoadError> {
-        let a = arch::name(g)?;
+        let a = architecture(g)?;
         let key = |k: &str| format!("{a}.{k}");
         let layers = required_uint(g, &key("block_count"))?;
         let hidden = required_uint(g, &key("embedding_length"))?;

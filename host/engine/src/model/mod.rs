@@ -1,4 +1,4 @@
-//! A decoder model: its shape, its architecture as data (a [`Program`](program)
+//! A decoder model: its shape, its architecture as data (a layer program
 //! built once at load by one file per architecture in `arch/`, over
 //! matrices whose format is a property of the tensor), the CPU backend's
 //! interpreter of that program (`cpu.rs`), the Vulkan lowering (`device/`),
@@ -16,6 +16,7 @@ mod dequant;
 mod device;
 mod file;
 mod forward;
+mod input;
 mod load_error;
 mod meta;
 mod program;
@@ -23,12 +24,12 @@ mod rope;
 mod sampling;
 mod tensors;
 
-pub use arch::SUPPORTED as SUPPORTED_ARCHITECTURES;
-pub use config::{ModelConfig, ModelError};
+pub use config::{ModelConfig, ModelError, SUPPORTED_ARCHITECTURES};
 pub use cpu::{ActPrecision, Activations};
 pub use device::DeviceModel;
 pub use file::ModelFile;
-pub use forward::{ForwardError, Holding, Model, Seeded, StepInput};
+pub use forward::{Holding, Model, Seeded};
+pub use input::{ForwardError, StepInput};
 pub use load_error::LoadError;
 pub use rope::RopeMode;
 pub use sampling::{argmax, Sampler, SamplingError, SamplingParams};

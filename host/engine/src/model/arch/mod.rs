@@ -9,7 +9,7 @@
 //! Adding an architecture: a file here with a `build(&Loader) ->
 //! Result<Program, LoadError>` that reads its tensors and pushes its ops
 //! (the blocks in `program.rs` cover the usual pre-norm layer), a line in
-//! [`build`] and in [`SUPPORTED`], its definition in the NumPy reference
+//! [`build`] and in `SUPPORTED_ARCHITECTURES` (`config.rs`), its definition in the NumPy reference
 //! (`tests/reference/forward_ref.py`) and a tiny file in
 //! `make_tiny_gguf.py`; `docs/ARCHITECTURE.md` walks through it.
 
@@ -22,29 +22,15 @@ use std::sync::Arc;
 
 use pagoda_core::gguf::Gguf;
 
-use super::config::ModelConfig;
+use super::config::{ModelConfig, SUPPORTED_ARCHITECTURES as SUPPORTED};
 use super::dequant;
 use super::file::ModelFile;
 use super::load_error::LoadError;
+pub(super) use super::meta::architecture as name;
 use super::meta::{bad, float, meta, uint};
 use super::program::{attention_block, mlp_block, AttentionBlock, Gating, MlpBlock, Program};
 use super::rope::{Rope, RopeMode, RopeSpec};
 use super::tensors::Matrix;
-
-/// The architectures the engine runs, as `general.architecture` names them.
-pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "phi3"];
-
-/// The file's architecture name, if the engine runs it.
-pub(super) fn name<'g>(g: &Gguf<'g>) -> Result<&'g str, LoadError> {
-    let name = g
-        .get_str("general.architecture")
-        .map_err(|e| meta("general.architecture", e))?;
-    if SUPPORTED.contains(&name) {
-        Ok(name)
-    } else {
-        Err(LoadError::UnsupportedArchitecture(name.to_string()))
-    }
-}
 
 /// How the loader holds the matrices.
 #[derive(Clone)]

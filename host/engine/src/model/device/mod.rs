@@ -16,7 +16,8 @@ mod program;
 use pagoda_vulkan::{StepProgram, VulkanBackend, VulkanError, VulkanKvStore, VulkanWeights};
 
 use super::cpu::Activations;
-use super::forward::{ForwardError, Model, StepInput};
+use super::forward::Model;
+use super::input::{ForwardError, StepInput};
 use crate::backend::{greedy_tokens, DeviceProgram, StepBackend};
 use image::Image;
 

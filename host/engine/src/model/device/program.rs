@@ -13,7 +13,7 @@ use std::ops::Range;
 use pagoda_vulkan::{Op as DeviceOp, StepOp, VulkanError};
 
 use super::super::config::ModelConfig;
-use super::super::forward::StepInput;
+use super::super::input::StepInput;
 use super::super::program::{Buf, Gating, Op, Program};
 use super::super::rope::RopeMode;
 use super::image::{Image, Placed, Placement};
