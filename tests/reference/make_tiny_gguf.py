@@ -30,7 +30,9 @@ Usage: make_tiny_gguf.py OUT. Writes into OUT:
 and files each loader must refuse: gpt2.gguf (architecture), q2k.gguf (a
 Q2_K tensor), missing.gguf (no blk.1.ffn_up.weight), shape.gguf (attn_k
 with the wrong output width), zero_heads.gguf (attention.head_count 0),
-qwen3moe.gguf (architecture; made as gpt2.gguf is). The files after
+qwen3moe.gguf (architecture; made as gpt2.gguf is), experts.gguf (a
+`llama` file with llama.expert_count 8, as Mixtral's are) and yarn.gguf
+(llama.rope.scaling.type "yarn"). The files after
 zero_heads.gguf are written last, so the earlier files do not change.
 
 The Q/K rows are random, so they need no converter permutation: a `llama`
@@ -290,6 +292,14 @@ def main() -> None:
           extra=[("rope_factors_long.weight", long, Q.F32),
                  ("rope_factors_short.weight", short, Q.F32)])
     write(out / "qwen3moe.gguf", "qwen3moe", 2, 1, **qwen)
+    # An architecture the engine runs with a feature it does not build: a
+    # mixture of experts under `llama` (as Mixtral files are), and a RoPE
+    # scaling other than linear (YaRN).
+    write(out / "experts.gguf", "llama", 4, 2, biases=False, tied=True, types=LLAMA_TYPES,
+          meta=lambda w: w.add_expert_count(8))
+    write(out / "yarn.gguf", "llama", 4, 2, biases=False, tied=True, types=LLAMA_TYPES,
+          meta=lambda w: (w.add_string("llama.rope.scaling.type", "yarn"),
+                          w.add_float32("llama.rope.scaling.factor", 4.0)))
 
 
 if __name__ == "__main__":

@@ -214,6 +214,19 @@ fn refused_by_name(dir: &Path, load: Loader) {
             other => panic!("{arch}: {other:?}"),
         }
     }
+    // Architectures that run, with a feature that is not built: named.
+    for (file, feature) in [
+        ("experts", "mixture of experts"),
+        ("yarn", "RoPE scaling \"yarn\""),
+    ] {
+        match load(&dir.join(format!("{file}.gguf"))) {
+            Err(e @ LoadError::UnsupportedFeature { .. }) => {
+                assert!(e.to_string().contains(feature), "{file}: {e}");
+                assert!(e.to_string().starts_with("llama: "), "{file}: {e}");
+            }
+            other => panic!("{file}: {other:?}"),
+        }
+    }
     match load(&dir.join("q2k.gguf")) {
         Err(e @ LoadError::UnsupportedTensorType { .. }) => {
             let LoadError::UnsupportedTensorType { tensor, kind } = &e else {
