@@ -35,6 +35,11 @@ const TOLERANCE_F16_KV: f32 = 5e-3;
 /// tokens goes through their product, which rounds weights and
 /// activations to f16 (measured on lavapipe: 3.1e-4 on the embedded model).
 const TOLERANCE_COOPMAT: f32 = 2e-3;
+/// The same for the tiny random files of make_tiny_gguf.py, whose random
+/// K-quant blocks (of nonzero mean) make activations far larger than a
+/// trained model's, so f16 operands round more of the logits' range away
+/// (measured up to 2.4e-3 on the tiny llama, the same greedy tokens).
+const TOLERANCE_COOPMAT_RANDOM: f32 = 5e-3;
 
 fn open() -> Option<VulkanBackend> {
     let options = VulkanOptions {
@@ -135,6 +140,19 @@ fn compare(
     prompt: &[u32],
     decode: usize,
 ) -> (f32, bool) {
+    compare_within(model, gpu, dtype, prompt, decode, TOLERANCE_COOPMAT)
+}
+
+/// [`compare`] allowing `coopmat` of the range where the prompt's products
+/// run in cooperative matrices.
+fn compare_within(
+    model: &Model,
+    gpu: VulkanBackend,
+    dtype: KvDtype,
+    prompt: &[u32],
+    decode: usize,
+    coopmat_tolerance: f32,
+) -> (f32, bool) {
     let total = prompt.len() + decode;
     // The prompt's products in f16 cooperative matrices (more than the
     // decode product's 8 rows), and the later steps attending to its KV.
@@ -155,7 +173,7 @@ fn compare(
     };
     let tolerance = if coopmat {
         eprintln!("the prompt's products in cooperative matrices");
-        tolerance.max(TOLERANCE_COOPMAT)
+        tolerance.max(coopmat_tolerance)
     } else {
         tolerance
     };
@@ -250,7 +268,14 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
     for arch in ["llama", "qwen2", "qwen3", "llama3", "phi3"] {
         let Some(gpu) = open() else { return };
         let model = Model::load(dir.join(format!("{arch}.gguf"))).unwrap();
-        let (worst, on_device) = compare(&model, gpu, KvDtype::F32, &prompt, 2);
+        let (worst, on_device) = compare_within(
+            &model,
+            gpu,
+            KvDtype::F32,
+            &prompt,
+            2,
+            TOLERANCE_COOPMAT_RANDOM,
+        );
         assert!(on_device, "{arch}");
         eprintln!("{arch}, F32 KV: worst logit difference / range {worst:.2e}");
     }
