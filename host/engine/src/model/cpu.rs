@@ -396,37 +396,16 @@ impl Run<'_> {
             .map(|p| std::mem::take(&mut act.bufs[index(p.out)]))
             .collect();
         let ws: Vec<&Matrix> = projs.iter().map(|p| &p.w).collect();
+        // One call per count of products: `project` takes them as an array.
+        macro_rules! products {
+            ($($out:ident),+) => {
+                project(self.team, act.isa, &mut act.qx, self.feed, &x, cols, &ws, [$($out),+])
+            };
+        }
         let result = match outs.as_mut_slice() {
-            [a] => project(
-                self.team,
-                act.isa,
-                &mut act.qx,
-                self.feed,
-                &x,
-                cols,
-                &ws,
-                [a],
-            ),
-            [a, b] => project(
-                self.team,
-                act.isa,
-                &mut act.qx,
-                self.feed,
-                &x,
-                cols,
-                &ws,
-                [a, b],
-            ),
-            [a, b, c] => project(
-                self.team,
-                act.isa,
-                &mut act.qx,
-                self.feed,
-                &x,
-                cols,
-                &ws,
-                [a, b, c],
-            ),
+            [a] => products!(a),
+            [a, b] => products!(a, b),
+            [a, b, c] => products!(a, b, c),
             _ => Err(ModelError::Kernel(QMatError::Overflow)),
         };
         for (p, out) in projs.iter().zip(outs.iter_mut()) {
@@ -524,14 +503,11 @@ fn project<const N: usize>(
     let rows = feed.rows;
     let x = &x[..rows * cols];
     let kernel = ModelError::Kernel;
-    for (w, out) in ws.iter().zip(outs.iter()) {
-        if w.cols() != cols {
-            return Err(ModelError::Kernel(QMatError::DataLength {
-                expected: w.cols(),
-                found: cols,
-            }));
-        }
-        let _ = out;
+    if let Some(w) = ws.iter().find(|w| w.cols() != cols) {
+        return Err(kernel(QMatError::DataLength {
+            expected: w.cols(),
+            found: cols,
+        }));
     }
     let mut outs = outs;
     for (w, out) in ws.iter().zip(outs.iter_mut()) {
