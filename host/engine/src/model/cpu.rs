@@ -100,7 +100,7 @@ impl ActPrecision {
     }
 }
 
-/// The buffers of [`Buf`], in this order.
+/// Every [`Buf`], in declaration order (so `b as usize` is its place).
 const BUFS: [Buf; 9] = [
     Buf::X,
     Buf::H,
@@ -114,7 +114,7 @@ const BUFS: [Buf; 9] = [
 ];
 
 fn index(b: Buf) -> usize {
-    BUFS.iter().position(|&x| x == b).unwrap_or(0)
+    b as usize
 }
 
 /// Reusable activation buffers: they grow to the largest step seen and are
@@ -390,25 +390,32 @@ impl Run<'_> {
         let (c, t) = (self.c, self.t);
         let cols = src.width(c);
         let act = &mut *self.act;
+        if projs.is_empty() || projs.len() > 3 {
+            return Err(ModelError::Kernel(QMatError::Overflow));
+        }
+        let n = projs.len();
+        // Buffers taken out for the products and put back after: no
+        // allocation per op.
         let x = std::mem::take(&mut act.bufs[index(src)]);
-        let mut outs: Vec<Vec<f32>> = projs
-            .iter()
-            .map(|p| std::mem::take(&mut act.bufs[index(p.out)]))
-            .collect();
-        let ws: Vec<&Matrix> = projs.iter().map(|p| &p.w).collect();
+        let mut outs: [Vec<f32>; 3] = Default::default();
+        for (out, p) in outs.iter_mut().zip(projs) {
+            *out = std::mem::take(&mut act.bufs[index(p.out)]);
+        }
+        let ws: [&Matrix; 3] = std::array::from_fn(|i| &projs[i.min(n - 1)].w);
+        let ws = &ws[..n];
         // One call per count of products: `project` takes them as an array.
         macro_rules! products {
             ($($out:ident),+) => {
-                project(self.team, act.isa, &mut act.qx, self.feed, &x, cols, &ws, [$($out),+])
+                project(self.team, act.isa, &mut act.qx, self.feed, &x, cols, ws, [$($out),+])
             };
         }
-        let result = match outs.as_mut_slice() {
+        let result = match &mut outs[..n] {
             [a] => products!(a),
             [a, b] => products!(a, b),
             [a, b, c] => products!(a, b, c),
             _ => Err(ModelError::Kernel(QMatError::Overflow)),
         };
-        for (p, out) in projs.iter().zip(outs.iter_mut()) {
+        for (p, out) in projs.iter().zip(outs.iter_mut()).filter(|_| result.is_ok()) {
             if let Some(bias) = &p.bias {
                 for row in out[..t * p.w.rows()].chunks_exact_mut(bias.len()) {
                     for (v, b) in row.iter_mut().zip(bias) {
