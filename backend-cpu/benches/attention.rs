@@ -79,6 +79,8 @@ fn setup(dim: u32, batch: u32, context: u32, shuffled: bool) -> Setup {
         kv_heads: KV_HEADS,
         head_dim: dim,
         scale: 1.0 / (dim as f32).sqrt(),
+        window: 0,
+        softcap: 0.0,
     };
     Setup {
         backend,

@@ -55,12 +55,15 @@ struct Task {
 }
 
 /// Per-thread buffers reused across tasks: the tile's scaled queries, a page
-/// of scores, and per row the keys it sees in the page and its rescale factor.
+/// of scores, and per row the keys it sees in the page (up to its
+/// position), how many of those fall before its window, and its rescale
+/// factor.
 #[derive(Debug, Default)]
 struct Scratch {
     q: Vec<f32>,
     scores: Vec<f32>,
     visible: Vec<u32>,
+    before_window: Vec<u32>,
     correction: Vec<f32>,
 }
 
@@ -124,9 +127,12 @@ fn plan(shape: &AttentionShape, batch: &[SeqAttention<'_>], threads: usize, task
             let mut t = 0;
             while t < seq.query_len {
                 let tokens = tile_tokens.min(seq.query_len - t);
-                // Keys this tile can see: up to its last token's position.
-                let last = seq.context_len - seq.query_len + t + tokens;
-                let mut k = 0;
+                // Keys this tile can see: up to its last token's position,
+                // from the page holding its first token's window start.
+                let first_pos = seq.context_len - seq.query_len + t;
+                let last = first_pos + tokens;
+                let start = shape.first_visible(first_pos);
+                let mut k = start - start % PAGE_SIZE as u32;
                 while k < last {
                     let end = (k + chunk).min(last);
                     tasks.push(Task {
@@ -168,6 +174,7 @@ fn run<E: KvElement>(
         q,
         scores,
         visible,
+        before_window,
         correction,
     } = scratch;
     // Queries of the tile, pre-scaled.
@@ -226,6 +233,19 @@ fn run<E: KvElement>(
             let pos = first_pos + (r / group) as u32;
             (pos + 1).saturating_sub(key).min(in_page as u32)
         }));
+        // With a window, the keys of the page before a row's window start
+        // are masked; a row whose whole visible part is before it sees none.
+        before_window.clear();
+        if shape.window > 0 {
+            before_window.extend(visible.iter_mut().enumerate().map(|(r, seen)| {
+                let pos = first_pos + (r / group) as u32;
+                let hidden = shape.first_visible(pos).saturating_sub(key);
+                if hidden >= *seen {
+                    *seen = 0;
+                }
+                hidden.min(*seen)
+            }));
+        }
         for h in 0..task.heads as usize {
             let (rows_of_head, head_block) = (h * head_rows..(h + 1) * head_rows, h * block);
             // The blocks computed after this head's: the next head's, or
@@ -252,6 +272,12 @@ fn run<E: KvElement>(
                 scores,
                 keys_ahead,
             );
+            if shape.softcap > 0.0 {
+                soft_cap(scores, visible, shape.softcap);
+            }
+            for (r, &hidden) in before_window.iter().enumerate() {
+                scores[r * 16..r * 16 + hidden as usize].fill(f32::NEG_INFINITY);
+            }
             page_softmax(
                 isa,
                 scores,
@@ -279,6 +305,15 @@ fn run<E: KvElement>(
             );
         }
         key += in_page as u32;
+    }
+}
+
+/// `cap × tanh(score / cap)` over each row's visible scores of a page.
+fn soft_cap(scores: &mut [f32], visible: &[u32], cap: f32) {
+    for (r, &seen) in visible.iter().enumerate() {
+        for s in &mut scores[r * 16..r * 16 + seen as usize] {
+            *s = cap * (*s / cap).tanh();
+        }
     }
 }
 

@@ -29,7 +29,7 @@
 //! // One token in slot 3 × 16 + 0 (page 3), then attend to it.
 //! let (k, v) = (vec![0.5f32; 64], vec![2.0f32; 64]);
 //! cpu.scatter(&mut store, 0, &[Slot(48)], &k, &v).unwrap();
-//! let shape = AttentionShape { q_heads: 1, kv_heads: 1, head_dim: 64, scale: 0.125 };
+//! let shape = AttentionShape { q_heads: 1, kv_heads: 1, head_dim: 64, scale: 0.125, window: 0, softcap: 0.0 };
 //! let pages = [PageId::from_index(3)];
 //! let batch = [SeqAttention { pages: &pages, context_len: 1, query_start: 0, query_len: 1 }];
 //! let mut out = vec![0.0f32; 64];
@@ -58,7 +58,7 @@ use pagoda_core::{KvGeometry, PageCopy, Slot, PAGE_SIZE};
 
 use data::{with_elements, KvData};
 pub use element::KvElement;
-pub use kernels::{silu_mul, Isa};
+pub use kernels::{gelu_tanh_mul, silu_mul, Isa};
 pub use quant::{
     matmul, matmul_team, matmul_team_each, ActFormat, QMatError, QuantMatrix, QuantizedActivations,
 };

@@ -83,6 +83,8 @@ fn run_case<B: Backend>(
         kv_heads: KV_HEADS,
         head_dim: case.head_dim,
         scale: 1.0 / (case.head_dim as f32).sqrt(),
+        window: 0,
+        softcap: 0.0,
     };
     let batch: Vec<SeqAttention<'_>> = (0..case.batch)
         .map(|s| SeqAttention {

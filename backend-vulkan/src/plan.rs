@@ -211,6 +211,8 @@ mod tests {
             kv_heads,
             head_dim,
             scale: 0.1,
+            window: 0,
+            softcap: 0.0,
         }
     }
 

@@ -55,9 +55,26 @@ pub struct AttentionShape {
     pub head_dim: u32,
     /// Softmax scale, usually `1 / sqrt(head_dim)`.
     pub scale: f32,
+    /// Sliding window: a query at position `p` sees keys at positions
+    /// `p - window + 1 ..= p` only (Gemma's, Mistral's local layers); 0
+    /// for the whole context. Pages wholly before every query's window are
+    /// never read, so a caller may have given them back to the pool.
+    pub window: u32,
+    /// Soft cap of the scaled scores, `cap × tanh(score / cap)` (Gemma 2);
+    /// 0 for none.
+    pub softcap: f32,
 }
 
 impl AttentionShape {
+    /// The first key position a query at `pos` sees.
+    pub const fn first_visible(&self, pos: u32) -> u32 {
+        if self.window == 0 {
+            0
+        } else {
+            (pos + 1).saturating_sub(self.window)
+        }
+    }
+
     /// Query heads sharing one KV head.
     pub const fn group(&self) -> u32 {
         match self.q_heads.checked_div(self.kv_heads) {
@@ -104,6 +121,8 @@ pub enum InputError {
     HeadDim(u32),
     /// The softmax scale is not finite and positive.
     Scale,
+    /// The soft cap is not finite and non-negative.
+    Softcap,
     /// A page id is outside the store.
     PageOutOfRange(PageId),
     /// A slot is outside the store.
@@ -138,6 +157,7 @@ impl fmt::Display for InputError {
             }
             Self::HeadDim(d) => write!(f, "unsupported head dimension {d}"),
             Self::Scale => f.write_str("softmax scale must be finite and positive"),
+            Self::Softcap => f.write_str("soft cap must be finite and non-negative"),
             Self::PageOutOfRange(p) => write!(f, "{p} is outside the KV store"),
             Self::SlotOutOfRange(s) => write!(f, "slot {} is outside the KV store", s.0),
             Self::LayerOutOfRange(l) => write!(f, "layer {l} is outside the KV store"),
@@ -252,6 +272,9 @@ pub fn validate_attention(
     }
     if !(shape.scale.is_finite() && shape.scale > 0.0) {
         return Err(InputError::Scale);
+    }
+    if !(shape.softcap.is_finite() && shape.softcap >= 0.0) {
+        return Err(InputError::Softcap);
     }
     let mut rows = 0u64;
     for seq in batch {

@@ -87,7 +87,9 @@ pub fn stored(dtype: KvDtype, x: f32) -> f32 {
 
 /// The reference: attention of `query_len` new tokens (the last positions of
 /// `context_len`) over contiguous keys and values `[context_len, kv_heads,
-/// head_dim]`, in f64. Returns `[query_len, q_heads, head_dim]`.
+/// head_dim]`, in f64, each query seeing the positions of its window (all
+/// before it without one), scores soft-capped where the shape says.
+/// Returns `[query_len, q_heads, head_dim]`.
 pub fn reference_attention(
     shape: &AttentionShape,
     keys: &[f32],
@@ -104,22 +106,35 @@ pub fn reference_attention(
         for h in 0..shape.q_heads as usize {
             let kvh = h / group;
             let q = &queries[t * shape.q_row() + h * dim..][..dim];
-            let scores: Vec<f64> = (0..=pos)
+            let first = if shape.window == 0 {
+                0
+            } else {
+                (pos + 1).saturating_sub(shape.window as usize)
+            };
+            let cap = f64::from(shape.softcap);
+            let scores: Vec<f64> = (first..=pos)
                 .map(|j| {
                     let k = &keys[j * kv_row + kvh * dim..][..dim];
-                    q.iter()
+                    let s = q
+                        .iter()
                         .zip(k)
                         .map(|(a, b)| f64::from(*a) * f64::from(*b))
                         .sum::<f64>()
-                        * f64::from(shape.scale)
+                        * f64::from(shape.scale);
+                    if cap > 0.0 {
+                        cap * (s / cap).tanh()
+                    } else {
+                        s
+                    }
                 })
                 .collect();
             let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
             let total: f64 = weights.iter().sum();
             for d in 0..dim {
-                let v: f64 = (0..=pos)
-                    .map(|j| weights[j] * f64::from(values[j * kv_row + kvh * dim + d]))
+                let v: f64 = (first..=pos)
+                    .zip(&weights)
+                    .map(|(j, w)| w * f64::from(values[j * kv_row + kvh * dim + d]))
                     .sum();
                 out[t * shape.q_row() + h * dim + d] = (v / total) as f32;
             }
@@ -165,6 +180,24 @@ pub fn check_batch<B: Backend>(
     seqs: &[(u32, u32)],
     seed: u64,
 ) -> f64 {
+    check_batch_with(backend, dtype, head_dim, gqa, kv_heads, seqs, seed, 0, 0.0)
+}
+
+/// [`check_batch`] with a sliding `window` and a `softcap` (0: none). The
+/// pages wholly before every query's window are poisoned with NaN after
+/// the scatter, so a backend that reads them fails.
+#[allow(clippy::too_many_arguments)]
+pub fn check_batch_with<B: Backend>(
+    backend: &mut B,
+    dtype: KvDtype,
+    head_dim: u32,
+    gqa: u32,
+    kv_heads: u32,
+    seqs: &[(u32, u32)],
+    seed: u64,
+    window: u32,
+    softcap: f32,
+) -> f64 {
     let mut rng = Rng::new(seed);
     let layers = 2;
     let layer = 1;
@@ -178,6 +211,8 @@ pub fn check_batch<B: Backend>(
         kv_heads,
         head_dim,
         scale: 1.0 / (head_dim as f32).sqrt(),
+        window,
+        softcap,
     };
     let kv_row = shape.kv_row();
     let mut next_page = 0;
@@ -215,6 +250,16 @@ pub fn check_batch<B: Backend>(
                 &values[cached * kv_row..],
             )
             .unwrap();
+        // Pages before the first query's window: overwritten with NaN, as
+        // a page given back and reused would hold anything.
+        let first_seen = shape.first_visible(context_len - query_len) as usize;
+        let dead = &slots[..first_seen - first_seen % PAGE_SIZE];
+        if !dead.is_empty() {
+            let nan = vec![f32::NAN; dead.len() * kv_row];
+            backend
+                .scatter(&mut store, layer, dead, &nan, &nan)
+                .unwrap();
+        }
         let keys = keys.iter().map(|&x| stored(dtype, x)).collect();
         let values = values.iter().map(|&x| stored(dtype, x)).collect();
         case.push(CaseSeq {
@@ -351,6 +396,8 @@ pub fn check_invalid_inputs<B: Backend>(backend: &mut B) {
         kv_heads: 1,
         head_dim: 64,
         scale: 0.125,
+        window: 0,
+        softcap: 0.0,
     };
     let good = [PageId::from_index(0), PageId::from_index(1)];
     let outside = [PageId::from_index(0), PageId::from_index(4)];
@@ -388,6 +435,24 @@ pub fn check_invalid_inputs<B: Backend>(backend: &mut B) {
             vec![seq(&good, 20, 1)],
             AttentionShape {
                 scale: f32::NAN,
+                ..shape
+            },
+            0,
+            q.len(),
+        ),
+        (
+            vec![seq(&good, 20, 1)],
+            AttentionShape {
+                softcap: -1.0,
+                ..shape
+            },
+            0,
+            q.len(),
+        ),
+        (
+            vec![seq(&good, 20, 1)],
+            AttentionShape {
+                softcap: f32::INFINITY,
                 ..shape
             },
             0,
@@ -532,6 +597,51 @@ macro_rules! conformance_tests {
                             1,
                             &seqs,
                             seed,
+                        );
+                    }
+                }
+                $after(&backend);
+            }
+        }
+
+        #[test]
+        fn sliding_windows_and_soft_caps_match_the_reference() {
+            for (label, mut backend) in $backends() {
+                // Windows shorter than a page, a page, and unaligned; soft
+                // caps near the scores' size. Decodes, prefills that cross
+                // window edges, and long contexts split across the team.
+                let seqs = [(1, 1), (17, 17), (40, 3), (100, 30), (700, 1), (1000, 64)];
+                for (i, (window, softcap)) in [
+                    (1, 0.0),
+                    (5, 0.0),
+                    (16, 0.0),
+                    (37, 0.0),
+                    (512, 0.0),
+                    (0, 0.5),
+                    (37, 1.5),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    for (dtype, dim, gqa) in [
+                        (pagoda_core::KvDtype::F32, 64, 4),
+                        (pagoda_core::KvDtype::F16, 256, 1),
+                    ] {
+                        let err = $crate::check_batch_with(
+                            &mut backend,
+                            dtype,
+                            dim,
+                            gqa,
+                            2,
+                            &seqs,
+                            i as u64,
+                            window,
+                            softcap,
+                        );
+                        assert!(
+                            err < $crate::tolerance(dtype),
+                            "{label} {dtype:?} dim {dim} gqa {gqa} window {window} \
+                             soft cap {softcap}: error {err}"
                         );
                     }
                 }

@@ -157,6 +157,8 @@ fn a_pool_beyond_max_storage_buffer_range_works() {
         kv_heads: 8,
         head_dim: 128,
         scale: 1.0 / 128f32.sqrt(),
+        window: 0,
+        softcap: 0.0,
     };
     let queries: Vec<f32> = (0..3 * shape.q_row()).map(|_| rng.value()).collect();
     let batch = [SeqAttention {

@@ -335,6 +335,8 @@ fn run_and_check(
         kv_heads: KV_HEADS as u32,
         head_dim: HEAD_DIM as u32,
         scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+        window: 0,
+        softcap: 0.0,
     };
     let ops = layout.ops(block, 1);
     let program = StepProgram {
@@ -498,6 +500,8 @@ fn a_program_that_does_not_fit_is_refused_before_it_runs() {
         kv_heads: KV_HEADS as u32,
         head_dim: HEAD_DIM as u32,
         scale: 0.125,
+        window: 0,
+        softcap: 0.0,
     };
     let x = vec![0.5f32; HIDDEN];
     let good_ops = layout.ops(&block, 0);

@@ -75,6 +75,23 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `√(2/π)`, the tanh approximation's inner factor.
+pub const GELU_K: f32 = 0.797_884_6;
+/// The tanh approximation's cubic coefficient.
+pub const GELU_C: f32 = 0.044_715;
+
+/// [`super::gelu_tanh_mul`] one value at a time: `0.5·g·(1 + tanh u)` is
+/// `g·σ(2u)` with `u = √(2/π)(g + 0.044715 g³)`, and `σ` is computed as in
+/// [`silu_mul`], so nothing overflows.
+pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+    for (g, u) in gate.iter_mut().zip(up) {
+        let z = 2.0 * GELU_K * (*g + GELU_C * *g * *g * *g);
+        let t = exp_nonpositive(-z.abs());
+        let top = if z >= 0.0 { 1.0 } else { t };
+        *g = *g * top / (1.0 + t) * u;
+    }
+}
+
 /// `ln 2` split so that `n · LN2_HI` is exact for the `n` that occur.
 pub const LN2_HI: f32 = 0.693_359_4;
 pub const LN2_LO: f32 = -2.121_944_4e-4;

@@ -307,6 +307,38 @@ pub unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
     super::scalar::silu_mul(tail, &up[n - n % 8..n]);
 }
 
+/// [`scalar::gelu_tanh_mul`](super::scalar::gelu_tanh_mul) eight values
+/// at a time (the tail through the scalar steps).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+    use super::scalar::{GELU_C, GELU_K};
+    let n = gate.len().min(up.len());
+    let (body, tail) = gate[..n].split_at_mut(n - n % 8);
+    let sign = _mm256_set1_ps(-0.0);
+    let one = _mm256_set1_ps(1.0);
+    let (k2, c) = (_mm256_set1_ps(2.0 * GELU_K), _mm256_set1_ps(GELU_C));
+    for (g8, u8) in body.chunks_exact_mut(8).zip(up.chunks_exact(8)) {
+        let g = _mm256_loadu_ps(g8.as_ptr());
+        // z = 2√(2/π)·(g + c·g³) = 2√(2/π)·g·(1 + c·g²)
+        let z = _mm256_mul_ps(
+            _mm256_mul_ps(k2, g),
+            _mm256_fmadd_ps(c, _mm256_mul_ps(g, g), one),
+        );
+        let t = exp8(_mm256_or_ps(z, sign));
+        let negative = _mm256_cmp_ps::<_CMP_LT_OQ>(z, _mm256_setzero_ps());
+        let top = _mm256_blendv_ps(one, t, negative);
+        let s = _mm256_div_ps(_mm256_mul_ps(g, top), _mm256_add_ps(one, t));
+        _mm256_storeu_ps(
+            g8.as_mut_ptr(),
+            _mm256_mul_ps(s, _mm256_loadu_ps(u8.as_ptr())),
+        );
+    }
+    super::scalar::gelu_tanh_mul(tail, &up[n - n % 8..n]);
+}
+
 /// The largest of a vector's eight lanes (activation rounding uses it too).
 #[inline(always)]
 pub(crate) unsafe fn hmax(v: __m256) -> f32 {

@@ -5,7 +5,8 @@ use pagoda_core::{GeometryError, KvDtype, KvGeometry};
 
 /// The architectures the engine runs, as `general.architecture` names them
 /// (each built by its file in `model/arch/`).
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "phi3"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] =
+    &["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"];
 
 /// Hyper-parameters of a Llama-style decoder: token embedding, `layers` ×
 /// (RMSNorm, grouped-query attention with rotary positions, RMSNorm, SwiGLU
@@ -125,6 +126,8 @@ impl ModelConfig {
             kv_heads: self.kv_heads,
             head_dim: self.head_dim,
             scale: 1.0 / (self.head_dim as f32).sqrt(),
+            window: 0,
+            softcap: 0.0,
         }
     }
 }
@@ -158,6 +161,9 @@ pub enum ModelError {
     /// The RoPE base is not a finite number above 1.
     #[error("invalid model configuration: rope_theta {0} must be above 1")]
     RopeTheta(f32),
+    /// An op names a rotary table the program does not have.
+    #[error("the model's program names rotary table {0}, which it does not have")]
+    RopeTable(usize),
     /// The RMSNorm epsilon is not a finite positive number.
     #[error("invalid model configuration: rms_eps {0} must be positive")]
     RmsEps(f32),

@@ -16,11 +16,11 @@ use std::sync::{Mutex, PoisonError};
 
 use ndarray::linalg::general_mat_mul;
 use ndarray::{s, ArrayView2, ArrayViewMut2, Axis};
-use pagoda_core::backend::Backend;
+use pagoda_core::backend::{AttentionShape, Backend};
 use pagoda_core::QuantKind;
 use pagoda_cpu::quant::MAX_ROWS_PER_PASS;
 use pagoda_cpu::{
-    matmul_team, matmul_team_each, silu_mul, ActFormat, Isa, QMatError, QuantMatrix,
+    gelu_tanh_mul, matmul_team, matmul_team_each, silu_mul, ActFormat, Isa, QMatError, QuantMatrix,
     QuantizedActivations, Team, TeamError,
 };
 
@@ -253,6 +253,9 @@ impl Run<'_> {
         let x = &mut self.act.bufs[index(Buf::X)];
         for (row, &token) in x.chunks_exact_mut(hidden).zip(input.tokens) {
             program.embed.row_into(token as usize, row).map_err(model)?;
+            if program.embed_scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= program.embed_scale);
+            }
         }
         for (layer, ops) in (0u32..).zip(&program.layers) {
             for op in ops {
@@ -264,13 +267,12 @@ impl Run<'_> {
                         per_head,
                     } => self.norm(*src, *dst, gain, *per_head).map_err(model)?,
                     Op::Linear { src, projs } => self.linear(*src, projs).map_err(model)?,
-                    Op::Rope { buf, heads } => {
+                    Op::Rope { buf, heads, table } => {
                         let rows = &mut self.act.bufs[index(*buf)][..t * buf.width(c)];
-                        program
-                            .rope
-                            .apply(rows, *heads, c.head_dim, input.positions);
+                        let rope = program.ropes.get(*table).ok_or(model(ModelError::RopeTable(*table)))?;
+                        rope.apply(rows, *heads, c.head_dim, input.positions);
                     }
-                    Op::Attention => {
+                    Op::Attention(attend) => {
                         let bufs = &mut self.act.bufs;
                         let (kv, q) = (t * c.kv_dim(), t * c.q_dim());
                         backend
@@ -286,7 +288,12 @@ impl Run<'_> {
                         let result = backend.attention(
                             store,
                             layer,
-                            c.attention_shape(),
+                            AttentionShape {
+                                scale: attend.scale,
+                                window: attend.window,
+                                softcap: attend.softcap,
+                                ..c.attention_shape()
+                            },
                             input.seqs,
                             &bufs[index(Buf::Q)][..q],
                             &mut out[..q],
@@ -294,7 +301,7 @@ impl Run<'_> {
                         bufs[index(Buf::Attn)] = out;
                         result.map_err(ForwardError::Backend)?;
                     }
-                    Op::Glu(Gating::Silu) => self.swiglu().map_err(model)?,
+                    Op::Glu(gating) => self.gate(*gating).map_err(model)?,
                     Op::Residual { src } => {
                         let n = t * hidden;
                         let bufs = &mut self.act.bufs;
@@ -355,6 +362,12 @@ impl Run<'_> {
             [logits],
         );
         act.last = last;
+        let cap = program.head_softcap;
+        if cap > 0.0 && result.is_ok() {
+            for v in logits.iter_mut() {
+                *v = cap * (*v / cap).tanh();
+            }
+        }
         result
     }
 
@@ -431,14 +444,15 @@ impl Run<'_> {
         result
     }
 
-    /// `Gate = silu(Gate) × Up`.
-    fn swiglu(&mut self) -> Result<(), ModelError> {
+    /// `Gate = act(Gate) × Up`.
+    fn gate(&mut self, gating: Gating) -> Result<(), ModelError> {
         let n = self.t * self.c.ffn as usize;
         let bufs = &mut self.act.bufs;
         let up = std::mem::take(&mut bufs[index(Buf::Up)]);
-        let result = swiglu(
+        let result = gate(
             self.team,
             self.act.isa,
+            gating,
             &mut bufs[index(Buf::Gate)][..n],
             &up[..n],
         );
@@ -679,16 +693,26 @@ fn rms_norm_in_place(row: &mut [f32], gain: &[f32], eps: f32) {
     }
 }
 
-/// Values per piece of [`swiglu`] on the team: a decode step's single row
+/// Values per piece of [`gate`] on the team: a decode step's single row
 /// (SmolLM2: 1,536) still splits.
 const GATE_PIECE: usize = 256;
 
-/// `gate = silu(gate) × up` ([`silu_mul`]), in pieces across the team:
-/// with `f32::exp` on the caller alone, the gating cost a batch-16 SmolLM2
-/// step about 7% of its time.
-fn swiglu(team: &mut Team, isa: Isa, gate: &mut [f32], up: &[f32]) -> Result<(), ModelError> {
+/// `gate = act(gate) × up` ([`silu_mul`], [`gelu_tanh_mul`]), in pieces
+/// across the team: with `f32::exp` on the caller alone, the gating cost a
+/// batch-16 SmolLM2 step about 7% of its time.
+fn gate(
+    team: &mut Team,
+    isa: Isa,
+    gating: Gating,
+    gate: &mut [f32],
+    up: &[f32],
+) -> Result<(), ModelError> {
+    let kernel = match gating {
+        Gating::Silu => silu_mul,
+        Gating::GeluTanh => gelu_tanh_mul,
+    };
     team.for_each_chunk(gate, GATE_PIECE, &|i, g| {
-        silu_mul(isa, g, &up[i * GATE_PIECE..])
+        kernel(isa, g, &up[i * GATE_PIECE..])
     })
     .map_err(|e| ModelError::Kernel(QMatError::Team(e)))
 }

@@ -14,7 +14,9 @@ use super::cpu::{self, ActPrecision, Activations};
 use super::file::ModelFile;
 use super::input::{ForwardError, StepInput};
 use super::load_error::LoadError;
-use super::program::{attention_block, mlp_block, AttentionBlock, Gating, MlpBlock, Op, Program};
+use super::program::{
+    attention_block, mlp_block, Attend, AttentionBlock, Gating, MlpBlock, Op, Program,
+};
 use super::rope::{Rope, RopeMode, RopeSpec};
 use super::tensors::Matrix;
 
@@ -161,6 +163,9 @@ impl Model {
                 biases: biases(),
                 qk_norm: None,
                 output: matrix(q, h)?,
+                post_norm: None,
+                rope: 0,
+                attend: Attend::full(&config),
             };
             let (gate, up, down) = (matrix(h, f)?, matrix(h, f)?, matrix(f, h)?);
             let mut ops = Vec::new();
@@ -170,6 +175,7 @@ impl Model {
                 up,
                 down,
                 gating: Gating::Silu,
+                post_norm: None,
             };
             mlp_block(&mut ops, vec![1.0; h], mlp);
             layers.push(ops);
@@ -185,10 +191,12 @@ impl Model {
         };
         let program = Program {
             embed,
+            embed_scale: 1.0,
             layers,
             final_norm: vec![1.0; h],
             head,
-            rope: Rope::new(&rope, config.max_context),
+            head_softcap: 0.0,
+            ropes: vec![Rope::new(&rope, config.max_context)],
         };
         Ok(Self::new(config, program, Holding::Dense, "llama"))
     }
@@ -239,7 +247,7 @@ impl Model {
 
     /// Which dimensions the rotary embedding pairs.
     pub fn rope_mode(&self) -> RopeMode {
-        self.program.rope.mode
+        self.program.ropes.first().map_or(RopeMode::Neox, |r| r.mode)
     }
 
     /// The token embedding, `vocab` rows of `hidden`.

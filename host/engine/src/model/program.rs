@@ -7,9 +7,11 @@
 //!
 //! A layer is a list of [`Op`]s over the buffers of [`Buf`]: norms, linear
 //! products (with biases, over views of fused tensors), rotary positions,
-//! paged attention, gated MLP activations and residual adds. The helpers at
-//! the bottom ([`attention_block`], [`mlp_block`]) are the pre-norm decoder
-//! block most architectures share, so it is written once.
+//! paged attention (with an optional sliding window, its own scale and a
+//! soft cap), gated MLP activations and residual adds. The helpers at the
+//! bottom ([`attention_block`], [`mlp_block`]) are the decoder block every
+//! architecture here shares (pre-norm, with Gemma's optional norms after
+//! each block), so it is written once.
 
 use super::config::ModelConfig;
 use super::rope::Rope;
@@ -64,6 +66,30 @@ pub(crate) struct Proj {
 pub(crate) enum Gating {
     /// `silu(gate) × up` (SwiGLU).
     Silu,
+    /// `gelu(gate) × up` with GELU's tanh approximation (GeGLU; Gemma).
+    GeluTanh,
+}
+
+/// How one layer's attention reads the cache.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Attend {
+    /// Softmax scale of the scores.
+    pub scale: f32,
+    /// Sliding window in positions; 0 for the whole context.
+    pub window: u32,
+    /// Soft cap of the scaled scores; 0 for none.
+    pub softcap: f32,
+}
+
+impl Attend {
+    /// Attention over the whole context at `1 / sqrt(head_dim)`, uncapped.
+    pub(crate) fn full(c: &ModelConfig) -> Self {
+        Self {
+            scale: 1.0 / (c.head_dim as f32).sqrt(),
+            window: 0,
+            softcap: 0.0,
+        }
+    }
 }
 
 /// One operation of a layer.
@@ -79,11 +105,12 @@ pub(crate) enum Op {
     },
     /// Products that read the same rows, run together.
     Linear { src: Buf, projs: Vec<Proj> },
-    /// Rotary positions on each of `heads` heads of `buf`.
-    Rope { buf: Buf, heads: u32 },
+    /// Rotary positions on each of `heads` heads of `buf`, from the
+    /// program's rotary tables number `table`.
+    Rope { buf: Buf, heads: u32, table: usize },
     /// Keys and values into the paged cache, then attention of the queries
     /// over it into [`Buf::Attn`].
-    Attention,
+    Attention(Attend),
     /// `Gate = act(Gate) × Up`.
     Glu(Gating),
     /// `X += src`.
@@ -95,14 +122,19 @@ pub(crate) enum Op {
 pub(crate) struct Program {
     /// Token embedding, `vocab` rows of `hidden`.
     pub embed: Matrix,
+    /// Factor on the embedded rows (Gemma: `sqrt(hidden)`; 1 elsewhere).
+    pub embed_scale: f32,
     /// Each layer's operations.
     pub layers: Vec<Vec<Op>>,
     /// Final RMS norm gain.
     pub final_norm: Vec<f32>,
     /// Output head, `vocab` rows of `hidden` (the embedding when tied).
     pub head: Matrix,
-    /// The rotary tables every [`Op::Rope`] reads.
-    pub rope: Rope,
+    /// Soft cap of the logits, `cap × tanh(logit / cap)`; 0 for none.
+    pub head_softcap: f32,
+    /// The rotary tables the [`Op::Rope`]s read (Gemma 3's local layers
+    /// have their own base: two tables).
+    pub ropes: Vec<Rope>,
 }
 
 impl Program {
@@ -145,6 +177,12 @@ pub(crate) struct AttentionBlock {
     /// Per-head RMS norm gains of q and k (qwen3, gemma3).
     pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     pub output: Matrix,
+    /// RMS norm gain of the output before the residual add (gemma3).
+    pub post_norm: Option<Vec<f32>>,
+    /// Which of the program's rotary tables the layer reads.
+    pub rope: usize,
+    /// How the layer attends.
+    pub attend: Attend,
 }
 
 /// Pushes `norm` then the [`AttentionBlock`] onto `ops`.
@@ -194,12 +232,14 @@ pub(crate) fn attention_block(
     ops.push(Op::Rope {
         buf: Buf::Q,
         heads: c.q_heads,
+        table: a.rope,
     });
     ops.push(Op::Rope {
         buf: Buf::K,
         heads: c.kv_heads,
+        table: a.rope,
     });
-    ops.push(Op::Attention);
+    ops.push(Op::Attention(a.attend));
     ops.push(Op::Linear {
         src: Buf::Attn,
         projs: vec![Proj {
@@ -208,6 +248,19 @@ pub(crate) fn attention_block(
             bias: None,
         }],
     });
+    residual(ops, a.post_norm);
+}
+
+/// `X += Sum`, the sum RMS-normed first where `post_norm` is given.
+fn residual(ops: &mut Vec<Op>, post_norm: Option<Vec<f32>>) {
+    if let Some(gain) = post_norm {
+        ops.push(Op::Norm {
+            src: Buf::Sum,
+            dst: Buf::Sum,
+            gain,
+            per_head: None,
+        });
+    }
     ops.push(Op::Residual { src: Buf::Sum });
 }
 
@@ -218,6 +271,8 @@ pub(crate) struct MlpBlock {
     pub up: Matrix,
     pub down: Matrix,
     pub gating: Gating,
+    /// RMS norm gain of the output before the residual add (gemma3).
+    pub post_norm: Option<Vec<f32>>,
 }
 
 /// Pushes `norm`, the [`MlpBlock`] and its residual add onto `ops`.
@@ -252,5 +307,5 @@ pub(crate) fn mlp_block(ops: &mut Vec<Op>, norm: Vec<f32>, m: MlpBlock) {
             bias: None,
         }],
     });
-    ops.push(Op::Residual { src: Buf::Sum });
+    residual(ops, m.post_norm);
 }

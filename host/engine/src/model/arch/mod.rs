@@ -13,6 +13,7 @@
 //! (`tests/reference/forward_ref.py`) and a tiny file in
 //! `make_tiny_gguf.py`; `docs/ARCHITECTURE.md` walks through it.
 
+mod gemma;
 mod llama;
 mod phi3;
 mod qwen2;
@@ -28,7 +29,9 @@ use super::file::ModelFile;
 use super::load_error::LoadError;
 pub(super) use super::meta::architecture as name;
 use super::meta::{bad, float, meta, uint};
-use super::program::{attention_block, mlp_block, AttentionBlock, Gating, MlpBlock, Program};
+use super::program::{
+    attention_block, mlp_block, Attend, AttentionBlock, Gating, MlpBlock, Program,
+};
 use super::rope::{Rope, RopeMode, RopeSpec};
 use super::tensors::Matrix;
 
@@ -186,6 +189,9 @@ impl Loader<'_> {
             biases: [None, None, None],
             qk_norm: None,
             output: self.layer_matrix(i, "attn_output", q, h)?,
+            post_norm: None,
+            rope: 0,
+            attend: Attend::full(c),
         })
     }
 
@@ -216,6 +222,7 @@ impl Loader<'_> {
             up: self.layer_matrix(i, "ffn_up", h, f)?,
             down: self.layer_matrix(i, "ffn_down", f, h)?,
             gating: Gating::Silu,
+            post_norm: None,
         })
     }
 
@@ -245,10 +252,12 @@ impl Loader<'_> {
         }
         Ok(Program {
             embed,
+            embed_scale: 1.0,
             layers,
             final_norm: self.vector("output_norm.weight", h)?,
             head,
-            rope: Rope::new(rope, c.max_context),
+            head_softcap: 0.0,
+            ropes: vec![Rope::new(rope, c.max_context)],
         })
     }
 
@@ -300,6 +309,8 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "qwen2" => qwen2::build(&loader)?,
         "qwen3" => qwen3::build(&loader)?,
         "phi3" => phi3::build(&loader)?,
+        "gemma2" => gemma::build(&loader, gemma::Gemma::Two)?,
+        "gemma3" => gemma::build(&loader, gemma::Gemma::Three)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
     Ok((config, program))

@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use super::super::load_error::LoadError;
 use super::super::meta::{bad, float, uint};
-use super::super::program::{AttentionBlock, Gating, MlpBlock, Program};
+use super::super::program::{Attend, AttentionBlock, Gating, MlpBlock, Program};
 use super::super::rope::RopeMode;
 use super::super::tensors::Matrix;
 use super::{check_factors, Loader};
@@ -50,12 +50,16 @@ pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
             biases: [None, None, None],
             qk_norm: None,
             output: l.layer_matrix(i, "attn_output", q, h)?,
+            post_norm: None,
+            rope: 0,
+            attend: Attend::full(c),
         };
         let mlp = MlpBlock {
             gate: split(&up, "ffn_up", 0..f)?,
             up: split(&up, "ffn_up", f..2 * f)?,
             down: l.layer_matrix(i, "ffn_down", f, h)?,
             gating: Gating::Silu,
+            post_norm: None,
         };
         Ok((attention, mlp))
     })

@@ -9,6 +9,7 @@
 use pagoda_core::QuantKind;
 
 use super::super::program::{Op, Program};
+use super::super::rope::RopeMode;
 use super::super::tensors::Matrix;
 
 /// Where tensors start: every kernel reads whole words, and 16 keeps any
@@ -36,6 +37,18 @@ pub(crate) enum Placement {
     Products(Vec<(Placed, Option<u32>)>),
 }
 
+/// A rotary table in the image: cosines and sines, `rows` positions of
+/// `half` values each.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RopeTable {
+    pub cos: u64,
+    pub sin: u64,
+    /// Positions the table covers.
+    pub rows: u32,
+    /// Pairs `(2i, 2i+1)` rather than `(i, i + half)`.
+    pub interleaved: bool,
+}
+
 /// A model's weights laid out for the device.
 #[derive(Debug)]
 pub(crate) struct Image {
@@ -45,10 +58,8 @@ pub(crate) struct Image {
     /// Per layer, per op of the program.
     pub layers: Vec<Vec<Placement>>,
     pub final_norm: u64,
-    pub cos: u64,
-    pub sin: u64,
-    /// Positions the rotary tables cover.
-    pub table_rows: u32,
+    /// Each rotary table of the program, in its order.
+    pub ropes: Vec<RopeTable>,
     /// Values every step starts its activations with (the biases).
     pub consts: Vec<f32>,
     /// Bytes laid out.
@@ -162,15 +173,22 @@ impl Image {
             })
             .collect();
         let final_norm = b.f32s(&program.final_norm);
-        let rope = &program.rope;
+        let ropes = program
+            .ropes
+            .iter()
+            .map(|rope| RopeTable {
+                cos: b.f32s(&rope.cos),
+                sin: b.f32s(&rope.sin),
+                rows: rope.positions() as u32,
+                interleaved: rope.mode == RopeMode::Interleaved,
+            })
+            .collect();
         Self {
             embed,
             head,
             layers,
             final_norm,
-            cos: b.f32s(&rope.cos),
-            sin: b.f32s(&rope.sin),
-            table_rows: rope.positions() as u32,
+            ropes,
             consts,
             len: b.len as u64,
             bytes: b.bytes,

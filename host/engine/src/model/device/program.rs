@@ -14,8 +14,7 @@ use pagoda_vulkan::{Op as DeviceOp, StepOp, VulkanError};
 
 use super::super::config::ModelConfig;
 use super::super::input::StepInput;
-use super::super::program::{Buf, Gating, Op, Program};
-use super::super::rope::RopeMode;
+use super::super::program::{Attend, Buf, Gating, Op, Program};
 use super::image::{Image, Placed, Placement};
 
 /// A step's ops and buffers.
@@ -161,7 +160,6 @@ pub(crate) fn build(
             VulkanError::Unsupported(format!("a step of {t} tokens needs over 2^32 activations"))
         })?;
     let hidden = c.hidden;
-    let interleaved = program.rope.mode == RopeMode::Interleaved;
     let mut ops = vec![StepOp::Op(DeviceOp::Embed {
         kind: image.embed.kind,
         weights: image.embed.at,
@@ -174,7 +172,7 @@ pub(crate) fn build(
     })];
     for ((layer, layer_ops), placed) in (0u32..).zip(&program.layers).zip(&image.layers) {
         for (op, placement) in layer_ops.iter().zip(placed) {
-            lower(&mut ops, op, placement, layer, &r, image, c, t, interleaved)?;
+            lower(&mut ops, op, placement, layer, &r, image, c, t)?;
         }
     }
     // Only the rows that sample need the final norm and the output head.
@@ -226,7 +224,6 @@ fn lower(
     image: &Image,
     c: &ModelConfig,
     t: u32,
-    interleaved: bool,
 ) -> Result<(), VulkanError> {
     let misplaced =
         || VulkanError::Unsupported("the weight image does not match the program".into());
@@ -291,14 +288,15 @@ fn lower(
                 }
             }
         }
-        (Op::Rope { buf, heads }, Placement::None) => {
+        (Op::Rope { buf, heads, table }, Placement::None) => {
             let (x, x_stride) = r.of(*buf, c);
+            let rope = image.ropes.get(*table).ok_or_else(misplaced)?;
             ops.push(StepOp::Op(DeviceOp::Rope {
-                cos: image.cos,
-                sin: image.sin,
-                table_rows: image.table_rows,
+                cos: rope.cos,
+                sin: rope.sin,
+                table_rows: rope.rows,
                 half: c.rope_dim / 2,
-                interleaved,
+                interleaved: rope.interleaved,
                 heads: *heads,
                 head_dim: c.head_dim,
                 batch: t,
@@ -307,7 +305,12 @@ fn lower(
                 positions: t,
             }));
         }
-        (Op::Attention, Placement::None) => {
+        (Op::Attention(attend), Placement::None) => {
+            if *attend != Attend::full(c) {
+                return Err(VulkanError::Unsupported(
+                    "attention with a window, its own scale or a soft cap".into(),
+                ));
+            }
             ops.push(StepOp::Scatter { layer, kv: r.kv });
             ops.push(StepOp::Attention {
                 layer,
