@@ -1,6 +1,6 @@
-"""An independent forward pass of a `llama`, `qwen2`, `qwen3` or `phi3` GGUF
-model in NumPy (float64), for host/engine/tests/real_model.rs and
-synthetic_gguf.rs.
+"""An independent forward pass of a `llama`, `qwen2`, `qwen3`, `phi3`,
+`gemma2` or `gemma3` GGUF model in NumPy (float64), for
+host/engine/tests/real_model.rs, gemma_model.rs and synthetic_gguf.rs.
 
 Written from the architectures' definitions (and llama.cpp's reading of
 the GGUF files) over the tensors that `gguf.quants.dequantize` gives, not
@@ -44,6 +44,33 @@ llama.cpp chooses by its context size, here the trained one), else 1.
 cos and sin are both multiplied by rope.scaling.attn_factor (default 1;
 phi3's LongRoPE scale), as llama.cpp's rope does with its attn_factor.
 
+gemma2 and gemma3, from Google's Gemma 2 / Gemma 3 definitions (HF's
+Gemma2/Gemma3 decoder layers) as llama.cpp's files hold them:
+
+    x = embed[tokens] * sqrt(hidden)
+    per layer:  h = rmsnorm(x) * attn_norm
+                q, k, v = h @ Wq.T, h @ Wk.T, h @ Wv.T
+                gemma3: q, k = per-head rmsnorm * attn_q_norm / attn_k_norm
+                rotary (NeoX) on q and k
+                s = q k^T * query_pre_attn_scalar^-0.5
+                gemma2: s = cap * tanh(s / cap), cap attn_logit_softcapping
+                causal; on local layers also key j >= query i - window + 1
+                x += rmsnorm(softmax(s) v @ Wo.T) * post_attention_norm
+                h = rmsnorm(x) * ffn_norm
+                x += rmsnorm((gelu_tanh(h @ Wg.T) * (h @ Wu.T)) @ Wd.T)
+                     * post_ffw_norm
+    logits = (rmsnorm(x) * output_norm) @ token_embd.T
+    gemma2: logits = cap * tanh(logits / cap), cap final_logit_softcapping
+
+The norm gains are used as the file stores them (llama.cpp's converter
+stores Gemma's 1 + w). Local layers: attention.sliding_window_pattern, a
+number n (layer i local unless i % n == n - 1) or a bool per layer;
+default n = 2 for gemma2 and 6 for gemma3. Gemma 3's local layers rotate
+with base 10000 and no scaling; its global ones with rope.freq_base and
+the file's linear rope.scaling.factor (positions divided by it).
+query_pre_attn_scalar is key_length, but hidden / heads for the 27B
+models (62 and 46 layers), whose config says so.
+
 Usage: forward_ref.py MODEL OUT PROMPTS GREEDY [COUNT]. PROMPTS is a text
 file, one prompt per line as space-separated token ids. For prompt i it
 writes OUT/logits_i.f32 (little-endian f32, [tokens, vocab], logits at every
@@ -83,7 +110,7 @@ class Model:
     def __init__(self, path):
         r = GGUFReader(path)
         self.arch = field(r, "general.architecture")
-        if self.arch not in ("llama", "qwen2", "qwen3", "phi3"):
+        if self.arch not in ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         self.layers = int(field(r, f"{a}.block_count"))
@@ -99,6 +126,22 @@ class Model:
         self.context = int(field(r, f"{a}.context_length", 0))
         self.orig_context = int(field(r, f"{a}.rope.scaling.original_context_length", self.context))
         self.attn_factor = float(field(r, f"{a}.rope.scaling.attn_factor", 1.0))
+        self.gemma = a in ("gemma2", "gemma3")
+        self.linear = 1.0
+        if field(r, f"{a}.rope.scaling.type", "none") == "linear":
+            self.linear = float(field(r, f"{a}.rope.scaling.factor"))
+        self.window = int(field(r, f"{a}.attention.sliding_window", 0))
+        pattern = r.fields.get(f"{a}.attention.sliding_window_pattern")
+        if pattern is not None and pattern.types[0] == GGUFValueType.ARRAY:
+            self.local = [bool(pattern.parts[i][0]) for i in pattern.data]
+        else:
+            n = int(field(r, f"{a}.attention.sliding_window_pattern", 2 if a == "gemma2" else 6))
+            self.local = [i % n < n - 1 for i in range(self.layers)]
+        self.local = [self.gemma and self.window > 0 and l for l in self.local]
+        self.attn_cap = float(field(r, f"{a}.attn_logit_softcapping", 0.0))
+        self.final_cap = float(field(r, f"{a}.final_logit_softcapping", 0.0))
+        scalar = self.hidden // self.heads if self.layers in (62, 46) and self.gemma else self.head_dim
+        self.query_scale = scalar ** -0.5
         self.t = {}
         for t in r.tensors:
             # numpy shape is GGUF dims reversed: [out, in] for a matrix.
@@ -111,14 +154,16 @@ class Model:
             long = self.context > self.orig_context
             self.rope_factors = self.t["rope_factors_long.weight" if long else "rope_factors_short.weight"]
 
-    def rope(self, x, positions):
-        """x: [tokens, heads, head_dim], rotated in place."""
+    def rope(self, x, positions, local=False):
+        """x: [tokens, heads, head_dim], rotated in place; `local`: a Gemma 3
+        sliding-window layer (base 10000, unscaled)."""
         n = self.rope_dim
         j = np.arange(n // 2, dtype=np.float64)
-        freq = self.base ** (-2.0 * j / n)
+        base, linear = (10000.0, 1.0) if local and self.arch == "gemma3" else (self.base, self.linear)
+        freq = base ** (-2.0 * j / n)
         if self.rope_factors is not None:
             freq = freq / self.rope_factors
-        angle = positions[:, None].astype(np.float64) * freq[None, :]
+        angle = positions[:, None].astype(np.float64) / linear * freq[None, :]
         cos = self.attn_factor * np.cos(angle)[:, None, :]
         sin = self.attn_factor * np.sin(angle)[:, None, :]
         if self.arch == "llama":
@@ -137,9 +182,15 @@ class Model:
         t, w = len(tokens), self.t
         d, group = self.head_dim, self.heads // self.kv_heads
         x = w["token_embd.weight"][np.asarray(tokens)]
+        if self.gemma:
+            x = x * np.sqrt(self.hidden)
         positions = np.arange(t)
-        mask = np.triu(np.full((t, t), -np.inf), k=1)
+        causal = np.triu(np.full((t, t), -np.inf), k=1)
+        # Local layers: query i sees keys i - window + 1 ..= i.
+        windowed = causal + np.tril(np.full((t, t), -np.inf), k=-self.window)
         for i in range(self.layers):
+            local = self.local[i] if self.gemma else False
+            mask = windowed if local else causal
             p = f"blk.{i}."
             h = self.norm(x, w[p + "attn_norm.weight"])
             if self.arch == "phi3":
@@ -153,18 +204,25 @@ class Model:
             q = q.reshape(t, self.heads, d)
             k = k.reshape(t, self.kv_heads, d)
             v = v.reshape(t, self.kv_heads, d)
-            if self.arch == "qwen3":
+            if self.arch in ("qwen3", "gemma3"):
                 q = self.norm(q, w[p + "attn_q_norm.weight"])
                 k = self.norm(k, w[p + "attn_k_norm.weight"])
-            self.rope(q, positions)
-            self.rope(k, positions)
+            self.rope(q, positions, local)
+            self.rope(k, positions, local)
             out = np.empty((t, self.heads, d))
+            scale = self.query_scale if self.gemma else 1.0 / np.sqrt(d)
             for hq in range(self.heads):
                 hk = hq // group
-                s = q[:, hq, :] @ k[:, hk, :].T / np.sqrt(d) + mask
+                s = q[:, hq, :] @ k[:, hk, :].T * scale
+                if self.attn_cap > 0:
+                    s = self.attn_cap * np.tanh(s / self.attn_cap)
+                s = s + mask
                 s = np.exp(s - s.max(axis=1, keepdims=True))
                 out[:, hq, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, hk, :]
-            x = x + out.reshape(t, self.heads * d) @ w[p + "attn_output.weight"].T
+            o = out.reshape(t, self.heads * d) @ w[p + "attn_output.weight"].T
+            if self.gemma:
+                o = self.norm(o, w[p + "post_attention_norm.weight"])
+            x = x + o
             h = self.norm(x, w[p + "ffn_norm.weight"])
             if self.arch == "phi3":
                 gu = h @ w[p + "ffn_up.weight"].T
@@ -172,10 +230,19 @@ class Model:
             else:
                 g = h @ w[p + "ffn_gate.weight"].T
                 u = h @ w[p + "ffn_up.weight"].T
-            x = x + (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
+            if self.gemma:
+                # GELU, tanh approximation (gelu_pytorch_tanh).
+                act = 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g**3)))
+                f = self.norm((act * u) @ w[p + "ffn_down.weight"].T, w[p + "post_ffw_norm.weight"])
+            else:
+                f = (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
+            x = x + f
         if last_only:
             x = x[-1:]
-        return self.norm(x, w["output_norm.weight"]) @ self.head.T
+        logits = self.norm(x, w["output_norm.weight"]) @ self.head.T
+        if self.final_cap > 0:
+            logits = self.final_cap * np.tanh(logits / self.final_cap)
+        return logits
 
 
 def main() -> None:

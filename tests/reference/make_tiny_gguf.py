@@ -34,6 +34,16 @@ qwen3moe.gguf (architecture; made as gpt2.gguf is), experts.gguf (a
 `llama` file with llama.expert_count 8, as Mixtral's are) and yarn.gguf
 (llama.rope.scaling.type "yarn"). The files after
 zero_heads.gguf are written last, so the earlier files do not change.
+Then the Gemma files:
+  gemma3.gguf gemma3, tied embedding, 4 query heads of 64 over 2 KV heads
+              (key_length 64), QK-norm (attn_q and attn_k values 4x
+              larger), post_attention_norm and post_ffw_norm, sliding window
+              5 with attention.sliding_window_pattern 2 (layer 0 local,
+              layer 1 global), linear rope scaling 4 (global layers only)
+  gemma2.gguf gemma2, tied embedding, 2 query heads of 64 over 1 KV head,
+              post-block norms, sliding window 5 on layer 0 (the default
+              pattern), attn_logit_softcapping 1.5 (attn_q and attn_k 4x
+              larger, so the cap bites) and final_logit_softcapping 4
 
 The Q/K rows are random, so they need no converter permutation: a `llama`
 file's rows are simply taken as already permuted for the interleaved-pair
@@ -101,7 +111,8 @@ def gain(n):
 
 def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
           key_length=False, types, skip=(), meta_heads=None, eps=None,
-          base=None, qk_norm=False, qk_scale=1.0, fused=False, meta=None, extra=()):
+          base=None, qk_norm=False, qk_scale=1.0, fused=False, meta=None, extra=(),
+          post_norms=False):
     """qk_norm: per-layer attn_q_norm / attn_k_norm gains [HEAD_DIM];
     qk_scale: attn_q and attn_k values scaled by it (legacy and float types);
     fused: phi3's attn_qkv and gate+up ffn_up instead of separate matrices;
@@ -152,6 +163,11 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
                 (p + "ffn_gate.weight", matrix(FFN, HIDDEN), t["gate"]),
                 (p + "ffn_up.weight", matrix(FFN, HIDDEN), t["up"]),
                 (p + "ffn_down.weight", matrix(HIDDEN, FFN), t["down"]),
+            ]
+        if post_norms:
+            tensors += [
+                (p + "post_attention_norm.weight", gain(HIDDEN), Q.F32),
+                (p + "post_ffw_norm.weight", gain(HIDDEN), Q.F32),
             ]
         if qk_norm:
             tensors += [
@@ -229,6 +245,22 @@ PHI3_TYPES = {
     ],
 }
 
+# Gemma's q/k are scaled up (qk_scale): no K-quant on them, as for qwen3.
+GEMMA3_TYPES = {
+    "embed": Q.Q8_0,
+    "layers": [
+        dict(q=Q.Q5_0, k=Q.Q8_0, v=Q.Q6_K, o=Q.Q4_K, gate=Q.Q5_0, up=Q.Q4_K, down=Q.Q6_K),
+        dict(q=Q.F16, k=Q.Q5_1, v=Q.Q8_0, o=Q.Q6_K, gate=Q.BF16, up=Q.Q5_K, down=Q.Q4_0),
+    ],
+}
+GEMMA2_TYPES = {
+    "embed": Q.Q6_K,
+    "layers": [
+        dict(q=Q.Q8_0, k=Q.Q5_0, v=Q.Q4_K, o=Q.F16, gate=Q.Q4_1, up=Q.Q6_K, down=Q.Q8_0),
+        dict(q=Q.Q4_0, k=Q.BF16, v=Q.Q5_K, o=Q.Q8_0, gate=Q.Q5_K, up=Q.F32, down=Q.Q6_K),
+    ],
+}
+
 
 def llama3_rope_freqs(head_dim, base, factor, low_freq_factor, high_freq_factor, old_context_len):
     """The divisors llama.cpp's convert_hf_to_gguf.py (LlamaModel) stores as
@@ -300,6 +332,19 @@ def main() -> None:
     write(out / "yarn.gguf", "llama", 4, 2, biases=False, tied=True, types=LLAMA_TYPES,
           meta=lambda w: (w.add_string("llama.rope.scaling.type", "yarn"),
                           w.add_float32("llama.rope.scaling.factor", 4.0)))
+    def gemma3(w):
+        w.add_sliding_window(5)
+        w.add_sliding_window_pattern(2)
+        w.add_string("gemma3.rope.scaling.type", "linear")
+        w.add_float32("gemma3.rope.scaling.factor", 4.0)
+    write(out / "gemma3.gguf", "gemma3", 4, 2, biases=False, tied=True, key_length=True,
+          qk_norm=True, qk_scale=4.0, post_norms=True, meta=gemma3, types=GEMMA3_TYPES)
+    def gemma2(w):
+        w.add_sliding_window(5)
+        w.add_attn_logit_softcapping(1.5)
+        w.add_final_logit_softcapping(4.0)
+    write(out / "gemma2.gguf", "gemma2", 2, 1, biases=False, tied=True, key_length=True,
+          qk_scale=4.0, post_norms=True, base=10000.0, meta=gemma2, types=GEMMA2_TYPES)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@
 //! `qwen2` model (biases, untied head, explicit key length), a `llama`
 //! one (tied head, partial rotary, rope factors), a `qwen3` one (QK-norm), a
 //! `llama` one with Llama 3.x rope scaling and attention wider than the
-//! hidden size, and a `phi3` one (fused tensors, LongRoPE), all with weights
+//! hidden size, a `phi3` one (fused tensors, LongRoPE), a `gemma3` one
+//! (scaled embedding, post-block norms, GELU gating, sliding-window layers
+//! with their own rotary base, linear scaling of the global ones) and a
+//! `gemma2` one (soft-capped attention and logits), all with weights
 //! of every supported type, through both the dense path (dequantized at load)
 //! and the quantized one (matrices kept in the map, f32 activations, so
 //! held to the same tolerances). Then the files each loader must refuse.
@@ -25,7 +28,9 @@ const TOLERANCE_F32: f32 = 3e-5;
 const TOLERANCE_F16: f32 = 5e-3;
 /// The tiny models make_tiny_gguf.py writes, each checked against the
 /// reference.
-const ARCHS: [&str; 5] = ["qwen2", "llama", "qwen3", "llama3", "phi3"];
+const ARCHS: [&str; 7] = [
+    "qwen2", "llama", "qwen3", "llama3", "phi3", "gemma3", "gemma2",
+];
 
 fn prompts() -> Vec<Vec<u32>> {
     vec![
@@ -160,6 +165,21 @@ fn llama3_rope_scaling_and_a_wider_attention_match_the_reference() {
 fn phi3_with_fused_tensors_and_longrope_matches_the_reference() {
     if let Some(c) = agrees_with_reference("phi3") {
         assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 4, 64));
+    }
+}
+
+#[test]
+fn gemma3_with_windowed_layers_and_post_norms_matches_the_reference() {
+    // The 40-token prompt crosses the 5-token window of layer 0.
+    if let Some(c) = agrees_with_reference("gemma3") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
+    }
+}
+
+#[test]
+fn gemma2_with_soft_caps_matches_the_reference() {
+    if let Some(c) = agrees_with_reference("gemma2") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (2, 1, 64));
     }
 }
 

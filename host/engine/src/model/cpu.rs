@@ -269,7 +269,10 @@ impl Run<'_> {
                     Op::Linear { src, projs } => self.linear(*src, projs).map_err(model)?,
                     Op::Rope { buf, heads, table } => {
                         let rows = &mut self.act.bufs[index(*buf)][..t * buf.width(c)];
-                        let rope = program.ropes.get(*table).ok_or(model(ModelError::RopeTable(*table)))?;
+                        let rope = program
+                            .ropes
+                            .get(*table)
+                            .ok_or(model(ModelError::RopeTable(*table)))?;
                         rope.apply(rows, *heads, c.head_dim, input.positions);
                     }
                     Op::Attention(attend) => {

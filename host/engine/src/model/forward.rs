@@ -247,7 +247,10 @@ impl Model {
 
     /// Which dimensions the rotary embedding pairs.
     pub fn rope_mode(&self) -> RopeMode {
-        self.program.ropes.first().map_or(RopeMode::Neox, |r| r.mode)
+        self.program
+            .ropes
+            .first()
+            .map_or(RopeMode::Neox, |r| r.mode)
     }
 
     /// The token embedding, `vocab` rows of `hidden`.

@@ -20,6 +20,7 @@ use super::super::program::{
 };
 use super::super::rope::{Rope, RopeMode, RopeSpec};
 use super::Loader;
+use pagoda_core::gguf::Value;
 
 /// Which generation a file is.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -34,14 +35,7 @@ pub(super) fn build(l: &Loader<'_>, gen: Gemma) -> Result<Program, LoadError> {
     let (h, d) = (c.hidden as usize, c.head_dim as usize);
     let window_key = l.key("attention.sliding_window");
     let window = uint(l.g, &window_key)?.unwrap_or(0);
-    let pattern_key = l.key("attention.sliding_window_pattern");
-    let pattern = match gen {
-        Gemma::Two => 2,
-        Gemma::Three => uint(l.g, &pattern_key)?.unwrap_or(6),
-    };
-    if pattern == 0 {
-        return Err(bad(&pattern_key, pattern, "must be positive"));
-    }
+    let local_layers = local_layers(l, gen)?;
     let softcap = |name: &str| -> Result<f32, LoadError> {
         let key = l.key(name);
         let cap = float(l.g, &key)?.unwrap_or(0.0);
@@ -76,9 +70,7 @@ pub(super) fn build(l: &Loader<'_>, gen: Gemma) -> Result<Program, LoadError> {
     let (embed, head) = l.embedding_and_head()?;
     let mut layers = Vec::with_capacity(c.layers as usize);
     for i in 0..c.layers {
-        // Gemma 2: even layers are local; Gemma 3: all but every
-        // `pattern`-th.
-        let is_local = window > 0 && (i + 1) % pattern != 0;
+        let is_local = window > 0 && local_layers[i as usize];
         let qk_norm = match gen {
             Gemma::Two => None,
             Gemma::Three => Some((
@@ -99,7 +91,12 @@ pub(super) fn build(l: &Loader<'_>, gen: Gemma) -> Result<Program, LoadError> {
             ..l.swiglu(i)?
         };
         let mut ops = Vec::new();
-        attention_block(&mut ops, c, l.layer_vector(i, "attn_norm.weight", h)?, attention);
+        attention_block(
+            &mut ops,
+            c,
+            l.layer_vector(i, "attn_norm.weight", h)?,
+            attention,
+        );
         mlp_block(&mut ops, l.layer_vector(i, "ffn_norm.weight", h)?, mlp);
         layers.push(ops);
     }
@@ -112,4 +109,35 @@ pub(super) fn build(l: &Loader<'_>, gen: Gemma) -> Result<Program, LoadError> {
         head_softcap: softcap("final_logit_softcapping")?,
         ropes,
     })
+}
+
+/// Which layers attend over the window: `attention.sliding_window_pattern`
+/// as llama.cpp reads it, a number `n` (layer `i` is local unless
+/// `i % n == n - 1`) or one bool per layer; absent, Gemma 2's `n` is 2
+/// (even layers local) and Gemma 3's 6 (five of every six).
+fn local_layers(l: &Loader<'_>, gen: Gemma) -> Result<Vec<bool>, LoadError> {
+    let layers = l.config.layers as usize;
+    let key = l.key("attention.sliding_window_pattern");
+    if let Some(Value::Array(flags)) = l.g.get(&key) {
+        let flags: Vec<bool> = flags
+            .iter()
+            .map(|v| match v {
+                Value::Bool(b) => Ok(b),
+                _ => Err(bad(&key, "an array", "must hold one bool per layer")),
+            })
+            .collect::<Result<_, _>>()?;
+        if flags.len() != layers {
+            return Err(bad(&key, flags.len(), "must hold one bool per layer"));
+        }
+        return Ok(flags);
+    }
+    let n = match (uint(l.g, &key)?, gen) {
+        (Some(n), _) => n,
+        (None, Gemma::Two) => 2,
+        (None, Gemma::Three) => 6,
+    };
+    if n == 0 {
+        return Err(bad(&key, n, "must be positive"));
+    }
+    Ok((0..layers as u32).map(|i| i % n < n - 1).collect())
 }
