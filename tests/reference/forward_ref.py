@@ -71,10 +71,10 @@ the file's linear rope.scaling.factor (positions divided by it).
 query_pre_attn_scalar is key_length, but hidden / heads for the 27B
 models (62 and 46 layers), whose config says so.
 
-Usage: forward_ref.py MODEL OUT PROMPTS GREEDY [COUNT]. PROMPTS is a text
-file, one prompt per line as space-separated token ids. For prompt i it
-writes OUT/logits_i.f32 (little-endian f32, [tokens, vocab], logits at every
-position) and, when GREEDY > 0 and i < COUNT (default: every prompt),
+Usage: forward_ref.py MODEL OUT PROMPTS GREEDY [COUNT [TAIL]]. PROMPTS is a
+text file, one prompt per line as space-separated token ids. For prompt i
+it writes OUT/logits_i.f32 (little-endian f32, [tokens, vocab], logits at
+every position; with TAIL > 0 only the last TAIL positions) and, when GREEDY > 0 and i < COUNT (default: every prompt),
 OUT/greedy_i.txt: GREEDY lines "token gap",
 the greedy continuation (the whole sequence recomputed at each step) and
 the gap between the top two logits at that step.
@@ -178,7 +178,7 @@ class Model:
     def norm(self, x, gain):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * gain
 
-    def forward(self, tokens, last_only=False):
+    def forward(self, tokens, last_only=False, tail=0):
         t, w = len(tokens), self.t
         d, group = self.head_dim, self.heads // self.kv_heads
         x = w["token_embd.weight"][np.asarray(tokens)]
@@ -239,6 +239,8 @@ class Model:
             x = x + f
         if last_only:
             x = x[-1:]
+        elif tail > 0:
+            x = x[-tail:]
         logits = self.norm(x, w["output_norm.weight"]) @ self.head.T
         if self.final_cap > 0:
             logits = self.final_cap * np.tanh(logits / self.final_cap)
@@ -255,8 +257,10 @@ def main() -> None:
     ]
     greedy = int(sys.argv[4])
     count = int(sys.argv[5]) if len(sys.argv) > 5 else len(prompts)
+    tail = int(sys.argv[6]) if len(sys.argv) > 6 else 0
     for i, tokens in enumerate(prompts):
-        model.forward(tokens).astype("<f4").tofile(out / f"logits_{i}.f32")
+        logits = model.forward(tokens, tail=tail)
+        logits.astype("<f4").tofile(out / f"logits_{i}.f32")
         if greedy > 0 and i < count:
             seq, lines = list(tokens), []
             for _ in range(greedy):

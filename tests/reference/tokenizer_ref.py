@@ -8,6 +8,9 @@ strings) and its ids with and without special-token parsing.
 pre OUTDIR: writes each pre-tokenizer's pieces of the corpus (pieces_*.txt,
 hex pieces separated by spaces).
 
+gemma GGUF OUTDIR: a Gemma file's tokenizer as transformers converts the
+GGUF vocabulary (its GGUF tokenizer builder), and its ids and decodes.
+
 spm OUTDIR: trains a tiny SentencePiece BPE model with byte fallback, writes
 it as a tokenizer-only GGUF the way llama.cpp's converter does, and writes
 sentencepiece's own ids and decodes for the corpus.
@@ -210,6 +213,32 @@ def spm(outdir):
     })
 
 
+def gemma(path, outdir):
+    """A Gemma GGUF's tokenizer as transformers converts it (its own GGUF
+    tokenizer builder, fed the file's `tokenizer.ggml.*` arrays as the
+    `gguf` package reads them: transformers' metadata reader needs torch),
+    encoding the corpus without and with special-token parsing."""
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import (
+        GGUF_TOKENIZER_MAPPING,
+        convert_gguf_tokenizer,
+    )
+
+    r = gguf.GGUFReader(path)
+    arch = field(r, "general.architecture")
+    tokenizer_dict = {
+        name: field(r, f"tokenizer.{key}")
+        for key, name in GGUF_TOKENIZER_MAPPING["tokenizer"].items()
+        if f"tokenizer.{key}" in r.fields
+    }
+    backend, _ = convert_gguf_tokenizer(arch, tokenizer_dict)
+    texts = corpus()
+    ids = [backend.encode(t, add_special_tokens=False).ids for t in texts]
+    write_outputs(outdir, texts, {
+        "ids_plain.txt": ids,
+        "decoded.hex": [backend.decode(i, skip_special_tokens=False) for i in ids],
+    })
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "bpe":
         bpe(sys.argv[2], sys.argv[3], sys.argv[4])
@@ -217,5 +246,9 @@ if __name__ == "__main__":
         pre(sys.argv[2])
     elif sys.argv[1] == "spm":
         spm(sys.argv[2])
+    elif sys.argv[1] == "gemma":
+        gemma(sys.argv[2], sys.argv[3])
     else:
-        raise SystemExit("usage: tokenizer_ref.py bpe GGUF PRE OUTDIR | pre OUTDIR | spm OUTDIR")
+        raise SystemExit(
+            "usage: tokenizer_ref.py bpe GGUF PRE OUTDIR | pre OUTDIR | spm OUTDIR | gemma GGUF OUTDIR"
+        )

@@ -12,6 +12,9 @@ use std::process::Command;
 /// The real test model `scripts/fetch-model.sh` fetches.
 pub const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
+/// Gemma 3 270M (Q4_K_M), which `scripts/fetch-model.sh gemma3` fetches.
+pub const GEMMA_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
+
 /// Whether this is CI (`CI=true`), where nothing may be skipped.
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
@@ -30,14 +33,37 @@ pub fn repo_root() -> PathBuf {
 
 /// `PAGODA_MODEL`, else the cache `scripts/fetch-model.sh` fills.
 pub fn model_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("PAGODA_MODEL") {
+    cached("PAGODA_MODEL", MODEL_FILE)
+}
+
+/// `PAGODA_GEMMA_MODEL`, else Gemma 3 270M in the same cache.
+pub fn gemma_path() -> Option<PathBuf> {
+    cached("PAGODA_GEMMA_MODEL", GEMMA_FILE)
+}
+
+/// The file `var` names, else `file` in the model cache.
+fn cached(var: &str, file: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(var) {
         return Some(PathBuf::from(p)).filter(|p| p.is_file());
     }
     let dir = match std::env::var_os("PAGODA_MODEL_DIR") {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/pagoda/models"),
     };
-    Some(dir.join(MODEL_FILE)).filter(|p| p.is_file())
+    Some(dir.join(file)).filter(|p| p.is_file())
+}
+
+/// Gemma 3's path, or `None` after saying how to fetch it.
+pub fn require_gemma(test: &str) -> Option<PathBuf> {
+    let p = gemma_path();
+    if p.is_none() {
+        missing(
+            test,
+            "Gemma 3 270M model",
+            "fetch it with `bash scripts/fetch-model.sh gemma3` or set PAGODA_GEMMA_MODEL",
+        );
+    }
+    p
 }
 
 fn missing(test: &str, what: &str, how: &str) {

@@ -63,3 +63,48 @@ fn spm_matches_sentencepiece() {
         tok.vocab_size()
     );
 }
+
+/// Gemma 3's 262,144-token SentencePiece vocabulary (no space prefix, byte
+/// fallback, control tokens such as `<start_of_turn>`) against
+/// transformers' conversion of the same GGUF arrays, on the corpus: ids
+/// without special-token parsing, and decodes.
+#[test]
+fn gemma3_vocabulary_matches_transformers() {
+    let Some(model) = require_gemma("gemma3_vocabulary_matches_transformers") else {
+        return;
+    };
+    let Some(python) = require_python("gemma3_vocabulary_matches_transformers") else {
+        return;
+    };
+    let dir = scratch_dir("tokenizer_gemma3");
+    run_reference(
+        &python,
+        &["gemma", model.to_str().unwrap(), dir.to_str().unwrap()],
+    );
+    let bytes = std::fs::read(&model).unwrap();
+    let tok = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
+    assert_eq!(tok.vocab_size(), 262_144);
+    let texts = read_hex_lines(&dir.join("texts.hex"));
+    let want = read_id_lines(&dir.join("ids_plain.txt"));
+    let decoded = read_hex_lines(&dir.join("decoded.hex"));
+    let mut bad = 0;
+    for (i, t) in texts.iter().enumerate() {
+        let ours = tok.encode(t, false, false);
+        if ours != want[i] {
+            bad += 1;
+            if bad <= 5 {
+                eprintln!("#{i} {t:?}\n ours {ours:?}\n want {:?}", want[i]);
+            }
+        }
+        assert_eq!(tok.decode(&want[i], false), decoded[i], "decode #{i}");
+    }
+    assert_eq!(bad, 0, "{bad} of {} encodings differ", texts.len());
+    // BOS first (add_bos_token), no space prefix.
+    let ids = tok.encode("Hello", true, false);
+    assert_eq!(ids.first().copied(), tok.bos());
+    assert_eq!(tok.decode(&ids[1..], false), "Hello");
+    eprintln!(
+        "{} texts encode and decode as transformers does",
+        texts.len()
+    );
+}

@@ -35,6 +35,18 @@ pub fn logits_every_position(
     dtype: KvDtype,
     chunk: usize,
 ) -> Vec<f32> {
+    logits_of_last(model, tokens, dtype, chunk, tokens.len())
+}
+
+/// [`logits_every_position`] for the last `tail` positions only
+/// (`[tail, vocab]`).
+pub fn logits_of_last(
+    model: &Model,
+    tokens: &[u32],
+    dtype: KvDtype,
+    chunk: usize,
+    tail: usize,
+) -> Vec<f32> {
     let c = model.config();
     let mut backend = CpuBackend::new();
     let pages_needed = tokens.len().div_ceil(PAGE_SIZE);
@@ -64,7 +76,10 @@ pub fn logits_every_position(
             query_start: 0,
             query_len: (end - start) as u32,
         }];
-        let rows: Vec<u32> = (0..(end - start) as u32).collect();
+        let first_sampled = tokens.len().saturating_sub(tail).max(start);
+        let rows: Vec<u32> = (first_sampled.min(end) - start..end - start)
+            .map(|r| r as u32)
+            .collect();
         let input = StepInput {
             tokens: &tokens[start..end],
             positions: &positions,

@@ -8,7 +8,7 @@ use std::path::Path;
 #[path = "../../../../tests/support/env.rs"]
 mod env;
 #[allow(unused_imports)] // not every test uses every one
-pub use env::{in_ci, repo_root, require_model, require_python, scratch_dir};
+pub use env::{in_ci, repo_root, require_gemma, require_model, require_python, scratch_dir};
 
 /// Runs `tests/reference/tokenizer_ref.py` with `args`, failing on error.
 pub fn run_reference(python: &Path, args: &[&str]) {

