@@ -10,7 +10,10 @@
 // (grouped-query heads share them). Scores never leave shared memory: an
 // online softmax keeps a running max and sum per vector and rescales the
 // accumulator, which lives in registers. New tokens are causal among
-// themselves (a key at a later position than the query is masked).
+// themselves (a key at a later position than the query is masked). With a
+// sliding window, a key before the query's window is masked too, and the
+// item starts at the page of its first row's window: the pages before it
+// are never read (the core may have given them back).
 //
 // A tile that covers the whole context writes normalised outputs. A decode
 // tile over a long context is split across the KV length into several items
@@ -97,6 +100,8 @@ void main() {
         uint query_start = meta_at(srec + 2u);
         uint query_len = meta_at(srec + 3u);
         uint first_pos = context_len - query_len + i0;   // position of the tile's first row
+        uint window_page = first_visible(first_pos) / PAGE_SIZE * PAGE_SIZE;
+        kv_begin = min(max(kv_begin, window_page), kv_end);
         uint vectors = hcount * rcount;
         uint pairs = vectors * half_dim;
 #ifdef BOUNDS_CHECK
@@ -158,7 +163,8 @@ void main() {
                 uint t = s % PAGE_SIZE;
                 uint pos = tok0 + t;
                 float score = NEG_INF;
-                if (pos >= kv_begin && pos < kv_end && pos <= first_pos + v / hcount) {
+                uint q_pos = first_pos + v / hcount;
+                if (pos >= kv_begin && pos < kv_end && pos <= q_pos && pos >= first_visible(q_pos)) {
                     // Four independent sums shorten the dependency chain.
                     vec4 dot_qk = vec4(0.0);
                     uint qa = v * dim;
@@ -167,7 +173,7 @@ void main() {
                         dot_qk += vec4(q_s[qa + d], q_s[qa + d + 1u], q_s[qa + d + 2u], q_s[qa + d + 3u])
                             * vec4(k_s[ka + d], k_s[ka + d + 1u], k_s[ka + d + 2u], k_s[ka + d + 3u]);
                     }
-                    score = (dot_qk.x + dot_qk.y + dot_qk.z + dot_qk.w) * p.scale;
+                    score = soft_cap((dot_qk.x + dot_qk.y + dot_qk.z + dot_qk.w) * p.scale);
                 }
                 s_s[s] = score;
             }

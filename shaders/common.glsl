@@ -39,6 +39,8 @@ layout(push_constant) uniform Params {
     uint output_words;
     uint meta_words;
     uint partial_words;
+    uint window;           // attention: sliding window (0: the whole context)
+    float softcap;         // attention: soft cap of the scores (0: none)
 } p;
 
 // Fault bits, reported back to the host.
@@ -56,6 +58,17 @@ layout(push_constant) uniform Params {
 #define CHECK(cond, bit)
 #define CHECK_CONTINUE(cond, bit)
 #endif
+
+// The first key position a query at `pos` sees.
+uint first_visible(uint pos) {
+    return p.window == 0u || pos + 1u < p.window ? 0u : pos + 1u - p.window;
+}
+
+// A scaled score, soft-capped where asked: cap × tanh(s / cap), the tanh's
+// argument clamped where it is ±1 in f32 (some drivers' tanh overflows).
+float soft_cap(float s) {
+    return p.softcap > 0.0 ? p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0)) : s;
+}
 
 // Words of one head's row of head_dim elements.
 uint row_words() {

@@ -31,6 +31,10 @@
 //   heads share it. At the end the token lanes' sums are added through
 //   shared memory.
 //
+// With a sliding window the item starts at the page of its query's window
+// (the pages before it are never read) and keys before the window are
+// masked.
+//
 // A pool split into several chunks is addressed by looping over the chunks
 // with a uniform index, since the keys of one tile may lie in different
 // chunks and core Vulkan only indexes descriptor arrays uniformly.
@@ -185,7 +189,11 @@ void main() {
         uint partial = meta_at(rec + 8u);
         uint srec = p.seq_offset + seq * 4u;
         uint pages_at = meta_at(srec);
+        uint context_len = meta_at(srec + 1u);
         uint query_start = meta_at(srec + 2u);
+        uint query_len = meta_at(srec + 3u);
+        uint first_key = first_visible(context_len - query_len + i0);
+        kv_begin = min(max(kv_begin, first_key / PAGE_SIZE * PAGE_SIZE), kv_end);
 #ifdef BOUNDS_CHECK
         if (hcount > MAX_HEADS || hcount * dim > MAX_HEADS * 256u || kv_head >= p.kv_heads) {
             atomicOr(fault, FAULT_META);
@@ -250,7 +258,7 @@ void main() {
                 uint h = pr / tile;
                 uint key = pr % tile;
                 float s = NEG_INF;
-                if (key < n) {
+                if (key < n && blk + key >= first_key) {
                     float d = 0.0;
                     uint kb = key * stride;
                     for (uint j = 0u; j < vecs; j++) {
@@ -270,7 +278,7 @@ void main() {
                         }
 #endif
                     }
-                    s = d * p.scale;
+                    s = soft_cap(d * p.scale);
                 }
                 s_s[h * tile + key] = s;
             }

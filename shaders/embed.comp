@@ -1,8 +1,9 @@
 #version 450
 // The embedding lookup: row meta[aux0 + b] of the `rows` × `cols` matrix at
 // byte w_offset (GGML type aux1, rows of row_bytes), dequantized into the
-// activation row b at y_offset (y_stride). A token id out of range is a
-// fault (the host validates ids first). One workgroup per batch row.
+// activation row b at y_offset (y_stride), times `eps` (the op's scale). A
+// token id out of range is a fault (the host validates ids first). One
+// workgroup per batch row.
 #include "ops_common.glsl"
 #include "blocks.glsl"
 
@@ -20,7 +21,7 @@ void main() {
         uint y = p.y_offset + b * p.y_stride;
         CHECK(y + p.cols <= p.act_words, FAULT_ACT)
         for (uint i = gl_LocalInvocationID.x; i < p.cols; i += gl_WorkGroupSize.x) {
-            act[y + i] = weight_of(p.aux1, row + (i / elems) * bytes, i % elems);
+            act[y + i] = weight_of(p.aux1, row + (i / elems) * bytes, i % elems) * p.eps;
         }
     }
 }

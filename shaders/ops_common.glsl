@@ -31,7 +31,7 @@ layout(push_constant) uniform OpParams {
     uint aux1;
     uint aux2;
     uint aux3;
-    float eps;
+    float eps;             // rms_norm: epsilon; embed: the factor on the rows
 } p;
 
 #define FAULT_WEIGHTS 1u

@@ -68,6 +68,8 @@ pub(crate) struct Params {
     pub output_words: u32,
     pub meta_words: u32,
     pub partial_words: u32,
+    pub window: u32,
+    pub softcap: f32,
 }
 
 impl Params {
@@ -92,6 +94,8 @@ impl Params {
             self.output_words,
             self.meta_words,
             self.partial_words,
+            self.window,
+            self.softcap.to_bits(),
         ];
         for (dst, w) in out.chunks_exact_mut(4).zip(words) {
             dst.copy_from_slice(&w.to_le_bytes());

@@ -85,7 +85,8 @@ pub use context::{
 pub use error::VulkanError;
 pub use kernels::{Kernel, KV_CHUNKS};
 pub use ops::{
-    matmul_kernel, matmul_kernels, MatmulKernels, Op, StepOp, StepProgram, VulkanWeights,
+    matmul_kernel, matmul_kernels, GluActivation, MatmulKernels, Op, StepOp, StepProgram,
+    VulkanWeights,
 };
 pub use store::VulkanKvStore;
 pub use validation::ValidationLog;
@@ -548,6 +549,8 @@ impl Backend for VulkanBackend {
         let mut params = self.params(store, layer, plan.items);
         params.q_heads = shape.q_heads;
         params.scale = shape.scale;
+        params.window = shape.window;
+        params.softcap = shape.softcap;
         params.item_offset = plan.item_offset;
         let mut dispatches = Vec::with_capacity(3);
         if plan.items > 0 {

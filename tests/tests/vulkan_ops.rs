@@ -13,7 +13,7 @@
 use half::f16;
 use pagoda_conformance::Rng;
 use pagoda_core::{dequantize_row, QuantKind};
-use pagoda_vulkan::{matmul_kernel, Op, VulkanBackend, VulkanError, VulkanOptions};
+use pagoda_vulkan::{matmul_kernel, GluActivation, Op, VulkanBackend, VulkanError, VulkanOptions};
 
 fn open() -> Option<VulkanBackend> {
     open_with(VulkanOptions::from_env())
@@ -262,6 +262,8 @@ fn embedding_rows_equal_the_dequantized_rows() {
             tokens: 0,
             y: 3,
             y_stride: cols as u32,
+            // A power of two, so the scaled rows are as exact as the rows.
+            scale: 0.5,
         };
         backend
             .run_ops(&weights, &mut act, &mut meta, &[op])
@@ -271,6 +273,7 @@ fn embedding_rows_equal_the_dequantized_rows() {
             let got = &act[3 + b * cols..][..cols];
             let row = &want[t * cols..][..cols];
             for (g, w) in got.iter().zip(row) {
+                let w = 0.5 * w;
                 assert!(
                     (g - w).abs() <= 1e-6 * w.abs().max(1e-3),
                     "{} token {t}: {g} vs {w}",
@@ -305,7 +308,11 @@ fn norm_rope_swiglu_add_and_argmax_match_plain_references() {
     let x: Vec<f32> = (0..batch * cols).map(|_| rng.value()).collect();
     let positions = [5u32, 0, 39];
 
-    for interleaved in [false, true] {
+    // Rotary in both pair orders, gating with both activations.
+    for (interleaved, activation) in [
+        (false, GluActivation::Silu),
+        (true, GluActivation::GeluTanh),
+    ] {
         // act: x | normed | up | product
         let mut act = x.clone();
         act.extend((0..batch * cols).map(|_| 0.0));
@@ -339,7 +346,8 @@ fn norm_rope_swiglu_add_and_argmax_match_plain_references() {
                 x_stride: cols as u32,
                 positions: 0,
             },
-            Op::SwiGlu {
+            Op::Glu {
+                activation,
                 cols: cols as u32,
                 batch: batch as u32,
                 gate: n,
@@ -405,13 +413,21 @@ fn norm_rope_swiglu_add_and_argmax_match_plain_references() {
             }
             let mut out = xb.clone();
             for i in 0..cols {
-                let silu = h[i] / (1.0 + (-h[i]).exp());
-                out[i] += silu * f64::from(up[b * cols + i]);
+                let g = h[i];
+                let gated = match activation {
+                    GluActivation::Silu => g / (1.0 + (-g).exp()),
+                    GluActivation::GeluTanh => {
+                        let inner =
+                            (2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g * g * g);
+                        0.5 * g * (1.0 + inner.tanh())
+                    }
+                };
+                out[i] += gated * f64::from(up[b * cols + i]);
             }
             for (i, (&g, w)) in act[b * cols..][..cols].iter().zip(&out).enumerate() {
                 assert!(
                     (f64::from(g) - w).abs() <= 1e-5 * w.abs().max(1.0),
-                    "swiglu+add {b}/{i}: {g} vs {w}"
+                    "{activation:?}+add {b}/{i}: {g} vs {w}"
                 );
             }
             let best = act[b * cols..][..cols]
@@ -526,6 +542,7 @@ fn matmul_refuses_mismatched_operands_and_unsupported_types() {
         tokens: 0,
         y: 0,
         y_stride: 32,
+        scale: 1.0,
     };
     assert!(matches!(
         err(backend

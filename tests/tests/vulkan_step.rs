@@ -269,6 +269,9 @@ impl Layout {
                 layer,
                 q: self.q(),
                 out: self.attn(),
+                scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+                window: 0,
+                softcap: 0.0,
             },
             matmul(b.at[3], hid, q_row, self.attn(), self.y(), hid),
         ]

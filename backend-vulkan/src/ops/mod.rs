@@ -25,7 +25,7 @@ mod pipelines;
 mod program;
 mod step;
 
-pub use op::Op;
+pub use op::{GluActivation, Op};
 pub(crate) use pipelines::OpPipelines;
 pub use pipelines::{matmul_kernel, matmul_kernels, MatmulKernels};
 pub use program::VulkanWeights;

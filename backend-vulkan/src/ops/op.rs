@@ -15,6 +15,16 @@ const MAX_GROUPS: u32 = 65_535;
 /// Invocations per workgroup of the element-wise kernels.
 const GROUP: u32 = 64;
 
+/// The activation of a gated linear unit's gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GluActivation {
+    /// `silu(g) = g / (1 + e^-g)` (SwiGLU).
+    Silu,
+    /// GELU's tanh approximation, `0.5·g·(1 + tanh(√(2/π)(g + 0.044715 g³)))`
+    /// (GeGLU, as Gemma uses it).
+    GeluTanh,
+}
+
 /// One op of a program. Weight offsets are bytes into the weights buffer;
 /// `x`, `y`, `gate`, `up` are element offsets into the activations, with
 /// strides between batch rows; `tokens`, `positions`, `out` index meta.
@@ -43,7 +53,7 @@ pub enum Op {
         y_stride: u32,
     },
     /// `y[b] = row meta[tokens + b]` of the `rows` × `cols` matrix in `kind`
-    /// blocks, dequantized.
+    /// blocks, dequantized, times `scale`.
     Embed {
         /// Block type of the matrix.
         kind: QuantKind,
@@ -61,6 +71,8 @@ pub enum Op {
         y: u32,
         /// Elements between output rows.
         y_stride: u32,
+        /// Factor on every row (Gemma's `sqrt(hidden)`; 1 for none).
+        scale: f32,
     },
     /// `y[b] = x[b] / sqrt(mean(x[b]²) + eps) · g`, the gains `g` as `cols`
     /// f32 from byte `gains` (4-byte aligned).
@@ -110,9 +122,11 @@ pub enum Op {
         /// Where the positions start in meta.
         positions: u32,
     },
-    /// `y = silu(gate) · up` over `batch` rows of `cols` (gate and up share
+    /// `y = act(gate) · up` over `batch` rows of `cols` (gate and up share
     /// `stride`).
-    SwiGlu {
+    Glu {
+        /// The gate's activation.
+        activation: GluActivation,
         /// Elements per row.
         cols: u32,
         /// Rows.
@@ -293,8 +307,12 @@ impl Op {
                 tokens,
                 y,
                 y_stride,
+                scale,
             } => {
                 let (bytes, row_bytes) = matrix_bytes(index, kind, rows, cols)?;
+                if !scale.is_finite() {
+                    return Err(shape(format!("op {index}: embedding scale {scale}")));
+                }
                 if kind == QuantKind::BF16 {
                     return Err(VulkanError::Unsupported(
                         "no embedding lookup for BF16".into(),
@@ -324,6 +342,7 @@ impl Op {
                     y_stride,
                     aux0: tokens,
                     aux1: kind.ggml_id(),
+                    eps: scale,
                     ..base
                 };
                 Ok((Kernel::Embed, params, batch.clamp(1, MAX_GROUPS)))
@@ -424,7 +443,8 @@ impl Op {
                 let pairs = u64::from(batch) * u64::from(heads) * u64::from(half);
                 Ok((Kernel::Rope, params, groups_for(pairs)))
             }
-            Op::SwiGlu {
+            Op::Glu {
+                activation,
                 cols,
                 batch,
                 gate,
@@ -449,6 +469,10 @@ impl Op {
                     y_offset: y,
                     y_stride,
                     aux0: up,
+                    aux1: match activation {
+                        GluActivation::Silu => 0,
+                        GluActivation::GeluTanh => 1,
+                    },
                     ..base
                 };
                 Ok((

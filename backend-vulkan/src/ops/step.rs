@@ -41,7 +41,8 @@ pub enum StepOp {
     /// Paged attention of `layer` for the program's batch: queries as
     /// contiguous rows of `q_heads × head_dim` from element `q`, outputs in
     /// the same layout from element `out` (rows no sequence owns are left
-    /// as they were).
+    /// as they were); the program's head layout with this op's scale,
+    /// sliding window and soft cap (see [`AttentionShape`]).
     Attention {
         /// Layer read.
         layer: u32,
@@ -49,6 +50,12 @@ pub enum StepOp {
         q: u32,
         /// First output element.
         out: u32,
+        /// Softmax scale.
+        scale: f32,
+        /// Sliding window (0: the whole context).
+        window: u32,
+        /// Soft cap of the scaled scores (0: none).
+        softcap: f32,
     },
 }
 
@@ -81,7 +88,12 @@ pub struct StepProgram<'a> {
 enum Planned {
     Op(Kernel, OpParams, u32),
     Scatter(Params, u32),
-    Attention { layer: u32, q: u32, out: u32 },
+    Attention {
+        layer: u32,
+        q: u32,
+        out: u32,
+        shape: AttentionShape,
+    },
 }
 
 /// The attention plan shared by every attention op, and where its pieces
@@ -204,21 +216,39 @@ impl VulkanBackend {
                     params.seq_offset = slots_at;
                     Planned::Scatter(params, kv)
                 }
-                StepOp::Attention { layer, q, out } => {
+                StepOp::Attention {
+                    layer,
+                    q,
+                    out,
+                    scale,
+                    window,
+                    softcap,
+                } => {
                     let rows = shared.as_ref().map_or(0, |s| u64::from(s.rows));
                     let floats = (rows * q_row) as usize;
+                    let shape = AttentionShape {
+                        scale,
+                        window,
+                        softcap,
+                        ..program.shape
+                    };
                     validate_attention(
                         &geometry,
                         store.pages,
                         layer,
-                        &program.shape,
+                        &shape,
                         program.batch,
                         floats,
                         floats,
                     )?;
                     within("the queries", i, q, rows * q_row, act_len)?;
                     within("the outputs", i, out, rows * q_row, act_len)?;
-                    Planned::Attention { layer, q, out }
+                    Planned::Attention {
+                        layer,
+                        q,
+                        out,
+                        shape,
+                    }
                 }
             });
         }
@@ -231,13 +261,15 @@ impl VulkanBackend {
             )));
         }
 
-        let attention_params = |this: &Self, layer: u32| -> Vec<Dispatch> {
+        let attention_params = |this: &Self, layer: u32, shape: &AttentionShape| -> Vec<Dispatch> {
             let Some(s) = &shared else {
                 return Vec::new();
             };
             let mut params = this.params(store, layer, s.plan.items);
-            params.q_heads = program.shape.q_heads;
-            params.scale = program.shape.scale;
+            params.q_heads = shape.q_heads;
+            params.scale = shape.scale;
+            params.window = shape.window;
+            params.softcap = shape.softcap;
             params.item_offset = s.plan.item_offset;
             let mut out = Vec::with_capacity(3);
             if s.plan.items > 0 {
@@ -273,8 +305,8 @@ impl VulkanBackend {
         };
         let mut attention = Vec::new();
         for p in &planned {
-            if let Planned::Attention { layer, .. } = p {
-                attention.push(attention_params(self, *layer));
+            if let Planned::Attention { layer, shape, .. } = p {
+                attention.push(attention_params(self, *layer, shape));
             }
         }
 

@@ -265,7 +265,10 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
     let dir = support::scratch_dir("vulkan_step_archs");
     support::run_reference(&python, "make_tiny_gguf.py", &[dir.as_os_str()]);
     let prompt: Vec<u32> = (0..12).map(|i| (i * 37 + 11) % 256).collect();
-    for arch in ["llama", "qwen2", "qwen3", "llama3", "phi3"] {
+    // gemma3 and gemma2: the 12 tokens cross their 5-token window.
+    for arch in [
+        "llama", "qwen2", "qwen3", "llama3", "phi3", "gemma3", "gemma2",
+    ] {
         let Some(gpu) = open() else { return };
         let model = Model::load(dir.join(format!("{arch}.gguf"))).unwrap();
         let (worst, on_device) = compare_within(
@@ -296,6 +299,22 @@ fn smollm2_steps_on_the_device_as_on_the_cpu() {
     let (worst, on_device) = compare(&model, gpu, KvDtype::F32, &prompt, 2);
     assert!(on_device);
     eprintln!("SmolLM2, F32 KV: worst logit difference / range {worst:.2e}");
+}
+
+/// Gemma 3 270M, a prompt longer than its 512-token window: whole steps
+/// on the device where its weights fit one binding, else (lavapipe's 128
+/// MiB) its windowed and global attention on the device, the rest on the
+/// CPU; against the CPU backend.
+#[test]
+fn gemma3_steps_on_the_device_as_on_the_cpu() {
+    let Some(path) = support::require_gemma("vulkan_step") else {
+        return;
+    };
+    let Some(gpu) = open() else { return };
+    let model = Model::load(path).unwrap();
+    let prompt: Vec<u32> = (0..530).map(|i| 2 + (i * 7919) % 200_000).collect();
+    let (worst, on_device) = compare(&model, gpu, KvDtype::F16, &prompt, 2);
+    eprintln!("Gemma 3 270M (whole steps on the device: {on_device}): {worst:.2e}");
 }
 
 #[test]

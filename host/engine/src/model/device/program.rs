@@ -10,11 +10,11 @@
 
 use std::ops::Range;
 
-use pagoda_vulkan::{Op as DeviceOp, StepOp, VulkanError};
+use pagoda_vulkan::{GluActivation, Op as DeviceOp, StepOp, VulkanError};
 
 use super::super::config::ModelConfig;
 use super::super::input::StepInput;
-use super::super::program::{Attend, Buf, Gating, Op, Program};
+use super::super::program::{Buf, Gating, Op, Program};
 use super::image::{Image, Placed, Placement};
 
 /// A step's ops and buffers.
@@ -169,6 +169,7 @@ pub(crate) fn build(
         tokens: 0,
         y: r.x,
         y_stride: hidden,
+        scale: program.embed_scale,
     })];
     for ((layer, layer_ops), placed) in (0u32..).zip(&program.layers).zip(&image.layers) {
         for (op, placement) in layer_ops.iter().zip(placed) {
@@ -306,19 +307,21 @@ fn lower(
             }));
         }
         (Op::Attention(attend), Placement::None) => {
-            if *attend != Attend::full(c) {
-                return Err(VulkanError::Unsupported(
-                    "attention with a window, its own scale or a soft cap".into(),
-                ));
-            }
             ops.push(StepOp::Scatter { layer, kv: r.kv });
             ops.push(StepOp::Attention {
                 layer,
                 q: r.q,
                 out: r.attn,
+                scale: attend.scale,
+                window: attend.window,
+                softcap: attend.softcap,
             });
         }
-        (Op::Glu(Gating::Silu), Placement::None) => ops.push(StepOp::Op(DeviceOp::SwiGlu {
+        (Op::Glu(gating), Placement::None) => ops.push(StepOp::Op(DeviceOp::Glu {
+            activation: match gating {
+                Gating::Silu => GluActivation::Silu,
+                Gating::GeluTanh => GluActivation::GeluTanh,
+            },
             cols: c.ffn,
             batch: t,
             gate: r.gate,
