@@ -110,7 +110,7 @@ impl BackendKind {
 /// `pagoda run`'s options.
 #[derive(clap::Args)]
 pub(crate) struct RunArgs {
-    /// The model: a GGUF file (llama or qwen2 architecture).
+    /// The model: a GGUF file (llama, qwen2, qwen3, phi3, gemma2 or gemma3 architecture).
     #[arg(long, value_name = "FILE.gguf")]
     pub(crate) model: PathBuf,
     /// How the weights are held: quantized in the memory map (the
