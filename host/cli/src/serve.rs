@@ -18,8 +18,8 @@ use crate::error::CliError;
 /// `pagoda serve`'s options.
 #[derive(clap::Args)]
 pub(crate) struct ServeArgs {
-    /// A GGUF model (see the README for its architectures); without it, the embedded random-weight
-    /// model with one token per UTF-8 byte.
+    /// A GGUF model (see the README for its architectures); without it,
+    /// the embedded random-weight model with one token per UTF-8 byte.
     #[arg(long, value_name = "FILE.gguf")]
     model: Option<PathBuf>,
     /// How the weights are held: quantized in the memory map (the
