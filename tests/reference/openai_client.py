@@ -4,7 +4,10 @@ The client's own response types are the reference for the API's shape:
 it parses every response and stream chunk with them. Exits non-zero on
 the first failed check.
 
-    python openai_client.py --base-url http://127.0.0.1:8000/v1 [--chat]
+    python openai_client.py --base-url http://127.0.0.1:8000/v1 [--chat] [--api-key KEY]
+
+With --api-key the server must refuse a client without it (401,
+AuthenticationError) and serve one with it.
 """
 
 import argparse
@@ -26,8 +29,14 @@ def metric(base, name):
     raise AssertionError(f"{name} missing from /metrics")
 
 
+API_KEY = None
+
+
 def post_raw(base, path, data):
-    req = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if API_KEY:
+        headers["Authorization"] = f"Bearer {API_KEY}"
+    req = urllib.request.Request(base + path, data=data, headers=headers)
     try:
         with urllib.request.urlopen(req) as r:
             return r.status, json.loads(r.read())
@@ -130,8 +139,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base-url", required=True)
     ap.add_argument("--chat", action="store_true", help="the model has a chat template")
+    ap.add_argument("--api-key", help="the key the server requires")
     args = ap.parse_args()
-    client = openai.OpenAI(base_url=args.base_url, api_key="none", max_retries=0, timeout=120)
+    if args.api_key:
+        global API_KEY
+        API_KEY = args.api_key
+        for key in ("none", args.api_key + "x"):
+            stranger = openai.OpenAI(base_url=args.base_url, api_key=key, max_retries=0)
+            try:
+                stranger.models.list()
+                raise AssertionError(f"served a client with key {key!r}")
+            except openai.AuthenticationError as e:
+                assert e.status_code == 401 and e.code == "invalid_api_key", e.body
+        print("ok strangers refused")
+    client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key or "none", max_retries=0, timeout=120)
     model = client.models.list().data[0].id
     completions(client, args.base_url, model)
     chat(client, model, args.chat)

@@ -10,7 +10,7 @@ use std::time::Duration;
 use pagoda_engine::model::{Model, ModelConfig};
 use pagoda_engine::{EngineConfig, Policy, SchedulerConfig, TextModel, DEFAULT_PREFILL_SHARE};
 use pagoda_server::kv_events::KvEventsConfig;
-use pagoda_server::{AppState, Limits, Vocab};
+use pagoda_server::{Access, AppState, Limits, Vocab};
 
 use crate::args::{parse_policy, parse_prefill_share, ActivationsArg, BackendKind, WeightsArg};
 use crate::error::CliError;
@@ -80,6 +80,32 @@ pub(crate) struct ServeArgs {
     /// Event batches kept for replay.
     #[arg(long, default_value_t = 10_000, requires = "kv_events", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     kv_events_buffer: u64,
+    /// Require `Authorization: Bearer KEY` on every route but /health and
+    /// /metrics (401 otherwise).
+    #[arg(long, env = "PAGODA_API_KEY", hide_env_values = true, value_parser = parse_api_key)]
+    api_key: Option<String>,
+    /// With --api-key, require it on /health and /metrics too.
+    #[arg(long, requires = "api_key")]
+    api_key_all_routes: bool,
+}
+
+/// A key of printable ASCII without spaces, as a bearer token is sent.
+fn parse_api_key(key: &str) -> Result<String, String> {
+    if key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("an API key must be non-empty printable ASCII without spaces".into());
+    }
+    Ok(key.to_string())
+}
+
+/// Whether `host` names only this machine (a loopback address or
+/// `localhost`).
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Why `pagoda serve` stopped.
@@ -152,7 +178,17 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
         max_context,
         kv_pages: args.kv_pages,
     };
-    let state = AppState::new(client, vocab, name, limits);
+    let access = Access {
+        api_key: args.api_key.clone(),
+        protect_all: args.api_key_all_routes,
+    };
+    if access.api_key.is_none() && !is_loopback(&args.host) {
+        eprintln!(
+            "pagoda serve: warning: listening on {} with no API key: anyone who can reach it can use it (set --api-key or PAGODA_API_KEY)",
+            args.host
+        );
+    }
+    let state = AppState::with_access(client, vocab, name, limits, access);
     let kv_events = args.kv_events.clone().map(|endpoint| KvEventsConfig {
         replay_endpoint: args.kv_events_replay.clone(),
         buffer_steps: usize::try_from(args.kv_events_buffer).unwrap_or(usize::MAX),
@@ -217,5 +253,31 @@ async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {},
         () = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_hosts_go_without_a_warning() {
+        for host in [
+            "127.0.0.1",
+            "127.3.2.1",
+            "::1",
+            "[::1]",
+            "localhost",
+            "LOCALHOST",
+        ] {
+            assert!(is_loopback(host), "{host}");
+        }
+        for host in ["0.0.0.0", "::", "192.168.1.4", "example.com", ""] {
+            assert!(!is_loopback(host), "{host}");
+        }
+        assert!(parse_api_key("sk-abc_123").is_ok());
+        for bad in ["", "a b", "tab\there", "é"] {
+            assert!(parse_api_key(bad).is_err(), "{bad:?}");
+        }
     }
 }

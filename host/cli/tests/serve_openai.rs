@@ -18,9 +18,14 @@ struct Server {
 }
 
 fn start(extra: &[&str]) -> Server {
+    start_with_env(extra, &[])
+}
+
+fn start_with_env(extra: &[&str], vars: &[(&str, &str)]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_pagoda"))
         .args(["serve", "--port", "0", "--threads", "1"])
         .args(extra)
+        .envs(vars.iter().copied())
         .stderr(Stdio::piped())
         .spawn()
         .expect("pagoda serve starts");
@@ -45,12 +50,15 @@ fn start(extra: &[&str]) -> Server {
     }
 }
 
-fn client(python: &std::path::Path, server: &Server, chat: bool) {
+fn client(python: &std::path::Path, server: &Server, chat: bool, key: Option<&str>) {
     let script = env::repo_root().join("tests/reference/openai_client.py");
     let mut cmd = Command::new(python);
     cmd.arg(script).args(["--base-url", &server.base]);
     if chat {
         cmd.arg("--chat");
+    }
+    if let Some(key) = key {
+        cmd.args(["--api-key", key]);
     }
     let out = cmd.output().expect("python runs");
     assert!(
@@ -63,6 +71,9 @@ fn client(python: &std::path::Path, server: &Server, chat: bool) {
     assert!(stdout.contains("ok stream closed early"), "{stdout}");
     if chat {
         assert!(stdout.contains("ok ignore_eos"), "{stdout}");
+    }
+    if key.is_some() {
+        assert!(stdout.contains("ok strangers refused"), "{stdout}");
     }
 }
 
@@ -107,8 +118,9 @@ fn openai_client_against_the_embedded_model() {
     let Some(python) = python_with_openai("openai_client_against_the_embedded_model") else {
         return;
     };
-    let server = start(&[]);
-    client(&python, &server, false);
+    // With an API key, from the environment as a deployment passes it.
+    let server = start_with_env(&[], &[("PAGODA_API_KEY", "sk-pagoda-test")]);
+    client(&python, &server, false, Some("sk-pagoda-test"));
     stop(server);
 }
 
@@ -122,6 +134,22 @@ fn openai_client_against_smollm2_chat() {
         return;
     };
     let server = start(&["--model", &model.to_string_lossy(), "--kv-pages", "512"]);
-    client(&python, &server, true);
+    client(&python, &server, true, None);
+    stop(server);
+}
+
+/// Gemma 3 270M, a base model without a chat template: completions, and
+/// chat refused with a 400.
+#[test]
+fn openai_client_against_gemma3_completions() {
+    let test = "openai_client_against_gemma3_completions";
+    let Some(python) = python_with_openai(test) else {
+        return;
+    };
+    let Some(model) = env::require_gemma(test) else {
+        return;
+    };
+    let server = start(&["--model", &model.to_string_lossy(), "--kv-pages", "512"]);
+    client(&python, &server, false, None);
     stop(server);
 }

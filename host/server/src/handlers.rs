@@ -1,4 +1,5 @@
-//! The routes: completions, chat completions, models, health and metrics.
+//! The routes: completions, chat completions, models, tokenize and
+//! detokenize, health and metrics, behind the API key where one is set.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,8 +31,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/debug/kv_blocks", get(crate::kv_events::debug_blocks))
+        .route("/tokenize", post(crate::tokenize::tokenize))
+        .route("/detokenize", post(crate::tokenize::detokenize))
         .with_state(Arc::clone(&state))
-        .merge(crate::sglang::routes(state))
+        .merge(crate::sglang::routes(Arc::clone(&state)))
+        .layer(axum::middleware::from_fn_with_state(
+            state,
+            crate::access::check,
+        ))
 }
 
 /// What every response of one request repeats.

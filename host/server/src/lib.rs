@@ -9,6 +9,7 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod error;
 pub mod generate;
 pub mod handlers;
@@ -19,6 +20,7 @@ pub mod openai;
 pub mod sglang;
 pub mod state;
 pub mod stream;
+pub mod tokenize;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,6 +29,7 @@ use std::time::Duration;
 use pagoda_engine::{Audit, Shutdown, ShutdownError};
 use tokio::net::TcpListener;
 
+pub use access::Access;
 pub use error::ApiError;
 pub use handlers::router;
 pub use state::{AppState, Limits, Vocab};

@@ -10,6 +10,7 @@ use pagoda_engine::chat::{ChatTemplate, StopStrings};
 use pagoda_engine::tokenizer::Tokenizer;
 use pagoda_engine::{EngineClient, TextStream};
 
+use crate::access::Access;
 use crate::metrics::Metrics;
 
 /// How text becomes tokens and back.
@@ -35,6 +36,26 @@ impl Vocab {
         match self {
             Self::Bytes => text.bytes().map(u32::from).collect(),
             Self::Model { tokenizer, .. } => tokenizer.encode(text, add_special, true),
+        }
+    }
+
+    /// The text of `ids` (special tokens written out).
+    pub fn decode(&self, ids: &[u32]) -> String {
+        match self {
+            Self::Bytes => {
+                let bytes: Vec<u8> = ids.iter().map(|&id| (id % 256) as u8).collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            }
+            Self::Model { tokenizer, .. } => tokenizer.decode(ids, false),
+        }
+    }
+
+    /// Ids the vocabulary holds; `None` for the byte vocabulary, which
+    /// reads any id as `id % 256`.
+    pub fn size(&self) -> Option<u32> {
+        match self {
+            Self::Bytes => None,
+            Self::Model { tokenizer, .. } => Some(tokenizer.vocab_size()),
         }
     }
 
@@ -164,17 +185,30 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Unix time the server started (the model's `created`).
     pub created: u64,
+    /// Who may call it.
+    pub access: Access,
     draining: AtomicBool,
     kv_debug: AtomicBool,
 }
 
 impl AppState {
-    /// State over a running engine.
+    /// State over a running engine, open to every caller.
     pub fn new(
         client: EngineClient,
         vocab: Vocab,
         model_name: String,
         limits: Limits,
+    ) -> Arc<Self> {
+        Self::with_access(client, vocab, model_name, limits, Access::default())
+    }
+
+    /// State over a running engine, open to those `access` lets in.
+    pub fn with_access(
+        client: EngineClient,
+        vocab: Vocab,
+        model_name: String,
+        limits: Limits,
+        access: Access,
     ) -> Arc<Self> {
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -186,6 +220,7 @@ impl AppState {
             limits,
             metrics: Metrics::default(),
             created,
+            access,
             draining: AtomicBool::new(false),
             kv_debug: AtomicBool::new(false),
         })

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use pagoda_engine::model::{Model, ModelConfig};
 use pagoda_engine::{Audit, BackendChoice, EngineConfig, EngineStats, SchedulerConfig};
-use pagoda_server::{AppState, Limits, Vocab};
+use pagoda_server::{Access, AppState, Limits, Vocab};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -40,11 +40,25 @@ pub async fn start(config: EngineConfig, max_body_bytes: usize) -> TestServer {
     start_with_deadline(config, max_body_bytes, Duration::from_secs(10)).await
 }
 
+/// A server that lets in whom `access` says.
+pub async fn start_with_access(config: EngineConfig, access: Access) -> TestServer {
+    start_full(config, 1 << 20, Duration::from_secs(10), access).await
+}
+
 /// A server whose running requests get `deadline` after shutdown begins.
 pub async fn start_with_deadline(
     config: EngineConfig,
     max_body_bytes: usize,
     deadline: Duration,
+) -> TestServer {
+    start_full(config, max_body_bytes, deadline, Access::default()).await
+}
+
+async fn start_full(
+    config: EngineConfig,
+    max_body_bytes: usize,
+    deadline: Duration,
+    access: Access,
 ) -> TestServer {
     let model = Model::seeded(ModelConfig::EMBEDDED, 7).expect("weights");
     let max_context = model.config().max_context;
@@ -56,7 +70,7 @@ pub async fn start_with_deadline(
         max_context,
         kv_pages: config.kv_pages,
     };
-    let state = AppState::new(client, Vocab::Bytes, "embedded".into(), limits);
+    let state = AppState::with_access(client, Vocab::Bytes, "embedded".into(), limits, access);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -145,8 +159,14 @@ impl Response {
 }
 
 pub fn raw_request(method: &str, path: &str, body: &[u8]) -> Vec<u8> {
+    raw_request_with(method, path, body, &[])
+}
+
+/// [`raw_request`] with more header lines (`"Name: value"`).
+pub fn raw_request_with(method: &str, path: &str, body: &[u8], headers: &[&str]) -> Vec<u8> {
+    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
     let mut out = format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -156,9 +176,20 @@ pub fn raw_request(method: &str, path: &str, body: &[u8]) -> Vec<u8> {
 
 /// Sends one request and reads the whole response.
 pub async fn request(addr: SocketAddr, method: &str, path: &str, body: &str) -> Response {
+    request_with(addr, method, path, body, &[]).await
+}
+
+/// [`request`] with more header lines.
+pub async fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+    headers: &[&str],
+) -> Response {
     let mut socket = TcpStream::connect(addr).await.expect("connect");
     socket
-        .write_all(&raw_request(method, path, body.as_bytes()))
+        .write_all(&raw_request_with(method, path, body.as_bytes(), headers))
         .await
         .expect("write");
     let mut raw = Vec::new();

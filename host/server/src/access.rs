@@ -1,0 +1,112 @@
+//! Access control: with an API key set, every route but `/health` and
+//! `/metrics` (those too when asked) needs `Authorization: Bearer KEY`, and
+//! answers 401 in OpenAI's error shape otherwise, as vLLM's and llama.cpp's
+//! `--api-key` do.
+//!
+//! The key is compared in constant time (`subtle`), so the time a refusal
+//! takes says nothing about how much of a guess was right.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Who may call the server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Access {
+    /// The key requests must bear; `None`: every request is let in.
+    pub api_key: Option<String>,
+    /// Also require the key on `/health` and `/metrics`.
+    pub protect_all: bool,
+}
+
+impl Access {
+    /// Whether a request for `path` with `authorization` (the header's
+    /// value, if any) is let in.
+    pub fn allows(&self, path: &str, authorization: Option<&[u8]>) -> bool {
+        let Some(key) = &self.api_key else {
+            return true;
+        };
+        if !self.protect_all && matches!(path, "/health" | "/metrics") {
+            return true;
+        }
+        let Some(value) = authorization else {
+            return false;
+        };
+        // "Bearer" is case-insensitive (RFC 6750 follows RFC 7235's
+        // schemes); the key is not.
+        let Some((scheme, token)) = value.split_at_checked(7) else {
+            return false;
+        };
+        scheme.eq_ignore_ascii_case(b"bearer ") && bool::from(token.ct_eq(key.as_bytes()))
+    }
+}
+
+/// The middleware: lets allowed requests through, answers 401 otherwise.
+pub(crate) async fn check(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    if state.access.allows(request.uri().path(), authorization) {
+        return next.run(request).await;
+    }
+    let mut response = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "invalid_api_key",
+        "a missing or incorrect API key: send it as `Authorization: Bearer KEY`",
+    )
+    .into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_bearer_of_the_key_gets_in() {
+        let open = Access::default();
+        assert!(open.allows("/v1/completions", None));
+        let keyed = Access {
+            api_key: Some("s3cret".into()),
+            protect_all: false,
+        };
+        assert!(keyed.allows("/v1/completions", Some(b"Bearer s3cret")));
+        assert!(keyed.allows("/v1/models", Some(b"bearer s3cret")));
+        for bad in [
+            None,
+            Some(&b"Bearer s3cre"[..]),
+            Some(b"Bearer s3cret "),
+            Some(b"Basic s3cret"),
+            Some(b"s3cret"),
+            Some(b"Bearer"),
+            Some(b""),
+        ] {
+            assert!(!keyed.allows("/v1/completions", bad), "{bad:?}");
+            assert!(!keyed.allows("/generate", bad), "{bad:?}");
+            assert!(!keyed.allows("/tokenize", bad), "{bad:?}");
+        }
+        assert!(keyed.allows("/health", None) && keyed.allows("/metrics", None));
+        let all = Access {
+            protect_all: true,
+            ..keyed
+        };
+        assert!(!all.allows("/health", None) && !all.allows("/metrics", None));
+        assert!(all.allows("/metrics", Some(b"Bearer s3cret")));
+    }
+}
