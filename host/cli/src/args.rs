@@ -150,6 +150,20 @@ pub(crate) struct RunArgs {
     /// Sample from the smallest set of tokens with this much probability.
     #[arg(long, default_value_t = 1.0)]
     pub(crate) top_p: f32,
+    /// Drop tokens less likely than this times the most likely one (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) min_p: f32,
+    /// Penalise the prompt's and output's tokens: their positive logits
+    /// are divided by this, the others multiplied (1: off; llama.cpp's
+    /// --repeat-penalty).
+    #[arg(long, alias = "repeat-penalty", default_value_t = 1.0)]
+    pub(crate) repetition_penalty: f32,
+    /// Subtract this from the logit of every token already in the output.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub(crate) presence_penalty: f32,
+    /// Subtract this once per time a token is already in the output.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub(crate) frequency_penalty: f32,
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,

@@ -18,7 +18,7 @@ use crate::measure::{Accumulator, OutcomeKind, PolicyReport};
 use crate::workload::TraceEntry;
 
 /// How the trace is driven, besides the engine's configuration.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct DriveOptions {
     /// Sampling for every request.
     pub sampling: SamplingParams,
@@ -127,7 +127,7 @@ where
                 tag: next as u64,
                 prompt: e.prompt.clone(),
                 max_new_tokens: e.max_tokens,
-                sampling: options.sampling,
+                sampling: options.sampling.clone(),
                 seed: options.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ next as u64,
                 stop_tokens: Vec::new(),
             };

@@ -96,6 +96,7 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
         temperature: args.temperature,
         top_k: args.top_k,
         top_p: args.top_p,
+        ..SamplingParams::GREEDY
     };
     sampling.validate()?;
     let loaded = match &args.model {
@@ -199,7 +200,7 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
         cache_events: 0,
     };
     let options = DriveOptions {
-        sampling,
+        sampling: sampling.clone(),
         seed: args.seed,
         cancel_fraction: args.cancel_fraction,
         concurrency_mark: args.max_batch.min(256),

@@ -85,6 +85,11 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         temperature: args.temperature,
         top_k: args.top_k,
         top_p: args.top_p,
+        min_p: args.min_p,
+        repetition_penalty: args.repetition_penalty,
+        presence_penalty: args.presence_penalty,
+        frequency_penalty: args.frequency_penalty,
+        ..SamplingParams::GREEDY
     };
     sampling.validate()?;
     let started = Instant::now();
@@ -315,7 +320,7 @@ impl WithBackend for RunJob<'_> {
                 tag: i as u64,
                 prompt: p.ids.clone(),
                 max_new_tokens: p.max_new_tokens,
-                sampling: self.sampling,
+                sampling: self.sampling.clone(),
                 seed: self.seed.wrapping_add(i as u64),
                 stop_tokens: stop_tokens.clone(),
             };

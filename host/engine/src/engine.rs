@@ -62,6 +62,8 @@ pub struct Engine<'s, B: StepBackend> {
     pub(crate) prepared: B::Prepared,
     pub(crate) logits: Vec<f32>,
     pub(crate) sampler: Sampler,
+    /// Token ids the logit adjustments sort and count.
+    pub(crate) scratch_tokens: Vec<u32>,
     epoch: Instant,
     geometry: KvGeometry,
     /// Tokens a sequence can hold: the model's context or a page-table row.
@@ -118,6 +120,7 @@ impl<'s, B: StepBackend> Engine<'s, B> {
             prepared: B::Prepared::default(),
             logits: Vec::new(),
             sampler: Sampler::default(),
+            scratch_tokens: Vec::new(),
             epoch: Instant::now(),
             geometry,
             max_context,

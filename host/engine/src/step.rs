@@ -135,12 +135,17 @@ impl<B: StepBackend> Engine<'_, B> {
             sample_rows: &b.sample_rows,
             prompt_rows: b.prompt_rows,
         };
-        // A step whose every sampled row is greedy needs only the tokens.
+        // A step whose every sampled row is greedy, on logits nothing
+        // adjusts, needs only the tokens.
         let mut greedy = !b.samplers.is_empty();
         for &i in &b.samplers {
             let entry = self.plan[i].entry;
             let request = self.sched.request(entry).ok_or(SchedError::UnknownEntry)?;
-            greedy &= request.request.sampling.temperature == 0.0;
+            let produced = self.live[entry.index() as usize]
+                .as_ref()
+                .map_or(0, |live| live.output.len());
+            let sampling = &request.request.sampling;
+            greedy &= sampling.temperature == 0.0 && !sampling.adjusts_logits(produced);
         }
         let mut tokens = Vec::new();
         let result = if greedy {
@@ -188,11 +193,19 @@ impl<B: StepBackend> Engine<'_, B> {
                 .ok_or(EngineError::Invariant("sampled entry has no state"))?;
             let logits = self
                 .logits
-                .get(row * vocab..(row + 1) * vocab)
+                .get_mut(row * vocab..(row + 1) * vocab)
                 .ok_or(EngineError::Invariant("fewer logits than sample rows"))?;
-            let token = self
-                .sampler
-                .sample(logits, &request.sampling, &mut live.rng);
+            let sampling = &request.sampling;
+            if sampling.adjusts_logits(live.output.len()) {
+                sampling.adjust_logits(
+                    logits,
+                    &request.prompt,
+                    &live.output,
+                    &request.stop_tokens,
+                    &mut self.scratch_tokens,
+                );
+            }
+            let token = self.sampler.sample(logits, sampling, &mut live.rng);
             sampled.push((entry, token));
         }
         Ok(sampled)

@@ -128,7 +128,11 @@ proptest! {
                         tag: tag as u64,
                         prompt,
                         max_new_tokens,
-                        sampling: SamplingParams { temperature, top_k: 0, top_p },
+                        sampling: SamplingParams {
+                            temperature,
+                            top_p,
+                            ..SamplingParams::GREEDY
+                        },
                         seed: tag as u64,
                         stop_tokens: stop_token.into_iter().collect(),
                     };

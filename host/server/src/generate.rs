@@ -102,6 +102,34 @@ impl Generation {
             ));
         }
         let room = context - prompt_tokens;
+        // A model's own end-of-generation tokens (unless `ignore_eos`), and
+        // the request's `stop_token_ids`.
+        let mut stop_tokens = if params.ignore_eos {
+            Vec::new()
+        } else {
+            state.vocab.stop_tokens()
+        };
+        stop_tokens.extend_from_slice(&params.stop_token_ids);
+        if let Some(size) = state.vocab.size() {
+            let beyond = |id: &u32| *id >= size;
+            if let Some(id) = params
+                .logit_bias
+                .iter()
+                .map(|(id, _)| id)
+                .find(|id| beyond(id))
+            {
+                return Err(ApiError::invalid(
+                    "logit_bias",
+                    format!("token {id} is not below the vocabulary's {size}"),
+                ));
+            }
+            if let Some(id) = params.stop_token_ids.iter().find(|id| beyond(id)) {
+                return Err(ApiError::invalid(
+                    "stop_token_ids",
+                    format!("token {id} is not below the vocabulary's {size}"),
+                ));
+            }
+        }
         let max_new_tokens = params.max_tokens.map_or(room, |m| m.min(room));
         let (tx, events) = mpsc::unbounded_channel();
         // Built before the first submission: if this future is dropped
@@ -123,13 +151,15 @@ impl Generation {
                     temperature: params.temperature,
                     top_k: params.top_k,
                     top_p: params.top_p,
+                    min_p: params.min_p,
+                    presence_penalty: params.presence_penalty,
+                    frequency_penalty: params.frequency_penalty,
+                    repetition_penalty: params.repetition_penalty,
+                    logit_bias: params.logit_bias.clone(),
+                    min_tokens: params.min_tokens,
                 },
                 seed: params.seed.wrapping_add(u64::from(index)),
-                stop_tokens: if params.ignore_eos {
-                    Vec::new()
-                } else {
-                    state.vocab.stop_tokens()
-                },
+                stop_tokens: stop_tokens.clone(),
             };
             let (submitted_tx, submitted) = oneshot::channel();
             let tx = tx.clone();

@@ -34,6 +34,20 @@ pub struct Params {
     /// Keep generating past the model's end-of-generation tokens, up to
     /// `max_tokens` (vLLM's extension, for benchmarks of fixed lengths).
     pub ignore_eos: bool,
+    /// `presence_penalty`, in [-2, 2].
+    pub presence_penalty: f32,
+    /// `frequency_penalty`, in [-2, 2].
+    pub frequency_penalty: f32,
+    /// `repetition_penalty` (vLLM's), in (0, 10]; 1: off.
+    pub repetition_penalty: f32,
+    /// `min_p` (vLLM's), in [0, 1].
+    pub min_p: f32,
+    /// `logit_bias`: token id to a bias in [-100, 100].
+    pub logit_bias: Vec<(u32, f32)>,
+    /// `stop_token_ids` (vLLM's): more tokens that end a choice.
+    pub stop_token_ids: Vec<u32>,
+    /// `min_tokens` (vLLM's): no stop token before this many.
+    pub min_tokens: u32,
 }
 
 /// The prompt of `/v1/completions` or the messages of `/v1/chat/completions`.
@@ -213,6 +227,85 @@ pub fn params(map: &Map<String, Value>, chat: bool) -> Result<Params, ApiError> 
             ))
         }
     };
+    let penalty = |key: &str, lo: f64, hi: f64, off: f64| -> Result<f32, ApiError> {
+        let v = number(map, key)?.unwrap_or(off);
+        if !(lo..=hi).contains(&v) {
+            return Err(ApiError::invalid(
+                key,
+                format!("`{key}` must be between {lo} and {hi}"),
+            ));
+        }
+        Ok(v as f32)
+    };
+    let presence_penalty = penalty("presence_penalty", -2.0, 2.0, 0.0)?;
+    let frequency_penalty = penalty("frequency_penalty", -2.0, 2.0, 0.0)?;
+    let min_p = penalty("min_p", 0.0, 1.0, 0.0)?;
+    let repetition_penalty = number(map, "repetition_penalty")?.unwrap_or(1.0);
+    if !(repetition_penalty > 0.0 && repetition_penalty <= 10.0) {
+        return Err(ApiError::invalid(
+            "repetition_penalty",
+            "`repetition_penalty` must be in (0, 10]",
+        ));
+    }
+    let logit_bias = match present(map, "logit_bias") {
+        None => Vec::new(),
+        Some(Value::Object(biases)) => {
+            let bad = |m: String| ApiError::invalid("logit_bias", m);
+            let mut out = Vec::with_capacity(biases.len());
+            for (token, bias) in biases {
+                let id = token
+                    .parse::<u32>()
+                    .map_err(|_| bad(format!("`logit_bias` key {token:?} is not a token id")))?;
+                let b = bias
+                    .as_f64()
+                    .filter(|b| (-100.0..=100.0).contains(b))
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "the bias of token {id} must be between -100 and 100"
+                        ))
+                    })?;
+                out.push((id, b as f32));
+            }
+            out
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "logit_bias",
+                "`logit_bias` must map token ids to biases",
+            ))
+        }
+    };
+    let stop_token_ids = match present(map, "stop_token_ids") {
+        None => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_u64().and_then(|t| u32::try_from(t).ok()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                ApiError::invalid("stop_token_ids", "`stop_token_ids` must be token ids")
+            })?,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "stop_token_ids",
+                "`stop_token_ids` must be a list of token ids",
+            ))
+        }
+    };
+    let min_tokens = match integer(map, "min_tokens")?.unwrap_or(0) {
+        m if m < 0 || m > i64::from(u32::MAX) => {
+            return Err(ApiError::invalid(
+                "min_tokens",
+                "`min_tokens` must be at least 0",
+            ))
+        }
+        m => m as u32,
+    };
+    if max_tokens.is_some_and(|max| min_tokens > max) {
+        return Err(ApiError::invalid(
+            "min_tokens",
+            "`min_tokens` must not exceed `max_tokens`",
+        ));
+    }
     Ok(Params {
         model,
         n: n as u32,
@@ -226,6 +319,13 @@ pub fn params(map: &Map<String, Value>, chat: bool) -> Result<Params, ApiError> 
         include_usage,
         priority: priority(present(map, "priority"))?,
         ignore_eos,
+        presence_penalty,
+        frequency_penalty,
+        repetition_penalty: repetition_penalty as f32,
+        min_p,
+        logit_bias,
+        stop_token_ids,
+        min_tokens,
     })
 }
 

@@ -165,7 +165,12 @@ fn native_param(mut error: ApiError) -> ApiError {
     let native = match error.param.as_deref() {
         Some("prompt") => "text",
         Some("max_tokens") => "sampling_params.max_new_tokens",
-        Some(p @ ("temperature" | "top_p" | "top_k" | "stop" | "seed" | "n")) => {
+        Some("min_tokens") => "sampling_params.min_new_tokens",
+        Some(
+            p @ ("temperature" | "top_p" | "top_k" | "stop" | "seed" | "n" | "min_p"
+            | "presence_penalty" | "frequency_penalty" | "repetition_penalty"
+            | "stop_token_ids" | "ignore_eos"),
+        ) => {
             error.param = Some(format!("sampling_params.{p}"));
             return error;
         }
@@ -215,10 +220,18 @@ fn openai_fields(native: &Map<String, Value>) -> Result<Map<String, Value>, ApiE
         "seed",
         "n",
         "ignore_eos",
+        "min_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "stop_token_ids",
     ] {
         if let Some(v) = sampling.get(key) {
             map.insert(key.into(), v.clone());
         }
+    }
+    if let Some(v) = sampling.get("min_new_tokens") {
+        map.insert("min_tokens".into(), v.clone());
     }
     for key in ["stream", "priority"] {
         if let Some(v) = native.get(key) {

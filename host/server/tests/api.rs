@@ -258,6 +258,34 @@ async fn errors_have_openai_shape_and_name_the_field() {
         ),
         (json!({"prompt": [1, -2]}), "prompt"),
         (json!({"prompt": [9999]}), "prompt"),
+        (
+            json!({"prompt": "a", "presence_penalty": 3}),
+            "presence_penalty",
+        ),
+        (
+            json!({"prompt": "a", "frequency_penalty": "x"}),
+            "frequency_penalty",
+        ),
+        (
+            json!({"prompt": "a", "repetition_penalty": 0}),
+            "repetition_penalty",
+        ),
+        (json!({"prompt": "a", "min_p": 1.5}), "min_p"),
+        (json!({"prompt": "a", "logit_bias": {"x": 1}}), "logit_bias"),
+        (
+            json!({"prompt": "a", "logit_bias": {"5": 101}}),
+            "logit_bias",
+        ),
+        (json!({"prompt": "a", "logit_bias": [1]}), "logit_bias"),
+        (
+            json!({"prompt": "a", "stop_token_ids": [-1]}),
+            "stop_token_ids",
+        ),
+        (json!({"prompt": "a", "min_tokens": -1}), "min_tokens"),
+        (
+            json!({"prompt": "a", "min_tokens": 5, "max_tokens": 4}),
+            "min_tokens",
+        ),
     ] {
         assert_error(
             &post(server.addr, c, &body.to_string()).await,
@@ -287,6 +315,75 @@ async fn errors_have_openai_shape_and_name_the_field() {
         400,
         Some("messages"),
     );
+    assert!(server.shutdown().await.is_clean());
+}
+
+/// The sampling controls through the API, where their effect is certain:
+/// a bias of 100 makes one token win every greedy step; a stop token id
+/// ends the choice at it; `min_tokens` holds the stop token off until then;
+/// penalties and min-p are accepted and change nothing for a greedy choice
+/// without repeats to punish (checked against the same request without).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_controls_shape_the_choice() {
+    let server = start(config(8, 64, 64), LIMIT).await;
+    let c = "/v1/completions";
+    let ask = |extra: Value| {
+        let mut body = json!({"prompt": "Hello", "max_tokens": 8, "temperature": 0});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body.to_string()
+    };
+    // Token 65 is "A" in the byte vocabulary.
+    let r = post(server.addr, c, &ask(json!({"logit_bias": {"65": 100}}))).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(text_of(&r.json(), 0), "AAAAAAAA");
+    // The forced token is a stop token: one token, finish "stop".
+    let r = post(
+        server.addr,
+        c,
+        &ask(json!({"logit_bias": {"66": 100}, "stop_token_ids": [66]})),
+    )
+    .await;
+    let v = r.json();
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 1);
+    // ...not before the third token with min_tokens 3: two others first.
+    let r = post(
+        server.addr,
+        c,
+        &ask(json!({"logit_bias": {"66": 100}, "stop_token_ids": [66], "min_tokens": 3})),
+    )
+    .await;
+    let v = r.json();
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 4, "{v}");
+    let text = text_of(&v, 0);
+    assert!(
+        text.ends_with('B') && !text[..text.len() - 1].contains('B'),
+        "{text:?}"
+    );
+    // A strong repetition penalty changes a greedy choice that repeats.
+    let long = |extra: Value| {
+        let mut body = json!({"prompt": "Hello", "max_tokens": 48, "temperature": 0});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body.to_string()
+    };
+    let plain = post(server.addr, c, &long(json!({}))).await.json();
+    let penalised = post(server.addr, c, &long(json!({"repetition_penalty": 5.0})))
+        .await
+        .json();
+    let min_p = post(server.addr, c, &long(json!({"min_p": 0.5})))
+        .await
+        .json();
+    // Min-p does not touch a greedy choice.
+    assert_eq!(text_of(&min_p, 0), text_of(&plain, 0));
+    let (a, b) = (text_of(&plain, 0), text_of(&penalised, 0));
+    let repeats = |s: &str| s.len() - s.chars().collect::<std::collections::BTreeSet<_>>().len();
+    assert!(repeats(&a) > 0, "the plain choice has no repeats: {a:?}");
+    assert_ne!(a, b, "a repetition penalty of 5 changed nothing");
     assert!(server.shutdown().await.is_clean());
 }
 

@@ -1,11 +1,14 @@
-//! Picking the next token from logits: greedy, or temperature with top-k and
-//! top-p (nucleus) filtering, from a seeded generator.
+//! Picking the next token from logits: greedy, or temperature with top-k,
+//! top-p (nucleus) and min-p filtering, from a seeded generator; before
+//! that, the per-request adjustments of the logits (bias, penalties, a
+//! minimum length), in vLLM's order and with its meanings.
 
 use std::fmt;
 
-/// How a request samples. `temperature == 0` is greedy (top-k and top-p are
-/// then irrelevant).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+/// How a request samples. `temperature == 0` is greedy (top-k, top-p and
+/// min-p are then irrelevant); the adjustments of the logits apply either
+/// way, and each costs nothing while it is off.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SamplingParams {
     /// Softmax temperature; 0 picks the most likely token.
     pub temperature: f32,
@@ -14,6 +17,24 @@ pub struct SamplingParams {
     /// Keep the smallest set of most likely tokens whose probability reaches
     /// `top_p`; 1 keeps all.
     pub top_p: f32,
+    /// Drop tokens less likely than `min_p` times the most likely one
+    /// (after the temperature); 0 keeps all.
+    pub min_p: f32,
+    /// Subtracted once from the logit of every token the output holds
+    /// (OpenAI's, in [-2, 2]); 0: off.
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per time the output holds it
+    /// (OpenAI's, in [-2, 2]); 0: off.
+    pub frequency_penalty: f32,
+    /// The prompt's and output's tokens' logits are divided by it where
+    /// positive and multiplied where not (CTRL's, as transformers and vLLM
+    /// apply it); 1: off.
+    pub repetition_penalty: f32,
+    /// Added to the logits of these tokens (OpenAI's `logit_bias`, each in
+    /// [-100, 100]).
+    pub logit_bias: Vec<(u32, f32)>,
+    /// The stop tokens cannot be sampled before this many output tokens.
+    pub min_tokens: u32,
 }
 
 impl SamplingParams {
@@ -22,10 +43,18 @@ impl SamplingParams {
         temperature: 0.0,
         top_k: 0,
         top_p: 1.0,
+        min_p: 0.0,
+        presence_penalty: 0.0,
+        frequency_penalty: 0.0,
+        repetition_penalty: 1.0,
+        logit_bias: Vec::new(),
+        min_tokens: 0,
     };
 
     /// Checks the ranges: temperature finite and non-negative, top-p in
-    /// (0, 1].
+    /// (0, 1], min-p in [0, 1], presence and frequency penalties in
+    /// [-2, 2], repetition penalty in (0, 10], biases finite in
+    /// [-100, 100].
     pub fn validate(&self) -> Result<(), SamplingError> {
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
             return Err(SamplingError::Temperature(self.temperature));
@@ -33,7 +62,85 @@ impl SamplingParams {
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return Err(SamplingError::TopP(self.top_p));
         }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(SamplingError::MinP(self.min_p));
+        }
+        for p in [self.presence_penalty, self.frequency_penalty] {
+            if !(-2.0..=2.0).contains(&p) {
+                return Err(SamplingError::Penalty(p));
+            }
+        }
+        if !(self.repetition_penalty > 0.0 && self.repetition_penalty <= 10.0) {
+            return Err(SamplingError::RepetitionPenalty(self.repetition_penalty));
+        }
+        if let Some(&(token, bias)) = self
+            .logit_bias
+            .iter()
+            .find(|(_, b)| !(-100.0..=100.0).contains(b))
+        {
+            return Err(SamplingError::LogitBias { token, bias });
+        }
         Ok(())
+    }
+
+    /// Whether the logits are adjusted before sampling (bias, penalties,
+    /// a minimum length not yet reached after `produced` output tokens).
+    pub fn adjusts_logits(&self, produced: usize) -> bool {
+        !self.logit_bias.is_empty()
+            || self.presence_penalty != 0.0
+            || self.frequency_penalty != 0.0
+            || self.repetition_penalty != 1.0
+            || produced < self.min_tokens as usize
+    }
+
+    /// Applies the adjustments to one row of logits, in vLLM's order: the
+    /// bias; the stop tokens masked while the output is shorter than
+    /// `min_tokens`; the repetition penalty over the prompt and output;
+    /// the frequency and presence penalties over the output. `scratch` is
+    /// reused (no allocation once it has grown).
+    pub fn adjust_logits(
+        &self,
+        logits: &mut [f32],
+        prompt: &[u32],
+        output: &[u32],
+        stop_tokens: &[u32],
+        scratch: &mut Vec<u32>,
+    ) {
+        for &(token, bias) in &self.logit_bias {
+            if let Some(l) = logits.get_mut(token as usize) {
+                *l += bias;
+            }
+        }
+        if output.len() < self.min_tokens as usize {
+            for &token in stop_tokens {
+                if let Some(l) = logits.get_mut(token as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        if self.repetition_penalty != 1.0 {
+            scratch.clear();
+            scratch.extend_from_slice(prompt);
+            scratch.extend_from_slice(output);
+            scratch.sort_unstable();
+            scratch.dedup();
+            let p = self.repetition_penalty;
+            for &token in scratch.iter() {
+                if let Some(l) = logits.get_mut(token as usize) {
+                    *l = if *l > 0.0 { *l / p } else { *l * p };
+                }
+            }
+        }
+        if self.presence_penalty != 0.0 || self.frequency_penalty != 0.0 {
+            scratch.clear();
+            scratch.extend_from_slice(output);
+            scratch.sort_unstable();
+            for run in scratch.chunk_by(|a, b| a == b) {
+                if let Some(l) = logits.get_mut(run[0] as usize) {
+                    *l -= self.frequency_penalty * run.len() as f32 + self.presence_penalty;
+                }
+            }
+        }
     }
 }
 
@@ -50,6 +157,19 @@ pub enum SamplingError {
     Temperature(f32),
     /// Top-p outside (0, 1].
     TopP(f32),
+    /// Min-p outside [0, 1].
+    MinP(f32),
+    /// A presence or frequency penalty outside [-2, 2].
+    Penalty(f32),
+    /// A repetition penalty outside (0, 10].
+    RepetitionPenalty(f32),
+    /// A logit bias outside [-100, 100].
+    LogitBias {
+        /// The token.
+        token: u32,
+        /// Its bias.
+        bias: f32,
+    },
 }
 
 impl fmt::Display for SamplingError {
@@ -57,6 +177,17 @@ impl fmt::Display for SamplingError {
         match self {
             Self::Temperature(t) => write!(f, "temperature {t} must be finite and at least 0"),
             Self::TopP(p) => write!(f, "top-p {p} must be in (0, 1]"),
+            Self::MinP(p) => write!(f, "min-p {p} must be in [0, 1]"),
+            Self::Penalty(p) => write!(f, "penalty {p} must be in [-2, 2]"),
+            Self::RepetitionPenalty(p) => {
+                write!(f, "repetition penalty {p} must be in (0, 10]")
+            }
+            Self::LogitBias { token, bias } => {
+                write!(
+                    f,
+                    "logit bias {bias} of token {token} must be in [-100, 100]"
+                )
+            }
         }
     }
 }
@@ -108,6 +239,12 @@ impl Sampler {
             let p = f64::from((c.0 - best) / params.temperature).exp();
             c.0 = p as f32;
             total += p;
+        }
+        // Min-p: the weights are relative to the best token's (1).
+        if params.min_p > 0.0 {
+            let floor = params.min_p;
+            cands.retain(|c| c.0 >= floor);
+            total = cands.iter().map(|c| f64::from(c.0)).sum();
         }
         let keep = if params.top_p < 1.0 {
             nucleus(cands, total * f64::from(params.top_p), by_weight)
@@ -267,6 +404,7 @@ mod tests {
             temperature: 1.5,
             top_k: 1,
             top_p: 1.0,
+            ..SamplingParams::GREEDY
         };
         for _ in 0..100 {
             assert_eq!(s.sample(&[0.3, 0.2, 0.9, -1.0], &p, &mut rng), 2);
@@ -281,6 +419,7 @@ mod tests {
             temperature: 1.0,
             top_k: 0,
             top_p: 0.9,
+            ..SamplingParams::GREEDY
         };
         let mut s = Sampler::default();
         let mut rng = fastrand::Rng::with_seed(3);
@@ -301,6 +440,7 @@ mod tests {
             temperature: 0.7,
             top_k: 0,
             top_p: 1.0,
+            ..SamplingParams::GREEDY
         };
         let weights: Vec<f64> = logits.iter().map(|&l| (f64::from(l) / 0.7).exp()).collect();
         let total: f64 = weights.iter().sum();
@@ -328,6 +468,7 @@ mod tests {
             temperature: 1.0,
             top_k: 20,
             top_p: 0.95,
+            ..SamplingParams::GREEDY
         };
         let draw = |seed| {
             let mut s = Sampler::default();
@@ -353,5 +494,121 @@ mod tests {
         };
         assert!(bad.validate().is_err());
         assert!(SamplingParams::GREEDY.validate().is_ok());
+    }
+
+    /// [`SamplingParams::adjust_logits`] against a plain reference that
+    /// walks the vocabulary and counts each token's occurrences directly,
+    /// on random rows, prompts, outputs and settings.
+    #[test]
+    fn logit_adjustments_match_a_plain_reference() {
+        let mut rng = fastrand::Rng::with_seed(17);
+        let mut scratch = Vec::new();
+        for case in 0..500 {
+            let vocab = rng.usize(1..40);
+            let logits: Vec<f32> = (0..vocab).map(|_| rng.f32() * 8.0 - 4.0).collect();
+            let prompt: Vec<u32> = (0..rng.usize(0..12))
+                .map(|_| rng.u32(0..vocab as u32 + 2))
+                .collect();
+            let output: Vec<u32> = (0..rng.usize(0..12))
+                .map(|_| rng.u32(0..vocab as u32 + 2))
+                .collect();
+            let stops: Vec<u32> = (0..rng.usize(0..3))
+                .map(|_| rng.u32(0..vocab as u32 + 2))
+                .collect();
+            let pick = |rng: &mut fastrand::Rng, values: &[f32]| values[rng.usize(0..values.len())];
+            let params = SamplingParams {
+                presence_penalty: pick(&mut rng, &[0.0, 0.5, -1.0, 2.0]),
+                frequency_penalty: pick(&mut rng, &[0.0, 0.3, -0.7]),
+                repetition_penalty: pick(&mut rng, &[1.0, 1.3, 0.8]),
+                logit_bias: (0..rng.usize(0..4))
+                    .map(|_| (rng.u32(0..vocab as u32 + 2), rng.f32() * 200.0 - 100.0))
+                    .collect(),
+                min_tokens: rng.u32(0..6),
+                ..SamplingParams::GREEDY
+            };
+            let mut ours = logits.clone();
+            params.adjust_logits(&mut ours, &prompt, &output, &stops, &mut scratch);
+            for (t, (&got, &l)) in ours.iter().zip(&logits).enumerate() {
+                let id = t as u32;
+                let mut want = l;
+                for &(token, bias) in &params.logit_bias {
+                    if token == id {
+                        want += bias;
+                    }
+                }
+                if output.len() < params.min_tokens as usize && stops.contains(&id) {
+                    want = f32::NEG_INFINITY;
+                }
+                if prompt.contains(&id) || output.contains(&id) {
+                    let p = params.repetition_penalty;
+                    want = if want > 0.0 { want / p } else { want * p };
+                }
+                let count = output.iter().filter(|&&o| o == id).count();
+                if count > 0 {
+                    want -= params.frequency_penalty * count as f32 + params.presence_penalty;
+                }
+                let close = got == want || (got - want).abs() <= 1e-4 * want.abs().max(1.0);
+                assert!(close, "case {case} token {t}: {got} vs {want} ({params:?})");
+            }
+            // Off: nothing to do, and nothing done.
+            assert_eq!(
+                params.adjusts_logits(output.len()),
+                !params.logit_bias.is_empty()
+                    || params.presence_penalty != 0.0
+                    || params.frequency_penalty != 0.0
+                    || params.repetition_penalty != 1.0
+                    || output.len() < params.min_tokens as usize
+            );
+        }
+    }
+
+    #[test]
+    fn min_p_drops_tokens_far_below_the_best() {
+        // Weights relative to the best: 1, e^-2 ≈ 0.135, e^-3 ≈ 0.050.
+        let logits = [3.0, 1.0, 0.0];
+        let mut s = Sampler::default();
+        let mut rng = fastrand::Rng::with_seed(5);
+        let p = SamplingParams {
+            temperature: 1.0,
+            min_p: 0.1,
+            ..SamplingParams::GREEDY
+        };
+        let mut seen = [0u32; 3];
+        for _ in 0..4000 {
+            seen[s.sample(&logits, &p, &mut rng) as usize] += 1;
+        }
+        assert_eq!(seen[2], 0, "{seen:?}");
+        // The two kept share the mass as 1 : 0.135.
+        let share = f64::from(seen[1]) / 4000.0;
+        assert!((share - 0.135 / 1.135).abs() < 0.02, "{seen:?}");
+    }
+
+    #[test]
+    fn out_of_range_controls_are_refused() {
+        let bad = [
+            SamplingParams {
+                min_p: 1.5,
+                ..SamplingParams::GREEDY
+            },
+            SamplingParams {
+                presence_penalty: 2.5,
+                ..SamplingParams::GREEDY
+            },
+            SamplingParams {
+                frequency_penalty: f32::NAN,
+                ..SamplingParams::GREEDY
+            },
+            SamplingParams {
+                repetition_penalty: 0.0,
+                ..SamplingParams::GREEDY
+            },
+            SamplingParams {
+                logit_bias: vec![(3, 101.0)],
+                ..SamplingParams::GREEDY
+            },
+        ];
+        for p in bad {
+            assert!(p.validate().is_err(), "{p:?}");
+        }
     }
 }
