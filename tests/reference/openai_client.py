@@ -6,6 +6,10 @@ the first failed check.
 
     python openai_client.py --base-url http://127.0.0.1:8000/v1 [--chat] [--api-key KEY]
 
+It checks completions (streamed and not, n, stop, log probabilities in the
+legacy shape), chat (log probabilities in the chat shape, sampling
+controls) and malformed bodies.
+
 With --api-key the server must refuse a client without it (401,
 AuthenticationError) and serve one with it.
 """
@@ -68,6 +72,20 @@ def completions(client, base, model):
     assert chunks[-1].usage.completion_tokens == u.completion_tokens
     print("ok completions, streamed and not")
 
+    lp = client.completions.create(logprobs=2, **kw)
+    got = lp.choices[0].logprobs
+    assert got is not None and len(got.tokens) == lp.usage.completion_tokens, got
+    assert all(p <= 0 for p in got.token_logprobs), got
+    assert all(1 <= len(t) <= 2 for t in got.top_logprobs), got
+    assert got.text_offset == sorted(got.text_offset), got
+    if "\ufffd" not in "".join(got.tokens):
+        assert "".join(got.tokens) == lp.choices[0].text, (got.tokens, lp.choices[0].text)
+    streamed = [ch.choices[0].logprobs for ch in client.completions.create(logprobs=2, stream=True, **kw)
+                if ch.choices and ch.choices[0].logprobs]
+    assert sum((s.tokens for s in streamed), []) == got.tokens
+    assert sum((s.token_logprobs for s in streamed), []) == got.token_logprobs
+    print("ok completions logprobs, streamed and not")
+
     many = client.completions.create(n=3, seed=11, **{**kw, "temperature": 1.0})
     assert sorted(ch.index for ch in many.choices) == [0, 1, 2]
     print("ok n=3")
@@ -121,6 +139,32 @@ def chat(client, model, has_template):
     assert text == msg.content, (text, msg.content)
     assert chunks[-1].usage.completion_tokens == full.usage.completion_tokens
     print("ok chat, streamed and not:", json.dumps(msg.content))
+
+    # Log probabilities in the chat shape, parsed by the client's types.
+    lp = client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0,
+                                        logprobs=True, top_logprobs=3)
+    content = lp.choices[0].logprobs.content
+    assert len(content) == lp.usage.completion_tokens, content
+    for entry in content:
+        assert entry.logprob <= 0 and len(entry.top_logprobs) == 3, entry
+        assert entry.top_logprobs[0].logprob >= entry.top_logprobs[-1].logprob, entry
+        # Greedy: the sampled token is the most likely one.
+        assert abs(entry.logprob - entry.top_logprobs[0].logprob) < 1e-5, entry
+        assert bytes(entry.bytes).decode("utf-8", "replace") == entry.token, entry
+    chunks = client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0,
+                                            logprobs=True, top_logprobs=3, stream=True)
+    streamed = [e for ch in chunks if ch.choices and ch.choices[0].logprobs
+                for e in ch.choices[0].logprobs.content]
+    assert [e.token for e in streamed] == [e.token for e in content]
+    assert [e.logprob for e in streamed] == [e.logprob for e in content]
+    print("ok chat logprobs, streamed and not")
+
+    # Sampling controls reach the engine: a forced token, then a stop id.
+    eos = client.chat.completions.create(model=model, messages=messages, max_tokens=4, temperature=0,
+                                         frequency_penalty=0.5, presence_penalty=0.5,
+                                         extra_body={"repetition_penalty": 1.2, "min_p": 0.05})
+    assert eos.choices[0].message.content is not None
+    print("ok sampling controls accepted")
 
     # A short answer ends at the model's end-of-turn token; vLLM's
     # `ignore_eos` extension generates on to max_tokens.

@@ -69,8 +69,11 @@ fn client(python: &std::path::Path, server: &Server, chat: bool, key: Option<&st
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("ok stream closed early"), "{stdout}");
+    assert!(stdout.contains("ok completions logprobs"), "{stdout}");
     if chat {
         assert!(stdout.contains("ok ignore_eos"), "{stdout}");
+        assert!(stdout.contains("ok chat logprobs"), "{stdout}");
+        assert!(stdout.contains("ok sampling controls accepted"), "{stdout}");
     }
     if key.is_some() {
         assert!(stdout.contains("ok strangers refused"), "{stdout}");

@@ -64,6 +64,8 @@ pub struct Engine<'s, B: StepBackend> {
     pub(crate) sampler: Sampler,
     /// Token ids the logit adjustments sort and count.
     pub(crate) scratch_tokens: Vec<u32>,
+    /// A row of logits before its adjustments, for its log probabilities.
+    pub(crate) raw_logits: Vec<f32>,
     epoch: Instant,
     geometry: KvGeometry,
     /// Tokens a sequence can hold: the model's context or a page-table row.
@@ -121,6 +123,7 @@ impl<'s, B: StepBackend> Engine<'s, B> {
             logits: Vec::new(),
             sampler: Sampler::default(),
             scratch_tokens: Vec::new(),
+            raw_logits: Vec::new(),
             epoch: Instant::now(),
             geometry,
             max_context,

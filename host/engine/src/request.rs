@@ -9,7 +9,7 @@ use pagoda_core::{Request, RequestId, Timestamp};
 use serde::Serialize;
 
 use crate::error::Rejection;
-use crate::model::SamplingParams;
+use crate::model::{SamplingParams, TokenLogprobs};
 
 /// One generation request.
 #[derive(Debug, Clone, PartialEq)]
@@ -139,6 +139,10 @@ pub enum Event {
         token: u32,
         /// Its place in the output.
         index: u32,
+        /// Its log probability and the most likely tokens', when the
+        /// request's [`SamplingParams::logprobs`](crate::model::SamplingParams::logprobs)
+        /// asks.
+        logprobs: Option<Box<TokenLogprobs>>,
     },
     /// Terminal: it ran to the end.
     Finished(Completion),

@@ -22,7 +22,7 @@ use pagoda_core::Timestamp;
 use crate::engine::{Engine, Live};
 use crate::error::{EngineError, Rejection};
 use crate::metrics::StepReport;
-use crate::model::{ForwardError, StepInput};
+use crate::model::{ForwardError, StepInput, TokenLogprobs};
 use crate::request::{Completion, Event, StopReason};
 
 impl<B: StepBackend> Engine<'_, B> {
@@ -54,8 +54,8 @@ impl<B: StepBackend> Engine<'_, B> {
         let computed = Instant::now();
 
         let now = self.now();
-        for (entry, token) in sampled {
-            self.accept_token(entry, token, now)?;
+        for (entry, token, logprobs) in sampled {
+            self.accept_token(entry, token, logprobs, now)?;
         }
         let compute_us = computed.duration_since(packed).as_micros() as u64;
         let total_us = started.elapsed().as_micros() as u64;
@@ -108,7 +108,13 @@ impl<B: StepBackend> Engine<'_, B> {
     }
 
     /// Runs the packed batch and samples; returns (entry, token) pairs.
-    fn compute(&mut self, work: usize) -> Result<Vec<(EntryId, u32)>, EngineError<B::Error>> {
+    /// Runs the step's batch and samples its rows: each sampled row's
+    /// entry, token and (where asked) log probabilities.
+    #[allow(clippy::type_complexity)]
+    fn compute(
+        &mut self,
+        work: usize,
+    ) -> Result<Vec<(EntryId, u32, Option<Box<TokenLogprobs>>)>, EngineError<B::Error>> {
         if work == 0 {
             return Ok(Vec::new());
         }
@@ -145,7 +151,9 @@ impl<B: StepBackend> Engine<'_, B> {
                 .as_ref()
                 .map_or(0, |live| live.output.len());
             let sampling = &request.request.sampling;
-            greedy &= sampling.temperature == 0.0 && !sampling.adjusts_logits(produced);
+            greedy &= sampling.temperature == 0.0
+                && !sampling.adjusts_logits(produced)
+                && sampling.logprobs.is_none();
         }
         let mut tokens = Vec::new();
         let result = if greedy {
@@ -180,7 +188,7 @@ impl<B: StepBackend> Engine<'_, B> {
                 let token = *tokens
                     .get(row)
                     .ok_or(EngineError::Invariant("fewer tokens than sample rows"))?;
-                sampled.push((entry, token));
+                sampled.push((entry, token, None));
                 continue;
             }
             let request = &self
@@ -196,7 +204,14 @@ impl<B: StepBackend> Engine<'_, B> {
                 .get_mut(row * vocab..(row + 1) * vocab)
                 .ok_or(EngineError::Invariant("fewer logits than sample rows"))?;
             let sampling = &request.sampling;
-            if sampling.adjusts_logits(live.output.len()) {
+            let adjusts = sampling.adjusts_logits(live.output.len());
+            // Log probabilities come from the raw logits, before anything
+            // adjusts them: kept aside where something will.
+            if adjusts && sampling.logprobs.is_some() {
+                self.raw_logits.clear();
+                self.raw_logits.extend_from_slice(logits);
+            }
+            if adjusts {
                 sampling.adjust_logits(
                     logits,
                     &request.prompt,
@@ -206,7 +221,15 @@ impl<B: StepBackend> Engine<'_, B> {
                 );
             }
             let token = self.sampler.sample(logits, sampling, &mut live.rng);
-            sampled.push((entry, token));
+            let logprobs = sampling.logprobs.map(|top| {
+                let raw = if adjusts {
+                    &self.raw_logits[..]
+                } else {
+                    logits
+                };
+                Box::new(TokenLogprobs::of(raw, token, top as usize))
+            });
+            sampled.push((entry, token, logprobs));
         }
         Ok(sampled)
     }
@@ -217,6 +240,7 @@ impl<B: StepBackend> Engine<'_, B> {
         &mut self,
         entry: EntryId,
         token: u32,
+        logprobs: Option<Box<TokenLogprobs>>,
         now: Timestamp,
     ) -> Result<(), EngineError<B::Error>> {
         let index = entry.index() as usize;
@@ -232,6 +256,7 @@ impl<B: StepBackend> Engine<'_, B> {
             let event = Event::Token {
                 token,
                 index: position,
+                logprobs,
             };
             if queued.events.send(event).is_err() {
                 // The handle is gone: cancel at the next step's start.

@@ -265,7 +265,7 @@ fn drain(handle: &RequestHandle) -> (Vec<u32>, Event) {
     while let Some(event) = handle.try_recv() {
         assert!(terminal.is_none(), "an event after the terminal one");
         match event {
-            Event::Token { token, index } => {
+            Event::Token { token, index, .. } => {
                 assert_eq!(index as usize, tokens.len(), "tokens streamed in order");
                 tokens.push(token);
             }

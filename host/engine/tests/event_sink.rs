@@ -120,7 +120,12 @@ fn a_sink_gets_the_same_events_as_a_handle() {
     assert_eq!(got.len(), 13, "12 tokens and one terminal event");
     for (i, (a, b)) in got.iter().zip(&expected).enumerate() {
         match (a, b) {
-            (Event::Token { token, index }, Event::Token { token: t, index: j }) => {
+            (
+                Event::Token { token, index, .. },
+                Event::Token {
+                    token: t, index: j, ..
+                },
+            ) => {
                 assert_eq!((token, index), (t, j));
                 assert_eq!(*index as usize, i);
             }

@@ -90,7 +90,7 @@ mod spawned_engine {
                                 .recv_timeout(Duration::from_secs(30))
                                 .expect("an event within 30 s");
                             match event {
-                                Event::Token { token, index } => {
+                                Event::Token { token, index, .. } => {
                                     assert_eq!(index as usize, streamed.len());
                                     streamed.push(token);
                                 }

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pagoda_engine::model::SamplingParams;
+use pagoda_engine::model::{SamplingParams, TokenLogprobs};
 use pagoda_engine::{
     Canceller, Event, EventSink, GenRequest, Rejection, RejectionKind, StopReason,
 };
@@ -33,6 +33,10 @@ pub struct Delta {
     pub text: String,
     /// `stop` or `length` on the choice's last delta.
     pub finish_reason: Option<&'static str>,
+    /// The log probabilities of the tokens since the last delta (when the
+    /// request asked for them): a token whose text is held back (a partial
+    /// character, a possible stop string) comes with the next delta.
+    pub logprobs: Vec<(u32, TokenLogprobs)>,
 }
 
 struct Choice {
@@ -41,6 +45,8 @@ struct Choice {
     tokens: u32,
     last_token: Option<Instant>,
     done: bool,
+    /// Log probabilities not yet sent with a delta.
+    pending: Vec<(u32, TokenLogprobs)>,
 }
 
 /// The running choices of one HTTP request.
@@ -157,6 +163,7 @@ impl Generation {
                     repetition_penalty: params.repetition_penalty,
                     logit_bias: params.logit_bias.clone(),
                     min_tokens: params.min_tokens,
+                    logprobs: params.logprobs,
                 },
                 seed: params.seed.wrapping_add(u64::from(index)),
                 stop_tokens: stop_tokens.clone(),
@@ -183,6 +190,7 @@ impl Generation {
                         tokens: 0,
                         last_token: None,
                         done: false,
+                        pending: Vec::new(),
                     });
                     continue;
                 }
@@ -194,6 +202,11 @@ impl Generation {
             return Err(refused);
         }
         Ok(generation)
+    }
+
+    /// The vocabulary the choices decode with.
+    pub fn vocab(&self) -> &crate::state::Vocab {
+        &self.state.vocab
     }
 
     /// Tokens generated so far, over all choices.
@@ -220,7 +233,12 @@ impl Generation {
             }
             let metrics = &self.state.metrics;
             match event {
-                Event::Token { token, .. } => {
+                Event::Token {
+                    token, logprobs, ..
+                } => {
+                    if let Some(lp) = logprobs {
+                        choice.pending.push((token, *lp));
+                    }
                     let now = Instant::now();
                     match choice.last_token {
                         None => metrics.first_token(now - self.arrived),
@@ -243,6 +261,7 @@ impl Generation {
                             index,
                             text,
                             finish_reason: Some("stop"),
+                            logprobs: std::mem::take(&mut choice.pending),
                         }));
                     }
                     if !text.is_empty() {
@@ -250,6 +269,7 @@ impl Generation {
                             index,
                             text,
                             finish_reason: None,
+                            logprobs: std::mem::take(&mut choice.pending),
                         }));
                     }
                 }
@@ -274,6 +294,7 @@ impl Generation {
                         index,
                         text,
                         finish_reason: Some(reason),
+                        logprobs: std::mem::take(&mut choice.pending),
                     }));
                 }
                 Event::Rejected(rejection) => {

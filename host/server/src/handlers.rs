@@ -181,27 +181,40 @@ async fn generate(
             reply,
             params.include_usage,
             params.n,
+            params.logprobs.is_some(),
         ));
     }
-    let mut texts = vec![String::new(); params.n as usize];
-    let mut reasons = vec![None; params.n as usize];
+    let n = params.n as usize;
+    let mut texts = vec![String::new(); n];
+    let mut reasons = vec![None; n];
+    let mut logprobs = vec![Vec::new(); n];
     while let Some(delta) = generation.next().await {
         let delta = delta?;
         let i = delta.index as usize;
-        if let (Some(text), Some(reason)) = (texts.get_mut(i), reasons.get_mut(i)) {
+        if let (Some(text), Some(reason), Some(lp)) =
+            (texts.get_mut(i), reasons.get_mut(i), logprobs.get_mut(i))
+        {
             text.push_str(&delta.text);
             *reason = delta.finish_reason.or(*reason);
+            lp.extend(delta.logprobs);
         }
     }
+    let vocab = generation.vocab();
     let choices = texts
         .into_iter()
         .zip(reasons)
+        .zip(logprobs)
         .enumerate()
-        .map(|(index, (text, reason))| {
+        .map(|(index, ((text, reason), entries))| {
+            let lp = match params.logprobs {
+                None => Value::Null,
+                Some(_) if chat => crate::logprobs::chat(vocab, &entries),
+                Some(_) => crate::logprobs::completion(vocab, &entries, &mut 0),
+            };
             if chat {
-                json!({"index": index, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": reason})
+                json!({"index": index, "message": {"role": "assistant", "content": text}, "logprobs": lp, "finish_reason": reason})
             } else {
-                json!({"index": index, "text": text, "logprobs": null, "finish_reason": reason})
+                json!({"index": index, "text": text, "logprobs": lp, "finish_reason": reason})
             }
         })
         .collect();

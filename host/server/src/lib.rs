@@ -15,6 +15,7 @@ pub mod generate;
 pub mod handlers;
 pub mod kv_events;
 pub mod kv_wire;
+pub mod logprobs;
 pub mod metrics;
 pub mod openai;
 pub mod sglang;

@@ -1,6 +1,7 @@
 //! The OpenAI request bodies this server accepts, read field by field from
 //! JSON so that every error names the field at fault (`param`).
 
+use pagoda_engine::model::MAX_TOP_LOGPROBS;
 use pagoda_engine::Priority;
 use serde_json::{Map, Value};
 
@@ -48,6 +49,10 @@ pub struct Params {
     pub stop_token_ids: Vec<u32>,
     /// `min_tokens` (vLLM's): no stop token before this many.
     pub min_tokens: u32,
+    /// Log probabilities of the sampled tokens with this many alternatives
+    /// each: completions' `logprobs: N`; chat's `logprobs: true` with
+    /// `top_logprobs: N` (default 0).
+    pub logprobs: Option<u32>,
 }
 
 /// The prompt of `/v1/completions` or the messages of `/v1/chat/completions`.
@@ -306,6 +311,30 @@ pub fn params(map: &Map<String, Value>, chat: bool) -> Result<Params, ApiError> 
             "`min_tokens` must not exceed `max_tokens`",
         ));
     }
+    let logprobs = if chat {
+        let top = integer(map, "top_logprobs")?;
+        match (boolean(map, "logprobs")?.unwrap_or(false), top) {
+            (false, Some(_)) => {
+                return Err(ApiError::invalid(
+                    "top_logprobs",
+                    "`top_logprobs` needs `logprobs: true`",
+                ))
+            }
+            (false, None) => None,
+            (true, top) => Some(top_count("top_logprobs", top.unwrap_or(0))?),
+        }
+    } else {
+        match integer(map, "logprobs")? {
+            None => None,
+            Some(n) => Some(top_count("logprobs", n)?),
+        }
+    };
+    if boolean(map, "echo")?.unwrap_or(false) {
+        return Err(ApiError::invalid(
+            "echo",
+            "`echo` (the prompt's log probabilities) is not supported yet",
+        ));
+    }
     Ok(Params {
         model,
         n: n as u32,
@@ -326,7 +355,19 @@ pub fn params(map: &Map<String, Value>, chat: bool) -> Result<Params, ApiError> 
         logit_bias,
         stop_token_ids,
         min_tokens,
+        logprobs,
     })
+}
+
+/// A count of top log probabilities, 0 to [`MAX_TOP_LOGPROBS`].
+fn top_count(key: &str, n: i64) -> Result<u32, ApiError> {
+    if !(0..=i64::from(MAX_TOP_LOGPROBS)).contains(&n) {
+        return Err(ApiError::invalid(
+            key,
+            format!("`{key}` must be between 0 and {MAX_TOP_LOGPROBS}"),
+        ));
+    }
+    Ok(n as u32)
 }
 
 /// Reads `prompt` (a string, one-element list of a string, or token ids).

@@ -39,6 +39,14 @@ impl Vocab {
         }
     }
 
+    /// The bytes token `id` stands for (a log probability's `bytes`).
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        match self {
+            Self::Bytes => vec![(id % 256) as u8],
+            Self::Model { tokenizer, .. } => tokenizer.token_bytes(id),
+        }
+    }
+
     /// The text of `ids` (special tokens written out).
     pub fn decode(&self, ids: &[u32]) -> String {
         match self {

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use crate::generate::{Delta, Generation};
 use crate::handlers::{usage, Reply};
+use crate::state::Vocab;
 
 enum Phase {
     Start,
@@ -24,26 +25,51 @@ fn event(value: &Value) -> Bytes {
     Bytes::from(format!("data: {value}\n\n"))
 }
 
-/// One chunk for `delta`.
-fn chunk(reply: &Reply, delta: &Delta) -> Value {
+/// Where each choice's streamed text has reached (for `text_offset`), and
+/// whether the request asked for log probabilities.
+struct Logprobs {
+    wanted: bool,
+    offsets: Vec<usize>,
+}
+
+/// One chunk for `delta`, with its tokens' log probabilities when asked.
+fn chunk(reply: &Reply, delta: &Delta, vocab: &Vocab, lp: &mut Logprobs) -> Value {
+    let logprobs = if !lp.wanted {
+        Value::Null
+    } else if reply.chat {
+        crate::logprobs::chat(vocab, &delta.logprobs)
+    } else {
+        let offset = lp.offsets.get_mut(delta.index as usize);
+        crate::logprobs::completion(vocab, &delta.logprobs, offset.unwrap_or(&mut 0))
+    };
     let choice = if reply.chat {
         let content = if delta.text.is_empty() && delta.finish_reason.is_some() {
             json!({})
         } else {
             json!({"content": delta.text})
         };
-        json!({"index": delta.index, "delta": content, "logprobs": null, "finish_reason": delta.finish_reason})
+        json!({"index": delta.index, "delta": content, "logprobs": logprobs, "finish_reason": delta.finish_reason})
     } else {
-        json!({"index": delta.index, "text": delta.text, "logprobs": null, "finish_reason": delta.finish_reason})
+        json!({"index": delta.index, "text": delta.text, "logprobs": logprobs, "finish_reason": delta.finish_reason})
     };
     reply.envelope(true, vec![choice])
 }
 
 /// The streaming response for a started generation.
-pub fn response(generation: Generation, reply: Reply, include_usage: bool, n: u32) -> Response {
+pub fn response(
+    generation: Generation,
+    reply: Reply,
+    include_usage: bool,
+    n: u32,
+    logprobs: bool,
+) -> Response {
+    let lp = Logprobs {
+        wanted: logprobs,
+        offsets: vec![0; n as usize],
+    };
     let stream = futures_util::stream::unfold(
-        (generation, reply, Phase::Start),
-        move |(mut generation, reply, phase)| async move {
+        (generation, reply, Phase::Start, lp),
+        move |(mut generation, reply, phase, mut lp)| async move {
             let (bytes, next) = match phase {
                 Phase::Start if reply.chat => {
                     let choices = (0..n)
@@ -52,7 +78,10 @@ pub fn response(generation: Generation, reply: Reply, include_usage: bool, n: u3
                     (event(&reply.envelope(true, choices)), Phase::Running)
                 }
                 Phase::Start | Phase::Running => match generation.next().await {
-                    Some(Ok(delta)) => (event(&chunk(&reply, &delta)), Phase::Running),
+                    Some(Ok(delta)) => {
+                        let value = chunk(&reply, &delta, generation.vocab(), &mut lp);
+                        (event(&value), Phase::Running)
+                    }
                     Some(Err(error)) => (event(&error.body()), Phase::Done),
                     None if include_usage => (Bytes::new(), Phase::Usage),
                     None => (Bytes::new(), Phase::Done),
@@ -69,7 +98,7 @@ pub fn response(generation: Generation, reply: Reply, include_usage: bool, n: u3
                 Phase::Done => (Bytes::from_static(b"data: [DONE]\n\n"), Phase::End),
                 Phase::End => return None,
             };
-            Some((Ok::<_, Infallible>(bytes), (generation, reply, next)))
+            Some((Ok::<_, Infallible>(bytes), (generation, reply, next, lp)))
         },
     );
     (

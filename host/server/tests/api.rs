@@ -502,3 +502,94 @@ async fn shutdown_past_its_deadline_cancels_and_ends_streams() {
         "the stream reports the cancellation: {text}"
     );
 }
+
+/// Completions' `logprobs: N` in OpenAI's legacy shape, streamed and not:
+/// one entry per generated token, each at most 0, the greedy token the
+/// most likely of its alternatives, offsets following the token texts;
+/// the stream's entries, concatenated, are the non-streamed ones. A
+/// logit bias does not move them (they are the model's own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logprobs_come_with_every_token_streamed_or_not() {
+    let server = start(config(8, 64, 64), LIMIT).await;
+    let c = "/v1/completions";
+    let body = json!({"prompt": "Hello", "max_tokens": 10, "temperature": 0, "logprobs": 3});
+    let v = post(server.addr, c, &body.to_string()).await.json();
+    let lp = &v["choices"][0]["logprobs"];
+    let tokens = lp["tokens"].as_array().expect("tokens");
+    assert_eq!(tokens.len(), 10, "{v}");
+    let token_logprobs: Vec<f64> = lp["token_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    let tops = lp["top_logprobs"].as_array().unwrap();
+    let offsets: Vec<u64> = lp["text_offset"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    let mut offset = 0;
+    for i in 0..10 {
+        assert!(token_logprobs[i] <= 0.0, "{v}");
+        let top = tops[i].as_object().unwrap();
+        assert!(!top.is_empty() && top.len() <= 3, "{v}");
+        let best = top
+            .values()
+            .map(|x| x.as_f64().unwrap())
+            .fold(f64::MIN, f64::max);
+        assert!(
+            (token_logprobs[i] - best).abs() < 1e-5,
+            "greedy picks the top: {v}"
+        );
+        assert_eq!(offsets[i], offset);
+        offset += tokens[i].as_str().unwrap().chars().count() as u64;
+    }
+
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let s = post(server.addr, c, &streamed.to_string()).await;
+    let (mut got_tokens, mut got_logprobs, mut got_offsets) = (Vec::new(), Vec::new(), Vec::new());
+    for e in s.events().iter().filter(|e| *e != "[DONE]") {
+        let chunk: Value = serde_json::from_str(e).unwrap();
+        let lp = &chunk["choices"][0]["logprobs"];
+        got_tokens.extend(lp["tokens"].as_array().unwrap().iter().cloned());
+        got_logprobs.extend(lp["token_logprobs"].as_array().unwrap().iter().cloned());
+        got_offsets.extend(lp["text_offset"].as_array().unwrap().iter().cloned());
+    }
+    assert_eq!(&got_tokens, tokens);
+    assert_eq!(json!(got_logprobs), lp["token_logprobs"]);
+    assert_eq!(json!(got_offsets), lp["text_offset"]);
+
+    // The model's own log probabilities, whatever the bias made it pick:
+    // the first token is "A" here, with the probability it had unbiased.
+    let forced = json!({"prompt": "Hello", "max_tokens": 1, "temperature": 0,
+                        "logprobs": 20, "logit_bias": {"65": 100}});
+    let f = post(server.addr, c, &forced.to_string()).await.json();
+    let flp = &f["choices"][0]["logprobs"];
+    assert_eq!(flp["tokens"][0], "A", "{f}");
+    let first_top = tops[0].as_object().unwrap();
+    let forced_top = flp["top_logprobs"][0].as_object().unwrap();
+    for (token, p) in first_top {
+        assert_eq!(
+            forced_top.get(token),
+            Some(p),
+            "the alternatives moved: {f}"
+        );
+    }
+    assert!(flp["token_logprobs"][0].as_f64().unwrap() < 0.0);
+
+    for (body, param) in [
+        (json!({"prompt": "a", "logprobs": 21}), "logprobs"),
+        (json!({"prompt": "a", "logprobs": -1}), "logprobs"),
+        (json!({"prompt": "a", "logprobs": 2, "echo": true}), "echo"),
+    ] {
+        assert_error(
+            &post(server.addr, c, &body.to_string()).await,
+            400,
+            Some(param),
+        );
+    }
+    assert!(server.shutdown().await.is_clean());
+}

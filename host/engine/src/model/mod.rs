@@ -32,5 +32,7 @@ pub use forward::{Holding, Model, Seeded};
 pub use input::{ForwardError, StepInput};
 pub use load_error::LoadError;
 pub use rope::RopeMode;
-pub use sampling::{argmax, Sampler, SamplingError, SamplingParams};
+pub use sampling::{
+    argmax, Sampler, SamplingError, SamplingParams, TokenLogprobs, MAX_TOP_LOGPROBS,
+};
 pub use tensors::Matrix;

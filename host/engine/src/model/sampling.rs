@@ -35,6 +35,65 @@ pub struct SamplingParams {
     pub logit_bias: Vec<(u32, f32)>,
     /// The stop tokens cannot be sampled before this many output tokens.
     pub min_tokens: u32,
+    /// Report each sampled token's log probability and this many of the
+    /// most likely tokens' ([`MAX_TOP_LOGPROBS`] at most), from the model's
+    /// raw logits (before any adjustment or temperature, as vLLM reports
+    /// them by default); `None`: none.
+    pub logprobs: Option<u32>,
+}
+
+/// The most alternatives [`SamplingParams::logprobs`] may ask for (vLLM's
+/// default limit; OpenAI's chat API allows 20).
+pub const MAX_TOP_LOGPROBS: u32 = 20;
+
+/// A sampled token's log probability and the most likely tokens', from one
+/// row of raw logits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    /// The sampled token's.
+    pub logprob: f32,
+    /// The most likely tokens and theirs, most likely first (ties: lower
+    /// id first).
+    pub top: Vec<(u32, f32)>,
+}
+
+impl TokenLogprobs {
+    /// The log-softmax of `logits` at `token`, and its `top` largest
+    /// entries; NaN logits count as impossible. One pass for the maximum,
+    /// one for the normaliser (in f64) and the top entries.
+    pub fn of(logits: &[f32], token: u32, top: usize) -> Self {
+        let max = logits
+            .iter()
+            .copied()
+            .filter(|l| !l.is_nan())
+            .fold(f32::NEG_INFINITY, f32::max);
+        let mut best: Vec<(u32, f32)> = Vec::with_capacity(top + 1);
+        let mut sum = 0.0f64;
+        for (i, &l) in logits.iter().enumerate() {
+            if l.is_nan() {
+                continue;
+            }
+            sum += f64::from(l - max).exp();
+            if top > 0 && (best.len() < top || l > best[best.len() - 1].1) {
+                let at = best.partition_point(|&(_, b)| b >= l);
+                best.insert(at, (i as u32, l));
+                best.truncate(top);
+            }
+        }
+        let norm = f64::from(max) + sum.ln();
+        let log_p = |l: f32| {
+            if l.is_nan() {
+                f32::NEG_INFINITY
+            } else {
+                (f64::from(l) - norm) as f32
+            }
+        };
+        let chosen = logits.get(token as usize).copied().unwrap_or(f32::NAN);
+        Self {
+            logprob: log_p(chosen),
+            top: best.into_iter().map(|(i, l)| (i, log_p(l))).collect(),
+        }
+    }
 }
 
 impl SamplingParams {
@@ -49,6 +108,7 @@ impl SamplingParams {
         repetition_penalty: 1.0,
         logit_bias: Vec::new(),
         min_tokens: 0,
+        logprobs: None,
     };
 
     /// Checks the ranges: temperature finite and non-negative, top-p in
@@ -72,6 +132,9 @@ impl SamplingParams {
         }
         if !(self.repetition_penalty > 0.0 && self.repetition_penalty <= 10.0) {
             return Err(SamplingError::RepetitionPenalty(self.repetition_penalty));
+        }
+        if let Some(n) = self.logprobs.filter(|&n| n > MAX_TOP_LOGPROBS) {
+            return Err(SamplingError::TopLogprobs(n));
         }
         if let Some(&(token, bias)) = self
             .logit_bias
@@ -159,6 +222,8 @@ pub enum SamplingError {
     TopP(f32),
     /// Min-p outside [0, 1].
     MinP(f32),
+    /// More top log probabilities than [`MAX_TOP_LOGPROBS`].
+    TopLogprobs(u32),
     /// A presence or frequency penalty outside [-2, 2].
     Penalty(f32),
     /// A repetition penalty outside (0, 10].
@@ -178,6 +243,9 @@ impl fmt::Display for SamplingError {
             Self::Temperature(t) => write!(f, "temperature {t} must be finite and at least 0"),
             Self::TopP(p) => write!(f, "top-p {p} must be in (0, 1]"),
             Self::MinP(p) => write!(f, "min-p {p} must be in [0, 1]"),
+            Self::TopLogprobs(n) => {
+                write!(f, "{n} top log probabilities: at most {MAX_TOP_LOGPROBS}")
+            }
             Self::Penalty(p) => write!(f, "penalty {p} must be in [-2, 2]"),
             Self::RepetitionPenalty(p) => {
                 write!(f, "repetition penalty {p} must be in (0, 10]")
@@ -609,6 +677,63 @@ mod tests {
         ];
         for p in bad {
             assert!(p.validate().is_err(), "{p:?}");
+        }
+    }
+
+    /// [`TokenLogprobs::of`] against log-softmax in f64 and a full sort, on
+    /// random rows with NaN, infinities and ties.
+    #[test]
+    fn logprobs_are_the_log_softmax_and_its_largest_entries() {
+        let mut rng = fastrand::Rng::with_seed(23);
+        for case in 0..300 {
+            let len = rng.usize(1..300);
+            let row: Vec<f32> = (0..len)
+                .map(|_| match rng.usize(0..20) {
+                    0 => f32::NAN,
+                    1 => f32::NEG_INFINITY,
+                    _ => (rng.f32() * 30.0 - 15.0).round() / 2.0,
+                })
+                .collect();
+            if row.iter().all(|l| !l.is_finite()) {
+                continue;
+            }
+            let token = rng.u32(0..len as u32);
+            let top = rng.usize(0..25);
+            let got = TokenLogprobs::of(&row, token, top);
+            let finite: Vec<f64> = row
+                .iter()
+                .filter(|l| !l.is_nan())
+                .map(|&l| f64::from(l))
+                .collect();
+            let max = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let norm = max + finite.iter().map(|l| (l - max).exp()).sum::<f64>().ln();
+            let want = |l: f32| {
+                if l.is_nan() {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::from(l) - norm
+                }
+            };
+            let close = |a: f32, b: f64| {
+                (a.is_infinite() && b.is_infinite()) || (f64::from(a) - b).abs() < 1e-5
+            };
+            assert!(close(got.logprob, want(row[token as usize])), "case {case}");
+            let mut sorted: Vec<(u32, f32)> = row
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| !l.is_nan())
+                .map(|(i, &l)| (i as u32, l))
+                .collect();
+            sorted.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            sorted.truncate(top);
+            assert_eq!(got.top.len(), sorted.len(), "case {case}");
+            for ((id, p), (want_id, l)) in got.top.iter().zip(&sorted) {
+                assert_eq!(id, want_id, "case {case}");
+                assert!(close(*p, want(*l)), "case {case}");
+            }
+            // The probabilities sum to 1.
+            let total: f64 = finite.iter().map(|&l| (l - norm).exp()).sum();
+            assert!((total - 1.0).abs() < 1e-9);
         }
     }
 }

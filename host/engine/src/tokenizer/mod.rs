@@ -204,6 +204,15 @@ impl Tokenizer {
         true
     }
 
+    /// The bytes one token stands for (its piece decoded, a SentencePiece
+    /// space kept; a byte-fallback token's one byte; a control token's
+    /// text); empty for an id outside the vocabulary.
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.piece(id, false, false, &mut out);
+        out
+    }
+
     /// Number of tokens (ids are below it).
     pub fn vocab_size(&self) -> u32 {
         self.vocab.len()
