@@ -150,6 +150,7 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
         ),
     };
     let max_context = model.config().max_context;
+    let logits = model.config().vocab;
     let config = EngineConfig {
         scheduler: SchedulerConfig {
             max_batch: args.max_batch,
@@ -177,6 +178,7 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
         max_body_bytes: args.max_body_bytes,
         max_context,
         kv_pages: args.kv_pages,
+        logits,
     };
     let access = Access {
         api_key: args.api_key.clone(),

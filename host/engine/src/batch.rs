@@ -67,6 +67,7 @@ impl Batch {
                         // output and the sampler begin again.
                         live.output.clear();
                         live.rng = fastrand::Rng::with_seed(request.seed);
+                        live.constraint = request.sampling.constraint.as_ref().map(|c| c.0.start());
                         live.admitted = Some(now);
                         live.starts += 1;
                         // The first chunk starts past the cached prefix.

@@ -22,7 +22,7 @@ use crate::config::EngineConfig;
 use crate::error::{EngineError, Rejection};
 use crate::kv::{EngineStorage, OtherStorage};
 use crate::metrics::{Audit, EngineStats};
-use crate::model::{Activations, Model, Sampler};
+use crate::model::{Activations, ConstraintState, Model, Sampler};
 use crate::request::{Canceller, Event, EventSink, Events, GenRequest, Queued, RequestHandle};
 
 /// A request's engine-side state while it is in the scheduler.
@@ -40,6 +40,14 @@ pub(crate) struct Live {
     pub(crate) starts: u32,
     /// Prompt tokens the last admission found in the prefix cache.
     pub(crate) cached_tokens: u32,
+    /// The run's constraint matcher, started afresh with each run.
+    pub(crate) constraint: Option<Box<dyn ConstraintState>>,
+}
+
+impl std::fmt::Debug for dyn ConstraintState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConstraintState")
+    }
 }
 
 /// The engine over a backend `B`: the one owner of the model, the backend,

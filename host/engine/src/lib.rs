@@ -62,6 +62,7 @@ mod metrics;
 pub mod model;
 mod request;
 mod step;
+pub mod structured;
 mod text;
 mod thread;
 pub mod tokenizer;

@@ -90,6 +90,7 @@ impl<B: StepBackend> Engine<'_, B> {
                         first_token: None,
                         starts: 0,
                         cached_tokens: 0,
+                        constraint: None,
                     });
                 }
                 Err((queued, error)) => {
@@ -153,7 +154,8 @@ impl<B: StepBackend> Engine<'_, B> {
             let sampling = &request.request.sampling;
             greedy &= sampling.temperature == 0.0
                 && !sampling.adjusts_logits(produced)
-                && sampling.logprobs.is_none();
+                && sampling.logprobs.is_none()
+                && sampling.constraint.is_none();
         }
         let mut tokens = Vec::new();
         let result = if greedy {
@@ -220,7 +222,21 @@ impl<B: StepBackend> Engine<'_, B> {
                     &mut self.scratch_tokens,
                 );
             }
+            if let Some(constraint) = live.constraint.as_mut() {
+                if constraint.mask(logits).is_err() {
+                    // It cannot go on: the request is cancelled at the next
+                    // step's start (this row still samples, unmasked).
+                    self.dropped.push(live.id);
+                    live.constraint = None;
+                }
+            }
             let token = self.sampler.sample(logits, sampling, &mut live.rng);
+            if let Some(constraint) = live.constraint.as_mut() {
+                if constraint.accept(token).is_err() {
+                    self.dropped.push(live.id);
+                    live.constraint = None;
+                }
+            }
             let logprobs = sampling.logprobs.map(|top| {
                 let raw = if adjusts {
                     &self.raw_logits[..]
@@ -263,7 +279,10 @@ impl<B: StepBackend> Engine<'_, B> {
                 self.dropped.push(live.id);
             }
         }
-        let stop_token = queued.request.stop_tokens.contains(&token);
+        // A complete constraint (its grammar's end reached) ends the output
+        // as a stop token does.
+        let complete = live.constraint.as_ref().is_some_and(|c| c.is_finished());
+        let stop_token = queued.request.stop_tokens.contains(&token) || complete;
         let at_limit = self.sched.record_token(entry, now)?;
         if !(at_limit || stop_token) {
             return Ok(());

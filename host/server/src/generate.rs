@@ -116,6 +116,26 @@ impl Generation {
             state.vocab.stop_tokens()
         };
         stop_tokens.extend_from_slice(&params.stop_token_ids);
+        // The structured output, compiled (and checked) before anything is
+        // submitted; on the blocking pool, as the first one builds the
+        // vocabulary's trie.
+        let constraint = match params.output.clone() {
+            None => None,
+            Some((spec, field)) => {
+                let compiler = Arc::clone(&state);
+                let compiled = tokio::task::spawn_blocking(move || {
+                    compiler
+                        .structured()
+                        .map_err(|e| e.to_string())
+                        .and_then(|s| s.compile(&spec).map_err(|e| e.to_string()))
+                })
+                .await
+                .map_err(|e| ApiError::invalid(field, e.to_string()))?;
+                Some(compiled.map_err(|e| {
+                    ApiError::invalid(field, format!("the structured output is invalid: {e}"))
+                })?)
+            }
+        };
         if let Some(size) = state.vocab.size() {
             let beyond = |id: &u32| *id >= size;
             if let Some(id) = params
@@ -164,6 +184,7 @@ impl Generation {
                     logit_bias: params.logit_bias.clone(),
                     min_tokens: params.min_tokens,
                     logprobs: params.logprobs,
+                    constraint: constraint.clone(),
                 },
                 seed: params.seed.wrapping_add(u64::from(index)),
                 stop_tokens: stop_tokens.clone(),

@@ -2,6 +2,7 @@
 //! JSON so that every error names the field at fault (`param`).
 
 use pagoda_engine::model::MAX_TOP_LOGPROBS;
+use pagoda_engine::structured::OutputSpec;
 use pagoda_engine::Priority;
 use serde_json::{Map, Value};
 
@@ -53,6 +54,11 @@ pub struct Params {
     /// each: completions' `logprobs: N`; chat's `logprobs: true` with
     /// `top_logprobs: N` (default 0).
     pub logprobs: Option<u32>,
+    /// What the output must be, and the field that asked for it:
+    /// `response_format` (`json_object`, `json_schema`), vLLM's
+    /// `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`
+    /// and `structured_outputs`.
+    pub output: Option<(OutputSpec, &'static str)>,
 }
 
 /// The prompt of `/v1/completions` or the messages of `/v1/chat/completions`.
@@ -356,7 +362,110 @@ pub fn params(map: &Map<String, Value>, chat: bool) -> Result<Params, ApiError> 
         stop_token_ids,
         min_tokens,
         logprobs,
+        output: output_spec(map)?,
     })
+}
+
+/// The structured output a request asks for, at most one way.
+fn output_spec(map: &Map<String, Value>) -> Result<Option<(OutputSpec, &'static str)>, ApiError> {
+    let mut found: Vec<(OutputSpec, &'static str)> = Vec::new();
+    if let Some(format) = present(map, "response_format") {
+        let bad = |m: &str| ApiError::invalid("response_format", m.to_string());
+        let kind = format.get("type").and_then(Value::as_str).ok_or_else(|| {
+            bad("`response_format.type` must be text, json_object or json_schema")
+        })?;
+        match kind {
+            "text" => {}
+            "json_object" => found.push((OutputSpec::JsonObject, "response_format")),
+            "json_schema" => {
+                let schema = format
+                    .get("json_schema")
+                    .and_then(|j| j.get("schema"))
+                    .ok_or_else(|| bad("`response_format.json_schema.schema` is required"))?;
+                found.push((OutputSpec::JsonSchema(schema.clone()), "response_format"));
+            }
+            _ => {
+                return Err(bad(
+                    "`response_format.type` must be text, json_object or json_schema",
+                ))
+            }
+        }
+    }
+    let string = |v: &Value, key: &'static str| {
+        v.as_str()
+            .map(str::to_string)
+            .ok_or_else(|| ApiError::invalid(key, format!("`{key}` must be a string")))
+    };
+    let choice = |v: &Value, key: &'static str| {
+        v.as_array()
+            .and_then(|items| {
+                items
+                    .iter()
+                    .map(|i| i.as_str().map(str::to_string))
+                    .collect()
+            })
+            .ok_or_else(|| ApiError::invalid(key, format!("`{key}` must be a list of strings")))
+    };
+    // vLLM's fields: the older `guided_*`, the newer `structured_outputs`.
+    if let Some(v) = present(map, "guided_json") {
+        // A schema, or a schema as a JSON string.
+        let schema = match v {
+            Value::String(s) => serde_json::from_str(s).map_err(|e| {
+                ApiError::invalid("guided_json", format!("`guided_json` is not JSON: {e}"))
+            })?,
+            other => other.clone(),
+        };
+        found.push((OutputSpec::JsonSchema(schema), "guided_json"));
+    }
+    if let Some(v) = present(map, "guided_regex") {
+        found.push((
+            OutputSpec::Regex(string(v, "guided_regex")?),
+            "guided_regex",
+        ));
+    }
+    if let Some(v) = present(map, "guided_choice") {
+        found.push((
+            OutputSpec::Choice(choice(v, "guided_choice")?),
+            "guided_choice",
+        ));
+    }
+    if let Some(v) = present(map, "guided_grammar") {
+        found.push((
+            OutputSpec::Lark(string(v, "guided_grammar")?),
+            "guided_grammar",
+        ));
+    }
+    if let Some(v) = present(map, "structured_outputs") {
+        let key = "structured_outputs";
+        let Some(o) = v.as_object() else {
+            return Err(ApiError::invalid(
+                key,
+                "`structured_outputs` must be an object",
+            ));
+        };
+        for (field, value) in o {
+            let spec = match field.as_str() {
+                "json" => OutputSpec::JsonSchema(match value {
+                    Value::String(s) => serde_json::from_str(s)
+                        .map_err(|e| ApiError::invalid(key, format!("`json` is not JSON: {e}")))?,
+                    other => other.clone(),
+                }),
+                "json_object" if value.as_bool() == Some(true) => OutputSpec::JsonObject,
+                "regex" => OutputSpec::Regex(string(value, key)?),
+                "choice" => OutputSpec::Choice(choice(value, key)?),
+                "grammar" => OutputSpec::Lark(string(value, key)?),
+                _ => continue,
+            };
+            found.push((spec, key));
+        }
+    }
+    match found.len() {
+        0 | 1 => Ok(found.pop()),
+        _ => Err(ApiError::invalid(
+            found[1].1,
+            "ask for one structured output only",
+        )),
+    }
 }
 
 /// A count of top log probabilities, 0 to [`MAX_TOP_LOGPROBS`].

@@ -3,10 +3,11 @@
 //! the metrics and whether the server is draining.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use pagoda_engine::chat::{ChatTemplate, StopStrings};
+use pagoda_engine::structured::{Structured, StructuredError};
 use pagoda_engine::tokenizer::Tokenizer;
 use pagoda_engine::{EngineClient, TextStream};
 
@@ -176,6 +177,8 @@ pub struct Limits {
     pub max_context: u32,
     /// Pages in the KV pool (for `vllm:cache_config_info`).
     pub kv_pages: u32,
+    /// The model's logits per row (its vocabulary, padding included).
+    pub logits: u32,
 }
 
 /// What every handler shares.
@@ -195,6 +198,8 @@ pub struct AppState {
     pub created: u64,
     /// Who may call it.
     pub access: Access,
+    /// Structured outputs over the vocabulary, built on first use.
+    structured: OnceLock<Result<Structured, StructuredError>>,
     draining: AtomicBool,
     kv_debug: AtomicBool,
 }
@@ -229,9 +234,21 @@ impl AppState {
             metrics: Metrics::default(),
             created,
             access,
+            structured: OnceLock::new(),
             draining: AtomicBool::new(false),
             kv_debug: AtomicBool::new(false),
         })
+    }
+
+    /// The vocabulary's structured-output compiler, built on the first
+    /// call (a few hundred milliseconds for a large vocabulary).
+    pub fn structured(&self) -> Result<&Structured, &StructuredError> {
+        self.structured
+            .get_or_init(|| match &self.vocab {
+                Vocab::Bytes => Structured::for_bytes(self.limits.logits),
+                Vocab::Model { tokenizer, .. } => Structured::new(tokenizer, self.limits.logits),
+            })
+            .as_ref()
     }
 
     /// Whether shutdown has begun (`/health` answers 503).

@@ -5,12 +5,13 @@
 //! and sampling.
 //!
 //! Supported: `llama` (Llama 1-3.x, Mistral, Mistral-Nemo, SmolLM,
-//! TinyLlama), `qwen2`, `qwen3` and `phi3` GGUF files, with their matrices
+//! TinyLlama), `qwen2`, `qwen3`, `phi3`, `gemma2` and `gemma3` GGUF files, with their matrices
 //! quantized in the memory map or dequantized to f32, and a seeded model of
 //! any Llama shape.
 
 mod arch;
 mod config;
+mod constraint;
 mod cpu;
 mod dequant;
 mod device;
@@ -25,6 +26,7 @@ mod sampling;
 mod tensors;
 
 pub use config::{ModelConfig, ModelError, SUPPORTED_ARCHITECTURES};
+pub use constraint::{Constraint, ConstraintSpec, ConstraintState};
 pub use cpu::{ActPrecision, Activations};
 pub use device::DeviceModel;
 pub use file::ModelFile;

@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use super::constraint::Constraint;
+
 /// How a request samples. `temperature == 0` is greedy (top-k, top-p and
 /// min-p are then irrelevant); the adjustments of the logits apply either
 /// way, and each costs nothing while it is off.
@@ -40,6 +42,9 @@ pub struct SamplingParams {
     /// raw logits (before any adjustment or temperature, as vLLM reports
     /// them by default); `None`: none.
     pub logprobs: Option<u32>,
+    /// What the output may be (a JSON schema, a regular expression, a
+    /// grammar): tokens it rules out are masked before each sample.
+    pub constraint: Option<Constraint>,
 }
 
 /// The most alternatives [`SamplingParams::logprobs`] may ask for (vLLM's
@@ -109,6 +114,7 @@ impl SamplingParams {
         logit_bias: Vec::new(),
         min_tokens: 0,
         logprobs: None,
+        constraint: None,
     };
 
     /// Checks the ranges: temperature finite and non-negative, top-p in

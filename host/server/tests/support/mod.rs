@@ -61,7 +61,7 @@ async fn start_full(
     access: Access,
 ) -> TestServer {
     let model = Model::seeded(ModelConfig::EMBEDDED, 7).expect("weights");
-    let max_context = model.config().max_context;
+    let (max_context, logits) = (model.config().max_context, model.config().vocab);
     let client = BackendChoice::Cpu { threads: 1 }
         .spawn(Arc::new(model), config)
         .expect("engine");
@@ -69,6 +69,7 @@ async fn start_full(
         max_body_bytes,
         max_context,
         kv_pages: config.kv_pages,
+        logits,
     };
     let state = AppState::with_access(client, Vocab::Bytes, "embedded".into(), limits, access);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
