@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 
+import jsonschema
 import openai
 
 
@@ -165,6 +166,26 @@ def chat(client, model, has_template):
                                          extra_body={"repetition_penalty": 1.2, "min_p": 0.05})
     assert eos.choices[0].message.content is not None
     print("ok sampling controls accepted")
+
+    # Structured outputs: the answer parses and validates (jsonschema).
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 40},
+                       "population_millions": {"type": "number"}},
+        "required": ["city", "population_millions"],
+        "additionalProperties": False,
+    }
+    ask = [{"role": "user", "content": "What is the capital of France? Answer in JSON."}]
+    for temperature in (0, 0.8):
+        out = client.chat.completions.create(
+            model=model, messages=ask, max_tokens=80, temperature=temperature, seed=5,
+            response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}})
+        answer = json.loads(out.choices[0].message.content)
+        jsonschema.validate(answer, schema)
+    picked = client.chat.completions.create(model=model, messages=ask, max_tokens=8, temperature=1.0,
+                                            extra_body={"guided_choice": ["Paris", "Lyon", "Nice"]})
+    assert picked.choices[0].message.content in ("Paris", "Lyon", "Nice"), picked
+    print("ok structured outputs:", json.dumps(answer))
 
     # A short answer ends at the model's end-of-turn token; vLLM's
     # `ignore_eos` extension generates on to max_tokens.

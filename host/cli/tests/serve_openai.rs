@@ -74,6 +74,7 @@ fn client(python: &std::path::Path, server: &Server, chat: bool, key: Option<&st
         assert!(stdout.contains("ok ignore_eos"), "{stdout}");
         assert!(stdout.contains("ok chat logprobs"), "{stdout}");
         assert!(stdout.contains("ok sampling controls accepted"), "{stdout}");
+        assert!(stdout.contains("ok structured outputs"), "{stdout}");
     }
     if key.is_some() {
         assert!(stdout.contains("ok strangers refused"), "{stdout}");
