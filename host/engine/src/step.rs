@@ -157,27 +157,71 @@ impl<B: StepBackend> Engine<'_, B> {
                 && sampling.logprobs.is_none()
                 && sampling.constraint.is_none();
         }
-        let mut tokens = Vec::new();
-        let result = if greedy {
-            self.backend.greedy_step(
-                self.model,
-                &mut self.store,
-                &mut self.prepared,
-                &input,
-                &mut self.activations,
-                &mut self.logits,
-                &mut tokens,
-            )
+        // The constrained rows' masks, prepared on a thread of their own
+        // while the model runs (they depend only on the tokens so far).
+        let constrained: Vec<usize> = if greedy {
+            Vec::new()
         } else {
-            self.backend.forward_step(
-                self.model,
-                &mut self.store,
-                &mut self.prepared,
-                &input,
-                &mut self.activations,
-                &mut self.logits,
-            )
+            b.samplers
+                .iter()
+                .map(|&i| self.plan[i].entry.index() as usize)
+                .filter(|&e| {
+                    self.live[e]
+                        .as_ref()
+                        .is_some_and(|l| l.constraint.is_some())
+                })
+                .collect()
         };
+        let any_constrained = !constrained.is_empty();
+        let live = &mut self.live;
+        let prepare_masks = move || -> Vec<usize> {
+            let mut failed = Vec::new();
+            for &e in &constrained {
+                let state = live[e].as_mut().and_then(|l| l.constraint.as_mut());
+                if state.is_some_and(|c| c.prepare().is_err()) {
+                    failed.push(e);
+                }
+            }
+            failed
+        };
+        let mut tokens = Vec::new();
+        let (backend, store, prepared) = (&mut self.backend, &mut self.store, &mut self.prepared);
+        let (activations, logits, model) = (&mut self.activations, &mut self.logits, self.model);
+        let mut run = || {
+            if greedy {
+                backend.greedy_step(
+                    model,
+                    store,
+                    prepared,
+                    &input,
+                    activations,
+                    logits,
+                    &mut tokens,
+                )
+            } else {
+                backend.forward_step(model, store, prepared, &input, activations, logits)
+            }
+        };
+        // No thread for a step without constraints.
+        let (result, failed) = if !any_constrained {
+            (run(), Vec::new())
+        } else {
+            std::thread::scope(|scope| {
+                let masks = scope.spawn(prepare_masks);
+                let result = run();
+                // The thread only runs matchers, which catch their own
+                // panics: a failed join is treated as no failure.
+                (result, masks.join().unwrap_or_default())
+            })
+        };
+        // A constraint that cannot go on: its request is cancelled at the
+        // next step's start (this step's row samples unmasked).
+        for e in failed {
+            if let Some(l) = self.live[e].as_mut() {
+                l.constraint = None;
+                self.dropped.push(l.id);
+            }
+        }
         result.map_err(|e| match e {
             ForwardError::Model(e) => EngineError::Model(e),
             ForwardError::Backend(e) => EngineError::Backend(e),
@@ -222,13 +266,8 @@ impl<B: StepBackend> Engine<'_, B> {
                     &mut self.scratch_tokens,
                 );
             }
-            if let Some(constraint) = live.constraint.as_mut() {
-                if constraint.mask(logits).is_err() {
-                    // It cannot go on: the request is cancelled at the next
-                    // step's start (this row still samples, unmasked).
-                    self.dropped.push(live.id);
-                    live.constraint = None;
-                }
+            if let Some(constraint) = live.constraint.as_ref() {
+                constraint.apply(logits);
             }
             let token = self.sampler.sample(logits, sampling, &mut live.rng);
             if let Some(constraint) = live.constraint.as_mut() {

@@ -231,27 +231,35 @@ impl ConstraintSpec for Compiled {
         Box::new(Run {
             matcher,
             logits: self.logits,
+            allowed: Vec::new(),
         })
     }
 }
 
-/// One run's matcher.
+/// One run's matcher and its last mask (bit `i` of word `i / 32`: token
+/// `i` allowed).
 struct Run {
     matcher: Matcher,
     logits: usize,
+    allowed: Vec<u32>,
 }
 
 impl ConstraintState for Run {
-    fn mask(&mut self, logits: &mut [f32]) -> Result<(), String> {
+    fn prepare(&mut self) -> Result<(), String> {
         // A stopped matcher allows only its end token (asking it for a
         // mask otherwise puts it in an error state).
         let mask = self
             .matcher
             .compute_mask_or_eos()
             .map_err(|e| e.to_string())?;
-        let words = mask.as_slice();
+        self.allowed.clear();
+        self.allowed.extend_from_slice(mask.as_slice());
+        Ok(())
+    }
+
+    fn apply(&self, logits: &mut [f32]) {
         let n = logits.len().min(self.logits);
-        for (w, chunk) in words.iter().zip(logits[..n].chunks_mut(32)) {
+        for (w, chunk) in self.allowed.iter().zip(logits[..n].chunks_mut(32)) {
             if *w == u32::MAX {
                 continue;
             }
@@ -261,9 +269,10 @@ impl ConstraintState for Run {
                 }
             }
         }
-        // Logits past the vocabulary the factory knows: never allowed.
-        logits[n..].fill(f32::NEG_INFINITY);
-        Ok(())
+        // Logits past the vocabulary the factory knows, or past the mask:
+        // never allowed.
+        let covered = (self.allowed.len() * 32).min(n);
+        logits[covered..].fill(f32::NEG_INFINITY);
     }
 
     fn accept(&mut self, token: u32) -> Result<(), String> {

@@ -297,9 +297,17 @@ fn outcomes(handles: Vec<Result<RequestHandle, Rejection>>) -> Vec<Event> {
 /// Runs requests to the end; returns the outcomes in submission order, the
 /// number of preemptions and whether the engine ended clean.
 fn run(config: &EngineConfig, requests: Vec<GenRequest>) -> (Vec<Event>, u64, bool) {
-    let model = model();
+    run_on(&model(), config, requests)
+}
+
+/// [`run`] on `model`.
+fn run_on(
+    model: &Model,
+    config: &EngineConfig,
+    requests: Vec<GenRequest>,
+) -> (Vec<Event>, u64, bool) {
     let mut storage = EngineStorage::new(config, CONFIG.max_context);
-    let mut engine = Engine::new(&model, CpuBackend::new(), config, &mut storage).unwrap();
+    let mut engine = Engine::new(model, CpuBackend::new(), config, &mut storage).unwrap();
     let mut handles = Vec::new();
     for r in requests {
         let now = engine.now();
@@ -629,4 +637,72 @@ fn a_shared_prefix_is_computed_once() {
     assert_eq!(computed, 74 + 3 * 10);
     assert!(engine.audit().is_clean());
     assert!(engine.audit().cached_pages >= 4);
+}
+
+/// Structured outputs through the engine under page pressure: requests
+/// sampling at temperature 1 under a regular expression and a JSON schema
+/// (llguidance over a one-token-per-byte reading of the vocabulary) give
+/// outputs that match them, and the same outputs whether or not they were
+/// preempted and recomputed (the constraint restarts with the run).
+#[test]
+fn constrained_outputs_match_their_grammar_and_survive_preemption() {
+    use pagoda_engine::structured::{OutputSpec, Structured};
+    // The test model with a vocabulary of every byte.
+    let config = ModelConfig {
+        vocab: 256,
+        ..CONFIG
+    };
+    let model = Model::seeded(config, 42).unwrap();
+    let compiler = Structured::for_bytes(config.vocab).unwrap();
+    let specs = [
+        OutputSpec::Regex("[a-z]{24}-[0-9]{30}".into()),
+        OutputSpec::JsonSchema(serde_json::json!({
+            "type": "object",
+            "properties": {"on": {"type": "boolean"}, "tag": {"enum": ["x", "yz"]}},
+            "required": ["on", "tag"],
+            "additionalProperties": false,
+        })),
+        OutputSpec::Choice(vec!["alpha".into(), "beta".into()]),
+    ];
+    // Mostly the long pattern (55 tokens), which makes the pages run out.
+    let kind = |i: u64| [0, 0, 1, 2][i as usize % 4];
+    let requests: Vec<GenRequest> = (0..8u64)
+        .map(|i| GenRequest {
+            sampling: SamplingParams {
+                temperature: 1.0,
+                constraint: Some(compiler.compile(&specs[kind(i)]).unwrap()),
+                ..SamplingParams::GREEDY
+            },
+            ..request(i, prompt(300 + i, 40 + 3 * i as usize), 64)
+        })
+        .collect();
+    let (roomy, _, clean) = run_on(&model, &engine_config(256, 64), requests.clone());
+    assert!(clean);
+    let (tight, tight_preempted, clean) = run_on(&model, &engine_config(16, 64), requests);
+    assert!(clean, "pages leaked under preemption");
+    assert!(tight_preempted > 0, "the small pool should preempt");
+    for (i, (a, b)) in roomy.iter().zip(&tight).enumerate() {
+        assert_eq!(output(a), output(b), "request {i}");
+        let text: String = output(a)
+            .iter()
+            .map(|&t| char::from((t % 256) as u8))
+            .collect();
+        let ok = match kind(i as u64) {
+            0 => {
+                let b = text.as_bytes();
+                b.len() == 55
+                    && b[..24].iter().all(u8::is_ascii_lowercase)
+                    && b[24] == b'-'
+                    && b[25..].iter().all(u8::is_ascii_digit)
+            }
+            1 => serde_json::from_str::<serde_json::Value>(&text).is_ok_and(|v| {
+                v["on"].is_boolean()
+                    && (v["tag"] == "x" || v["tag"] == "yz")
+                    && v.as_object().is_some_and(|o| o.len() == 2)
+            }),
+            _ => text == "alpha" || text == "beta",
+        };
+        assert!(ok, "request {i}: {text:?}");
+        assert!(matches!(a, Event::Finished(c) if c.stop == pagoda_engine::StopReason::StopToken));
+    }
 }

@@ -6,7 +6,9 @@
 //! A [`Constraint`] is compiled once per request (shared by its `n`
 //! choices and its restarts); each run of the request starts a fresh
 //! [`ConstraintState`] from it, which the engine asks for a mask before
-//! every sample and tells every token it sampled.
+//! every sample and tells every token it sampled. The engine prepares the
+//! masks of a step while its model runs (on a thread of their own), so a
+//! constrained request adds little to the step of the others.
 
 use std::fmt;
 use std::sync::Arc;
@@ -19,9 +21,18 @@ pub trait ConstraintSpec: Send + Sync + fmt::Debug {
 
 /// One run's matcher.
 pub trait ConstraintState: Send {
-    /// Sets the logit of every token that may not come next to −∞. An
-    /// error ends the request (the constraint cannot go on).
-    fn mask(&mut self, logits: &mut [f32]) -> Result<(), String>;
+    /// Computes which tokens may come next. An error ends the request (the
+    /// constraint cannot go on).
+    fn prepare(&mut self) -> Result<(), String>;
+    /// Sets the logit of every token the last [`prepare`](Self::prepare)
+    /// ruled out to −∞.
+    fn apply(&self, logits: &mut [f32]);
+    /// [`prepare`](Self::prepare), then [`apply`](Self::apply).
+    fn mask(&mut self, logits: &mut [f32]) -> Result<(), String> {
+        self.prepare()?;
+        self.apply(logits);
+        Ok(())
+    }
     /// Moves past the token that was sampled.
     fn accept(&mut self, token: u32) -> Result<(), String>;
     /// Whether the output is complete: nothing more may follow.
