@@ -187,6 +187,48 @@ def chat(client, model, has_template):
     assert picked.choices[0].message.content in ("Paris", "Lyon", "Nice"), picked
     print("ok structured outputs:", json.dumps(answer))
 
+    # Tool calls: a required call parses against the function's schema,
+    # streamed and not; a named one names it; the result goes back in.
+    weather = {"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}},
+                       "required": ["city"], "additionalProperties": False}}}
+    clock = {"type": "function", "function": {
+        "name": "get_time", "description": "The time in a timezone",
+        "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 30}},
+                       "required": ["zone"], "additionalProperties": False}}}
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    # One call (a small model repeats calls while the grammar lets it).
+    one = {"tool_choice": "required", "parallel_tool_calls": False}
+    out = client.chat.completions.create(model=model, messages=ask, max_tokens=60, temperature=0,
+                                         tools=[weather, clock], **one)
+    choice = out.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    call = choice.message.tool_calls[0]
+    assert call.type == "function" and call.id.startswith("call_"), call
+    assert call.function.name in ("get_weather", "get_time"), call
+    jsonschema.validate(json.loads(call.function.arguments),
+                        (weather if call.function.name == "get_weather" else clock)["function"]["parameters"])
+    named = client.chat.completions.create(model=model, messages=ask, max_tokens=60, temperature=0.7, seed=2,
+                                           tools=[weather, clock], parallel_tool_calls=False,
+                                           tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert [c.function.name for c in named.choices[0].message.tool_calls] == ["get_time"], named
+    chunks = list(client.chat.completions.create(model=model, messages=ask, max_tokens=60, temperature=0,
+                                                 tools=[weather, clock], stream=True, **one))
+    streamed = [tc for ch in chunks if ch.choices for tc in (ch.choices[0].delta.tool_calls or [])]
+    assert [tc.function.name for tc in streamed] == [call.function.name], streamed
+    assert streamed[0].function.arguments == call.function.arguments
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    follow = ask + [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"forecast": "sunny, 21 C"})},
+    ]
+    auto = client.chat.completions.create(model=model, messages=follow, max_tokens=60, temperature=0,
+                                          tools=[weather, clock], parallel_tool_calls=False)
+    m = auto.choices[0].message
+    assert m.content or m.tool_calls, auto
+    print("ok tool calls:", call.function.name, call.function.arguments)
+
     # A short answer ends at the model's end-of-turn token; vLLM's
     # `ignore_eos` extension generates on to max_tokens.
     hello = [{"role": "user", "content": "Say hi."}]

@@ -17,6 +17,16 @@ struct Server {
     rest: mpsc::Receiver<String>,
 }
 
+/// A test that fails midway leaves no server behind.
+impl Drop for Server {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn start(extra: &[&str]) -> Server {
     start_with_env(extra, &[])
 }
@@ -75,6 +85,7 @@ fn client(python: &std::path::Path, server: &Server, chat: bool, key: Option<&st
         assert!(stdout.contains("ok chat logprobs"), "{stdout}");
         assert!(stdout.contains("ok sampling controls accepted"), "{stdout}");
         assert!(stdout.contains("ok structured outputs"), "{stdout}");
+        assert!(stdout.contains("ok tool calls"), "{stdout}");
     }
     if key.is_some() {
         assert!(stdout.contains("ok strangers refused"), "{stdout}");

@@ -18,6 +18,7 @@ use crate::generate::Generation;
 use crate::openai::{self, Params, Prompt};
 use crate::state::{AppState, Vocab};
 use crate::stream;
+use crate::tools::{self, ToolFormat};
 
 /// Tokens in a KV page (`vllm:cache_config_info`'s `block_size`).
 pub(crate) const PAGE_SIZE: u32 = 16;
@@ -111,7 +112,7 @@ async fn completions(
             Prompt::Tokens(ids) => ids,
             Prompt::Chat(_) => Vec::new(),
         };
-        generate(state.clone(), prompt, params, false).await
+        generate(state.clone(), prompt, params, false, None).await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
@@ -125,7 +126,8 @@ async fn chat_completions(
     let result = async {
         let bytes = read_body(&state, &headers, body).await?;
         let map = openai::parse_object(&bytes)?;
-        let params = openai::params(&map, true)?;
+        let mut params = openai::params(&map, true)?;
+        let tools = tools::parse(&map)?;
         let Prompt::Chat(messages) = openai::chat_messages(&map)? else {
             return Err(ApiError::invalid("messages", "`messages` is required"));
         };
@@ -141,11 +143,31 @@ async fn chat_completions(
                 })
             }
         };
+        // Tools: handed to the template (or described in a system message
+        // for one that knows none), a grammar where a call is required.
+        let format = ToolFormat::of(template.source());
+        let (messages, tool_list) = match &tools {
+            Some(t) => t.prepare(format, messages),
+            None => (messages, None),
+        };
+        let active = tools.as_ref().filter(|t| t.active());
+        if let Some(t) = active {
+            if let Some(spec) = t.constraint(format) {
+                if params.output.is_some() {
+                    return Err(ApiError::invalid(
+                        "tools",
+                        "tools and a structured output cannot be asked together",
+                    ));
+                }
+                params.output = Some((spec, "tools"));
+            }
+        }
         let text = template
-            .render_with(&messages, None, true)
+            .render_with(&messages, tool_list.as_ref(), true)
             .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
         let prompt = state.vocab.encode(&text, false);
-        generate(state.clone(), prompt, params, true).await
+        let parse = active.map(|_| format);
+        generate(state.clone(), prompt, params, true, parse).await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
@@ -153,11 +175,14 @@ async fn chat_completions(
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Runs a request; with `tools`, each choice's text is parsed for tool
+/// calls in that format.
 async fn generate(
     state: Arc<AppState>,
     prompt: Vec<u32>,
     params: Params,
     chat: bool,
+    tools: Option<ToolFormat>,
 ) -> Result<Response, ApiError> {
     let reply = Reply {
         chat,
@@ -182,6 +207,7 @@ async fn generate(
             params.include_usage,
             params.n,
             params.logprobs.is_some(),
+            tools,
         ));
     }
     let n = params.n as usize;
@@ -211,7 +237,17 @@ async fn generate(
                 Some(_) if chat => crate::logprobs::chat(vocab, &entries),
                 Some(_) => crate::logprobs::completion(vocab, &entries, &mut 0),
             };
-            if chat {
+            if let Some(format) = tools {
+                let (content, calls) = tools::parse_output(format, &text);
+                let mut message = json!({"role": "assistant", "content": content});
+                let reason = if calls.is_empty() {
+                    reason
+                } else {
+                    message["tool_calls"] = tools::calls_json(&calls, false);
+                    Some("tool_calls")
+                };
+                json!({"index": index, "message": message, "logprobs": lp, "finish_reason": reason})
+            } else if chat {
                 json!({"index": index, "message": {"role": "assistant", "content": text}, "logprobs": lp, "finish_reason": reason})
             } else {
                 json!({"index": index, "text": text, "logprobs": lp, "finish_reason": reason})

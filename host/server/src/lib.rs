@@ -22,6 +22,7 @@ pub mod sglang;
 pub mod state;
 pub mod stream;
 pub mod tokenize;
+pub mod tools;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use crate::generate::{Delta, Generation};
 use crate::handlers::{usage, Reply};
 use crate::state::Vocab;
+use crate::tools::ToolFormat;
 
 enum Phase {
     Start,
@@ -26,10 +27,14 @@ fn event(value: &Value) -> Bytes {
 }
 
 /// Where each choice's streamed text has reached (for `text_offset`), and
-/// whether the request asked for log probabilities.
+/// whether the request asked for log probabilities; with tools, each
+/// choice's text so far (a tool call is parsed once it is whole, and sent
+/// as one delta at the end).
 struct Logprobs {
     wanted: bool,
     offsets: Vec<usize>,
+    tools: Option<ToolFormat>,
+    texts: Vec<String>,
 }
 
 /// One chunk for `delta`, with its tokens' log probabilities when asked.
@@ -42,6 +47,28 @@ fn chunk(reply: &Reply, delta: &Delta, vocab: &Vocab, lp: &mut Logprobs) -> Valu
         let offset = lp.offsets.get_mut(delta.index as usize);
         crate::logprobs::completion(vocab, &delta.logprobs, offset.unwrap_or(&mut 0))
     };
+    if let Some(format) = lp.tools {
+        let text = match lp.texts.get_mut(delta.index as usize) {
+            Some(t) => {
+                t.push_str(&delta.text);
+                t
+            }
+            None => return Value::Null,
+        };
+        let Some(reason) = delta.finish_reason else {
+            return Value::Null;
+        };
+        let (content, calls) = crate::tools::parse_output(format, text);
+        let mut body = json!({"content": content});
+        let reason = if calls.is_empty() {
+            reason
+        } else {
+            body["tool_calls"] = crate::tools::calls_json(&calls, true);
+            "tool_calls"
+        };
+        let choice = json!({"index": delta.index, "delta": body, "logprobs": logprobs, "finish_reason": reason});
+        return reply.envelope(true, vec![choice]);
+    }
     let choice = if reply.chat {
         let content = if delta.text.is_empty() && delta.finish_reason.is_some() {
             json!({})
@@ -62,10 +89,13 @@ pub fn response(
     include_usage: bool,
     n: u32,
     logprobs: bool,
+    tools: Option<ToolFormat>,
 ) -> Response {
     let lp = Logprobs {
         wanted: logprobs,
         offsets: vec![0; n as usize],
+        tools,
+        texts: vec![String::new(); n as usize],
     };
     let stream = futures_util::stream::unfold(
         (generation, reply, Phase::Start, lp),
@@ -80,7 +110,13 @@ pub fn response(
                 Phase::Start | Phase::Running => match generation.next().await {
                     Some(Ok(delta)) => {
                         let value = chunk(&reply, &delta, generation.vocab(), &mut lp);
-                        (event(&value), Phase::Running)
+                        // Null: held back (a choice with tools, until it ends).
+                        let bytes = if value.is_null() {
+                            Bytes::new()
+                        } else {
+                            event(&value)
+                        };
+                        (bytes, Phase::Running)
                     }
                     Some(Err(error)) => (event(&error.body()), Phase::Done),
                     None if include_usage => (Bytes::new(), Phase::Usage),

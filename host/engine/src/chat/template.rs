@@ -36,6 +36,7 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    source: String,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -85,7 +86,14 @@ impl ChatTemplate {
             env,
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
+            source: source.to_string(),
         })
+    }
+
+    /// The template's source text (a server reads which tool-call format
+    /// it writes from it).
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// The template stored in a GGUF's `tokenizer.chat_template`, or `None`

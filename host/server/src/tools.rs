@@ -1,0 +1,549 @@
+//! Tool calling for the chat API: `tools`, `tool_choice` and
+//! `parallel_tool_calls` read and checked; the tools handed to the chat
+//! template as transformers hands them; the model's tool calls parsed out
+//! of its text into `message.tool_calls`; `required` and a named function
+//! enforced with a structured-output grammar, so the arguments always
+//! parse against the function's schema.
+//!
+//! Three formats, by what the chat template writes:
+//! - **Hermes** (Qwen2.5, Hermes, and templates that print `<tool_call>`):
+//!   `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one block
+//!   per call, text around them the message's content.
+//! - **Llama 3.x** (templates that print `<|python_tag|>` or ask for
+//!   `"parameters"`): the whole answer one JSON object `{"name": ...,
+//!   "parameters": {...}}`.
+//! - **Generic**, for templates that know no tools (llama.cpp's fallback):
+//!   the tools are described in a system message, and the answer is
+//!   constrained to JSON, `{"tool_calls": [{"name", "arguments"}]}` or
+//!   `{"response": "..."}`, so even a small model's calls parse.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use pagoda_engine::structured::OutputSpec;
+use serde_json::{json, Map, Value};
+
+use crate::error::ApiError;
+
+/// Which tools the model may call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolChoice {
+    /// No call: the tools are not offered.
+    None,
+    /// The model decides.
+    Auto,
+    /// At least one call.
+    Required,
+    /// A call of this function.
+    Named(String),
+}
+
+/// A request's tools.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tools {
+    /// The `tools` as given (`{"type": "function", "function": {...}}`).
+    pub list: Vec<Value>,
+    /// `tool_choice` (default `auto`).
+    pub choice: ToolChoice,
+    /// `parallel_tool_calls` (default true): more than one call at once.
+    pub parallel: bool,
+}
+
+/// How a template's model writes tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolFormat {
+    /// `<tool_call>{...}</tool_call>` blocks.
+    Hermes,
+    /// One JSON object with `name` and `parameters`.
+    Llama3,
+    /// JSON with `tool_calls` or `response`, described in a system message.
+    Generic,
+}
+
+impl ToolFormat {
+    /// The format a chat template's source writes.
+    pub fn of(template: &str) -> Self {
+        if template.contains("<tool_call>") {
+            Self::Hermes
+        } else if template.contains("<|python_tag|>")
+            || (template.contains("tools") && template.contains("\"parameters\""))
+        {
+            Self::Llama3
+        } else {
+            Self::Generic
+        }
+    }
+}
+
+/// One parsed tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The function's name.
+    pub name: String,
+    /// Its arguments as JSON text.
+    pub arguments: String,
+}
+
+/// Reads `tools`, `tool_choice` and `parallel_tool_calls`; `None` when the
+/// request offers no tools.
+pub fn parse(map: &Map<String, Value>) -> Result<Option<Tools>, ApiError> {
+    let list = match map.get("tools") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(list)) => list.clone(),
+        Some(_) => return Err(ApiError::invalid("tools", "`tools` must be a list")),
+    };
+    for tool in &list {
+        let ok = tool.get("type").and_then(Value::as_str) == Some("function")
+            && tool
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .is_some_and(|n| !n.is_empty())
+            && tool
+                .pointer("/function/parameters")
+                .is_none_or(Value::is_object);
+        if !ok {
+            return Err(ApiError::invalid(
+                "tools",
+                "each tool must be {\"type\": \"function\", \"function\": {\"name\", \"parameters\"}}",
+            ));
+        }
+    }
+    let names: Vec<&str> = list
+        .iter()
+        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+        .collect();
+    let bad = || {
+        ApiError::invalid(
+            "tool_choice",
+            "`tool_choice` must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\"}}",
+        )
+    };
+    let choice = match map.get("tool_choice") {
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            _ => return Err(bad()),
+        },
+        Some(v) => {
+            let name = v
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .ok_or_else(bad)?;
+            if !names.contains(&name) {
+                return Err(ApiError::invalid(
+                    "tool_choice",
+                    format!("`tool_choice` names {name:?}, which is not among the tools"),
+                ));
+            }
+            ToolChoice::Named(name.to_string())
+        }
+    };
+    if list.is_empty() && matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
+        return Err(ApiError::invalid("tool_choice", "no tools to call"));
+    }
+    let parallel = match map.get("parallel_tool_calls") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "parallel_tool_calls",
+                "`parallel_tool_calls` must be a boolean",
+            ))
+        }
+    };
+    Ok(Some(Tools {
+        list,
+        choice,
+        parallel,
+    }))
+}
+
+impl Tools {
+    /// Whether calls are offered and parsed (not `tool_choice: none`).
+    pub fn active(&self) -> bool {
+        self.choice != ToolChoice::None && !self.list.is_empty()
+    }
+
+    /// The functions a call may name, as (name, parameters schema).
+    fn callable(&self) -> Vec<(&str, Value)> {
+        self.list
+            .iter()
+            .filter_map(|t| {
+                let name = t.pointer("/function/name")?.as_str()?;
+                let keep = match &self.choice {
+                    ToolChoice::Named(n) => n == name,
+                    _ => true,
+                };
+                let params = t
+                    .pointer("/function/parameters")
+                    .cloned()
+                    .unwrap_or_else(|| json!({"type": "object"}));
+                keep.then_some((name, params))
+            })
+            .collect()
+    }
+
+    /// The schema of one call: its name and arguments under `args`.
+    fn call_schema(&self, args: &str) -> Value {
+        let calls: Vec<Value> = self
+            .callable()
+            .into_iter()
+            .map(|(name, params)| {
+                json!({
+                    "type": "object",
+                    "properties": {"name": {"const": name}, args: params},
+                    "required": ["name", args],
+                    "additionalProperties": false,
+                })
+            })
+            .collect();
+        json!({"anyOf": calls})
+    }
+
+    /// The grammar the output must follow, if any: always for the generic
+    /// format; for the others when a call is required or named.
+    pub fn constraint(&self, format: ToolFormat) -> Option<OutputSpec> {
+        if !self.active() {
+            return None;
+        }
+        let forced = matches!(self.choice, ToolChoice::Required | ToolChoice::Named(_));
+        let max = if self.parallel { json!(null) } else { json!(1) };
+        match format {
+            ToolFormat::Generic => {
+                let mut calls =
+                    json!({"type": "array", "items": self.call_schema("arguments"), "minItems": 1});
+                if !max.is_null() {
+                    calls["maxItems"] = max;
+                }
+                let call = json!({
+                    "type": "object",
+                    "properties": {"tool_calls": calls},
+                    "required": ["tool_calls"],
+                    "additionalProperties": false,
+                });
+                let answer = json!({
+                    "type": "object",
+                    "properties": {"response": {"type": "string"}},
+                    "required": ["response"],
+                    "additionalProperties": false,
+                });
+                let schema = if forced {
+                    call
+                } else {
+                    json!({"anyOf": [call, answer]})
+                };
+                Some(OutputSpec::JsonSchema(schema))
+            }
+            _ if !forced => None,
+            ToolFormat::Llama3 => Some(OutputSpec::JsonSchema(self.call_schema("parameters"))),
+            ToolFormat::Hermes => {
+                let schema = self.call_schema("arguments");
+                let repeat = if self.parallel { "+" } else { "" };
+                Some(OutputSpec::Lark(format!(
+                    "start: call{repeat}\ncall: \"<tool_call>\\n\" %json {schema} \"\\n</tool_call>\"\n"
+                )))
+            }
+        }
+    }
+
+    /// The messages for the template, and the tools to hand it: the
+    /// generic format describes the tools in a system message and writes
+    /// earlier calls as the JSON it asks for.
+    pub fn prepare(&self, format: ToolFormat, messages: Vec<Value>) -> (Vec<Value>, Option<Value>) {
+        if !self.active() {
+            return (messages, None);
+        }
+        if format != ToolFormat::Generic {
+            return (messages, Some(Value::Array(self.list.clone())));
+        }
+        let functions: Vec<Value> = self
+            .list
+            .iter()
+            .filter_map(|t| t.get("function").cloned())
+            .collect();
+        let guide = format!(
+            "You can call these functions:\n{}\nTo call functions, answer with JSON: \
+             {{\"tool_calls\": [{{\"name\": \"<function name>\", \"arguments\": {{...}}}}]}}. \
+             To answer without calling, answer with JSON: {{\"response\": \"<your answer>\"}}.",
+            serde_json::to_string_pretty(&functions).unwrap_or_default()
+        );
+        let mut out: Vec<Value> = Vec::with_capacity(messages.len() + 1);
+        let mut messages = messages.into_iter().peekable();
+        match messages.peek() {
+            Some(first) if first.get("role").and_then(Value::as_str) == Some("system") => {
+                let mut first = messages.next().unwrap_or_default();
+                let text = first.get("content").and_then(Value::as_str).unwrap_or("");
+                first["content"] = json!(format!("{text}\n\n{guide}"));
+                out.push(first);
+            }
+            _ => out.push(json!({"role": "system", "content": guide})),
+        }
+        for mut m in messages {
+            if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
+                let calls: Vec<Value> = calls
+                    .iter()
+                    .map(|c| {
+                        let args = c
+                            .pointer("/function/arguments")
+                            .and_then(Value::as_str)
+                            .unwrap_or("{}");
+                        json!({
+                            "name": c.pointer("/function/name").cloned().unwrap_or_default(),
+                            "arguments": serde_json::from_str::<Value>(args).unwrap_or(json!({})),
+                        })
+                    })
+                    .collect();
+                m["content"] = json!(json!({"tool_calls": calls}).to_string());
+                if let Some(o) = m.as_object_mut() {
+                    o.remove("tool_calls");
+                }
+            }
+            if m.get("content").is_none_or(Value::is_null) {
+                m["content"] = json!("");
+            }
+            out.push(m);
+        }
+        (out, None)
+    }
+}
+
+/// The content and tool calls of a model's answer in `format`. Text that
+/// does not parse as a call stays content.
+pub fn parse_output(format: ToolFormat, text: &str) -> (Option<String>, Vec<ToolCall>) {
+    let call = |v: &Value, args: &str| -> Option<ToolCall> {
+        let name = v.get("name")?.as_str()?.to_string();
+        let arguments = v.get(args).or_else(|| v.get("arguments"))?;
+        Some(ToolCall {
+            name,
+            arguments: arguments.to_string(),
+        })
+    };
+    let content = |s: &str| {
+        let s = s.trim();
+        (!s.is_empty()).then(|| s.to_string())
+    };
+    match format {
+        ToolFormat::Hermes => {
+            let (mut rest, mut calls, mut outside) = (text, Vec::new(), String::new());
+            while let Some(start) = rest.find("<tool_call>") {
+                let after = &rest[start + "<tool_call>".len()..];
+                let Some(end) = after.find("</tool_call>") else {
+                    break;
+                };
+                match serde_json::from_str::<Value>(after[..end].trim())
+                    .ok()
+                    .and_then(|v| call(&v, "arguments"))
+                {
+                    Some(c) => {
+                        outside.push_str(&rest[..start]);
+                        calls.push(c);
+                    }
+                    None => outside.push_str(
+                        &rest[..start + "<tool_call>".len() + end + "</tool_call>".len()],
+                    ),
+                }
+                rest = &after[end + "</tool_call>".len()..];
+            }
+            outside.push_str(rest);
+            (content(&outside), calls)
+        }
+        ToolFormat::Llama3 => {
+            let body = text.trim().trim_start_matches("<|python_tag|>").trim();
+            match serde_json::from_str::<Value>(body)
+                .ok()
+                .and_then(|v| call(&v, "parameters"))
+            {
+                Some(c) => (None, vec![c]),
+                None => (content(text), Vec::new()),
+            }
+        }
+        ToolFormat::Generic => match serde_json::from_str::<Value>(text.trim()) {
+            Ok(v) if v.get("tool_calls").is_some_and(Value::is_array) => {
+                let calls = v["tool_calls"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|c| call(c, "arguments")).collect())
+                    .unwrap_or_default();
+                (None, calls)
+            }
+            Ok(v) if v.get("response").is_some_and(Value::is_string) => {
+                (v["response"].as_str().map(str::to_string), Vec::new())
+            }
+            _ => (content(text), Vec::new()),
+        },
+    }
+}
+
+static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
+
+/// `message.tool_calls` for `calls` (each with a fresh id); `index` set
+/// for a stream's delta.
+pub fn calls_json(calls: &[ToolCall], indexed: bool) -> Value {
+    let salt = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let n = NEXT_CALL.fetch_add(1, Ordering::Relaxed);
+            let mut v = json!({
+                "id": format!("call_{salt:08x}{n:08x}"),
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            });
+            if indexed {
+                v["index"] = json!(i);
+            }
+            v
+        })
+        .collect();
+    Value::Array(calls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_format_parses_its_calls_and_keeps_other_text() {
+        let hermes = "Let me check.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>{\"name\": \"time\", \"arguments\": {}}</tool_call>";
+        let (content, calls) = parse_output(ToolFormat::Hermes, hermes);
+        assert_eq!(content.as_deref(), Some("Let me check."));
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].name, "weather");
+        assert_eq!(calls[0].arguments, r#"{"city":"Paris"}"#);
+        let (content, calls) =
+            parse_output(ToolFormat::Hermes, "<tool_call>not json</tool_call> hi");
+        assert!(calls.is_empty() && content.unwrap().contains("not json"));
+        let (content, calls) = parse_output(
+            ToolFormat::Llama3,
+            "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": 1}}",
+        );
+        assert_eq!((content, calls[0].arguments.as_str()), (None, r#"{"x":1}"#));
+        assert_eq!(
+            parse_output(ToolFormat::Llama3, "Hello").0.as_deref(),
+            Some("Hello")
+        );
+        let (_, calls) = parse_output(
+            ToolFormat::Generic,
+            r#"{"tool_calls": [{"name": "a", "arguments": {"k": "v"}}]}"#,
+        );
+        assert_eq!(calls[0].name, "a");
+        let (content, calls) = parse_output(ToolFormat::Generic, r#"{"response": "hi"}"#);
+        assert_eq!((content.as_deref(), calls.len()), (Some("hi"), 0));
+    }
+
+    #[test]
+    fn the_format_comes_from_the_template() {
+        assert_eq!(
+            ToolFormat::of("{% if tools %}<tool_call>{% endif %}"),
+            ToolFormat::Hermes
+        );
+        assert_eq!(ToolFormat::of("{{ '<|python_tag|>' }}"), ToolFormat::Llama3);
+        assert_eq!(
+            ToolFormat::of("{{ message['content'] }}"),
+            ToolFormat::Generic
+        );
+    }
+
+    #[test]
+    fn tool_requests_are_checked_field_by_field() {
+        let tool = json!({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}});
+        let ok = |v: Value| parse(v.as_object().unwrap());
+        assert!(ok(json!({})).unwrap().is_none());
+        let t = ok(json!({"tools": [tool], "tool_choice": {"type": "function", "function": {"name": "f"}}}))
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.choice, ToolChoice::Named("f".into()));
+        for (body, param) in [
+            (json!({"tools": 3}), "tools"),
+            (json!({"tools": [{"type": "function"}]}), "tools"),
+            (
+                json!({"tools": [tool], "tool_choice": "sometimes"}),
+                "tool_choice",
+            ),
+            (
+                json!({"tools": [tool], "tool_choice": {"type": "function", "function": {"name": "g"}}}),
+                "tool_choice",
+            ),
+            (
+                json!({"tools": [], "tool_choice": "required"}),
+                "tool_choice",
+            ),
+            (
+                json!({"tools": [tool], "parallel_tool_calls": "yes"}),
+                "parallel_tool_calls",
+            ),
+        ] {
+            let err = ok(body.clone()).unwrap_err();
+            assert_eq!(err.param.as_deref(), Some(param), "{body}");
+        }
+    }
+
+    /// Every format's grammar for `required`, a named call and (generic)
+    /// `auto` compiles, and what it allows parses back into calls: the
+    /// lowest allowed byte at each step until the grammar ends.
+    #[test]
+    fn forced_calls_compile_and_parse_back() {
+        use pagoda_engine::structured::Structured;
+        let compiler = Structured::for_bytes(256).unwrap();
+        let tool = |name: &str| {
+            json!({"type": "function", "function": {"name": name, "parameters": {
+                "type": "object",
+                "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+                "required": ["n"], "additionalProperties": false}}})
+        };
+        for format in [ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Generic] {
+            for choice in [
+                ToolChoice::Required,
+                ToolChoice::Named("go".into()),
+                ToolChoice::Auto,
+            ] {
+                let tools = Tools {
+                    list: vec![tool("stay"), tool("go")],
+                    choice: choice.clone(),
+                    parallel: false,
+                };
+                let Some(spec) = tools.constraint(format) else {
+                    assert_eq!(choice, ToolChoice::Auto, "{format:?}");
+                    assert_ne!(format, ToolFormat::Generic);
+                    continue;
+                };
+                let constraint = compiler
+                    .compile(&spec)
+                    .unwrap_or_else(|e| panic!("{format:?} {choice:?}: {e}"));
+                let mut state = constraint.0.start();
+                let mut text = Vec::new();
+                for _ in 0..200 {
+                    if state.is_finished() {
+                        break;
+                    }
+                    let mut logits = vec![0.0f32; 256];
+                    state.mask(&mut logits).unwrap();
+                    // The highest allowed byte: letters over punctuation,
+                    // so the path runs through names and keys.
+                    let t = (0..256).rev().find(|&t| logits[t] == 0.0).unwrap() as u32;
+                    state.accept(t).unwrap();
+                    text.push(t as u8);
+                }
+                let text = String::from_utf8(text).unwrap();
+                assert!(state.is_finished(), "{format:?} {choice:?}: {text:?}");
+                let (_, calls) = parse_output(format, &text);
+                if choice == ToolChoice::Auto {
+                    continue;
+                }
+                assert_eq!(calls.len(), 1, "{format:?} {choice:?}: {text:?}");
+                if let ToolChoice::Named(n) = &choice {
+                    assert_eq!(&calls[0].name, n, "{text:?}");
+                }
+                let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
+                assert!(
+                    args["n"].as_i64().is_some_and(|n| (0..=9).contains(&n)),
+                    "{text:?}"
+                );
+            }
+        }
+    }
+}
