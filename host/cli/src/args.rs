@@ -34,6 +34,9 @@ pub(crate) enum Command {
     /// Serve a model over an OpenAI-compatible HTTP API.
     #[command(args_override_self = true)]
     Serve(crate::serve::ServeArgs),
+    /// Chat with a model in the terminal, turn after turn.
+    #[command(args_override_self = true)]
+    Chat(crate::chat::ChatArgs),
     /// Write a GGUF file with a real model's shapes and random weights, for
     /// speed measurements without a download.
     #[command(args_override_self = true)]

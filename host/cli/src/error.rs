@@ -79,7 +79,7 @@ pub(crate) enum CliError {
     EmptyPrompt,
     #[error("the prompt is {tokens} tokens; the model's context is {context}")]
     PromptTooLong { tokens: usize, context: u32 },
-    #[error("--chat: the model file has no chat template (tokenizer.chat_template)")]
+    #[error("the model file has no chat template (tokenizer.chat_template): a base model continues text; use `pagoda run` without --chat")]
     NoChatTemplate,
     #[error("chat template: {0}")]
     Template(#[from] ChatTemplateError),

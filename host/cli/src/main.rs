@@ -21,6 +21,7 @@ use crate::workload::{Arrivals, WorkloadSpec};
 
 mod args;
 mod bench;
+mod chat;
 mod error;
 mod measure;
 mod report;
@@ -40,7 +41,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) if e.kind() == clap::error::ErrorKind::InvalidSubcommand => {
             eprint!("{e}");
-            eprintln!("valid commands: bench, run, serve, synth");
+            eprintln!("valid commands: bench, chat, run, serve, synth");
             return ExitCode::from(2);
         }
         Err(e) => e.exit(),
@@ -49,6 +50,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(args),
         Command::Run(args) => run::run(args),
         Command::Serve(args) => serve::serve(args),
+        Command::Chat(args) => chat::chat(args),
         Command::Synth(args) => synth::synth(args).map_err(CliError::from),
     };
     match result {
