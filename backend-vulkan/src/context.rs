@@ -144,7 +144,10 @@ impl CoopMatrixShape {
     /// subgroups, if any does.
     pub fn choose(listed: &[(u32, u32, u32)], max_subgroup: u32) -> Option<Self> {
         let (tr, tb, kc) = COOPMAT_TILE;
-        if max_subgroup == 0 || max_subgroup > COOPMAT_GROUP || COOPMAT_GROUP % max_subgroup != 0 {
+        if max_subgroup == 0
+            || max_subgroup > COOPMAT_GROUP
+            || !COOPMAT_GROUP.is_multiple_of(max_subgroup)
+        {
             return None;
         }
         let subgroups = COOPMAT_GROUP / max_subgroup;

@@ -263,7 +263,7 @@ pub fn validate_attention(
     }
     if shape.kv_heads != geometry.kv_heads()
         || shape.q_heads == 0
-        || shape.q_heads % shape.kv_heads != 0
+        || !shape.q_heads.is_multiple_of(shape.kv_heads)
     {
         return Err(InputError::HeadLayout);
     }

@@ -144,7 +144,7 @@ impl<'a> PageTable<'a> {
         if n == 0 || rows.is_empty() {
             return Err(StorageError::Empty);
         }
-        if rows.len() % n != 0 {
+        if !rows.len().is_multiple_of(n) {
             return Err(StorageError::Mismatched);
         }
         let row_len = rows.len() / n;

@@ -82,7 +82,7 @@ pub fn page_scores<E: KvElement>(
     ahead: &[E],
 ) {
     assert!(q.len() >= rows * dim && k.len() >= 16 * dim && scores.len() >= rows * 16);
-    assert!(keys <= 16 && dim % 8 == 0 && (ahead.is_empty() || ahead.len() >= 16 * dim));
+    assert!(keys <= 16 && dim.is_multiple_of(8) && (ahead.is_empty() || ahead.len() >= 16 * dim));
     match isa {
         Isa::Scalar => scalar::page_scores(q, rows, k, keys, dim, scores),
         #[cfg(target_arch = "x86_64")]
@@ -113,7 +113,7 @@ pub fn page_accumulate<E: KvElement>(
     ahead: &[E],
 ) {
     assert!(acc.len() >= rows * dim && v.len() >= 16 * dim && p.len() >= rows * 16);
-    assert!(keys <= 16 && dim % 16 == 0 && (ahead.is_empty() || ahead.len() >= 16 * dim));
+    assert!(keys <= 16 && dim.is_multiple_of(16) && (ahead.is_empty() || ahead.len() >= 16 * dim));
     match isa {
         Isa::Scalar => scalar::page_accumulate(acc, rows, p, v, keys, dim),
         #[cfg(target_arch = "x86_64")]

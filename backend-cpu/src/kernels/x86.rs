@@ -188,7 +188,7 @@ unsafe fn accumulate_strip<E: KvElement, const R: usize, const D: usize>(
 ) {
     // The tiles of `ahead` at this strip's columns, when the strip starts a
     // tile; outside the key loop, which stays branch-free.
-    if d % VALUE_TILE == 0 {
+    if d.is_multiple_of(VALUE_TILE) {
         let tiles = (8 * D).div_ceil(VALUE_TILE);
         let tile_bytes = PAGE_SIZE * VALUE_TILE * size_of::<E>();
         prefetch_lines(

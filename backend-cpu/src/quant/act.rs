@@ -238,7 +238,7 @@ impl QuantizedActivations {
     ) -> Result<(), QMatError> {
         let format = ActFormat::for_weights(weights);
         let block = format.block_elems();
-        if cols % block != 0 {
+        if !cols.is_multiple_of(block) {
             return Err(QMatError::PartialBlock {
                 kind: weights,
                 cols,
@@ -416,8 +416,9 @@ impl QuantizedActivations {
         self.f.extend_from_slice(x);
         // Only the AVX2 row kernels read these, and only below the rows
         // where a product switches to a dense panel of the natural order.
-        let ordered =
-            cfg!(target_arch = "x86_64") && cols % QB == 0 && rows < super::kernel::PANEL_MIN_ROWS;
+        let ordered = cfg!(target_arch = "x86_64")
+            && cols.is_multiple_of(QB)
+            && rows < super::kernel::PANEL_MIN_ROWS;
         let len = if ordered { x.len() } else { 0 };
         let nibbles = self.nibble_order.reset(len);
         for (xb, ob) in x.chunks_exact(QB).zip(nibbles.chunks_exact_mut(QB)) {

@@ -149,7 +149,7 @@ impl<'a> RawInfo<'a> {
             .try_fold(1u64, |acc, &d| acc.checked_mul(d))
             .ok_or(overflow("element count"))?;
         let block = kind.block_elems() as u64;
-        if self.dims[0] % block != 0 {
+        if !self.dims[0].is_multiple_of(block) {
             return Err(GgufError::PartialBlock {
                 tensor: self.refuse(),
                 row: self.dims[0],
@@ -159,7 +159,7 @@ impl<'a> RawInfo<'a> {
         let bytes = (elems / block)
             .checked_mul(kind.block_bytes() as u64)
             .ok_or(overflow("byte count"))?;
-        if self.offset % u64::from(alignment) != 0 {
+        if !self.offset.is_multiple_of(u64::from(alignment)) {
             return Err(GgufError::Misaligned {
                 tensor: self.refuse(),
                 offset: self.offset,

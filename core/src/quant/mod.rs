@@ -147,7 +147,7 @@ impl QuantKind {
     /// Bytes that `elems` elements occupy, refusing counts that are not whole
     /// blocks and byte counts that overflow `usize`.
     pub const fn bytes_for(self, elems: usize) -> Result<usize, QuantError> {
-        if elems % self.block_elems() != 0 {
+        if !elems.is_multiple_of(self.block_elems()) {
             return Err(QuantError::PartialBlock { kind: self, elems });
         }
         match (elems / self.block_elems()).checked_mul(self.block_bytes()) {

@@ -581,7 +581,7 @@ pub(crate) mod tests {
             }
             for i in 0..k {
                 visit(k - 1, p, page, best);
-                let j = if k % 2 == 0 { i } else { 0 };
+                let j = if k.is_multiple_of(2) { i } else { 0 };
                 p.swap(j, k - 1);
             }
         }

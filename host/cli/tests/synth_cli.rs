@@ -119,9 +119,9 @@ fn expected_tensors(e: &Expect) -> Vec<(String, Vec<u64>, bool)> {
 fn expected_type(kind: &str, row_len: u64) -> String {
     let upper = kind.to_uppercase();
     match upper.as_str() {
-        "Q4_K" if row_len % 256 != 0 => "Q5_0".into(),
-        "Q5_K" if row_len % 256 != 0 => "Q5_1".into(),
-        "Q6_K" if row_len % 256 != 0 => "Q8_0".into(),
+        "Q4_K" if !row_len.is_multiple_of(256) => "Q5_0".into(),
+        "Q5_K" if !row_len.is_multiple_of(256) => "Q5_1".into(),
+        "Q6_K" if !row_len.is_multiple_of(256) => "Q8_0".into(),
         _ => upper,
     }
 }

@@ -145,7 +145,7 @@ impl Shape {
 
 /// The block type a `cols`-wide matrix gets: K-quants need rows of 256.
 pub(crate) fn matrix_kind(kind: QuantKind, cols: u64) -> QuantKind {
-    if cols % kind.block_elems() as u64 == 0 {
+    if cols.is_multiple_of(kind.block_elems() as u64) {
         return kind;
     }
     match kind {

@@ -75,7 +75,7 @@ impl ModelConfig {
                 return Err(ModelError::ZeroSize(name));
             }
         }
-        if self.q_heads % self.kv_heads != 0 {
+        if !self.q_heads.is_multiple_of(self.kv_heads) {
             return Err(ModelError::HeadsDoNotGroup {
                 q_heads: self.q_heads,
                 kv_heads: self.kv_heads,
@@ -84,7 +84,7 @@ impl ModelConfig {
         if !SUPPORTED_HEAD_DIMS.contains(&self.head_dim) {
             return Err(ModelError::UnsupportedHeadDim(self.head_dim));
         }
-        if self.rope_dim == 0 || self.rope_dim % 2 != 0 || self.rope_dim > self.head_dim {
+        if self.rope_dim == 0 || !self.rope_dim.is_multiple_of(2) || self.rope_dim > self.head_dim {
             return Err(ModelError::RopeDim {
                 rope_dim: self.rope_dim,
                 head_dim: self.head_dim,
