@@ -59,6 +59,10 @@ pub(crate) struct ChatArgs {
     /// Threads for attention and matrix products (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Pages in the KV pool, 16 tokens each (default: the model's whole
+    /// context, which the conversation and its cached turns share).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=16_000_000))]
+    kv_pages: Option<u32>,
 }
 
 /// Set by Ctrl-C; the answer being written stops at the next step.
@@ -91,14 +95,7 @@ pub(crate) fn chat(args: ChatArgs) -> Result<(), CliError> {
     };
     sampling.validate()?;
     let started = Instant::now();
-    let model = TextModel::open(
-        &args.model,
-        crate::weight_mode(args.weights, args.activations),
-    )
-    .map_err(|error| CliError::Load {
-        path: args.model.clone(),
-        error: Box::new(error),
-    })?;
+    let model = crate::open_model(&args.model, args.weights, args.activations)?;
     if model.chat.is_none() {
         return Err(CliError::NoChatTemplate);
     }
@@ -115,11 +112,11 @@ pub(crate) fn chat(args: ChatArgs) -> Result<(), CliError> {
         }
     );
     catch_ctrl_c();
-    // One sequence at a time, with its whole context in the pool and room
-    // for the radix cache to keep the conversation.
+    // One sequence at a time, with its whole context in the pool: the
+    // next turn extends the pages the radix cache kept of the last.
     let context = model.model.config().max_context;
     let config = EngineConfig {
-        kv_pages: (2 * context).div_ceil(16) + 4,
+        kv_pages: args.kv_pages.unwrap_or(context.div_ceil(16) + 4),
         scheduler: SchedulerConfig {
             max_batch: 1,
             ..SchedulerConfig::default()

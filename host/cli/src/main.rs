@@ -73,6 +73,19 @@ pub(crate) fn weight_mode(
     }
 }
 
+/// Opens a GGUF model with its tokenizer and template, the weights held
+/// as the options say; a failure names the file.
+pub(crate) fn open_model(
+    path: &Path,
+    weights: args::WeightsArg,
+    activations: args::ActivationsArg,
+) -> Result<TextModel, CliError> {
+    TextModel::open(path, weight_mode(weights, activations)).map_err(|error| CliError::Load {
+        path: path.to_path_buf(),
+        error: Box::new(error),
+    })
+}
+
 pub(crate) fn write(path: &Path, contents: String) -> Result<(), CliError> {
     std::fs::write(path, contents).map_err(|source| CliError::Write {
         path: path.to_path_buf(),
@@ -102,14 +115,7 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
     };
     sampling.validate()?;
     let loaded = match &args.model {
-        Some(path) => Some(
-            TextModel::open(path, weight_mode(args.weights, args.activations)).map_err(
-                |error| CliError::Load {
-                    path: path.clone(),
-                    error: Box::new(error),
-                },
-            )?,
-        ),
+        Some(path) => Some(open_model(path, args.weights, args.activations)?),
         None => None,
     };
     let embedded;

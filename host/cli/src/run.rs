@@ -93,14 +93,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
     };
     sampling.validate()?;
     let started = Instant::now();
-    let model = TextModel::open(
-        &args.model,
-        crate::weight_mode(args.weights, args.activations),
-    )
-    .map_err(|error| CliError::Load {
-        path: args.model.clone(),
-        error: Box::new(error),
-    })?;
+    let model = crate::open_model(&args.model, args.weights, args.activations)?;
     let load_s = started.elapsed().as_secs_f64();
     if !args.quiet && !args.json {
         eprintln!(

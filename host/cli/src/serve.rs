@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pagoda_engine::model::{Model, ModelConfig};
-use pagoda_engine::{EngineConfig, Policy, SchedulerConfig, TextModel, DEFAULT_PREFILL_SHARE};
+use pagoda_engine::{EngineConfig, Policy, SchedulerConfig, DEFAULT_PREFILL_SHARE};
 use pagoda_server::kv_events::KvEventsConfig;
 use pagoda_server::{Access, AppState, Limits, Vocab};
 
@@ -129,11 +129,7 @@ pub(crate) enum ServeError {
 pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
     let (model, vocab, name) = match &args.model {
         Some(path) => {
-            let text = TextModel::open(path, crate::weight_mode(args.weights, args.activations))
-                .map_err(|error| CliError::Load {
-                    path: path.clone(),
-                    error: Box::new(error),
-                })?;
+            let text = crate::open_model(path, args.weights, args.activations)?;
             let name = path
                 .file_stem()
                 .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());

@@ -108,7 +108,6 @@ impl<B: StepBackend> Engine<'_, B> {
         }
     }
 
-    /// Runs the packed batch and samples; returns (entry, token) pairs.
     /// Runs the step's batch and samples its rows: each sampled row's
     /// entry, token and (where asked) log probabilities.
     #[allow(clippy::type_complexity)]

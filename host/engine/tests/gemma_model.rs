@@ -15,11 +15,9 @@ mod support;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use pagoda_core::{KvDtype, Priority};
-use pagoda_cpu::CpuBackend;
-use pagoda_engine::model::{Model, ModelFile, SamplingParams};
+use pagoda_core::KvDtype;
+use pagoda_engine::model::{Model, ModelFile};
 use pagoda_engine::tokenizer::Tokenizer;
-use pagoda_engine::{Engine, EngineConfig, EngineStorage, Event, GenRequest};
 
 /// Our logits may differ from the f64 reference by this fraction of the
 /// reference's logit range (f32 compute; the KV cache's rounding).
@@ -143,69 +141,12 @@ fn gemma3_logits_match_the_reference() {
 fn gemma3_greedy_continuations_match_the_reference() {
     let Some(f) = fixture() else { return };
     for (name, model) in [("dense", &f.model), ("quantized", &f.quantized)] {
-        let config = EngineConfig {
-            kv_pages: 64,
-            kv_dtype: KvDtype::F32,
-            ..EngineConfig::default()
-        };
-        let mut storage = EngineStorage::new(&config, model.config().max_context);
-        let mut engine = Engine::new(model, CpuBackend::new(), &config, &mut storage).unwrap();
-        let handles: Vec<_> = f.prompts[..2]
-            .iter()
-            .enumerate()
-            .map(|(i, prompt)| {
-                let request = GenRequest {
-                    tag: i as u64,
-                    prompt: prompt.clone(),
-                    max_new_tokens: GREEDY_TOKENS,
-                    sampling: SamplingParams::GREEDY,
-                    seed: 0,
-                    stop_tokens: Vec::new(),
-                };
-                let now = engine.now();
-                engine.submit(request, Priority::Normal, now).unwrap()
-            })
-            .collect();
-        let mut steps = 0;
-        while !engine.is_idle() {
-            engine.step().unwrap();
-            steps += 1;
-            assert!(steps < 1000, "no progress");
-        }
-        for (i, handle) in handles.iter().enumerate() {
-            let mut output = None;
-            while let Some(event) = handle.try_recv() {
-                if let Event::Finished(done) = event {
-                    output = Some(done.output);
-                }
-            }
-            let ours = output.expect("the request finished");
-            let reference: Vec<(u32, f32)> =
-                std::fs::read_to_string(f.dir.join(format!("short/greedy_{i}.txt")))
-                    .unwrap()
-                    .lines()
-                    .map(|line| {
-                        let (token, gap) = line.split_once(' ').expect("token gap");
-                        (token.parse().unwrap(), gap.parse().unwrap())
-                    })
-                    .collect();
-            assert_eq!(ours.len(), reference.len());
-            let mut same = 0;
-            for (step, (&token, &(want, gap))) in ours.iter().zip(&reference).enumerate() {
-                if token == want {
-                    same += 1;
-                    continue;
-                }
-                assert!(
-                    gap < NEAR_TIE,
-                    "{name} prompt {i} step {step}: {token} where the reference has {want} (top-2 gap {gap})"
-                );
-                println!(
-                    "{name} prompt {i}: near tie at step {step} (gap {gap:.4}); comparison stops"
-                );
-                break;
-            }
-            println!("{name} prompt {i}: {same} of {GREEDY_TOKENS} greedy tokens agree");
+        let outputs = support::greedy_outputs(model, KvDtype::F32, &f.prompts[..2], GREEDY_TOKENS);
+        for (i, ours) in outputs.iter().enumerate() {
+            let reference = support::read_greedy(&f.dir.join(format!("short/greedy_{i}.txt")));
+            let label = format!("{name} prompt {i}");
+            let same = support::agree_until_a_near_tie(&label, ours, &reference, NEAR_TIE);
+            println!("{label}: {same} of {GREEDY_TOKENS} greedy tokens agree");
         }
     }
 }

@@ -73,7 +73,16 @@ pub fn usage(prompt: u32, completion: u32, cached: u32) -> Value {
     })
 }
 
-pub(crate) async fn read_body(
+/// The body (up to the limit) as a JSON object.
+pub(crate) async fn read_object(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<serde_json::Map<String, Value>, ApiError> {
+    openai::parse_object(&read_body(state, headers, body).await?)
+}
+
+async fn read_body(
     state: &AppState,
     headers: &HeaderMap,
     body: Body,
@@ -104,8 +113,7 @@ async fn completions(
     body: Body,
 ) -> Response {
     let result = async {
-        let bytes = read_body(&state, &headers, body).await?;
-        let map = openai::parse_object(&bytes)?;
+        let map = read_object(&state, &headers, body).await?;
         let params = openai::params(&map, false)?;
         let prompt = match openai::completion_prompt(&map)? {
             Prompt::Text(text) => state.vocab.encode(&text, true),
@@ -124,8 +132,7 @@ async fn chat_completions(
     body: Body,
 ) -> Response {
     let result = async {
-        let bytes = read_body(&state, &headers, body).await?;
-        let map = openai::parse_object(&bytes)?;
+        let map = read_object(&state, &headers, body).await?;
         let mut params = openai::params(&map, true)?;
         let tools = tools::parse(&map)?;
         let Prompt::Chat(messages) = openai::chat_messages(&map)? else {

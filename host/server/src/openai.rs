@@ -113,7 +113,7 @@ fn integer(map: &Map<String, Value>, key: &str) -> Result<Option<i64>, ApiError>
     }
 }
 
-fn boolean(map: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
+pub(crate) fn boolean(map: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
     match present(map, key) {
         None => Ok(None),
         Some(v) => v

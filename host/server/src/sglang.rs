@@ -27,7 +27,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
 use crate::generate::Generation;
-use crate::handlers::{read_body, PAGE_SIZE};
+use crate::handlers::{read_object, PAGE_SIZE};
 use crate::openai::{self, Prompt};
 use crate::state::AppState;
 
@@ -131,8 +131,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// both APIs validate alike; one prompt per call.
 async fn generate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     let result = async {
-        let bytes = read_body(&state, &headers, body).await?;
-        let native = openai::parse_object(&bytes)?;
+        let native = read_object(&state, &headers, body).await?;
         let map = openai_fields(&native)?;
         let params = openai::params(&map, false).map_err(native_param)?;
         let prompt = match openai::completion_prompt(&map).map_err(native_param)? {

@@ -7,6 +7,7 @@ use std::convert::Infallible;
 use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use pagoda_engine::model::TokenLogprobs;
 use serde_json::{json, Value};
 
 use crate::generate::{Delta, Generation};
@@ -35,28 +36,26 @@ struct Logprobs {
     offsets: Vec<usize>,
     tools: Option<ToolFormat>,
     texts: Vec<String>,
+    /// With tools, each choice's log probabilities until it ends.
+    held: Vec<Vec<(u32, TokenLogprobs)>>,
 }
 
 /// One chunk for `delta`, with its tokens' log probabilities when asked.
 fn chunk(reply: &Reply, delta: &Delta, vocab: &Vocab, lp: &mut Logprobs) -> Value {
-    let logprobs = if !lp.wanted {
-        Value::Null
-    } else if reply.chat {
-        crate::logprobs::chat(vocab, &delta.logprobs)
-    } else {
-        let offset = lp.offsets.get_mut(delta.index as usize);
-        crate::logprobs::completion(vocab, &delta.logprobs, offset.unwrap_or(&mut 0))
-    };
     if let Some(format) = lp.tools {
-        let text = match lp.texts.get_mut(delta.index as usize) {
-            Some(t) => {
-                t.push_str(&delta.text);
-                t
-            }
-            None => return Value::Null,
+        let i = delta.index as usize;
+        let (Some(text), Some(held)) = (lp.texts.get_mut(i), lp.held.get_mut(i)) else {
+            return Value::Null;
         };
+        text.push_str(&delta.text);
+        held.extend(delta.logprobs.iter().cloned());
         let Some(reason) = delta.finish_reason else {
             return Value::Null;
+        };
+        let logprobs = if lp.wanted {
+            crate::logprobs::chat(vocab, held)
+        } else {
+            Value::Null
         };
         let (content, calls) = crate::tools::parse_output(format, text);
         let mut body = json!({"content": content});
@@ -69,6 +68,14 @@ fn chunk(reply: &Reply, delta: &Delta, vocab: &Vocab, lp: &mut Logprobs) -> Valu
         let choice = json!({"index": delta.index, "delta": body, "logprobs": logprobs, "finish_reason": reason});
         return reply.envelope(true, vec![choice]);
     }
+    let logprobs = if !lp.wanted {
+        Value::Null
+    } else if reply.chat {
+        crate::logprobs::chat(vocab, &delta.logprobs)
+    } else {
+        let offset = lp.offsets.get_mut(delta.index as usize);
+        crate::logprobs::completion(vocab, &delta.logprobs, offset.unwrap_or(&mut 0))
+    };
     let choice = if reply.chat {
         let content = if delta.text.is_empty() && delta.finish_reason.is_some() {
             json!({})
@@ -96,6 +103,7 @@ pub fn response(
         offsets: vec![0; n as usize],
         tools,
         texts: vec![String::new(); n as usize],
+        held: vec![Vec::new(); n as usize],
     };
     let stream = futures_util::stream::unfold(
         (generation, reply, Phase::Start, lp),

@@ -18,16 +18,15 @@ use axum::Json;
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
-use crate::handlers::read_body;
+use crate::handlers::read_object;
 use crate::openai;
 use crate::state::{AppState, Vocab};
 
+/// The first of `keys` the body sets (vLLM's name, then llama.cpp's).
 fn flag(map: &Map<String, Value>, keys: &[&str], default: bool) -> Result<bool, ApiError> {
     for key in keys {
-        match map.get(*key) {
-            None | Some(Value::Null) => continue,
-            Some(Value::Bool(b)) => return Ok(*b),
-            Some(_) => return Err(ApiError::invalid(key, format!("`{key}` must be a boolean"))),
+        if let Some(b) = openai::boolean(map, key)? {
+            return Ok(b);
         }
     }
     Ok(default)
@@ -43,8 +42,7 @@ pub(crate) async fn tokenize(
     body: Body,
 ) -> Response {
     let result = async {
-        let bytes = read_body(&state, &headers, body).await?;
-        let map = openai::parse_object(&bytes)?;
+        let map = read_object(&state, &headers, body).await?;
         let ids = if map.get("messages").is_some_and(|m| !m.is_null()) {
             let openai::Prompt::Chat(messages) = openai::chat_messages(&map)? else {
                 return Err(ApiError::invalid("messages", "`messages` is required"));
@@ -98,8 +96,7 @@ pub(crate) async fn detokenize(
     body: Body,
 ) -> Response {
     let result = async {
-        let bytes = read_body(&state, &headers, body).await?;
-        let map = openai::parse_object(&bytes)?;
+        let map = read_object(&state, &headers, body).await?;
         let bad = || ApiError::invalid("tokens", "`tokens` must be a list of token ids");
         let Some(Value::Array(items)) = map.get("tokens") else {
             return Err(bad());

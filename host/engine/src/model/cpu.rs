@@ -365,11 +365,8 @@ impl Run<'_> {
             [logits],
         );
         act.last = last;
-        let cap = program.head_softcap;
-        if cap > 0.0 && result.is_ok() {
-            for v in logits.iter_mut() {
-                *v = cap * (*v / cap).tanh();
-            }
+        if result.is_ok() {
+            program.cap_logits(logits);
         }
         result
     }

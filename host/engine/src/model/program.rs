@@ -159,6 +159,19 @@ impl Program {
         layers.chain(std::iter::once(self.final_norm.as_slice()))
     }
 
+    /// Soft-caps the head's logits in place where the program says
+    /// (`cap × tanh(logit / cap)`; Gemma 2). Every backend applies it to
+    /// the logits it hands back: it keeps their order, so an argmax needs
+    /// none.
+    pub(crate) fn cap_logits(&self, logits: &mut [f32]) {
+        let cap = self.head_softcap;
+        if cap > 0.0 {
+            for v in logits {
+                *v = cap * (*v / cap).tanh();
+            }
+        }
+    }
+
     /// Whether the output head is the embedding.
     pub(crate) fn is_tied(&self) -> bool {
         self.head.same_as(&self.embed)

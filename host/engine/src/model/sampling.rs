@@ -276,7 +276,8 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Picks a token from one row of logits. NaN logits never win.
+    /// Picks a token from one row of logits. NaN and −∞ logits never win
+    /// (0 when every logit is one).
     pub fn sample(
         &mut self,
         logits: &[f32],
@@ -288,11 +289,14 @@ impl Sampler {
         }
         let cands = &mut self.candidates;
         cands.clear();
+        // NaN and −∞ (a token a mask or `min_tokens` ruled out) are never
+        // candidates: a draw's rounding may fall through to the last
+        // candidate, which must still be a possible token.
         cands.extend(
             logits
                 .iter()
                 .enumerate()
-                .filter(|(_, l)| !l.is_nan())
+                .filter(|(_, &l)| !l.is_nan() && l != f32::NEG_INFINITY)
                 .map(|(i, &l)| (l, i as u32)),
         );
         if cands.is_empty() {
@@ -740,6 +744,41 @@ mod tests {
             // The probabilities sum to 1.
             let total: f64 = finite.iter().map(|&l| (l - norm).exp()).sum();
             assert!((total - 1.0).abs() < 1e-9);
+        }
+    }
+
+    /// A masked token (−∞) is never drawn, however the draw rounds, with
+    /// every filter; a row masked whole gives 0 and does not panic.
+    #[test]
+    fn masked_tokens_are_never_sampled() {
+        let mut s = Sampler::default();
+        let mut rng = fastrand::Rng::with_seed(9);
+        let mut logits = vec![f32::NEG_INFINITY; 64];
+        logits[7] = -30.0;
+        logits[40] = -31.0;
+        for p in [
+            SamplingParams {
+                temperature: 1.0,
+                ..SamplingParams::GREEDY
+            },
+            SamplingParams {
+                temperature: 2.0,
+                min_p: 0.5,
+                ..SamplingParams::GREEDY
+            },
+            SamplingParams {
+                temperature: 0.7,
+                top_p: 0.5,
+                top_k: 50,
+                ..SamplingParams::GREEDY
+            },
+        ] {
+            for _ in 0..2000 {
+                let t = s.sample(&logits, &p, &mut rng);
+                assert!(t == 7 || t == 40, "{t} under {p:?}");
+            }
+            let all = vec![f32::NEG_INFINITY; 8];
+            assert_eq!(s.sample(&all, &p, &mut rng), 0);
         }
     }
 }

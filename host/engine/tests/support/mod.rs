@@ -8,10 +8,10 @@
 use std::path::Path;
 
 use pagoda_core::backend::{Backend, SeqAttention};
-use pagoda_core::{KvDtype, PageId, Slot, PAGE_SIZE};
+use pagoda_core::{KvDtype, PageId, Priority, Slot, PAGE_SIZE};
 use pagoda_cpu::CpuBackend;
-use pagoda_engine::model::{Model, StepInput};
-use pagoda_engine::StepBackend;
+use pagoda_engine::model::{Model, SamplingParams, StepInput};
+use pagoda_engine::{Engine, EngineConfig, EngineStorage, Event, GenRequest, StepBackend};
 
 #[path = "../../../../tests/support/env.rs"]
 mod env;
@@ -125,4 +125,93 @@ pub fn top_two(logits: &[f32]) -> (u32, f32) {
         }
     }
     (best as u32, first - second)
+}
+
+/// Greedy continuations of `prompts`, `tokens` each, batched in one
+/// engine on the CPU backend with a KV cache of `dtype`.
+pub fn greedy_outputs(
+    model: &Model,
+    dtype: KvDtype,
+    prompts: &[Vec<u32>],
+    tokens: u32,
+) -> Vec<Vec<u32>> {
+    let config = EngineConfig {
+        kv_pages: 64,
+        kv_dtype: dtype,
+        ..EngineConfig::default()
+    };
+    let mut storage = EngineStorage::new(&config, model.config().max_context);
+    let mut engine = Engine::new(model, CpuBackend::new(), &config, &mut storage).unwrap();
+    let handles: Vec<_> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, prompt)| {
+            let request = GenRequest {
+                tag: i as u64,
+                prompt: prompt.clone(),
+                max_new_tokens: tokens,
+                sampling: SamplingParams::GREEDY,
+                seed: 0,
+                stop_tokens: Vec::new(),
+            };
+            let now = engine.now();
+            engine.submit(request, Priority::Normal, now).unwrap()
+        })
+        .collect();
+    let mut steps = 0;
+    while !engine.is_idle() {
+        engine.step().unwrap();
+        steps += 1;
+        assert!(steps < 1000, "no progress");
+    }
+    handles
+        .iter()
+        .map(|handle| {
+            let mut output = None;
+            while let Some(event) = handle.try_recv() {
+                if let Event::Finished(done) = event {
+                    output = Some(done.output);
+                }
+            }
+            output.expect("the request finished")
+        })
+        .collect()
+}
+
+/// forward_ref.py's greedy continuation: each step's token and the gap
+/// between the top two logits there.
+pub fn read_greedy(path: &Path) -> Vec<(u32, f32)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|line| {
+            let (token, gap) = line.split_once(' ').expect("token gap");
+            (token.parse().unwrap(), gap.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Checks `ours` against the reference's greedy tokens: equal up to the
+/// first difference, which must come after a near tie (top-2 gap below
+/// `near_tie`); the comparison stops there. Returns the tokens that agree.
+pub fn agree_until_a_near_tie(
+    label: &str,
+    ours: &[u32],
+    reference: &[(u32, f32)],
+    near_tie: f32,
+) -> usize {
+    assert_eq!(ours.len(), reference.len(), "{label}");
+    for (step, (&token, &(want, gap))) in ours.iter().zip(reference).enumerate() {
+        if token != want {
+            assert!(
+                gap < near_tie,
+                "{label} step {step}: {token} where the reference has {want} (top-2 gap {gap})"
+            );
+            println!(
+                "{label}: near tie at step {step} (reference top-2 gap {gap:.4}): ours {token}, reference {want}; comparison stops there"
+            );
+            return step;
+        }
+    }
+    ours.len()
 }

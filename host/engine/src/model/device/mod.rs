@@ -115,13 +115,8 @@ fn device_step(
         None => &mut scratch,
     };
     backend.run_step_on(weights, store, &step, logits, picked)?;
-    // The logits' soft cap (Gemma 2) is applied to what comes back: it
-    // keeps their order, so the device's argmax needs none.
-    let cap = model.program().head_softcap;
-    if cap > 0.0 && !step.read.is_empty() {
-        for v in logits.iter_mut() {
-            *v = cap * (*v / cap).tanh();
-        }
+    if !step.read.is_empty() {
+        model.program().cap_logits(logits);
     }
     Ok(true)
 }
