@@ -13,7 +13,8 @@
 // The row's partial sums are added by subgroupAdd in the SUBGROUP variant
 // (one subgroup per row, no barrier), else 4 rows of 16 invocations each
 // meet in shared memory behind one barrier. The block type is a define
-// (blocks.glsl).
+// (blocks.glsl). ACCUMULATE (aux0 bit 0) adds the product to what the
+// output held (the residual connection, fused).
 #ifdef SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -57,6 +58,7 @@ void main() {
     uint slots = SLOTS;
 #endif
     uint blocks = p.cols / BLOCK_ELEMS;
+    bool accumulate = (p.aux0 & 1u) != 0u;
     uint items = p.cols / CHUNK;
     uint per_block = BLOCK_ELEMS / CHUNK;
     // Every invocation runs the same iterations (the checks and barriers
@@ -110,7 +112,8 @@ void main() {
                 if (b < nb) {
                     float s = subgroupAdd(acc[b]);
                     if (live && lane == 0u) {
-                        act[p.y_offset + (b0 + b) * p.y_stride + row] = s;
+                        uint y = p.y_offset + (b0 + b) * p.y_stride + row;
+                        act[y] = accumulate ? act[y] + s : s;
                     }
                 }
             }
@@ -125,7 +128,8 @@ void main() {
                 for (uint i = 0u; i < LANES; i++) {
                     s += partial[lane][slot * LANES + i];
                 }
-                act[p.y_offset + (b0 + lane) * p.y_stride + row] = s;
+                uint y = p.y_offset + (b0 + lane) * p.y_stride + row;
+                act[y] = accumulate ? act[y] + s : s;
             }
             barrier();
 #endif

@@ -67,6 +67,8 @@ void main() {
     uint rg = tid / (TB / BJ);   // output rows rg + 8 i
     uint bg = tid % (TB / BJ);   // activation rows bg + 8 j
     uint blocks = p.cols / BLOCK_ELEMS;
+    // ACCUMULATE (aux0 bit 0): add the product to what the output held.
+    bool accumulate = (p.aux0 & 1u) != 0u;
     uint row_tiles = (p.rows + TR - 1u) / TR;
     uint tiles = row_tiles * ((p.batch + TB - 1u) / TB);
     for (uint tile = gl_WorkGroupID.x; tile < tiles; tile += gl_NumWorkGroups.x) {
@@ -179,7 +181,8 @@ void main() {
             uint r = i % TR;
             uint b = i / TR;
             if (r < nr && b < nb) {
-                act[p.y_offset + (b0 + b) * p.y_stride + r0 + r] = cs[i];
+                uint y = p.y_offset + (b0 + b) * p.y_stride + r0 + r;
+                act[y] = accumulate ? act[y] + cs[i] : cs[i];
             }
         }
         barrier();
@@ -189,7 +192,8 @@ void main() {
             for (uint j = 0u; j < BJ; j++) {
                 uint b = bg + (TB / BJ) * j;
                 if (r < nr && b < nb) {
-                    act[p.y_offset + (b0 + b) * p.y_stride + r0 + r] = acc[i][j];
+                    uint y = p.y_offset + (b0 + b) * p.y_stride + r0 + r;
+                    act[y] = accumulate ? act[y] + acc[i][j] : acc[i][j];
                 }
             }
         }

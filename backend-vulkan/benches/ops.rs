@@ -118,14 +118,37 @@ fn main() {
         }
     };
     let cpu_device = backend.info().kind == DeviceKind::Cpu;
-    println!("device: {}", backend.info().name);
+    println!("device: {}", backend.info());
     let mut rng = Rng::new(0x0B5E_4C11);
     check(&mut backend, &mut rng);
 
     let copy = backend
         .copy_bandwidth(if cpu_device { 256 << 20 } else { 2 << 30 }, 5)
         .expect("copy bandwidth");
-    println!("copy bandwidth: {:.1} GB/s (read + write)", copy / 1e9);
+    println!(
+        "copy bandwidth: {:.1} GB/s (read + write, vkCmdCopyBuffer)",
+        copy / 1e9
+    );
+    let (kernel_copy, kernel_read) = backend
+        .kernel_bandwidth(if cpu_device { 64 << 20 } else { 1 << 30 }, 5)
+        .expect("kernel bandwidth");
+    println!(
+        "kernel bandwidth: copy {:.1} GB/s (read + write), read {:.1} GB/s",
+        kernel_copy / 1e9,
+        kernel_read / 1e9
+    );
+    // Decode figures are shares of the better copy.
+    let copy = copy.max(kernel_copy);
+    // The plain decode product beside the GPU one, where they differ.
+    let mut plain = (backend.info().matvec_batch > 0)
+        .then(|| {
+            VulkanBackend::new(&VulkanOptions {
+                matvec_batch: Some(0),
+                ..options.clone()
+            })
+            .ok()
+        })
+        .flatten();
 
     let (hidden, kv, ffn, shape) = if cpu_device {
         (
@@ -150,8 +173,8 @@ fn main() {
     ];
     println!("\n{shape} layer: 7 products in one submission, device time (median of {timed})");
     println!(
-        "{:<6} {:>5} {:>10} {:>12} {:>10} {:>8}",
-        "type", "batch", "MiB", "µs/layer", "GB/s", "of copy"
+        "{:<6} {:<8} {:>5} {:>10} {:>12} {:>10} {:>8}",
+        "type", "kernels", "batch", "MiB", "µs/layer", "GB/s", "of copy"
     );
     for kind in KINDS {
         let mut weights = Vec::new();
@@ -161,40 +184,48 @@ fn main() {
             weights.extend(random_weights(&mut rng, kind, rows, cols));
             weights.resize(weights.len().next_multiple_of(256), 0);
         }
-        let resident = match backend.upload_weights(&weights) {
-            Ok(r) => r,
-            Err(e) => {
-                println!("{:<6} skipped: {e}", kind.name());
-                continue;
-            }
-        };
-        for batch in [1usize, 16] {
-            let Some(ns) = layer_nanos(
-                &mut backend,
-                &resident,
-                kind,
-                &mats,
-                &offsets,
-                batch,
-                &mut rng,
-                (warm, timed),
-            ) else {
-                println!("{:<6} no timestamps on this device", kind.name());
-                continue;
+        let mut runs: Vec<(&str, &mut VulkanBackend)> = vec![("default", &mut backend)];
+        if let Some(plain) = plain.as_mut() {
+            runs.push(("plain", plain));
+        }
+        for (label, backend) in runs {
+            let resident = match backend.upload_weights(&weights) {
+                Ok(r) => r,
+                Err(e) => {
+                    println!("{:<6} skipped: {e}", kind.name());
+                    continue;
+                }
             };
-            let bytes = weights.len() as f64;
-            let rate = bytes / (ns * 1e-9);
-            println!(
-                "{:<6} {:>5} {:>10.1} {:>12.1} {:>10.1} {:>7.0}%",
-                kind.name(),
-                batch,
-                bytes / (1u64 << 20) as f64,
-                ns / 1e3,
-                rate / 1e9,
-                100.0 * rate / copy
-            );
+            for batch in [1usize, 16, 32] {
+                let Some(ns) = layer_nanos(
+                    backend,
+                    &resident,
+                    kind,
+                    &mats,
+                    &offsets,
+                    batch,
+                    &mut rng,
+                    (warm, timed),
+                ) else {
+                    println!("{:<6} no timestamps on this device", kind.name());
+                    continue;
+                };
+                let bytes = weights.len() as f64;
+                let rate = bytes / (ns * 1e-9);
+                println!(
+                    "{:<6} {:<8} {:>5} {:>10.1} {:>12.1} {:>10.1} {:>7.0}%",
+                    kind.name(),
+                    label,
+                    batch,
+                    bytes / (1u64 << 20) as f64,
+                    ns / 1e3,
+                    rate / 1e9,
+                    100.0 * rate / copy
+                );
+            }
         }
     }
+    drop(plain);
     prefill(backend, options, &mats, cpu_device, (warm, timed), &mut rng);
 }
 
@@ -226,16 +257,25 @@ fn layer_nanos(
             x_stride: width as u32,
             y: (batch * width) as u32,
             y_stride: width as u32,
+            accumulate: false,
         })
         .collect();
-    let mut times = Vec::new();
-    for i in 0..warm + timed {
+    // At least `warm` programs and a fifth of a second first, so a GPU
+    // has raised its clocks.
+    let started = std::time::Instant::now();
+    let mut warmed = 0;
+    while warmed < warm || started.elapsed().as_secs_f64() < 0.2 {
         backend
             .run_ops_on(resident, &mut act, &mut [], &ops)
             .expect("layer program runs");
-        if i >= warm {
-            times.extend(backend.last_program_nanos());
-        }
+        warmed += 1;
+    }
+    let mut times = Vec::new();
+    for _ in 0..timed {
+        backend
+            .run_ops_on(resident, &mut act, &mut [], &ops)
+            .expect("layer program runs");
+        times.extend(backend.last_program_nanos());
     }
     (!times.is_empty()).then(|| median(times))
 }

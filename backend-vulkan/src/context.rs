@@ -31,6 +31,18 @@ pub const FLOAT16_ENV: &str = "PAGODA_VULKAN_F16";
 /// The environment variable that turns the cooperative-matrix prefill
 /// product off (`0`) where the device has `VK_KHR_cooperative_matrix`.
 pub const COOPMAT_ENV: &str = "PAGODA_VULKAN_COOPMAT";
+/// The environment variable that sets the largest batch the GPU decode
+/// product (`shaders/matvec.comp`) takes; `0` turns it off.
+pub const MATVEC_ENV: &str = "PAGODA_VULKAN_MATVEC";
+
+/// The environment variable that picks the GPU decode product with one
+/// row per subgroup (`0`) over the one that shares activations among rows.
+pub const MATVEC_ROWS_ENV: &str = "PAGODA_VULKAN_MATVEC_ROWS";
+
+/// The largest batch the GPU decode product takes by default: it reads the
+/// weights once per 8 activation rows, which at 16 rows still beats
+/// staging tiles for the prefill kernels.
+const MATVEC_MAX_BATCH: u32 = 16;
 
 /// Invocations per workgroup of the cooperative-matrix product, and its
 /// tile: output rows × activation rows × columns staged at a time (`GROUP`,
@@ -75,6 +87,16 @@ pub struct VulkanOptions {
     /// (`None`: yes, unless [`COOPMAT_ENV`] is `0`). It multiplies in f16:
     /// weights and activations rounded to f16, sums in f32.
     pub coopmat: Option<bool>,
+    /// The largest batch of activation rows the GPU decode product
+    /// (`shaders/matvec.comp`, quantized weights, devices with subgroup
+    /// arithmetic) takes; `Some(0)` never. `None` reads [`MATVEC_ENV`],
+    /// else 16.
+    pub matvec_batch: Option<u32>,
+    /// Take the GPU decode product that shares each activation load among
+    /// several rows (`shaders/matvec_rows.comp`) rather than the one with a
+    /// row per subgroup (`shaders/matvec.comp`). `None` reads
+    /// [`MATVEC_ROWS_ENV`], else yes.
+    pub matvec_rows: Option<bool>,
 }
 
 impl VulkanOptions {
@@ -216,6 +238,10 @@ pub struct DeviceInfo {
     pub cooperative_matrix: Option<CoopMatrixShape>,
     /// Whether prefill products use it.
     pub use_coopmat: bool,
+    /// The largest batch the GPU decode product takes (0: not in use).
+    pub matvec_batch: u32,
+    /// Whether it is the variant that shares activations among rows.
+    pub matvec_rows: bool,
 }
 
 impl fmt::Display for DeviceInfo {
@@ -225,7 +251,7 @@ impl fmt::Display for DeviceInfo {
             "{} ({:?}, Vulkan {}): storage buffer range {} MiB, shared memory {} KiB, subgroup {}, \
              subgroup arithmetic {}, timestamps {}, shaderFloat16 {}, 16-bit storage {}, \
              cooperative matrix {}; kernels: subgroups {}, f16 arithmetic {}, cooperative matrix {}, \
-             bounds checks {}; validation {}",
+             GPU decode product to batch {} (rows shared {}), bounds checks {}; validation {}",
             self.name,
             self.kind,
             self.api_version,
@@ -241,6 +267,8 @@ impl fmt::Display for DeviceInfo {
             self.use_subgroups,
             self.use_float16,
             self.use_coopmat,
+            self.matvec_batch,
+            self.matvec_rows,
             self.bounds_checks,
             self.validation,
         )
@@ -402,6 +430,17 @@ impl Context {
         info.use_float16 = info.shader_float16 && wanted(options.float16, FLOAT16_ENV);
         info.use_coopmat =
             info.cooperative_matrix.is_some() && wanted(options.coopmat, COOPMAT_ENV);
+        info.matvec_batch = match info.use_subgroups {
+            false => 0,
+            true => options.matvec_batch.unwrap_or_else(|| {
+                std::env::var(MATVEC_ENV)
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(MATVEC_MAX_BATCH)
+            }),
+        };
+        // Its shared sums hold 32 subgroups of a 128-invocation workgroup.
+        info.matvec_rows = info.subgroup_size >= 4 && wanted(options.matvec_rows, MATVEC_ROWS_ENV);
 
         let features = vk::PhysicalDeviceFeatures::default()
             .shader_storage_buffer_array_dynamic_indexing(true);
@@ -619,6 +658,8 @@ fn choose_device(
         use_float16: false,
         cooperative_matrix: cooperative_matrix.filter(|_| f16.0),
         use_coopmat: false,
+        matvec_batch: 0,
+        matvec_rows: false,
     };
     Ok((physical, family, info))
 }

@@ -80,7 +80,7 @@ use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot, PAGE_SIZE};
 pub use commands::KernelTime;
 pub use context::{
     CoopMatrixShape, DeviceInfo, DeviceKind, VulkanOptions, COOPMAT_ENV, DEVICE_ENV, FLOAT16_ENV,
-    SUBGROUPS_ENV, VALIDATION_ENV,
+    MATVEC_ENV, MATVEC_ROWS_ENV, SUBGROUPS_ENV, VALIDATION_ENV,
 };
 pub use error::VulkanError;
 pub use kernels::{Kernel, KV_CHUNKS};
@@ -213,14 +213,19 @@ impl VulkanBackend {
 
     /// The device's copy bandwidth in bytes read + written per second: the
     /// best of `repeats` `vkCmdCopyBuffer`s of `bytes / 2` between two
-    /// device-local buffers, timed with GPU timestamps. The baseline the
-    /// benchmarks compare kernel bandwidth against.
+    /// device-local buffers, timed with GPU timestamps, after half a second
+    /// of copies (GPUs raise their clocks under load).
     pub fn copy_bandwidth(&mut self, bytes: u64, repeats: u32) -> Result<f64, VulkanError> {
         let half = (bytes / 2)
             .min(self.ctx.info.max_allocation_bytes)
             .max(1 << 20);
         let src = Buffer::new(&self.ctx, "copy source", half, MemoryLocation::GpuOnly)?;
         let dst = Buffer::new(&self.ctx, "copy destination", half, MemoryLocation::GpuOnly)?;
+        // Half a second of copies first: GPUs raise their clocks under load.
+        let started = std::time::Instant::now();
+        while started.elapsed().as_secs_f64() < 0.5 {
+            self.commands.time_copy(src.handle, dst.handle, half)?;
+        }
         let mut best = f64::INFINITY;
         for _ in 0..repeats.max(1) {
             best = best.min(self.commands.time_copy(src.handle, dst.handle, half)?);

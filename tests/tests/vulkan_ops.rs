@@ -130,6 +130,8 @@ fn product_shapes(kind: QuantKind, prefill: bool) -> Vec<(usize, usize, usize)> 
             (7, 2 * k, 3),
             (65, 3 * k, 8),
             (64, if k == 32 { 576 } else { 6 * k }, 8),
+            // Two passes of the GPU decode product.
+            (33, 2 * k, 16),
         ]
     };
     if kind.block_elems() == 1 {
@@ -149,15 +151,17 @@ const COOPMAT_TOLERANCE: f64 = 2e-3;
 /// output with the f64 sum of the dequantized products; returns the worst
 /// error relative to Σ|w·x|.
 fn check_products(backend: &mut VulkanBackend, rng: &mut Rng, prefill: bool) -> f64 {
-    let tolerance = if prefill && backend.info().use_coopmat {
-        COOPMAT_TOLERANCE
-    } else {
-        1e-5
-    };
     let mut worst = 0.0f64;
     for kind in KINDS {
         assert!(matmul_kernel(kind).is_some());
         for (rows, cols, batch) in product_shapes(kind, prefill) {
+            let info = backend.info();
+            let vector = batch as u32 <= info.matvec_batch && kind.block_elems() > 1;
+            let tolerance = if batch > 8 && info.use_coopmat && !vector {
+                COOPMAT_TOLERANCE
+            } else {
+                1e-5
+            };
             let weights = random_weights(rng, kind, rows, cols);
             let x: Vec<f32> = (0..batch * cols).map(|_| rng.value()).collect();
             let got = backend
@@ -197,20 +201,97 @@ fn check_products(backend: &mut VulkanBackend, rng: &mut Rng, prefill: bool) -> 
 
 #[test]
 fn decode_products_match_a_plain_reference_for_every_block_type() {
-    // Both reductions: by subgroup add where the device has it, and in
-    // shared memory.
+    // Every decode kernel: both GPU products (rows sharing activations,
+    // matvec_rows.comp; a row per subgroup, matvec.comp) where the device
+    // has subgroups, the plain product reduced by subgroup add, and
+    // reduced in shared memory.
     let mut rng = Rng::new(0x5EED_0A75);
-    for subgroups in [true, false] {
+    let configs = [
+        (true, None, true),
+        (true, None, false),
+        (true, Some(0), false),
+        (false, Some(0), false),
+    ];
+    for (subgroups, matvec, rows) in configs {
         let options = VulkanOptions {
             subgroups: Some(subgroups),
+            matvec_batch: matvec,
+            matvec_rows: Some(rows),
             ..VulkanOptions::from_env()
         };
         let Some(mut backend) = open_with(options) else {
             return;
         };
-        let used = backend.info().use_subgroups;
+        let info = backend.info();
+        let (used, vector, rows) = (info.use_subgroups, info.matvec_batch, info.matvec_rows);
         let worst = check_products(&mut backend, &mut rng, false);
-        eprintln!("worst decode product error (subgroups {used}): {worst:.2e} of Σ|w·x|");
+        eprintln!(
+            "worst decode product error (subgroups {used}, GPU product to batch {vector}, rows shared {rows}): {worst:.2e} of Σ|w·x|"
+        );
+        assert_clean(&backend);
+    }
+}
+
+#[test]
+fn a_product_added_to_its_output_is_the_residual_sum() {
+    // `accumulate` through each product kernel: both GPU decode products,
+    // the plain one, and the tiled one (batch 20 without the GPU product).
+    let mut rng = Rng::new(0xACC0_0001);
+    let configs = [
+        (None, true, 3usize),
+        (None, false, 3),
+        (Some(0), false, 3),
+        (Some(0), false, 20),
+    ];
+    for (matvec, rows, batch) in configs {
+        let options = VulkanOptions {
+            matvec_batch: matvec,
+            matvec_rows: Some(rows),
+            coopmat: Some(false),
+            ..VulkanOptions::from_env()
+        };
+        let Some(mut backend) = open_with(options) else {
+            return;
+        };
+        for kind in [QuantKind::Q4_0, QuantKind::Q6_K] {
+            let (rows, cols) = (37, 2 * kind.block_elems().max(32));
+            let weights = random_weights(&mut rng, kind, rows, cols);
+            let w = dequantized(kind, &weights, rows, cols);
+            let mut act: Vec<f32> = (0..batch * (cols + rows)).map(|_| rng.value()).collect();
+            let before = act.clone();
+            let op = Op::Matmul {
+                kind,
+                weights: 0,
+                rows: rows as u32,
+                cols: cols as u32,
+                batch: batch as u32,
+                x: 0,
+                x_stride: cols as u32,
+                y: (batch * cols) as u32,
+                y_stride: rows as u32,
+                accumulate: true,
+            };
+            backend.run_ops(&weights, &mut act, &mut [], &[op]).unwrap();
+            for b in 0..batch {
+                for r in 0..rows {
+                    let at = batch * cols + b * rows + r;
+                    let xs = &before[b * cols..][..cols];
+                    let sum: f64 = w[r * cols..][..cols]
+                        .iter()
+                        .zip(xs)
+                        .map(|(&a, &c)| f64::from(a) * f64::from(c))
+                        .sum();
+                    let want = f64::from(before[at]) + sum;
+                    let err = (f64::from(act[at]) - want).abs();
+                    assert!(
+                        err <= 1e-5 * (1.0 + want.abs()),
+                        "{} batch {batch}: row {r} of input {b}: got {}, want {want}",
+                        kind.name(),
+                        act[at]
+                    );
+                }
+            }
+        }
         assert_clean(&backend);
     }
 }
@@ -485,6 +566,7 @@ fn resident_weights_serve_many_programs() {
             x_stride: cols as u32,
             y: cols as u32,
             y_stride: rows as u32,
+            accumulate: false,
         };
         let x = act[..cols].to_vec();
         backend

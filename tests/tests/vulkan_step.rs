@@ -221,6 +221,7 @@ impl Layout {
                 x_stride: cols,
                 y,
                 y_stride,
+                accumulate: false,
             })
         };
         let rope = |heads, x, x_stride| {

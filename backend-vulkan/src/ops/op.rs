@@ -4,7 +4,8 @@
 use pagoda_core::QuantKind;
 
 use super::pipelines::{
-    matmul_kernels, OpParams, DECODE_MAX_BATCH, DECODE_ROWS, TILE_BATCH, TILE_ROWS,
+    matmul_kernels, OpParams, DECODE_MAX_BATCH, DECODE_ROWS, TILE_BATCH, TILE_ROWS, VECTOR_GROUP,
+    VECTOR_ROWS,
 };
 use crate::kernels::Kernel;
 use crate::VulkanError;
@@ -14,6 +15,19 @@ const MAX_GROUPS: u32 = 65_535;
 
 /// Invocations per workgroup of the element-wise kernels.
 const GROUP: u32 = 64;
+
+/// What the device offers the planner: the subgroup width where the
+/// subgroup kernel variants are in use, whether prefill products take the
+/// cooperative-matrix kernel, and the largest batch the GPU decode product
+/// (`matvec.comp`) takes (0: never).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KernelChoice {
+    pub subgroup: Option<u32>,
+    pub coopmat: bool,
+    pub vector_batch: u32,
+    /// Take the GPU decode product that shares activations among rows.
+    pub vector_rows: bool,
+}
 
 /// The activation of a gated linear unit's gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,8 +44,9 @@ pub enum GluActivation {
 /// strides between batch rows; `tokens`, `positions`, `out` index meta.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Op {
-    /// `y[b][r] = Σ_c W[r][c] · x[b][c]`, `W` as `rows` rows of `cols`
-    /// elements in `kind` blocks from byte `weights`.
+    /// `y[b][r] = Σ_c W[r][c] · x[b][c]` (or `+=`, with `accumulate`),
+    /// `W` as `rows` rows of `cols` elements in `kind` blocks from byte
+    /// `weights`.
     Matmul {
         /// Block type of the matrix.
         kind: QuantKind,
@@ -51,6 +66,9 @@ pub enum Op {
         y: u32,
         /// Elements between output rows.
         y_stride: u32,
+        /// Add the product to what `y` holds (a residual connection fused
+        /// into the product) instead of overwriting it.
+        accumulate: bool,
     },
     /// `y[b] = row meta[tokens + b]` of the `rows` × `cols` matrix in `kind`
     /// blocks, dequantized, times `scale`.
@@ -214,19 +232,19 @@ pub(super) fn matrix_bytes(
 impl Op {
     /// Checks the op's ranges against the buffers' sizes (weight bytes,
     /// activation elements, meta words) and the meta values it reads as
-    /// uploaded; returns the kernel, its push constants and workgroups.
-    /// `subgroup` is the device's subgroup width where the subgroup kernel
-    /// variants are in use; `coopmat` whether prefill products take the
-    /// cooperative-matrix kernel.
+    /// uploaded; returns the kernel, its push constants and workgroups,
+    /// picked from what `choice` says the device offers.
     pub(super) fn plan(
         &self,
         index: usize,
         weights: u64,
         act: u64,
         meta: &[u32],
-        subgroup: Option<u32>,
-        coopmat: bool,
+        choice: KernelChoice,
     ) -> Result<(Kernel, OpParams, u32), VulkanError> {
+        let KernelChoice {
+            subgroup, coopmat, ..
+        } = choice;
         let base = OpParams {
             w_words: (weights / 4) as u32,
             act_words: act as u32,
@@ -251,6 +269,7 @@ impl Op {
                 x_stride,
                 y,
                 y_stride,
+                accumulate,
             } => {
                 let kernels = matmul_kernels(kind).ok_or_else(|| {
                     VulkanError::Unsupported(format!(
@@ -272,11 +291,29 @@ impl Op {
                     x_stride,
                     y_offset: y,
                     y_stride,
+                    aux0: u32::from(accumulate),
                     ..base
                 };
+                // The GPU decode product reads 16-byte weight words and
+                // vec4 activations: it needs them aligned.
+                let vector = kernels.vector.filter(|_| {
+                    subgroup.is_some()
+                        && batch <= choice.vector_batch
+                        && w % 16 == 0
+                        && x % 4 == 0
+                        && x_stride % 4 == 0
+                });
                 // Kernels loop over what the workgroups do not cover, so
                 // the counts only need to be right for speed.
-                let (kernel, groups) = if batch > DECODE_MAX_BATCH {
+                let rows_variant = kernels
+                    .vector_rows
+                    .filter(|_| vector.is_some() && choice.vector_rows);
+                let (kernel, groups) = if let Some(kernel) = rows_variant {
+                    (kernel, u64::from(rows.div_ceil(VECTOR_ROWS)))
+                } else if let (Some(vector), Some(width)) = (vector, subgroup) {
+                    let per_group = (VECTOR_GROUP / width.clamp(1, VECTOR_GROUP)).max(1);
+                    (vector, u64::from(rows.div_ceil(per_group)))
+                } else if batch > DECODE_MAX_BATCH {
                     // Both prefill kernels work on the same tiles.
                     let tiles =
                         u64::from(rows.div_ceil(TILE_ROWS)) * u64::from(batch.div_ceil(TILE_BATCH));
@@ -560,10 +597,15 @@ mod tests {
             x_stride: 64,
             y: 0,
             y_stride: rows,
+            accumulate: false,
         };
-        let (kernel, _, groups) = op
-            .plan(0, 1 << 40, 1 << 32, &[], subgroup, coopmat)
-            .unwrap();
+        let choice = KernelChoice {
+            subgroup,
+            coopmat,
+            vector_batch: 0,
+            vector_rows: false,
+        };
+        let (kernel, _, groups) = op.plan(0, 1 << 40, 1 << 32, &[], choice).unwrap();
         (kernel, groups)
     }
 

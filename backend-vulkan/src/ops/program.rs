@@ -5,8 +5,9 @@ use ash::vk;
 use gpu_allocator::MemoryLocation;
 use pagoda_core::QuantKind;
 
-use super::op::{matrix_bytes, shape, Op};
-use super::pipelines::OpPipelines;
+use super::op::{matrix_bytes, shape, KernelChoice, Op};
+use super::pipelines::{OpParams, OpPipelines};
+use crate::kernels::Kernel;
 use crate::memory::Buffer;
 use crate::{VulkanBackend, VulkanError};
 
@@ -37,7 +38,9 @@ impl VulkanBackend {
     /// programs read with [`run_ops_on`](Self::run_ops_on).
     pub fn upload_weights(&mut self, bytes: &[u8]) -> Result<VulkanWeights, VulkanError> {
         let limit = self.ctx.info.max_storage_buffer_range;
-        let padded = (bytes.len() as u64).next_multiple_of(4).max(4);
+        // 16 bytes past the end: the GPU decode product reads whole words
+        // around blocks that are not word-aligned.
+        let padded = (bytes.len() as u64).next_multiple_of(16) + 16;
         if padded > limit {
             return Err(VulkanError::Unsupported(format!(
                 "{padded} bytes of weights are more than one binding covers ({limit})"
@@ -62,6 +65,101 @@ impl VulkanBackend {
             buffer,
             bytes: bytes.len() as u64,
         })
+    }
+
+    /// The bandwidth a kernel reaches on this device, in bytes per second:
+    /// `(copy, read)`, copying `bytes` of random words between two
+    /// device-local buffers (bytes read + written) and only reading them
+    /// (`shaders/stream.comp`); the best of `repeats` each, after half a
+    /// second of copies (GPUs raise their clocks under load). The baseline
+    /// decode figures are compared with: a kernel's reads, where
+    /// `vkCmdCopyBuffer` may take a copy engine slower than the shader
+    /// cores (see [`copy_bandwidth`](Self::copy_bandwidth)).
+    pub fn kernel_bandwidth(
+        &mut self,
+        bytes: u64,
+        repeats: u32,
+    ) -> Result<(f64, f64), VulkanError> {
+        let limit = self.ctx.info.max_storage_buffer_range;
+        let bytes = (bytes.min(limit - 4096) / 16 * 16).max(16);
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let random: Vec<u8> = (0..bytes / 8)
+            .flat_map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state.to_le_bytes()
+            })
+            .collect();
+        let weights = self.upload_weights(&random)?;
+        drop(random);
+        let sink = Buffer::new(
+            &self.ctx,
+            "stream sink",
+            bytes + 4096,
+            MemoryLocation::GpuOnly,
+        )?;
+        if self.ops.is_none() {
+            self.ops = Some(OpPipelines::new(&self.ctx, self.ctx.info.bounds_checks)?);
+        }
+        let pipelines = self
+            .ops
+            .as_ref()
+            .ok_or_else(|| VulkanError::Unsupported("no op pipelines".into()))?;
+        pipelines.bind([
+            weights.buffer.handle,
+            sink.handle,
+            self.io.faults.handle,
+            self.io.faults.handle,
+        ]);
+        let Some(queries) = self.commands.query_pool() else {
+            return Err(VulkanError::Unsupported("no GPU timestamps".into()));
+        };
+        let words = (bytes / 16) as u32;
+        let groups = (words / 1024).clamp(1, 65_535);
+        let mut best = [f64::INFINITY; 2];
+        let started = std::time::Instant::now();
+        let mut runs = 0;
+        let mut warm = true;
+        while warm || runs < 2 * repeats.max(1) {
+            if warm && started.elapsed().as_secs_f64() >= 0.5 {
+                warm = false;
+                runs = 0;
+            }
+            let copy = runs % 2 == 0;
+            let params = OpParams {
+                rows: words,
+                w_words: (weights.buffer.bytes / 4) as u32,
+                act_words: ((bytes + 4096) / 4) as u32,
+                aux1: u32::from(copy),
+                ..OpParams::default()
+            };
+            self.commands.submit_and_wait(|device, cmd| {
+                let stage = vk::PipelineStageFlags::COMPUTE_SHADER;
+                // SAFETY: `cmd` is recording; the buffers bound stay alive
+                // until the wait that follows.
+                unsafe {
+                    device.cmd_reset_query_pool(cmd, queries, 0, 2);
+                    device.cmd_write_timestamp(cmd, stage, queries, 0);
+                    pipelines.record(cmd, Kernel::Stream, &params, groups);
+                    device.cmd_write_timestamp(cmd, stage, queries, 1);
+                }
+            })?;
+            let ns = self.commands.read_timestamps(1)?[0];
+            if !warm {
+                let i = usize::from(!copy);
+                best[i] = best[i].min(ns);
+            }
+            runs += 1;
+        }
+        let fault = u32::from_le_bytes(self.io.faults.mapped()?[..4].try_into().unwrap_or([0; 4]));
+        if fault != 0 {
+            return Err(VulkanError::ShaderFault(fault));
+        }
+        Ok((
+            2.0 * bytes as f64 / (best[0] * 1e-9),
+            bytes as f64 / (best[1] * 1e-9),
+        ))
     }
 
     /// After a program's submission: a fault a bounds-checking kernel
@@ -91,11 +189,17 @@ impl VulkanBackend {
         self.program_nanos
     }
 
-    /// The subgroup width the op planner shapes the decode product for,
-    /// where the subgroup kernel variants are in use.
-    pub(super) fn subgroup_width(&self) -> Option<u32> {
+    /// What the op planner may pick from on this device: the subgroup
+    /// width where the subgroup variants are in use, cooperative matrices,
+    /// the GPU decode product's largest batch.
+    pub(super) fn kernel_choice(&self) -> KernelChoice {
         let info = &self.ctx.info;
-        info.use_subgroups.then_some(info.subgroup_size)
+        KernelChoice {
+            subgroup: info.use_subgroups.then_some(info.subgroup_size),
+            coopmat: info.use_coopmat,
+            vector_batch: info.matvec_batch,
+            vector_rows: info.matvec_rows,
+        }
     }
 
     /// Kernel dispatches the last program recorded (ops, and for a step
@@ -133,14 +237,7 @@ impl VulkanBackend {
         }
         let mut planned = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
-            planned.push(op.plan(
-                i,
-                weights.buffer.bytes,
-                act_len,
-                meta,
-                self.subgroup_width(),
-                self.ctx.info.use_coopmat,
-            )?);
+            planned.push(op.plan(i, weights.buffer.bytes, act_len, meta, self.kernel_choice())?);
         }
         let limit = self.ctx.info.max_storage_buffer_range;
         let act_bytes = (4 * act_len).max(4);
@@ -314,6 +411,7 @@ impl VulkanBackend {
             x_stride: cols as u32,
             y: (batch * cols) as u32,
             y_stride: rows as u32,
+            accumulate: false,
         };
         self.run_ops(weights, &mut act, &mut [], &[op])?;
         Ok(act.split_off(batch * cols))

@@ -198,14 +198,8 @@ impl VulkanBackend {
         for (i, op) in program.ops.iter().enumerate() {
             planned.push(match *op {
                 StepOp::Op(op) => {
-                    let (kernel, params, groups) = op.plan(
-                        i,
-                        weights.buffer.bytes,
-                        act_len,
-                        meta,
-                        self.subgroup_width(),
-                        self.ctx.info.use_coopmat,
-                    )?;
+                    let (kernel, params, groups) =
+                        op.plan(i, weights.buffer.bytes, act_len, meta, self.kernel_choice())?;
                     Planned::Op(kernel, params, groups)
                 }
                 StepOp::Scatter { layer, kv } => {

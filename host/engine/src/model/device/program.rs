@@ -116,6 +116,7 @@ fn matmul(m: &Placed, batch: u32, x: u32, y: u32, y_stride: u32) -> StepOp {
         x_stride: m.cols,
         y,
         y_stride,
+        accumulate: false,
     })
 }
 

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The Vulkan backend on a real GPU, in one sitting: correctness (the Vulkan
+# test suites under the validation layer, cooperative matrices on and off),
+# then figures (the ops bench, `pagoda bench --backend vulkan --suite speed`
+# on synthetic files, and llama.cpp's Vulkan `llama-bench` on the same files
+# where a build of it is at hand). Made for a machine lent for minutes:
+# everything is built elsewhere and carried in one folder.
+#
+#   scripts/vulkan-gpu.sh DIR [STAGE...]
+#
+# DIR holds the prebuilt programs: `pagoda`, the test binaries
+# (`test-vulkan`, `test-vulkan_ops`, `test-vulkan_step`,
+# `test-engine-vulkan_step`), the bench binaries (`bench-ops`), and
+# optionally `llama-vulkan.tar.xz` (llama.cpp's `llama-bench` with
+# GGML_VULKAN), `vl/*.deb` (a Khronos validation layer to unpack) and
+# `gl/*.deb` (a Vulkan loader to unpack into /, for a bare image).
+# STAGEs: setup, tests, ops, speed, speed8b, llama (default: all, in that
+# order). Logs go to $OUT (default ./gpu-out); each stage prints its time.
+set -uo pipefail
+dir="$(cd "$1" && pwd)"
+shift
+stages=("$@")
+((${#stages[@]})) || stages=(setup tests ops speed speed8b llama)
+out="${OUT:-$PWD/gpu-out}"
+mkdir -p "$out"
+work="${PAGODA_GPU_WORK:-/tmp/pagoda-gpu}"
+mkdir -p "$work"
+log() { printf '\n== %s (%s s)\n' "$*" "$SECONDS"; }
+
+setup() {
+    if ! ldconfig -p | grep -q libvulkan.so.1 && compgen -G "$dir/gl/*.deb" >/dev/null; then
+        for f in "$dir"/gl/*.deb; do dpkg -x "$f" /; done
+        ldconfig
+    fi
+    if [[ ! -e /usr/share/vulkan/icd.d/nvidia_icd.json && -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]]; then
+        export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+    fi
+    # The newest validation layer that loads here (a newer one knows the
+    # newer extensions the device offers).
+    for deb in $(ls -r "$dir"/vl/*.deb 2>/dev/null); do
+        local root="$work/vl-$(basename "$deb" .deb)"
+        dpkg -x "$deb" "$root"
+        if LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu" ldd "$root"/usr/lib/x86_64-linux-gnu/libVkLayer_khronos_validation.so 2>&1 | grep -q 'not found'; then
+            continue
+        fi
+        export VK_LAYER_PATH="$root/usr/share/vulkan/explicit_layer.d"
+        export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        echo "validation layer: $deb"
+        break
+    done
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>/dev/null
+    lscpu | grep -m1 'Model name'
+}
+
+# Each test binary with cooperative matrices (where the device has them),
+# then without.
+tests() {
+    local t
+    for t in test-vulkan test-vulkan_ops test-vulkan_step test-engine-vulkan_step; do
+        [[ -x "$dir/$t" ]] || { echo "no $t"; continue; }
+        for coop in 1 0; do
+            log "$t (PAGODA_VULKAN_COOPMAT=$coop)"
+            echo "== $t (PAGODA_VULKAN_COOPMAT=$coop)" >>"$out/tests.log"
+            PAGODA_VULKAN_COOPMAT=$coop timeout 300 "$dir/$t" --test-threads 4 2>&1 |
+                tee -a "$out/tests.log" | grep -E '^test result|FAILED|skip|without' | head -20
+        done
+    done
+    # What the validation layer said, each distinct message once.
+    log "validation messages"
+    grep -A6 'validation layer' "$out/tests.log" | grep -E 'VUID|Validation|UNASSIGNED|message|Error|Warning' |
+        sed 's/0x[0-9a-f]*/0x_/g' | sort | uniq -c | sort -rn | head -40 | cut -c1-600
+}
+
+ops() {
+    log "ops bench"
+    timeout 300 "$dir/bench-ops" --bench 2>&1 | tee -a "$out/ops.log"
+}
+
+synth() { # shape type
+    local f="$work/$1-$2.gguf"
+    [[ -e "$f" ]] || "$dir/pagoda" synth --shape "$1" --type "$2" --out "$f" >/dev/null
+    echo "$f"
+}
+
+speed_of() { # shape type
+    local f
+    f=$(synth "$1" "$2")
+    log "speed: $1 $2"
+    timeout 300 "$dir/pagoda" bench --backend vulkan --suite speed --model "$f" 2>&1 |
+        grep -v '^$' | tee -a "$out/speed.log"
+}
+
+speed() {
+    speed_of smollm2-135m q4_1
+    speed_of llama3.2-1b q4_0
+    speed_of llama3.2-1b q4_k
+    # The same file through the plain decode product, in the same sitting.
+    log "(the next with PAGODA_VULKAN_MATVEC=0)"
+    PAGODA_VULKAN_MATVEC=0 speed_of llama3.2-1b q4_0
+}
+
+speed8b() {
+    speed_of llama3-8b q4_0
+    speed_of llama3-8b q4_k
+}
+
+llama() {
+    [[ -e "$dir/llama-vulkan.tar.xz" ]] || { echo "no llama.cpp build"; return; }
+    mkdir -p "$work/llama" && tar -xJf "$dir/llama-vulkan.tar.xz" -C "$work/llama"
+    local bench
+    bench=$(find "$work/llama" -name llama-bench -type f | head -1)
+    local f
+    for f in "$work"/*.gguf; do
+        log "llama-bench: $(basename "$f")"
+        timeout 240 "$bench" -m "$f" -ngl 99 -fa 1 -p 512 -n 128 -r 3 2>&1 | tee -a "$out/llama-bench.log" | grep -E '^\|'
+    done
+}
+
+for s in "${stages[@]}"; do
+    log "stage $s"
+    "$s"
+done
+log done

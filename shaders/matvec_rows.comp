@@ -1,0 +1,96 @@
+#version 450
+// Decode product for quantized blocks on GPUs, several rows per workgroup:
+// Y[b][r] (+)= sum_c W[r][c] * X[b][c], MAX_BATCH activation rows a pass.
+//
+// A workgroup takes ROWS output rows; its invocations split the columns
+// into tasks of 32 weights (a block of the 32-element types, an eighth of
+// a K-quant superblock; task.glsl), neighbouring invocations on
+// neighbouring tasks. An invocation loads its task of every row first
+// (ROWS wide loads in flight), then the task's activations once for all
+// the rows: activations are read once per ROWS rows, not once per row,
+// which is what keeps a decode product from being bound by the cache
+// traffic of re-reading them. Sums meet by subgroupAdd, then across the
+// subgroups in shared memory. ACCUMULATE (aux0 bit 0) adds the product to
+// what the output held (the residual connection, fused).
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#include "ops_common.glsl"
+#include "blocks.glsl"
+#include "task.glsl"
+
+#define ROWS 4u
+#define MAX_BATCH 4u
+#define GROUP 128u
+// Subgroups a workgroup may have: the host takes this kernel only on
+// devices whose subgroups have at least 4 invocations.
+#define MAX_SUBGROUPS 32u
+
+layout(local_size_x = 128) in;
+
+shared float sums[ROWS * MAX_BATCH][MAX_SUBGROUPS];
+
+void main() {
+    uint tid = gl_LocalInvocationID.x;
+    uint tasks = p.cols / TASK;
+    bool accumulate = (p.aux0 & 1u) != 0u;
+    for (uint r0 = gl_WorkGroupID.x * ROWS; r0 < p.rows; r0 += gl_NumWorkGroups.x * ROWS) {
+        uint last = min(p.rows, r0 + ROWS) - 1u;
+        CHECK(p.w_offset + (last + 1u) * p.row_bytes + 16u <= p.w_words * 4u, FAULT_WEIGHTS)
+        // Rows past the end repeat the last one and are not written.
+        uint base[ROWS];
+        for (uint r = 0u; r < ROWS; r++) {
+            base[r] = p.w_offset + min(r0 + r, last) * p.row_bytes;
+        }
+        for (uint b0 = 0u; b0 < p.batch; b0 += MAX_BATCH) {
+            uint nb = min(MAX_BATCH, p.batch - b0);
+            CHECK(p.x_offset + (b0 + nb - 1u) * p.x_stride + p.cols <= p.act_words, FAULT_ACT)
+            CHECK(p.y_offset + (b0 + nb - 1u) * p.y_stride + p.rows <= p.act_words, FAULT_ACT)
+            uint x4 = (p.x_offset + b0 * p.x_stride) / 4u;
+            uint stride4 = p.x_stride / 4u;
+            float acc[ROWS][MAX_BATCH];
+            for (uint r = 0u; r < ROWS; r++) {
+                for (uint b = 0u; b < MAX_BATCH; b++) {
+                    acc[r][b] = 0.0;
+                }
+            }
+            for (uint t = tid; t < tasks; t += GROUP) {
+                Task k[ROWS];
+                for (uint r = 0u; r < ROWS; r++) {
+                    k[r] = load_task(base[r], t);
+                }
+                for (uint b = 0u; b < MAX_BATCH; b++) {
+                    if (b < nb) {
+                        TaskActs x = load_acts(k[0].start, x4 + b * stride4);
+                        for (uint r = 0u; r < ROWS; r++) {
+                            acc[r][b] += task_dot(k[r], x);
+                        }
+                    }
+                }
+            }
+            for (uint r = 0u; r < ROWS; r++) {
+                for (uint b = 0u; b < MAX_BATCH; b++) {
+                    if (b < nb) {
+                        float s = subgroupAdd(acc[r][b]);
+                        if (subgroupElect()) {
+                            sums[r * MAX_BATCH + b][gl_SubgroupID] = s;
+                        }
+                    }
+                }
+            }
+            barrier();
+            if (tid < ROWS * MAX_BATCH) {
+                uint r = tid / MAX_BATCH;
+                uint b = tid % MAX_BATCH;
+                if (b < nb && r0 + r <= last) {
+                    float s = 0.0;
+                    for (uint g = 0u; g < gl_NumSubgroups; g++) {
+                        s += sums[tid][g];
+                    }
+                    uint y = p.y_offset + (b0 + b) * p.y_stride + r0 + r;
+                    act[y] = accumulate ? act[y] + s : s;
+                }
+            }
+            barrier();
+        }
+    }
+}
