@@ -116,7 +116,7 @@ void main() {
         // The tile's queries.
         for (uint e = tid; e < vectors * dim; e += WG) {
             uint v = e / dim;
-            uint src = (query_start + i0 + v / hcount) * p.q_heads * dim
+            uint src = p.input_offset + (query_start + i0 + v / hcount) * p.q_heads * dim
                 + (kv_head * group + head0 + v % hcount) * dim + e % dim;
 #ifdef BOUNDS_CHECK
             if (src >= p.input_words) { atomicOr(fault, FAULT_INPUT); q_s[e] = 0.0; continue; }
@@ -238,7 +238,7 @@ void main() {
                 uint v = k / half_dim;
                 uint d = (k % half_dim) * 2u;
                 if (partial == NO_PARTIAL) {
-                    uint dst = (query_start + i0 + v / hcount) * p.q_heads * dim
+                    uint dst = p.output_offset + (query_start + i0 + v / hcount) * p.q_heads * dim
                         + (kv_head * group + head0 + v % hcount) * dim + d;
 #ifdef BOUNDS_CHECK
                     if (dst + 1u >= p.output_words) { atomicOr(fault, FAULT_OUTPUT); continue; }

@@ -41,6 +41,8 @@ layout(push_constant) uniform Params {
     uint partial_words;
     uint window;           // attention: sliding window (0: the whole context)
     float softcap;         // attention: soft cap of the scores (0: none)
+    uint input_offset;     // first word of the inputs (queries, or keys and values)
+    uint output_offset;    // first word of the outputs
 } p;
 
 // Fault bits, reported back to the host.

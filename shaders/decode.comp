@@ -93,6 +93,7 @@ uint meta_at(uint i) {
 }
 
 float input_at(uint i) {
+    i += p.input_offset;
 #ifdef BOUNDS_CHECK
     if (i >= p.input_words) { atomicOr(fault, FAULT_INPUT); return 0.0; }
 #endif
@@ -408,7 +409,7 @@ void main() {
                 uint d = (r / 2u) * per_vec + (r % 2u) * 4u;
                 for (uint e = 0u; e < 4u; e++) {
                     if (partial == NO_PARTIAL) {
-                        uint dst = (q_row + h) * dim + d + e;
+                        uint dst = p.output_offset + (q_row + h) * dim + d + e;
 #ifdef BOUNDS_CHECK
                         if (dst >= p.output_words) { atomicOr(fault, FAULT_OUTPUT); continue; }
 #endif

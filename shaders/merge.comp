@@ -26,7 +26,7 @@ void main() {
         uint splits = meta[rec + 3u];
         uint stride = meta[rec + 4u];
         CHECK((first + (splits - 1u) * stride + 1u) * record <= p.partial_words, FAULT_PARTIAL)
-        CHECK((row * p.q_heads + head + 1u) * dim <= p.output_words, FAULT_OUTPUT)
+        CHECK(p.output_offset + (row * p.q_heads + head + 1u) * dim <= p.output_words, FAULT_OUTPUT)
         float m = NEG_INF;
         for (uint s = 0u; s < splits; s++) {
             m = max(m, partials[(first + s * stride) * record]);
@@ -44,7 +44,7 @@ void main() {
                 float ms = partials[at];
                 sum += ms == NEG_INF ? 0.0 : partials[at + 2u + d] * exp(ms - m);
             }
-            outputs[(row * p.q_heads + head) * dim + d] = sum / total;
+            outputs[p.output_offset + (row * p.q_heads + head) * dim + d] = sum / total;
         }
     }
 }

@@ -55,11 +55,11 @@ void main() {
             uint dst = base + row_offset(p.layer, kv_sel, head, offset) + j;
             CHECK(dst < (page % p.pages_per_chunk + 1u) * p.page_words, FAULT_KV)
 #ifdef FROM_F32
-            uint src = ((i * 2u + kv_sel) * p.kv_heads + head) * p.head_dim;
+            uint src = p.input_offset + ((i * 2u + kv_sel) * p.kv_heads + head) * p.head_dim;
             CHECK(src + p.head_dim <= p.input_words, FAULT_INPUT)
             kv[c].words[dst] = packed(src, j);
 #else
-            uint src = i * slot_words + w;
+            uint src = p.input_offset + i * slot_words + w;
             CHECK(src < p.input_words, FAULT_INPUT)
             kv[c].words[dst] = inputs[src];
 #endif

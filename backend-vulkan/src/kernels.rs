@@ -70,6 +70,10 @@ pub(crate) struct Params {
     pub partial_words: u32,
     pub window: u32,
     pub softcap: f32,
+    /// First word of the inputs and of the outputs in their buffers (a
+    /// step program points both at its activations).
+    pub input_offset: u32,
+    pub output_offset: u32,
 }
 
 impl Params {
@@ -96,6 +100,8 @@ impl Params {
             self.partial_words,
             self.window,
             self.softcap.to_bits(),
+            self.input_offset,
+            self.output_offset,
         ];
         for (dst, w) in out.chunks_exact_mut(4).zip(words) {
             dst.copy_from_slice(&w.to_le_bytes());

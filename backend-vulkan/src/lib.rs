@@ -154,6 +154,8 @@ pub struct VulkanBackend {
     program_nanos: Option<f64>,
     /// Dispatches the last op or step program recorded.
     program_dispatches: usize,
+    /// Barriers between the last program's dispatches.
+    program_barriers: usize,
     timings: Vec<KernelTime>,
     max_chunk_bytes: Option<u64>,
     ctx: Arc<Context>,
@@ -182,6 +184,7 @@ impl VulkanBackend {
             ops: None,
             program_nanos: None,
             program_dispatches: 0,
+            program_barriers: 0,
             timings: Vec::new(),
             max_chunk_bytes: options.max_chunk_bytes,
             ctx,

@@ -20,6 +20,7 @@
 //! [`StepOp`]s add the KV scatter and paged attention to the same
 //! command buffer.
 
+mod hazard;
 mod op;
 mod pipelines;
 mod program;

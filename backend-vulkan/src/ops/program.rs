@@ -208,6 +208,13 @@ impl VulkanBackend {
         self.program_dispatches
     }
 
+    /// Barriers the last program recorded between its dispatches (a step
+    /// program puts one only where a dispatch needs what an earlier one
+    /// wrote; an op program after every op).
+    pub fn last_program_barriers(&self) -> usize {
+        self.program_barriers
+    }
+
     /// Uploads `weights`, then runs `ops` as [`run_ops_on`](Self::run_ops_on).
     pub fn run_ops(
         &mut self,
@@ -360,6 +367,7 @@ impl VulkanBackend {
             }
         })?;
         self.close_program(planned.len(), queries.is_some())?;
+        self.program_barriers = planned.len();
         let out = download.mapped()?;
         for (v, b) in act.iter_mut().zip(out.chunks_exact(4)) {
             *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);

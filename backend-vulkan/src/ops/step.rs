@@ -15,6 +15,7 @@ use ash::vk;
 use pagoda_core::backend::{validate_attention, validate_scatter, AttentionShape, SeqAttention};
 use pagoda_core::Slot;
 
+use super::hazard::{Access, Hazards, Resource};
 use super::op::{shape, Op};
 use super::pipelines::{OpParams, OpPipelines};
 use crate::commands::Dispatch;
@@ -86,7 +87,7 @@ pub struct StepProgram<'a> {
 
 /// What one op of a program records.
 enum Planned {
-    Op(Kernel, OpParams, u32),
+    Op(Kernel, OpParams, u32, Vec<Access>),
     Scatter(Params, u32),
     Attention {
         layer: u32,
@@ -94,6 +95,12 @@ enum Planned {
         out: u32,
         shape: AttentionShape,
     },
+}
+
+/// One dispatch of a step program: an op kernel, or an attention kernel.
+enum Recorded {
+    Op(Kernel, OpParams, u32),
+    Attention(Dispatch),
 }
 
 /// The attention plan shared by every attention op, and where its pieces
@@ -182,17 +189,16 @@ impl VulkanBackend {
         // The attention kernels' buffers, grown for the largest operand
         // before any push constants (which carry their sizes) are made.
         let mut attn_meta = Vec::new();
+        // The attention kernels read their queries, keys and values from
+        // the activations and write their outputs there (push-constant
+        // offsets): only their meta and partial records have buffers here.
         if let Some(s) = &shared {
             attn_meta.extend_from_slice(&s.plan.meta);
-            let rows = u64::from(s.rows);
-            self.ensure(|io| &mut io.output, 4 * rows * q_row)?;
             let partials =
                 u64::from(s.plan.partial_records) * (u64::from(program.shape.head_dim) + 2) * 4;
             self.ensure(|io| &mut io.partials, partials)?;
-            self.ensure(|io| &mut io.input, 4 * rows * q_row)?;
         }
         attn_meta.extend(slot_words(program.slots));
-        self.ensure(|io| &mut io.input, 8 * t * kv_row)?;
         self.ensure(|io| &mut io.meta, 4 * attn_meta.len() as u64)?;
         let mut planned = Vec::with_capacity(program.ops.len());
         for (i, op) in program.ops.iter().enumerate() {
@@ -200,7 +206,7 @@ impl VulkanBackend {
                 StepOp::Op(op) => {
                     let (kernel, params, groups) =
                         op.plan(i, weights.buffer.bytes, act_len, meta, self.kernel_choice())?;
-                    Planned::Op(kernel, params, groups)
+                    Planned::Op(kernel, params, groups, op.accesses())
                 }
                 StepOp::Scatter { layer, kv } => {
                     let len = (t * kv_row) as usize;
@@ -255,52 +261,113 @@ impl VulkanBackend {
             )));
         }
 
-        let attention_params = |this: &Self, layer: u32, shape: &AttentionShape| -> Vec<Dispatch> {
-            let Some(s) = &shared else {
-                return Vec::new();
+        // Attention reads queries, keys and values from the activations and
+        // writes its outputs there; their bounds are the activations'.
+        let act_words = (act_bytes / 4) as u32;
+        let attention_params =
+            |this: &Self, layer: u32, q: u32, out: u32, shape: &AttentionShape| {
+                let Some(s) = &shared else {
+                    return Vec::new();
+                };
+                let mut params = this.params(store, layer, s.plan.items);
+                params.q_heads = shape.q_heads;
+                params.scale = shape.scale;
+                params.window = shape.window;
+                params.softcap = shape.softcap;
+                params.item_offset = s.plan.item_offset;
+                params.input_words = act_words;
+                params.output_words = act_words;
+                params.input_offset = q;
+                params.output_offset = out;
+                let rows = u64::from(s.rows) * q_row;
+                let reads = |with_kv: bool| {
+                    let mut a = vec![
+                        Access::read(Resource::Act, u64::from(q)..u64::from(q) + rows),
+                        Access::write(Resource::Act, u64::from(out)..u64::from(out) + rows),
+                        Access::write(Resource::Partials, 0..u64::MAX),
+                    ];
+                    if with_kv {
+                        a.push(Access::read(Resource::Kv(layer), 0..1));
+                    }
+                    a
+                };
+                let mut dispatches = Vec::with_capacity(3);
+                if s.plan.items > 0 {
+                    let d = Dispatch {
+                        kernel: Kernel::Attention,
+                        params,
+                        groups: s.plan.items.min(MAX_GROUPS),
+                    };
+                    dispatches.push((d, reads(true)));
+                }
+                if s.plan.decode_items > 0 {
+                    let d = Dispatch {
+                        kernel: this.decode_kernel(geometry.dtype()),
+                        params: Params {
+                            count: s.plan.decode_items,
+                            item_offset: s.plan.decode_offset,
+                            ..params
+                        },
+                        groups: s.plan.decode_items.min(MAX_GROUPS),
+                    };
+                    dispatches.push((d, reads(true)));
+                }
+                if s.plan.merges > 0 {
+                    let d = Dispatch {
+                        kernel: Kernel::Merge,
+                        params: Params {
+                            count: s.plan.merges,
+                            item_offset: s.plan.merge_offset,
+                            ..params
+                        },
+                        groups: s.plan.merges.min(MAX_GROUPS),
+                    };
+                    let access = vec![
+                        Access::read(Resource::Partials, 0..u64::MAX),
+                        Access::write(Resource::Act, u64::from(out)..u64::from(out) + rows),
+                    ];
+                    dispatches.push((d, access));
+                }
+                dispatches
             };
-            let mut params = this.params(store, layer, s.plan.items);
-            params.q_heads = shape.q_heads;
-            params.scale = shape.scale;
-            params.window = shape.window;
-            params.softcap = shape.softcap;
-            params.item_offset = s.plan.item_offset;
-            let mut out = Vec::with_capacity(3);
-            if s.plan.items > 0 {
-                out.push(Dispatch {
-                    kernel: Kernel::Attention,
-                    params,
-                    groups: s.plan.items.min(MAX_GROUPS),
-                });
-            }
-            if s.plan.decode_items > 0 {
-                out.push(Dispatch {
-                    kernel: this.decode_kernel(geometry.dtype()),
-                    params: Params {
-                        count: s.plan.decode_items,
-                        item_offset: s.plan.decode_offset,
-                        ..params
-                    },
-                    groups: s.plan.decode_items.min(MAX_GROUPS),
-                });
-            }
-            if s.plan.merges > 0 {
-                out.push(Dispatch {
-                    kernel: Kernel::Merge,
-                    params: Params {
-                        count: s.plan.merges,
-                        item_offset: s.plan.merge_offset,
-                        ..params
-                    },
-                    groups: s.plan.merges.min(MAX_GROUPS),
-                });
-            }
-            out
-        };
-        let mut attention = Vec::new();
+        // Every dispatch of the program, in order, with what it touches.
+        let mut recorded: Vec<(Recorded, Vec<Access>)> = Vec::with_capacity(planned.len() + 8);
         for p in &planned {
-            if let Planned::Attention { layer, shape, .. } = p {
-                attention.push(attention_params(self, *layer, shape));
+            match p {
+                Planned::Op(kernel, params, groups, access) => {
+                    recorded.push((Recorded::Op(*kernel, *params, *groups), access.clone()));
+                }
+                Planned::Scatter(params, kv) => {
+                    if params.count > 0 {
+                        let mut params = *params;
+                        params.input_offset = *kv;
+                        params.input_words = act_words;
+                        let at = u64::from(*kv);
+                        let access = vec![
+                            Access::read(
+                                Resource::Act,
+                                at..at + u64::from(params.count) * 2 * kv_row,
+                            ),
+                            Access::write(Resource::Kv(params.layer), 0..1),
+                        ];
+                        let d = Dispatch {
+                            kernel: Kernel::ScatterF32,
+                            params,
+                            groups: params.count.min(MAX_GROUPS),
+                        };
+                        recorded.push((Recorded::Attention(d), access));
+                    }
+                }
+                Planned::Attention {
+                    layer,
+                    q,
+                    out,
+                    shape,
+                } => {
+                    for (d, access) in attention_params(self, *layer, *q, *out, shape) {
+                        recorded.push((Recorded::Attention(d), access));
+                    }
+                }
             }
         }
 
@@ -351,8 +418,8 @@ impl VulkanBackend {
         self.pipelines.bind(
             &chunks,
             [
-                io.input.handle,
-                io.output.handle,
+                io.step_act.handle,
+                io.step_act.handle,
                 io.meta.handle,
                 io.partials.handle,
                 io.faults.handle,
@@ -364,25 +431,30 @@ impl VulkanBackend {
             io.step_act.handle,
             io.step_meta.handle,
         );
-        let (input, output, attn_meta_dev) = (io.input.handle, io.output.handle, io.meta.handle);
+        let attn_meta_dev = io.meta.handle;
         let queries = self.commands.query_pool();
         let pipelines = &self.pipelines;
-        let batch = program.batch;
         let read = program.read.clone();
         let read_meta = program.read_meta.clone();
+        let mut barriers = 0usize;
         self.commands.submit_and_wait(|device, cmd| {
             let rw = vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE;
             let transfer = vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE;
+            let after_fill = [vk::MemoryBarrier::default()
+                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+                .dst_access_mask(transfer)];
             let after_copy = [vk::MemoryBarrier::default()
                 .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                .dst_access_mask(rw | transfer)];
+                .dst_access_mask(rw)];
             let after_dispatch = [vk::MemoryBarrier::default()
                 .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-                .dst_access_mask(rw | transfer)];
+                .dst_access_mask(rw)];
+            let before_readback = [vk::MemoryBarrier::default()
+                .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+                .dst_access_mask(vk::AccessFlags::TRANSFER_READ)];
             let to_host = [vk::MemoryBarrier::default()
                 .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
                 .dst_access_mask(vk::AccessFlags::HOST_READ)];
-            let both = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
             let region = |src_offset: u64, dst_offset: u64, size: u64| {
                 vk::BufferCopy::default()
                     .src_offset(src_offset)
@@ -393,91 +465,56 @@ impl VulkanBackend {
             // descriptor set recorded stays alive and as large as checked
             // above until the wait that follows.
             unsafe {
-                let barrier = |src, access: &[vk::MemoryBarrier<'_>]| {
+                let barrier = |src, dst, access: &[vk::MemoryBarrier<'_>]| {
                     device.cmd_pipeline_barrier(
                         cmd,
                         src,
-                        both,
+                        dst,
                         vk::DependencyFlags::empty(),
                         access,
                         &[],
                         &[],
                     );
                 };
-                let copy = |src, dst, regions: &[vk::BufferCopy]| {
-                    if !regions.is_empty() {
-                        device.cmd_copy_buffer(cmd, src, dst, regions);
-                        barrier(vk::PipelineStageFlags::TRANSFER, &after_copy);
-                    }
-                };
+                let transfer_stage = vk::PipelineStageFlags::TRANSFER;
+                let compute = vk::PipelineStageFlags::COMPUTE_SHADER;
                 device.cmd_fill_buffer(cmd, act_dev, 0, act_bytes, 0);
-                barrier(vk::PipelineStageFlags::TRANSFER, &after_copy);
+                barrier(transfer_stage, transfer_stage, &after_fill);
                 if init_bytes > 0 {
-                    copy(up, act_dev, &[region(0, 0, init_bytes)]);
+                    device.cmd_copy_buffer(cmd, up, act_dev, &[region(0, 0, init_bytes)]);
                 }
-                copy(up, meta_dev, &[region(init_bytes, 0, meta_bytes)]);
+                device.cmd_copy_buffer(cmd, up, meta_dev, &[region(init_bytes, 0, meta_bytes)]);
                 if attn_meta_bytes > 0 {
                     let at = init_bytes + meta_bytes;
-                    copy(up, attn_meta_dev, &[region(at, 0, attn_meta_bytes)]);
+                    let r = region(at, 0, attn_meta_bytes);
+                    device.cmd_copy_buffer(cmd, up, attn_meta_dev, &[r]);
                 }
-                let stamp = vk::PipelineStageFlags::COMPUTE_SHADER;
+                barrier(transfer_stage, compute, &after_copy);
                 if let Some(pool) = queries {
                     device.cmd_reset_query_pool(cmd, pool, 0, 2);
-                    device.cmd_write_timestamp(cmd, stamp, pool, 0);
+                    device.cmd_write_timestamp(cmd, compute, pool, 0);
                 }
-                let mut attention = attention.iter();
-                // Each layer's attention output goes back per sequence; one
-                // list, refilled per layer.
-                let mut back: Vec<vk::BufferCopy> = Vec::with_capacity(batch.len());
-                let dispatched = |barrier_src| barrier(barrier_src, &after_dispatch);
-                for p in &planned {
-                    match p {
-                        Planned::Op(kernel, params, groups) => {
+                let mut hazards = Hazards::default();
+                for (what, access) in &recorded {
+                    if hazards.conflicts(access) {
+                        barrier(compute, compute, &after_dispatch);
+                        barriers += 1;
+                        hazards.clear();
+                    }
+                    match what {
+                        Recorded::Op(kernel, params, groups) => {
                             ops.record(cmd, *kernel, params, *groups);
-                            dispatched(vk::PipelineStageFlags::COMPUTE_SHADER);
                         }
-                        Planned::Scatter(params, kv) => {
-                            let bytes = u64::from(params.count) * 8 * kv_row;
-                            if bytes > 0 {
-                                let at = 4 * u64::from(*kv);
-                                copy(act_dev, input, &[region(at, 0, bytes)]);
-                                pipelines.record(
-                                    cmd,
-                                    Kernel::ScatterF32,
-                                    params,
-                                    params.count.min(MAX_GROUPS),
-                                );
-                                dispatched(vk::PipelineStageFlags::COMPUTE_SHADER);
-                            }
-                        }
-                        Planned::Attention { q, out, .. } => {
-                            let dispatches = attention.next().map_or(&[][..], |d| &d[..]);
-                            if dispatches.is_empty() {
-                                continue;
-                            }
-                            let rows = shared.as_ref().map_or(0, |s| u64::from(s.rows));
-                            copy(
-                                act_dev,
-                                input,
-                                &[region(4 * u64::from(*q), 0, 4 * rows * q_row)],
-                            );
-                            for d in dispatches {
-                                pipelines.record(cmd, d.kernel, &d.params, d.groups);
-                                dispatched(vk::PipelineStageFlags::COMPUTE_SHADER);
-                            }
-                            back.clear();
-                            back.extend(batch.iter().map(|s| {
-                                let start = 4 * u64::from(s.query_start) * q_row;
-                                let len = 4 * u64::from(s.query_len) * q_row;
-                                region(start, 4 * u64::from(*out) + start, len)
-                            }));
-                            copy(output, act_dev, &back);
+                        Recorded::Attention(d) => {
+                            pipelines.record(cmd, d.kernel, &d.params, d.groups);
                         }
                     }
+                    hazards.add(access);
                 }
                 if let Some(pool) = queries {
-                    device.cmd_write_timestamp(cmd, stamp, pool, 1);
+                    device.cmd_write_timestamp(cmd, compute, pool, 1);
                 }
+                barrier(compute, transfer_stage, &before_readback);
                 if read_bytes > 0 {
                     let at = 4 * u64::from(read.start);
                     device.cmd_copy_buffer(cmd, act_dev, down, &[region(at, 0, read_bytes)]);
@@ -498,15 +535,8 @@ impl VulkanBackend {
                 );
             }
         })?;
-        let dispatches = planned
-            .iter()
-            .map(|p| match p {
-                Planned::Op(..) => 1,
-                Planned::Scatter(params, _) => usize::from(params.count > 0),
-                Planned::Attention { .. } => attention.first().map_or(0, Vec::len),
-            })
-            .sum();
-        self.close_program(dispatches, queries.is_some())?;
+        self.close_program(recorded.len(), queries.is_some())?;
+        self.program_barriers = barriers;
         let back = self.io.download.mapped()?;
         act_out.clear();
         act_out.extend(

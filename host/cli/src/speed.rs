@@ -60,6 +60,7 @@ pub(crate) struct SpeedReport {
 struct DeviceStep {
     phase: String,
     dispatches: usize,
+    barriers: usize,
     device_ms: Option<f64>,
 }
 
@@ -210,7 +211,7 @@ fn table(r: &SpeedReport, bw: &ReadBandwidth) -> String {
         rows.push([
             "device copy bandwidth".into(),
             format!("{gib_s:.1} GiB/s"),
-            "read + written, vkCmdCopyBuffer".into(),
+            "read + written, the better of vkCmdCopyBuffer and a copy kernel".into(),
             String::new(),
         ]);
     }
@@ -262,7 +263,7 @@ fn table(r: &SpeedReport, bw: &ReadBandwidth) -> String {
     for step in &r.device_steps {
         rows.push([
             format!("device step: {}", step.phase),
-            format!("{} dispatches", step.dispatches),
+            format!("{} dispatches, {} barriers", step.dispatches, step.barriers),
             match step.device_ms {
                 Some(ms) => format!(
                     "{ms:.2} ms on the device = {:.1} µs per dispatch",
@@ -408,6 +409,7 @@ impl WithBackend for SpeedJob<'_> {
                 device_steps.push(DeviceStep {
                     phase,
                     dispatches: p.dispatches,
+                    barriers: p.barriers,
                     device_ms: p.device_seconds.map(|s| s * 1e3),
                 });
             }

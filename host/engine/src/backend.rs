@@ -101,6 +101,8 @@ pub(crate) fn greedy_tokens(logits: &[f32], vocab: u32, tokens: &mut Vec<u32>) {
 pub struct DeviceProgram {
     /// Kernel dispatches recorded.
     pub dispatches: usize,
+    /// Barriers between them (a dispatch waits only for what it reads).
+    pub barriers: usize,
     /// Device time, first dispatch to last, from GPU timestamps (`None`
     /// where the device has none).
     pub device_seconds: Option<f64>,

@@ -183,9 +183,10 @@ fn compare_within(
         let got = dev.step(model, at, &input);
         if let Some(nanos) = dev.backend.last_program_nanos() {
             eprintln!(
-                "{} tokens: {} dispatches, {:.1} ms on the device",
+                "{} tokens: {} dispatches, {} barriers, {:.1} ms on the device",
                 input.len(),
                 dev.backend.last_program_dispatches(),
+                dev.backend.last_program_barriers(),
                 nanos * 1e-6
             );
         }

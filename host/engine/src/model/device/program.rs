@@ -173,8 +173,17 @@ pub(crate) fn build(
         scale: program.embed_scale,
     })];
     for ((layer, layer_ops), placed) in (0u32..).zip(&program.layers).zip(&image.layers) {
-        for (op, placement) in layer_ops.iter().zip(placed) {
-            lower(&mut ops, op, placement, layer, &r, image, c, t)?;
+        let mut i = 0;
+        while i < layer_ops.len() {
+            // A product that a residual add takes next adds itself into the
+            // residual stream instead: one dispatch, and `s` never written.
+            if let Some(fused) = fused_residual(&layer_ops[i..], &placed[i..], &r, c, t) {
+                ops.push(fused);
+                i += 2;
+                continue;
+            }
+            lower(&mut ops, &layer_ops[i], &placed[i], layer, &r, image, c, t)?;
+            i += 1;
         }
     }
     // Only the rows that sample need the final norm and the output head.
@@ -213,6 +222,44 @@ pub(crate) fn build(
         logits: r.logits..r.end,
         tokens,
     })
+}
+
+/// `Linear` with one unbiased projection into a buffer that the next op,
+/// `Residual`, adds to the residual stream: the product accumulated into
+/// the stream.
+fn fused_residual(
+    ops: &[Op],
+    placed: &[Placement],
+    r: &Regions,
+    c: &ModelConfig,
+    t: u32,
+) -> Option<StepOp> {
+    let (Op::Linear { src, projs }, Op::Residual { src: added }) = (ops.first()?, ops.get(1)?)
+    else {
+        return None;
+    };
+    let (Placement::Products(products), [proj]) = (placed.first()?, projs.as_slice()) else {
+        return None;
+    };
+    let [(m, None)] = products.as_slice() else {
+        return None;
+    };
+    if proj.out != *added || m.rows != c.hidden {
+        return None;
+    }
+    let (x, _) = r.of(*src, c);
+    Some(StepOp::Op(DeviceOp::Matmul {
+        kind: m.kind,
+        weights: m.at,
+        rows: m.rows,
+        cols: m.cols,
+        batch: t,
+        x,
+        x_stride: m.cols,
+        y: r.x,
+        y_stride: c.hidden,
+        accumulate: true,
+    }))
 }
 
 /// The step ops of one program op.
