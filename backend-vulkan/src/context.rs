@@ -75,6 +75,9 @@ pub struct VulkanOptions {
     /// Caps each KV chunk (one storage-buffer binding) below the device's
     /// `maxStorageBufferRange`, so tests can split a small pool.
     pub max_chunk_bytes: Option<u64>,
+    /// Caps each storage binding uploaded weights take below the device's
+    /// limits, so tests can split a small model's weights.
+    pub max_weight_chunk_bytes: Option<u64>,
     /// Use the kernel variants that reduce with subgroup arithmetic where the
     /// device has them (`None`: yes, unless [`SUBGROUPS_ENV`] is `0`).
     /// `Some(false)` runs the plain variants, e.g. to test them.

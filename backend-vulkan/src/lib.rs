@@ -158,6 +158,8 @@ pub struct VulkanBackend {
     program_barriers: usize,
     timings: Vec<KernelTime>,
     max_chunk_bytes: Option<u64>,
+    /// Caps each storage binding of uploaded weights.
+    max_weight_chunk: u64,
     ctx: Arc<Context>,
 }
 
@@ -187,6 +189,7 @@ impl VulkanBackend {
             program_barriers: 0,
             timings: Vec::new(),
             max_chunk_bytes: options.max_chunk_bytes,
+            max_weight_chunk: options.max_weight_chunk_bytes.unwrap_or(u64::MAX),
             ctx,
         })
     }

@@ -688,3 +688,84 @@ fn matmul_refuses_mismatched_operands_and_unsupported_types() {
     let messages = backend.validation_messages();
     assert!(messages.is_empty(), "validation layer: {messages:#?}");
 }
+
+#[test]
+fn weights_split_across_bindings_serve_products_from_each() {
+    // Bindings of one matrix each: three matrices take three bindings, and
+    // each product reads its own.
+    let (rows, cols, kind) = (24usize, 64usize, QuantKind::Q4_0);
+    let bytes = kind.bytes_for(cols).unwrap() * rows;
+    let Some(mut backend) = open_with(VulkanOptions {
+        max_weight_chunk_bytes: Some(bytes as u64 + 64),
+        ..VulkanOptions::from_env()
+    }) else {
+        return;
+    };
+    let mut rng = Rng::new(0x5B117);
+    let mut weights = Vec::new();
+    let mut cuts = Vec::new();
+    for _ in 0..3 {
+        weights.resize(weights.len().next_multiple_of(16), 0);
+        cuts.push(weights.len() as u64);
+        weights.extend(random_weights(&mut rng, kind, rows, cols));
+    }
+    // Without cuts they do not fit one binding.
+    assert!(matches!(
+        backend.upload_weights(&weights),
+        Err(VulkanError::Unsupported(_))
+    ));
+    let resident = backend.upload_weights_split(&weights, &cuts).unwrap();
+    assert_eq!(resident.bindings(), 3);
+    let x: Vec<f32> = (0..cols).map(|_| rng.value()).collect();
+    let mut act = x.clone();
+    act.resize(cols + 3 * rows, 0.0);
+    let ops: Vec<Op> = (0..3)
+        .map(|m| Op::Matmul {
+            kind,
+            weights: cuts[m],
+            rows: rows as u32,
+            cols: cols as u32,
+            batch: 1,
+            x: 0,
+            x_stride: cols as u32,
+            y: (cols + m * rows) as u32,
+            y_stride: rows as u32,
+            accumulate: false,
+        })
+        .collect();
+    backend
+        .run_ops_on(&resident, &mut act, &mut [], &ops)
+        .unwrap();
+    for (m, &at) in cuts.iter().enumerate() {
+        let w = dequantized(kind, &weights[at as usize..][..bytes], rows, cols);
+        for r in 0..rows {
+            let want: f64 = w[r * cols..][..cols]
+                .iter()
+                .zip(&x)
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum();
+            let got = f64::from(act[cols + m * rows + r]);
+            assert!(
+                (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "matrix {m} row {r}: {got} vs {want}"
+            );
+        }
+    }
+    // A product reaching past its binding is refused before anything runs.
+    let straddling = Op::Matmul {
+        kind,
+        weights: cuts[1] - 16,
+        rows: rows as u32,
+        cols: cols as u32,
+        batch: 1,
+        x: 0,
+        x_stride: cols as u32,
+        y: cols as u32,
+        y_stride: rows as u32,
+        accumulate: false,
+    };
+    assert!(backend
+        .run_ops_on(&resident, &mut act, &mut [], &[straddling])
+        .is_err());
+    assert_clean(&backend);
+}

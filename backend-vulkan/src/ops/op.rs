@@ -230,6 +230,57 @@ pub(super) fn matrix_bytes(
 }
 
 impl Op {
+    /// The first weight byte the op reads, if it reads any.
+    fn weight_start(&self) -> Option<u64> {
+        match *self {
+            Op::Matmul { weights, .. } | Op::Embed { weights, .. } => Some(weights),
+            Op::RmsNorm { gains, .. } => Some(gains),
+            Op::Rope { cos, sin, .. } => Some(cos.min(sin)),
+            Op::Glu { .. } | Op::Add { .. } | Op::Argmax { .. } => None,
+        }
+    }
+
+    /// The op with its weight offsets `by` bytes earlier.
+    fn weights_shifted(&self, by: u64) -> Op {
+        let mut op = *self;
+        match &mut op {
+            Op::Matmul { weights, .. } | Op::Embed { weights, .. } => *weights -= by,
+            Op::RmsNorm { gains, .. } => *gains -= by,
+            Op::Rope { cos, sin, .. } => {
+                *cos -= by;
+                *sin -= by;
+            }
+            Op::Glu { .. } | Op::Add { .. } | Op::Argmax { .. } => {}
+        }
+        op
+    }
+
+    /// [`plan`](Self::plan) over weights in several bindings (`weights`:
+    /// each binding's range of the whole and its buffer's bytes): the op's
+    /// weights must lie in one, whose index comes back with the plan.
+    pub(super) fn plan_in(
+        &self,
+        index: usize,
+        weights: &[(std::ops::Range<u64>, u64)],
+        act: u64,
+        meta: &[u32],
+        choice: KernelChoice,
+    ) -> Result<(Kernel, OpParams, u32, usize), VulkanError> {
+        let start = self.weight_start().unwrap_or(0);
+        let chunk = weights
+            .iter()
+            .position(|(r, _)| r.contains(&start))
+            .or_else(|| (!weights.is_empty()).then(|| weights.len() - 1))
+            .ok_or_else(|| shape(format!("op {index}: no weights uploaded")))?;
+        let (range, buffer_bytes) = &weights[chunk];
+        let local = self.weights_shifted(range.start.min(start));
+        let (kernel, mut params, groups) =
+            local.plan(index, range.end - range.start, act, meta, choice)?;
+        // The kernels' own bounds: the whole buffer (padding included).
+        params.w_words = (buffer_bytes / 4) as u32;
+        Ok((kernel, params, groups, chunk))
+    }
+
     /// Checks the op's ranges against the buffers' sizes (weight bytes,
     /// activation elements, meta words) and the meta values it reads as
     /// uploaded; returns the kernel, its push constants and workgroups,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use ash::vk;
 use pagoda_core::QuantKind;
 
+use super::program::MAX_WEIGHT_CHUNKS;
 use crate::context::Context;
 use crate::kernels::{create_pipeline, Kernel};
 use crate::{inject, VulkanError};
@@ -165,13 +166,14 @@ pub fn matmul_kernel(kind: QuantKind) -> Option<Kernel> {
     matmul_kernels(kind).map(|k| k.decode)
 }
 
-/// The op kernels' pipelines, their layout and their one descriptor set.
+/// The op kernels' pipelines, their layout and their descriptor sets: one
+/// per storage binding of the weights, the rest of each set alike.
 pub(crate) struct OpPipelines {
     ctx: Arc<Context>,
     set_layout: vk::DescriptorSetLayout,
     layout: vk::PipelineLayout,
     pool: vk::DescriptorPool,
-    set: vk::DescriptorSet,
+    sets: Vec<vk::DescriptorSet>,
     /// Indexed by `Kernel as usize`; null for attention kernels.
     pipelines: Vec<vk::Pipeline>,
 }
@@ -183,7 +185,7 @@ impl OpPipelines {
             set_layout: vk::DescriptorSetLayout::null(),
             layout: vk::PipelineLayout::null(),
             pool: vk::DescriptorPool::null(),
-            set: vk::DescriptorSet::null(),
+            sets: Vec::new(),
             pipelines: Vec::new(),
         };
         let device = &ctx.device;
@@ -217,21 +219,22 @@ impl OpPipelines {
                 .map_err(VulkanError::vk("vkCreatePipelineLayout"))?;
             let sizes = [vk::DescriptorPoolSize::default()
                 .ty(vk::DescriptorType::STORAGE_BUFFER)
-                .descriptor_count(BINDINGS)];
+                .descriptor_count(BINDINGS * MAX_WEIGHT_CHUNKS as u32)];
             let info = vk::DescriptorPoolCreateInfo::default()
-                .max_sets(1)
+                .max_sets(MAX_WEIGHT_CHUNKS as u32)
                 .pool_sizes(&sizes);
             inject::before("vkCreateDescriptorPool")?;
             this.pool = device
                 .create_descriptor_pool(&info, None)
                 .map_err(VulkanError::vk("vkCreateDescriptorPool"))?;
+            let set_layouts = [this.set_layout; MAX_WEIGHT_CHUNKS];
             let info = vk::DescriptorSetAllocateInfo::default()
                 .descriptor_pool(this.pool)
                 .set_layouts(&set_layouts);
             inject::before("vkAllocateDescriptorSets")?;
-            this.set = device
+            this.sets = device
                 .allocate_descriptor_sets(&info)
-                .map_err(VulkanError::vk("vkAllocateDescriptorSets"))?[0];
+                .map_err(VulkanError::vk("vkAllocateDescriptorSets"))?;
             let info = &ctx.info;
             for kernel in Kernel::ALL {
                 // Variants the device cannot run (subgroups) are left out;
@@ -255,33 +258,39 @@ impl OpPipelines {
         Ok(this)
     }
 
-    /// Points the set at the weights, the activations and the fault word.
-    pub(crate) fn bind(&self, buffers: [vk::Buffer; BINDINGS as usize]) {
-        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers
+    /// Points set `i` at weight binding `weights[i]` (at most
+    /// [`MAX_WEIGHT_CHUNKS`]), and every set at the activations, the fault
+    /// word and meta (`rest`).
+    pub(crate) fn bind(&self, weights: &[vk::Buffer], rest: [vk::Buffer; BINDINGS as usize - 1]) {
+        let info = |b: vk::Buffer| {
+            [vk::DescriptorBufferInfo::default()
+                .buffer(b)
+                .range(vk::WHOLE_SIZE)]
+        };
+        let infos: Vec<(vk::DescriptorSet, u32, [vk::DescriptorBufferInfo; 1])> = weights
             .iter()
-            .map(|&b| {
-                [vk::DescriptorBufferInfo::default()
-                    .buffer(b)
-                    .range(vk::WHOLE_SIZE)]
+            .zip(&self.sets)
+            .flat_map(|(&w, &set)| {
+                std::iter::once((set, 0, info(w)))
+                    .chain((1u32..).zip(rest).map(move |(i, b)| (set, i, info(b))))
             })
             .collect();
         let writes: Vec<_> = infos
             .iter()
-            .enumerate()
-            .map(|(i, info)| {
+            .map(|(set, binding, info)| {
                 vk::WriteDescriptorSet::default()
-                    .dst_set(self.set)
-                    .dst_binding(i as u32)
+                    .dst_set(*set)
+                    .dst_binding(*binding)
                     .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
                     .buffer_info(info)
             })
             .collect();
-        // SAFETY: the set is not in use by any pending submission (every
+        // SAFETY: the sets are not in use by any pending submission (every
         // submission is waited for), and the buffers are live.
         unsafe { self.ctx.device.update_descriptor_sets(&writes, &[]) };
     }
 
-    /// Records one dispatch of an op kernel.
+    /// Records one dispatch of an op kernel over weight binding `set`.
     ///
     /// # Safety
     /// `cmd` is recording, and the buffers last bound stay alive until the
@@ -292,6 +301,7 @@ impl OpPipelines {
         kernel: Kernel,
         params: &OpParams,
         groups: u32,
+        set: usize,
     ) {
         let device = &self.ctx.device;
         // SAFETY: as the caller guarantees; the pipeline, layout and set
@@ -307,7 +317,7 @@ impl OpPipelines {
                 vk::PipelineBindPoint::COMPUTE,
                 self.layout,
                 0,
-                &[self.set],
+                &[self.sets[set.min(self.sets.len() - 1)]],
                 &[],
             );
             device.cmd_push_constants(

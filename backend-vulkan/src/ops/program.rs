@@ -1,6 +1,9 @@
 //! Running [`Op`] programs: the resident weights they read, and recording a
 //! whole program into one command buffer.
 
+use std::ops::Range;
+use std::sync::Arc;
+
 use ash::vk;
 use gpu_allocator::MemoryLocation;
 use pagoda_core::QuantKind;
@@ -12,16 +15,30 @@ use crate::memory::Buffer;
 use crate::{VulkanBackend, VulkanError};
 
 /// Weights on the device, uploaded once with
-/// [`VulkanBackend::upload_weights`] and read by every later program.
+/// [`VulkanBackend::upload_weights`] and read by every later program: one
+/// buffer, or (weights beyond one storage binding, an 8B model's 4.5 GB on
+/// a GPU whose bindings cover 4 GiB) several, each a run of whole tensors,
+/// bound in turn as the ops that read them run.
 pub struct VulkanWeights {
-    pub(super) buffer: Buffer,
+    pub(super) chunks: Vec<WeightChunk>,
     bytes: u64,
 }
+
+/// One binding's worth of the weights: bytes `range` of the whole.
+pub(super) struct WeightChunk {
+    pub buffer: Buffer,
+    pub range: Range<u64>,
+}
+
+/// Storage bindings the weights may take: each has a descriptor set of the
+/// op layout of its own.
+pub(crate) const MAX_WEIGHT_CHUNKS: usize = 16;
 
 impl std::fmt::Debug for VulkanWeights {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VulkanWeights")
             .field("bytes", &self.bytes)
+            .field("bindings", &self.chunks.len())
             .finish()
     }
 }
@@ -31,39 +48,107 @@ impl VulkanWeights {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+
+    /// Storage bindings they take.
+    pub fn bindings(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// Where each binding's bytes lie in the whole, and its buffer's size.
+    pub(super) fn map(&self) -> Vec<(Range<u64>, u64)> {
+        self.chunks
+            .iter()
+            .map(|c| (c.range.clone(), c.buffer.bytes))
+            .collect()
+    }
+
+    pub(super) fn handles(&self) -> Vec<vk::Buffer> {
+        self.chunks.iter().map(|c| c.buffer.handle).collect()
+    }
+
+    pub(super) fn belongs_to(&self, ctx: &Arc<crate::context::Context>) -> bool {
+        self.chunks.iter().all(|c| c.buffer.belongs_to(ctx))
+    }
 }
 
 impl VulkanBackend {
     /// Uploads `bytes` (GGUF tensors, tables) to a device-local buffer that
-    /// programs read with [`run_ops_on`](Self::run_ops_on).
+    /// programs read with [`run_ops_on`](Self::run_ops_on); they must fit
+    /// one storage binding.
     pub fn upload_weights(&mut self, bytes: &[u8]) -> Result<VulkanWeights, VulkanError> {
-        let limit = self.ctx.info.max_storage_buffer_range;
-        // 16 bytes past the end: the GPU decode product reads whole words
+        self.upload_weights_split(bytes, &[])
+    }
+
+    /// Uploads `bytes` as [`upload_weights`](Self::upload_weights) does, in
+    /// as many storage bindings as they need, each split only at one of
+    /// `cuts` (byte offsets where a tensor starts; no op reads across
+    /// one). Refused if a run between cuts is larger than a binding.
+    pub fn upload_weights_split(
+        &mut self,
+        bytes: &[u8],
+        cuts: &[u64],
+    ) -> Result<VulkanWeights, VulkanError> {
+        // 16 bytes past each end: the GPU decode product reads whole words
         // around blocks that are not word-aligned.
-        let padded = (bytes.len() as u64).next_multiple_of(16) + 16;
-        if padded > limit {
+        const PAD: u64 = 16;
+        let info = &self.ctx.info;
+        let limit = info
+            .max_storage_buffer_range
+            .min(info.max_allocation_bytes)
+            .min(self.max_weight_chunk)
+            .saturating_sub(2 * PAD);
+        let total = bytes.len() as u64;
+        let mut ranges = Vec::new();
+        let mut start = 0u64;
+        while start < total || ranges.is_empty() {
+            let end = if total - start <= limit {
+                total
+            } else {
+                // The furthest cut a binding from `start` reaches.
+                cuts.iter()
+                    .copied()
+                    .filter(|&c| c > start && c - start <= limit)
+                    .max()
+                    .ok_or_else(|| {
+                        VulkanError::Unsupported(format!(
+                            "a tensor of the weights at byte {start} is more than one binding covers ({limit})"
+                        ))
+                    })?
+            };
+            ranges.push(start..end);
+            start = end;
+        }
+        if ranges.len() > MAX_WEIGHT_CHUNKS {
             return Err(VulkanError::Unsupported(format!(
-                "{padded} bytes of weights are more than one binding covers ({limit})"
+                "{total} bytes of weights need {} bindings of {limit} bytes; at most {MAX_WEIGHT_CHUNKS}",
+                ranges.len()
             )));
         }
-        let buffer = Buffer::new(&self.ctx, "weights", padded, MemoryLocation::GpuOnly)?;
-        let mut staging = Buffer::new(
-            &self.ctx,
-            "weights upload",
-            padded,
-            MemoryLocation::CpuToGpu,
-        )?;
-        staging.mapped()?[..bytes.len()].copy_from_slice(bytes);
-        let (src, dst) = (staging.handle, buffer.handle);
-        self.commands.submit_and_wait(|device, cmd| {
-            let region = [vk::BufferCopy::default().size(padded)];
-            // SAFETY: `cmd` is recording; both buffers are live and `padded`
-            // long until the wait that follows.
-            unsafe { device.cmd_copy_buffer(cmd, src, dst, &region) };
-        })?;
+        let mut chunks = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            let len = range.end - range.start;
+            let padded = len.next_multiple_of(16) + PAD;
+            let buffer = Buffer::new(&self.ctx, "weights", padded, MemoryLocation::GpuOnly)?;
+            let mut staging = Buffer::new(
+                &self.ctx,
+                "weights upload",
+                padded,
+                MemoryLocation::CpuToGpu,
+            )?;
+            staging.mapped()?[..len as usize]
+                .copy_from_slice(&bytes[range.start as usize..range.end as usize]);
+            let (src, dst) = (staging.handle, buffer.handle);
+            self.commands.submit_and_wait(|device, cmd| {
+                let region = [vk::BufferCopy::default().size(padded)];
+                // SAFETY: `cmd` is recording; both buffers are live and
+                // `padded` long until the wait that follows.
+                unsafe { device.cmd_copy_buffer(cmd, src, dst, &region) };
+            })?;
+            chunks.push(WeightChunk { buffer, range });
+        }
         Ok(VulkanWeights {
-            buffer,
-            bytes: bytes.len() as u64,
+            chunks,
+            bytes: total,
         })
     }
 
@@ -106,12 +191,10 @@ impl VulkanBackend {
             .ops
             .as_ref()
             .ok_or_else(|| VulkanError::Unsupported("no op pipelines".into()))?;
-        pipelines.bind([
-            weights.buffer.handle,
-            sink.handle,
-            self.io.faults.handle,
-            self.io.faults.handle,
-        ]);
+        pipelines.bind(
+            &weights.handles(),
+            [sink.handle, self.io.faults.handle, self.io.faults.handle],
+        );
         let Some(queries) = self.commands.query_pool() else {
             return Err(VulkanError::Unsupported("no GPU timestamps".into()));
         };
@@ -129,7 +212,7 @@ impl VulkanBackend {
             let copy = runs % 2 == 0;
             let params = OpParams {
                 rows: words,
-                w_words: (weights.buffer.bytes / 4) as u32,
+                w_words: (weights.chunks[0].buffer.bytes / 4) as u32,
                 act_words: ((bytes + 4096) / 4) as u32,
                 aux1: u32::from(copy),
                 ..OpParams::default()
@@ -141,7 +224,7 @@ impl VulkanBackend {
                 unsafe {
                     device.cmd_reset_query_pool(cmd, queries, 0, 2);
                     device.cmd_write_timestamp(cmd, stage, queries, 0);
-                    pipelines.record(cmd, Kernel::Stream, &params, groups);
+                    pipelines.record(cmd, Kernel::Stream, &params, groups, 0);
                     device.cmd_write_timestamp(cmd, stage, queries, 1);
                 }
             })?;
@@ -242,9 +325,10 @@ impl VulkanBackend {
         if act_len > u64::from(u32::MAX) || meta.len() as u64 > u64::from(u32::MAX) {
             return Err(shape("activations or meta beyond 2^32 elements".into()));
         }
+        let map = weights.map();
         let mut planned = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
-            planned.push(op.plan(i, weights.buffer.bytes, act_len, meta, self.kernel_choice())?);
+            planned.push(op.plan_in(i, &map, act_len, meta, self.kernel_choice())?);
         }
         let limit = self.ctx.info.max_storage_buffer_range;
         let act_bytes = (4 * act_len).max(4);
@@ -289,12 +373,10 @@ impl VulkanBackend {
             .ops
             .as_ref()
             .ok_or_else(|| VulkanError::Unsupported("no op pipelines".into()))?;
-        pipelines.bind([
-            weights.buffer.handle,
-            act_buf.handle,
-            self.io.faults.handle,
-            meta_buf.handle,
-        ]);
+        pipelines.bind(
+            &weights.handles(),
+            [act_buf.handle, self.io.faults.handle, meta_buf.handle],
+        );
         let queries = self.commands.query_pool();
         let (up, down, act_dev, meta_dev) = (
             upload.handle,
@@ -338,8 +420,8 @@ impl VulkanBackend {
                     device.cmd_reset_query_pool(cmd, pool, 0, 2);
                     device.cmd_write_timestamp(cmd, stamp, pool, 0);
                 }
-                for (kernel, params, groups) in &planned {
-                    pipelines.record(cmd, *kernel, params, *groups);
+                for (kernel, params, groups, set) in &planned {
+                    pipelines.record(cmd, *kernel, params, *groups, *set);
                     device.cmd_pipeline_barrier(
                         cmd,
                         vk::PipelineStageFlags::COMPUTE_SHADER,

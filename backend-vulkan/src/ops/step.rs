@@ -87,7 +87,7 @@ pub struct StepProgram<'a> {
 
 /// What one op of a program records.
 enum Planned {
-    Op(Kernel, OpParams, u32, Vec<Access>),
+    Op(Kernel, OpParams, u32, usize, Vec<Access>),
     Scatter(Params, u32),
     Attention {
         layer: u32,
@@ -99,7 +99,7 @@ enum Planned {
 
 /// One dispatch of a step program: an op kernel, or an attention kernel.
 enum Recorded {
-    Op(Kernel, OpParams, u32),
+    Op(Kernel, OpParams, u32, usize),
     Attention(Dispatch),
 }
 
@@ -137,7 +137,7 @@ impl VulkanBackend {
         meta_out: &mut Vec<u32>,
     ) -> Result<(), VulkanError> {
         self.check_store(store)?;
-        if !weights.buffer.belongs_to(&self.ctx) {
+        if !weights.belongs_to(&self.ctx) {
             return Err(VulkanError::Unsupported(
                 "the weights belong to another Vulkan backend".into(),
             ));
@@ -200,13 +200,14 @@ impl VulkanBackend {
         }
         attn_meta.extend(slot_words(program.slots));
         self.ensure(|io| &mut io.meta, 4 * attn_meta.len() as u64)?;
+        let map = weights.map();
         let mut planned = Vec::with_capacity(program.ops.len());
         for (i, op) in program.ops.iter().enumerate() {
             planned.push(match *op {
                 StepOp::Op(op) => {
-                    let (kernel, params, groups) =
-                        op.plan(i, weights.buffer.bytes, act_len, meta, self.kernel_choice())?;
-                    Planned::Op(kernel, params, groups, op.accesses())
+                    let (kernel, params, groups, set) =
+                        op.plan_in(i, &map, act_len, meta, self.kernel_choice())?;
+                    Planned::Op(kernel, params, groups, set, op.accesses())
                 }
                 StepOp::Scatter { layer, kv } => {
                     let len = (t * kv_row) as usize;
@@ -334,8 +335,9 @@ impl VulkanBackend {
         let mut recorded: Vec<(Recorded, Vec<Access>)> = Vec::with_capacity(planned.len() + 8);
         for p in &planned {
             match p {
-                Planned::Op(kernel, params, groups, access) => {
-                    recorded.push((Recorded::Op(*kernel, *params, *groups), access.clone()));
+                Planned::Op(kernel, params, groups, set, access) => {
+                    let op = Recorded::Op(*kernel, *params, *groups, *set);
+                    recorded.push((op, access.clone()));
                 }
                 Planned::Scatter(params, kv) => {
                     if params.count > 0 {
@@ -407,12 +409,14 @@ impl VulkanBackend {
             .ops
             .as_ref()
             .ok_or_else(|| VulkanError::Unsupported("no op pipelines".into()))?;
-        ops.bind([
-            weights.buffer.handle,
-            self.io.step_act.handle,
-            self.io.faults.handle,
-            self.io.step_meta.handle,
-        ]);
+        ops.bind(
+            &weights.handles(),
+            [
+                self.io.step_act.handle,
+                self.io.faults.handle,
+                self.io.step_meta.handle,
+            ],
+        );
         let io = &self.io;
         let chunks: Vec<vk::Buffer> = store.chunks.iter().map(|c| c.handle).collect();
         self.pipelines.bind(
@@ -502,8 +506,8 @@ impl VulkanBackend {
                         hazards.clear();
                     }
                     match what {
-                        Recorded::Op(kernel, params, groups) => {
-                            ops.record(cmd, *kernel, params, *groups);
+                        Recorded::Op(kernel, params, groups, set) => {
+                            ops.record(cmd, *kernel, params, *groups, *set);
                         }
                         Recorded::Attention(d) => {
                             pipelines.record(cmd, d.kernel, &d.params, d.groups);

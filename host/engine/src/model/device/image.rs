@@ -62,33 +62,31 @@ pub(crate) struct Image {
     pub ropes: Vec<RopeTable>,
     /// Values every step starts its activations with (the biases).
     pub consts: Vec<f32>,
-    /// Bytes laid out.
-    pub len: u64,
+    /// Where the image may be split across storage bindings: the start of
+    /// every tensor but a rotary table's sines (which the rotary op reads
+    /// with its cosines).
+    pub cuts: Vec<u64>,
 }
 
-/// Lays tensors out one after another; while `counting` it only adds up
-/// their sizes (to refuse a model too large before copying anything).
+/// Lays tensors out one after another.
 struct Builder {
     bytes: Vec<u8>,
     len: usize,
-    counting: bool,
+    cuts: Vec<u64>,
 }
 
 impl Builder {
     fn start(&mut self) -> u64 {
         self.len = self.len.next_multiple_of(ALIGN);
-        if !self.counting {
-            self.bytes.resize(self.len, 0);
-        }
+        self.bytes.resize(self.len, 0);
+        self.cuts.push(self.len as u64);
         self.len as u64
     }
 
     fn raw(&mut self, bytes: &[u8]) -> u64 {
         let at = self.start();
         self.len += bytes.len();
-        if !self.counting {
-            self.bytes.extend_from_slice(bytes);
-        }
+        self.bytes.extend_from_slice(bytes);
         at
     }
 
@@ -103,13 +101,11 @@ impl Builder {
             QuantKind::BF16 => {
                 let at = self.start();
                 self.len += 4 * m.rows() * m.cols();
-                if !self.counting {
-                    let halves = m.bytes().chunks_exact(2);
-                    let widened = halves.flat_map(|h| {
-                        ((u32::from(u16::from_le_bytes([h[0], h[1]]))) << 16).to_le_bytes()
-                    });
-                    self.bytes.extend(widened);
-                }
+                let halves = m.bytes().chunks_exact(2);
+                let widened = halves.flat_map(|h| {
+                    ((u32::from(u16::from_le_bytes([h[0], h[1]]))) << 16).to_le_bytes()
+                });
+                self.bytes.extend(widened);
                 (QuantKind::F32, at)
             }
             kind => (kind, self.raw(m.bytes())),
@@ -124,21 +120,12 @@ impl Builder {
 }
 
 impl Image {
-    /// The bytes [`Image::new`] would lay out for `program`.
-    pub fn size(program: &Program) -> u64 {
-        Self::build(program, true).len
-    }
-
     /// The image of `program`'s weights (copied; the model keeps its own).
     pub fn new(program: &Program) -> Self {
-        Self::build(program, false)
-    }
-
-    fn build(program: &Program, counting: bool) -> Self {
         let mut b = Builder {
             bytes: Vec::new(),
             len: 0,
-            counting,
+            cuts: Vec::new(),
         };
         let mut consts = Vec::new();
         let embed = b.matrix(&program.embed);
@@ -176,11 +163,17 @@ impl Image {
         let ropes = program
             .ropes
             .iter()
-            .map(|rope| RopeTable {
-                cos: b.f32s(&rope.cos),
-                sin: b.f32s(&rope.sin),
-                rows: rope.positions() as u32,
-                interleaved: rope.mode == RopeMode::Interleaved,
+            .map(|rope| {
+                let cos = b.f32s(&rope.cos);
+                let sin = b.f32s(&rope.sin);
+                // The sines go in the cosines' binding.
+                b.cuts.pop();
+                RopeTable {
+                    cos,
+                    sin,
+                    rows: rope.positions() as u32,
+                    interleaved: rope.mode == RopeMode::Interleaved,
+                }
             })
             .collect();
         Self {
@@ -190,8 +183,8 @@ impl Image {
             final_norm,
             ropes,
             consts,
-            len: b.len as u64,
             bytes: b.bytes,
+            cuts: b.cuts,
         }
     }
 }

@@ -58,17 +58,13 @@ fn make_resident(
     }
     // The old model's weights go first, so both are never held at once.
     *device = DeviceModel::default();
-    let fits = Image::size(model.program()) <= backend.info().max_storage_buffer_range;
-    let resident = match fits.then(|| Image::new(model.program())) {
-        None => None,
-        Some(mut image) => {
-            let bytes = std::mem::take(&mut image.bytes);
-            match backend.upload_weights(&bytes) {
-                Ok(weights) => Some(Box::new(Resident { weights, image })),
-                Err(VulkanError::Unsupported(_)) => None,
-                Err(e) => return Err(e),
-            }
-        }
+    let mut image = Image::new(model.program());
+    let bytes = std::mem::take(&mut image.bytes);
+    // As many storage bindings as the weights need, split between tensors.
+    let resident = match backend.upload_weights_split(&bytes, &image.cuts) {
+        Ok(weights) => Some(Box::new(Resident { weights, image })),
+        Err(VulkanError::Unsupported(_)) => None,
+        Err(e) => return Err(e),
     };
     *device = DeviceModel {
         model: Some(model.id()),
