@@ -1,7 +1,7 @@
 //! The Vulkan model ops' matrix products, timed as decode reads them: one
 //! transformer layer's seven projections as one program (one submission,
-//! seven dispatches), per block type, at batch 1 and 16, on whatever device
-//! Vulkan offers (`PAGODA_VULKAN_DEVICE` picks one):
+//! seven dispatches, a barrier after each), per block type, on whatever
+//! device Vulkan offers (`PAGODA_VULKAN_DEVICE` picks one):
 //!
 //! ```text
 //! cargo bench -p pagoda-vulkan --bench ops
@@ -9,13 +9,19 @@
 //!
 //! 1. **Check**: each type's product against `dequantize_row` + f64 sums on
 //!    a small random matrix, before any timing.
-//! 2. **Copy bandwidth**: the best of several device-local copies (bytes
-//!    read + written per second), the baseline.
-//! 3. **Layer**: Llama 3 8B's layer shapes (hidden 4096, 8 KV heads of 128,
-//!    FFN 14336; 218 M weights) on a GPU; a small layer (hidden 1024, FFN
-//!    2816; 10 M weights) on a CPU device, where the point is that it runs. Device time from GPU timestamps (median of 10
-//!    programs after 2 warm-ups; 3 after 1 on a CPU device); weight bytes
-//!    read per second and their share of the copy bandwidth.
+//! 2. **Bandwidth**: device-local copies by `vkCmdCopyBuffer` and by a copy
+//!    kernel (bytes read + written per second; the better is the baseline),
+//!    and a read kernel's rate, each after half a second of copies (GPUs
+//!    raise their clocks under load).
+//! 3. **Layer**: each decode product the device has (the default, four rows
+//!    a workgroup sharing activations; a row per subgroup; the plain
+//!    product) at batches 1, 16 and 32, on Llama 3 8B's layer shapes
+//!    (hidden 4096, 8 KV heads of 128, FFN 14336; 218 M weights) on a GPU,
+//!    a small layer (hidden 1024, FFN 2816; 10 M weights) on a CPU device,
+//!    where the point is that it runs. Device time from GPU timestamps
+//!    (median of 10 programs after a fifth of a second of them; 3 on a CPU
+//!    device); weight bytes read per second and their share of the copy
+//!    bandwidth.
 //! 4. **Prefill**: the same layer at 512 activation rows (64 on a CPU
 //!    device) in Q4_0 and Q4_K, as GFLOP/s (2 × rows × columns × batch per
 //!    product), through the f32 tiled product and, where the device has
@@ -139,16 +145,23 @@ fn main() {
     );
     // Decode figures are shares of the better copy.
     let copy = copy.max(kernel_copy);
-    // The plain decode product beside the GPU one, where they differ.
-    let mut plain = (backend.info().matvec_batch > 0)
-        .then(|| {
-            VulkanBackend::new(&VulkanOptions {
-                matvec_batch: Some(0),
-                ..options.clone()
-            })
-            .ok()
+    // The other decode products beside the default one, where they
+    // differ: a row per subgroup, and the plain product.
+    let others = |rows: Option<bool>, batch: Option<u32>| {
+        VulkanBackend::new(&VulkanOptions {
+            matvec_rows: rows,
+            matvec_batch: batch,
+            ..options.clone()
         })
-        .flatten();
+        .ok()
+    };
+    let gpu = backend.info().matvec_batch > 0;
+    let mut subgroup = if gpu && backend.info().matvec_rows {
+        others(Some(false), None)
+    } else {
+        None
+    };
+    let mut plain = if gpu { others(None, Some(0)) } else { None };
 
     let (hidden, kv, ffn, shape) = if cpu_device {
         (
@@ -185,8 +198,11 @@ fn main() {
             weights.resize(weights.len().next_multiple_of(256), 0);
         }
         let mut runs: Vec<(&str, &mut VulkanBackend)> = vec![("default", &mut backend)];
-        if let Some(plain) = plain.as_mut() {
-            runs.push(("plain", plain));
+        if let Some(b) = subgroup.as_mut() {
+            runs.push(("subgroup", b));
+        }
+        if let Some(b) = plain.as_mut() {
+            runs.push(("plain", b));
         }
         for (label, backend) in runs {
             let resident = match backend.upload_weights(&weights) {
@@ -225,7 +241,7 @@ fn main() {
             }
         }
     }
-    drop(plain);
+    drop((subgroup, plain));
     prefill(backend, options, &mats, cpu_device, (warm, timed), &mut rng);
 }
 

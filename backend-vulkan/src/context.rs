@@ -47,8 +47,8 @@ const MATVEC_MAX_BATCH: u32 = 16;
 /// Invocations per workgroup of the cooperative-matrix product, and its
 /// tile: output rows × activation rows × columns staged at a time (`GROUP`,
 /// `TR`, `TB`, `KC` in `shaders/matmul_tiled.comp`).
-const COOPMAT_GROUP: u32 = 64;
-const COOPMAT_TILE: (u32, u32, u32) = (64, 32, 32);
+const COOPMAT_GROUP: u32 = 128;
+const COOPMAT_TILE: (u32, u32, u32) = (64, 64, 32);
 
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
@@ -751,23 +751,23 @@ mod tests {
 
     #[test]
     fn the_largest_listed_shape_that_tiles_evenly_is_chosen() {
-        // Mesa 26.1 lavapipe: 8×8×8 at 8 lanes (4 pieces a subgroup) and
-        // at 4 lanes (16 subgroups, 2 pieces each).
-        assert_eq!(CoopMatrixShape::choose(&[(8, 8, 8)], 8), shape(8, 8, 8, 8));
-        assert_eq!(CoopMatrixShape::choose(&[(8, 8, 8)], 4), shape(8, 8, 8, 16));
+        // Mesa 26.1 lavapipe: 8×8×8 at 8 lanes (16 subgroups, 4 pieces
+        // each) and at 4 lanes (32 subgroups, 2 pieces each).
+        assert_eq!(CoopMatrixShape::choose(&[(8, 8, 8)], 8), shape(8, 8, 8, 16));
+        assert_eq!(CoopMatrixShape::choose(&[(8, 8, 8)], 4), shape(8, 8, 8, 32));
         // NVIDIA-like lists: the largest multiply wins.
         let nvidia = [(16, 8, 8), (16, 8, 16), (16, 16, 16)];
-        assert_eq!(CoopMatrixShape::choose(&nvidia, 32), shape(16, 16, 16, 2));
-        // Wave64: one subgroup takes all 8 pieces.
+        assert_eq!(CoopMatrixShape::choose(&nvidia, 32), shape(16, 16, 16, 4));
+        // Wave64: two subgroups of 8 pieces.
         assert_eq!(
             CoopMatrixShape::choose(&[(16, 16, 16)], 64),
-            shape(16, 16, 16, 1)
+            shape(16, 16, 16, 2)
         );
     }
 
     #[test]
     fn shapes_that_do_not_tile_evenly_are_refused() {
-        // 8 pieces of 16×16 cannot split among 16 subgroups.
+        // 16 pieces of 16×16 cannot split among 32 subgroups.
         assert_eq!(CoopMatrixShape::choose(&[(16, 16, 16)], 4), None);
         // A 64-column step, or 48 rows, does not divide the tile.
         assert_eq!(
@@ -775,14 +775,14 @@ mod tests {
             None
         );
         // Subgroups wider than the workgroup, or of no width; nothing listed.
-        assert_eq!(CoopMatrixShape::choose(&[(16, 16, 16)], 128), None);
+        assert_eq!(CoopMatrixShape::choose(&[(16, 16, 16)], 256), None);
         assert_eq!(CoopMatrixShape::choose(&[(16, 16, 16)], 0), None);
         assert_eq!(CoopMatrixShape::choose(&[(0, 16, 16)], 32), None);
         assert_eq!(CoopMatrixShape::choose(&[], 32), None);
         // Among several, only the ones that fit count.
         assert_eq!(
             CoopMatrixShape::choose(&[(16, 16, 64), (16, 8, 16)], 32),
-            shape(16, 8, 16, 2)
+            shape(16, 8, 16, 4)
         );
     }
 }

@@ -377,13 +377,15 @@ mod tests {
 
     #[test]
     fn push_constants_match_the_glsl_block() {
-        // 20 four-byte fields, within the 128 bytes every device allows.
-        assert_eq!(std::mem::size_of::<Params>(), 20 * 4);
+        // 22 four-byte fields, within the 128 bytes every device allows.
+        assert_eq!(std::mem::size_of::<Params>(), 22 * 4);
         let p = Params {
             scale: 0.5,
             partial_words: 7,
             window: 512,
             softcap: 30.0,
+            input_offset: 11,
+            output_offset: 13,
             ..Params::default()
         };
         let bytes = p.bytes();
@@ -391,5 +393,7 @@ mod tests {
         assert_eq!(&bytes[68..72], &7u32.to_le_bytes());
         assert_eq!(&bytes[72..76], &512u32.to_le_bytes());
         assert_eq!(&bytes[76..80], &30.0f32.to_bits().to_le_bytes());
+        assert_eq!(&bytes[80..84], &11u32.to_le_bytes());
+        assert_eq!(&bytes[84..88], &13u32.to_le_bytes());
     }
 }

@@ -4,8 +4,8 @@
 use pagoda_core::QuantKind;
 
 use super::pipelines::{
-    matmul_kernels, OpParams, DECODE_MAX_BATCH, DECODE_ROWS, TILE_BATCH, TILE_ROWS, VECTOR_GROUP,
-    VECTOR_ROWS,
+    matmul_kernels, OpParams, COOP_TILE_BATCH, DECODE_MAX_BATCH, DECODE_ROWS, TILE_BATCH,
+    TILE_ROWS, VECTOR_GROUP, VECTOR_ROWS,
 };
 use crate::kernels::Kernel;
 use crate::VulkanError;
@@ -365,14 +365,13 @@ impl Op {
                     let per_group = (VECTOR_GROUP / width.clamp(1, VECTOR_GROUP)).max(1);
                     (vector, u64::from(rows.div_ceil(per_group)))
                 } else if batch > DECODE_MAX_BATCH {
-                    // Both prefill kernels work on the same tiles.
-                    let tiles =
-                        u64::from(rows.div_ceil(TILE_ROWS)) * u64::from(batch.div_ceil(TILE_BATCH));
-                    let kernel = if coopmat {
-                        kernels.coopmat
+                    let (kernel, tile_batch) = if coopmat {
+                        (kernels.coopmat, COOP_TILE_BATCH)
                     } else {
-                        kernels.tiled
+                        (kernels.tiled, TILE_BATCH)
                     };
+                    let tiles =
+                        u64::from(rows.div_ceil(TILE_ROWS)) * u64::from(batch.div_ceil(tile_batch));
                     (kernel, tiles)
                 } else if let Some(width) = subgroup {
                     let per_group = (GROUP / width.clamp(1, GROUP)).max(1);
@@ -660,6 +659,37 @@ mod tests {
         (kernel, groups)
     }
 
+    fn vector(rows: u32, batch: u32, x: u32, shared_rows: bool) -> Kernel {
+        let op = Op::Matmul {
+            kind: QuantKind::Q4_K,
+            weights: 0,
+            rows,
+            cols: 256,
+            batch,
+            x,
+            x_stride: 256,
+            y: 1 << 20,
+            y_stride: rows,
+            accumulate: false,
+        };
+        let choice = KernelChoice {
+            subgroup: Some(32),
+            coopmat: false,
+            vector_batch: 16,
+            vector_rows: shared_rows,
+        };
+        op.plan(0, 1 << 40, 1 << 32, &[], choice).unwrap().0
+    }
+
+    #[test]
+    fn the_gpu_decode_products_take_aligned_batches_up_to_their_limit() {
+        assert_eq!(vector(100, 1, 0, true), Kernel::MatvecRowsQ4K);
+        assert_eq!(vector(100, 16, 0, false), Kernel::MatvecQ4K);
+        // Past the limit, or activations not vec4-aligned: the others.
+        assert_eq!(vector(100, 17, 0, true), Kernel::MatmulTiledQ4K);
+        assert_eq!(vector(100, 1, 2, true), Kernel::MatmulQ4KSubgroup);
+    }
+
     #[test]
     fn batches_beyond_the_decode_product_take_the_tiled_one() {
         // 4 rows per workgroup in shared memory, one per subgroup.
@@ -669,10 +699,10 @@ mod tests {
         // Tiles of 64 rows × 32 activation rows.
         assert_eq!(product(130, 9, None), (Kernel::MatmulTiledQ40, 3));
         assert_eq!(product(130, 70, Some(32)), (Kernel::MatmulTiledQ40, 9));
-        // With cooperative matrices: the same tiles, decode unchanged.
+        // With cooperative matrices: tiles of 64 × 64, decode unchanged.
         assert_eq!(
             product_with(130, 70, Some(32), true),
-            (Kernel::MatmulCoopQ40, 9)
+            (Kernel::MatmulCoopQ40, 6)
         );
         assert_eq!(
             product_with(130, 8, Some(32), true),

@@ -86,6 +86,10 @@ pub(crate) const VECTOR_ROWS: u32 = 4;
 pub(crate) const TILE_ROWS: u32 = 64;
 pub(crate) const TILE_BATCH: u32 = 32;
 
+/// Activation rows per workgroup of the cooperative-matrix product (its
+/// `TB`; output rows as the tiled product's).
+pub(crate) const COOP_TILE_BATCH: u32 = 64;
+
 /// The matrix-product kernels of one weight block type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MatmulKernels {
