@@ -9,9 +9,8 @@
 // weight is dequantized once per TB activation rows, and each activation
 // read once per TR output rows. The block type is a define (blocks.glsl).
 //
-// With COOPMAT tiles of 64 × 64 (128 invocations, two to a weight row
-// while loading) are staged in f16 and multiplied as cooperative matrices
-// (VK_KHR_cooperative_matrix): the tile's CM × CN
+// With COOPMAT the same tiles are staged in f16 and multiplied as
+// cooperative matrices (VK_KHR_cooperative_matrix): the tile's CM × CN
 // pieces are split among the workgroup's subgroups, each summing its
 // pieces over KC / CK multiply-adds of CM × CK weights by CK × CN
 // activations, in f32. The shape is the host's choice among those the
@@ -25,31 +24,20 @@
 #include "ops_common.glsl"
 #include "blocks.glsl"
 
-#define TR 64u   // output rows per tile
-#define KC 32u   // columns per step: within one sub-block of every type
-#ifdef COOPMAT
-// Twice the activation rows of the f32 tiles, each weight dequantized once
-// for all of them: the dequantizing, not the multiplying, is what a
-// cooperative-matrix tile spends its time on.
-#define GROUP_SIZE 128
-#define TB 64u   // activation rows per tile
-#else
-#define GROUP_SIZE 64
+#define GROUP 64u
+#define TR 64u   // output rows per tile (one per invocation while loading)
 #define TB 32u   // activation rows per tile
+#define KC 32u   // columns per step: within one sub-block of every type
 #define RI 8u    // output rows per invocation (TR / RI invocations apart)
 #define BJ 4u    // activation rows per invocation (GROUP / (TR / RI) apart)
-#endif
-#define GROUP uint(GROUP_SIZE)
-// Invocations per weight row while loading (each takes KC / WSPLIT columns).
-#define WSPLIT (GROUP / TR)
 
-layout(local_size_x = GROUP_SIZE) in;
+layout(local_size_x = 64) in;
 
 #ifdef COOPMAT
 layout(constant_id = 0) const uint CM = 16u;  // output rows per multiply
 layout(constant_id = 1) const uint CN = 16u;  // activation rows per multiply
 layout(constant_id = 2) const uint CK = 16u;  // columns per multiply
-// Subgroups the workgroup has at least (128 / the widest subgroup); the
+// Subgroups the workgroup has at least (64 / the widest subgroup); the
 // host picks a shape whose pieces split evenly among them.
 layout(constant_id = 3) const uint SUBGROUPS = 4u;
 const uint PIECES = (TR / CM) * (TB / CN) / SUBGROUPS;  // per subgroup
@@ -76,13 +64,8 @@ shared ELEM xs[TB * WS];
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
-#ifndef COOPMAT
     uint rg = tid / (TB / BJ);   // output rows rg + 8 i
     uint bg = tid % (TB / BJ);   // activation rows bg + 8 j
-#endif
-    // While loading: weight row `wr`, columns kpart * KC / WSPLIT onwards.
-    uint wr = tid % TR;
-    uint kpart = tid / TR;
     uint blocks = p.cols / BLOCK_ELEMS;
     // ACCUMULATE (aux0 bit 0): add the product to what the output held.
     bool accumulate = (p.aux0 & 1u) != 0u;
@@ -109,40 +92,38 @@ void main() {
             }
         }
 #endif
-        uint row_base = p.w_offset + (r0 + wr) * p.row_bytes;
-        uint k_first = kpart * (KC / WSPLIT);
-        uint k_last = k_first + KC / WSPLIT;
+        uint row_base = p.w_offset + (r0 + tid) * p.row_bytes;
         for (uint k0 = 0u; k0 < p.cols; k0 += KC) {
-            // Weights: invocation `tid` dequantizes its part of row r0 + wr.
+            // Weights: invocation `tid` dequantizes row r0 + tid.
             uint kn = min(KC, p.cols - k0);
-            if (wr < nr) {
+            if (tid < nr) {
                 uint e0 = k0 % BLOCK_ELEMS;
                 vec2 so = sub_scale(row_base + (k0 / BLOCK_ELEMS) * BLOCK_BYTES, e0 / SUB_ELEMS);
 #ifdef QUANT4
                 // Quantized columns come in whole blocks of 32 or 256, so
                 // the step is one block (or within one) and never partial.
                 uint base = row_base + (k0 / BLOCK_ELEMS) * BLOCK_BYTES;
-                for (uint k = k_first; k < k_last; k += 4u) {
+                for (uint k = 0u; k < KC; k += 4u) {
                     vec4 v = so.x * quant4(base, e0 + k) + so.y;
-                    ws[wr * WS + k] = ELEM(v.x);
-                    ws[wr * WS + k + 1u] = ELEM(v.y);
-                    ws[wr * WS + k + 2u] = ELEM(v.z);
-                    ws[wr * WS + k + 3u] = ELEM(v.w);
+                    ws[tid * WS + k] = ELEM(v.x);
+                    ws[tid * WS + k + 1u] = ELEM(v.y);
+                    ws[tid * WS + k + 2u] = ELEM(v.z);
+                    ws[tid * WS + k + 3u] = ELEM(v.w);
                 }
 #else
-                for (uint k = k_first; k < k_last; k++) {
+                for (uint k = 0u; k < KC; k++) {
                     float v = 0.0;
                     if (k < kn) {
                         uint c = k0 + k;
                         uint base = row_base + (c / BLOCK_ELEMS) * BLOCK_BYTES;
                         v = so.x * quant(base, c % BLOCK_ELEMS) + so.y;
                     }
-                    ws[wr * WS + k] = ELEM(v);
+                    ws[tid * WS + k] = ELEM(v);
                 }
 #endif
             } else {
-                for (uint k = k_first; k < k_last; k++) {
-                    ws[wr * WS + k] = ELEM(0.0);
+                for (uint k = 0u; k < KC; k++) {
+                    ws[tid * WS + k] = ELEM(0.0);
                 }
             }
             // Activations: neighbouring invocations on neighbouring columns.

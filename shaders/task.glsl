@@ -1,5 +1,5 @@
 // A row of quantized blocks as tasks of 32 weights, for the GPU decode
-// products (matvec.comp, matvec_rows.comp): a whole block of the 32-element
+// product (matvec.comp): a whole block of the 32-element
 // types, an eighth of a K-quant superblock. A task's weights come as two
 // runs of 16 (elements `start.x ..` and `start.y ..` of the row), each with
 // a scale and an offset: w = scale * q + offset, the quants read as bytes

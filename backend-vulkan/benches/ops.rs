@@ -13,9 +13,9 @@
 //!    kernel (bytes read + written per second; the better is the baseline),
 //!    and a read kernel's rate, each after half a second of copies (GPUs
 //!    raise their clocks under load).
-//! 3. **Layer**: each decode product the device has (the default, four rows
-//!    a workgroup sharing activations; a row per subgroup; the plain
-//!    product) at batches 1, 16 and 32, on Llama 3 8B's layer shapes
+//! 3. **Layer**: each decode product the device has (the GPU one, four rows
+//!    a workgroup sharing activations; the plain one) at batches 1, 16 and
+//!    32, on Llama 3 8B's layer shapes
 //!    (hidden 4096, 8 KV heads of 128, FFN 14336; 218 M weights) on a GPU,
 //!    a small layer (hidden 1024, FFN 2816; 10 M weights) on a CPU device,
 //!    where the point is that it runs. Device time from GPU timestamps
@@ -145,23 +145,16 @@ fn main() {
     );
     // Decode figures are shares of the better copy.
     let copy = copy.max(kernel_copy);
-    // The other decode products beside the default one, where they
-    // differ: a row per subgroup, and the plain product.
-    let others = |rows: Option<bool>, batch: Option<u32>| {
-        VulkanBackend::new(&VulkanOptions {
-            matvec_rows: rows,
-            matvec_batch: batch,
-            ..options.clone()
+    // The plain decode product beside the GPU one, where they differ.
+    let mut plain = (backend.info().matvec_batch > 0)
+        .then(|| {
+            VulkanBackend::new(&VulkanOptions {
+                matvec_batch: Some(0),
+                ..options.clone()
+            })
+            .ok()
         })
-        .ok()
-    };
-    let gpu = backend.info().matvec_batch > 0;
-    let mut subgroup = if gpu && backend.info().matvec_rows {
-        others(Some(false), None)
-    } else {
-        None
-    };
-    let mut plain = if gpu { others(None, Some(0)) } else { None };
+        .flatten();
 
     let (hidden, kv, ffn, shape) = if cpu_device {
         (
@@ -198,9 +191,6 @@ fn main() {
             weights.resize(weights.len().next_multiple_of(256), 0);
         }
         let mut runs: Vec<(&str, &mut VulkanBackend)> = vec![("default", &mut backend)];
-        if let Some(b) = subgroup.as_mut() {
-            runs.push(("subgroup", b));
-        }
         if let Some(b) = plain.as_mut() {
             runs.push(("plain", b));
         }
@@ -241,7 +231,7 @@ fn main() {
             }
         }
     }
-    drop((subgroup, plain));
+    drop(plain);
     prefill(backend, options, &mats, cpu_device, (warm, timed), &mut rng);
 }
 

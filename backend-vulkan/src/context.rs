@@ -35,10 +35,6 @@ pub const COOPMAT_ENV: &str = "PAGODA_VULKAN_COOPMAT";
 /// product (`shaders/matvec.comp`) takes; `0` turns it off.
 pub const MATVEC_ENV: &str = "PAGODA_VULKAN_MATVEC";
 
-/// The environment variable that picks the GPU decode product with one
-/// row per subgroup (`0`) over the one that shares activations among rows.
-pub const MATVEC_ROWS_ENV: &str = "PAGODA_VULKAN_MATVEC_ROWS";
-
 /// The largest batch the GPU decode product takes by default: it reads the
 /// weights once per 8 activation rows, which at 16 rows still beats
 /// staging tiles for the prefill kernels.
@@ -47,8 +43,8 @@ const MATVEC_MAX_BATCH: u32 = 16;
 /// Invocations per workgroup of the cooperative-matrix product, and its
 /// tile: output rows × activation rows × columns staged at a time (`GROUP`,
 /// `TR`, `TB`, `KC` in `shaders/matmul_tiled.comp`).
-const COOPMAT_GROUP: u32 = 128;
-const COOPMAT_TILE: (u32, u32, u32) = (64, 64, 32);
+const COOPMAT_GROUP: u32 = 64;
+const COOPMAT_TILE: (u32, u32, u32) = (64, 32, 32);
 
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
@@ -95,11 +91,6 @@ pub struct VulkanOptions {
     /// arithmetic) takes; `Some(0)` never. `None` reads [`MATVEC_ENV`],
     /// else 16.
     pub matvec_batch: Option<u32>,
-    /// Take the GPU decode product that shares each activation load among
-    /// several rows (`shaders/matvec_rows.comp`) rather than the one with a
-    /// row per subgroup (`shaders/matvec.comp`). `None` reads
-    /// [`MATVEC_ROWS_ENV`], else yes.
-    pub matvec_rows: Option<bool>,
 }
 
 impl VulkanOptions {
@@ -243,8 +234,6 @@ pub struct DeviceInfo {
     pub use_coopmat: bool,
     /// The largest batch the GPU decode product takes (0: not in use).
     pub matvec_batch: u32,
-    /// Whether it is the variant that shares activations among rows.
-    pub matvec_rows: bool,
 }
 
 impl fmt::Display for DeviceInfo {
@@ -254,7 +243,7 @@ impl fmt::Display for DeviceInfo {
             "{} ({:?}, Vulkan {}): storage buffer range {} MiB, shared memory {} KiB, subgroup {}, \
              subgroup arithmetic {}, timestamps {}, shaderFloat16 {}, 16-bit storage {}, \
              cooperative matrix {}; kernels: subgroups {}, f16 arithmetic {}, cooperative matrix {}, \
-             GPU decode product to batch {} (rows shared {}), bounds checks {}; validation {}",
+             GPU decode product to batch {}, bounds checks {}; validation {}",
             self.name,
             self.kind,
             self.api_version,
@@ -271,7 +260,6 @@ impl fmt::Display for DeviceInfo {
             self.use_float16,
             self.use_coopmat,
             self.matvec_batch,
-            self.matvec_rows,
             self.bounds_checks,
             self.validation,
         )
@@ -433,7 +421,8 @@ impl Context {
         info.use_float16 = info.shader_float16 && wanted(options.float16, FLOAT16_ENV);
         info.use_coopmat =
             info.cooperative_matrix.is_some() && wanted(options.coopmat, COOPMAT_ENV);
-        info.matvec_batch = match info.use_subgroups {
+        // Its shared sums hold 32 subgroups of a 128-invocation workgroup.
+        info.matvec_batch = match info.use_subgroups && info.subgroup_size >= 4 {
             false => 0,
             true => options.matvec_batch.unwrap_or_else(|| {
                 std::env::var(MATVEC_ENV)
@@ -442,8 +431,6 @@ impl Context {
                     .unwrap_or(MATVEC_MAX_BATCH)
             }),
         };
-        // Its shared sums hold 32 subgroups of a 128-invocation workgroup.
-        info.matvec_rows = info.subgroup_size >= 4 && wanted(options.matvec_rows, MATVEC_ROWS_ENV);
 
         let features = vk::PhysicalDeviceFeatures::default()
             .shader_storage_buffer_array_dynamic_indexing(true);
@@ -662,7 +649,6 @@ fn choose_device(
         cooperative_matrix: cooperative_matrix.filter(|_| f16.0),
         use_coopmat: false,
         matvec_batch: 0,
-        matvec_rows: false,
     };
     Ok((physical, family, info))
 }
@@ -751,23 +737,23 @@ mod tests {
 
     #[test]
     fn the_largest_listed_shape_that_tiles_evenly_is_chosen() {
-        // Mesa 26.1 lavapipe: 8×8×8 at 8 lanes (16 subgroups, 4 pieces
-        // each) and at 4 lanes (32 subgroups, 2 pieces each).
-        assert_eq!(CoopMatrixShape::choose(&[(8, 8, 8)], 8), shape(8, 8, 8, 16));
-        assert_eq!(CoopMatrixShape::choose(&[(8, 8, 8)], 4), shape(8, 8, 8, 32));
+        // Mesa 26.1 lavapipe: 8×8×8 at 8 lanes (4 pieces a subgroup) and
+        // at 4 lanes (16 subgroups, 2 pieces each).
+        assert_eq!(CoopMatrixShape::choose(&[(8, 8, 8)], 8), shape(8, 8, 8, 8));
+        assert_eq!(CoopMatrixShape::choose(&[(8, 8, 8)], 4), shape(8, 8, 8, 16));
         // NVIDIA-like lists: the largest multiply wins.
         let nvidia = [(16, 8, 8), (16, 8, 16), (16, 16, 16)];
-        assert_eq!(CoopMatrixShape::choose(&nvidia, 32), shape(16, 16, 16, 4));
-        // Wave64: two subgroups of 8 pieces.
+        assert_eq!(CoopMatrixShape::choose(&nvidia, 32), shape(16, 16, 16, 2));
+        // Wave64: one subgroup takes all 8 pieces.
         assert_eq!(
             CoopMatrixShape::choose(&[(16, 16, 16)], 64),
-            shape(16, 16, 16, 2)
+            shape(16, 16, 16, 1)
         );
     }
 
     #[test]
     fn shapes_that_do_not_tile_evenly_are_refused() {
-        // 16 pieces of 16×16 cannot split among 32 subgroups.
+        // 8 pieces of 16×16 cannot split among 16 subgroups.
         assert_eq!(CoopMatrixShape::choose(&[(16, 16, 16)], 4), None);
         // A 64-column step, or 48 rows, does not divide the tile.
         assert_eq!(
@@ -775,14 +761,14 @@ mod tests {
             None
         );
         // Subgroups wider than the workgroup, or of no width; nothing listed.
-        assert_eq!(CoopMatrixShape::choose(&[(16, 16, 16)], 256), None);
+        assert_eq!(CoopMatrixShape::choose(&[(16, 16, 16)], 128), None);
         assert_eq!(CoopMatrixShape::choose(&[(16, 16, 16)], 0), None);
         assert_eq!(CoopMatrixShape::choose(&[(0, 16, 16)], 32), None);
         assert_eq!(CoopMatrixShape::choose(&[], 32), None);
         // Among several, only the ones that fit count.
         assert_eq!(
             CoopMatrixShape::choose(&[(16, 16, 64), (16, 8, 16)], 32),
-            shape(16, 8, 16, 4)
+            shape(16, 8, 16, 2)
         );
     }
 }

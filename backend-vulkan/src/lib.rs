@@ -80,7 +80,7 @@ use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot, PAGE_SIZE};
 pub use commands::KernelTime;
 pub use context::{
     CoopMatrixShape, DeviceInfo, DeviceKind, VulkanOptions, COOPMAT_ENV, DEVICE_ENV, FLOAT16_ENV,
-    MATVEC_ENV, MATVEC_ROWS_ENV, SUBGROUPS_ENV, VALIDATION_ENV,
+    MATVEC_ENV, SUBGROUPS_ENV, VALIDATION_ENV,
 };
 pub use error::VulkanError;
 pub use kernels::{Kernel, KV_CHUNKS};

@@ -201,32 +201,24 @@ fn check_products(backend: &mut VulkanBackend, rng: &mut Rng, prefill: bool) -> 
 
 #[test]
 fn decode_products_match_a_plain_reference_for_every_block_type() {
-    // Every decode kernel: both GPU products (rows sharing activations,
-    // matvec_rows.comp; a row per subgroup, matvec.comp) where the device
+    // Every decode kernel: the GPU product (matvec.comp) where the device
     // has subgroups, the plain product reduced by subgroup add, and
     // reduced in shared memory.
     let mut rng = Rng::new(0x5EED_0A75);
-    let configs = [
-        (true, None, true),
-        (true, None, false),
-        (true, Some(0), false),
-        (false, Some(0), false),
-    ];
-    for (subgroups, matvec, rows) in configs {
+    for (subgroups, matvec) in [(true, None), (true, Some(0)), (false, Some(0))] {
         let options = VulkanOptions {
             subgroups: Some(subgroups),
             matvec_batch: matvec,
-            matvec_rows: Some(rows),
             ..VulkanOptions::from_env()
         };
         let Some(mut backend) = open_with(options) else {
             return;
         };
         let info = backend.info();
-        let (used, vector, rows) = (info.use_subgroups, info.matvec_batch, info.matvec_rows);
+        let (used, vector) = (info.use_subgroups, info.matvec_batch);
         let worst = check_products(&mut backend, &mut rng, false);
         eprintln!(
-            "worst decode product error (subgroups {used}, GPU product to batch {vector}, rows shared {rows}): {worst:.2e} of Σ|w·x|"
+            "worst decode product error (subgroups {used}, GPU product to batch {vector}): {worst:.2e} of Σ|w·x|"
         );
         assert_clean(&backend);
     }
@@ -234,19 +226,12 @@ fn decode_products_match_a_plain_reference_for_every_block_type() {
 
 #[test]
 fn a_product_added_to_its_output_is_the_residual_sum() {
-    // `accumulate` through each product kernel: both GPU decode products,
+    // `accumulate` through each product kernel: the GPU decode product,
     // the plain one, and the tiled one (batch 20 without the GPU product).
     let mut rng = Rng::new(0xACC0_0001);
-    let configs = [
-        (None, true, 3usize),
-        (None, false, 3),
-        (Some(0), false, 3),
-        (Some(0), false, 20),
-    ];
-    for (matvec, rows, batch) in configs {
+    for (matvec, batch) in [(None, 3usize), (Some(0), 3), (Some(0), 20)] {
         let options = VulkanOptions {
             matvec_batch: matvec,
-            matvec_rows: Some(rows),
             coopmat: Some(false),
             ..VulkanOptions::from_env()
         };

@@ -4,8 +4,7 @@
 use pagoda_core::QuantKind;
 
 use super::pipelines::{
-    matmul_kernels, OpParams, COOP_TILE_BATCH, DECODE_MAX_BATCH, DECODE_ROWS, TILE_BATCH,
-    TILE_ROWS, VECTOR_GROUP, VECTOR_ROWS,
+    matmul_kernels, OpParams, DECODE_MAX_BATCH, DECODE_ROWS, TILE_BATCH, TILE_ROWS, VECTOR_ROWS,
 };
 use crate::kernels::Kernel;
 use crate::VulkanError;
@@ -25,8 +24,6 @@ pub(crate) struct KernelChoice {
     pub subgroup: Option<u32>,
     pub coopmat: bool,
     pub vector_batch: u32,
-    /// Take the GPU decode product that shares activations among rows.
-    pub vector_rows: bool,
 }
 
 /// The activation of a gated linear unit's gate.
@@ -356,22 +353,17 @@ impl Op {
                 });
                 // Kernels loop over what the workgroups do not cover, so
                 // the counts only need to be right for speed.
-                let rows_variant = kernels
-                    .vector_rows
-                    .filter(|_| vector.is_some() && choice.vector_rows);
-                let (kernel, groups) = if let Some(kernel) = rows_variant {
-                    (kernel, u64::from(rows.div_ceil(VECTOR_ROWS)))
-                } else if let (Some(vector), Some(width)) = (vector, subgroup) {
-                    let per_group = (VECTOR_GROUP / width.clamp(1, VECTOR_GROUP)).max(1);
-                    (vector, u64::from(rows.div_ceil(per_group)))
+                let (kernel, groups) = if let Some(vector) = vector {
+                    (vector, u64::from(rows.div_ceil(VECTOR_ROWS)))
                 } else if batch > DECODE_MAX_BATCH {
-                    let (kernel, tile_batch) = if coopmat {
-                        (kernels.coopmat, COOP_TILE_BATCH)
-                    } else {
-                        (kernels.tiled, TILE_BATCH)
-                    };
+                    // Both prefill kernels work on the same tiles.
                     let tiles =
-                        u64::from(rows.div_ceil(TILE_ROWS)) * u64::from(batch.div_ceil(tile_batch));
+                        u64::from(rows.div_ceil(TILE_ROWS)) * u64::from(batch.div_ceil(TILE_BATCH));
+                    let kernel = if coopmat {
+                        kernels.coopmat
+                    } else {
+                        kernels.tiled
+                    };
                     (kernel, tiles)
                 } else if let Some(width) = subgroup {
                     let per_group = (GROUP / width.clamp(1, GROUP)).max(1);
@@ -653,13 +645,12 @@ mod tests {
             subgroup,
             coopmat,
             vector_batch: 0,
-            vector_rows: false,
         };
         let (kernel, _, groups) = op.plan(0, 1 << 40, 1 << 32, &[], choice).unwrap();
         (kernel, groups)
     }
 
-    fn vector(rows: u32, batch: u32, x: u32, shared_rows: bool) -> Kernel {
+    fn vector(rows: u32, batch: u32, x: u32) -> Kernel {
         let op = Op::Matmul {
             kind: QuantKind::Q4_K,
             weights: 0,
@@ -676,18 +667,17 @@ mod tests {
             subgroup: Some(32),
             coopmat: false,
             vector_batch: 16,
-            vector_rows: shared_rows,
         };
         op.plan(0, 1 << 40, 1 << 32, &[], choice).unwrap().0
     }
 
     #[test]
     fn the_gpu_decode_products_take_aligned_batches_up_to_their_limit() {
-        assert_eq!(vector(100, 1, 0, true), Kernel::MatvecRowsQ4K);
-        assert_eq!(vector(100, 16, 0, false), Kernel::MatvecQ4K);
+        assert_eq!(vector(100, 1, 0), Kernel::MatvecQ4K);
+        assert_eq!(vector(100, 16, 0), Kernel::MatvecQ4K);
         // Past the limit, or activations not vec4-aligned: the others.
-        assert_eq!(vector(100, 17, 0, true), Kernel::MatmulTiledQ4K);
-        assert_eq!(vector(100, 1, 2, true), Kernel::MatmulQ4KSubgroup);
+        assert_eq!(vector(100, 17, 0), Kernel::MatmulTiledQ4K);
+        assert_eq!(vector(100, 1, 2), Kernel::MatmulQ4KSubgroup);
     }
 
     #[test]
@@ -699,10 +689,10 @@ mod tests {
         // Tiles of 64 rows × 32 activation rows.
         assert_eq!(product(130, 9, None), (Kernel::MatmulTiledQ40, 3));
         assert_eq!(product(130, 70, Some(32)), (Kernel::MatmulTiledQ40, 9));
-        // With cooperative matrices: tiles of 64 × 64, decode unchanged.
+        // With cooperative matrices: the same tiles, decode unchanged.
         assert_eq!(
             product_with(130, 70, Some(32), true),
-            (Kernel::MatmulCoopQ40, 6)
+            (Kernel::MatmulCoopQ40, 9)
         );
         assert_eq!(
             product_with(130, 8, Some(32), true),

@@ -73,22 +73,14 @@ pub(crate) const DECODE_MAX_BATCH: u32 = 8;
 /// Output rows per workgroup of the decode product without subgroups.
 pub(crate) const DECODE_ROWS: u32 = 4;
 
-/// Invocations per workgroup of the GPU decode product
-/// (`shaders/matvec.comp`): one output row per subgroup.
-pub(crate) const VECTOR_GROUP: u32 = 128;
-
-/// Output rows per workgroup of the GPU decode product that shares
-/// activation loads among rows (`ROWS` in `shaders/matvec_rows.comp`).
+/// Output rows per workgroup of the GPU decode product, which share each
+/// activation load (`ROWS` in `shaders/matvec.comp`).
 pub(crate) const VECTOR_ROWS: u32 = 4;
 
 /// Output rows × activation rows per workgroup of the tiled product
 /// (`TR`, `TB` in `shaders/matmul_tiled.comp`).
 pub(crate) const TILE_ROWS: u32 = 64;
 pub(crate) const TILE_BATCH: u32 = 32;
-
-/// Activation rows per workgroup of the cooperative-matrix product (its
-/// `TB`; output rows as the tiled product's).
-pub(crate) const COOP_TILE_BATCH: u32 = 64;
 
 /// The matrix-product kernels of one weight block type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,12 +97,10 @@ pub struct MatmulKernels {
     /// device has `VK_KHR_cooperative_matrix`).
     pub coopmat: Kernel,
     /// The decode product shaped for GPU memory bandwidth
-    /// (`shaders/matvec.comp`: a subgroup per row, wide loads), for the
-    /// quantized types, where the device has subgroup arithmetic.
+    /// (`shaders/matvec.comp`: four rows a workgroup sharing each
+    /// activation load, wide weight loads), for the quantized types, where
+    /// the device has subgroup arithmetic.
     pub vector: Option<Kernel>,
-    /// The same with several output rows per workgroup sharing each
-    /// activation load (`shaders/matvec_rows.comp`).
-    pub vector_rows: Option<Kernel>,
 }
 
 /// The matrix-product kernels for a weight block type, if there are any.
@@ -126,18 +116,6 @@ pub fn matmul_kernels(kind: QuantKind) -> Option<MatmulKernels> {
         QuantKind::Q4_K => Some(K::MatvecQ4K),
         QuantKind::Q5_K => Some(K::MatvecQ5K),
         QuantKind::Q6_K => Some(K::MatvecQ6K),
-        _ => None,
-    };
-    #[rustfmt::skip]
-    let vector_rows = match kind {
-        QuantKind::Q4_0 => Some(K::MatvecRowsQ40),
-        QuantKind::Q4_1 => Some(K::MatvecRowsQ41),
-        QuantKind::Q5_0 => Some(K::MatvecRowsQ50),
-        QuantKind::Q5_1 => Some(K::MatvecRowsQ51),
-        QuantKind::Q8_0 => Some(K::MatvecRowsQ80),
-        QuantKind::Q4_K => Some(K::MatvecRowsQ4K),
-        QuantKind::Q5_K => Some(K::MatvecRowsQ5K),
-        QuantKind::Q6_K => Some(K::MatvecRowsQ6K),
         _ => None,
     };
     #[rustfmt::skip]
@@ -160,7 +138,6 @@ pub fn matmul_kernels(kind: QuantKind) -> Option<MatmulKernels> {
         tiled,
         coopmat,
         vector,
-        vector_rows,
     })
 }
 

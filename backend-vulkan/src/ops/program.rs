@@ -281,7 +281,6 @@ impl VulkanBackend {
             subgroup: info.use_subgroups.then_some(info.subgroup_size),
             coopmat: info.use_coopmat,
             vector_batch: info.matvec_batch,
-            vector_rows: info.matvec_rows,
         }
     }
 
