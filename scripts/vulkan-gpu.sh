@@ -13,7 +13,12 @@
 # `test-engine-vulkan_step`), the bench binaries (`bench-ops`), and
 # optionally `llama-vulkan.tar.xz` (llama.cpp's `llama-bench` with
 # GGML_VULKAN), `vl/*.deb` (a Khronos validation layer to unpack) and
-# `gl/*.deb` (a Vulkan loader to unpack into /, for a bare image).
+# `gl/*.deb` (a Vulkan loader and libglvnd to unpack into /, for a bare
+# image: NVIDIA's Vulkan driver needs libGLdispatch). The loader must be as
+# new as the layer: Debian 12's loader 1.3.239 under the 1.4.309 layer
+# draws a warning on every device (it asks vkGetDeviceProcAddr for an
+# instance function), so carry Debian 13's libvulkan1 with Debian 13's
+# vulkan-validationlayers.
 # STAGEs: setup, tests, ops, speed, speed8b, llama (default: all, in that
 # order). Logs go to $OUT (default ./gpu-out); each stage prints its time.
 set -uo pipefail
