@@ -25,8 +25,12 @@ pub(crate) const DECODE_MAX_HEADS: u32 = 8;
 /// Below this many workgroups the device has idle cores, so long contexts
 /// are split across their KV length.
 pub(crate) const TARGET_WORKGROUPS: u32 = 1024;
-/// A split covers at least this many tokens, so the merge stays cheap.
-pub(crate) const MIN_SPLIT_TOKENS: u32 = 512;
+/// A split covers at least this many tokens (four pages), so the merge
+/// stays cheap. Splits of 512 left an 8B model's decode at 4,096 tokens
+/// with 64 workgroups (8 KV heads × 8 splits) on an H100's 132 cores, and
+/// attention took 100 µs a layer where its KV is 5 µs of reading; at 64
+/// tokens the same decode has 512.
+pub(crate) const MIN_SPLIT_TOKENS: u32 = 64;
 /// Marks an item that writes its outputs directly (`NO_PARTIAL` in GLSL).
 const NO_PARTIAL: u32 = u32::MAX;
 /// Words of one work item (see `attention.comp`).
@@ -298,6 +302,21 @@ mod tests {
         }
         assert_eq!(plan.decode_items, 4, "12 heads per KV head: 8 + 4");
         assert!(seen.iter().all(|&n| n == 1), "{seen:?}");
+    }
+
+    #[test]
+    fn a_long_decode_has_workgroups_for_every_core_of_a_gpu() {
+        let pages: Vec<PageId> = (0..256).map(PageId::from_index).collect();
+        let batch = [SeqAttention {
+            pages: &pages,
+            context_len: 4096,
+            query_start: 0,
+            query_len: 1,
+        }];
+        // Llama 3 8B: 32 query heads over 8 KV heads.
+        let plan = plan_attention(&shape(32, 8, 128), &batch);
+        assert_eq!(plan.decode_items, 8 * 4096 / MIN_SPLIT_TOKENS);
+        assert_eq!(plan.merges, 32);
     }
 
     #[test]
