@@ -184,9 +184,7 @@ impl VulkanBackend {
             bytes + 4096,
             MemoryLocation::GpuOnly,
         )?;
-        if self.ops.is_none() {
-            self.ops = Some(OpPipelines::new(&self.ctx, self.ctx.info.bounds_checks)?);
-        }
+        self.ensure_op_pipelines()?;
         let pipelines = self
             .ops
             .as_ref()
@@ -243,6 +241,14 @@ impl VulkanBackend {
             2.0 * bytes as f64 / (best[0] * 1e-9),
             bytes as f64 / (best[1] * 1e-9),
         ))
+    }
+
+    /// Makes the op kernels' pipelines on first use.
+    pub(super) fn ensure_op_pipelines(&mut self) -> Result<(), VulkanError> {
+        if self.ops.is_none() {
+            self.ops = Some(OpPipelines::new(&self.ctx, self.ctx.info.bounds_checks)?);
+        }
+        Ok(())
     }
 
     /// After a program's submission: a fault a bounds-checking kernel
@@ -337,9 +343,7 @@ impl VulkanBackend {
                 "activations of {act_bytes} bytes are more than one binding covers ({limit})"
             )));
         }
-        if self.ops.is_none() {
-            self.ops = Some(OpPipelines::new(&self.ctx, self.ctx.info.bounds_checks)?);
-        }
+        self.ensure_op_pipelines()?;
         let ctx = self.ctx.clone();
         let act_buf = Buffer::new(&ctx, "activations", act_bytes, MemoryLocation::GpuOnly)?;
         let meta_buf = Buffer::new(&ctx, "op meta", meta_bytes, MemoryLocation::GpuOnly)?;

@@ -17,7 +17,7 @@ use pagoda_core::Slot;
 
 use super::hazard::{Access, Hazards, Resource};
 use super::op::{shape, Op};
-use super::pipelines::{OpParams, OpPipelines};
+use super::pipelines::OpParams;
 use crate::commands::Dispatch;
 use crate::kernels::{Kernel, Params};
 use crate::{
@@ -373,9 +373,7 @@ impl VulkanBackend {
             }
         }
 
-        if self.ops.is_none() {
-            self.ops = Some(OpPipelines::new(&self.ctx, self.ctx.info.bounds_checks)?);
-        }
+        self.ensure_op_pipelines()?;
         // The step buffers are kept and grown, not made per step.
         let init_bytes = 4 * program.init.len() as u64;
         let attn_meta_bytes = 4 * attn_meta.len() as u64;
