@@ -333,18 +333,17 @@ impl VulkanBackend {
             };
         // Every dispatch of the program, in order, with what it touches.
         let mut recorded: Vec<(Recorded, Vec<Access>)> = Vec::with_capacity(planned.len() + 8);
-        for p in &planned {
+        for p in planned {
             match p {
                 Planned::Op(kernel, params, groups, set, access) => {
-                    let op = Recorded::Op(*kernel, *params, *groups, *set);
-                    recorded.push((op, access.clone()));
+                    recorded.push((Recorded::Op(kernel, params, groups, set), access));
                 }
                 Planned::Scatter(params, kv) => {
                     if params.count > 0 {
-                        let mut params = *params;
-                        params.input_offset = *kv;
+                        let mut params = params;
+                        params.input_offset = kv;
                         params.input_words = act_words;
-                        let at = u64::from(*kv);
+                        let at = u64::from(kv);
                         let access = vec![
                             Access::read(
                                 Resource::Act,
@@ -366,7 +365,7 @@ impl VulkanBackend {
                     out,
                     shape,
                 } => {
-                    for (d, access) in attention_params(self, *layer, *q, *out, shape) {
+                    for (d, access) in attention_params(self, layer, q, out, &shape) {
                         recorded.push((Recorded::Attention(d), access));
                     }
                 }

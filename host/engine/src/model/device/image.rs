@@ -71,21 +71,19 @@ pub(crate) struct Image {
 /// Lays tensors out one after another.
 struct Builder {
     bytes: Vec<u8>,
-    len: usize,
     cuts: Vec<u64>,
 }
 
 impl Builder {
     fn start(&mut self) -> u64 {
-        self.len = self.len.next_multiple_of(ALIGN);
-        self.bytes.resize(self.len, 0);
-        self.cuts.push(self.len as u64);
-        self.len as u64
+        let at = self.bytes.len().next_multiple_of(ALIGN);
+        self.bytes.resize(at, 0);
+        self.cuts.push(at as u64);
+        at as u64
     }
 
     fn raw(&mut self, bytes: &[u8]) -> u64 {
         let at = self.start();
-        self.len += bytes.len();
         self.bytes.extend_from_slice(bytes);
         at
     }
@@ -100,7 +98,6 @@ impl Builder {
         let (kind, at) = match m.kind() {
             QuantKind::BF16 => {
                 let at = self.start();
-                self.len += 4 * m.rows() * m.cols();
                 let halves = m.bytes().chunks_exact(2);
                 let widened = halves.flat_map(|h| {
                     ((u32::from(u16::from_le_bytes([h[0], h[1]]))) << 16).to_le_bytes()
@@ -124,7 +121,6 @@ impl Image {
     pub fn new(program: &Program) -> Self {
         let mut b = Builder {
             bytes: Vec::new(),
-            len: 0,
             cuts: Vec::new(),
         };
         let mut consts = Vec::new();

@@ -65,7 +65,10 @@ impl Regions {
         ];
         let mut at = [0u32; 11];
         let mut next = consts as u64;
+        // Every region starts at a multiple of 4 elements: the GPU decode
+        // product reads its inputs as vec4.
         for (slot, size) in at.iter_mut().zip(sizes.iter().chain([&0])) {
+            next = next.next_multiple_of(4);
             *slot = u32::try_from(next).ok()?;
             next += size;
         }
@@ -105,7 +108,8 @@ impl Regions {
     }
 }
 
-fn matmul(m: &Placed, batch: u32, x: u32, y: u32, y_stride: u32) -> StepOp {
+/// `y = m · x` (`y += m · x` with `accumulate`) for `batch` rows.
+fn matmul(m: &Placed, batch: u32, x: u32, y: u32, y_stride: u32, accumulate: bool) -> StepOp {
     StepOp::Op(DeviceOp::Matmul {
         kind: m.kind,
         weights: m.at,
@@ -116,7 +120,7 @@ fn matmul(m: &Placed, batch: u32, x: u32, y: u32, y_stride: u32) -> StepOp {
         x_stride: m.cols,
         y,
         y_stride,
-        accumulate: false,
+        accumulate,
     })
 }
 
@@ -198,7 +202,14 @@ pub(crate) fn build(
         ));
     }
     if samples > 0 {
-        ops.push(matmul(&image.head, samples, r.last, r.logits, c.vocab));
+        ops.push(matmul(
+            &image.head,
+            samples,
+            r.last,
+            r.logits,
+            c.vocab,
+            false,
+        ));
     }
     let mut meta = Vec::with_capacity(2 * t as usize + samples as usize);
     meta.extend_from_slice(input.tokens);
@@ -248,18 +259,7 @@ fn fused_residual(
         return None;
     }
     let (x, _) = r.of(*src, c);
-    Some(StepOp::Op(DeviceOp::Matmul {
-        kind: m.kind,
-        weights: m.at,
-        rows: m.rows,
-        cols: m.cols,
-        batch: t,
-        x,
-        x_stride: m.cols,
-        y: r.x,
-        y_stride: c.hidden,
-        accumulate: true,
-    }))
+    Some(matmul(m, t, x, r.x, c.hidden, true))
 }
 
 /// The step ops of one program op.
@@ -331,7 +331,7 @@ fn lower(
             let (x, _) = r.of(*src, c);
             for (p, (m, bias)) in projs.iter().zip(placed) {
                 let (y, y_stride) = r.of(p.out, c);
-                ops.push(matmul(m, t, x, y, y_stride));
+                ops.push(matmul(m, t, x, y, y_stride, false));
                 if let Some(at) = bias {
                     ops.push(add(m.rows, t, *at, 0, y, y_stride));
                 }
