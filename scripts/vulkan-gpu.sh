@@ -19,8 +19,14 @@
 # draws a warning on every device (it asks vkGetDeviceProcAddr for an
 # instance function), so carry Debian 13's libvulkan1 with Debian 13's
 # vulkan-validationlayers.
-# STAGEs: setup, tests, ops, speed, speed8b, llama (default: all, in that
-# order). Logs go to $OUT (default ./gpu-out); each stage prints its time.
+# STAGEs: setup, tests, ops, sweep, speed, speed8b, llama (default: all
+# but sweep, in that order). `sweep` times the GPU decode product in each
+# specialisation in $SHAPES (default: every one) and sets
+# PAGODA_VULKAN_MATVEC_SHAPE to the fastest for the stages after it;
+# `speed8b` then also runs the 8B Q4_0 file in the default shape, for a
+# same-sitting comparison. $COOPS (default "1 0") picks the cooperative-
+# matrix settings the tests run under. Logs go to $OUT (default
+# ./gpu-out); each stage prints its time.
 set -uo pipefail
 dir="$(cd "$1" && pwd)"
 shift
@@ -65,7 +71,7 @@ tests() {
         [[ -x "$dir/$t" ]] || { echo "no $t"; continue; }
         # The attention suite runs no products: cooperative matrices or
         # not, the same kernels.
-        coops="1 0"
+        coops="${COOPS:-1 0}"
         [[ $t == test-vulkan ]] && coops=1
         for coop in $coops; do
             log "$t (PAGODA_VULKAN_COOPMAT=$coop)"
@@ -83,6 +89,18 @@ tests() {
 ops() {
     log "ops bench"
     timeout 300 "$dir/bench-ops" --bench 2>&1 | tee -a "$out/ops.log"
+}
+
+sweep() {
+    log "ops bench, every decode product shape"
+    PAGODA_BENCH_MATVEC_SHAPES="${SHAPES:-4,4s,4m,4sm,8,8s,8m,8sm,2,2m}" timeout 300 "$dir/bench-ops" --bench 2>&1 |
+        tee -a "$out/sweep.log"
+    local best
+    best=$(sed -n 's/^fastest at batch 1 on Q4_0 + Q4_K: \([0-9sm]*\) .*/\1/p' "$out/sweep.log" | tail -1)
+    if [[ -n "$best" ]]; then
+        export PAGODA_VULKAN_MATVEC_SHAPE="$best"
+        echo "PAGODA_VULKAN_MATVEC_SHAPE=$best for the stages that follow"
+    fi
 }
 
 synth() { # shape type
@@ -108,6 +126,10 @@ speed() {
 speed8b() {
     speed_of llama3-8b q4_0
     speed_of llama3-8b q4_k
+    if [[ -n "${PAGODA_VULKAN_MATVEC_SHAPE:-}" ]]; then
+        log "(the next in the default shape)"
+        (unset PAGODA_VULKAN_MATVEC_SHAPE; speed_of llama3-8b q4_0)
+    fi
 }
 
 llama() {

@@ -13,22 +13,66 @@
 // subgroup on Q4_0 and Q8_0, the same on Q4_K). Sums meet by subgroupAdd,
 // then across the subgroups in shared memory. ACCUMULATE (aux0 bit 0) adds
 // the product to what the output held (the residual connection, fused).
+//
+// Specialization constants (the host's MatvecShape): ROWS (2, 4 or 8);
+// STAGE, which first copies a pass's activations into shared memory with
+// coalesced loads (an invocation's own 128 contiguous bytes would
+// otherwise make each of its vec4 loads touch 32 cache lines a subgroup),
+// stored transposed so that each invocation reads its task back without
+// bank conflicts; MAGIC, the exponent trick for quant bytes (task.glsl).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "ops_common.glsl"
 #include "blocks.glsl"
+
+layout(constant_id = 0) const uint ROWS = 4u;
+layout(constant_id = 1) const bool STAGE = false;
+layout(constant_id = 2) const bool MAGIC = false;
+
 #include "task.glsl"
 
-#define ROWS 4u
 #define MAX_BATCH 4u
 #define GROUP 128u
 // Subgroups a workgroup may have: the host takes this kernel only on
 // devices whose subgroups have at least 4 invocations.
 #define MAX_SUBGROUPS 32u
+// vec4s of activations per task, and the staging buffer's pitch between
+// the transposed rows (one more than the tasks a pass, so the 8 vec4
+// stores of neighbouring invocations fall in different banks).
+#define TASK4 (TASK / 4u)
+#define PITCH (GROUP + 1u)
 
 layout(local_size_x = 128) in;
 
 shared float sums[ROWS * MAX_BATCH][MAX_SUBGROUPS];
+// A pass's activations when STAGE: vec4 v of the pass at
+// (v % TASK4) * PITCH + v / TASK4 (one vec4 when not staged).
+const uint STAGED = STAGE ? TASK4 * PITCH : 1u;
+shared vec4 staged[STAGED];
+
+// Copies the `n4` vec4s of activations from vec4 `from` into `staged`.
+void stage(uint from, uint n4) {
+    for (uint i = 0u; i < TASK4; i++) {
+        uint v = i * GROUP + gl_LocalInvocationID.x;
+        if (v < n4) {
+            staged[(v % TASK4) * PITCH + v / TASK4] = act4[from + v];
+        }
+    }
+}
+
+// The staged vec4 `v` of the pass.
+vec4 staged_at(uint v) {
+    return staged[(v % TASK4) * PITCH + v / TASK4];
+}
+
+// A task's activations from the staged pass, its runs at `start`
+// (elements from the pass's first).
+TaskActs staged_acts(uvec2 start) {
+    uint a = start.x / 4u;
+    uint b = start.y / 4u;
+    return TaskActs(staged_at(a), staged_at(a + 1u), staged_at(a + 2u), staged_at(a + 3u),
+                    staged_at(b), staged_at(b + 1u), staged_at(b + 2u), staged_at(b + 3u));
+}
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
@@ -54,16 +98,34 @@ void main() {
                     acc[r][b] = 0.0;
                 }
             }
-            for (uint t = tid; t < tasks; t += GROUP) {
+            // Passes of GROUP tasks; every invocation runs every pass, so
+            // the staging barriers are met in uniform control flow.
+            for (uint t0 = 0u; t0 < tasks; t0 += GROUP) {
+                uint t = t0 + tid;
+                bool live = t < tasks;
                 Task k[ROWS];
-                for (uint r = 0u; r < ROWS; r++) {
-                    k[r] = load_task(base[r], t);
+                if (live) {
+                    for (uint r = 0u; r < ROWS; r++) {
+                        k[r] = load_task(base[r], t);
+                    }
                 }
                 for (uint b = 0u; b < MAX_BATCH; b++) {
                     if (b < nb) {
-                        TaskActs x = load_acts(k[0].start, x4 + b * stride4);
-                        for (uint r = 0u; r < ROWS; r++) {
-                            acc[r][b] += task_dot(k[r], x);
+                        TaskActs x;
+                        if (STAGE) {
+                            barrier();
+                            stage(x4 + b * stride4 + t0 * TASK4, min(GROUP, tasks - t0) * TASK4);
+                            barrier();
+                            if (live) {
+                                x = staged_acts(k[0].start - TASK * t0);
+                            }
+                        } else if (live) {
+                            x = load_acts(k[0].start, x4 + b * stride4);
+                        }
+                        if (live) {
+                            for (uint r = 0u; r < ROWS; r++) {
+                                acc[r][b] += task_dot(k[r], x);
+                            }
                         }
                     }
                 }

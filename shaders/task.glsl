@@ -7,8 +7,9 @@
 // not word-aligned (Q4_0, Q5_0, Q8_0, Q6_K) are read as whole words and
 // realigned in registers; K-quant blocks (16-byte aligned) in 16-byte
 // loads. Needs ops_common.glsl and blocks.glsl (with one type's define)
-// first; activations are read as vec4 (the host takes these kernels only
-// where the rows' offsets and strides are multiples of 4).
+// first, and the MAGIC specialization constant; activations are read as
+// vec4 (the host takes these kernels only where the rows' offsets and
+// strides are multiples of 4).
 
 // The same buffers seen as wider elements (Vulkan allows aliased
 // bindings): 16-byte weight loads and vec4 activation loads.
@@ -75,14 +76,25 @@ vec2 k_scale_min(uvec4 head, uint j) {
                 float((hi >> 4u) | ((k_scale_byte(head, j) >> 6u) << 4u)));
 }
 
-// Four bytes of `u` as floats / 255.
+// What one unit of a quant byte reads as in bytes4: 1/255 through
+// unpackUnorm4x8 (the scales are multiplied by 255 to undo it), exactly 1
+// through the exponent trick. Needs the MAGIC specialization constant.
+#define UNIT (MAGIC ? 1.0 : 255.0)
+
+// Four bytes of `u` as floats, each times 1/UNIT. The exponent trick puts a
+// byte in the low mantissa bits of 2^23, so one subtraction gives it
+// exactly: adds, where unpackUnorm4x8 takes integer-to-float conversions.
 vec4 bytes4(uint u) {
+    if (MAGIC) {
+        uvec4 b = (uvec4(u) >> uvec4(0u, 8u, 16u, 24u)) & 0xFFu;
+        return uintBitsToFloat(b | 0x4B000000u) - 8388608.0;
+    }
     return unpackUnorm4x8(u);
 }
 
 // One task's weights: q[0..3] the first run's 16 bytes, q[4..7] the
 // second's (as four bytes per word), the runs' first elements within the
-// row, and each run's (scale × 255, offset).
+// row, and each run's (scale × UNIT, offset).
 struct Task {
     uvec4 lo;
     uvec4 hi;
@@ -99,7 +111,7 @@ Task load_task(uint row_base, uint t) {
     k.lo = q & 0x0F0F0F0Fu;
     k.hi = (q >> 4u) & 0x0F0F0F0Fu;
     k.start = uvec2(0u, 16u) + TASK * t;
-    k.sm = vec4(255.0 * d, -8.0 * d, 255.0 * d, -8.0 * d);
+    k.sm = vec4(UNIT * d, -8.0 * d, UNIT * d, -8.0 * d);
 #elif defined(Q4_1)
     uint base = row_base + 20u * t;
     uint i = base >> 2u;
@@ -108,7 +120,7 @@ Task load_task(uint row_base, uint t) {
     k.lo = q & 0x0F0F0F0Fu;
     k.hi = (q >> 4u) & 0x0F0F0F0Fu;
     k.start = uvec2(0u, 16u) + TASK * t;
-    k.sm = vec4(255.0 * dm.x, dm.y, 255.0 * dm.x, dm.y);
+    k.sm = vec4(UNIT * dm.x, dm.y, UNIT * dm.x, dm.y);
 #elif defined(Q5_0)
     uint base = row_base + 22u * t;
     uvec4 q = words_at2(base + 6u);
@@ -117,7 +129,7 @@ Task load_task(uint row_base, uint t) {
     k.lo = (q & 0x0F0F0F0Fu) | uvec4(spread4(h, 0u), spread4(h, 1u), spread4(h, 2u), spread4(h, 3u));
     k.hi = ((q >> 4u) & 0x0F0F0F0Fu) | uvec4(spread4(h, 4u), spread4(h, 5u), spread4(h, 6u), spread4(h, 7u));
     k.start = uvec2(0u, 16u) + TASK * t;
-    k.sm = vec4(255.0 * d, -16.0 * d, 255.0 * d, -16.0 * d);
+    k.sm = vec4(UNIT * d, -16.0 * d, UNIT * d, -16.0 * d);
 #elif defined(Q5_1)
     uint base = row_base + 24u * t;
     uint i = base >> 2u;
@@ -127,7 +139,7 @@ Task load_task(uint row_base, uint t) {
     k.lo = (q & 0x0F0F0F0Fu) | uvec4(spread4(h, 0u), spread4(h, 1u), spread4(h, 2u), spread4(h, 3u));
     k.hi = ((q >> 4u) & 0x0F0F0F0Fu) | uvec4(spread4(h, 4u), spread4(h, 5u), spread4(h, 6u), spread4(h, 7u));
     k.start = uvec2(0u, 16u) + TASK * t;
-    k.sm = vec4(255.0 * dm.x, dm.y, 255.0 * dm.x, dm.y);
+    k.sm = vec4(UNIT * dm.x, dm.y, UNIT * dm.x, dm.y);
 #elif defined(Q8_0)
     uint base = row_base + 34u * t;
     // Signed bytes made unsigned (+128), so unpackUnorm4x8 reads them.
@@ -135,7 +147,7 @@ Task load_task(uint row_base, uint t) {
     k.hi = words_at2(base + 18u) ^ 0x80808080u;
     float d = half2_at(base);
     k.start = uvec2(0u, 16u) + TASK * t;
-    k.sm = vec4(255.0 * d, -128.0 * d, 255.0 * d, -128.0 * d);
+    k.sm = vec4(UNIT * d, -128.0 * d, UNIT * d, -128.0 * d);
 #elif defined(Q4_K) || defined(Q5_K)
     // Superblock t / 8; its 64-element group j, half h: quants at bytes
     // 32j + 16h (low nibbles: elements 64j + 16h ..; high: 64j + 32 + 16h ..).
@@ -167,7 +179,7 @@ Task load_task(uint row_base, uint t) {
                   fifth_bits(qh.z, 2u * j + 1u), fifth_bits(qh.w, 2u * j + 1u));
 #endif
     k.start = 256u * (t / 8u) + 64u * j + 16u * hh + uvec2(0u, 32u);
-    k.sm = vec4(255.0 * dm.x * sc0, -dm.y * m0, 255.0 * dm.x * sc1, -dm.y * m1);
+    k.sm = vec4(UNIT * dm.x * sc0, -dm.y * m0, UNIT * dm.x * sc1, -dm.y * m1);
 #elif defined(Q6_K)
     // Superblock t / 8; its 128-element half n, 16-element lane group hh,
     // quarter parity pq: low bits at ql bytes 64n + 32pq + 16hh (low
@@ -187,7 +199,7 @@ Task load_task(uint row_base, uint t) {
     k.lo = (ql & 0x0F0F0F0Fu) | (((qh >> (2u * pq)) & 0x03030303u) << 4u);
     k.hi = ((ql >> 4u) & 0x0F0F0F0Fu) | (((qh >> (2u * pq + 4u)) & 0x03030303u) << 4u);
     k.start = 256u * (t / 8u) + 128u * n + 32u * pq + 16u * hh + uvec2(0u, 64u);
-    k.sm = vec4(255.0 * d * sc0, -32.0 * d * sc0, 255.0 * d * sc1, -32.0 * d * sc1);
+    k.sm = vec4(UNIT * d * sc0, -32.0 * d * sc0, UNIT * d * sc1, -32.0 * d * sc1);
 #endif
     return k;
 }

@@ -32,7 +32,7 @@
 
 use pagoda_conformance::Rng;
 use pagoda_core::{dequantize_row, QuantKind};
-use pagoda_vulkan::{DeviceKind, Op, VulkanBackend, VulkanOptions, VulkanWeights};
+use pagoda_vulkan::{DeviceKind, MatvecShape, Op, VulkanBackend, VulkanOptions, VulkanWeights};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -145,16 +145,34 @@ fn main() {
     );
     // Decode figures are shares of the better copy.
     let copy = copy.max(kernel_copy);
-    // The plain decode product beside the GPU one, where they differ.
-    let mut plain = (backend.info().matvec_batch > 0)
-        .then(|| {
-            VulkanBackend::new(&VulkanOptions {
+    // The plain decode product beside the GPU one, where they differ; or,
+    // with PAGODA_BENCH_MATVEC_SHAPES (a comma list such as `4,8s,4sm`),
+    // the GPU product in each of those specialisations instead, each first
+    // checked against the reference, and the prefill section left out.
+    let sweep: Vec<MatvecShape> = std::env::var("PAGODA_BENCH_MATVEC_SHAPES")
+        .map(|v| v.split(',').filter_map(MatvecShape::parse).collect())
+        .unwrap_or_default();
+    let mut others: Vec<(String, VulkanBackend)> = Vec::new();
+    if backend.info().matvec_batch > 0 {
+        if sweep.is_empty() {
+            let plain = VulkanOptions {
                 matvec_batch: Some(0),
                 ..options.clone()
-            })
-            .ok()
-        })
-        .flatten();
+            };
+            others.extend(VulkanBackend::new(&plain).ok().map(|b| ("plain".into(), b)));
+        }
+        for &shape in &sweep {
+            let with = VulkanOptions {
+                matvec_shape: Some(shape),
+                ..options.clone()
+            };
+            if let Ok(mut b) = VulkanBackend::new(&with) {
+                check(&mut b, &mut rng);
+                others.push((format!("shape {shape}"), b));
+            }
+        }
+    }
+    dispatch_cost(&mut backend);
 
     let (hidden, kv, ffn, shape) = if cpu_device {
         (
@@ -177,11 +195,19 @@ fn main() {
         (ffn, hidden),
         (hidden, ffn),
     ];
+    let batches: &[usize] = if sweep.is_empty() {
+        &[1, 16, 32]
+    } else {
+        &[1, 16]
+    };
+    // Batch-1 time of Q4_0 and Q4_K per label, for the sweep's choice.
+    let mut q4_nanos: Vec<(String, f64)> = Vec::new();
     println!("\n{shape} layer: 7 products in one submission, device time (median of {timed})");
     println!(
-        "{:<6} {:<8} {:>5} {:>10} {:>12} {:>10} {:>8}",
+        "{:<6} {:<10} {:>5} {:>10} {:>12} {:>10} {:>8}",
         "type", "kernels", "batch", "MiB", "µs/layer", "GB/s", "of copy"
     );
+    let default_label = format!("shape {}", backend.info().matvec_shape);
     for kind in KINDS {
         let mut weights = Vec::new();
         let mut offsets = Vec::new();
@@ -191,8 +217,11 @@ fn main() {
             weights.resize(weights.len().next_multiple_of(256), 0);
         }
         let mut runs: Vec<(&str, &mut VulkanBackend)> = vec![("default", &mut backend)];
-        if let Some(b) = plain.as_mut() {
-            runs.push(("plain", b));
+        for (label, b) in others.iter_mut() {
+            if kind == QuantKind::F16 && label.starts_with("shape") {
+                continue;
+            }
+            runs.push((label.as_str(), b));
         }
         for (label, backend) in runs {
             let resident = match backend.upload_weights(&weights) {
@@ -202,7 +231,7 @@ fn main() {
                     continue;
                 }
             };
-            for batch in [1usize, 16, 32] {
+            for &batch in batches {
                 let Some(ns) = layer_nanos(
                     backend,
                     &resident,
@@ -219,7 +248,7 @@ fn main() {
                 let bytes = weights.len() as f64;
                 let rate = bytes / (ns * 1e-9);
                 println!(
-                    "{:<6} {:<8} {:>5} {:>10.1} {:>12.1} {:>10.1} {:>7.0}%",
+                    "{:<6} {:<10} {:>5} {:>10.1} {:>12.1} {:>10.1} {:>7.0}%",
                     kind.name(),
                     label,
                     batch,
@@ -228,10 +257,35 @@ fn main() {
                     rate / 1e9,
                     100.0 * rate / copy
                 );
+                if batch == 1 && matches!(kind, QuantKind::Q4_0 | QuantKind::Q4_K) {
+                    let label = if label == "default" {
+                        &default_label
+                    } else {
+                        label
+                    };
+                    match q4_nanos.iter_mut().find(|(l, _)| l == label) {
+                        Some((_, t)) => *t += ns,
+                        None => q4_nanos.push((label.to_string(), ns)),
+                    }
+                }
             }
         }
     }
-    drop(plain);
+    if !sweep.is_empty() {
+        let best = q4_nanos
+            .iter()
+            .filter(|(l, _)| l.starts_with("shape "))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((label, ns)) = best {
+            println!(
+                "fastest at batch 1 on Q4_0 + Q4_K: {} ({:.1} µs for the two layers)",
+                label.trim_start_matches("shape "),
+                ns / 1e3
+            );
+        }
+        return;
+    }
+    drop(others);
     prefill(backend, options, &mats, cpu_device, (warm, timed), &mut rng);
 }
 
@@ -351,5 +405,43 @@ fn prefill(
                 None => println!("{:<6} no timestamps on this device", kind.name()),
             }
         }
+    }
+}
+
+/// Device time per dispatch of a chain of small dependent kernels (256
+/// adds of 4,096 elements, a barrier between each): what a step pays per
+/// dispatch beyond its work.
+fn dispatch_cost(backend: &mut VulkanBackend) {
+    let n = 4096u32;
+    let chain: Vec<Op> = (0..256)
+        .map(|_| Op::Add {
+            cols: n,
+            batch: 1,
+            x: 0,
+            x_stride: n,
+            y: n,
+            y_stride: n,
+        })
+        .collect();
+    let Ok(weights) = backend.upload_weights(&[0u8; 256]) else {
+        return;
+    };
+    let mut act = vec![0f32; 2 * n as usize];
+    let mut times = Vec::new();
+    for _ in 0..12 {
+        if backend
+            .run_ops_on(&weights, &mut act, &mut [], &chain)
+            .is_err()
+        {
+            return;
+        }
+        times.extend(backend.last_program_nanos());
+    }
+    if !times.is_empty() {
+        println!(
+            "dispatch + barrier: {:.2} µs each (256 dependent adds of {n} elements, median of {})",
+            median(times) / 256e3,
+            12
+        );
     }
 }

@@ -56,6 +56,9 @@ pub(crate) struct Commands {
     cmd: vk::CommandBuffer,
     fence: vk::Fence,
     queries: vk::QueryPool,
+    /// Host time of the last submission: recording, then submit to fence.
+    pub last_recording: std::time::Duration,
+    pub last_waiting: std::time::Duration,
 }
 
 impl Commands {
@@ -66,6 +69,8 @@ impl Commands {
             cmd: vk::CommandBuffer::null(),
             fence: vk::Fence::null(),
             queries: vk::QueryPool::null(),
+            last_recording: std::time::Duration::ZERO,
+            last_waiting: std::time::Duration::ZERO,
         };
         let device = &ctx.device;
         // SAFETY: valid create infos on a live device; each handle is stored
@@ -252,6 +257,7 @@ impl Commands {
         record: impl FnOnce(&ash::Device, vk::CommandBuffer),
     ) -> Result<(), VulkanError> {
         let device = &self.ctx.device;
+        let started = std::time::Instant::now();
         // SAFETY: the command buffer is not pending (every submission is
         // waited for here before returning), and the fence is unsignalled.
         unsafe {
@@ -269,10 +275,13 @@ impl Commands {
                 .map_err(VulkanError::vk("vkEndCommandBuffer"))?;
             let cmds = [self.cmd];
             let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+            let recorded = std::time::Instant::now();
+            self.last_recording = recorded - started;
             device
                 .queue_submit(self.ctx.queue, &submit, self.fence)
                 .map_err(VulkanError::vk("vkQueueSubmit"))?;
             let waited = device.wait_for_fences(&[self.fence], true, u64::MAX);
+            self.last_waiting = recorded.elapsed();
             if waited.is_err() {
                 // Whatever the fence could not say, the device is idle (or
                 // lost) after this.

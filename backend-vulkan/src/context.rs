@@ -34,6 +34,9 @@ pub const COOPMAT_ENV: &str = "PAGODA_VULKAN_COOPMAT";
 /// The environment variable that sets the largest batch the GPU decode
 /// product (`shaders/matvec.comp`) takes; `0` turns it off.
 pub const MATVEC_ENV: &str = "PAGODA_VULKAN_MATVEC";
+/// The environment variable that specialises the GPU decode product (see
+/// [`MatvecShape::parse`]), for tuning it on a device.
+pub const MATVEC_SHAPE_ENV: &str = "PAGODA_VULKAN_MATVEC_SHAPE";
 
 /// The largest batch the GPU decode product takes by default: it reads the
 /// weights once per 8 activation rows, which at 16 rows still beats
@@ -91,6 +94,79 @@ pub struct VulkanOptions {
     /// arithmetic) takes; `Some(0)` never. `None` reads [`MATVEC_ENV`],
     /// else 16.
     pub matvec_batch: Option<u32>,
+    /// How the GPU decode product is specialised; `None` reads
+    /// [`MATVEC_SHAPE_ENV`], else [`MatvecShape::default`].
+    pub matvec_shape: Option<MatvecShape>,
+}
+
+/// The GPU decode product's specialisation (`shaders/matvec.comp`'s
+/// constants): output rows per workgroup, whether the activations are
+/// staged through shared memory (coalesced loads, read back transposed),
+/// and whether quant bytes become floats by the exponent trick instead of
+/// `unpackUnorm4x8` (integer-to-float conversions run at a quarter of the
+/// rate of adds on NVIDIA GPUs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatvecShape {
+    /// Output rows a workgroup takes: 2, 4 or 8.
+    pub rows: u32,
+    /// Stage each pass's activations through shared memory.
+    pub stage: bool,
+    /// Convert quant bytes with the exponent trick.
+    pub magic: bool,
+}
+
+impl Default for MatvecShape {
+    fn default() -> Self {
+        Self {
+            rows: 4,
+            stage: false,
+            magic: false,
+        }
+    }
+}
+
+impl MatvecShape {
+    /// Reads a shape written as the row count followed by `s` (stage)
+    /// and/or `m` (exponent trick): `4`, `8sm`, `2m`.
+    ///
+    /// ```
+    /// use pagoda_vulkan::MatvecShape;
+    /// let shape = MatvecShape::parse("8sm").unwrap();
+    /// assert_eq!((shape.rows, shape.stage, shape.magic), (8, true, true));
+    /// assert!(MatvecShape::parse("3").is_none());
+    /// ```
+    pub fn parse(text: &str) -> Option<Self> {
+        let digits = text.trim().trim_end_matches(['s', 'm']);
+        let flags = &text.trim()[digits.len()..];
+        let rows: u32 = digits.parse().ok()?;
+        if ![2, 4, 8].contains(&rows) || flags.len() > 2 {
+            return None;
+        }
+        let (stage, magic) = (flags.contains('s'), flags.contains('m'));
+        (flags.len() == usize::from(stage) + usize::from(magic)).then_some(Self {
+            rows,
+            stage,
+            magic,
+        })
+    }
+
+    /// The kernel's specialization constants, in `constant_id` order.
+    pub(crate) fn constants(self) -> [u32; 3] {
+        [self.rows, u32::from(self.stage), u32::from(self.magic)]
+    }
+}
+
+impl fmt::Display for MatvecShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let flag = |on: bool, c: &'static str| if on { c } else { "" };
+        write!(
+            f,
+            "{}{}{}",
+            self.rows,
+            flag(self.stage, "s"),
+            flag(self.magic, "m")
+        )
+    }
 }
 
 impl VulkanOptions {
@@ -234,6 +310,8 @@ pub struct DeviceInfo {
     pub use_coopmat: bool,
     /// The largest batch the GPU decode product takes (0: not in use).
     pub matvec_batch: u32,
+    /// Its specialisation.
+    pub matvec_shape: MatvecShape,
 }
 
 impl fmt::Display for DeviceInfo {
@@ -243,7 +321,7 @@ impl fmt::Display for DeviceInfo {
             "{} ({:?}, Vulkan {}): storage buffer range {} MiB, shared memory {} KiB, subgroup {}, \
              subgroup arithmetic {}, timestamps {}, shaderFloat16 {}, 16-bit storage {}, \
              cooperative matrix {}; kernels: subgroups {}, f16 arithmetic {}, cooperative matrix {}, \
-             GPU decode product to batch {}, bounds checks {}; validation {}",
+             GPU decode product to batch {} (shape {}), bounds checks {}; validation {}",
             self.name,
             self.kind,
             self.api_version,
@@ -260,6 +338,7 @@ impl fmt::Display for DeviceInfo {
             self.use_float16,
             self.use_coopmat,
             self.matvec_batch,
+            self.matvec_shape,
             self.bounds_checks,
             self.validation,
         )
@@ -431,6 +510,12 @@ impl Context {
                     .unwrap_or(MATVEC_MAX_BATCH)
             }),
         };
+        info.matvec_shape = options.matvec_shape.unwrap_or_else(|| {
+            std::env::var(MATVEC_SHAPE_ENV)
+                .ok()
+                .and_then(|v| MatvecShape::parse(&v))
+                .unwrap_or_default()
+        });
 
         let features = vk::PhysicalDeviceFeatures::default()
             .shader_storage_buffer_array_dynamic_indexing(true);
@@ -649,6 +734,7 @@ fn choose_device(
         cooperative_matrix: cooperative_matrix.filter(|_| f16.0),
         use_coopmat: false,
         matvec_batch: 0,
+        matvec_shape: MatvecShape::default(),
     };
     Ok((physical, family, info))
 }

@@ -79,14 +79,14 @@ use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot, PAGE_SIZE};
 
 pub use commands::KernelTime;
 pub use context::{
-    CoopMatrixShape, DeviceInfo, DeviceKind, VulkanOptions, COOPMAT_ENV, DEVICE_ENV, FLOAT16_ENV,
-    MATVEC_ENV, SUBGROUPS_ENV, VALIDATION_ENV,
+    CoopMatrixShape, DeviceInfo, DeviceKind, MatvecShape, VulkanOptions, COOPMAT_ENV, DEVICE_ENV,
+    FLOAT16_ENV, MATVEC_ENV, MATVEC_SHAPE_ENV, SUBGROUPS_ENV, VALIDATION_ENV,
 };
 pub use error::VulkanError;
 pub use kernels::{Kernel, KV_CHUNKS};
 pub use ops::{
-    matmul_kernel, matmul_kernels, GluActivation, MatmulKernels, Op, StepOp, StepProgram,
-    VulkanWeights,
+    matmul_kernel, matmul_kernels, GluActivation, MatmulKernels, Op, ProgramHostTime, StepOp,
+    StepProgram, VulkanWeights,
 };
 pub use store::VulkanKvStore;
 pub use validation::ValidationLog;
@@ -156,6 +156,8 @@ pub struct VulkanBackend {
     program_dispatches: usize,
     /// Barriers between the last program's dispatches.
     program_barriers: usize,
+    /// Host time of the last step program (`last_program_host`).
+    program_host: Option<ProgramHostTime>,
     timings: Vec<KernelTime>,
     max_chunk_bytes: Option<u64>,
     /// Caps each storage binding of uploaded weights.
@@ -187,6 +189,7 @@ impl VulkanBackend {
             program_nanos: None,
             program_dispatches: 0,
             program_barriers: 0,
+            program_host: None,
             timings: Vec::new(),
             max_chunk_bytes: options.max_chunk_bytes,
             max_weight_chunk: options.max_weight_chunk_bytes.unwrap_or(u64::MAX),

@@ -13,7 +13,9 @@
 use half::f16;
 use pagoda_conformance::Rng;
 use pagoda_core::{dequantize_row, QuantKind};
-use pagoda_vulkan::{matmul_kernel, GluActivation, Op, VulkanBackend, VulkanError, VulkanOptions};
+use pagoda_vulkan::{
+    matmul_kernel, GluActivation, MatvecShape, Op, VulkanBackend, VulkanError, VulkanOptions,
+};
 
 fn open() -> Option<VulkanBackend> {
     open_with(VulkanOptions::from_env())
@@ -132,6 +134,10 @@ fn product_shapes(kind: QuantKind, prefill: bool) -> Vec<(usize, usize, usize)> 
             (64, if k == 32 { 576 } else { 6 * k }, 8),
             // Two passes of the GPU decode product.
             (33, 2 * k, 16),
+            // Rows of 300 or 320 tasks of 32 weights: passes of 128
+            // tasks, the last one partial (the GPU product's staged
+            // activations).
+            (5, if k == 32 { 300 * 32 } else { 40 * k }, 2),
         ]
     };
     if kind.block_elems() == 1 {
@@ -151,8 +157,18 @@ const COOPMAT_TOLERANCE: f64 = 2e-3;
 /// output with the f64 sum of the dequantized products; returns the worst
 /// error relative to Σ|w·x|.
 fn check_products(backend: &mut VulkanBackend, rng: &mut Rng, prefill: bool) -> f64 {
+    check_products_of(&KINDS, backend, rng, prefill)
+}
+
+/// [`check_products`] for some block types.
+fn check_products_of(
+    kinds: &[QuantKind],
+    backend: &mut VulkanBackend,
+    rng: &mut Rng,
+    prefill: bool,
+) -> f64 {
     let mut worst = 0.0f64;
-    for kind in KINDS {
+    for &kind in kinds {
         assert!(matmul_kernel(kind).is_some());
         for (rows, cols, batch) in product_shapes(kind, prefill) {
             let info = backend.info();
@@ -220,6 +236,33 @@ fn decode_products_match_a_plain_reference_for_every_block_type() {
         eprintln!(
             "worst decode product error (subgroups {used}, GPU product to batch {vector}): {worst:.2e} of Σ|w·x|"
         );
+        assert_clean(&backend);
+    }
+}
+
+#[test]
+fn every_shape_of_the_gpu_decode_product_matches_a_plain_reference() {
+    // Each specialisation of matvec.comp a device may be tuned to: rows
+    // per workgroup, staged activations, the exponent trick.
+    let mut rng = Rng::new(0x5EED_5A9E);
+    // The quantized types: the only ones it takes.
+    let quantized = &KINDS[2..];
+    for text in ["2m", "8s", "8sm"] {
+        let shape = MatvecShape::parse(text).expect("a shape");
+        let options = VulkanOptions {
+            matvec_shape: Some(shape),
+            ..VulkanOptions::from_env()
+        };
+        let Some(mut backend) = open_with(options) else {
+            return;
+        };
+        if backend.info().matvec_batch == 0 {
+            eprintln!("skipped: no GPU decode product on this device (subgroups of 4 or more)");
+            return;
+        }
+        assert_eq!(backend.info().matvec_shape, shape);
+        let worst = check_products_of(quantized, &mut backend, &mut rng, false);
+        eprintln!("GPU decode product, shape {shape}: worst error {worst:.2e} of Σ|w·x|");
         assert_clean(&backend);
     }
 }

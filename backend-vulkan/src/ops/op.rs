@@ -4,7 +4,7 @@
 use pagoda_core::QuantKind;
 
 use super::pipelines::{
-    matmul_kernels, OpParams, DECODE_MAX_BATCH, DECODE_ROWS, TILE_BATCH, TILE_ROWS, VECTOR_ROWS,
+    matmul_kernels, OpParams, DECODE_MAX_BATCH, DECODE_ROWS, TILE_BATCH, TILE_ROWS,
 };
 use crate::kernels::Kernel;
 use crate::VulkanError;
@@ -24,6 +24,8 @@ pub(crate) struct KernelChoice {
     pub subgroup: Option<u32>,
     pub coopmat: bool,
     pub vector_batch: u32,
+    /// Output rows per workgroup of the GPU decode product.
+    pub vector_rows: u32,
 }
 
 /// The activation of a gated linear unit's gate.
@@ -354,7 +356,7 @@ impl Op {
                 // Kernels loop over what the workgroups do not cover, so
                 // the counts only need to be right for speed.
                 let (kernel, groups) = if let Some(vector) = vector {
-                    (vector, u64::from(rows.div_ceil(VECTOR_ROWS)))
+                    (vector, u64::from(rows.div_ceil(choice.vector_rows.max(1))))
                 } else if batch > DECODE_MAX_BATCH {
                     // Both prefill kernels work on the same tiles.
                     let tiles =
@@ -645,6 +647,7 @@ mod tests {
             subgroup,
             coopmat,
             vector_batch: 0,
+            vector_rows: 4,
         };
         let (kernel, _, groups) = op.plan(0, 1 << 40, 1 << 32, &[], choice).unwrap();
         (kernel, groups)
@@ -667,6 +670,7 @@ mod tests {
             subgroup: Some(32),
             coopmat: false,
             vector_batch: 16,
+            vector_rows: 4,
         };
         op.plan(0, 1 << 40, 1 << 32, &[], choice).unwrap().0
     }

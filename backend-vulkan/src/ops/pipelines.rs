@@ -73,10 +73,6 @@ pub(crate) const DECODE_MAX_BATCH: u32 = 8;
 /// Output rows per workgroup of the decode product without subgroups.
 pub(crate) const DECODE_ROWS: u32 = 4;
 
-/// Output rows per workgroup of the GPU decode product, which share each
-/// activation load (`ROWS` in `shaders/matvec.comp`).
-pub(crate) const VECTOR_ROWS: u32 = 4;
-
 /// Output rows × activation rows per workgroup of the tiled product
 /// (`TR`, `TB` in `shaders/matmul_tiled.comp`).
 pub(crate) const TILE_ROWS: u32 = 64;
@@ -224,9 +220,13 @@ impl OpPipelines {
                 let runs = needs.met(info.use_subgroups, info.use_float16, info.use_coopmat);
                 let pipeline = if kernel.is_op() && runs {
                     // The cooperative-matrix kernel takes its shape as
-                    // specialization constants.
+                    // specialization constants, the GPU decode product its
+                    // rows per workgroup and variant.
                     let constants = match info.cooperative_matrix {
                         Some(shape) if needs.cooperative_matrix => shape.constants().to_vec(),
+                        _ if kernel.name().starts_with("matvec_") => {
+                            info.matvec_shape.constants().to_vec()
+                        }
                         _ => Vec::new(),
                     };
                     create_pipeline(device, kernel, checked, this.layout, &constants)?

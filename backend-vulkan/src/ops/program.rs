@@ -12,7 +12,7 @@ use super::op::{matrix_bytes, shape, KernelChoice, Op};
 use super::pipelines::{OpParams, OpPipelines};
 use crate::kernels::Kernel;
 use crate::memory::Buffer;
-use crate::{VulkanBackend, VulkanError};
+use crate::{ProgramHostTime, VulkanBackend, VulkanError};
 
 /// Weights on the device, uploaded once with
 /// [`VulkanBackend::upload_weights`] and read by every later program: one
@@ -287,7 +287,14 @@ impl VulkanBackend {
             subgroup: info.use_subgroups.then_some(info.subgroup_size),
             coopmat: info.use_coopmat,
             vector_batch: info.matvec_batch,
+            vector_rows: info.matvec_shape.rows,
         }
+    }
+
+    /// Host time of the last step program: the whole call, its recording,
+    /// and submission to completion (`None` before the first step).
+    pub fn last_program_host(&self) -> Option<ProgramHostTime> {
+        self.program_host
     }
 
     /// Kernel dispatches the last program recorded (ops, and for a step

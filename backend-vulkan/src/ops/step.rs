@@ -136,6 +136,7 @@ impl VulkanBackend {
         act_out: &mut Vec<f32>,
         meta_out: &mut Vec<u32>,
     ) -> Result<(), VulkanError> {
+        let started = std::time::Instant::now();
         self.check_store(store)?;
         if !weights.belongs_to(&self.ctx) {
             return Err(VulkanError::Unsupported(
@@ -551,6 +552,24 @@ impl VulkanBackend {
                 .chunks_exact(4)
                 .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
         );
+        self.program_host = Some(ProgramHostTime {
+            total: started.elapsed(),
+            recording: self.commands.last_recording,
+            waiting: self.commands.last_waiting,
+        });
         Ok(())
     }
+}
+
+/// Where a step program's host time went: what a step costs beyond its
+/// device time is the host's (recording its dispatches, planning,
+/// uploading and reading back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgramHostTime {
+    /// The whole `run_step_on` call.
+    pub total: std::time::Duration,
+    /// Recording the command buffer.
+    pub recording: std::time::Duration,
+    /// From submission until the fence signalled (device time included).
+    pub waiting: std::time::Duration,
 }

@@ -62,6 +62,9 @@ struct DeviceStep {
     dispatches: usize,
     barriers: usize,
     device_ms: Option<f64>,
+    /// The backend's step call on the host: whole, recording, submission
+    /// to completion.
+    host_ms: Option<(f64, f64, f64)>,
 }
 
 /// Decode at batch 1 at one context depth.
@@ -273,6 +276,14 @@ fn table(r: &SpeedReport, bw: &ReadBandwidth) -> String {
             },
             String::new(),
         ]);
+        if let Some((whole, recording, waiting)) = step.host_ms {
+            rows.push([
+                "  its call on the host".into(),
+                format!("{whole:.2} ms"),
+                format!("recording {recording:.2} ms, submitted to done {waiting:.2} ms"),
+                String::new(),
+            ]);
+        }
     }
     if let Some(s) = r.run_to_first_token_s {
         rows.push([
@@ -411,6 +422,7 @@ impl WithBackend for SpeedJob<'_> {
                     dispatches: p.dispatches,
                     barriers: p.barriers,
                     device_ms: p.device_seconds.map(|s| s * 1e3),
+                    host_ms: p.host_seconds.map(|(a, b, c)| (a * 1e3, b * 1e3, c * 1e3)),
                 });
             }
         };

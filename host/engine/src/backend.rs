@@ -106,6 +106,9 @@ pub struct DeviceProgram {
     /// Device time, first dispatch to last, from GPU timestamps (`None`
     /// where the device has none).
     pub device_seconds: Option<f64>,
+    /// Host time of the backend's step call, and of its recording and its
+    /// wait from submission to completion (`None` where not measured).
+    pub host_seconds: Option<(f64, f64, f64)>,
 }
 
 impl StepBackend for CpuBackend {

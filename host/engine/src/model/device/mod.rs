@@ -185,6 +185,13 @@ impl StepBackend for VulkanBackend {
             dispatches: self.last_program_dispatches(),
             barriers: self.last_program_barriers(),
             device_seconds: self.last_program_nanos().map(|ns| ns * 1e-9),
+            host_seconds: self.last_program_host().map(|h| {
+                (
+                    h.total.as_secs_f64(),
+                    h.recording.as_secs_f64(),
+                    h.waiting.as_secs_f64(),
+                )
+            }),
         })
     }
 }
