@@ -24,7 +24,8 @@
 # specialisation in $SHAPES (default: every one) and sets
 # PAGODA_VULKAN_MATVEC_SHAPE to the fastest for the stages after it;
 # `speed8b` then also runs the 8B Q4_0 file in the default shape, for a
-# same-sitting comparison. $COOPS (default "1 0") picks the cooperative-
+# same-sitting comparison (unless $NO_DEFAULT is set). $LLAMA_FILES (a
+# glob, default every file) picks the files llama-bench runs. $COOPS (default "1 0") picks the cooperative-
 # matrix settings the tests run under. Logs go to $OUT (default
 # ./gpu-out); each stage prints its time.
 set -uo pipefail
@@ -96,7 +97,7 @@ sweep() {
     PAGODA_BENCH_MATVEC_SHAPES="${SHAPES:-4,4s,4m,4sm,8,8s,8m,8sm,2,2m}" timeout 300 "$dir/bench-ops" --bench 2>&1 |
         tee -a "$out/sweep.log"
     local best
-    best=$(sed -n 's/^fastest at batch 1 on Q4_0 + Q4_K: \([0-9sm]*\) .*/\1/p' "$out/sweep.log" | tail -1)
+    best=$(sed -n 's/^fastest at batch 1 on Q4_0 + Q4_K: \([-0-9a-z]*\) .*/\1/p' "$out/sweep.log" | tail -1)
     if [[ -n "$best" ]]; then
         export PAGODA_VULKAN_MATVEC_SHAPE="$best"
         echo "PAGODA_VULKAN_MATVEC_SHAPE=$best for the stages that follow"
@@ -126,7 +127,7 @@ speed() {
 speed8b() {
     speed_of llama3-8b q4_0
     speed_of llama3-8b q4_k
-    if [[ -n "${PAGODA_VULKAN_MATVEC_SHAPE:-}" ]]; then
+    if [[ -n "${PAGODA_VULKAN_MATVEC_SHAPE:-}" && -z "${NO_DEFAULT:-}" ]]; then
         log "(the next in the default shape)"
         (unset PAGODA_VULKAN_MATVEC_SHAPE; speed_of llama3-8b q4_0)
     fi
@@ -142,7 +143,7 @@ llama() {
         export LD_LIBRARY_PATH="$(dirname "$bench")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     fi
     local f
-    for f in "$work"/*.gguf; do
+    for f in "$work"/${LLAMA_FILES:-*}.gguf; do
         log "llama-bench: $(basename "$f")"
         timeout 240 "$bench" -m "$f" -ngl 99 -fa 1 -p 512 -n 128 -r 2 2>&1 | tee -a "$out/llama-bench.log" |
             grep -E '^\||ggml_vulkan: [0-9]'

@@ -15,6 +15,8 @@
 // the product to what the output held (the residual connection, fused).
 //
 // Specialization constants (the host's MatvecShape): ROWS (2, 4 or 8);
+// MAX_BATCH, the activation rows a pass takes (1, 2 or 4); the workgroup's
+// size (64, 128 or 256);
 // STAGE, which first copies a pass's activations into shared memory with
 // coalesced loads (an invocation's own 128 contiguous bytes would
 // otherwise make each of its vec4 loads touch 32 cache lines a subgroup),
@@ -28,21 +30,21 @@
 layout(constant_id = 0) const uint ROWS = 4u;
 layout(constant_id = 1) const bool STAGE = false;
 layout(constant_id = 2) const bool MAGIC = false;
+layout(constant_id = 3) const uint MAX_BATCH = 4u;
+// Invocations per workgroup (64, 128 or 256): constant 4.
+layout(local_size_x_id = 4) in;
+#define GROUP gl_WorkGroupSize.x
 
 #include "task.glsl"
 
-#define MAX_BATCH 4u
-#define GROUP 128u
 // Subgroups a workgroup may have: the host takes this kernel only on
 // devices whose subgroups have at least 4 invocations.
-#define MAX_SUBGROUPS 32u
+#define MAX_SUBGROUPS 64u
 // vec4s of activations per task, and the staging buffer's pitch between
 // the transposed rows (one more than the tasks a pass, so the 8 vec4
 // stores of neighbouring invocations fall in different banks).
 #define TASK4 (TASK / 4u)
 #define PITCH (GROUP + 1u)
-
-layout(local_size_x = 128) in;
 
 shared float sums[ROWS * MAX_BATCH][MAX_SUBGROUPS];
 // A pass's activations when STAGE: vec4 v of the pass at

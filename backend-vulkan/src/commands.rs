@@ -12,6 +12,10 @@ use crate::{inject, VulkanError};
 /// Dispatches one submission may time.
 pub(crate) const MAX_DISPATCHES: u32 = 8;
 
+/// Command buffers a submission in parts may use
+/// ([`Commands::submit_in_parts_and_wait`]).
+pub(crate) const MAX_PARTS: usize = 4;
+
 /// One kernel dispatch of a submission.
 pub(crate) struct Dispatch {
     pub kernel: Kernel,
@@ -54,6 +58,8 @@ pub(crate) struct Commands {
     ctx: Arc<Context>,
     pool: vk::CommandPool,
     cmd: vk::CommandBuffer,
+    /// The command buffers of a submission in parts (the first is `cmd`).
+    parts: Vec<vk::CommandBuffer>,
     fence: vk::Fence,
     queries: vk::QueryPool,
     /// Host time of the last submission: recording, then submit to fence.
@@ -67,6 +73,7 @@ impl Commands {
             ctx: ctx.clone(),
             pool: vk::CommandPool::null(),
             cmd: vk::CommandBuffer::null(),
+            parts: Vec::new(),
             fence: vk::Fence::null(),
             queries: vk::QueryPool::null(),
             last_recording: std::time::Duration::ZERO,
@@ -86,11 +93,12 @@ impl Commands {
             let info = vk::CommandBufferAllocateInfo::default()
                 .command_pool(this.pool)
                 .level(vk::CommandBufferLevel::PRIMARY)
-                .command_buffer_count(1);
+                .command_buffer_count(MAX_PARTS as u32);
             inject::before("vkAllocateCommandBuffers")?;
-            this.cmd = device
+            this.parts = device
                 .allocate_command_buffers(&info)
-                .map_err(VulkanError::vk("vkAllocateCommandBuffers"))?[0];
+                .map_err(VulkanError::vk("vkAllocateCommandBuffers"))?;
+            this.cmd = this.parts[0];
             inject::before("vkCreateFence")?;
             this.fence = device
                 .create_fence(&vk::FenceCreateInfo::default(), None)
@@ -293,6 +301,87 @@ impl Commands {
             reset.map_err(VulkanError::vk("vkResetFences"))?;
         }
         Ok(())
+    }
+
+    /// Records and submits `parts` command buffers in turn (at most
+    /// [`MAX_PARTS`]; `record` is called with each and its index), then
+    /// waits for the last. The device starts on the first part while the
+    /// host records the next, so a long program's recording is hidden
+    /// behind its execution; barriers order work across the parts as
+    /// within one (they cover everything earlier in submission order).
+    pub(crate) fn submit_in_parts_and_wait(
+        &mut self,
+        parts: usize,
+        mut record: impl FnMut(&ash::Device, vk::CommandBuffer, usize),
+    ) -> Result<(), VulkanError> {
+        let parts = parts.clamp(1, MAX_PARTS);
+        let device = &self.ctx.device;
+        let started = std::time::Instant::now();
+        let mut submitted = 0;
+        let mut recording = std::time::Duration::ZERO;
+        let mut result = Ok(());
+        for (i, &cmd) in self.parts[..parts].iter().enumerate() {
+            let began = std::time::Instant::now();
+            // SAFETY: no part is pending (the last submission of every
+            // call is waited for, so all of its parts are done), the fence
+            // is unsignalled, and `record` records valid commands.
+            let step = unsafe {
+                device
+                    .reset_command_buffer(cmd, vk::CommandBufferResetFlags::empty())
+                    .map_err(VulkanError::vk("vkResetCommandBuffer"))
+                    .and_then(|()| {
+                        let begin = vk::CommandBufferBeginInfo::default()
+                            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+                        device
+                            .begin_command_buffer(cmd, &begin)
+                            .map_err(VulkanError::vk("vkBeginCommandBuffer"))
+                    })
+                    .and_then(|()| {
+                        record(device, cmd, i);
+                        device
+                            .end_command_buffer(cmd)
+                            .map_err(VulkanError::vk("vkEndCommandBuffer"))
+                    })
+                    .and_then(|()| {
+                        recording += began.elapsed();
+                        let cmds = [cmd];
+                        let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+                        let fence = if i + 1 == parts {
+                            self.fence
+                        } else {
+                            vk::Fence::null()
+                        };
+                        device
+                            .queue_submit(self.ctx.queue, &submit, fence)
+                            .map_err(VulkanError::vk("vkQueueSubmit"))
+                    })
+            };
+            if let Err(e) = step {
+                result = Err(e);
+                break;
+            }
+            submitted += 1;
+        }
+        self.last_recording = recording;
+        let waiting_from = started + recording;
+        // SAFETY: the fence was submitted with the last part if every part
+        // was; otherwise the device is waited idle so that no part is left
+        // pending.
+        unsafe {
+            if submitted == parts {
+                let waited = device.wait_for_fences(&[self.fence], true, u64::MAX);
+                if waited.is_err() {
+                    let _ = device.device_wait_idle();
+                }
+                let reset = device.reset_fences(&[self.fence]);
+                waited.map_err(VulkanError::vk("vkWaitForFences"))?;
+                reset.map_err(VulkanError::vk("vkResetFences"))?;
+            } else if submitted > 0 {
+                let _ = device.device_wait_idle();
+            }
+        }
+        self.last_waiting = waiting_from.elapsed();
+        result
     }
 
     /// Nanoseconds between each pair of the first `pairs` × 2 timestamps.

@@ -102,9 +102,8 @@ pub struct VulkanOptions {
 /// The GPU decode product's specialisation (`shaders/matvec.comp`'s
 /// constants): output rows per workgroup, whether the activations are
 /// staged through shared memory (coalesced loads, read back transposed),
-/// and whether quant bytes become floats by the exponent trick instead of
-/// `unpackUnorm4x8` (integer-to-float conversions run at a quarter of the
-/// rate of adds on NVIDIA GPUs).
+/// whether quant bytes become floats by the exponent trick instead of
+/// `unpackUnorm4x8`, activation rows a pass, and invocations per workgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MatvecShape {
     /// Output rows a workgroup takes: 2, 4 or 8.
@@ -113,6 +112,10 @@ pub struct MatvecShape {
     pub stage: bool,
     /// Convert quant bytes with the exponent trick.
     pub magic: bool,
+    /// Activation rows a pass reads the weights for: 1, 2 or 4.
+    pub batch: u32,
+    /// Invocations per workgroup: 64, 128 or 256.
+    pub group: u32,
 }
 
 impl Default for MatvecShape {
@@ -121,38 +124,67 @@ impl Default for MatvecShape {
             rows: 4,
             stage: false,
             magic: false,
+            batch: 4,
+            group: 128,
         }
     }
 }
 
 impl MatvecShape {
     /// Reads a shape written as the row count followed by `s` (stage)
-    /// and/or `m` (exponent trick): `4`, `8sm`, `2m`.
+    /// and/or `m` (exponent trick), then optionally `-b` and the batch per
+    /// pass, `-g` and the workgroup size: `4`, `8sm`, `2m-b1-g64`.
     ///
     /// ```
     /// use pagoda_vulkan::MatvecShape;
-    /// let shape = MatvecShape::parse("8sm").unwrap();
+    /// let shape = MatvecShape::parse("8sm-g64").unwrap();
     /// assert_eq!((shape.rows, shape.stage, shape.magic), (8, true, true));
+    /// assert_eq!((shape.batch, shape.group), (4, 64));
+    /// assert_eq!(shape.to_string(), "8sm-g64");
     /// assert!(MatvecShape::parse("3").is_none());
+    /// assert!(MatvecShape::parse("4-b3").is_none());
+    /// assert!(MatvecShape::parse("4s-g256").is_none());
     /// ```
     pub fn parse(text: &str) -> Option<Self> {
-        let digits = text.trim().trim_end_matches(['s', 'm']);
-        let flags = &text.trim()[digits.len()..];
-        let rows: u32 = digits.parse().ok()?;
-        if ![2, 4, 8].contains(&rows) || flags.len() > 2 {
-            return None;
-        }
+        let mut fields = text.trim().split('-');
+        let head = fields.next()?;
+        let digits = head.trim_end_matches(['s', 'm']);
+        let flags = &head[digits.len()..];
         let (stage, magic) = (flags.contains('s'), flags.contains('m'));
-        (flags.len() == usize::from(stage) + usize::from(magic)).then_some(Self {
-            rows,
+        let mut shape = Self {
+            rows: digits.parse().ok()?,
             stage,
             magic,
-        })
+            ..Self::default()
+        };
+        if ![2, 4, 8].contains(&shape.rows)
+            || flags.len() != usize::from(stage) + usize::from(magic)
+        {
+            return None;
+        }
+        for field in fields {
+            let (key, value) = field.split_at_checked(1)?;
+            let value: u32 = value.parse().ok()?;
+            match key {
+                "b" if [1, 2, 4].contains(&value) => shape.batch = value,
+                "g" if [64, 128, 256].contains(&value) => shape.group = value,
+                _ => return None,
+            }
+        }
+        // A staged pass of 256 tasks would need more than the 32 KiB of
+        // shared memory every device gives.
+        (!(shape.stage && shape.group > 128)).then_some(shape)
     }
 
     /// The kernel's specialization constants, in `constant_id` order.
-    pub(crate) fn constants(self) -> [u32; 3] {
-        [self.rows, u32::from(self.stage), u32::from(self.magic)]
+    pub(crate) fn constants(self) -> [u32; 5] {
+        [
+            self.rows,
+            u32::from(self.stage),
+            u32::from(self.magic),
+            self.batch,
+            self.group,
+        ]
     }
 }
 
@@ -165,7 +197,14 @@ impl fmt::Display for MatvecShape {
             self.rows,
             flag(self.stage, "s"),
             flag(self.magic, "m")
-        )
+        )?;
+        if self.batch != 4 {
+            write!(f, "-b{}", self.batch)?;
+        }
+        if self.group != 128 {
+            write!(f, "-g{}", self.group)?;
+        }
+        Ok(())
     }
 }
 

@@ -247,7 +247,7 @@ fn every_shape_of_the_gpu_decode_product_matches_a_plain_reference() {
     let mut rng = Rng::new(0x5EED_5A9E);
     // The quantized types: the only ones it takes.
     let quantized = &KINDS[2..];
-    for text in ["2m", "8s", "8sm"] {
+    for text in ["2m-b1-g64", "8s-b2-g64", "4m-g256"] {
         let shape = MatvecShape::parse(text).expect("a shape");
         let options = VulkanOptions {
             matvec_shape: Some(shape),

@@ -439,104 +439,127 @@ impl VulkanBackend {
         let read = program.read.clone();
         let read_meta = program.read_meta.clone();
         let mut barriers = 0usize;
-        self.commands.submit_and_wait(|device, cmd| {
-            let rw = vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE;
-            let transfer = vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE;
-            let after_fill = [vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                .dst_access_mask(transfer)];
-            let after_copy = [vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                .dst_access_mask(rw)];
-            let after_dispatch = [vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-                .dst_access_mask(rw)];
-            let before_readback = [vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-                .dst_access_mask(vk::AccessFlags::TRANSFER_READ)];
-            let to_host = [vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                .dst_access_mask(vk::AccessFlags::HOST_READ)];
-            let region = |src_offset: u64, dst_offset: u64, size: u64| {
-                vk::BufferCopy::default()
-                    .src_offset(src_offset)
-                    .dst_offset(dst_offset)
-                    .size(size)
-            };
-            // SAFETY: `cmd` is recording; every buffer, store chunk and
-            // descriptor set recorded stays alive and as large as checked
-            // above until the wait that follows.
-            unsafe {
-                let barrier = |src, dst, access: &[vk::MemoryBarrier<'_>]| {
+        // The dispatches in parts that grow (16, 48, 128, the rest), so
+        // that the device starts early and the host records each part
+        // while the device runs the ones before it.
+        let ends: Vec<usize> = [16usize, 64, 192]
+            .into_iter()
+            .filter(|&end| end < recorded.len())
+            .chain(std::iter::once(recorded.len()))
+            .collect();
+        let parts = ends.len();
+        let mut hazards = Hazards::default();
+        self.commands
+            .submit_in_parts_and_wait(parts, |device, cmd, part| {
+                let first = part == 0;
+                let last = part + 1 == parts;
+                let range = if first { 0 } else { ends[part - 1] }..ends[part];
+                let rw = vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE;
+                let transfer = vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE;
+                let after_fill = [vk::MemoryBarrier::default()
+                    .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+                    .dst_access_mask(transfer)];
+                let after_copy = [vk::MemoryBarrier::default()
+                    .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+                    .dst_access_mask(rw)];
+                let after_dispatch = [vk::MemoryBarrier::default()
+                    .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+                    .dst_access_mask(rw)];
+                let before_readback = [vk::MemoryBarrier::default()
+                    .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+                    .dst_access_mask(vk::AccessFlags::TRANSFER_READ)];
+                let to_host = [vk::MemoryBarrier::default()
+                    .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+                    .dst_access_mask(vk::AccessFlags::HOST_READ)];
+                let region = |src_offset: u64, dst_offset: u64, size: u64| {
+                    vk::BufferCopy::default()
+                        .src_offset(src_offset)
+                        .dst_offset(dst_offset)
+                        .size(size)
+                };
+                // SAFETY: `cmd` is recording; every buffer, store chunk and
+                // descriptor set recorded stays alive and as large as checked
+                // above until the wait that follows.
+                unsafe {
+                    let barrier = |src, dst, access: &[vk::MemoryBarrier<'_>]| {
+                        device.cmd_pipeline_barrier(
+                            cmd,
+                            src,
+                            dst,
+                            vk::DependencyFlags::empty(),
+                            access,
+                            &[],
+                            &[],
+                        );
+                    };
+                    let transfer_stage = vk::PipelineStageFlags::TRANSFER;
+                    let compute = vk::PipelineStageFlags::COMPUTE_SHADER;
+                    if first {
+                        device.cmd_fill_buffer(cmd, act_dev, 0, act_bytes, 0);
+                        barrier(transfer_stage, transfer_stage, &after_fill);
+                        if init_bytes > 0 {
+                            device.cmd_copy_buffer(cmd, up, act_dev, &[region(0, 0, init_bytes)]);
+                        }
+                        device.cmd_copy_buffer(
+                            cmd,
+                            up,
+                            meta_dev,
+                            &[region(init_bytes, 0, meta_bytes)],
+                        );
+                        if attn_meta_bytes > 0 {
+                            let at = init_bytes + meta_bytes;
+                            let r = region(at, 0, attn_meta_bytes);
+                            device.cmd_copy_buffer(cmd, up, attn_meta_dev, &[r]);
+                        }
+                        barrier(transfer_stage, compute, &after_copy);
+                        if let Some(pool) = queries {
+                            device.cmd_reset_query_pool(cmd, pool, 0, 2);
+                            device.cmd_write_timestamp(cmd, compute, pool, 0);
+                        }
+                    }
+                    for (what, access) in &recorded[range] {
+                        if hazards.conflicts(access) {
+                            barrier(compute, compute, &after_dispatch);
+                            barriers += 1;
+                            hazards.clear();
+                        }
+                        match what {
+                            Recorded::Op(kernel, params, groups, set) => {
+                                ops.record(cmd, *kernel, params, *groups, *set);
+                            }
+                            Recorded::Attention(d) => {
+                                pipelines.record(cmd, d.kernel, &d.params, d.groups);
+                            }
+                        }
+                        hazards.add(access);
+                    }
+                    if !last {
+                        return;
+                    }
+                    if let Some(pool) = queries {
+                        device.cmd_write_timestamp(cmd, compute, pool, 1);
+                    }
+                    barrier(compute, transfer_stage, &before_readback);
+                    if read_bytes > 0 {
+                        let at = 4 * u64::from(read.start);
+                        device.cmd_copy_buffer(cmd, act_dev, down, &[region(at, 0, read_bytes)]);
+                    }
+                    if read_meta_bytes > 0 {
+                        let at = 4 * u64::from(read_meta.start);
+                        let r = region(at, read_bytes, read_meta_bytes);
+                        device.cmd_copy_buffer(cmd, meta_dev, down, &[r]);
+                    }
                     device.cmd_pipeline_barrier(
                         cmd,
-                        src,
-                        dst,
+                        vk::PipelineStageFlags::TRANSFER,
+                        vk::PipelineStageFlags::HOST,
                         vk::DependencyFlags::empty(),
-                        access,
+                        &to_host,
                         &[],
                         &[],
                     );
-                };
-                let transfer_stage = vk::PipelineStageFlags::TRANSFER;
-                let compute = vk::PipelineStageFlags::COMPUTE_SHADER;
-                device.cmd_fill_buffer(cmd, act_dev, 0, act_bytes, 0);
-                barrier(transfer_stage, transfer_stage, &after_fill);
-                if init_bytes > 0 {
-                    device.cmd_copy_buffer(cmd, up, act_dev, &[region(0, 0, init_bytes)]);
                 }
-                device.cmd_copy_buffer(cmd, up, meta_dev, &[region(init_bytes, 0, meta_bytes)]);
-                if attn_meta_bytes > 0 {
-                    let at = init_bytes + meta_bytes;
-                    let r = region(at, 0, attn_meta_bytes);
-                    device.cmd_copy_buffer(cmd, up, attn_meta_dev, &[r]);
-                }
-                barrier(transfer_stage, compute, &after_copy);
-                if let Some(pool) = queries {
-                    device.cmd_reset_query_pool(cmd, pool, 0, 2);
-                    device.cmd_write_timestamp(cmd, compute, pool, 0);
-                }
-                let mut hazards = Hazards::default();
-                for (what, access) in &recorded {
-                    if hazards.conflicts(access) {
-                        barrier(compute, compute, &after_dispatch);
-                        barriers += 1;
-                        hazards.clear();
-                    }
-                    match what {
-                        Recorded::Op(kernel, params, groups, set) => {
-                            ops.record(cmd, *kernel, params, *groups, *set);
-                        }
-                        Recorded::Attention(d) => {
-                            pipelines.record(cmd, d.kernel, &d.params, d.groups);
-                        }
-                    }
-                    hazards.add(access);
-                }
-                if let Some(pool) = queries {
-                    device.cmd_write_timestamp(cmd, compute, pool, 1);
-                }
-                barrier(compute, transfer_stage, &before_readback);
-                if read_bytes > 0 {
-                    let at = 4 * u64::from(read.start);
-                    device.cmd_copy_buffer(cmd, act_dev, down, &[region(at, 0, read_bytes)]);
-                }
-                if read_meta_bytes > 0 {
-                    let at = 4 * u64::from(read_meta.start);
-                    let r = region(at, read_bytes, read_meta_bytes);
-                    device.cmd_copy_buffer(cmd, meta_dev, down, &[r]);
-                }
-                device.cmd_pipeline_barrier(
-                    cmd,
-                    vk::PipelineStageFlags::TRANSFER,
-                    vk::PipelineStageFlags::HOST,
-                    vk::DependencyFlags::empty(),
-                    &to_host,
-                    &[],
-                    &[],
-                );
-            }
-        })?;
+            })?;
         self.close_program(recorded.len(), queries.is_some())?;
         self.program_barriers = barriers;
         let back = self.io.download.mapped()?;
