@@ -8,7 +8,7 @@ use ash::vk;
 use pagoda_core::QuantKind;
 
 use super::program::MAX_WEIGHT_CHUNKS;
-use crate::context::Context;
+use crate::context::{Context, MatvecShape};
 use crate::kernels::{create_pipeline, Kernel};
 use crate::{inject, VulkanError};
 
@@ -153,6 +153,10 @@ pub(crate) struct OpPipelines {
     sets: Vec<vk::DescriptorSet>,
     /// Indexed by `Kernel as usize`; null for attention kernels.
     pipelines: Vec<vk::Pipeline>,
+    /// The GPU decode product specialised for one activation row (a pass
+    /// of one row: fewer registers, no per-row branches), taken for
+    /// batch-1 products; indexed as `pipelines`, null for other kernels.
+    single: Vec<vk::Pipeline>,
 }
 
 impl OpPipelines {
@@ -164,6 +168,7 @@ impl OpPipelines {
             pool: vk::DescriptorPool::null(),
             sets: Vec::new(),
             pipelines: Vec::new(),
+            single: Vec::new(),
         };
         let device = &ctx.device;
         let bindings: Vec<_> = (0..BINDINGS)
@@ -234,6 +239,16 @@ impl OpPipelines {
                     vk::Pipeline::null()
                 };
                 this.pipelines.push(pipeline);
+                let single = if runs && kernel.name().starts_with("matvec_") {
+                    let shape = MatvecShape {
+                        batch: 1,
+                        ..info.matvec_shape
+                    };
+                    create_pipeline(device, kernel, checked, this.layout, &shape.constants())?
+                } else {
+                    vk::Pipeline::null()
+                };
+                this.single.push(single);
             }
         }
         Ok(this)
@@ -288,11 +303,13 @@ impl OpPipelines {
         // SAFETY: as the caller guarantees; the pipeline, layout and set
         // belong to this device.
         unsafe {
-            device.cmd_bind_pipeline(
-                cmd,
-                vk::PipelineBindPoint::COMPUTE,
-                self.pipelines[kernel as usize],
-            );
+            let single = self.single[kernel as usize];
+            let pipeline = if params.batch == 1 && single != vk::Pipeline::null() {
+                single
+            } else {
+                self.pipelines[kernel as usize]
+            };
+            device.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipeline);
             device.cmd_bind_descriptor_sets(
                 cmd,
                 vk::PipelineBindPoint::COMPUTE,
@@ -319,7 +336,7 @@ impl Drop for OpPipelines {
         // null handles are ignored.
         unsafe {
             let device = &self.ctx.device;
-            for &p in &self.pipelines {
+            for &p in self.pipelines.iter().chain(&self.single) {
                 device.destroy_pipeline(p, None);
             }
             device.destroy_descriptor_pool(self.pool, None);
