@@ -63,6 +63,9 @@ pub struct Admission {
     /// Which peek filled the scratch row, and the prefix cache's version then.
     ticket: u64,
     version: u64,
+    /// Whether the prefix cache may serve the prompt (see
+    /// [`KvCache::peek_admission_uncached`]).
+    reuse: bool,
 }
 
 impl Admission {
@@ -237,7 +240,21 @@ impl<'a> KvCache<'a> {
     /// would take, touching neither recency nor metrics.
     #[inline]
     pub fn peek_admission(&mut self, prompt: &[u32]) -> Admission {
-        let lookup = lookup(prompt);
+        self.peek(prompt, true)
+    }
+
+    /// What admitting `prompt` takes when the prefix cache must not serve
+    /// it: every prompt token is computed (a request that needs every
+    /// prompt row's logits, to score the prompt). Its computed pages still
+    /// join the cache for others.
+    #[inline]
+    pub fn peek_admission_uncached(&mut self, prompt: &[u32]) -> Admission {
+        self.peek(prompt, false)
+    }
+
+    #[inline]
+    fn peek(&mut self, prompt: &[u32], reuse: bool) -> Admission {
+        let lookup = if reuse { lookup(prompt) } else { &[] };
         let matched_pages = self.radix.peek_pages(lookup, self.scratch);
         let evictable = self
             .scratch
@@ -253,6 +270,7 @@ impl<'a> KvCache<'a> {
             prompt_tokens: u32::try_from(prompt.len()).unwrap_or(u32::MAX),
             ticket: self.peeks,
             version: self.radix.version(),
+            reuse,
         }
     }
 
@@ -276,7 +294,7 @@ impl<'a> KvCache<'a> {
         let admission = if fresh {
             *admission
         } else {
-            self.peek_admission(prompt)
+            self.peek(prompt, admission.reuse)
         };
         let matched_tokens = admission.matched_tokens();
         let tokens = u64::from(matched_tokens) + u64::from(chunk);
@@ -295,9 +313,10 @@ impl<'a> KvCache<'a> {
                 available,
             });
         }
+        let cached = if admission.reuse { lookup(prompt) } else { &[] };
         let hit = self
             .radix
-            .match_prefix(lookup(prompt), self.scratch, &mut self.pool);
+            .match_prefix(cached, self.scratch, &mut self.pool);
         debug_assert_eq!(hit.pages, admission.matched_pages);
         let prefix = self.scratch.get(..hit.pages as usize).unwrap_or(&[]);
         let seq = self.table.create_with_prefix(prefix, &mut self.pool)?;

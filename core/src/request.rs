@@ -55,6 +55,14 @@ pub trait Request {
 
     /// The most tokens the request may generate.
     fn max_output_tokens(&self) -> u32;
+
+    /// Whether the prefix cache may serve the prompt (the default). A
+    /// request that needs every prompt row computed (to score its prompt)
+    /// says no: it is admitted with no cached prefix, as vLLM admits
+    /// requests for prompt log probabilities.
+    fn reuses_prefix(&self) -> bool {
+        true
+    }
 }
 
 impl<R: Request + ?Sized> Request for &R {
@@ -64,5 +72,9 @@ impl<R: Request + ?Sized> Request for &R {
 
     fn max_output_tokens(&self) -> u32 {
         (**self).max_output_tokens()
+    }
+
+    fn reuses_prefix(&self) -> bool {
+        (**self).reuses_prefix()
     }
 }

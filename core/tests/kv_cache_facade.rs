@@ -67,12 +67,35 @@ fn prompt(family: u32, len: usize) -> Vec<u32> {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Admit { family: u32, len: usize, chunk: u32 },
-    AdmitAfterOtherPeek { family: u32, other: u32, len: usize },
-    Append { seq: usize, tokens: u32 },
-    Cache { seq: usize },
-    Finish { seq: usize },
-    Release { seq: usize },
+    Admit {
+        family: u32,
+        len: usize,
+        chunk: u32,
+    },
+    AdmitAfterOtherPeek {
+        family: u32,
+        other: u32,
+        len: usize,
+    },
+    /// Admitted with no cached prefix, possibly after a stale peek.
+    AdmitUncached {
+        family: u32,
+        len: usize,
+        stale: bool,
+    },
+    Append {
+        seq: usize,
+        tokens: u32,
+    },
+    Cache {
+        seq: usize,
+    },
+    Finish {
+        seq: usize,
+    },
+    Release {
+        seq: usize,
+    },
     Flush,
 }
 
@@ -82,6 +105,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(family, len, chunk)| Op::Admit { family, len, chunk }),
         1 => (0..3u32, 0..3u32, 1..90usize)
             .prop_map(|(family, other, len)| Op::AdmitAfterOtherPeek { family, other, len }),
+        1 => (0..3u32, 1..90usize, any::<bool>())
+            .prop_map(|(family, len, stale)| Op::AdmitUncached { family, len, stale }),
         3 => (0..SEQS, 0..40u32).prop_map(|(seq, tokens)| Op::Append { seq, tokens }),
         1 => (0..SEQS).prop_map(|seq| Op::Cache { seq }),
         2 => (0..SEQS).prop_map(|seq| Op::Finish { seq }),
@@ -148,6 +173,21 @@ proptest! {
                     let _ = kv.peek_admission(&prompt(other, len));
                     let chunk = len as u32 - admission.matched_tokens().min(len as u32);
                     admit(&mut kv, &mut live, &p, &admission, chunk)?;
+                }
+                Op::AdmitUncached { family, len, stale } => {
+                    // Every prompt token computed, cached or not, and a
+                    // stale admission looked up again the same way.
+                    let p = prompt(family, len);
+                    let admission = kv.peek_admission_uncached(&p);
+                    prop_assert_eq!(admission.matched_tokens(), 0);
+                    if stale {
+                        let _ = kv.peek_admission(&p);
+                    }
+                    let before = live.len();
+                    admit(&mut kv, &mut live, &p, &admission, len as u32)?;
+                    if let Some(l) = live.get(before) {
+                        prop_assert_eq!(kv.len(l.seq), Ok(len as u32), "a cached prefix served it");
+                    }
                 }
                 Op::Append { seq, tokens } => {
                     let Some(l) = live.get_mut(seq) else { continue };

@@ -63,8 +63,10 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
             // overdue, they are all admitted at once and each computes the
             // prefix they share (the bench's few-shot run lost 3 of its 39
             // points of offline-optimal hit rate that way).
+            // (Not a request the cache may not serve: it would gain nothing.)
             if self.config.share_prefixes
                 && self.policy.cache_aware()
+                && self.slots[candidate as usize].reuses_prefix()
                 && self.shares_inflight_prefix(candidate)
             {
                 if overdue {
@@ -79,7 +81,11 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
                 continue;
             }
             let slot = &self.slots[candidate as usize];
-            let admission = p.kv.peek_admission(slot.prompt());
+            let admission = if slot.reuses_prefix() {
+                p.kv.peek_admission(slot.prompt())
+            } else {
+                p.kv.peek_admission_uncached(slot.prompt())
+            };
             let matched = admission.matched_tokens();
             let chunk = slot.prompt_len.saturating_sub(matched).min(p.budget);
             if let (Some(factor), Some(first)) = (self.config.length_grouping, first_prefill_len) {

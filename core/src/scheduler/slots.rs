@@ -162,6 +162,11 @@ impl<R: Request> SchedSlot<R> {
         let prompt = self.request.as_ref().map_or(&[][..], |r| r.prompt());
         prompt.get(..self.prompt_len as usize).unwrap_or(prompt)
     }
+
+    /// Whether the prefix cache may serve the prompt.
+    pub(super) fn reuses_prefix(&self) -> bool {
+        self.request.as_ref().is_none_or(|r| r.reuses_prefix())
+    }
 }
 
 impl<R, P> Scheduler<'_, R, P> {

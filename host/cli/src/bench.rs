@@ -189,7 +189,7 @@ fn poll(
         if let Some(handle) = &handles[index] {
             while let Some(event) = handle.try_recv() {
                 match event {
-                    Event::Token { .. } => continue,
+                    Event::Token { .. } | Event::PromptLogprobs(_) => continue,
                     Event::Finished(c) => acc.finished(index, &c),
                     Event::Cancelled => acc.blank(index, OutcomeKind::Cancelled, None),
                     Event::Rejected(reason) => acc.rejected(index, &reason),

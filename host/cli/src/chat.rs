@@ -240,6 +240,7 @@ impl WithBackend for ChatJob<'_> {
                             write!(stdout, "{}", piece.text).map_err(CliError::Stdout)?;
                             stdout.flush().map_err(CliError::Stdout)?;
                         }
+                        Event::PromptLogprobs(_) => {}
                         Event::Finished(done) => {
                             cached = done.cached_tokens;
                             let rest = stream.finish();

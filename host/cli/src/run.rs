@@ -395,7 +395,10 @@ impl RunJob<'_> {
                 Ok(())
             }
             // Ended by its stop string, already recorded.
-            Event::Finished(_) | Event::Cancelled | Event::Token { .. } => Ok(()),
+            Event::Finished(_)
+            | Event::Cancelled
+            | Event::Token { .. }
+            | Event::PromptLogprobs(_) => Ok(()),
             Event::Rejected(reason) => Err(CliError::Rejected(reason)),
             Event::Failed => Err(CliError::Failed),
         }

@@ -531,6 +531,7 @@ where
                         g.tokens[i] += 1;
                     }
                     Event::Finished(_) => g.ended[i] = now,
+                    Event::PromptLogprobs(_) => {}
                     Event::Rejected(reason) => return Err(CliError::Rejected(reason)),
                     Event::Cancelled | Event::Failed => return Err(CliError::Failed),
                 }

@@ -18,11 +18,18 @@ pub(crate) struct Batch {
     pub(crate) slots: Vec<Slot>,
     /// Per sequence: work index, query start, query length, context length.
     pub(crate) seqs: Vec<(usize, u32, u32, u32)>,
+    /// The rows whose logits the step computes: each sampling row, and
+    /// the prompt rows of requests that score their prompt.
     pub(crate) sample_rows: Vec<u32>,
     /// Rows that are prompt tokens (the rest decode).
     pub(crate) prompt_rows: usize,
-    /// Work index of each sample row.
+    /// Work index of each row that samples.
     pub(crate) samplers: Vec<usize>,
+    /// Each sampler's row of logits (its index in `sample_rows`).
+    pub(crate) sampler_rows: Vec<usize>,
+    /// Rows that score a prompt token: work index, the prompt position of
+    /// the token the row predicts, its row of logits.
+    pub(crate) scorers: Vec<(usize, u32, usize)>,
     pub(crate) copies: Vec<PageCopy>,
 }
 
@@ -44,6 +51,8 @@ impl Batch {
         self.sample_rows.clear();
         self.prompt_rows = 0;
         self.samplers.clear();
+        self.sampler_rows.clear();
+        self.scorers.clear();
         self.copies.clear();
         for (i, w) in plan.iter().enumerate() {
             let live = live
@@ -72,6 +81,9 @@ impl Batch {
                         live.starts += 1;
                         // The first chunk starts past the cached prefix.
                         live.cached_tokens = start;
+                        if !live.prompt_sent {
+                            live.prompt_logprobs.clear();
+                        }
                     }
                     let prompt = request
                         .prompt
@@ -79,6 +91,18 @@ impl Batch {
                         .ok_or(EngineError::Invariant("prefill past the prompt"))?;
                     self.tokens.extend_from_slice(prompt);
                     self.prompt_rows += prompt.len();
+                    // Scoring the prompt: each row predicts the next prompt
+                    // token (the last prompt row samples instead).
+                    if request.sampling.prompt_logprobs.is_some() && !live.prompt_sent {
+                        let prompt_len = request.prompt.len() as u32;
+                        for j in 0..len {
+                            let next = start + j + 1;
+                            if next < prompt_len {
+                                self.scorers.push((i, next, self.sample_rows.len()));
+                                self.sample_rows.push(query_start + j);
+                            }
+                        }
+                    }
                     (start, len, last)
                 }
                 WorkKind::Decode { position } => {
@@ -96,6 +120,7 @@ impl Batch {
             kv.slot_mapping(w.seq, first_position, &mut self.slots[at..])?;
             self.seqs.push((i, query_start, len, first_position + len));
             if samples {
+                self.sampler_rows.push(self.sample_rows.len());
                 self.sample_rows.push(query_start + len - 1);
                 self.samplers.push(i);
             }

@@ -22,7 +22,7 @@ use crate::config::EngineConfig;
 use crate::error::{EngineError, Rejection};
 use crate::kv::{EngineStorage, OtherStorage};
 use crate::metrics::{Audit, EngineStats};
-use crate::model::{Activations, ConstraintState, Model, Sampler};
+use crate::model::{Activations, ConstraintState, Model, Sampler, TokenLogprobs};
 use crate::request::{Canceller, Event, EventSink, Events, GenRequest, Queued, RequestHandle};
 
 /// A request's engine-side state while it is in the scheduler.
@@ -42,6 +42,10 @@ pub(crate) struct Live {
     pub(crate) cached_tokens: u32,
     /// The run's constraint matcher, started afresh with each run.
     pub(crate) constraint: Option<Box<dyn ConstraintState>>,
+    /// The prompt's scores so far (prompt log probabilities), until sent.
+    pub(crate) prompt_logprobs: Vec<TokenLogprobs>,
+    /// Whether they were sent (a recomputation does not send them again).
+    pub(crate) prompt_sent: bool,
 }
 
 impl std::fmt::Debug for dyn ConstraintState {

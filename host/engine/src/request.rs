@@ -90,6 +90,10 @@ impl Request for Queued {
     fn max_output_tokens(&self) -> u32 {
         self.request.max_new_tokens
     }
+    fn reuses_prefix(&self) -> bool {
+        // Scoring the prompt needs every prompt row's logits.
+        self.request.sampling.prompt_logprobs.is_none()
+    }
 }
 
 /// Why a finished request stopped.
@@ -144,6 +148,11 @@ pub enum Event {
         /// asks.
         logprobs: Option<Box<TokenLogprobs>>,
     },
+    /// The prompt's scores, when the request's
+    /// [`SamplingParams::prompt_logprobs`](crate::model::SamplingParams::prompt_logprobs)
+    /// asks: entry `i` is prompt token `i + 1`'s (the first has no context
+    /// to be scored in). Sent once, before the first token.
+    PromptLogprobs(Vec<TokenLogprobs>),
     /// Terminal: it ran to the end.
     Finished(Completion),
     /// Terminal: it was cancelled (through its handle or by the owner); its
@@ -158,7 +167,7 @@ pub enum Event {
 impl Event {
     /// Whether this is the request's last event.
     pub fn is_terminal(&self) -> bool {
-        !matches!(self, Self::Token { .. })
+        !matches!(self, Self::Token { .. } | Self::PromptLogprobs(_))
     }
 }
 

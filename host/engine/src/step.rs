@@ -91,6 +91,8 @@ impl<B: StepBackend> Engine<'_, B> {
                         starts: 0,
                         cached_tokens: 0,
                         constraint: None,
+                        prompt_logprobs: Vec::new(),
+                        prompt_sent: false,
                     });
                 }
                 Err((queued, error)) => {
@@ -142,8 +144,8 @@ impl<B: StepBackend> Engine<'_, B> {
             prompt_rows: b.prompt_rows,
         };
         // A step whose every sampled row is greedy, on logits nothing
-        // adjusts, needs only the tokens.
-        let mut greedy = !b.samplers.is_empty();
+        // adjusts, needs only the tokens (and no prompt is scored).
+        let mut greedy = !b.samplers.is_empty() && b.scorers.is_empty();
         for &i in &b.samplers {
             let entry = self.plan[i].entry;
             let request = self.sched.request(entry).ok_or(SchedError::UnknownEntry)?;
@@ -226,12 +228,38 @@ impl<B: StepBackend> Engine<'_, B> {
             ForwardError::Backend(e) => EngineError::Backend(e),
         })?;
         let vocab = self.model.config().vocab as usize;
+        // Prompt scores first, from rows nothing adjusts.
+        for &(i, position, row) in &b.scorers {
+            let entry = self.plan[i].entry;
+            let request = &self
+                .sched
+                .request(entry)
+                .ok_or(SchedError::UnknownEntry)?
+                .request;
+            let top = request.sampling.prompt_logprobs.unwrap_or(0) as usize;
+            let token = *request
+                .prompt
+                .get(position as usize)
+                .ok_or(EngineError::Invariant("a scored row past the prompt"))?;
+            let logits = self
+                .logits
+                .get(row * vocab..(row + 1) * vocab)
+                .ok_or(EngineError::Invariant("fewer logits than scored rows"))?;
+            if let Some(live) = self.live[entry.index() as usize].as_mut() {
+                live.prompt_logprobs
+                    .push(TokenLogprobs::of(logits, token, top));
+            }
+        }
         let mut sampled = Vec::with_capacity(b.samplers.len());
-        for (row, &i) in b.samplers.iter().enumerate() {
+        for (k, &i) in b.samplers.iter().enumerate() {
+            let row = *b
+                .sampler_rows
+                .get(k)
+                .ok_or(EngineError::Invariant("a sampler without a row"))?;
             let entry = self.plan[i].entry;
             if greedy {
                 let token = *tokens
-                    .get(row)
+                    .get(k)
                     .ok_or(EngineError::Invariant("fewer tokens than sample rows"))?;
                 sampled.push((entry, token, None));
                 continue;
@@ -251,8 +279,10 @@ impl<B: StepBackend> Engine<'_, B> {
             let sampling = &request.sampling;
             let adjusts = sampling.adjusts_logits(live.output.len());
             // Log probabilities come from the raw logits, before anything
-            // adjusts them: kept aside where something will.
-            if adjusts && sampling.logprobs.is_some() {
+            // adjusts them (kept aside where something will), unless the
+            // request asks for them after the adjustments.
+            let keep_raw = adjusts && !sampling.logprobs_processed;
+            if keep_raw && sampling.logprobs.is_some() {
                 self.raw_logits.clear();
                 self.raw_logits.extend_from_slice(logits);
             }
@@ -265,6 +295,10 @@ impl<B: StepBackend> Engine<'_, B> {
                     &mut self.scratch_tokens,
                 );
             }
+            if sampling.logprobs_processed && sampling.logprobs.is_some() {
+                self.raw_logits.clear();
+                self.raw_logits.extend_from_slice(logits);
+            }
             if let Some(constraint) = live.constraint.as_ref() {
                 constraint.apply(logits);
             }
@@ -276,11 +310,10 @@ impl<B: StepBackend> Engine<'_, B> {
                 }
             }
             let logprobs = sampling.logprobs.map(|top| {
-                let raw = if adjusts {
-                    &self.raw_logits[..]
-                } else {
-                    logits
-                };
+                // The copy taken before the mask (raw or processed), or
+                // the row itself when it was not changed before that.
+                let kept = keep_raw || sampling.logprobs_processed;
+                let raw = if kept { &self.raw_logits[..] } else { logits };
                 Box::new(TokenLogprobs::of(raw, token, top as usize))
             });
             sampled.push((entry, token, logprobs));
@@ -305,6 +338,13 @@ impl<B: StepBackend> Engine<'_, B> {
         live.first_token.get_or_insert(now);
         let position = live.output.len() as u32 - 1;
         let queued = self.sched.request(entry).ok_or(SchedError::UnknownEntry)?;
+        if queued.request.sampling.prompt_logprobs.is_some() && !live.prompt_sent {
+            live.prompt_sent = true;
+            let scores = std::mem::take(&mut live.prompt_logprobs);
+            if queued.events.send(Event::PromptLogprobs(scores)).is_err() {
+                self.dropped.push(live.id);
+            }
+        }
         if position >= live.sent {
             live.sent = position + 1;
             let event = Event::Token {

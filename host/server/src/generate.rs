@@ -37,6 +37,10 @@ pub struct Delta {
     /// request asked for them): a token whose text is held back (a partial
     /// character, a possible stop string) comes with the next delta.
     pub logprobs: Vec<(u32, TokenLogprobs)>,
+    /// The prompt's scores (with `echo` and `logprobs`), on a delta of
+    /// their own before the choice's first text: prompt token `i + 1`'s
+    /// at `i`.
+    pub prompt_logprobs: Option<Vec<TokenLogprobs>>,
 }
 
 struct Choice {
@@ -47,6 +51,8 @@ struct Choice {
     done: bool,
     /// Log probabilities not yet sent with a delta.
     pending: Vec<(u32, TokenLogprobs)>,
+    /// `max_tokens: 0`: the one token the engine generates is dropped.
+    discard: bool,
 }
 
 /// The running choices of one HTTP request.
@@ -57,6 +63,8 @@ pub struct Generation {
     arrived: Instant,
     /// Prompt tokens (counted once, as OpenAI does).
     pub prompt_tokens: u32,
+    /// The prompt (for `echo`).
+    pub prompt: Vec<u32>,
     /// Of those, tokens served from the prefix cache (the most any choice
     /// found, as its request's last admission saw it).
     pub cached_tokens: u32,
@@ -156,7 +164,10 @@ impl Generation {
                 ));
             }
         }
-        let max_new_tokens = params.max_tokens.map_or(room, |m| m.min(room));
+        // `max_tokens: 0` (scoring the prompt): the engine generates one
+        // token, which is dropped.
+        let discard = params.max_tokens == Some(0);
+        let max_new_tokens = params.max_tokens.map_or(room, |m| m.clamp(1, room));
         let (tx, events) = mpsc::unbounded_channel();
         // Built before the first submission: if this future is dropped
         // midway (the client left), its `Drop` cancels what was accepted.
@@ -166,6 +177,7 @@ impl Generation {
             choices: Vec::new(),
             arrived,
             prompt_tokens,
+            prompt: prompt.clone(),
             cached_tokens: 0,
         };
         for index in 0..params.n {
@@ -184,6 +196,9 @@ impl Generation {
                     logit_bias: params.logit_bias.clone(),
                     min_tokens: params.min_tokens,
                     logprobs: params.logprobs,
+                    logprobs_processed: params.logprobs_processed,
+                    // `echo` with `logprobs` scores the prompt.
+                    prompt_logprobs: params.logprobs.filter(|_| params.echo),
                     constraint: constraint.clone(),
                 },
                 seed: params.seed.wrapping_add(u64::from(index)),
@@ -212,6 +227,7 @@ impl Generation {
                         last_token: None,
                         done: false,
                         pending: Vec::new(),
+                        discard,
                     });
                     continue;
                 }
@@ -254,6 +270,16 @@ impl Generation {
             }
             let metrics = &self.state.metrics;
             match event {
+                Event::PromptLogprobs(scores) => {
+                    return Some(Ok(Delta {
+                        index,
+                        text: String::new(),
+                        finish_reason: None,
+                        logprobs: Vec::new(),
+                        prompt_logprobs: Some(scores),
+                    }));
+                }
+                Event::Token { .. } if choice.discard => {}
                 Event::Token {
                     token, logprobs, ..
                 } => {
@@ -283,6 +309,7 @@ impl Generation {
                             text,
                             finish_reason: Some("stop"),
                             logprobs: std::mem::take(&mut choice.pending),
+                            prompt_logprobs: None,
                         }));
                     }
                     if !text.is_empty() {
@@ -291,6 +318,7 @@ impl Generation {
                             text,
                             finish_reason: None,
                             logprobs: std::mem::take(&mut choice.pending),
+                            prompt_logprobs: None,
                         }));
                     }
                 }
@@ -316,6 +344,7 @@ impl Generation {
                         text,
                         finish_reason: Some(reason),
                         logprobs: std::mem::take(&mut choice.pending),
+                        prompt_logprobs: None,
                     }));
                 }
                 Event::Rejected(rejection) => {

@@ -214,6 +214,7 @@ async fn generate(
             params.include_usage,
             params.n,
             params.logprobs.is_some(),
+            params.echo,
             tools,
         ));
     }
@@ -221,28 +222,52 @@ async fn generate(
     let mut texts = vec![String::new(); n];
     let mut reasons = vec![None; n];
     let mut logprobs = vec![Vec::new(); n];
+    let mut prompt_scores = vec![Vec::new(); n];
     while let Some(delta) = generation.next().await {
         let delta = delta?;
         let i = delta.index as usize;
-        if let (Some(text), Some(reason), Some(lp)) =
-            (texts.get_mut(i), reasons.get_mut(i), logprobs.get_mut(i))
-        {
+        if let (Some(text), Some(reason), Some(lp), Some(scores)) = (
+            texts.get_mut(i),
+            reasons.get_mut(i),
+            logprobs.get_mut(i),
+            prompt_scores.get_mut(i),
+        ) {
             text.push_str(&delta.text);
             *reason = delta.finish_reason.or(*reason);
             lp.extend(delta.logprobs);
+            if let Some(s) = delta.prompt_logprobs {
+                *scores = s;
+            }
         }
     }
     let vocab = generation.vocab();
+    // `echo`: the prompt before each choice's text (and its scores before
+    // the choice's log probabilities).
+    let echoed = params
+        .echo
+        .then(|| crate::logprobs::prompt_text(vocab, &generation.prompt));
     let choices = texts
         .into_iter()
         .zip(reasons)
-        .zip(logprobs)
+        .zip(logprobs.into_iter().zip(prompt_scores))
         .enumerate()
-        .map(|(index, ((text, reason), entries))| {
+        .map(|(index, ((text, reason), (entries, scores)))| {
+            let text = match &echoed {
+                Some(prompt) => format!("{prompt}{text}"),
+                None => text,
+            };
             let lp = match params.logprobs {
                 None => Value::Null,
                 Some(_) if chat => crate::logprobs::chat(vocab, &entries),
-                Some(_) => crate::logprobs::completion(vocab, &entries, &mut 0),
+                Some(_) => {
+                    let mut rows = if params.echo {
+                        crate::logprobs::prompt_rows(&generation.prompt, &scores)
+                    } else {
+                        Vec::new()
+                    };
+                    rows.extend(entries.iter().map(|(id, lp)| (*id, Some(lp))));
+                    crate::logprobs::completion_rows(vocab, &rows, &mut 0)
+                }
             };
             if let Some(format) = tools {
                 let (content, calls) = tools::parse_output(format, &text);

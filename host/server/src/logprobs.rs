@@ -29,16 +29,45 @@ fn text(vocab: &Vocab, id: u32) -> (String, Vec<u8>) {
 /// The completions API's `logprobs` for `entries`, whose text starts
 /// `offset` characters into the choice's text (advanced past them).
 pub fn completion(vocab: &Vocab, entries: &[(u32, TokenLogprobs)], offset: &mut usize) -> Value {
-    let mut tokens = Vec::with_capacity(entries.len());
-    let mut token_logprobs = Vec::with_capacity(entries.len());
-    let mut top_logprobs = Vec::with_capacity(entries.len());
-    let mut text_offset = Vec::with_capacity(entries.len());
-    for (id, lp) in entries {
-        let (t, _) = text(vocab, *id);
+    let rows: Vec<(u32, Option<&TokenLogprobs>)> =
+        entries.iter().map(|(id, lp)| (*id, Some(lp))).collect();
+    completion_rows(vocab, &rows, offset)
+}
+
+/// The echoed prompt's rows for [`completion_rows`]: its first token has
+/// no score (null, as OpenAI writes it), token `i + 1` has `scores[i]`.
+pub fn prompt_rows<'a>(
+    prompt: &[u32],
+    scores: &'a [TokenLogprobs],
+) -> Vec<(u32, Option<&'a TokenLogprobs>)> {
+    prompt
+        .iter()
+        .enumerate()
+        .map(|(i, &id)| (id, i.checked_sub(1).and_then(|j| scores.get(j))))
+        .collect()
+}
+
+/// The completions API's `logprobs` for tokens with a score or none.
+pub fn completion_rows(
+    vocab: &Vocab,
+    rows: &[(u32, Option<&TokenLogprobs>)],
+    offset: &mut usize,
+) -> Value {
+    let mut tokens = Vec::with_capacity(rows.len());
+    let mut token_logprobs = Vec::with_capacity(rows.len());
+    let mut top_logprobs = Vec::with_capacity(rows.len());
+    let mut text_offset = Vec::with_capacity(rows.len());
+    for &(id, lp) in rows {
+        let (t, _) = text(vocab, id);
         text_offset.push(*offset);
         *offset += t.chars().count();
         tokens.push(t);
-        token_logprobs.push(finite(lp.logprob));
+        let Some(lp) = lp else {
+            token_logprobs.push(Value::Null);
+            top_logprobs.push(Value::Null);
+            continue;
+        };
+        token_logprobs.push(json!(finite(lp.logprob)));
         // Tokens of the same text share a key: the most likely keeps it.
         let mut top = Map::new();
         for &(alt, p) in &lp.top {
@@ -52,6 +81,12 @@ pub fn completion(vocab: &Vocab, entries: &[(u32, TokenLogprobs)], offset: &mut 
         "top_logprobs": top_logprobs,
         "text_offset": text_offset,
     })
+}
+
+/// The prompt's text as echoed: its tokens' texts one after another (so
+/// that `text_offset` indexes it).
+pub fn prompt_text(vocab: &Vocab, prompt: &[u32]) -> String {
+    prompt.iter().map(|&id| text(vocab, id).0).collect()
 }
 
 /// The chat API's `logprobs` for `entries`.

@@ -54,6 +54,14 @@ pub struct Params {
     /// each: completions' `logprobs: N`; chat's `logprobs: true` with
     /// `top_logprobs: N` (default 0).
     pub logprobs: Option<u32>,
+    /// `logprobs_mode: "processed_logprobs"` (vLLM's names): log
+    /// probabilities after the bias and penalties instead of the raw ones.
+    pub logprobs_processed: bool,
+    /// `echo` (completions): the prompt comes back before the completion,
+    /// with its tokens' log probabilities when `logprobs` is asked (the
+    /// first token's is null). With `max_tokens: 0` only the prompt is
+    /// scored, as evaluation harnesses ask.
+    pub echo: bool,
     /// What the output must be, and the field that asked for it:
     /// `response_format` (`json_object`, `json_schema`), vLLM's
     /// `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`
@@ -167,12 +175,21 @@ pub fn params(map: &Map<String, Value>, chat: bool) -> Result<Params, ApiError> 
     } else {
         &["max_tokens"]
     };
+    // `max_tokens: 0` scores the prompt (with `echo`) and generates nothing.
+    let echo = boolean(map, "echo")?.unwrap_or(false);
+    if echo && chat {
+        return Err(ApiError::invalid(
+            "echo",
+            "`echo` is a completions field; chat completions do not take it",
+        ));
+    }
+    let least = i64::from(!echo);
     for key in keys {
         if let Some(m) = integer(map, key)? {
-            if m < 1 || m > i64::from(u32::MAX) {
+            if m < least || m > i64::from(u32::MAX) {
                 return Err(ApiError::invalid(
                     key,
-                    format!("`{key}` must be at least 1"),
+                    format!("`{key}` must be at least {least}"),
                 ));
             }
             max_tokens = Some(m as u32);
@@ -335,12 +352,17 @@ pub fn params(map: &Map<String, Value>, chat: bool) -> Result<Params, ApiError> 
             Some(n) => Some(top_count("logprobs", n)?),
         }
     };
-    if boolean(map, "echo")?.unwrap_or(false) {
-        return Err(ApiError::invalid(
-            "echo",
-            "`echo` (the prompt's log probabilities) is not supported yet",
-        ));
-    }
+    let logprobs_processed = match present(map, "logprobs_mode") {
+        None => false,
+        Some(Value::String(m)) if m == "raw_logprobs" => false,
+        Some(Value::String(m)) if m == "processed_logprobs" => true,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "logprobs_mode",
+                "`logprobs_mode` must be \"raw_logprobs\" or \"processed_logprobs\"",
+            ))
+        }
+    };
     Ok(Params {
         model,
         n: n as u32,
@@ -362,6 +384,8 @@ pub fn params(map: &Map<String, Value>, chat: bool) -> Result<Params, ApiError> 
         stop_token_ids,
         min_tokens,
         logprobs,
+        logprobs_processed,
+        echo,
         output: output_spec(map)?,
     })
 }

@@ -38,10 +38,46 @@ struct Logprobs {
     texts: Vec<String>,
     /// With tools, each choice's log probabilities until it ends.
     held: Vec<Vec<(u32, TokenLogprobs)>>,
+    /// `echo`: the prompt is each choice's first text.
+    echo: bool,
+}
+
+/// The echoed prompt of choice `index` as a chunk (its scores, when
+/// `scores` has them).
+fn echo_chunk(
+    reply: &Reply,
+    index: u32,
+    prompt: &[u32],
+    scores: Option<&[TokenLogprobs]>,
+    vocab: &Vocab,
+    lp: &mut Logprobs,
+) -> Value {
+    let text = crate::logprobs::prompt_text(vocab, prompt);
+    let offset = lp.offsets.get_mut(index as usize);
+    let logprobs = match scores {
+        Some(scores) => {
+            let rows = crate::logprobs::prompt_rows(prompt, scores);
+            crate::logprobs::completion_rows(vocab, &rows, offset.unwrap_or(&mut 0))
+        }
+        None => {
+            if let Some(o) = offset {
+                *o += text.chars().count();
+            }
+            Value::Null
+        }
+    };
+    let choice = json!({"index": index, "text": text, "logprobs": logprobs, "finish_reason": null});
+    reply.envelope(true, vec![choice])
 }
 
 /// One chunk for `delta`, with its tokens' log probabilities when asked.
-fn chunk(reply: &Reply, delta: &Delta, vocab: &Vocab, lp: &mut Logprobs) -> Value {
+fn chunk(reply: &Reply, delta: &Delta, prompt: &[u32], vocab: &Vocab, lp: &mut Logprobs) -> Value {
+    if let Some(scores) = &delta.prompt_logprobs {
+        if !lp.echo {
+            return Value::Null;
+        }
+        return echo_chunk(reply, delta.index, prompt, Some(scores), vocab, lp);
+    }
     if let Some(format) = lp.tools {
         let i = delta.index as usize;
         let (Some(text), Some(held)) = (lp.texts.get_mut(i), lp.held.get_mut(i)) else {
@@ -96,6 +132,7 @@ pub fn response(
     include_usage: bool,
     n: u32,
     logprobs: bool,
+    echo: bool,
     tools: Option<ToolFormat>,
 ) -> Response {
     let lp = Logprobs {
@@ -104,6 +141,7 @@ pub fn response(
         tools,
         texts: vec![String::new(); n as usize],
         held: vec![Vec::new(); n as usize],
+        echo,
     };
     let stream = futures_util::stream::unfold(
         (generation, reply, Phase::Start, lp),
@@ -115,9 +153,33 @@ pub fn response(
                         .collect();
                     (event(&reply.envelope(true, choices)), Phase::Running)
                 }
+                // `echo` without log probabilities: the prompt at once
+                // (with them, it comes with the prompt's scores).
+                Phase::Start if echo && !lp.wanted => {
+                    let bytes: Vec<u8> = (0..n)
+                        .flat_map(|i| {
+                            let prompt = &generation.prompt;
+                            event(&echo_chunk(
+                                &reply,
+                                i,
+                                prompt,
+                                None,
+                                generation.vocab(),
+                                &mut lp,
+                            ))
+                        })
+                        .collect();
+                    (Bytes::from(bytes), Phase::Running)
+                }
                 Phase::Start | Phase::Running => match generation.next().await {
                     Some(Ok(delta)) => {
-                        let value = chunk(&reply, &delta, generation.vocab(), &mut lp);
+                        let value = chunk(
+                            &reply,
+                            &delta,
+                            &generation.prompt,
+                            generation.vocab(),
+                            &mut lp,
+                        );
                         // Null: held back (a choice with tools, until it ends).
                         let bytes = if value.is_null() {
                             Bytes::new()

@@ -42,6 +42,17 @@ pub struct SamplingParams {
     /// raw logits (before any adjustment or temperature, as vLLM reports
     /// them by default); `None`: none.
     pub logprobs: Option<u32>,
+    /// Take [`logprobs`](Self::logprobs) after the bias, the penalties and
+    /// the minimum length (vLLM's `processed_logprobs`, before the
+    /// temperature and the structured-output mask) instead of from the raw
+    /// logits.
+    pub logprobs_processed: bool,
+    /// Score the prompt: each prompt token's log probability after the
+    /// first, and this many of the most likely tokens' at each position
+    /// ([`MAX_TOP_LOGPROBS`] at most), from the raw logits (vLLM's
+    /// `prompt_logprobs`, what `echo` with `logprobs` returns). The prefix
+    /// cache does not serve such a request: every prompt row is computed.
+    pub prompt_logprobs: Option<u32>,
     /// What the output may be (a JSON schema, a regular expression, a
     /// grammar): tokens it rules out are masked before each sample.
     pub constraint: Option<Constraint>,
@@ -114,6 +125,8 @@ impl SamplingParams {
         logit_bias: Vec::new(),
         min_tokens: 0,
         logprobs: None,
+        logprobs_processed: false,
+        prompt_logprobs: None,
         constraint: None,
     };
 
@@ -139,7 +152,11 @@ impl SamplingParams {
         if !(self.repetition_penalty > 0.0 && self.repetition_penalty <= 10.0) {
             return Err(SamplingError::RepetitionPenalty(self.repetition_penalty));
         }
-        if let Some(n) = self.logprobs.filter(|&n| n > MAX_TOP_LOGPROBS) {
+        if let Some(n) = [self.logprobs, self.prompt_logprobs]
+            .into_iter()
+            .flatten()
+            .find(|&n| n > MAX_TOP_LOGPROBS)
+        {
             return Err(SamplingError::TopLogprobs(n));
         }
         if let Some(&(token, bias)) = self
