@@ -153,6 +153,61 @@ fn openai_client_against_smollm2_chat() {
     stop(server);
 }
 
+/// Runs `tests/reference/SCRIPT` against `server` with `args`; returns what
+/// it printed, having checked it succeeded.
+fn script(python: &std::path::Path, name: &str, server: &Server, args: &[&str]) -> String {
+    let out = Command::new(python)
+        .arg(env::repo_root().join("tests/reference").join(name))
+        .args(["--base-url", &server.base])
+        .args(args)
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprint!("{stdout}");
+    stdout
+}
+
+/// SmolLM2 with f32 activations against independent references: log
+/// probabilities (echoed prompts and greedy tokens) against the NumPy
+/// forward pass, penalties by their stated amount, 20 JSON schemas through
+/// `jsonschema`; then OpenAI's Agents SDK running a tool loop.
+#[test]
+fn api_references_and_an_agent_library_against_smollm2() {
+    let test = "api_references_and_an_agent_library_against_smollm2";
+    let Some(python) = python_with_openai(test) else {
+        return;
+    };
+    let Some(model) = env::require_model(test) else {
+        return;
+    };
+    let model = model.to_string_lossy().into_owned();
+    let server = start(&[
+        "--model",
+        &model,
+        "--kv-pages",
+        "512",
+        "--activations",
+        "f32",
+    ]);
+    let out = script(&python, "api_reference.py", &server, &["--model", &model]);
+    for check in [
+        "ok echo:",
+        "ok greedy log probabilities",
+        "ok penalties",
+        "ok 20 JSON schemas",
+    ] {
+        assert!(out.contains(check), "{check} missing: {out}");
+    }
+    let out = script(&python, "agent_loop.py", &server, &[]);
+    assert!(out.contains("ok agent loop"), "{out}");
+    stop(server);
+}
+
 /// Gemma 3 270M, a base model without a chat template: completions, and
 /// chat refused with a 400.
 #[test]

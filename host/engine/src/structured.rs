@@ -263,6 +263,11 @@ impl ConstraintState for Run {
             if *w == u32::MAX {
                 continue;
             }
+            // Most words of a grammar's mask allow nothing: one fill.
+            if *w == 0 {
+                chunk.fill(f32::NEG_INFINITY);
+                continue;
+            }
             for (bit, l) in chunk.iter_mut().enumerate() {
                 if w & (1 << bit) == 0 {
                     *l = f32::NEG_INFINITY;

@@ -269,6 +269,7 @@ fn drain(handle: &RequestHandle) -> (Vec<u32>, Event) {
                 assert_eq!(index as usize, tokens.len(), "tokens streamed in order");
                 tokens.push(token);
             }
+            Event::PromptLogprobs(_) => assert!(tokens.is_empty(), "prompt scores come first"),
             e => terminal = Some(e),
         }
     }
@@ -607,6 +608,111 @@ fn a_step_past_the_batch_is_a_typed_model_error() {
         err,
         pagoda_engine::model::ForwardError::Model(ModelError::SampleRows { rows: 2, tokens: 1 })
     ));
+}
+
+/// Log-softmax of `row` at `token`, in f64.
+fn log_softmax_at(row: &[f64], token: u32) -> f64 {
+    let max = row.iter().cloned().fold(f64::MIN, f64::max);
+    let norm = max + row.iter().map(|v| (v - max).exp()).sum::<f64>().ln();
+    row[token as usize] - norm
+}
+
+/// A request that scores its prompt: the scores (every prompt token after
+/// the first, with its top alternatives) equal the dense reference's
+/// log-softmax, the prompt is computed whole even when the prefix cache
+/// holds it (chunked across steps), the scores come once, before the first
+/// token, also through preemption, and nothing leaks.
+#[test]
+fn prompt_scores_match_the_dense_reference_and_never_come_from_the_cache() {
+    let model = model();
+    let p = prompt(91, 45);
+    let expected = reference_logits(&model, &p);
+    let scoring = |tag: u64| GenRequest {
+        sampling: SamplingParams {
+            prompt_logprobs: Some(3),
+            ..SamplingParams::GREEDY
+        },
+        ..request(tag, p.clone(), 2)
+    };
+    // A token budget of 16: the 45-token prompt takes three steps.
+    let config = engine_config(64, 16);
+    let mut storage = EngineStorage::new(&config, CONFIG.max_context);
+    let mut engine = Engine::new(&model, CpuBackend::new(), &config, &mut storage).unwrap();
+    // Cached first by a plain request, then scored, then served again.
+    let mut cached = Vec::new();
+    for r in [
+        request(0, p.clone(), 2),
+        scoring(1),
+        request(2, p.clone(), 2),
+    ] {
+        let now = engine.now();
+        let handle = engine.submit(r, Priority::Normal, now).unwrap();
+        let mut scores = Vec::new();
+        while !engine.is_idle() {
+            engine.step().unwrap();
+            while let Some(event) = handle.try_recv() {
+                match event {
+                    Event::PromptLogprobs(s) => scores.push(s),
+                    Event::Finished(c) => cached.push((c.cached_tokens, c.output)),
+                    Event::Token { .. } => assert!(
+                        scores.len() == usize::from(cached.len() == 1),
+                        "the scores come before the first token"
+                    ),
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        if cached.len() != 2 {
+            assert!(scores.is_empty(), "scores only when asked");
+            continue;
+        }
+        assert_eq!(scores.len(), 1, "the scores come once");
+        let scores = &scores[0];
+        assert_eq!(scores.len(), p.len() - 1);
+        for (i, s) in scores.iter().enumerate() {
+            let row = &expected[i];
+            let want = log_softmax_at(row, p[i + 1]);
+            assert!(
+                (f64::from(s.logprob) - want).abs() < 2e-3,
+                "prompt token {}: {} vs {want}",
+                i + 1,
+                s.logprob
+            );
+            assert_eq!(s.top.len(), 3);
+            assert_eq!(s.top[0].0, argmax(row), "position {i}'s most likely token");
+            for &(token, lp) in &s.top {
+                assert!((f64::from(lp) - log_softmax_at(row, token)).abs() < 2e-3);
+            }
+        }
+    }
+    assert_eq!(cached[0].0, 0);
+    assert_eq!(cached[1].0, 0, "the scored prompt was computed whole");
+    assert!(
+        cached[2].0 >= 32,
+        "a plain request is served from the cache"
+    );
+    assert_eq!(cached[1].1, cached[0].1, "scoring changes no output");
+    assert!(engine.audit().is_clean());
+
+    // Under page pressure: every scored request finishes with the output
+    // of a roomy run, and `drain` checks the scores came first and once.
+    let requests: Vec<GenRequest> = (0..6)
+        .map(|i| GenRequest {
+            sampling: SamplingParams {
+                prompt_logprobs: Some(0),
+                ..SamplingParams::GREEDY
+            },
+            ..request(i, prompt(400 + i, 40 + 3 * i as usize), 40)
+        })
+        .collect();
+    let (roomy, _, clean) = run(&engine_config(256, 64), requests.clone());
+    assert!(clean);
+    let (tight, preempted, clean) = run(&engine_config(20, 64), requests);
+    assert!(clean, "pages leaked under preemption");
+    assert!(preempted > 0, "the small pool should preempt");
+    for (a, b) in roomy.iter().zip(&tight) {
+        assert_eq!(output(a), output(b));
+    }
 }
 
 #[test]

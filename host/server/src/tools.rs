@@ -300,6 +300,15 @@ impl Tools {
                     o.remove("tool_calls");
                 }
             }
+            // A tool's result, for a template that knows no `tool` role: a
+            // user message holding it as JSON (as llama.cpp's generic
+            // format sends it).
+            if m.get("role").and_then(Value::as_str) == Some("tool") {
+                let content = m.get("content").cloned().unwrap_or(Value::Null);
+                let id = m.get("tool_call_id").cloned().unwrap_or(Value::Null);
+                let response = json!({"tool_response": {"tool_call_id": id, "content": content}});
+                m = json!({"role": "user", "content": response.to_string()});
+            }
             if m.get("content").is_none_or(Value::is_null) {
                 m["content"] = json!("");
             }

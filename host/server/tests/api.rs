@@ -583,7 +583,8 @@ async fn logprobs_come_with_every_token_streamed_or_not() {
     for (body, param) in [
         (json!({"prompt": "a", "logprobs": 21}), "logprobs"),
         (json!({"prompt": "a", "logprobs": -1}), "logprobs"),
-        (json!({"prompt": "a", "logprobs": 2, "echo": true}), "echo"),
+        (json!({"prompt": "a", "max_tokens": 0}), "max_tokens"),
+        (json!({"prompt": "a", "logprobs_mode": "raw"}), "logprobs_mode"),
     ] {
         assert_error(
             &post(server.addr, c, &body.to_string()).await,
@@ -591,6 +592,32 @@ async fn logprobs_come_with_every_token_streamed_or_not() {
             Some(param),
         );
     }
+    // `echo` is the completions API's: chat refuses it by name.
+    let chat = json!({"messages": [{"role": "user", "content": "a"}], "echo": true});
+    let r = post(server.addr, "/v1/chat/completions", &chat.to_string()).await;
+    assert_error(&r, 400, Some("echo"));
+
+    // `echo` with `max_tokens: 0` scores the prompt: its text, its tokens
+    // (the first unscored), nothing generated; streamed, the same scores.
+    let scored = json!({"prompt": "Hello there", "max_tokens": 0, "echo": true, "logprobs": 2});
+    let v = post(server.addr, c, &scored.to_string()).await.json();
+    let lp = &v["choices"][0]["logprobs"];
+    assert_eq!(text_of(&v, 0), "Hello there", "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 0, "{v}");
+    let n = lp["tokens"].as_array().unwrap().len();
+    assert_eq!(n as u64, v["usage"]["prompt_tokens"].as_u64().unwrap(), "{v}");
+    assert!(lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null(), "{v}");
+    for i in 1..n {
+        assert!(lp["token_logprobs"][i].as_f64().unwrap() <= 0.0, "{v}");
+        assert!(lp["top_logprobs"][i].as_object().unwrap().len() <= 2, "{v}");
+    }
+    let mut streamed = scored.clone();
+    streamed["stream"] = json!(true);
+    streamed["max_tokens"] = json!(3);
+    let s = post(server.addr, c, &streamed.to_string()).await;
+    let (texts, values, done) = collect(&s.events(), 1);
+    assert!(done && texts[0].starts_with("Hello there"), "{texts:?}");
+    assert_eq!(values[0]["choices"][0]["logprobs"]["token_logprobs"], lp["token_logprobs"]);
     assert!(server.shutdown().await.is_clean());
 }
 
