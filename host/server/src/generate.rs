@@ -24,6 +24,11 @@ use crate::metrics::Ending;
 use crate::openai::Params;
 use crate::state::{AppState, Detokenizer};
 
+/// The most logits one request that scores its prompt may need at once
+/// (its prompt rows × the vocabulary, f32: 512 MiB): scoring computes every
+/// prompt row's logits, so a longer prompt is refused by name.
+const MAX_SCORED_LOGITS: u64 = 1 << 27;
+
 /// New text of one choice.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Delta {
@@ -116,6 +121,16 @@ impl Generation {
             ));
         }
         let room = context - prompt_tokens;
+        if params.echo && params.logprobs.is_some() {
+            let vocab = u64::from(state.limits.logits.max(1));
+            let most = MAX_SCORED_LOGITS / vocab;
+            if u64::from(prompt_tokens) > most {
+                return Err(ApiError::invalid(
+                    "echo",
+                    format!("scoring a prompt computes its logits at every position: at most {most} prompt tokens with this vocabulary, not {prompt_tokens}"),
+                ));
+            }
+        }
         // A model's own end-of-generation tokens (unless `ignore_eos`), and
         // the request's `stop_token_ids`.
         let mut stop_tokens = if params.ignore_eos {
