@@ -584,7 +584,10 @@ async fn logprobs_come_with_every_token_streamed_or_not() {
         (json!({"prompt": "a", "logprobs": 21}), "logprobs"),
         (json!({"prompt": "a", "logprobs": -1}), "logprobs"),
         (json!({"prompt": "a", "max_tokens": 0}), "max_tokens"),
-        (json!({"prompt": "a", "logprobs_mode": "raw"}), "logprobs_mode"),
+        (
+            json!({"prompt": "a", "logprobs_mode": "raw"}),
+            "logprobs_mode",
+        ),
     ] {
         assert_error(
             &post(server.addr, c, &body.to_string()).await,
@@ -605,8 +608,15 @@ async fn logprobs_come_with_every_token_streamed_or_not() {
     assert_eq!(text_of(&v, 0), "Hello there", "{v}");
     assert_eq!(v["usage"]["completion_tokens"], 0, "{v}");
     let n = lp["tokens"].as_array().unwrap().len();
-    assert_eq!(n as u64, v["usage"]["prompt_tokens"].as_u64().unwrap(), "{v}");
-    assert!(lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null(), "{v}");
+    assert_eq!(
+        n as u64,
+        v["usage"]["prompt_tokens"].as_u64().unwrap(),
+        "{v}"
+    );
+    assert!(
+        lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null(),
+        "{v}"
+    );
     for i in 1..n {
         assert!(lp["token_logprobs"][i].as_f64().unwrap() <= 0.0, "{v}");
         assert!(lp["top_logprobs"][i].as_object().unwrap().len() <= 2, "{v}");
@@ -617,7 +627,10 @@ async fn logprobs_come_with_every_token_streamed_or_not() {
     let s = post(server.addr, c, &streamed.to_string()).await;
     let (texts, values, done) = collect(&s.events(), 1);
     assert!(done && texts[0].starts_with("Hello there"), "{texts:?}");
-    assert_eq!(values[0]["choices"][0]["logprobs"]["token_logprobs"], lp["token_logprobs"]);
+    assert_eq!(
+        values[0]["choices"][0]["logprobs"]["token_logprobs"],
+        lp["token_logprobs"]
+    );
     assert!(server.shutdown().await.is_clean());
 }
 
