@@ -31,6 +31,7 @@ import json
 import os
 import sys
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import jsonschema
 import numpy as np
@@ -127,6 +128,8 @@ def penalties(client, model_name):
     kw = dict(model=model_name, prompt="one two one two one two one two one two", max_tokens=24,
               temperature=0, logprobs=20)
     pen = dict(frequency_penalty=0.7, presence_penalty=0.4)
+    # One at a time: each alone in its steps, so the raw logits of the two
+    # are the same sums.
     raw = client.completions.create(**kw, **pen)
     proc = client.completions.create(**kw, **pen, extra_body={"logprobs_mode": "processed_logprobs"})
     a, b = raw.choices[0].logprobs, proc.choices[0].logprobs
@@ -225,8 +228,10 @@ def closed(schema):
 
 
 def schemas(client, model_name):
+    """All 20 at once: the server batches them."""
     assert len(SCHEMAS) == 20
-    for i, schema in enumerate(map(closed, SCHEMAS)):
+
+    def ask(i, schema):
         jsonschema.Draft202012Validator.check_schema(schema)
         r = client.completions.create(
             model=model_name, prompt=f"Fill in an example record #{i}:", max_tokens=160,
@@ -238,6 +243,10 @@ def schemas(client, model_name):
         except json.JSONDecodeError as e:
             raise AssertionError(f"schema {i} ({r.choices[0].finish_reason}): {text!r}") from e
         jsonschema.validate(value, schema)
+
+    with ThreadPoolExecutor(max_workers=len(SCHEMAS)) as pool:
+        for f in [pool.submit(ask, i, s) for i, s in enumerate(map(closed, SCHEMAS))]:
+            f.result()
     print(f"ok {len(SCHEMAS)} JSON schemas: every answer parses and validates")
 
 
