@@ -264,43 +264,13 @@ impl Commands {
         &mut self,
         record: impl FnOnce(&ash::Device, vk::CommandBuffer),
     ) -> Result<(), VulkanError> {
-        let device = &self.ctx.device;
-        let started = std::time::Instant::now();
-        // SAFETY: the command buffer is not pending (every submission is
-        // waited for here before returning), and the fence is unsignalled.
-        unsafe {
-            device
-                .reset_command_buffer(self.cmd, vk::CommandBufferResetFlags::empty())
-                .map_err(VulkanError::vk("vkResetCommandBuffer"))?;
-            let begin = vk::CommandBufferBeginInfo::default()
-                .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-            device
-                .begin_command_buffer(self.cmd, &begin)
-                .map_err(VulkanError::vk("vkBeginCommandBuffer"))?;
-            record(device, self.cmd);
-            device
-                .end_command_buffer(self.cmd)
-                .map_err(VulkanError::vk("vkEndCommandBuffer"))?;
-            let cmds = [self.cmd];
-            let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
-            let recorded = std::time::Instant::now();
-            self.last_recording = recorded - started;
-            device
-                .queue_submit(self.ctx.queue, &submit, self.fence)
-                .map_err(VulkanError::vk("vkQueueSubmit"))?;
-            let waited = device.wait_for_fences(&[self.fence], true, u64::MAX);
-            self.last_waiting = recorded.elapsed();
-            if waited.is_err() {
-                // Whatever the fence could not say, the device is idle (or
-                // lost) after this.
-                let _ = device.device_wait_idle();
+        // One part: the same submission and wait.
+        let mut record = Some(record);
+        self.submit_in_parts_and_wait(1, |device, cmd, _| {
+            if let Some(record) = record.take() {
+                record(device, cmd);
             }
-            // Reset even after a failed wait, so the next call starts clean.
-            let reset = device.reset_fences(&[self.fence]);
-            waited.map_err(VulkanError::vk("vkWaitForFences"))?;
-            reset.map_err(VulkanError::vk("vkResetFences"))?;
-        }
-        Ok(())
+        })
     }
 
     /// Records and submits `parts` command buffers in turn (at most

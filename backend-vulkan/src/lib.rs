@@ -60,6 +60,7 @@ mod inject;
 mod kernels;
 #[cfg(test)]
 mod leaks;
+mod matvec_shape;
 mod memory;
 mod ops;
 mod plan;
@@ -79,11 +80,12 @@ use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot, PAGE_SIZE};
 
 pub use commands::KernelTime;
 pub use context::{
-    CoopMatrixShape, DeviceInfo, DeviceKind, MatvecShape, VulkanOptions, COOPMAT_ENV, DEVICE_ENV,
-    FLOAT16_ENV, MATVEC_ENV, MATVEC_SHAPE_ENV, SUBGROUPS_ENV, VALIDATION_ENV,
+    CoopMatrixShape, DeviceInfo, DeviceKind, VulkanOptions, COOPMAT_ENV, DEVICE_ENV, FLOAT16_ENV,
+    MATVEC_ENV, MATVEC_SHAPE_ENV, SUBGROUPS_ENV, VALIDATION_ENV,
 };
 pub use error::VulkanError;
 pub use kernels::{Kernel, KV_CHUNKS};
+pub use matvec_shape::MatvecShape;
 pub use ops::{
     matmul_kernel, matmul_kernels, GluActivation, MatmulKernels, Op, ProgramHostTime, StepOp,
     StepProgram, VulkanWeights,

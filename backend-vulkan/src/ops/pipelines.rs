@@ -8,8 +8,9 @@ use ash::vk;
 use pagoda_core::QuantKind;
 
 use super::program::MAX_WEIGHT_CHUNKS;
-use crate::context::{Context, MatvecShape};
+use crate::context::Context;
 use crate::kernels::{create_pipeline, Kernel};
+use crate::MatvecShape;
 use crate::{inject, VulkanError};
 
 /// Bindings of the op layout: weights, activations, faults, meta.
