@@ -59,7 +59,7 @@ fn append_one_token(c: &mut Criterion) {
                         // if any, for the backend.
                         match table.append(seq, 1, &mut pool, &mut ()) {
                             Ok(done) => {
-                                if let Some(copy) = done.copy {
+                                if let Some(copy) = done.copies.first() {
                                     copies.push(copy);
                                 }
                             }
@@ -91,7 +91,7 @@ fn fork_copy_on_write(c: &mut Criterion) {
             b.iter(|| {
                 let child = table.fork(parent, &mut pool).unwrap();
                 let appended = table.append(child, 1, &mut pool, &mut ()).unwrap();
-                black_box(appended.copy.unwrap());
+                black_box(appended.copies.first().unwrap());
                 table.release(child, &mut pool).unwrap();
             })
         });

@@ -15,6 +15,15 @@ impl PageId {
     /// Marks an unused entry in a page-table row.
     pub const NONE: u32 = u32::MAX;
 
+    /// The unused entry as a page id: what a row holds past its last page,
+    /// and before its window in a windowed group.
+    pub const VACANT: Self = Self(Self::NONE);
+
+    /// Whether this is [`VACANT`](Self::VACANT).
+    pub const fn is_vacant(self) -> bool {
+        self.0 == Self::NONE
+    }
+
     /// The page's index in the pool (and in the backend's storage).
     pub const fn index(self) -> u32 {
         self.0

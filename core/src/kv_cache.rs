@@ -12,6 +12,7 @@
 
 use crate::error::{AppendError, KvError, SeqError, StorageError};
 use crate::geometry::{KvGeometry, PAGE_SIZE};
+use crate::groups::KvGroups;
 use crate::ids::{PageId, SeqId, Slot};
 use crate::page_table::{Appended, PageTable, SeqEntry};
 use crate::pool::{PageEntry, PagePool};
@@ -66,6 +67,9 @@ pub struct Admission {
     /// Whether the prefix cache may serve the prompt (see
     /// [`KvCache::peek_admission_uncached`]).
     reuse: bool,
+    /// The cache's groups: each new page of tokens takes a page in every
+    /// group, and a windowed group holds at most a window's pages.
+    groups: KvGroups,
 }
 
 impl Admission {
@@ -79,24 +83,31 @@ impl Admission {
         self.matched_pages
     }
 
-    /// Pages the sequence holds once its whole prompt and first output token
-    /// are in.
+    /// Pages the sequence holds, in all groups, once its whole prompt and
+    /// first output token are in.
     pub fn whole_pages(&self) -> u64 {
-        KvGeometry::pages_for_tokens(u64::from(self.prompt_tokens) + 1)
+        self.groups.pages_at(u64::from(self.prompt_tokens) + 1)
     }
 
     /// Pages the whole prompt and the first output token take from the
     /// pool's available pages: to compare with
-    /// [`PagePool::available_pages`].
+    /// [`PagePool::available_pages`]. Windowed groups count their window
+    /// once decoding, not the pages a long prompt chunk holds for a step.
     pub fn pages_needed(&self) -> u64 {
-        self.pages_for(u64::from(self.prompt_tokens) + 1)
+        let new = KvGeometry::pages_for_tokens(u64::from(self.prompt_tokens) + 1)
+            .saturating_sub(u64::from(self.matched_pages));
+        let windowed = new.min(u64::from(self.groups.window_pages()));
+        new * u64::from(self.groups.full())
+            + windowed * u64::from(self.groups.windowed())
+            + u64::from(self.evictable)
     }
 
     /// Pages a sequence of `tokens` tokens starting on the matched prefix
-    /// takes from the available pages: the one rule for both the caller's
-    /// check and [`KvCache::admit`]'s.
+    /// takes from the available pages when appended at once: a page of
+    /// every group for each new page of tokens.
     fn pages_for(&self, tokens: u64) -> u64 {
         KvGeometry::pages_for_tokens(tokens).saturating_sub(u64::from(self.matched_pages))
+            * u64::from(self.groups.count())
             + u64::from(self.evictable)
     }
 }
@@ -164,21 +175,63 @@ pub struct KvCache<'a> {
 impl<'a> KvCache<'a> {
     /// Builds the pool, table and cache over `storage`.
     pub fn new(storage: KvStorage<'a>) -> Result<Self, StorageError> {
+        Self::with_groups(storage, KvGroups::SINGLE, &mut [])
+    }
+
+    /// Builds a cache whose pages are grouped as `groups` (see
+    /// [`KvGroups`]): `storage.rows` holds a row per group for each
+    /// sequence, `storage.scratch` a row per group, and `group_pages` the
+    /// prefix cache's pages of groups after the first
+    /// ([`RadixCache::with_groups`]).
+    ///
+    /// ```
+    /// use pagoda_core::{KvCache, KvGroups, KvStorage, PageEntry, PageId, RadixCache, RadixNode, SeqEntry};
+    /// let groups = KvGroups::new(1, 1, 64).unwrap(); // a 64-token window
+    /// let mut pages = [PageEntry::EMPTY; 64];
+    /// let mut rows = [PageId::VACANT; 2 * 2 * 16]; // 2 sequences × 2 groups × 16 pages
+    /// let mut seqs = [SeqEntry::EMPTY; 2];
+    /// let mut nodes = [RadixNode::EMPTY; 32];
+    /// let mut index = [0u64; RadixCache::index_len_for(32)];
+    /// let mut scratch = [PageId::VACANT; 2 * 16];
+    /// let mut group_pages = [PageId::VACANT; 32];
+    /// let storage = KvStorage {
+    ///     pages: &mut pages, rows: &mut rows, seqs: &mut seqs,
+    ///     nodes: &mut nodes, index: &mut index, scratch: &mut scratch,
+    /// };
+    /// let mut kv = KvCache::with_groups(storage, groups, &mut group_pages).unwrap();
+    /// let prompt: Vec<u32> = (0..200).collect();
+    /// let admission = kv.peek_admission(&prompt);
+    /// let seq = kv.admit(&prompt, &admission, 200).unwrap().seq;
+    /// kv.append(seq, 1).unwrap(); // the window moves on: early windowed pages go
+    /// assert_eq!(kv.pool().referenced_pages(), 13 + 5);
+    /// kv.finish(seq, &prompt).unwrap();
+    /// // The cached prefix serves a prompt whose window it holds.
+    /// let again = kv.peek_admission(&prompt);
+    /// assert_eq!(again.matched_tokens(), 192);
+    /// ```
+    pub fn with_groups(
+        storage: KvStorage<'a>,
+        groups: KvGroups,
+        group_pages: &'a mut [PageId],
+    ) -> Result<Self, StorageError> {
         let pool = PagePool::new(storage.pages)?;
-        let table = PageTable::new(storage.rows, storage.seqs)?;
-        let radix = RadixCache::new(storage.nodes, storage.index)?;
+        let table = PageTable::with_groups(storage.rows, storage.seqs, groups)?;
+        let radix = RadixCache::with_groups(storage.nodes, storage.index, group_pages, groups)?;
         Self::from_parts(pool, table, radix, storage.scratch)
     }
 
     /// Puts parts built elsewhere together. Refused
-    /// ([`StorageError::Mismatched`]) when `scratch` is shorter than a row.
+    /// ([`StorageError::Mismatched`]) when `scratch` is shorter than a row
+    /// per group, or the table and the prefix cache group pages differently.
     pub fn from_parts(
         pool: PagePool<'a>,
         table: PageTable<'a>,
         radix: RadixCache<'a>,
         scratch: &'a mut [PageId],
     ) -> Result<Self, StorageError> {
-        if scratch.len() < table.max_pages_per_sequence() as usize {
+        let groups = table.groups();
+        let row = table.max_pages_per_sequence() as usize;
+        if scratch.len() < row * groups.count() as usize || radix.groups() != groups {
             return Err(StorageError::Mismatched);
         }
         Ok(Self {
@@ -230,9 +283,28 @@ impl<'a> KvCache<'a> {
     /// The most tokens one sequence can hold: its row, or the whole pool if
     /// that is smaller.
     pub fn max_context_tokens(&self) -> u32 {
-        self.table
-            .max_tokens_per_sequence()
-            .min(self.pool.total_pages().saturating_mul(PAGE_SIZE as u32))
+        let groups = self.table.groups();
+        let fits = |tokens: u32| groups.pages_at(u64::from(tokens)) <= u64::from(self.pool.total_pages());
+        let row = self.table.max_tokens_per_sequence();
+        if fits(row) {
+            return row;
+        }
+        // The longest whole number of pages the pool holds in every group.
+        let (mut lo, mut hi) = (0, row / PAGE_SIZE as u32);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits(mid * PAGE_SIZE as u32) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo * PAGE_SIZE as u32
+    }
+
+    /// How the cache's pages are grouped.
+    pub fn groups(&self) -> KvGroups {
+        self.table.groups()
     }
 
     /// Finds the longest cached prefix of `prompt` (all but its last token,
@@ -255,14 +327,23 @@ impl<'a> KvCache<'a> {
     #[inline]
     fn peek(&mut self, prompt: &[u32], reuse: bool) -> Admission {
         let lookup = if reuse { lookup(prompt) } else { &[] };
-        let matched_pages = self.radix.peek_pages(lookup, self.scratch);
-        let evictable = self
-            .scratch
-            .get(..matched_pages as usize)
-            .unwrap_or(&[])
-            .iter()
-            .filter(|&&p| self.pool.refcount(p) == Ok(0))
-            .count() as u32;
+        let groups = self.table.groups();
+        let stride = self.table.max_pages_per_sequence() as usize;
+        let matched_pages = self.radix.peek_group_pages(lookup, self.scratch, stride);
+        let window_start = groups.first_needed_page(matched_pages * PAGE_SIZE as u32) as usize;
+        let mut evictable = 0;
+        for g in 0..groups.count() {
+            let part = &self.scratch[g as usize * stride..][..matched_pages as usize];
+            let held = if groups.is_windowed(g) {
+                &part[window_start.min(part.len())..]
+            } else {
+                part
+            };
+            evictable += held
+                .iter()
+                .filter(|&&p| self.pool.refcount(p) == Ok(0))
+                .count() as u32;
+        }
         self.peeks += 1;
         Admission {
             matched_pages,
@@ -271,6 +352,7 @@ impl<'a> KvCache<'a> {
             ticket: self.peeks,
             version: self.radix.version(),
             reuse,
+            groups,
         }
     }
 
@@ -314,11 +396,18 @@ impl<'a> KvCache<'a> {
             });
         }
         let cached = if admission.reuse { lookup(prompt) } else { &[] };
+        let stride = self.table.max_pages_per_sequence() as usize;
         let hit = self
             .radix
-            .match_prefix(cached, self.scratch, &mut self.pool);
+            .match_group_prefix(cached, self.scratch, stride, &mut self.pool);
         debug_assert_eq!(hit.pages, admission.matched_pages);
-        let prefix = self.scratch.get(..hit.pages as usize).unwrap_or(&[]);
+        // Each group's part side by side, as the table takes a prefix.
+        let n = hit.pages as usize;
+        for g in 1..self.table.groups().count() as usize {
+            self.scratch.copy_within(g * stride..g * stride + n, g * n);
+        }
+        let parts = n * self.table.groups().count() as usize;
+        let prefix = self.scratch.get(..parts).unwrap_or(&[]);
         let seq = self.table.create_with_prefix(prefix, &mut self.pool)?;
         match self
             .table
@@ -343,7 +432,10 @@ impl<'a> KvCache<'a> {
     #[inline]
     pub fn pages_short(&self, seq: SeqId, tokens: u64) -> u64 {
         let held = self.table.pages(seq).map_or(0, |p| p.len() as u64);
-        KvGeometry::pages_for_tokens(tokens).saturating_sub(held)
+        let short = KvGeometry::pages_for_tokens(tokens).saturating_sub(held);
+        let groups = self.table.groups();
+        short * u64::from(groups.full())
+            + short.min(u64::from(groups.window_pages())) * u64::from(groups.windowed())
     }
 
     /// Appends `tokens` tokens to the sequence, evicting cached pages if the
@@ -381,10 +473,28 @@ impl<'a> KvCache<'a> {
         self.table.release(seq, &mut self.pool)
     }
 
-    /// The sequence's pages, in order.
+    /// The sequence's pages, in order (group 0's).
     #[inline]
     pub fn pages(&self, seq: SeqId) -> Result<&[PageId], SeqError> {
         self.table.pages(seq)
+    }
+
+    /// The sequence's row in `group`; see [`PageTable::group_pages`].
+    #[inline]
+    pub fn group_pages(&self, seq: SeqId, group: u32) -> Result<&[PageId], SeqError> {
+        self.table.group_pages(seq, group)
+    }
+
+    /// [`slot_mapping`](Self::slot_mapping) in the row of `group`.
+    #[inline]
+    pub fn group_slot_mapping(
+        &self,
+        seq: SeqId,
+        group: u32,
+        first: u32,
+        out: &mut [Slot],
+    ) -> Result<(), SeqError> {
+        self.table.group_slot_mapping(seq, group, first, out)
     }
 
     /// Tokens in the sequence.

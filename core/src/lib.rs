@@ -81,6 +81,7 @@
 pub mod backend;
 mod error;
 mod geometry;
+mod groups;
 pub mod gguf;
 mod ids;
 mod kv_cache;
@@ -102,9 +103,10 @@ pub use error::{
 };
 pub use geometry::{GeometryError, KvDtype, KvGeometry, ParseKvDtypeError, MAX_PAGES, PAGE_SIZE};
 pub use gguf::{Gguf, GgufError};
+pub use groups::{GroupsError, KvGroups, LayerPlace, MAX_KV_GROUPS};
 pub use ids::{PageId, SeqId, Slot};
 pub use kv_cache::{Admission, Admitted, KvCache, KvStorage};
-pub use page_table::{Appended, PageCopy, PageTable, SeqEntry, TokenLocation};
+pub use page_table::{Appended, PageCopies, PageCopy, PageTable, SeqEntry, TokenLocation};
 pub use pool::{CacheTag, EvictionListener, PageEntry, PagePool};
 pub use quant::{dequantize_row, QuantError, QuantKind};
 pub use queue::{

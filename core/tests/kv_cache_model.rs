@@ -191,9 +191,9 @@ impl Harness {
                 } else {
                     let done = result.unwrap();
                     assert_eq!(done.pages_added as usize, fresh);
-                    assert_eq!(done.copy.map(|c| c.src), cow_src);
+                    assert_eq!(done.copies.first().map(|c| c.src), cow_src);
                     let mut pages = m.seqs[i].1.clone();
-                    if let Some(copy) = done.copy {
+                    if let Some(copy) = done.copies.first() {
                         assert_eq!(copy.slots, len % 16);
                         let free_before = m.free_count() > 0;
                         m.allocated(copy.dst, free_before, &mut evicted.0);

@@ -301,7 +301,7 @@ mod page_sharing {
         let (mut pool, mut table) = s.split();
         let a = table.create().unwrap();
         let none = table.append(a, 0, &mut pool, &mut ()).unwrap();
-        assert_eq!((none.pages_added, none.copy), (0, None));
+        assert_eq!((none.pages_added, none.copies.first()), (0, None));
         assert_eq!(table.pages(a).unwrap().len(), 0);
         table.append(a, 20, &mut pool, &mut ()).unwrap();
         let b = table.fork(a, &mut pool).unwrap();
@@ -309,7 +309,7 @@ mod page_sharing {
         // No token to write, so the shared partial page is not copied.
         let none = table.append(b, 0, &mut pool, &mut ()).unwrap();
         assert_eq!(
-            (none.first_position, none.pages_added, none.copy),
+            (none.first_position, none.pages_added, none.copies.first()),
             (20, 0, None)
         );
         assert_eq!(table.pages(b).unwrap()[1], shared_last);
@@ -327,7 +327,7 @@ mod page_sharing {
         let shared_last = table.pages(a).unwrap()[1];
         let done = table.append(b, 3, &mut pool, &mut ()).unwrap();
         let copy = done
-            .copy
+            .copies.first()
             .expect("the shared last page must be copied first");
         assert_eq!(copy.src, shared_last);
         assert_eq!(copy.slots, 4, "the 4 tokens already in the page");
@@ -342,7 +342,7 @@ mod page_sharing {
         assert_eq!(table.len(a), Ok(20));
         assert_eq!(table.len(b), Ok(23));
         // Now private: the next append copies nothing.
-        assert_eq!(table.append(b, 1, &mut pool, &mut ()).unwrap().copy, None);
+        assert_eq!(table.append(b, 1, &mut pool, &mut ()).unwrap().copies.first(), None);
         // A shared page that is full needs no copy: new tokens go to a new page.
         let c = table.create();
         assert_eq!(c, Err(TableFull));
@@ -350,7 +350,7 @@ mod page_sharing {
         table.append(a, 12, &mut pool, &mut ()).unwrap();
         let b = table.fork(a, &mut pool).unwrap();
         let done = table.append(b, 1, &mut pool, &mut ()).unwrap();
-        assert_eq!(done.copy, None);
+        assert_eq!(done.copies.first(), None);
         assert_eq!(done.pages_added, 1);
     }
 }

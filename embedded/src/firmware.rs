@@ -31,11 +31,11 @@ static mut STORAGE: Storage = Storage::new();
 // core/tests/footprint.rs: a type that grows stops the firmware building.
 const _: () = assert!(size_of::<PageEntry>() == 20);
 const _: () = assert!(size_of::<PageId>() == 4);
-const _: () = assert!(size_of::<SeqEntry>() == 20);
+const _: () = assert!(size_of::<SeqEntry>() == 24);
 const _: () = assert!(size_of::<RadixNode>() == 96);
 const _: () = assert!(size_of::<QueueSlot<Scripted>>() == 56);
 const _: () = assert!(size_of::<SchedSlot<Scripted>>() == 168);
-const _: () = assert!(size_of::<Work>() == 44);
+const _: () = assert!(size_of::<Work>() == 100);
 
 extern "C" {
     /// The stack's top (cortex-m-rt's linker script).

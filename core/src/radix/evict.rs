@@ -72,7 +72,7 @@ impl RadixCache<'_> {
 
     /// Takes up to `max` retired nodes out of the index and onto the free
     /// stack; returns how many.
-    pub(super) fn drain_retired(&mut self, max: u32) -> u32 {
+    pub(super) fn drain_retired(&mut self, max: u32, pool: &mut PagePool<'_>) -> u32 {
         let mut drained = 0;
         while drained < max {
             let node = self.retired;
@@ -81,6 +81,7 @@ impl RadixCache<'_> {
             };
             self.retired = n.next_free;
             self.unindex(node);
+            self.forget_group_pages(node, pool);
             self.nodes[node as usize] = RadixNode::EMPTY;
             let freed = self.free.push(self.nodes, node);
             debug_assert!(freed);
@@ -93,12 +94,15 @@ impl RadixCache<'_> {
 impl EvictionListener for RadixCache<'_> {
     #[inline]
     fn page_evicted(&mut self, page: PageId, tag: CacheTag) {
-        match self.nodes.get(tag.0 as usize) {
-            Some(n) if n.state == NodeState::Live && n.page == page => {
+        let state = self.nodes.get(tag.0 as usize).map(|n| (n.state, n.page));
+        match state {
+            Some((NodeState::Live, own)) if own == page => {
                 self.remove_node(tag.0);
                 // The pool counts eviction events and reclaimed pages.
                 self.stats.evicted_pages += 1;
             }
+            // A windowed page of a node, or one of a node already gone.
+            Some(_) if self.group_page_evicted(tag.0, page) => {}
             // A page some other owner tagged: not ours to forget.
             _ => {
                 crate::log::event!("pagoda: evicted page was not in this radix cache");

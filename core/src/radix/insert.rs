@@ -53,10 +53,10 @@ impl RadixCache<'_> {
         let mut done = Inserted::default();
         if to_dedup > 0 {
             // The path the check walked, again, now that nothing can refuse.
-            let walked = self.walk(tokens, 0u32.., |depth, node| {
+            let walked = self.walk(tokens, 0u32.., |depth, _, node| {
                 let own = table.pages(seq)?[depth as usize];
                 if node.page != own {
-                    table.replace_full_page(seq, depth, node.page, pool)?;
+                    table.replace_full_page(seq, 0, depth, node.page, pool)?;
                     done.deduplicated_pages += 1;
                 }
                 Ok::<(), KvError>(())
@@ -93,6 +93,9 @@ impl RadixCache<'_> {
             done.cached_pages += 1;
             parent = node;
         }
+        if self.groups.count() > 1 {
+            self.cache_group_pages(table, seq, tokens, done.cached_pages, pool)?;
+        }
         self.stats.inserted_pages += u64::from(done.new_pages);
         self.stats.deduplicated_pages += u64::from(done.deduplicated_pages);
         self.stats.declined_pages += u64::from(done.declined_pages);
@@ -113,7 +116,7 @@ impl RadixCache<'_> {
         pool: &PagePool<'_>,
     ) -> Result<(Walk, u32), KvError> {
         let mut to_dedup = 0;
-        let found = self.walk(tokens, row.iter().copied(), |own, node| {
+        let found = self.walk(tokens, row.iter().copied(), |own, _, node| {
             if own == node.page {
                 // Cached pages come first in a row: none after a copy.
                 if to_dedup > 0 {
@@ -146,12 +149,12 @@ impl RadixCache<'_> {
         pool: &mut PagePool<'_>,
     ) -> Option<u32> {
         // Deletions deferred by evictions since the last new node.
-        self.drain_retired(DRAIN_BATCH);
+        self.drain_retired(DRAIN_BATCH, pool);
         let node = loop {
             if let Some(node) = self.free.pop(self.nodes) {
                 break node;
             }
-            if self.drain_retired(DRAIN_BATCH) > 0 {
+            if self.drain_retired(DRAIN_BATCH, pool) > 0 {
                 continue;
             }
             // Evicting a page retires its node (or, after a broken rule, a

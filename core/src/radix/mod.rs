@@ -67,6 +67,7 @@ mod journal;
 mod lock;
 mod node;
 mod walk;
+mod window;
 
 pub use events::{CacheEvent, CachedBlock, EventDrain};
 pub use insert::Inserted;
@@ -76,6 +77,8 @@ pub use walk::{PrefixMatch, PrefixProbe};
 
 use self::index::{EMPTY_SLOT, MAX_NODES};
 use crate::error::StorageError;
+use crate::groups::KvGroups;
+use crate::ids::PageId;
 use crate::list::{Stack, NIL};
 
 /// The prefix cache over caller-provided storage: `nodes` bounds how many pages
@@ -134,6 +137,12 @@ pub struct RadixCache<'a> {
     event_len: u32,
     /// Events dropped since the last drain (the ring was full).
     events_lost: u32,
+    /// How the cached pages are grouped (see `window`).
+    groups: KvGroups,
+    /// Each node's pages in groups after the first, `groups.count() - 1`
+    /// per node; [`PageId::VACANT`] where a windowed page was not cached or
+    /// was evicted. Empty with one group.
+    group_pages: &'a mut [PageId],
 }
 
 impl<'a> RadixCache<'a> {
@@ -150,7 +159,25 @@ impl<'a> RadixCache<'a> {
     /// [`StorageError::Mismatched`] if `index` is not a power of two larger
     /// than `nodes` and at most 2^32.
     pub fn new(nodes: &'a mut [RadixNode], index: &'a mut [u64]) -> Result<Self, StorageError> {
+        Self::with_groups(nodes, index, &mut [], KvGroups::SINGLE)
+    }
+
+    /// Builds an empty cache of pages grouped as `groups`, each node keeping
+    /// its pages of groups after the first in `group_pages`
+    /// (`nodes.len() × (groups.count() - 1)` entries, empty for one group).
+    /// Refused as [`new`](Self::new) is, and with
+    /// [`StorageError::Mismatched`] when `group_pages` has another length.
+    pub fn with_groups(
+        nodes: &'a mut [RadixNode],
+        index: &'a mut [u64],
+        group_pages: &'a mut [PageId],
+        groups: KvGroups,
+    ) -> Result<Self, StorageError> {
         let n = nodes.len();
+        if group_pages.len() as u64 != n as u64 * u64::from(groups.count() - 1) {
+            return Err(StorageError::Mismatched);
+        }
+        group_pages.fill(PageId::VACANT);
         let slots = index.len() as u64;
         if n == 0 {
             return Err(StorageError::Empty);
@@ -183,6 +210,8 @@ impl<'a> RadixCache<'a> {
             event_head: 0,
             event_len: 0,
             events_lost: 0,
+            groups,
+            group_pages,
         })
     }
 

@@ -91,7 +91,7 @@ impl RadixCache<'_> {
     /// fits before admitting it.
     #[inline(always)]
     pub fn peek_pages(&self, tokens: &[u32], pages: &mut [PageId]) -> u32 {
-        let walk = self.walk(tokens, pages.iter_mut(), |out, node| {
+        let walk = self.walk(tokens, pages.iter_mut(), |out, _, node| {
             *out = node.page;
             Ok::<(), Infallible>(())
         });
@@ -105,7 +105,7 @@ impl RadixCache<'_> {
     /// uncached full page, so a scheduler can tell which insert extends this
     /// prompt's match without scoring it again after every insert.
     pub fn probe_prefix(&self, tokens: &[u32]) -> PrefixProbe {
-        match self.walk(tokens, repeat(()), |(), _| Ok::<(), Infallible>(())) {
+        match self.walk(tokens, repeat(()), |(), _, _| Ok::<(), Infallible>(())) {
             Ok(walk) => PrefixProbe {
                 tokens: walk.pages * PAGE_SIZE as u32,
                 next_key: walk.next_key,
@@ -117,7 +117,7 @@ impl RadixCache<'_> {
     /// The one prefix walk behind every lookup: follows the full pages of
     /// `tokens` down from the root while the tree holds them, pairing each
     /// with the next item of `outs` (the walk stops when they run out) and
-    /// calling `visit` with that item and the matched node. Stops early with
+    /// calling `visit` with that item and the matched node's id and entry. Stops early with
     /// `visit`'s error. Every key is a function of the
     /// tokens alone (see [`key_hash`]), so the index probes of successive
     /// pages overlap; always inlined, so they stay overlapped and a visitor
@@ -127,7 +127,7 @@ impl RadixCache<'_> {
         &self,
         tokens: &[u32],
         outs: impl IntoIterator<Item = O>,
-        mut visit: impl FnMut(O, &RadixNode) -> Result<(), E>,
+        mut visit: impl FnMut(O, u32, &RadixNode) -> Result<(), E>,
     ) -> Result<Walk, E> {
         let mut walk = Walk {
             pages: 0,
@@ -142,7 +142,7 @@ impl RadixCache<'_> {
                 walk.next_key = Some(key);
                 break;
             };
-            visit(out, &self.nodes[node as usize])?;
+            visit(out, node, &self.nodes[node as usize])?;
             walk.last = node;
             walk.pages += 1;
         }

@@ -5,7 +5,7 @@ use super::EntryId;
 use crate::ids::SeqId;
 use crate::kv_cache::KvCache;
 use crate::list::NIL;
-use crate::page_table::PageCopy;
+use crate::page_table::PageCopies;
 
 /// What one planned item computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +41,7 @@ pub struct Work {
     /// What to compute.
     pub kind: WorkKind,
     /// A copy-on-write page copy to run before this item's attention.
-    pub copy: Option<PageCopy>,
+    pub copies: PageCopies,
 }
 
 impl Work {
@@ -57,7 +57,7 @@ impl Work {
             generation: 0,
         },
         kind: WorkKind::Decode { position: 0 },
-        copy: None,
+        copies: PageCopies::NONE,
     };
 
     /// Tokens this item computes.

@@ -113,7 +113,7 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
                     kind: WorkKind::Decode {
                         position: appended.first_position,
                     },
-                    copy: appended.copy,
+                    copies: appended.copies,
                 });
             }
             cursor = next;
@@ -167,7 +167,7 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
                 first,
                 last,
             },
-            copy: appended.copy,
+            copies: appended.copies,
         }
     }
 
