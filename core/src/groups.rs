@@ -275,7 +275,10 @@ mod tests {
             assert!(held <= g.window_pages(), "pos {pos}");
             // The first needed page holds the first visible position.
             let visible = (pos + 1).saturating_sub(g.window());
-            assert!(first * PAGE <= visible && visible < (first + 1) * PAGE, "pos {pos}");
+            assert!(
+                first * PAGE <= visible && visible < (first + 1) * PAGE,
+                "pos {pos}"
+            );
         }
     }
 }

@@ -284,7 +284,8 @@ impl<'a> KvCache<'a> {
     /// that is smaller.
     pub fn max_context_tokens(&self) -> u32 {
         let groups = self.table.groups();
-        let fits = |tokens: u32| groups.pages_at(u64::from(tokens)) <= u64::from(self.pool.total_pages());
+        let fits =
+            |tokens: u32| groups.pages_at(u64::from(tokens)) <= u64::from(self.pool.total_pages());
         let row = self.table.max_tokens_per_sequence();
         if fits(row) {
             return row;
@@ -465,6 +466,13 @@ impl<'a> KvCache<'a> {
         let released = self.table.release(seq, &mut self.pool);
         debug_assert!(released.is_ok());
         cached
+    }
+
+    /// Starts a sequence that shares every page of `seq`, in every group
+    /// (parallel sampling, beam search); see [`PageTable::fork`].
+    #[inline]
+    pub fn fork(&mut self, seq: SeqId) -> Result<SeqId, KvError> {
+        self.table.fork(seq, &mut self.pool)
     }
 
     /// Releases a sequence without caching it (cancelled or preempted).

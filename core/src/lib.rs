@@ -81,8 +81,8 @@
 pub mod backend;
 mod error;
 mod geometry;
-mod groups;
 pub mod gguf;
+mod groups;
 mod ids;
 mod kv_cache;
 pub mod list;

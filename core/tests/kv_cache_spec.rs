@@ -327,7 +327,8 @@ mod page_sharing {
         let shared_last = table.pages(a).unwrap()[1];
         let done = table.append(b, 3, &mut pool, &mut ()).unwrap();
         let copy = done
-            .copies.first()
+            .copies
+            .first()
             .expect("the shared last page must be copied first");
         assert_eq!(copy.src, shared_last);
         assert_eq!(copy.slots, 4, "the 4 tokens already in the page");
@@ -342,7 +343,14 @@ mod page_sharing {
         assert_eq!(table.len(a), Ok(20));
         assert_eq!(table.len(b), Ok(23));
         // Now private: the next append copies nothing.
-        assert_eq!(table.append(b, 1, &mut pool, &mut ()).unwrap().copies.first(), None);
+        assert_eq!(
+            table
+                .append(b, 1, &mut pool, &mut ())
+                .unwrap()
+                .copies
+                .first(),
+            None
+        );
         // A shared page that is full needs no copy: new tokens go to a new page.
         let c = table.create();
         assert_eq!(c, Err(TableFull));

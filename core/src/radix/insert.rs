@@ -117,11 +117,10 @@ impl RadixCache<'_> {
     ) -> Result<(Walk, u32), KvError> {
         let mut to_dedup = 0;
         let found = self.walk(tokens, row.iter().copied(), |own, _, node| {
+            // The row's page is the node's (it came from the cache, or a
+            // fork shares it with a sequence cached before), or uncached.
+            // (A fork can hold a cached page after one to deduplicate.)
             if own == node.page {
-                // Cached pages come first in a row: none after a copy.
-                if to_dedup > 0 {
-                    return Err(KvError::TokensMismatch);
-                }
             } else if pool.cache_tag(own)?.is_some() {
                 return Err(KvError::TokensMismatch);
             } else {
