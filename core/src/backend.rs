@@ -289,7 +289,11 @@ pub fn validate_attention(
             });
         }
         let used = (seq.context_len as usize).div_ceil(PAGE_SIZE);
-        if let Some(&bad) = seq.pages[..used].iter().find(|p| p.index() >= pages) {
+        // Pages before the first query's window are never read: a windowed
+        // row may have let them go.
+        let first_query = seq.context_len - seq.query_len;
+        let first = (shape.first_visible(first_query) as usize / PAGE_SIZE).min(used);
+        if let Some(&bad) = seq.pages[first..used].iter().find(|p| p.index() >= pages) {
             return Err(InputError::PageOutOfRange(bad));
         }
         rows = rows.max(u64::from(seq.query_start) + u64::from(seq.query_len));

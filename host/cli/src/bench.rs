@@ -95,7 +95,7 @@ where
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let config = EngineConfig { policy, ..*config };
-    let mut storage = EngineStorage::new(&config, model.config().max_context);
+    let mut storage = EngineStorage::for_model(&config, model, B::KV_GROUPS);
     let mut engine = Engine::new(model, backend, &config, &mut storage)
         .map_err(|e| BenchError::Build(Box::new(e)))?;
 

@@ -155,7 +155,7 @@ impl WithBackend for ChatJob<'_> {
     {
         let model = &self.model.model;
         let context = model.config().max_context;
-        let mut storage = EngineStorage::new(self.config, context);
+        let mut storage = EngineStorage::for_model(self.config, model, B::KV_GROUPS);
         let mut engine = Engine::new(model, backend, self.config, &mut storage)
             .map_err(|e| CliError::Engine(Box::new(e)))?;
         let template = self.model.chat.as_ref().ok_or(CliError::NoChatTemplate)?;

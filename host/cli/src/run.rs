@@ -301,7 +301,7 @@ impl WithBackend for RunJob<'_> {
         B::Error: std::error::Error + Send + Sync + 'static,
     {
         let model = &self.model.model;
-        let mut storage = EngineStorage::new(self.config, model.config().max_context);
+        let mut storage = EngineStorage::for_model(self.config, model, B::KV_GROUPS);
         let mut engine = Engine::new(model, backend, self.config, &mut storage)
             .map_err(|e| CliError::Engine(Box::new(e)))?;
         let kv_pool_bytes = engine.kv_bytes();

@@ -410,7 +410,7 @@ impl WithBackend for SpeedJob<'_> {
         B: StepBackend,
         B::Error: std::error::Error + Send + Sync + 'static,
     {
-        let mut storage = EngineStorage::new(self.config, self.model.config().max_context);
+        let mut storage = EngineStorage::for_model(self.config, self.model, B::KV_GROUPS);
         let mut engine = Engine::new(self.model, backend, self.config, &mut storage)
             .map_err(|e| CliError::Engine(Box::new(e)))?;
         let device_copy = engine.device_copy_bandwidth();

@@ -24,6 +24,13 @@ pub trait StepBackend: Backend + Sized {
     /// beside the backend's KV store.
     type Prepared: Default;
 
+    /// Whether the backend runs models whose layers the cache pages in
+    /// groups ([`KvLayout`](crate::KvLayout): sliding-window layers holding
+    /// only their window). The host's forward pass does; a backend that
+    /// runs whole steps on a device from one page table does not, and gets
+    /// every layer paged together.
+    const KV_GROUPS: bool = true;
+
     /// Fresh activation buffers for an engine on this backend. The default
     /// starts its own thread team on the first step; the CPU backend lends
     /// its team, so attention and the products run on the same threads.

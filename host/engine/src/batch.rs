@@ -16,6 +16,9 @@ pub(crate) struct Batch {
     pub(crate) tokens: Vec<u32>,
     pub(crate) positions: Vec<u32>,
     pub(crate) slots: Vec<Slot>,
+    /// The rows' slots in the pages of KV groups `1..` (empty with one
+    /// group).
+    pub(crate) group_slots: Vec<Vec<Slot>>,
     /// Per sequence: work index, query start, query length, context length.
     pub(crate) seqs: Vec<(usize, u32, u32, u32)>,
     /// The rows whose logits the step computes: each sampling row, and
@@ -47,6 +50,9 @@ impl Batch {
         self.tokens.clear();
         self.positions.clear();
         self.slots.clear();
+        let groups = kv.groups().count() as usize;
+        self.group_slots.resize_with(groups - 1, Vec::new);
+        self.group_slots.iter_mut().for_each(Vec::clear);
         self.seqs.clear();
         self.sample_rows.clear();
         self.prompt_rows = 0;
@@ -118,15 +124,17 @@ impl Batch {
             let at = self.slots.len();
             self.slots.resize(at + len as usize, Slot(0));
             kv.slot_mapping(w.seq, first_position, &mut self.slots[at..])?;
+            for (g, slots) in (1..).zip(self.group_slots.iter_mut()) {
+                slots.resize(at + len as usize, Slot(0));
+                kv.group_slot_mapping(w.seq, g, first_position, &mut slots[at..])?;
+            }
             self.seqs.push((i, query_start, len, first_position + len));
             if samples {
                 self.sampler_rows.push(self.sample_rows.len());
                 self.sample_rows.push(query_start + len - 1);
                 self.samplers.push(i);
             }
-            if let Some(copy) = w.copy {
-                self.copies.push(copy);
-            }
+            self.copies.extend(w.copies.iter());
         }
         Ok(())
     }

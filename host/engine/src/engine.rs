@@ -14,7 +14,8 @@ use std::time::Instant;
 use crate::backend::{DeviceProgram, StepBackend};
 use pagoda_core::scheduler::{EntryId, Scheduler, Work};
 use pagoda_core::{
-    KvCache, KvGeometry, PoolStats, Priority, RadixStats, RequestId, RequestQueue, Timestamp,
+    KvCache, KvGeometry, LayerPlace, PoolStats, Priority, RadixStats, RequestId, RequestQueue,
+    Timestamp,
 };
 
 use crate::batch::Batch;
@@ -22,7 +23,7 @@ use crate::config::EngineConfig;
 use crate::error::{EngineError, Rejection};
 use crate::kv::{EngineStorage, OtherStorage};
 use crate::metrics::{Audit, EngineStats};
-use crate::model::{Activations, ConstraintState, Model, Sampler, TokenLogprobs};
+use crate::model::{Activations, ConstraintState, Model, ModelError, Sampler, TokenLogprobs};
 use crate::request::{Canceller, Event, EventSink, Events, GenRequest, Queued, RequestHandle};
 
 /// A request's engine-side state while it is in the scheduler.
@@ -88,6 +89,9 @@ pub struct Engine<'s, B: StepBackend> {
     pub(crate) dropped: Vec<RequestId>,
     /// Whether the cache records events (see `cache_events`).
     pub(crate) cache_events_on: bool,
+    /// Where each layer's keys and values live when the cache groups
+    /// layers (empty otherwise).
+    pub(crate) places: Vec<LayerPlace>,
 }
 
 impl<'s, B: StepBackend> Engine<'s, B> {
@@ -102,9 +106,6 @@ impl<'s, B: StepBackend> Engine<'s, B> {
         let mc = model.config();
         let geometry = mc.kv_geometry(config.kv_dtype)?;
         config.scheduler.validate()?;
-        let store = backend
-            .create_kv_store(geometry, config.kv_pages)
-            .map_err(EngineError::Backend)?;
         let (
             kv,
             OtherStorage {
@@ -112,7 +113,24 @@ impl<'s, B: StepBackend> Engine<'s, B> {
                 slots,
                 watch,
             },
+            layout,
         ) = storage.split()?;
+        if layout.per_group().is_some() && !B::KV_GROUPS {
+            return Err(EngineError::Invariant(
+                "this backend pages every layer together: build the storage without groups",
+            ));
+        }
+        // A grouped cache's pages each hold one group's layers.
+        let store_geometry = match layout.per_group() {
+            Some(per) => KvGeometry::new(per, mc.kv_heads, mc.head_dim, config.kv_dtype)
+                .map_err(ModelError::from)?,
+            None => geometry,
+        };
+        let store = backend
+            .create_kv_store(store_geometry, kv.pool().total_pages())
+            .map_err(EngineError::Backend)?;
+        let places = layout.places().to_vec();
+        // The queue's footprints stay in pages of every layer.
         let queue = RequestQueue::new(queue, geometry, config.kv_pages)?;
         let live = (0..slots.len()).map(|_| None).collect();
         let max_context = kv.table().max_tokens_per_sequence().min(mc.max_context);
@@ -143,6 +161,7 @@ impl<'s, B: StepBackend> Engine<'s, B> {
             cancel_rx,
             dropped: Vec::new(),
             cache_events_on: config.cache_events > 0,
+            places,
         })
     }
 

@@ -72,7 +72,7 @@ pub use cache_events::{CachedBlock, KvEvent};
 pub use config::EngineConfig;
 pub use engine::Engine;
 pub use error::{EngineError, Rejection, RejectionKind};
-pub use kv::EngineStorage;
+pub use kv::{EngineStorage, KvLayout};
 pub use metrics::{Audit, EngineStats, StepReport};
 pub use request::{Canceller, Completion, Event, EventSink, GenRequest, RequestHandle, StopReason};
 pub use text::{ModelInfo, OpenError, TextModel, TextPiece, TextStream, WeightMode};

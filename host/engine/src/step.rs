@@ -22,7 +22,7 @@ use pagoda_core::Timestamp;
 use crate::engine::{Engine, Live};
 use crate::error::{EngineError, Rejection};
 use crate::metrics::StepReport;
-use crate::model::{ForwardError, StepInput, TokenLogprobs};
+use crate::model::{ForwardError, GroupRows, StepInput, TokenLogprobs};
 use crate::request::{Completion, Event, StopReason};
 
 impl<B: StepBackend> Engine<'_, B> {
@@ -126,20 +126,33 @@ impl<B: StepBackend> Engine<'_, B> {
                 .copy_pages(&mut self.store, &b.copies)
                 .map_err(EngineError::Backend)?;
         }
-        let mut seqs = Vec::with_capacity(b.seqs.len());
-        for &(i, query_start, query_len, context_len) in &b.seqs {
-            seqs.push(SeqAttention {
-                pages: self.kv.pages(self.plan[i].seq)?,
-                context_len,
-                query_start,
-                query_len,
-            });
+        // Each group's page rows: group 0's, then the others'.
+        let groups = self.kv.groups().count();
+        let mut group_seqs = Vec::with_capacity(groups as usize);
+        for g in 0..groups {
+            let mut seqs = Vec::with_capacity(b.seqs.len());
+            for &(i, query_start, query_len, context_len) in &b.seqs {
+                seqs.push(SeqAttention {
+                    pages: self.kv.group_pages(self.plan[i].seq, g)?,
+                    context_len,
+                    query_start,
+                    query_len,
+                });
+            }
+            group_seqs.push(seqs);
         }
+        let group_rows: Vec<GroupRows<'_>> = group_seqs[1..]
+            .iter()
+            .zip(&b.group_slots)
+            .map(|(seqs, slots)| GroupRows { slots, seqs })
+            .collect();
         let input = StepInput {
             tokens: &b.tokens,
             positions: &b.positions,
             slots: &b.slots,
-            seqs: &seqs,
+            seqs: &group_seqs[0],
+            places: &self.places,
+            groups: &group_rows,
             sample_rows: &b.sample_rows,
             prompt_rows: b.prompt_rows,
         };

@@ -127,7 +127,7 @@ where
                     return;
                 }
             };
-            let mut storage = EngineStorage::new(&config, model.config().max_context);
+            let mut storage = EngineStorage::for_model(&config, &model, B::KV_GROUPS);
             let built = Engine::new(&model, backend, &config, &mut storage);
             match built {
                 Ok(engine) => {

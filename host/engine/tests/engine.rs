@@ -200,6 +200,8 @@ fn paged_chunked_forward_matches_the_dense_reference() {
             }];
             let rows: Vec<u32> = (0..chunk as u32).collect();
             let input = StepInput {
+                places: &[],
+                groups: &[],
                 tokens: &tokens[start..end],
                 positions: &positions,
                 slots: &slots,
@@ -587,6 +589,8 @@ fn a_step_past_the_batch_is_a_typed_model_error() {
     let slots = [pages[0].slot(0)];
     // Two rows to sample from a one-token step (both in range).
     let input = StepInput {
+        places: &[],
+        groups: &[],
         tokens: &[1],
         positions: &[0],
         slots: &slots,

@@ -112,6 +112,8 @@ impl<B: StepBackend> Run<B> {
         }];
         let rows = [tokens.len() as u32 - 1];
         let input = StepInput {
+            places: &[],
+            groups: &[],
             tokens,
             positions: &positions,
             slots: &slots,

@@ -218,6 +218,10 @@ pub enum ModelError {
         /// Tokens in the step.
         tokens: usize,
     },
+    /// A layer whose KV group the step's input does not describe, or a
+    /// group whose slots are not one per row.
+    #[error("the step's KV groups do not describe layer {0}")]
+    KvPlace(u32),
     /// A row to sample past the step's tokens.
     #[error("sample row {row} is past the step's {tokens} tokens")]
     SampleRow {

@@ -276,13 +276,16 @@ impl Run<'_> {
                         rope.apply(rows, *heads, c.head_dim, input.positions);
                     }
                     Op::Attention(attend) => {
+                        let (kv_layer, slots, seqs) = input
+                            .layer_kv(layer)
+                            .ok_or(model(ModelError::KvPlace(layer)))?;
                         let bufs = &mut self.act.bufs;
                         let (kv, q) = (t * c.kv_dim(), t * c.q_dim());
                         backend
                             .scatter(
                                 store,
-                                layer,
-                                input.slots,
+                                kv_layer,
+                                slots,
                                 &bufs[index(Buf::K)][..kv],
                                 &bufs[index(Buf::V)][..kv],
                             )
@@ -290,14 +293,14 @@ impl Run<'_> {
                         let mut out = std::mem::take(&mut bufs[index(Buf::Attn)]);
                         let result = backend.attention(
                             store,
-                            layer,
+                            kv_layer,
                             AttentionShape {
                                 scale: attend.scale,
                                 window: attend.window,
                                 softcap: attend.softcap,
                                 ..c.attention_shape()
                             },
-                            input.seqs,
+                            seqs,
                             &bufs[index(Buf::Q)][..q],
                             &mut out[..q],
                         );

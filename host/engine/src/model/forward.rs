@@ -211,6 +211,23 @@ impl Model {
         &self.program
     }
 
+    /// Each layer's attention window in tokens (0: the whole context), as
+    /// the layer program says.
+    pub fn layer_windows(&self) -> Vec<u32> {
+        self.program
+            .layers
+            .iter()
+            .map(|ops| {
+                ops.iter()
+                    .find_map(|op| match op {
+                        Op::Attention(attend) => Some(attend.window),
+                        _ => None,
+                    })
+                    .unwrap_or(0)
+            })
+            .collect()
+    }
+
     /// The model's configuration.
     pub fn config(&self) -> &ModelConfig {
         &self.config
@@ -328,6 +345,12 @@ impl Model {
                 positions: input.positions.len(),
                 slots: input.slots.len(),
             });
+        }
+        for layer in 0..c.layers {
+            match input.layer_kv(layer) {
+                Some((_, slots, _)) if slots.len() == t => {}
+                _ => return Err(ModelError::KvPlace(layer)),
+            }
         }
         if let Some(&token) = input.tokens.iter().find(|&&x| x >= c.vocab) {
             return Err(ModelError::Token {

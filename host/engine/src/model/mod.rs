@@ -31,7 +31,7 @@ pub use cpu::{ActPrecision, Activations};
 pub use device::DeviceModel;
 pub use file::ModelFile;
 pub use forward::{Holding, Model, Seeded};
-pub use input::{ForwardError, StepInput};
+pub use input::{ForwardError, GroupRows, StepInput};
 pub use load_error::LoadError;
 pub use rope::RopeMode;
 pub use sampling::{

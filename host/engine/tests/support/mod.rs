@@ -81,6 +81,8 @@ pub fn logits_of_last(
             .map(|r| r as u32)
             .collect();
         let input = StepInput {
+            places: &[],
+            groups: &[],
             tokens: &tokens[start..end],
             positions: &positions,
             slots: &slots,
@@ -140,7 +142,8 @@ pub fn greedy_outputs(
         kv_dtype: dtype,
         ..EngineConfig::default()
     };
-    let mut storage = EngineStorage::new(&config, model.config().max_context);
+    // Grouped by windows, as `pagoda run` pages a model on the CPU.
+    let mut storage = EngineStorage::for_model(&config, model, true);
     let mut engine = Engine::new(model, CpuBackend::new(), &config, &mut storage).unwrap();
     let handles: Vec<_> = prompts
         .iter()

@@ -120,6 +120,9 @@ fn device_step(
 impl StepBackend for VulkanBackend {
     type Prepared = DeviceModel;
 
+    /// Whole steps on the device read one page table for every layer.
+    const KV_GROUPS: bool = false;
+
     fn forward_step(
         &mut self,
         model: &Model,
