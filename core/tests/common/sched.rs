@@ -7,8 +7,8 @@ use pagoda_core::scheduler::{
     WorkKind,
 };
 use pagoda_core::{
-    KvCache, KvStorage, PageEntry, PageId, Priority, RadixCache, RadixNode, Request, RequestId,
-    SeqEntry, Timestamp,
+    KvCache, KvGroups, KvStorage, PageEntry, PageId, Priority, RadixCache, RadixNode, Request,
+    RequestId, SeqEntry, Timestamp,
 };
 
 #[derive(Debug, Clone, PartialEq)]
@@ -52,24 +52,41 @@ impl<P: SchedulerPolicy> Engine<P> {
     }
 
     pub fn with_slots(pages: usize, slots: usize, config: SchedulerConfig, policy: P) -> Self {
-        let rows_per_seq = 64;
+        Self::with_groups(pages, slots, config, policy, KvGroups::SINGLE, 64)
+    }
+
+    /// An engine whose cache pages layers in `groups`, each sequence's row
+    /// `rows_per_seq` pages long.
+    pub fn with_groups(
+        pages: usize,
+        slots: usize,
+        config: SchedulerConfig,
+        policy: P,
+        groups: KvGroups,
+        rows_per_seq: usize,
+    ) -> Self {
         let max_seqs = config.max_batch as usize;
         let nodes = pages.max(1);
-        let kv = KvCache::new(KvStorage {
-            pages: leak(vec![PageEntry::EMPTY; pages]),
-            rows: leak(vec![PageId::from_index(0); max_seqs * rows_per_seq]),
-            seqs: leak(vec![SeqEntry::EMPTY; max_seqs]),
-            nodes: leak(vec![RadixNode::EMPTY; nodes]),
-            index: leak(vec![0u64; RadixCache::index_len_for(nodes)]),
-            scratch: leak(vec![PageId::from_index(0); rows_per_seq]),
-        })
+        let g = groups.count() as usize;
+        let kv = KvCache::with_groups(
+            KvStorage {
+                pages: leak(vec![PageEntry::EMPTY; pages]),
+                rows: leak(vec![PageId::VACANT; max_seqs * rows_per_seq * g]),
+                seqs: leak(vec![SeqEntry::EMPTY; max_seqs]),
+                nodes: leak(vec![RadixNode::EMPTY; nodes]),
+                index: leak(vec![0u64; RadixCache::index_len_for(nodes)]),
+                scratch: leak(vec![PageId::VACANT; rows_per_seq * g]),
+            },
+            groups,
+            leak(vec![PageId::VACANT; nodes * (g - 1)]),
+        )
         .unwrap();
         let sched = Scheduler::new(
             leak((0..slots).map(|_| SchedSlot::EMPTY).collect()),
             leak(vec![0u32; Scheduler::<Req>::watch_len_for(slots)]),
             config,
             policy,
-            (rows_per_seq * 16) as u32,
+            kv.max_context_tokens(),
         )
         .unwrap();
         Self {
