@@ -15,8 +15,10 @@ mod support;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use pagoda_core::scheduler::SchedulerConfig;
 use pagoda_core::KvDtype;
 use pagoda_engine::model::{Model, ModelFile};
+use pagoda_engine::{EngineConfig, KvLayout};
 use pagoda_engine::tokenizer::Tokenizer;
 
 /// Our logits may differ from the f64 reference by this fraction of the
@@ -135,6 +137,45 @@ fn gemma3_logits_match_the_reference() {
             );
         }
     }
+}
+
+#[test]
+fn gemma3_windowed_pages_leave_the_pool_and_change_no_token() {
+    let Some(f) = fixture() else { return };
+    let config = EngineConfig {
+        kv_pages: 128,
+        kv_dtype: KvDtype::F32,
+        scheduler: SchedulerConfig {
+            // Chunks of 128: windowed pages go mid-prefill too.
+            token_budget: 128,
+            ..SchedulerConfig::default()
+        },
+        ..EngineConfig::default()
+    };
+    let model = &f.quantized;
+    let prompts = std::slice::from_ref(&f.long);
+    let (grouped, held) = support::greedy_run(model, &config, true, prompts, 8);
+    let (every_layer, held_full) = support::greedy_run(model, &config, false, prompts, 8);
+    // The same arithmetic over the same keys, from other pages.
+    assert_eq!(grouped, every_layer);
+    let layout = KvLayout::for_model(model);
+    let groups = layout.groups();
+    assert_eq!((groups.full(), groups.windowed(), groups.window()), (1, 5, 512));
+    // Decoding at ~600 tokens: every page of the global group, a window
+    // and a page of each windowed one; against 18 layers' pages per token
+    // page without groups.
+    let context = (f.long.len() + 8) as u64;
+    assert!(u64::from(held) <= groups.pages_at(context));
+    let bytes_grouped = f64::from(held) * 3.0;
+    let bytes_full = f64::from(held_full) * 18.0;
+    println!(
+        "{} tokens: grouped pages held {held} (3 layers each), one group {held_full} (18 layers \
+         each): {:.1}% of the bytes",
+        f.long.len(),
+        100.0 * bytes_grouped / bytes_full
+    );
+    // Without dropping, each token page would take a page in all six groups.
+    assert!(held < held_full * groups.count());
 }
 
 #[test]

@@ -143,8 +143,21 @@ pub fn greedy_outputs(
         ..EngineConfig::default()
     };
     // Grouped by windows, as `pagoda run` pages a model on the CPU.
-    let mut storage = EngineStorage::for_model(&config, model, true);
-    let mut engine = Engine::new(model, CpuBackend::new(), &config, &mut storage).unwrap();
+    greedy_run(model, &config, true, prompts, tokens).0
+}
+
+/// Greedy continuations on the CPU backend under `config`, the cache's
+/// layers grouped by their windows or not; and the most pages the pool
+/// held at the end of a step that only decoded.
+pub fn greedy_run(
+    model: &Model,
+    config: &EngineConfig,
+    grouped: bool,
+    prompts: &[Vec<u32>],
+    tokens: u32,
+) -> (Vec<Vec<u32>>, u32) {
+    let mut storage = EngineStorage::for_model(config, model, grouped);
+    let mut engine = Engine::new(model, CpuBackend::new(), config, &mut storage).unwrap();
     let handles: Vec<_> = prompts
         .iter()
         .enumerate()
@@ -161,13 +174,16 @@ pub fn greedy_outputs(
             engine.submit(request, Priority::Normal, now).unwrap()
         })
         .collect();
-    let mut steps = 0;
+    let (mut steps, mut decoding_peak) = (0, 0);
     while !engine.is_idle() {
-        engine.step().unwrap();
+        let report = engine.step().unwrap();
+        if report.plan.prefill_tokens == 0 && engine.running() == prompts.len() as u32 {
+            decoding_peak = decoding_peak.max(engine.pool_stats().referenced_pages);
+        }
         steps += 1;
-        assert!(steps < 1000, "no progress");
+        assert!(steps < 10_000, "no progress");
     }
-    handles
+    let outputs = handles
         .iter()
         .map(|handle| {
             let mut output = None;
@@ -178,7 +194,8 @@ pub fn greedy_outputs(
             }
             output.expect("the request finished")
         })
-        .collect()
+        .collect();
+    (outputs, decoding_peak)
 }
 
 /// forward_ref.py's greedy continuation: each step's token and the gap
