@@ -18,7 +18,7 @@ use std::time::Instant;
 use pagoda_engine::model::{Model, SamplingParams};
 use pagoda_engine::probe::{fma_peak_gflops, read_bandwidth, ReadBandwidth};
 use pagoda_engine::{
-    DeviceProgram, Engine, EngineConfig, EngineStorage, Event, GenRequest, Priority,
+    DeviceProgram, Engine, EngineConfig, EngineStorage, Event, GenRequest, KvLayout, Priority,
     SchedulerConfig, StepBackend, WithBackend,
 };
 use serde::Serialize;
@@ -39,6 +39,9 @@ pub(crate) struct SpeedReport {
     weight_bytes: u64,
     kv_bytes_per_token: u64,
     decode: Vec<DecodeFigure>,
+    /// With sliding-window layers: decode at the deepest context as the
+    /// attention cost per key read from 8 to 512 tokens predicts it.
+    deep_decode_predicted_tokens_per_s: Option<f64>,
     prefill_512_tokens_per_s: f64,
     /// `None` on a device, where the host's FMA peak says nothing.
     prefill_share_of_fma_peak: Option<f64>,
@@ -72,9 +75,15 @@ struct DeviceStep {
 struct DecodeFigure {
     context: u32,
     tokens_per_s: f64,
-    /// (weight bytes + KV bytes read per token) × tokens/s.
+    /// (weight bytes + KV bytes read per token) × tokens/s; a windowed
+    /// layer reads only its window.
     read_gib_s: f64,
     share_of_bandwidth: f64,
+    /// KV bytes the pool held while the sequence decoded (referenced pages
+    /// × bytes per page), and what caching every layer in full would hold
+    /// at the context decoding ended at.
+    kv_held_bytes: u64,
+    kv_full_bytes: u64,
 }
 
 /// Runs the suite on `model` (loaded from `file`, if any) and prints it.
@@ -127,27 +136,38 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
     })??;
 
     let weight_bytes = model.weight_bytes();
-    let kv_bytes_per_token = model
+    let geometry = model
         .config()
         .kv_geometry(args.kv_dtype)
-        .map_err(CliError::Model)?
-        .bytes_per_token();
+        .map_err(CliError::Model)?;
+    let kv_bytes_per_token = geometry.bytes_per_token();
+    let layers = u64::from(model.config().layers);
+    let windows = model.layer_windows();
     let device_gib_s = runs.device_copy.map(|b| b / f64::from(1u32 << 30));
     let baseline_gib_s = device_gib_s.unwrap_or(bandwidth.gib_s());
     let decode: Vec<DecodeFigure> = runs
         .decode
         .iter()
-        .map(|&(context, tokens_per_s)| {
-            let bytes = weight_bytes + u64::from(context) * kv_bytes_per_token;
+        .map(|&(context, tokens_per_s, held_layer_pages, end)| {
+            // Keys a layer reads: its window, or the whole context.
+            let layer_tokens: u64 = windows
+                .iter()
+                .map(|&w| u64::from(if w == 0 { context } else { context.min(w) }))
+                .sum();
+            let bytes = weight_bytes + layer_tokens * kv_bytes_per_token / layers;
             let read_gib_s = bytes as f64 * tokens_per_s / f64::from(1u32 << 30);
+            let page_layer_bytes = geometry.bytes_per_page() / layers;
             DecodeFigure {
                 context,
                 tokens_per_s,
                 read_gib_s,
                 share_of_bandwidth: read_gib_s / baseline_gib_s,
+                kv_held_bytes: held_layer_pages * page_layer_bytes,
+                kv_full_bytes: geometry.bytes_for_tokens(u64::from(end)),
             }
         })
         .collect();
+    let deep_decode_predicted_tokens_per_s = predict_deep_decode(&decode, &windows);
     let params = model.parameters() as f64;
     let prefill_gflops = 2.0 * params * runs.prefill_512 / 1e9;
     let batch_1 = decode.first().map_or(0.0, |d| d.tokens_per_s);
@@ -168,6 +188,7 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
         weight_bytes,
         kv_bytes_per_token,
         decode,
+        deep_decode_predicted_tokens_per_s,
         prefill_512_tokens_per_s: runs.prefill_512,
         prefill_share_of_fma_peak: device_gib_s.is_none().then(|| prefill_gflops / fma),
         batch_16_tokens_per_s: runs.batch_16,
@@ -231,6 +252,30 @@ fn table(r: &SpeedReport, bw: &ReadBandwidth) -> String {
             ),
             format!("{:.0}% of {baseline}", 100.0 * d.share_of_bandwidth),
             decode_target.into(),
+        ]);
+        if d.kv_held_bytes < d.kv_full_bytes {
+            // Sliding-window layers gave back what left their window.
+            rows.push([
+                "  KV held while decoding".into(),
+                format!("{:.1} MiB", d.kv_held_bytes as f64 / f64::from(1u32 << 20)),
+                format!(
+                    "{:.0}% of {:.1} MiB for every layer in full",
+                    100.0 * d.kv_held_bytes as f64 / d.kv_full_bytes as f64,
+                    d.kv_full_bytes as f64 / f64::from(1u32 << 20)
+                ),
+                String::new(),
+            ]);
+        }
+    }
+    if let (Some(predicted), Some(deep)) = (r.deep_decode_predicted_tokens_per_s, r.decode.last()) {
+        rows.push([
+            format!("  context {}, as keys read predict", deep.context),
+            format!("{predicted:.1} tok/s"),
+            format!(
+                "measured {:.2}× (each key costing what it did from 8 to 512)",
+                deep.tokens_per_s / predicted
+            ),
+            "≥ 0.9×".into(),
         ]);
     }
     rows.push(match r.prefill_share_of_fma_peak {
@@ -378,8 +423,9 @@ struct SpeedJob<'a> {
 
 /// What the engine runs measured.
 struct SpeedRuns {
-    /// (context, decode tokens/s) at batch 1.
-    decode: Vec<(u32, f64)>,
+    /// (context, decode tokens/s, pages × layers per page the pool held
+    /// while decoding, the context decoding ended at) at batch 1.
+    decode: Vec<(u32, f64, u64, u32)>,
     /// Prompt tokens/s of a 512-token prefill.
     prefill_512: f64,
     /// Output tokens/s of 16 sequences decoding together, from the first
@@ -400,6 +446,9 @@ struct Generated {
     first: Vec<Instant>,
     ended: Vec<Instant>,
     tokens: Vec<usize>,
+    /// The most pool pages held at the end of a step in which every
+    /// request decoded.
+    decoding_pages: u32,
 }
 
 impl WithBackend for SpeedJob<'_> {
@@ -436,7 +485,15 @@ impl WithBackend for SpeedJob<'_> {
                 .saturating_sub(64)
                 .max(8),
         );
-        for (context, new) in [(8usize, 64u32), (deep, 32)] {
+        // Layers each pool page holds.
+        let per_page = u64::from(
+            storage_layers(self.model, B::KV_GROUPS).unwrap_or(self.model.config().layers),
+        );
+        // 512 deep too: a sliding-window model's local layers (Gemma 3's
+        // window) read as much there as at 4,096.
+        let mut depths = vec![(8usize, 64u32), (512.min(deep), 64), (deep, 64)];
+        depths.dedup_by_key(|d| d.0);
+        for (context, new) in depths {
             let prompt = tokens(context);
             let g = generate(&mut engine, vec![prompt], new)?;
             let span = g.ended[0].duration_since(g.first[0]).as_secs_f64();
@@ -447,6 +504,8 @@ impl WithBackend for SpeedJob<'_> {
             decode.push((
                 context as u32,
                 (g.tokens[0].saturating_sub(1)) as f64 / span,
+                u64::from(g.decoding_pages) * per_page,
+                context as u32 + new,
             ));
         }
         let g = generate(&mut engine, vec![tokens(512)], 1)?;
@@ -484,6 +543,42 @@ impl WithBackend for SpeedJob<'_> {
     }
 }
 
+/// Keys all layers read for one token at `context`: a windowed layer reads
+/// its window at most.
+fn layer_keys(windows: &[u32], context: u32) -> f64 {
+    windows
+        .iter()
+        .map(|&w| f64::from(if w == 0 { context } else { context.min(w) }))
+        .sum()
+}
+
+/// For a model with sliding-window layers: the deepest decode's tokens/s
+/// if each key read cost what the keys added from the first depth to the
+/// second did. Deeper, only the global layers read more keys; a figure
+/// near the measured one says the window holds (the local layers read no
+/// more) and the global layers explain the rest.
+fn predict_deep_decode(decode: &[DecodeFigure], windows: &[u32]) -> Option<f64> {
+    let [first, mid, deep] = decode else {
+        return None;
+    };
+    if windows.iter().all(|&w| w == 0) {
+        return None;
+    }
+    let step = |d: &DecodeFigure| 1.0 / d.tokens_per_s;
+    let keys = |d: &DecodeFigure| layer_keys(windows, d.context);
+    let per_key = (step(mid) - step(first)) / (keys(mid) - keys(first));
+    let predicted = step(mid) + per_key * (keys(deep) - keys(mid));
+    (predicted > 0.0).then(|| 1.0 / predicted)
+}
+
+/// Layers each page of the storage `for_model` builds holds, when it
+/// groups them.
+fn storage_layers(model: &Model, grouped: bool) -> Option<u32> {
+    grouped
+        .then(|| KvLayout::for_model(model).per_group())
+        .flatten()
+}
+
 /// Submits `prompts` together, greedy, `max_new` tokens each, and steps
 /// until all end.
 fn generate<B>(
@@ -517,9 +612,14 @@ where
         first: vec![started; n],
         ended: vec![started; n],
         tokens: vec![0; n],
+        decoding_pages: 0,
     };
     while !engine.is_idle() {
-        engine.step().map_err(|e| CliError::Engine(Box::new(e)))?;
+        let report = engine.step().map_err(|e| CliError::Engine(Box::new(e)))?;
+        if report.plan.prefill_tokens == 0 && engine.running() == n as u32 {
+            let held = engine.pool_stats().referenced_pages;
+            g.decoding_pages = g.decoding_pages.max(held);
+        }
         let now = Instant::now();
         for (i, handle) in handles.iter().enumerate() {
             while let Some(event) = handle.try_recv() {

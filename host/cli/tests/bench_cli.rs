@@ -376,9 +376,15 @@ fn the_speed_suite_reports_every_figure_against_its_baseline() {
         assert!(num(&r, key) > 0.0 && num(&r, key).is_finite(), "{key}");
     }
     let decode = r["decode"].as_array().unwrap();
-    assert_eq!(decode.len(), 2);
+    assert_eq!(decode.len(), 3);
+    assert_eq!(decode[1]["context"], 512);
     // The embedded model's context (2,048) bounds the deep run.
-    assert_eq!(decode[1]["context"], 2048 - 64);
+    assert_eq!(decode[2]["context"], 2048 - 64);
+    // Without sliding windows, every layer holds the whole context.
+    for d in decode {
+        assert_eq!(d["kv_held_bytes"], d["kv_full_bytes"]);
+    }
+    assert!(r["deep_decode_predicted_tokens_per_s"].is_null());
     for d in decode {
         // The share is the bytes read per second over the probe's figure.
         let share = num(d, "read_gib_s")

@@ -18,8 +18,8 @@ use std::sync::OnceLock;
 use pagoda_core::scheduler::SchedulerConfig;
 use pagoda_core::KvDtype;
 use pagoda_engine::model::{Model, ModelFile};
-use pagoda_engine::{EngineConfig, KvLayout};
 use pagoda_engine::tokenizer::Tokenizer;
+use pagoda_engine::{EngineConfig, KvLayout};
 
 /// Our logits may differ from the f64 reference by this fraction of the
 /// reference's logit range (f32 compute; the KV cache's rounding).
@@ -160,7 +160,10 @@ fn gemma3_windowed_pages_leave_the_pool_and_change_no_token() {
     assert_eq!(grouped, every_layer);
     let layout = KvLayout::for_model(model);
     let groups = layout.groups();
-    assert_eq!((groups.full(), groups.windowed(), groups.window()), (1, 5, 512));
+    assert_eq!(
+        (groups.full(), groups.windowed(), groups.window()),
+        (1, 5, 512)
+    );
     // Decoding at ~600 tokens: every page of the global group, a window
     // and a page of each windowed one; against 18 layers' pages per token
     // page without groups.
