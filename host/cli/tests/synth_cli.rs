@@ -126,6 +126,30 @@ fn expected_type(kind: &str, row_len: u64) -> String {
     }
 }
 
+/// The type llama.cpp's quantizer gives a tensor of a Q4_K_M (`base`
+/// Q4_K) or Q5_K_M (Q5_K) file, from its documented rules: the output
+/// (the embedding when tied) Q6_K, or Q8_0 on rows that are no multiple
+/// of 256; `attn_v` and `ffn_down` Q6_K on the first and last eighth of the
+/// layers and every third between; the base type elsewhere; then the
+/// K-quant fallbacks.
+fn expected_mix(base: &str, name: &str, layers: u64, row_len: u64, tied: bool) -> String {
+    let layer: Option<u64> = name
+        .strip_prefix("blk.")
+        .and_then(|rest| rest.split('.').next())
+        .map(|l| l.parse().unwrap());
+    let output = name == "output.weight" || (tied && name == "token_embd.weight");
+    if output {
+        return if row_len % 256 == 0 { "Q6_K" } else { "Q8_0" }.into();
+    }
+    let more_bits = |i: u64| {
+        let n = layers;
+        i < n / 8 || i >= 7 * n / 8 || (i as i64 - (n / 8) as i64) % 3 == 2
+    };
+    let bumped =
+        (name.contains("attn_v") || name.contains("ffn_down")) && more_bits(layer.unwrap());
+    expected_type(if bumped { "q6_k" } else { base }, row_len)
+}
+
 fn check(summary: &Value, e: &Expect, kind: &str, values: bool) {
     let meta = &summary["metadata"];
     assert_eq!(meta["general.architecture"], "llama");
@@ -162,6 +186,8 @@ fn check(summary: &Value, e: &Expect, kind: &str, values: bool) {
         assert_eq!(shape, dims, "{name} shape");
         let want = if norm {
             "F32".to_string()
+        } else if let Some(base) = kind.strip_suffix("_m") {
+            expected_mix(base, &name, e.layers, dims[0], e.tied)
         } else {
             expected_type(kind, dims[0])
         };
@@ -195,6 +221,13 @@ fn synthetic_files_read_back_with_the_gguf_package() {
     // there and stays on ffn_down (rows of 1536); the output is tied.
     let file = synth(&dir, "smollm2-135m", "q4_k");
     check(&summary(&python, &file, false), &SMOLLM2, "q4_k", false);
+    // llama.cpp's mixes, as users download them.
+    for kind in ["q4_k_m", "q5_k_m"] {
+        let file = synth(&dir, "tiny", kind);
+        check(&summary(&python, &file, true), &TINY, kind, true);
+        let file = synth(&dir, "smollm2-135m", kind);
+        check(&summary(&python, &file, false), &SMOLLM2, kind, false);
+    }
 }
 
 #[test]

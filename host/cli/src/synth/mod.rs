@@ -27,9 +27,12 @@ pub(crate) struct SynthArgs {
     /// Whose shapes to copy.
     #[arg(long, value_enum, default_value = "tiny")]
     pub shape: Shape,
-    /// Block type of the weight matrices (norms stay f32). A K-quant on
-    /// rows that are not a multiple of 256 falls back as llama.cpp does:
-    /// Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0.
+    /// Block type of the weight matrices (norms stay f32), or llama.cpp's
+    /// mix for a `Q4_K_M` / `Q5_K_M` file: Q6_K for the output (the
+    /// embedding when tied) and for `attn_v` and `ffn_down` on the layers
+    /// llama.cpp's quantizer picks, the base K-quant elsewhere. A K-quant
+    /// on rows that are not a multiple of 256 falls back as llama.cpp
+    /// does: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0 (an output to Q8_0).
     #[arg(long = "type", value_enum, default_value = "q4_0", ignore_case = true)]
     pub weight_type: WeightType,
     /// Where to write the file.
@@ -78,9 +81,91 @@ pub(crate) enum WeightType {
     Q5_K,
     #[value(name = "q6_k", alias = "Q6_K")]
     Q6_K,
+    #[value(name = "q4_k_m", alias = "Q4_K_M")]
+    Q4_K_M,
+    #[value(name = "q5_k_m", alias = "Q5_K_M")]
+    Q5_K_M,
+}
+
+/// What a weight matrix is in the model: llama.cpp's mixes pick its block
+/// type by it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Role {
+    TokenEmbd,
+    Output,
+    AttnQ,
+    AttnK,
+    AttnV,
+    AttnOutput,
+    FfnGate,
+    FfnUp,
+    FfnDown,
 }
 
 impl WeightType {
+    /// The name `--type` takes.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Q4_K_M => "q4_k_m",
+            Self::Q5_K_M => "q5_k_m",
+            other => other.kind().name(),
+        }
+    }
+
+    /// llama.cpp's `general.file_type` (its `llama_ftype`) for the file.
+    fn file_type(self) -> u32 {
+        match self {
+            Self::F32 => 0,
+            Self::F16 => 1,
+            Self::Q4_0 => 2,
+            Self::Q4_1 => 3,
+            Self::Q8_0 => 7,
+            Self::Q5_0 => 8,
+            Self::Q5_1 => 9,
+            Self::Q4_K => 14,
+            Self::Q4_K_M => 15,
+            Self::Q5_K => 16,
+            Self::Q5_K_M => 17,
+            Self::Q6_K => 18,
+        }
+    }
+
+    /// The block type of a matrix of `role` in `layer` of `layers`, whose
+    /// rows are `cols` long, in a model whose output is the embedding when
+    /// `tied`: the one type, or llama.cpp's mix
+    /// (`llama_tensor_get_type` in its `llama-quant.cpp`).
+    pub(crate) fn matrix(
+        self,
+        role: Role,
+        layer: u32,
+        layers: u32,
+        cols: u64,
+        tied: bool,
+    ) -> QuantKind {
+        let base = match self {
+            Self::Q4_K_M => QuantKind::Q4_K,
+            Self::Q5_K_M => QuantKind::Q5_K,
+            uniform => return matrix_kind(uniform.kind(), cols),
+        };
+        // Layers that get more bits: the first and last eighths, and every
+        // third between (`i >= n / 8` where the last test runs).
+        let more_bits = |i: u32, n: u32| i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+        let output = role == Role::Output || (tied && role == Role::TokenEmbd);
+        if output {
+            // The output has its own rule: Q8_0 where Q6_K does not fit.
+            return if cols.is_multiple_of(256) {
+                QuantKind::Q6_K
+            } else {
+                QuantKind::Q8_0
+            };
+        }
+        let kind = match role {
+            Role::AttnV | Role::FfnDown if more_bits(layer, layers) => QuantKind::Q6_K,
+            _ => base,
+        };
+        matrix_kind(kind, cols)
+    }
+
     fn kind(self) -> QuantKind {
         match self {
             Self::F32 => QuantKind::F32,
@@ -93,6 +178,8 @@ impl WeightType {
             Self::Q4_K => QuantKind::Q4_K,
             Self::Q5_K => QuantKind::Q5_K,
             Self::Q6_K => QuantKind::Q6_K,
+            Self::Q4_K_M => QuantKind::Q4_K,
+            Self::Q5_K_M => QuantKind::Q5_K,
         }
     }
 }
@@ -167,7 +254,7 @@ fn byte_token(byte: u8) -> char {
 }
 
 /// Describes the file: metadata, tokenizer and every tensor.
-pub(crate) fn describe(shape: Shape, weight: QuantKind) -> GgufWriter {
+pub(crate) fn describe(shape: Shape, weight: WeightType) -> GgufWriter {
     let d = shape.dims();
     let head_dim = d.hidden / u64::from(d.heads);
     let kv_width = head_dim * u64::from(d.kv_heads);
@@ -177,6 +264,7 @@ pub(crate) fn describe(shape: Shape, weight: QuantKind) -> GgufWriter {
         "general.name",
         &format!("pagoda synthetic {} {}", shape.name(), weight.name()),
     );
+    w.u32("general.file_type", weight.file_type());
     w.u32("llama.context_length", d.context);
     w.u32("llama.embedding_length", d.hidden as u32);
     w.u32("llama.block_count", d.layers);
@@ -212,11 +300,13 @@ pub(crate) fn describe(shape: Shape, weight: QuantKind) -> GgufWriter {
         };
         w.tensor(TensorSpec { name, dims, kind });
     };
+    let layers = d.layers;
+    let kind = |role, layer, cols| weight.matrix(role, layer, layers, cols, d.tied);
     tensor(
         "token_embd.weight".into(),
         d.hidden,
         d.vocab,
-        matrix_kind(weight, d.hidden),
+        kind(Role::TokenEmbd, 0, d.hidden),
     );
     for l in 0..d.layers {
         let b = |n: &str| format!("blk.{l}.{n}.weight");
@@ -225,44 +315,41 @@ pub(crate) fn describe(shape: Shape, weight: QuantKind) -> GgufWriter {
             b("attn_q"),
             d.hidden,
             d.hidden,
-            matrix_kind(weight, d.hidden),
+            kind(Role::AttnQ, l, d.hidden),
         );
         tensor(
             b("attn_k"),
             d.hidden,
             kv_width,
-            matrix_kind(weight, d.hidden),
+            kind(Role::AttnK, l, d.hidden),
         );
         tensor(
             b("attn_v"),
             d.hidden,
             kv_width,
-            matrix_kind(weight, d.hidden),
+            kind(Role::AttnV, l, d.hidden),
         );
-        tensor(
-            b("attn_output"),
-            d.hidden,
-            d.hidden,
-            matrix_kind(weight, d.hidden),
-        );
+        let attn_output = kind(Role::AttnOutput, l, d.hidden);
+        tensor(b("attn_output"), d.hidden, d.hidden, attn_output);
         tensor(b("ffn_norm"), d.hidden, 1, QuantKind::F32);
         tensor(
             b("ffn_gate"),
             d.hidden,
             d.ffn,
-            matrix_kind(weight, d.hidden),
+            kind(Role::FfnGate, l, d.hidden),
         );
-        tensor(b("ffn_up"), d.hidden, d.ffn, matrix_kind(weight, d.hidden));
-        tensor(b("ffn_down"), d.ffn, d.hidden, matrix_kind(weight, d.ffn));
+        tensor(b("ffn_up"), d.hidden, d.ffn, kind(Role::FfnUp, l, d.hidden));
+        tensor(
+            b("ffn_down"),
+            d.ffn,
+            d.hidden,
+            kind(Role::FfnDown, l, d.ffn),
+        );
     }
     tensor("output_norm.weight".into(), d.hidden, 1, QuantKind::F32);
     if !d.tied {
-        tensor(
-            "output.weight".into(),
-            d.hidden,
-            d.vocab,
-            matrix_kind(weight, d.hidden),
-        );
+        let output = kind(Role::Output, 0, d.hidden);
+        tensor("output.weight".into(), d.hidden, d.vocab, output);
     }
     w
 }
@@ -282,7 +369,7 @@ pub(crate) fn synth(args: SynthArgs) -> Result<(), SynthError> {
         path: args.out.clone(),
         source,
     };
-    let writer = describe(args.shape, args.weight_type.kind());
+    let writer = describe(args.shape, args.weight_type);
     let params: u64 = writer
         .tensors()
         .iter()
@@ -307,7 +394,7 @@ pub(crate) fn synth(args: SynthArgs) -> Result<(), SynthError> {
         "wrote {}: {} shape, {} weights, {:.2}M parameters, {:.1} MiB in {:.1} s",
         args.out.display(),
         args.shape.name(),
-        args.weight_type.kind().name(),
+        args.weight_type.name(),
         params as f64 / 1e6,
         bytes as f64 / (1u64 << 20) as f64,
         started.elapsed().as_secs_f64()

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Pagoda against llama.cpp on the same files, on this machine's CPU: a
+# benchmark anyone can rerun, not part of the test command.
+#
+# 1. Builds llama.cpp's `llama-bench` and `llama-batched-bench` for this CPU
+#    (GGML_NATIVE: AVX2, AVX-512, VNNI... as the CPU has them) from the
+#    source the PyPI sdist of `llama-cpp-python` ships (`vendor/llama.cpp`),
+#    with cmake and ninja from PyPI, once, into ~/.cache/pagoda/llama.cpp.
+# 2. Writes the files with `pagoda synth` (both engines read the same bytes).
+# 3. Runs both engines on each file, alternating, ROUNDS times: llama-bench
+#    (decode of 128 tokens, prefill of 512, flash attention on) and
+#    llama-batched-bench -pps (16 sequences decoding 64 tokens after a
+#    shared 128-token prompt) against `pagoda bench --suite speed`'s
+#    matching figures (decode at batch 1, prefill of 512, 16 sequences after
+#    a shared 128-token prompt).
+# 4. Prints the medians and the ratios, with the CPU's model and extensions.
+#
+# Usage: bash scripts/compare-llama-cpp.sh [SHAPE:TYPE ...]
+#   default files: llama3.2-1b:q4_k_m llama3.2-1b:q4_0 llama3.2-1b:q8_0
+#                  llama3-8b:q4_k_m llama3-8b:q4_0
+#   THREADS (2), ROUNDS (3), PYTHON (python3), LLAMA_CPP_PYTHON (0.3.36),
+#   PAGODA_CACHE (~/.cache/pagoda) and MODEL_DIR ($PAGODA_CACHE/synth).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+threads=${THREADS:-2}
+rounds=${ROUNDS:-3}
+python=${PYTHON:-python3}
+version=${LLAMA_CPP_PYTHON:-0.3.36}
+cache=${PAGODA_CACHE:-$HOME/.cache/pagoda}
+models=${MODEL_DIR:-$cache/synth}
+llama=$cache/llama.cpp/$version
+files=("$@")
+((${#files[@]})) || files=(llama3.2-1b:q4_k_m llama3.2-1b:q4_0 llama3.2-1b:q8_0 llama3-8b:q4_k_m llama3-8b:q4_0)
+
+say() { printf '== %s\n' "$*" >&2; }
+
+if [[ ! -x $llama/build/bin/llama-bench || ! -x $llama/build/bin/llama-batched-bench ]]; then
+  say "building llama.cpp $version (llama-cpp-python's sdist) for this CPU"
+  mkdir -p "$llama"
+  [[ -x $llama/venv/bin/python ]] || "$python" -m venv "$llama/venv"
+  "$llama/venv/bin/pip" install -q cmake ninja
+  if [[ ! -d $llama/src ]]; then
+    "$llama/venv/bin/pip" download -q --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$llama/sdist"
+    mkdir -p "$llama/src"
+    tar -xzf "$llama"/sdist/llama_cpp_python-*.tar.gz -C "$llama/src" --strip-components=1
+  fi
+  PATH=$llama/venv/bin:$PATH cmake -S "$llama/src/vendor/llama.cpp" -B "$llama/build" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON >"$llama/configure.log"
+  PATH=$llama/venv/bin:$PATH cmake --build "$llama/build" --target llama-bench llama-batched-bench \
+    -j "$(nproc)" >"$llama/build.log"
+fi
+
+say "building pagoda (release)"
+cargo build --release -q -p pagoda-cli
+pagoda=target/release/pagoda
+
+mkdir -p "$models"
+out=$(mktemp -d)
+for f in "${files[@]}"; do
+  shape=${f%%:*} type=${f##*:}
+  file=$models/$shape-$type.gguf
+  [[ -s $file ]] || "$pagoda" synth --shape "$shape" --type "$type" --out "$file"
+done
+
+for round in $(seq "$rounds"); do
+  for f in "${files[@]}"; do
+    shape=${f%%:*} type=${f##*:}
+    file=$models/$shape-$type.gguf
+    tag=$shape-$type-$round
+    say "round $round/$rounds: $shape $type: llama.cpp"
+    "$llama/build/bin/llama-bench" -m "$file" -t "$threads" -fa on -p 512 -n 128 -r 1 -o json \
+      >"$out/llama-$tag.json" 2>/dev/null
+    "$llama/build/bin/llama-batched-bench" -m "$file" -t "$threads" -fa on -c 4096 -b 2048 -ub 512 \
+      -npp 128 -ntg 64 -npl 16 -pps --output-format jsonl 2>/dev/null |
+      grep '^{' >"$out/batched-$tag.jsonl" || true
+    say "round $round/$rounds: $shape $type: pagoda"
+    "$pagoda" bench --model "$file" --suite speed --threads "$threads" --quiet \
+      --json "$out/pagoda-$tag.json" >/dev/null
+  done
+done
+
+cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
+  grep -xE 'avx2|fma|avx512f|avx512bw|avx512vl|avx512_vnni|avx512_bf16|avx_vnni|amx_int8' | tr '\n' ' ')
+"$python" - "$out" "$rounds" "$cpu" "$flags" "${files[@]}" <<'EOF'
+import json, statistics, sys
+out, rounds, cpu, flags, files = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+print(f"CPU: {cpu}; extensions: {flags.strip() or 'none of note'}")
+print(f"medians of {rounds} alternating rounds; ratio = pagoda / llama.cpp")
+head = ("file", "decode b1 tok/s", "ratio", "of read BW", "prefill 512 tok/s", "ratio", "16 after shared tok/s", "ratio")
+rows = [head]
+for f in files:
+    shape, kind = f.split(":")
+    dec, pp, b16, p_dec, p_pp, p_b16, share = [], [], [], [], [], [], []
+    for r in range(1, rounds + 1):
+        tag = f"{shape}-{kind}-{r}"
+        for t in load(f"{out}/llama-{tag}.json"):
+            (dec if t["n_gen"] > 0 else pp).append(t["avg_ts"])
+        with open(f"{out}/batched-{tag}.jsonl") as fh:
+            b16 += [json.loads(line)["speed_tg"] for line in fh if line.strip()]
+        p = load(f"{out}/pagoda-{tag}.json")
+        p_dec.append(p["decode"][0]["tokens_per_s"])
+        share.append(p["decode"][0]["share_of_bandwidth"])
+        p_pp.append(p["prefill_512_tokens_per_s"])
+        p_b16.append(p["batch_16_tokens_per_s"])
+    m = lambda xs: statistics.median(xs) if xs else float("nan")
+    ratio = lambda a, b: f"{m(a) / m(b):.2f}x" if b and m(b) else "-"
+    rows.append((f"{shape} {kind}",
+                 f"{m(p_dec):.1f} vs {m(dec):.1f}", ratio(p_dec, dec), f"{100 * m(share):.0f}%",
+                 f"{m(p_pp):.1f} vs {m(pp):.1f}", ratio(p_pp, pp),
+                 f"{m(p_b16):.1f} vs {m(b16):.1f}", ratio(p_b16, b16)))
+widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+for r in rows:
+    print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+EOF
+rm -rf "$out"
