@@ -346,7 +346,15 @@ fn table(r: &SpeedReport, bw: &ReadBandwidth) -> String {
                 "file + KV pool + 64 MiB = {:.0} MiB",
                 limit as f64 / f64::from(1u32 << 20)
             ),
-            "below".into(),
+            // A verdict, not just the target: over the limit is a miss.
+            if rss <= limit {
+                "≤ the limit: met".into()
+            } else {
+                format!(
+                    "≤ the limit: OVER by {:.0} MiB",
+                    (rss - limit) as f64 / f64::from(1u32 << 20)
+                )
+            },
         ]);
     }
     let widths: Vec<usize> = (0..4)
