@@ -86,7 +86,7 @@ impl<P: SchedulerPolicy> Engine<P> {
             leak(vec![0u32; Scheduler::<Req>::watch_len_for(slots)]),
             config,
             policy,
-            kv.max_context_tokens(),
+            (rows_per_seq * 16) as u32,
         )
         .unwrap();
         Self {
