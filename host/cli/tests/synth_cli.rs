@@ -139,7 +139,12 @@ fn expected_mix(base: &str, name: &str, layers: u64, row_len: u64, tied: bool) -
         .map(|l| l.parse().unwrap());
     let output = name == "output.weight" || (tied && name == "token_embd.weight");
     if output {
-        return if row_len % 256 == 0 { "Q6_K" } else { "Q8_0" }.into();
+        return if row_len.is_multiple_of(256) {
+            "Q6_K"
+        } else {
+            "Q8_0"
+        }
+        .into();
     }
     let more_bits = |i: u64| {
         let n = layers;
