@@ -3,8 +3,8 @@
 //!
 //! A model whose layers all attend to the whole context pages every layer
 //! together: one group, one page-table row per sequence (the common case,
-//! [`KvGroups::SINGLE`]). A model with sliding-window layers (Gemma 2 and 3:
-//! five local layers to one global) would waste most of its cache holding
+//! [`KvGroups::SINGLE`]). A model with sliding-window layers (Gemma 2: every
+//! other layer; Gemma 3: five local layers to each global one) would waste most of its cache holding
 //! local layers' keys that no query can see any more. So, as in vLLM's
 //! hybrid KV-cache manager, its layers are split into groups of equal size,
 //! the full-attention layers in the first groups and the windowed ones in

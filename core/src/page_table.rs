@@ -596,10 +596,12 @@ impl<'a> PageTable<'a> {
         // Windowed rows let go of the pages before the first new token's
         // window (never the last page: a window spans at least one token).
         let keep_from = if self.groups.windowed() > 0 {
+            // A window under a page may already have let the last page go
+            // (a prefix ending on a page boundary): never back past it.
             self.groups
                 .first_needed_page(len)
-                .max(window_start)
                 .min(pages.saturating_sub(1))
+                .max(window_start)
         } else {
             0
         };
@@ -678,7 +680,7 @@ impl<'a> PageTable<'a> {
         entry.pages += fresh;
         entry.last_page = last_page;
         if self.groups.windowed() > 0 {
-            entry.window_start = keep_from.max(window_start);
+            entry.window_start = keep_from;
         }
         Ok(done)
     }

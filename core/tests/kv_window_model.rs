@@ -25,7 +25,9 @@ use proptest::prelude::*;
 const PAGES: usize = 48;
 const ROW: usize = 8; // 128 tokens a sequence
 const SEQS: usize = 4;
-const WINDOW: u32 = 24; // straddles pages: 2 or 3 pages a windowed row
+/// The directed test's window: it straddles pages (2 or 3 pages a
+/// windowed row). The property test draws windows, some under a page.
+const WINDOW: u32 = 24;
 const GROUPS: (u32, u32) = (1, 2);
 
 struct Storage {
@@ -36,15 +38,17 @@ struct Storage {
     index: Vec<u64>,
     scratch: Vec<PageId>,
     group_pages: Vec<PageId>,
+    groups: KvGroups,
 }
 
-fn groups() -> KvGroups {
-    KvGroups::new(GROUPS.0, GROUPS.1, WINDOW).unwrap()
+fn groups(window: u32) -> KvGroups {
+    KvGroups::new(GROUPS.0, GROUPS.1, window).unwrap()
 }
 
 impl Storage {
-    fn new() -> Self {
-        let g = groups().count() as usize;
+    fn new(window: u32) -> Self {
+        let groups = groups(window);
+        let g = groups.count() as usize;
         Self {
             pages: vec![PageEntry::EMPTY; PAGES],
             rows: vec![PageId::VACANT; SEQS * ROW * g],
@@ -53,6 +57,7 @@ impl Storage {
             index: vec![0; RadixCache::index_len_for(PAGES)],
             scratch: vec![PageId::VACANT; ROW * g],
             group_pages: vec![PageId::VACANT; PAGES * (g - 1)],
+            groups,
         }
     }
 
@@ -65,7 +70,7 @@ impl Storage {
             index: &mut self.index,
             scratch: &mut self.scratch,
         };
-        KvCache::with_groups(storage, groups(), &mut self.group_pages).unwrap()
+        KvCache::with_groups(storage, self.groups, &mut self.group_pages).unwrap()
     }
 }
 
@@ -115,7 +120,7 @@ fn snapshot(kv: &KvCache<'_>) -> (PoolStats, u32, u64) {
 
 /// The model's write of positions `from..to` of `live` into its pages.
 fn write(kv: &KvCache<'_>, contents: &mut Contents, live: &Live, from: usize) {
-    for g in 0..groups().count() {
+    for g in 0..kv.groups().count() {
         let row = kv.group_pages(live.seq, g).unwrap();
         for pos in from..live.len {
             let page = row[pos / PAGE_SIZE];
@@ -140,7 +145,7 @@ fn write(kv: &KvCache<'_>, contents: &mut Contents, live: &Live, from: usize) {
 }
 
 fn check(kv: &KvCache<'_>, lives: &[Live], contents: &Contents) {
-    let g = groups();
+    let g = kv.groups();
     let mut refs: HashMap<PageId, u32> = HashMap::new();
     for live in lives {
         let len = kv.len(live.seq).unwrap() as usize;
@@ -192,9 +197,10 @@ proptest! {
 
     #[test]
     fn windowed_groups_never_leak_or_serve_a_freed_page(
+        window in prop_oneof![1u32..16, 16u32..64],
         ops in proptest::collection::vec(op(), 0..80)
     ) {
-        let mut storage = Storage::new();
+        let mut storage = Storage::new(window);
         let mut kv = storage.kv();
         let mut lives: Vec<Live> = Vec::new();
         let mut contents = Contents::new();
@@ -225,7 +231,7 @@ proptest! {
                         Ok(appended) => {
                             // Every group's shared last page is copied, or none.
                             let copies = appended.copies.len() as u32;
-                            prop_assert!(copies == 0 || copies == groups().count());
+                            prop_assert!(copies == 0 || copies == kv.groups().count());
                             for (group, copy) in (0..).zip(appended.copies.iter()) {
                                 prop_assert_eq!(kv.group_pages(live.seq, group).unwrap()[was / PAGE_SIZE], copy.dst);
                                 let mut held = contents[&(group, copy.src)].clone();
@@ -235,11 +241,11 @@ proptest! {
                             live.len += tokens as usize;
                             write(&kv, &mut contents, live, was);
                             if tokens == 1 {
-                                for g in 0..groups().count() {
+                                for g in 0..kv.groups().count() {
                                     let row = kv.group_pages(live.seq, g).unwrap();
                                     let held = row.iter().filter(|p| !p.is_vacant()).count() as u32;
-                                    if groups().is_windowed(g) {
-                                        prop_assert!(held <= groups().window_pages());
+                                    if kv.groups().is_windowed(g) {
+                                        prop_assert!(held <= kv.groups().window_pages());
                                     }
                                 }
                             }
@@ -284,7 +290,7 @@ proptest! {
 
 #[test]
 fn a_cached_prefix_serves_only_where_its_window_is_whole() {
-    let mut storage = Storage::new();
+    let mut storage = Storage::new(WINDOW);
     let mut kv = storage.kv();
     let prompt: Vec<u32> = (0..101).map(|i| token(0, i)).collect();
     let admission = kv.peek_admission(&prompt[..100]);
@@ -311,7 +317,7 @@ fn a_cached_prefix_serves_only_where_its_window_is_whole() {
         assert!(admission.matched_tokens() <= last);
         last = admission.matched_tokens();
         let seq = kv.admit(&prompt, &admission, 1).unwrap().seq;
-        for g in 0..groups().count() {
+        for g in 0..kv.groups().count() {
             for &page in kv.group_pages(seq, g).unwrap() {
                 assert!(page.is_vacant() || kv.pool().is_free(page) == Ok(false));
             }

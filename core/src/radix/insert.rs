@@ -49,7 +49,7 @@ impl RadixCache<'_> {
         let len = table.len(seq)?.min(tokens.len() as u32);
         let full_pages = len / PAGE_SIZE as u32;
         let tokens = &tokens[..(full_pages as usize) * PAGE_SIZE];
-        let (found, to_dedup) = self.check_row(table.pages(seq)?, tokens, pool)?;
+        let (found, to_dedup, insertable) = self.check_row(table.pages(seq)?, tokens, pool)?;
         let mut done = Inserted::default();
         if to_dedup > 0 {
             // The path the check walked, again, now that nothing can refuse.
@@ -67,7 +67,10 @@ impl RadixCache<'_> {
         // The walk stopped at the first uncached page, if any, and has its key.
         debug_assert!(found.next_key.is_some() || found.pages == full_pages);
         let (mut parent, mut key) = (found.last, found.next_key.unwrap_or(ROOT_KEY));
-        let uncached = tokens.chunks_exact(PAGE_SIZE).skip(found.pages as usize);
+        let uncached = tokens
+            .chunks_exact(PAGE_SIZE)
+            .take(insertable as usize)
+            .skip(found.pages as usize);
         for (i, chunk) in (found.pages..).zip(uncached) {
             let chunk = page_tokens(chunk);
             if i > found.pages {
@@ -80,7 +83,7 @@ impl RadixCache<'_> {
                 "check_row lets no cached page get here"
             );
             let Some(node) = self.new_node(parent, key, chunk, own, pool) else {
-                done.declined_pages = full_pages - i;
+                done.declined_pages = insertable - i;
                 break;
             };
             pool.set_cache_tag(own, CacheTag(node))?;
@@ -103,18 +106,20 @@ impl RadixCache<'_> {
     }
 
     /// Before an insert changes anything: walks the tree along `tokens` (whole
-    /// pages) and checks the row against it. The row's pages that the tree
-    /// caches must be the walked path itself, from the root; past them, every
-    /// page must be uncached. Otherwise the tokens are not the row's, and
-    /// inserting them would alias a cached page. Returns the walk and how
-    /// many of the row's pages the walked path holds in other pages (to
-    /// deduplicate).
+    /// pages) and checks the row against it. The row's pages on the walked
+    /// path must be the path's own or uncached (else the tokens are not the
+    /// row's, and inserting them would alias a cached page). Returns the
+    /// walk, how many of the row's pages the path holds in other pages (to
+    /// deduplicate), and how many of the row's pages may be cached: up to
+    /// the first one past the path that a node out of the tree holds (a
+    /// fork's page whose ancestor was evicted), which is left where it is.
+    /// One past the path that a node in the tree holds is a mismatch too.
     fn check_row(
         &self,
         row: &[PageId],
         tokens: &[u32],
         pool: &PagePool<'_>,
-    ) -> Result<(Walk, u32), KvError> {
+    ) -> Result<(Walk, u32, u32), KvError> {
         let mut to_dedup = 0;
         let found = self.walk(tokens, row.iter().copied(), |own, _, node| {
             // The row's page is the node's (it came from the cache, or a
@@ -128,13 +133,33 @@ impl RadixCache<'_> {
             }
             Ok(())
         })?;
-        let past = row.iter().take(tokens.len() / PAGE_SIZE);
-        for &page in past.skip(found.pages as usize) {
-            if pool.cache_tag(page)?.is_some() {
-                return Err(KvError::TokensMismatch);
+        let full = tokens.len() / PAGE_SIZE;
+        let mut insertable = full as u32;
+        for (i, &page) in (0..).zip(row.iter().take(full)).skip(found.pages as usize) {
+            if let Some(tag) = pool.cache_tag(page)? {
+                if self.in_tree(tag.0) {
+                    // Cached on another path: the tokens are not the row's.
+                    return Err(KvError::TokensMismatch);
+                }
+                insertable = i;
+                break;
             }
         }
-        Ok((found, to_dedup))
+        Ok((found, to_dedup, insertable))
+    }
+
+    /// Whether `node` is live and every ancestor too: a walk can reach it.
+    fn in_tree(&self, mut node: u32) -> bool {
+        while let Some(n) = self.nodes.get(node as usize) {
+            if n.state != NodeState::Live {
+                return false;
+            }
+            if n.parent == NIL {
+                return true;
+            }
+            node = n.parent;
+        }
+        false
     }
 
     /// Takes a free node (evicting an unlocked page if there is none) and

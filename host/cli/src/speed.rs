@@ -18,7 +18,7 @@ use std::time::Instant;
 use pagoda_engine::model::{Model, SamplingParams};
 use pagoda_engine::probe::{fma_peak_gflops, read_bandwidth, ReadBandwidth};
 use pagoda_engine::{
-    DeviceProgram, Engine, EngineConfig, EngineStorage, Event, GenRequest, KvLayout, Priority,
+    DeviceProgram, Engine, EngineConfig, EngineStorage, Event, GenRequest, Priority,
     SchedulerConfig, StepBackend, WithBackend,
 };
 use serde::Serialize;
@@ -468,6 +468,13 @@ impl WithBackend for SpeedJob<'_> {
         B::Error: std::error::Error + Send + Sync + 'static,
     {
         let mut storage = EngineStorage::for_model(self.config, self.model, B::KV_GROUPS);
+        // Layers each pool page holds.
+        let per_page = u64::from(
+            storage
+                .layout()
+                .per_group()
+                .unwrap_or(self.model.config().layers),
+        );
         let mut engine = Engine::new(self.model, backend, self.config, &mut storage)
             .map_err(|e| CliError::Engine(Box::new(e)))?;
         let device_copy = engine.device_copy_bandwidth();
@@ -492,10 +499,6 @@ impl WithBackend for SpeedJob<'_> {
             (self.model.config().max_context as usize)
                 .saturating_sub(64)
                 .max(8),
-        );
-        // Layers each pool page holds.
-        let per_page = u64::from(
-            storage_layers(self.model, B::KV_GROUPS).unwrap_or(self.model.config().layers),
         );
         // 512 deep too: a sliding-window model's local layers (Gemma 3's
         // window) read as much there as at 4,096.
@@ -577,14 +580,6 @@ fn predict_deep_decode(decode: &[DecodeFigure], windows: &[u32]) -> Option<f64> 
     let per_key = (step(mid) - step(first)) / (keys(mid) - keys(first));
     let predicted = step(mid) + per_key * (keys(deep) - keys(mid));
     (predicted > 0.0).then(|| 1.0 / predicted)
-}
-
-/// Layers each page of the storage `for_model` builds holds, when it
-/// groups them.
-fn storage_layers(model: &Model, grouped: bool) -> Option<u32> {
-    grouped
-        .then(|| KvLayout::for_model(model).per_group())
-        .flatten()
 }
 
 /// Submits `prompts` together, greedy, `max_new` tokens each, and steps
