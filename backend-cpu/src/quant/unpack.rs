@@ -124,6 +124,14 @@ pub(super) fn k_scale_bits(kind: QuantKind, b: &[u8]) -> ([i32; 16], [i32; 16], 
 /// The test checks it against `pagoda_core::quant::k_scale_min`.
 #[inline(always)]
 pub(super) fn k4_scales_mins(p: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let (scales, mins) = k4_scale_words(p);
+    (scales.to_le_bytes(), mins.to_le_bytes())
+}
+
+/// [`k4_scales_mins`] as two little-endian words (byte `j` is sub-block
+/// `j`'s), for vector code that widens them in one instruction.
+#[inline(always)]
+pub(super) fn k4_scale_words(p: &[u8]) -> (u64, u64) {
     const LOW6: u32 = 0x3f3f_3f3f;
     const LOW4: u32 = 0x0f0f_0f0f;
     const TOP2: u32 = 0x0303_0303;
@@ -131,7 +139,7 @@ pub(super) fn k4_scales_mins(p: &[u8]) -> ([u8; 8], [u8; 8]) {
     let (a, b, c) = (word(0), word(1), word(2));
     let scales_hi = (c & LOW4) | (((a >> 6) & TOP2) << 4);
     let mins_hi = ((c >> 4) & LOW4) | (((b >> 6) & TOP2) << 4);
-    let join = |lo: u32, hi: u32| (u64::from(lo) | (u64::from(hi) << 32)).to_le_bytes();
+    let join = |lo: u32, hi: u32| u64::from(lo) | (u64::from(hi) << 32);
     (join(a & LOW6, scales_hi), join(b & LOW6, mins_hi))
 }
 

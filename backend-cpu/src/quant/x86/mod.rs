@@ -77,6 +77,107 @@ unsafe fn half_bits(h: u16) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
 }
 
+/// A K block's scales in vector form, unpacked in registers (no scalar
+/// scale arrays): `s[k]` multiplies the i16 pair sums of values
+/// `32k..32k + 32` (its low lane group `2k`, its high lane group `2k + 1`),
+/// `c` holds the 16 per-16 corrections that the activation sums of 16 pay,
+/// `w = d × s × q − dc × c` per 16.
+pub(super) struct KScales {
+    pub s: [__m256i; 8],
+    pub c: __m256i,
+    pub d: f32,
+    pub dc: f32,
+}
+
+/// The per-16 scales of a K block as 16 i16 lanes (group `g` in lane `g`),
+/// and its corrections the same way (see [`KScales`]).
+#[inline(always)]
+unsafe fn k_scale_lanes(kind: QuantKind, b: &[u8]) -> (__m256i, __m256i) {
+    if kind == QuantKind::Q6_K {
+        let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(b[192..208].as_ptr().cast()));
+        // Q6_K's values are stored plus 32: the correction is 32 × scale
+        // (|32 × −128| fits i16).
+        return (sc, _mm256_slli_epi16::<5>(sc));
+    }
+    let (scales, mins) = unpack::k4_scale_words(&b[4..16]);
+    // One 6-bit scale and minimum per 32 values: each taken for both of
+    // its groups of 16.
+    (per16(scales), per16(mins))
+}
+
+/// Eight bytes (one per 32 values) as 16 i16 lanes, each byte twice.
+#[inline(always)]
+unsafe fn per16(w: u64) -> __m256i {
+    let v = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(w as i64));
+    _mm256_set_m128i(_mm_unpackhi_epi16(v, v), _mm_unpacklo_epi16(v, v))
+}
+
+/// The shuffle that broadcasts i16 lane `2k` across the low 128 bits and
+/// lane `2k + 1` across the high (`k < 4`).
+#[inline(always)]
+unsafe fn scale_pick(k: usize) -> __m256i {
+    let (a, b) = (4 * k as i8, 4 * k as i8 + 2);
+    _mm256_setr_epi8(
+        a,
+        a + 1,
+        a,
+        a + 1,
+        a,
+        a + 1,
+        a,
+        a + 1,
+        a,
+        a + 1,
+        a,
+        a + 1,
+        a,
+        a + 1,
+        a,
+        a + 1,
+        b,
+        b + 1,
+        b,
+        b + 1,
+        b,
+        b + 1,
+        b,
+        b + 1,
+        b,
+        b + 1,
+        b,
+        b + 1,
+        b,
+        b + 1,
+        b,
+        b + 1,
+    )
+}
+
+/// [`KScales`] of the K block `b`.
+#[inline(always)]
+unsafe fn k_scale_vectors(kind: QuantKind, b: &[u8]) -> KScales {
+    let (sc, c) = k_scale_lanes(kind, b);
+    let (d, dc) = if kind == QuantKind::Q6_K {
+        let d = half(b, 208);
+        (d, d)
+    } else {
+        (half(b, 0), half(b, 2))
+    };
+    // Each lane's groups 0–7 (first four vectors) or 8–15 (last four) in
+    // both lanes, then one shuffle per vector picks its two i16s. (Plain
+    // loops, no closures: a closure handed to a generic function is not
+    // compiled with this function's target features, and its intrinsics
+    // become calls.)
+    let first = _mm256_permute2x128_si256::<0x00>(sc, sc);
+    let second = _mm256_permute2x128_si256::<0x11>(sc, sc);
+    let mut s = [_mm256_setzero_si256(); 8];
+    for (k, s) in s.iter_mut().enumerate() {
+        let base = if k < 4 { first } else { second };
+        *s = _mm256_shuffle_epi8(base, scale_pick(k % 4));
+    }
+    KScales { s, c, d, dc }
+}
+
 /// A legacy block's 32 values (offset removed for the symmetric types),
 /// its scale and its minimum.
 #[inline(always)]
@@ -220,48 +321,55 @@ unsafe fn k_block(
     s: &mut [__m256i; 8],
     sc: &[i32; 16],
 ) {
-    let low = _mm256_set1_epi8(0x0f);
-    match kind {
-        QuantKind::Q6_K => {
-            for n in 0..2 {
-                let ql0 = load32(&b[64 * n..64 * n + 32]);
-                let ql1 = load32(&b[64 * n + 32..64 * n + 64]);
-                let qh = load32(&b[128 + 32 * n..160 + 32 * n]);
-                q[4 * n] = _mm256_or_si256(_mm256_and_si256(ql0, low), two_bits(qh));
-                q[4 * n + 1] = _mm256_or_si256(
-                    _mm256_and_si256(ql1, low),
-                    two_bits(_mm256_srli_epi16::<2>(qh)),
-                );
-                q[4 * n + 2] = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), low),
-                    two_bits(_mm256_srli_epi16::<4>(qh)),
-                );
-                q[4 * n + 3] = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), low),
-                    two_bits(_mm256_srli_epi16::<6>(qh)),
-                );
-            }
-        }
-        _ => {
-            let five = kind == QuantKind::Q5_K;
-            let qs = if five { &b[48..176] } else { &b[16..144] };
-            let qh = load32(&b[16..48]);
-            for i in 0..4 {
-                let v = load32(&qs[32 * i..32 * i + 32]);
-                let mut lo = _mm256_and_si256(v, low);
-                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-                if five {
-                    lo = _mm256_or_si256(lo, fifth_of(qh, 2 * i as i32));
-                    hi = _mm256_or_si256(hi, fifth_of(qh, 2 * i as i32 + 1));
-                }
-                q[2 * i] = lo;
-                q[2 * i + 1] = hi;
-            }
-        }
-    }
+    k_values(kind, b, q);
     for (c, s) in s.iter_mut().enumerate() {
         // Scales fit in i16: 6-bit unsigned (Q4_K, Q5_K) or i8 (Q6_K).
         let (a, b) = (sc[2 * c] as i16, sc[2 * c + 1] as i16);
         *s = _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a));
+    }
+}
+
+/// A K block's 256 values (0..=63, unsigned) as 8 vectors in element order.
+#[inline(always)]
+unsafe fn k_values(kind: QuantKind, b: &[u8], q: &mut [__m256i; 8]) {
+    for (k, q) in q.iter_mut().enumerate() {
+        *q = k_value(kind, b, k);
+    }
+}
+
+/// Values `32k..32k + 32` of a K block (0..=63, unsigned), unpacked alone
+/// (`k < 8`): a kernel that multiplies each vector as soon as it has it
+/// keeps a few registers live, not eight. Inlined into a loop over `k`,
+/// the loads that neighbouring vectors share are made once.
+#[inline(always)]
+unsafe fn k_value(kind: QuantKind, b: &[u8], k: usize) -> __m256i {
+    let low = _mm256_set1_epi8(0x0f);
+    if kind == QuantKind::Q6_K {
+        // Half `n` of the block: 64 bytes of low nibbles (two vectors, each
+        // giving its low then its high nibbles) and 32 of 2-bit pairs.
+        let (n, v) = (k / 4, k % 4);
+        let ql = load32(&b[64 * n + 32 * (v % 2)..64 * n + 32 * (v % 2) + 32]);
+        let qh = load32(&b[128 + 32 * n..160 + 32 * n]);
+        let ql = if v < 2 {
+            ql
+        } else {
+            _mm256_srli_epi16::<4>(ql)
+        };
+        let qh = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * v as i32));
+        return _mm256_or_si256(_mm256_and_si256(ql, low), two_bits(qh));
+    }
+    let five = kind == QuantKind::Q5_K;
+    let qs = if five { &b[48..176] } else { &b[16..144] };
+    let i = k / 2;
+    let v = load32(&qs[32 * i..32 * i + 32]);
+    let q = if k % 2 == 0 {
+        _mm256_and_si256(v, low)
+    } else {
+        _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
+    };
+    if five {
+        _mm256_or_si256(q, fifth_of(load32(&b[16..48]), k as i32))
+    } else {
+        q
     }
 }
