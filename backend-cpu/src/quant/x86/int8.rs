@@ -337,8 +337,9 @@ unsafe fn kquant_rows<const KIND: u8, const N: usize>(
     let blocks = w.len() / bytes;
     // Plain loops, no `array::from_fn`: its closures were not inlined into
     // this function (whose target features they lack) and cost a call each.
-    let (mut qs, mut ds, mut bs): ([&[i8]; N], [&[f32]; N], [&[i16]; N]) =
-        ([&[]; N], [&[]; N], [&[]; N]);
+    let mut qs: [&[i8]; N] = [&[]; N];
+    let mut ds: [&[f32]; N] = [&[]; N];
+    let mut bs: [&[i16]; N] = [&[]; N];
     for j in 0..N {
         qs[j] = &x.q_row(first + j)[..blocks * KB];
         ds[j] = &x.d_row(first + j)[..blocks];

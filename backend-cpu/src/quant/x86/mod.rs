@@ -362,7 +362,7 @@ unsafe fn k_value(kind: QuantKind, b: &[u8], k: usize) -> __m256i {
     let qs = if five { &b[48..176] } else { &b[16..144] };
     let i = k / 2;
     let v = load32(&qs[32 * i..32 * i + 32]);
-    let q = if k % 2 == 0 {
+    let q = if k.is_multiple_of(2) {
         _mm256_and_si256(v, low)
     } else {
         _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
