@@ -14,7 +14,7 @@ use pagoda_core::QuantKind;
 use super::super::act::{QuantizedActivations, KB, KSUM, LANES, QB};
 use super::super::unpack;
 use super::{
-    half, hsum, k_scale_vectors, k_value, legacy_block, load32, nibbles, PREFETCH_AHEAD, Q4_1, Q8_0,
+    half, hsum, k_scale_vectors, k_value, legacy_block, load32, nibbles, prefetch_ahead, Q4_1, Q8_0,
 };
 
 /// Q4_0, Q4_1 and Q8_0 weights with 8-bit activations, in groups of up to
@@ -118,8 +118,7 @@ unsafe fn packed_lanes<const KIND: u8, const N: usize>(
         let mut acc = [_mm256_setzero_ps(); N];
         let mut mins = _mm256_setzero_ps();
         for (b, wb) in wr.chunks_exact(bytes).enumerate() {
-            // A hint only: it never faults, and the address is never read.
-            _mm_prefetch::<_MM_HINT_T0>(wb.as_ptr().wrapping_add(PREFETCH_AHEAD).cast());
+            prefetch_ahead(wb);
             let dw = half(wb, 0);
             let q = match KIND {
                 Q8_0 => load32(&wb[2..34]),
@@ -198,8 +197,7 @@ unsafe fn packed_tile<const KIND: u8, const N: usize, const R: usize>(
     for b in 0..row_bytes / bytes {
         for r in 0..R {
             let wb = &ws[r][b * bytes..b * bytes + bytes];
-            // A hint only: it never faults, and the address is never read.
-            _mm_prefetch::<_MM_HINT_T0>(wb.as_ptr().wrapping_add(PREFETCH_AHEAD).cast());
+            prefetch_ahead(wb);
             let dw = half(wb, 0);
             let q = match KIND {
                 Q8_0 => load32(&wb[2..34]),
@@ -249,6 +247,7 @@ pub(super) unsafe fn legacy(
     let mut acc = [_mm256_setzero_ps(); 16];
     let mut mins = [0.0f32; 16];
     for (b, wb) in w.chunks_exact(kind.block_bytes()).enumerate() {
+        prefetch_ahead(wb);
         let (qw, dw, mw) = legacy_block(kind, wb);
         let aw = if with_min {
             qw
@@ -354,8 +353,7 @@ unsafe fn kquant_rows<const KIND: u8, const N: usize>(
         for j in 0..N {
             xb[j] = &qs[j][b * KB..b * KB + KB];
         }
-        // A hint only: it never faults, and the address is never read.
-        _mm_prefetch::<_MM_HINT_T0>(wb.as_ptr().wrapping_add(PREFETCH_AHEAD).cast());
+        prefetch_ahead(wb);
         let sc = k_scale_vectors(kind, wb);
         let mut isum = [_mm256_setzero_si256(); N];
         for k in 0..8 {

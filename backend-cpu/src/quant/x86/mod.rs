@@ -293,6 +293,20 @@ unsafe fn row_dots(
 /// 88 at 2 KiB and 89–90 at 4 and 8 KiB (2 cores, Zen 2).
 const PREFETCH_AHEAD: usize = 4096;
 
+/// Asks the cache for every line of the block `b` [`PREFETCH_AHEAD`]
+/// bytes on. One hint per block covers every line of blocks shorter than a
+/// line, but K blocks are 144 to 210 bytes: with one hint each, most of
+/// their lines were left to the hardware prefetcher, and Llama-3.2-1B
+/// Q4_K_M decoded at 14.6 tok/s against 28.8 with every line asked for
+/// (2 threads, Zen 2).
+#[inline(always)]
+unsafe fn prefetch_ahead(b: &[u8]) {
+    for line in (0..b.len()).step_by(64) {
+        // A hint only: it never faults, and the address is never read.
+        _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().wrapping_add(PREFETCH_AHEAD + line).cast());
+    }
+}
+
 /// [`shifted`]'s weight types, as const parameters.
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;

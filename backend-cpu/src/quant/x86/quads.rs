@@ -22,7 +22,7 @@ use std::arch::x86_64::*;
 use pagoda_core::QuantKind;
 
 use super::super::act::{QuantizedActivations, KB, KSUM, QB, QUAD, QUAD_CHUNK};
-use super::{half, k_block, k_scales, load32, nibbles, PREFETCH_AHEAD, Q4_1, Q8_0};
+use super::{half, k_block, k_scales, load32, nibbles, prefetch_ahead, Q4_1, Q8_0};
 
 /// Weight blocks unpacked ahead of the products at a time (1 KiB of
 /// values on the stack, read back by broadcasts).
@@ -126,8 +126,7 @@ unsafe fn quads_pass<const KIND: u8, const G: usize>(
         for (s, span) in wr.chunks(SPAN * bytes).enumerate() {
             let n = span.len() / bytes;
             for (b, wb) in span.chunks_exact(bytes).enumerate() {
-                // A hint only: it never faults, and the address is never read.
-                _mm_prefetch::<_MM_HINT_T0>(wb.as_ptr().wrapping_add(PREFETCH_AHEAD).cast());
+                prefetch_ahead(wb);
                 let q = match KIND {
                     Q4_1 => {
                         // d and m side by side: one conversion for both.
@@ -352,8 +351,7 @@ unsafe fn kquads_pass<const G: usize, const SIX: bool>(
         for (si, wspan) in wr.chunks(K_SPAN * bytes).enumerate() {
             let n = wspan.len() / bytes;
             for (blk, wb) in span.iter_mut().zip(wspan.chunks_exact(bytes)) {
-                // A hint only: it never faults, and the address is never read.
-                _mm_prefetch::<_MM_HINT_T0>(wb.as_ptr().wrapping_add(PREFETCH_AHEAD).cast());
+                prefetch_ahead(wb);
                 let (sc, c, d, dc) = k_scales(kind, wb);
                 k_block(kind, wb, &mut q, &mut s, &sc);
                 for (j, v) in q.iter().enumerate() {

@@ -17,7 +17,7 @@ use pagoda_core::QuantKind;
 
 use super::super::act::{QuantizedActivations, KB, QB};
 use super::super::scalar;
-use super::{half, hsum, k_block, k_scales, legacy_block, load32, PREFETCH_AHEAD, Q4_1, Q8_0};
+use super::{half, hsum, k_block, k_scales, legacy_block, load32, prefetch_ahead, Q4_1, Q8_0};
 
 /// The 32-bit lanes of `v` shifted right by `4k` bits (`k` < 4).
 #[inline(always)]
@@ -111,8 +111,7 @@ unsafe fn shifted_rows<const KIND: u8, const N: usize>(
     let xs: [&[f32]; N] = std::array::from_fn(|j| &x.ordered_row(first + j, KIND == Q8_0)[..cols]);
     let mut acc = [[_mm256_setzero_ps(); 4]; N];
     for (b, wb) in w.chunks_exact(bytes).enumerate() {
-        // A hint only: it never faults, and the address is never read.
-        _mm_prefetch::<_MM_HINT_T0>(wb.as_ptr().wrapping_add(PREFETCH_AHEAD).cast());
+        prefetch_ahead(wb);
         let wv = shifted_block::<KIND>(wb);
         for j in 0..N {
             let xr = &xs[j][b * QB..b * QB + QB];
@@ -204,6 +203,7 @@ unsafe fn widened_rows<const N: usize>(
     let xs: [&[f32]; N] = std::array::from_fn(|j| &x.f_row(first + j)[..cols]);
     let mut acc = [[_mm256_setzero_ps(); 4]; N];
     for (b, wb) in w.chunks_exact(kind.block_bytes()).enumerate() {
+        prefetch_ahead(wb);
         let wv = legacy_floats(kind, wb);
         for j in 0..N {
             let xr = &xs[j][b * QB..b * QB + QB];
@@ -259,6 +259,7 @@ unsafe fn widened_k_rows<const N: usize>(
     let mut q = [_mm256_setzero_si256(); 8];
     let mut scales = [_mm256_setzero_si256(); 8];
     for (b, wb) in w.chunks_exact(kind.block_bytes()).enumerate() {
+        prefetch_ahead(wb);
         let (sc, c, d, dc) = k_scales(kind, wb);
         k_block(kind, wb, &mut q, &mut scales, &sc);
         for (k, &qk) in q.iter().enumerate() {
