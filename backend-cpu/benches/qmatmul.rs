@@ -1,11 +1,14 @@
-//! Quantized matrix products at SmolLM2-135M's shapes: decode (1 to 16
-//! activation rows) and prefill (128), with 8-bit and with f32 activations,
-//! single-threaded, reported as weight bytes streamed per second. All 48
-//! take several minutes; a filter picks some, e.g.
+//! Quantized matrix products at SmolLM2-135M's shapes and a Llama-3.2-1B
+//! square: decode (1 to 16 activation rows) and prefill (128), with 8-bit
+//! and with f32 activations, in the plain layout and (Q4_0, Q8_0) rows
+//! interleaved eight at a time (`/rows8`), single-threaded, reported as
+//! weight bytes streamed per second. All of them take several minutes; a
+//! filter picks some, e.g.
 //! `cargo bench -p pagoda-cpu --bench qmatmul -- 'Q4_1/1536x576/(int8|f32)/(1|16)$'`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use pagoda_core::QuantKind;
+use pagoda_cpu::quant::interleave::{interleave, interleaved_len, interleaves};
 use pagoda_cpu::{matmul, Isa, QuantMatrix, QuantizedActivations};
 
 /// Weight bytes with sane f16 scales: every byte random, then each block's
@@ -31,9 +34,10 @@ fn bench(c: &mut Criterion) {
     let isa = Isa::detect();
     // SmolLM2-135M's Q4_1 layer shapes and its Q8_0 head; a K-quant needs
     // rows of whole 256-blocks, so Q4_K and Q6_K take a 1536-square matrix.
-    let cases: [(QuantKind, &[(usize, usize)]); 4] = [
+    let cases: [(QuantKind, &[(usize, usize)]); 5] = [
         (QuantKind::Q4_1, &[(1536, 576), (576, 1536)]),
-        (QuantKind::Q8_0, &[(49152, 576)]),
+        (QuantKind::Q8_0, &[(49152, 576), (2048, 2048)]),
+        (QuantKind::Q4_0, &[(2048, 2048)]),
         (QuantKind::Q4_K, &[(1536, 1536)]),
         (QuantKind::Q6_K, &[(1536, 1536)]),
     ];
@@ -41,8 +45,21 @@ fn bench(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("qmatmul/{kind}"));
         for &(rows, cols) in shapes {
             let data = weights(kind, rows, cols);
-            let w = QuantMatrix::new(kind, rows, cols, &data).expect("valid shape");
-            for n in [1usize, 2, 4, 8, 16, 128] {
+            let plain = QuantMatrix::new(kind, rows, cols, &data).expect("valid shape");
+            let mut packed = Vec::new();
+            if interleaves(kind) {
+                packed.resize(interleaved_len(kind, rows, cols).expect("shape"), 0);
+                interleave(kind, rows, cols, &data, &mut packed).expect("shape");
+            }
+            let mut layouts = vec![("", plain)];
+            if !packed.is_empty() {
+                let w = QuantMatrix::interleaved(kind, rows, cols, &packed).expect("shape");
+                layouts.push(("/rows8", w));
+            }
+            for (n, (layout, w)) in [1usize, 2, 4, 8, 16, 128]
+                .into_iter()
+                .flat_map(|n| layouts.iter().map(move |l| (n, l)))
+            {
                 let x: Vec<f32> = (0..n * cols)
                     .map(|i| ((i % 97) as f32 - 48.0) / 32.0)
                     .collect();
@@ -57,9 +74,10 @@ fn bench(c: &mut Criterion) {
                     }
                     let mut out = vec![0.0f32; n * rows];
                     group.throughput(Throughput::Bytes(data.len() as u64));
-                    let name = format!("{rows}x{cols}/{}", if f32_acts { "f32" } else { "int8" });
+                    let acts_name = if f32_acts { "f32" } else { "int8" };
+                    let name = format!("{rows}x{cols}{layout}/{acts_name}");
                     group.bench_function(BenchmarkId::new(name, n), |b| {
-                        b.iter(|| matmul(isa, &w, &acts, &mut out, 0..rows).expect("valid"))
+                        b.iter(|| matmul(isa, w, &acts, &mut out, 0..rows).expect("valid"))
                     });
                 }
             }

@@ -109,6 +109,9 @@ pub struct QuantizedActivations {
     quad_bsums: LineBuf<i16>,
     /// Q8_K: `Σ q` per 16 values.
     pub(super) bsums: Vec<i16>,
+    /// Q8_0 and Q8_1: `Σ q` per block, for the interleaved Q4_0 kernel,
+    /// which multiplies nibbles unsigned and takes their −8 back exactly.
+    sums: Vec<i32>,
     /// F32: each 32-value block in [`NIBBLE_ORDER`] (Q4_0, Q4_1 weights).
     nibble_order: LineBuf<f32>,
     /// F32: each 32-value block in [`BYTE_ORDER`] (Q8_0 weights).
@@ -203,6 +206,7 @@ impl QuantizedActivations {
             d: Vec::new(),
             s: Vec::new(),
             bsums: Vec::new(),
+            sums: Vec::new(),
             nibble_order: LineBuf::new(),
             byte_order: LineBuf::new(),
             lane_scales: LineBuf::new(),
@@ -259,10 +263,12 @@ impl QuantizedActivations {
             v.clear();
         }
         self.bsums.clear();
+        self.sums.clear();
         let q = self.q.reset(x.len());
-        let (d, s, bsums) = (&mut self.d, &mut self.s, &mut self.bsums);
+        let (d, s, bsums, sums) = (&mut self.d, &mut self.s, &mut self.bsums, &mut self.sums);
         let mut each = |d_block: f32, sum: i32| {
             d.push(d_block);
+            sums.push(sum);
             if format == ActFormat::Q8_1 {
                 s.push(d_block * sum as f32);
             }
@@ -412,6 +418,7 @@ impl QuantizedActivations {
         self.quad_scales.reset(0);
         self.quad_bsums.reset(0);
         self.bsums.clear();
+        self.sums.clear();
         self.f.clear();
         self.f.extend_from_slice(x);
         // Only the AVX2 row kernels read these, and only below the rows
@@ -519,6 +526,13 @@ impl QuantizedActivations {
     pub(super) fn s_row(&self, i: usize) -> &[f32] {
         let n = self.cols / QB;
         &self.s[i * n..(i + 1) * n]
+    }
+
+    /// Row `i`'s block sums `Σ q` (Q8_0, Q8_1).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // AVX2 kernels only
+    pub(super) fn sum_row(&self, i: usize) -> &[i32] {
+        let n = self.cols / QB;
+        &self.sums[i * n..(i + 1) * n]
     }
 
     /// Row `i`'s Q8_K sums of 16.

@@ -6,6 +6,8 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
+#[cfg(target_arch = "x86_64")]
+use super::interleave::WeightLayout;
 use super::{scalar, QuantMatrix, QuantizedActivations, MAX_ROWS_PER_PASS};
 use crate::Isa;
 
@@ -26,46 +28,92 @@ pub(super) fn rows(
     mut store: impl FnMut(usize, Range<usize>, usize, &[f32]),
 ) {
     let mut res = [0.0f32; ROW_TILE * MAX_ROWS_PER_PASS];
-    for tile in (rows.start..rows.end).step_by(ROW_TILE) {
-        let tile = tile..(tile + ROW_TILE).min(rows.end);
-        for first in (0..x.rows()).step_by(MAX_ROWS_PER_PASS) {
-            let m = (x.rows() - first).min(MAX_ROWS_PER_PASS);
-            let res = &mut res[..tile.len() * m];
-            if w.row_bytes == 0 {
-                // Rows of no columns: every product is the empty sum.
-                res.fill(0.0);
-                store(first, tile.clone(), m, res);
-                continue;
-            }
-            match isa {
-                #[cfg(target_arch = "x86_64")]
+    let mut start = rows.start;
+    while start < rows.end {
+        // Tiles on multiples of ROW_TILE, so an interleaved group is never
+        // split between two tiles of one worker.
+        let tile = start..((start / ROW_TILE + 1) * ROW_TILE).min(rows.end);
+        start = tile.end;
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx2
+            && w.layout == WeightLayout::Interleaved
+            && super::x86::takes_interleaved(w.kind, x)
+        {
+            for first in (0..x.rows()).step_by(MAX_ROWS_PER_PASS) {
+                let m = (x.rows() - first).min(MAX_ROWS_PER_PASS);
+                let res = &mut res[..tile.len() * m];
                 // SAFETY: `isa` went through `usable`, so the CPU has AVX2,
                 // FMA and F16C; the shapes were validated, and the kernel
                 // slices every input with bounds checks before loading
                 // from it.
-                Isa::Avx2 => unsafe {
-                    let (tile_bytes, row_bytes) = (w.rows_bytes(tile.clone()), w.row_bytes);
-                    if super::x86::takes_kquads(w.kind, x, m) {
-                        super::x86::kquads(w.kind, tile_bytes, row_bytes, x, first, res)
-                    } else {
-                        super::x86::dots(w.kind, tile_bytes, row_bytes, x, first, res)
-                    }
-                },
-                _ => {
-                    for (r, out) in tile.clone().zip(res.chunks_exact_mut(m)) {
-                        let wrow = w.row(r);
-                        match isa {
-                            #[cfg(target_arch = "aarch64")]
-                            // SAFETY: as above, for NEON.
-                            Isa::Neon => unsafe { super::neon::dots(w.kind, wrow, x, first, out) },
-                            _ => scalar::dots(w.kind, wrow, x, first, out),
-                        }
+                unsafe {
+                    super::x86::interleaved(w.kind, w.data, w.cols, tile.clone(), x, first, res)
+                };
+                store(first, tile.clone(), m, res);
+            }
+            continue;
+        }
+        PLAIN.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            let plain = w.plain_rows(tile.clone(), &mut buf);
+            plain_tile(isa, w, plain, x, tile, &mut res, &mut store);
+        });
+    }
+}
+
+/// [`rows`] for one tile whose weights are `plain` (the tile's rows in
+/// GGUF's layout).
+fn plain_tile(
+    isa: Isa,
+    w: &QuantMatrix<'_>,
+    plain: &[u8],
+    x: &QuantizedActivations,
+    tile: Range<usize>,
+    res: &mut [f32; ROW_TILE * MAX_ROWS_PER_PASS],
+    store: &mut impl FnMut(usize, Range<usize>, usize, &[f32]),
+) {
+    let row_bytes = w.row_bytes;
+    for first in (0..x.rows()).step_by(MAX_ROWS_PER_PASS) {
+        let m = (x.rows() - first).min(MAX_ROWS_PER_PASS);
+        let res = &mut res[..tile.len() * m];
+        if row_bytes == 0 {
+            // Rows of no columns: every product is the empty sum.
+            res.fill(0.0);
+            store(first, tile.clone(), m, res);
+            continue;
+        }
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `isa` went through `usable`, so the CPU has AVX2,
+            // FMA and F16C; the shapes were validated, and the kernel
+            // slices every input with bounds checks before loading
+            // from it.
+            Isa::Avx2 => unsafe {
+                if super::x86::takes_kquads(w.kind, x, m) {
+                    super::x86::kquads(w.kind, plain, row_bytes, x, first, res)
+                } else {
+                    super::x86::dots(w.kind, plain, row_bytes, x, first, res)
+                }
+            },
+            _ => {
+                for (wrow, out) in plain.chunks_exact(row_bytes).zip(res.chunks_exact_mut(m)) {
+                    match isa {
+                        #[cfg(target_arch = "aarch64")]
+                        // SAFETY: as above, for NEON.
+                        Isa::Neon => unsafe { super::neon::dots(w.kind, wrow, x, first, out) },
+                        _ => scalar::dots(w.kind, wrow, x, first, out),
                     }
                 }
             }
-            store(first, tile.clone(), m, res);
         }
+        store(first, tile.clone(), m, res);
     }
+}
+
+thread_local! {
+    /// Each thread's plain copy of an interleaved tile, for the kernels
+    /// that read plain rows; kept between products, as [`PANEL`].
+    static PLAIN: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Activation rows from which a product with f32 activations widens its
@@ -117,12 +165,19 @@ pub(super) unsafe fn panel(
         if panel.len() < n * k {
             panel.resize(n * k, 0.0);
         }
-        for (r, dst) in rows.clone().zip(panel.chunks_exact_mut(k)) {
-            // The shape was validated, so the row is whole blocks.
-            if pagoda_core::dequantize_row(w.kind, w.row(r), dst).is_err() {
-                dst.fill(f32::NAN);
+        PLAIN.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            let plain = w.plain_rows(rows.clone(), &mut buf);
+            for (row, dst) in plain
+                .chunks_exact(w.row_bytes.max(1))
+                .zip(panel.chunks_exact_mut(k))
+            {
+                // The shape was validated, so the row is whole blocks.
+                if pagoda_core::dequantize_row(w.kind, row, dst).is_err() {
+                    dst.fill(f32::NAN);
+                }
             }
-        }
+        });
         let xs = &x.f[..m * k];
         // SAFETY: `xs` is `m × k` row-major; the panel is `n` rows of `k`,
         // read as the `k × n` matrix Wᵀ (row stride 1, column stride k); the

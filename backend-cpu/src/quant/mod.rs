@@ -46,6 +46,7 @@
 //! ```
 
 mod act;
+pub mod interleave;
 mod kernel;
 mod lines;
 #[cfg(target_arch = "aarch64")]
@@ -57,6 +58,8 @@ mod x86;
 
 use std::fmt;
 use std::ops::Range;
+
+use interleave::WeightLayout;
 
 use pagoda_core::QuantKind;
 
@@ -129,6 +132,12 @@ pub enum QMatError {
     },
     /// A worker of the thread team panicked.
     Team(TeamError),
+    /// The weight type has no interleaved layout
+    /// ([`interleave::interleaves`]).
+    Layout {
+        /// The weight type.
+        kind: QuantKind,
+    },
 }
 
 impl fmt::Display for QMatError {
@@ -173,6 +182,7 @@ impl fmt::Display for QMatError {
                 )
             }
             Self::Team(e) => write!(f, "thread team: {e}"),
+            Self::Layout { kind } => write!(f, "{kind} weights have no interleaved layout"),
         }
     }
 }
@@ -188,6 +198,7 @@ pub struct QuantMatrix<'a> {
     cols: usize,
     row_bytes: usize,
     data: &'a [u8],
+    layout: WeightLayout,
 }
 
 impl<'a> QuantMatrix<'a> {
@@ -215,6 +226,34 @@ impl<'a> QuantMatrix<'a> {
             cols,
             row_bytes,
             data,
+            layout: WeightLayout::Plain,
+        })
+    }
+
+    /// Checks that `data` is `rows` rows of `cols` `kind` elements in the
+    /// interleaved layout ([`interleave::interleave`]'s output).
+    pub fn interleaved(
+        kind: QuantKind,
+        rows: usize,
+        cols: usize,
+        data: &'a [u8],
+    ) -> Result<Self, QMatError> {
+        let expected = interleave::interleaved_len(kind, rows, cols)?;
+        if data.len() != expected {
+            return Err(QMatError::DataLength {
+                expected,
+                found: data.len(),
+            });
+        }
+        // `interleaved_len` checked that rows are whole blocks.
+        let row_bytes = kind.bytes_for(cols).map_err(|_| QMatError::Overflow)?;
+        Ok(Self {
+            kind,
+            rows,
+            cols,
+            row_bytes,
+            data,
+            layout: WeightLayout::Interleaved,
         })
     }
 
@@ -227,7 +266,13 @@ impl<'a> QuantMatrix<'a> {
             cols: 0,
             row_bytes: 0,
             data: &[],
+            layout: WeightLayout::Plain,
         }
+    }
+
+    /// How the rows are laid out.
+    pub fn layout(&self) -> WeightLayout {
+        self.layout
     }
 
     /// The weight type.
@@ -250,15 +295,21 @@ impl<'a> QuantMatrix<'a> {
         self.row_bytes
     }
 
-    /// The bytes of row `r` (`r < rows`).
-    fn row(&self, r: usize) -> &'a [u8] {
-        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
-    }
-
-    /// The bytes of `rows` (inside the matrix), back to back.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // AVX2 kernels only
-    fn rows_bytes(&self, rows: Range<usize>) -> &'a [u8] {
-        &self.data[rows.start * self.row_bytes..rows.end * self.row_bytes]
+    /// The bytes of `rows` (inside the matrix) in the plain layout, back
+    /// to back: the matrix's own bytes, or (interleaved) copied out into
+    /// `buf`.
+    fn plain_rows<'s>(&'s self, rows: Range<usize>, buf: &'s mut Vec<u8>) -> &'s [u8] {
+        let rb = self.row_bytes;
+        match self.layout {
+            WeightLayout::Plain => &self.data[rows.start * rb..rows.end * rb],
+            WeightLayout::Interleaved => {
+                buf.resize(rows.len() * rb, 0);
+                for (r, out) in rows.zip(buf.chunks_exact_mut(rb.max(1))) {
+                    interleave::plain_row(self.kind, self.cols, self.data, r, out);
+                }
+                &buf[..]
+            }
+        }
     }
 }
 

@@ -15,11 +15,13 @@ use super::unpack;
 mod int8;
 mod quads;
 pub(super) mod round;
+mod rows8;
 mod widen;
 
 use int8::{kquants, legacy, packed};
 pub(super) use quads::kquads;
 use quads::quads;
+pub(super) use rows8::{interleaved, takes_interleaved};
 use widen::{floats, shifted, widened, widened_k};
 
 use crate::kernels::x86::hsum;

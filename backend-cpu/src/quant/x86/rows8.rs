@@ -1,0 +1,189 @@
+//! Products of interleaved weights ([`interleave`](super::super::interleave))
+//! with 8-bit activations: each 32-byte load holds four bytes of each of
+//! eight weight rows, one per 32-bit lane, so `maddubs` against four
+//! activation bytes broadcast to every lane gives all eight rows' sums in
+//! their own lanes, and one vector of the rows' eight f16 scales (one
+//! F16C conversion) scales them. No horizontal sums: a block costs one FMA
+//! per activation row for all eight weight rows.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use pagoda_core::QuantKind;
+
+use super::super::act::{ActFormat, QuantizedActivations, QB};
+use super::super::interleave::GROUP;
+use super::{load32, prefetch_ahead};
+
+/// Whether [`interleaved`] takes `kind` weights against `x`.
+pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivations) -> bool {
+    match kind {
+        QuantKind::Q4_0 | QuantKind::Q8_0 => x.format() == ActFormat::Q8_0,
+        _ => false,
+    }
+}
+
+/// `res[k × m + j] = w_{tile.start + k} · x_{first + j}` for the rows of
+/// `tile`, `m = res.len() / tile.len()`, from the interleaved matrix
+/// `data` (rows of `cols` `kind` elements). Whole groups are computed;
+/// rows outside `tile` are not stored.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(in super::super) unsafe fn interleaved(
+    kind: QuantKind,
+    data: &[u8],
+    cols: usize,
+    tile: Range<usize>,
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    if tile.is_empty() {
+        return;
+    }
+    let m = res.len() / tile.len();
+    let group_bytes = kind.bytes_for(cols).unwrap_or(0) * GROUP;
+    for g in tile.start / GROUP..tile.end.div_ceil(GROUP) {
+        let w = &data[g * group_bytes..(g + 1) * group_bytes];
+        for j0 in (0..m).step_by(4) {
+            let n = (m - j0).min(4);
+            let mut sums = [[0.0f32; GROUP]; 4];
+            match (kind, n) {
+                (QuantKind::Q4_0, 1) => group_q4_0::<1>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_0, 2) => group_q4_0::<2>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_0, 3) => group_q4_0::<3>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_0, _) => group_q4_0::<4>(w, x, first + j0, &mut sums),
+                (_, 1) => group_q8_0::<1>(w, x, first + j0, &mut sums),
+                (_, 2) => group_q8_0::<2>(w, x, first + j0, &mut sums),
+                (_, 3) => group_q8_0::<3>(w, x, first + j0, &mut sums),
+                (_, _) => group_q8_0::<4>(w, x, first + j0, &mut sums),
+            }
+            for (lane, r) in (g * GROUP..(g + 1) * GROUP).enumerate() {
+                if tile.contains(&r) {
+                    let k = r - tile.start;
+                    for (j, row) in sums.iter().enumerate().take(n) {
+                        res[k * m + j0 + j] = row[lane];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The four bytes of `x` from `at` in every 32-bit lane.
+#[inline(always)]
+unsafe fn broadcast4(x: &[i8], at: usize) -> __m256i {
+    let b = &x[at..at + 4];
+    _mm256_set1_epi32(i32::from_le_bytes([
+        b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8,
+    ]))
+}
+
+/// One group of eight interleaved Q4_0 rows (`w`, every block) against `N`
+/// activation rows from `first`: `sums[j][lane]`. The nibbles are
+/// multiplied unsigned (0..15) and their −8 taken back exactly from the
+/// block's `Σ q` (`8 × Σ q` off the integer sum). Up to eight `maddubs`
+/// pair sums add in i16: each is at most 2 × 15 × 127 = 3,810, eight
+/// 30,480.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(never)]
+unsafe fn group_q4_0<const N: usize>(
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    sums: &mut [[f32; GROUP]; 4],
+) {
+    const BLOCK: usize = GROUP * 18;
+    let blocks = w.len() / BLOCK;
+    let mut qs: [&[i8]; N] = [&[]; N];
+    let mut ds: [&[f32]; N] = [&[]; N];
+    let mut ss: [&[i32]; N] = [&[]; N];
+    for j in 0..N {
+        qs[j] = &x.q_row(first + j)[..blocks * QB];
+        ds[j] = &x.d_row(first + j)[..blocks];
+        ss[j] = &x.sum_row(first + j)[..blocks];
+    }
+    let low = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); N];
+    for b in 0..blocks {
+        let wb = &w[b * BLOCK..b * BLOCK + BLOCK];
+        prefetch_ahead(wb);
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(wb[..16].as_ptr().cast()));
+        let mut lo = [_mm256_setzero_si256(); 4];
+        let mut hi = [_mm256_setzero_si256(); 4];
+        for c in 0..4 {
+            let v = load32(&wb[16 + 32 * c..48 + 32 * c]);
+            lo[c] = _mm256_and_si256(v, low);
+            hi[c] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+        }
+        for j in 0..N {
+            let xb = &qs[j][b * QB..b * QB + QB];
+            let mut s16 = _mm256_setzero_si256();
+            for c in 0..4 {
+                // Byte i of a lane's four: low nibble value 4c + i, high
+                // nibble value 16 + 4c + i (GGUF's Q4_0 order).
+                s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo[c], broadcast4(xb, 4 * c)));
+                s16 =
+                    _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[c], broadcast4(xb, 16 + 4 * c)));
+            }
+            let isum = _mm256_sub_epi32(
+                _mm256_madd_epi16(s16, ones),
+                _mm256_set1_epi32(8 * ss[j][b]),
+            );
+            let scale = _mm256_mul_ps(dw, _mm256_set1_ps(ds[j][b]));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[j]);
+        }
+    }
+    for j in 0..N {
+        _mm256_storeu_ps(sums[j].as_mut_ptr(), acc[j]);
+    }
+}
+
+/// [`group_q4_0`] for Q8_0 weights: signed bytes, so each product takes
+/// the sign trick (`|w|` against `x` with `w`'s sign), and each `maddubs`
+/// is widened at once (a pair reaches 2 × 128 × 127).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(never)]
+unsafe fn group_q8_0<const N: usize>(
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    sums: &mut [[f32; GROUP]; 4],
+) {
+    const BLOCK: usize = GROUP * 34;
+    let blocks = w.len() / BLOCK;
+    let mut qs: [&[i8]; N] = [&[]; N];
+    let mut ds: [&[f32]; N] = [&[]; N];
+    for j in 0..N {
+        qs[j] = &x.q_row(first + j)[..blocks * QB];
+        ds[j] = &x.d_row(first + j)[..blocks];
+    }
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); N];
+    for b in 0..blocks {
+        let wb = &w[b * BLOCK..b * BLOCK + BLOCK];
+        prefetch_ahead(wb);
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(wb[..16].as_ptr().cast()));
+        let mut isum = [_mm256_setzero_si256(); N];
+        for c in 0..8 {
+            let q = load32(&wb[16 + 32 * c..48 + 32 * c]);
+            let aq = _mm256_sign_epi8(q, q);
+            for j in 0..N {
+                let xb = &qs[j][b * QB..b * QB + QB];
+                let vx = _mm256_sign_epi8(broadcast4(xb, 4 * c), q);
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, vx), ones);
+                isum[j] = _mm256_add_epi32(isum[j], p);
+            }
+        }
+        for j in 0..N {
+            let scale = _mm256_mul_ps(dw, _mm256_set1_ps(ds[j][b]));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), scale, acc[j]);
+        }
+    }
+    for j in 0..N {
+        _mm256_storeu_ps(sums[j].as_mut_ptr(), acc[j]);
+    }
+}
