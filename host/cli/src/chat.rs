@@ -48,7 +48,7 @@ pub(crate) struct ChatArgs {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// How the weights are held.
-    #[arg(long, value_enum, default_value_t = WeightsArg::Quantized)]
+    #[arg(long, value_enum, default_value_t = WeightsArg::Repacked)]
     weights: WeightsArg,
     /// How quantized weights take their activations.
     #[arg(long, value_enum, default_value_t = ActivationsArg::Int8Decode)]
@@ -95,7 +95,7 @@ pub(crate) fn chat(args: ChatArgs) -> Result<(), CliError> {
     };
     sampling.validate()?;
     let started = Instant::now();
-    let model = crate::open_model(&args.model, args.weights, args.activations)?;
+    let model = crate::open_model(&args.model, args.weights, args.activations, args.backend)?;
     if model.chat.is_none() {
         return Err(CliError::NoChatTemplate);
     }

@@ -62,25 +62,33 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--weights` and `--activations` as the engine's weight mode.
+/// `--weights` and `--activations` as the engine's weight mode for
+/// `backend` (whose device reads the plain layout when it is Vulkan).
 pub(crate) fn weight_mode(
     weights: args::WeightsArg,
     activations: args::ActivationsArg,
+    backend: args::BackendKind,
 ) -> WeightMode {
-    match weights {
-        args::WeightsArg::Quantized => WeightMode::Quantized(activations.precision()),
-        args::WeightsArg::Dense => WeightMode::Dequantized,
+    let precision = activations.precision();
+    match (weights, backend) {
+        (args::WeightsArg::Repacked, args::BackendKind::Cpu) => WeightMode::Repacked(precision),
+        (args::WeightsArg::Repacked | args::WeightsArg::Quantized, _) => {
+            WeightMode::Quantized(precision)
+        }
+        (args::WeightsArg::Dense, _) => WeightMode::Dequantized,
     }
 }
 
 /// Opens a GGUF model with its tokenizer and template, the weights held
-/// as the options say; a failure names the file.
+/// as the options say for `backend`; a failure names the file.
 pub(crate) fn open_model(
     path: &Path,
     weights: args::WeightsArg,
     activations: args::ActivationsArg,
+    backend: args::BackendKind,
 ) -> Result<TextModel, CliError> {
-    TextModel::open(path, weight_mode(weights, activations)).map_err(|error| CliError::Load {
+    let mode = weight_mode(weights, activations, backend);
+    TextModel::open(path, mode).map_err(|error| CliError::Load {
         path: path.to_path_buf(),
         error: Box::new(error),
     })
@@ -115,7 +123,12 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
     };
     sampling.validate()?;
     let loaded = match &args.model {
-        Some(path) => Some(open_model(path, args.weights, args.activations)?),
+        Some(path) => Some(open_model(
+            path,
+            args.weights,
+            args.activations,
+            args.backend,
+        )?),
         None => None,
     };
     let embedded;

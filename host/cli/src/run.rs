@@ -93,7 +93,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
     };
     sampling.validate()?;
     let started = Instant::now();
-    let model = crate::open_model(&args.model, args.weights, args.activations)?;
+    let model = crate::open_model(&args.model, args.weights, args.activations, args.backend)?;
     let load_s = started.elapsed().as_secs_f64();
     if !args.quiet && !args.json {
         eprintln!(

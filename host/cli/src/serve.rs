@@ -24,7 +24,7 @@ pub(crate) struct ServeArgs {
     model: Option<PathBuf>,
     /// How the weights are held: quantized in the memory map (the
     /// default), or dequantized to f32 at load.
-    #[arg(long, value_enum, default_value_t = WeightsArg::Quantized)]
+    #[arg(long, value_enum, default_value_t = WeightsArg::Repacked)]
     weights: WeightsArg,
     /// The default since quantized weights became it; accepted so older
     /// scripts keep working.
@@ -129,7 +129,7 @@ pub(crate) enum ServeError {
 pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
     let (model, vocab, name) = match &args.model {
         Some(path) => {
-            let text = crate::open_model(path, args.weights, args.activations)?;
+            let text = crate::open_model(path, args.weights, args.activations, args.backend)?;
             let name = path
                 .file_stem()
                 .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());

@@ -398,6 +398,7 @@ fn time_run(
         .arg("--model")
         .arg(model)
         .args(match weights {
+            WeightsArg::Repacked => ["--weights", "repacked"],
             WeightsArg::Quantized => ["--weights", "quantized"],
             WeightsArg::Dense => ["--weights", "dense"],
         })

@@ -45,6 +45,28 @@ impl ModelFile {
         &self.map
     }
 
+    /// Lets the process's pages of `range` go (`madvise(MADV_DONTNEED)`):
+    /// the loader calls it for tensors it copied (interleaved), so resident
+    /// memory holds the copy, not both. A later read of those bytes faults
+    /// them back in from the file. Advice only: a failure changes nothing.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        if range.end > self.map.len() || range.is_empty() {
+            return;
+        }
+        // SAFETY: the map is a read-only private mapping of a file that
+        // nothing in this process writes: its pages are never modified, so
+        // dropping them cannot lose data, and a later access (through any
+        // slice borrowed from the map) reads the file's same bytes again.
+        // The range was checked to lie inside the map.
+        let _ = unsafe {
+            self.map.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                range.start,
+                range.len(),
+            )
+        };
+    }
+
     /// The path it was opened from.
     pub fn path(&self) -> &Path {
         &self.path

@@ -26,6 +26,11 @@ pub enum Holding {
     /// Quantized in the memory-mapped file, multiplied with activations at
     /// this precision.
     Mapped(ActPrecision),
+    /// As [`Holding::Mapped`], with the matrices of Q4_0 and Q8_0 copied
+    /// at load with their rows interleaved eight at a time, for the
+    /// kernels that multiply eight rows per vector (see
+    /// `pagoda_cpu::quant::interleave`); their pages of the map are let go.
+    Interleaved(ActPrecision),
     /// Dequantized to f32 (a file at load, or the seeded model).
     Dense,
 }
@@ -79,6 +84,7 @@ impl Model {
         let g = file.gguf()?;
         let source = match holding {
             Holding::Mapped(_) => Source::Mapped(Arc::clone(&file)),
+            Holding::Interleaved(_) => Source::Interleaved(Arc::clone(&file)),
             Holding::Dense => Source::Dense,
         };
         let (config, program) = arch::build(&g, source)?;
@@ -246,7 +252,7 @@ impl Model {
 
     /// Whether the matrices stay quantized in the mapped file.
     pub fn is_quantized(&self) -> bool {
-        matches!(self.holding, Holding::Mapped(_))
+        matches!(self.holding, Holding::Mapped(_) | Holding::Interleaved(_))
     }
 
     /// Whether the output head is the embedding.
@@ -319,7 +325,7 @@ impl Model {
     ) -> Result<(), ForwardError<B::Error>> {
         self.check(input).map_err(ForwardError::Model)?;
         let precision = match self.holding {
-            Holding::Mapped(p) => p,
+            Holding::Mapped(p) | Holding::Interleaved(p) => p,
             Holding::Dense => ActPrecision::F32,
         };
         cpu::forward(

@@ -6,10 +6,12 @@
 //! the seeded model). A view of some of its rows is a matrix too, which is
 //! how fused tensors (`attn_qkv`, a fused gate/up) are split.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
 use pagoda_core::{dequantize_row, QuantKind};
+use pagoda_cpu::quant::interleave;
 use pagoda_cpu::{QMatError, QuantMatrix};
 
 use super::config::ModelError;
@@ -29,6 +31,15 @@ enum Bytes {
         // `Vec` into an `Arc<[f32]>` would copy every dense matrix.
         values: Arc<Vec<f32>>,
         range: Range<usize>,
+    },
+    /// Whole groups of rows interleaved eight at a time
+    /// ([`pagoda_cpu::quant::interleave`]), a byte range of a copy the
+    /// loader made, and the file bytes it was made from (so a head tied
+    /// to the embedding stays tied).
+    Interleaved {
+        data: Arc<Vec<u8>>,
+        range: Range<usize>,
+        origin: Option<(Arc<ModelFile>, Range<usize>)>,
     },
 }
 
@@ -98,20 +109,75 @@ impl Matrix {
         self.cols
     }
 
-    /// The matrix's bytes, rows back to back.
-    pub fn bytes(&self) -> &[u8] {
+    /// The matrix's bytes as held: rows back to back, or interleaved.
+    fn bytes(&self) -> &[u8] {
         match &self.bytes {
             Bytes::Mapped { file, range } => file.bytes().get(range.clone()).unwrap_or_default(),
             Bytes::Owned { values, range } => bytemuck::cast_slice(&values[range.clone()]),
+            Bytes::Interleaved { data, range, .. } => &data[range.clone()],
         }
+    }
+
+    /// The matrix's rows in GGUF's layout, back to back (a copy when they
+    /// are held interleaved): what a device upload reads.
+    pub fn plain_bytes(&self) -> Cow<'_, [u8]> {
+        if !self.is_interleaved() {
+            return Cow::Borrowed(self.bytes());
+        }
+        let row_bytes = self.kind.bytes_for(self.cols).unwrap_or(0);
+        let mut out = vec![0u8; self.rows * row_bytes];
+        for (r, row) in out.chunks_exact_mut(row_bytes.max(1)).enumerate() {
+            interleave::plain_row(self.kind, self.cols, self.bytes(), r, row);
+        }
+        Cow::Owned(out)
+    }
+
+    /// The range of the mapped file the matrix reads, if it reads the map.
+    pub(super) fn file_range(&self) -> Option<Range<usize>> {
+        match &self.bytes {
+            Bytes::Mapped { range, .. } => Some(range.clone()),
+            _ => None,
+        }
+    }
+
+    /// Whether the rows are held interleaved.
+    pub fn is_interleaved(&self) -> bool {
+        matches!(self.bytes, Bytes::Interleaved { .. })
     }
 
     /// Bytes the matrix takes (what a decode step reads of it).
     pub fn byte_len(&self) -> u64 {
         match &self.bytes {
-            Bytes::Mapped { range, .. } => range.len() as u64,
+            Bytes::Mapped { range, .. } | Bytes::Interleaved { range, .. } => range.len() as u64,
             Bytes::Owned { range, .. } => 4 * range.len() as u64,
         }
+    }
+
+    /// This matrix with its rows interleaved eight at a time in a copy
+    /// (`None` where the type has no interleaved kernels, or the matrix is
+    /// f32 or already interleaved). The copy's source pages in the map are
+    /// not needed again: [`ModelFile::release`] lets them go.
+    pub(super) fn interleaved(&self) -> Result<Option<Matrix>, QMatError> {
+        if !interleave::interleaves(self.kind) || !matches!(self.bytes, Bytes::Mapped { .. }) {
+            return Ok(None);
+        }
+        let mut data = vec![0u8; interleave::interleaved_len(self.kind, self.rows, self.cols)?];
+        interleave::interleave(self.kind, self.rows, self.cols, self.bytes(), &mut data)?;
+        let origin = match &self.bytes {
+            Bytes::Mapped { file, range } => Some((Arc::clone(file), range.clone())),
+            _ => None,
+        };
+        let len = data.len();
+        Ok(Some(Matrix {
+            kind: self.kind,
+            rows: self.rows,
+            cols: self.cols,
+            bytes: Bytes::Interleaved {
+                data: Arc::new(data),
+                range: 0..len,
+                origin,
+            },
+        }))
     }
 
     /// Elements held.
@@ -127,13 +193,17 @@ impl Matrix {
             Bytes::Mapped { .. } if self.kind == QuantKind::F32 => {
                 bytemuck::try_cast_slice(self.bytes()).ok()
             }
-            Bytes::Mapped { .. } => None,
+            Bytes::Mapped { .. } | Bytes::Interleaved { .. } => None,
         }
     }
 
     /// The matrix for the products.
     pub fn quant_matrix(&self) -> Result<QuantMatrix<'_>, QMatError> {
-        QuantMatrix::new(self.kind, self.rows, self.cols, self.bytes())
+        if self.is_interleaved() {
+            QuantMatrix::interleaved(self.kind, self.rows, self.cols, self.bytes())
+        } else {
+            QuantMatrix::new(self.kind, self.rows, self.cols, self.bytes())
+        }
     }
 
     /// Rows `rows` of this matrix (the outputs of a fused tensor that one
@@ -142,9 +212,17 @@ impl Matrix {
         if rows.start > rows.end || rows.end > self.rows {
             return None;
         }
+        if let Bytes::Interleaved {
+            data,
+            range,
+            origin,
+        } = &self.bytes
+        {
+            return Some(self.interleaved_view(data, range, origin, rows));
+        }
         let row_len = match &self.bytes {
-            Bytes::Mapped { range, .. } => range.len() / self.rows.max(1),
             Bytes::Owned { .. } => self.cols,
+            _ => self.bytes().len() / self.rows.max(1),
         };
         let narrow =
             |r: &Range<usize>| r.start + rows.start * row_len..r.start + rows.end * row_len;
@@ -157,6 +235,7 @@ impl Matrix {
                 values: Arc::clone(values),
                 range: narrow(range),
             },
+            Bytes::Interleaved { .. } => unreachable!("returned above"),
         };
         Some(Matrix {
             kind: self.kind,
@@ -166,16 +245,70 @@ impl Matrix {
         })
     }
 
+    /// [`view`](Self::view) of interleaved rows (`rows` inside the
+    /// matrix): a range of whole groups where `rows` starts on one and ends
+    /// on one or at the last row, else those rows interleaved afresh.
+    fn interleaved_view(
+        &self,
+        data: &Arc<Vec<u8>>,
+        range: &Range<usize>,
+        origin: &Option<(Arc<ModelFile>, Range<usize>)>,
+        rows: Range<usize>,
+    ) -> Matrix {
+        let row_bytes = self.kind.bytes_for(self.cols).unwrap_or(0);
+        let origin = origin.as_ref().map(|(file, r)| {
+            let narrowed = r.start + rows.start * row_bytes..r.start + rows.end * row_bytes;
+            (Arc::clone(file), narrowed)
+        });
+        let aligned = rows.start.is_multiple_of(interleave::GROUP)
+            && (rows.end.is_multiple_of(interleave::GROUP) || rows.end == self.rows);
+        let (data, range) = if aligned {
+            let group = interleave::GROUP * row_bytes;
+            let start = range.start + rows.start / interleave::GROUP * group;
+            let end = range.start + rows.end.div_ceil(interleave::GROUP) * group;
+            (Arc::clone(data), start..end)
+        } else {
+            let mut plain = vec![0u8; rows.len() * row_bytes];
+            for (r, row) in rows.clone().zip(plain.chunks_exact_mut(row_bytes.max(1))) {
+                interleave::plain_row(self.kind, self.cols, self.bytes(), r, row);
+            }
+            let len = interleave::interleaved_len(self.kind, rows.len(), self.cols).unwrap_or(0);
+            let mut packed = vec![0u8; len];
+            // The shape is this matrix's, checked when it was made.
+            let _ = interleave::interleave(self.kind, rows.len(), self.cols, &plain, &mut packed);
+            (Arc::new(packed), 0..len)
+        };
+        Matrix {
+            kind: self.kind,
+            rows: rows.len(),
+            cols: self.cols,
+            bytes: Bytes::Interleaved {
+                data,
+                range,
+                origin,
+            },
+        }
+    }
+
     /// Dequantizes row `r` into `out` (`cols` floats): an embedding lookup.
     pub fn row_into(&self, r: usize, out: &mut [f32]) -> Result<(), ModelError> {
+        let outside = ModelError::Token {
+            token: r as u32,
+            vocab: self.rows as u32,
+        };
+        if r >= self.rows {
+            return Err(outside);
+        }
+        if self.is_interleaved() {
+            let mut row = vec![0u8; self.kind.bytes_for(self.cols).unwrap_or(0)];
+            interleave::plain_row(self.kind, self.cols, self.bytes(), r, &mut row);
+            return dequantize_row(self.kind, &row, out).map_err(ModelError::Dequantize);
+        }
         let row_bytes = self.bytes().len() / self.rows.max(1);
-        let bytes =
-            self.bytes()
-                .get(r * row_bytes..(r + 1) * row_bytes)
-                .ok_or(ModelError::Token {
-                    token: r as u32,
-                    vocab: self.rows as u32,
-                })?;
+        let bytes = self
+            .bytes()
+            .get(r * row_bytes..(r + 1) * row_bytes)
+            .ok_or(outside)?;
         dequantize_row(self.kind, bytes, out).map_err(ModelError::Dequantize)
     }
 
@@ -189,23 +322,23 @@ impl Matrix {
         Ok(out)
     }
 
-    /// Whether both are the same bytes (a tied head).
+    /// Whether both are the same weights (a tied head): the same bytes, or
+    /// an interleaved copy of the same bytes of the file.
     pub(super) fn same_as(&self, other: &Matrix) -> bool {
-        match (&self.bytes, &other.bytes) {
-            (Bytes::Mapped { file: a, range: r }, Bytes::Mapped { file: b, range: s }) => {
-                Arc::ptr_eq(a, b) && r == s
-            }
-            (
-                Bytes::Owned {
-                    values: a,
-                    range: r,
-                },
-                Bytes::Owned {
-                    values: b,
-                    range: s,
-                },
-            ) => Arc::ptr_eq(a, b) && r == s,
-            _ => false,
+        self.identity() == other.identity()
+    }
+
+    /// Where the weights come from: the address of what holds them and the
+    /// range in it (for an interleaved copy of file bytes, those bytes).
+    fn identity(&self) -> (usize, Range<usize>) {
+        match &self.bytes {
+            Bytes::Mapped { file, range }
+            | Bytes::Interleaved {
+                origin: Some((file, range)),
+                ..
+            } => (Arc::as_ptr(file) as usize, range.clone()),
+            Bytes::Owned { values, range } => (Arc::as_ptr(values) as usize, range.clone()),
+            Bytes::Interleaved { data, range, .. } => (Arc::as_ptr(data) as usize, range.clone()),
         }
     }
 }

@@ -40,6 +40,10 @@ use super::tensors::Matrix;
 pub(super) enum Source {
     /// Views of the mapped file, in their own format.
     Mapped(Arc<ModelFile>),
+    /// As [`Source::Mapped`], but the matrices of types with interleaved
+    /// kernels (Q4_0, Q8_0) copied out with their rows interleaved eight
+    /// at a time, and their pages of the map let go.
+    Interleaved(Arc<ModelFile>),
     /// Dequantized to f32 rows.
     Dense,
 }
@@ -64,14 +68,42 @@ impl Loader<'_> {
         self.g.tensor(name).is_some()
     }
 
-    /// Matrix `name`, `out` rows of `inp` elements.
+    /// Matrix `name`, `out` rows of `inp` elements, held as the source
+    /// says.
     pub fn matrix(&self, name: &str, inp: usize, out: usize) -> Result<Matrix, LoadError> {
+        let m = self.file_matrix(name, inp, out)?;
+        match &self.source {
+            Source::Interleaved(file) => Self::interleaved(file, name, m),
+            _ => Ok(m),
+        }
+    }
+
+    /// `m` with its rows interleaved where its type has interleaved kernels
+    /// (its pages of the map let go), else `m`.
+    fn interleaved(file: &ModelFile, name: &str, m: Matrix) -> Result<Matrix, LoadError> {
+        let packed = m.interleaved().map_err(|source| LoadError::Matrix {
+            tensor: name.to_string(),
+            source,
+        })?;
+        match packed {
+            Some(packed) => {
+                if let Some(range) = m.file_range() {
+                    file.release(range);
+                }
+                Ok(packed)
+            }
+            None => Ok(m),
+        }
+    }
+
+    /// Matrix `name` as the file holds it (dequantized for a dense source).
+    fn file_matrix(&self, name: &str, inp: usize, out: usize) -> Result<Matrix, LoadError> {
         match &self.source {
             Source::Dense => {
                 let values = dequant::matrix(self.g, name, inp, out)?;
                 Ok(Matrix::dense(values, out, inp)?)
             }
-            Source::Mapped(file) => {
+            Source::Mapped(file) | Source::Interleaved(file) => {
                 let t = dequant::tensor(self.g, name, &[inp as u64, out as u64])?;
                 let data = t.data();
                 // The reader hands out sub-slices of the map: their offset
@@ -132,9 +164,13 @@ impl Loader<'_> {
     /// embedding: tied).
     pub fn embedding_and_head(&self) -> Result<(Matrix, Matrix), LoadError> {
         let (h, v) = (self.config.hidden as usize, self.config.vocab as usize);
-        let embed = self.matrix("token_embd.weight", h, v)?;
+        // Lookups read one row of the embedding: it stays as the file
+        // holds it; a tied head is interleaved apart.
+        let embed = self.file_matrix("token_embd.weight", h, v)?;
         let head = if self.has("output.weight") {
             self.matrix("output.weight", h, v)?
+        } else if let Source::Interleaved(file) = &self.source {
+            Self::interleaved(file, "token_embd.weight", embed.clone())?
         } else {
             embed.clone()
         };

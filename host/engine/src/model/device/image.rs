@@ -98,14 +98,15 @@ impl Builder {
         let (kind, at) = match m.kind() {
             QuantKind::BF16 => {
                 let at = self.start();
-                let halves = m.bytes().chunks_exact(2);
+                let plain = m.plain_bytes();
+                let halves = plain.chunks_exact(2);
                 let widened = halves.flat_map(|h| {
                     ((u32::from(u16::from_le_bytes([h[0], h[1]]))) << 16).to_le_bytes()
                 });
                 self.bytes.extend(widened);
                 (QuantKind::F32, at)
             }
-            kind => (kind, self.raw(m.bytes())),
+            kind => (kind, self.raw(&m.plain_bytes())),
         };
         Placed {
             kind,
