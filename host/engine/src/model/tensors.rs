@@ -109,8 +109,9 @@ impl Matrix {
         self.cols
     }
 
-    /// The matrix's bytes as held: rows back to back, or interleaved.
-    fn bytes(&self) -> &[u8] {
+    /// The matrix's bytes as held: rows back to back, or interleaved (see
+    /// [`plain_bytes`](Self::plain_bytes)).
+    pub fn bytes(&self) -> &[u8] {
         match &self.bytes {
             Bytes::Mapped { file, range } => file.bytes().get(range.clone()).unwrap_or_default(),
             Bytes::Owned { values, range } => bytemuck::cast_slice(&values[range.clone()]),
