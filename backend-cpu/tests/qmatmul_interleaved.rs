@@ -99,5 +99,5 @@ fn interleaved_shapes_are_checked() {
     // Three rows take a whole group of eight.
     assert!(QuantMatrix::interleaved(kind, 3, 32, &[0; 8 * 18]).is_ok());
     assert!(QuantMatrix::interleaved(kind, 3, 32, &[0; 3 * 18]).is_err());
-    assert!(QuantMatrix::interleaved(QuantKind::Q4_K, 8, 256, &[0; 8 * 144]).is_err());
+    assert!(QuantMatrix::interleaved(QuantKind::Q6_K, 8, 256, &[0; 8 * 210]).is_err());
 }

@@ -11,14 +11,17 @@ use std::ops::Range;
 
 use pagoda_core::QuantKind;
 
-use super::super::act::{ActFormat, QuantizedActivations, QB};
-use super::super::interleave::GROUP;
+use super::super::act::{ActFormat, QuantizedActivations, KB, KSUM, QB};
+use super::super::interleave::{
+    interleaved_len, GROUP, K4_DMIN, K4_GROUP_BLOCK, K4_MINS, K4_QS, K4_SCALES,
+};
 use super::{load32, prefetch_ahead};
 
 /// Whether [`interleaved`] takes `kind` weights against `x`.
 pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivations) -> bool {
     match kind {
         QuantKind::Q4_0 | QuantKind::Q8_0 => x.format() == ActFormat::Q8_0,
+        QuantKind::Q4_K => x.format() == ActFormat::Q8_K,
         _ => false,
     }
 }
@@ -44,13 +47,18 @@ pub(in super::super) unsafe fn interleaved(
         return;
     }
     let m = res.len() / tile.len();
-    let group_bytes = kind.bytes_for(cols).unwrap_or(0) * GROUP;
+    let group_bytes = interleaved_len(kind, GROUP, cols).unwrap_or(0);
+    // Activation rows per pass: Q4_K's kernel keeps three sums per row
+    // in registers, the others one.
+    let step = if kind == QuantKind::Q4_K { 2 } else { 4 };
     for g in tile.start / GROUP..tile.end.div_ceil(GROUP) {
         let w = &data[g * group_bytes..(g + 1) * group_bytes];
-        for j0 in (0..m).step_by(4) {
-            let n = (m - j0).min(4);
+        for j0 in (0..m).step_by(step) {
+            let n = (m - j0).min(step);
             let mut sums = [[0.0f32; GROUP]; 4];
             match (kind, n) {
+                (QuantKind::Q4_K, 1) => group_q4_k::<1>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_K, _) => group_q4_k::<2>(w, x, first + j0, &mut sums),
                 (QuantKind::Q4_0, 1) => group_q4_0::<1>(w, x, first + j0, &mut sums),
                 (QuantKind::Q4_0, 2) => group_q4_0::<2>(w, x, first + j0, &mut sums),
                 (QuantKind::Q4_0, 3) => group_q4_0::<3>(w, x, first + j0, &mut sums),
@@ -185,5 +193,117 @@ unsafe fn group_q8_0<const N: usize>(
     }
     for j in 0..N {
         _mm256_storeu_ps(sums[j].as_mut_ptr(), acc[j]);
+    }
+}
+
+/// One group of eight interleaved Q4_K rows against `N` Q8_K activation
+/// rows. For each 64 values, eight 32-byte loads give every row's four
+/// bytes in its lane; their low nibbles (sub-block `2i`) and high nibbles
+/// (`2i + 1`) meet the activation's four bytes broadcast, and eight
+/// `maddubs` add in i16 (eight pairs of at most 2 × 15 × 127: 30,480)
+/// before one `madd` by the rows' scales, which a shuffle spreads to each
+/// lane's two i16s. The minimums pay `Σ_j m_j × (sums of 16 of sub-block
+/// j)` by four `madd` of the rows' minimum pairs against the activation's
+/// pairs of sub-block sums.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(never)]
+unsafe fn group_q4_k<const N: usize>(
+    w: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    sums: &mut [[f32; GROUP]; 4],
+) {
+    const BLOCK: usize = K4_GROUP_BLOCK;
+    let blocks = w.len() / BLOCK;
+    let mut qs: [&[i8]; N] = [&[]; N];
+    let mut ds: [&[f32]; N] = [&[]; N];
+    let mut bs: [&[i16]; N] = [&[]; N];
+    for j in 0..N {
+        qs[j] = &x.q_row(first + j)[..blocks * KB];
+        ds[j] = &x.d_row(first + j)[..blocks];
+        bs[j] = &x.bsums_row(first + j)[..blocks * (KB / KSUM)];
+    }
+    let low = _mm256_set1_epi8(0x0f);
+    // Lane r's two i16s take byte r (even sub-block) or 8 + r (odd) of the
+    // 16 scale bytes of a pair of sub-blocks, in both 128-bit halves.
+    let z = -128i8; // 0x80: a zero byte
+    let even = _mm256_setr_epi8(
+        0, z, 0, z, 1, z, 1, z, 2, z, 2, z, 3, z, 3, z, 4, z, 4, z, 5, z, 5, z, 6, z, 6, z, 7, z,
+        7, z,
+    );
+    let odd = _mm256_add_epi8(
+        even,
+        _mm256_setr_epi8(
+            8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8,
+            0, 8, 0,
+        ),
+    );
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut accm = [_mm256_setzero_ps(); N];
+    for b in 0..blocks {
+        let wb = &w[b * BLOCK..b * BLOCK + BLOCK];
+        prefetch_ahead(wb);
+        let mut xb: [&[i8]; N] = [&[]; N];
+        for j in 0..N {
+            xb[j] = &qs[j][b * KB..b * KB + KB];
+        }
+        let mut isum = [_mm256_setzero_si256(); N];
+        for i in 0..4 {
+            let mut slo = [_mm256_setzero_si256(); N];
+            let mut shi = [_mm256_setzero_si256(); N];
+            for c in 0..8 {
+                let at = K4_QS + 32 * (8 * i + c);
+                let v = load32(&wb[at..at + 32]);
+                let lo = _mm256_and_si256(v, low);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                for j in 0..N {
+                    let xl = broadcast4(xb[j], 64 * i + 4 * c);
+                    let xh = broadcast4(xb[j], 64 * i + 32 + 4 * c);
+                    slo[j] = _mm256_add_epi16(slo[j], _mm256_maddubs_epi16(lo, xl));
+                    shi[j] = _mm256_add_epi16(shi[j], _mm256_maddubs_epi16(hi, xh));
+                }
+            }
+            let at = K4_SCALES + 16 * i;
+            let pair =
+                _mm256_broadcastsi128_si256(_mm_loadu_si128(wb[at..at + 16].as_ptr().cast()));
+            let (se, so) = (
+                _mm256_shuffle_epi8(pair, even),
+                _mm256_shuffle_epi8(pair, odd),
+            );
+            for j in 0..N {
+                let p =
+                    _mm256_add_epi32(_mm256_madd_epi16(slo[j], se), _mm256_madd_epi16(shi[j], so));
+                isum[j] = _mm256_add_epi32(isum[j], p);
+            }
+        }
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(wb[..16].as_ptr().cast()));
+        let dmin = _mm256_cvtph_ps(_mm_loadu_si128(wb[K4_DMIN..K4_DMIN + 16].as_ptr().cast()));
+        for j in 0..N {
+            // Sums of each 32 values: pairs of the sums of 16 (|Σ| ≤ 4,064).
+            let s16 = load32(&bs[j][b * (KB / KSUM)..(b + 1) * (KB / KSUM)]);
+            let s32 = _mm_hadd_epi16(
+                _mm256_castsi256_si128(s16),
+                _mm256_extracti128_si256::<1>(s16),
+            );
+            let s32 = _mm256_broadcastsi128_si256(s32);
+            let mut msum = _mm256_setzero_si256();
+            for k in 0..4 {
+                let at = K4_MINS + 16 * k;
+                let mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(wb[at..at + 16].as_ptr().cast()));
+                let xs = match k {
+                    0 => _mm256_shuffle_epi32::<0x00>(s32),
+                    1 => _mm256_shuffle_epi32::<0x55>(s32),
+                    2 => _mm256_shuffle_epi32::<0xaa>(s32),
+                    _ => _mm256_shuffle_epi32::<0xff>(s32),
+                };
+                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins, xs));
+            }
+            let dx = _mm256_set1_ps(ds[j][b]);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(d, dx), acc[j]);
+            accm[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dx), accm[j]);
+        }
+    }
+    for j in 0..N {
+        _mm256_storeu_ps(sums[j].as_mut_ptr(), _mm256_sub_ps(acc[j], accm[j]));
     }
 }

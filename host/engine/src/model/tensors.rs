@@ -264,7 +264,8 @@ impl Matrix {
         let aligned = rows.start.is_multiple_of(interleave::GROUP)
             && (rows.end.is_multiple_of(interleave::GROUP) || rows.end == self.rows);
         let (data, range) = if aligned {
-            let group = interleave::GROUP * row_bytes;
+            let group =
+                interleave::interleaved_len(self.kind, interleave::GROUP, self.cols).unwrap_or(0);
             let start = range.start + rows.start / interleave::GROUP * group;
             let end = range.start + rows.end.div_ceil(interleave::GROUP) * group;
             (Arc::clone(data), start..end)
