@@ -167,11 +167,10 @@ pub(super) unsafe fn panel(
         }
         PLAIN.with(|buf| {
             let mut buf = buf.borrow_mut();
-            let plain = w.plain_rows(rows.clone(), &mut buf);
-            for (row, dst) in plain
-                .chunks_exact(w.row_bytes.max(1))
-                .zip(panel.chunks_exact_mut(k))
-            {
+            for (r, dst) in rows.clone().zip(panel.chunks_exact_mut(k)) {
+                // One row at a time, so an interleaved row is copied out
+                // and widened while it is in cache.
+                let row = w.plain_rows(r..r + 1, &mut buf);
                 // The shape was validated, so the row is whole blocks.
                 if pagoda_core::dequantize_row(w.kind, row, dst).is_err() {
                     dst.fill(f32::NAN);
