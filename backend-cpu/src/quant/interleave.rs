@@ -130,9 +130,14 @@ pub fn interleave(
             found: out.len(),
         });
     }
-    out.fill(0);
     let (block, gblock) = (kind.block_bytes(), group_block(kind));
     let blocks = cols / kind.block_elems();
+    // Only a last, partial group has padding lanes; every other byte is
+    // written below.
+    if !rows.is_multiple_of(GROUP) {
+        let last = rows / GROUP * blocks * gblock;
+        out[last..].fill(0);
+    }
     for (r, row) in plain.chunks_exact(row_bytes.max(1)).enumerate().take(rows) {
         let (g, lane) = (r / GROUP, r % GROUP);
         for (b, src) in row.chunks_exact(block).enumerate() {

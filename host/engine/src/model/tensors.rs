@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
+use memmap2::{Advice, MmapMut};
 use pagoda_core::{dequantize_row, QuantKind};
 use pagoda_cpu::quant::interleave;
 use pagoda_cpu::{QMatError, QuantMatrix};
@@ -37,7 +38,7 @@ enum Bytes {
     /// loader made, and the file bytes it was made from (so a head tied
     /// to the embedding stays tied).
     Interleaved {
-        data: Arc<Vec<u8>>,
+        data: Arc<MmapMut>,
         range: Range<usize>,
         origin: Option<(Arc<ModelFile>, Range<usize>)>,
     },
@@ -162,13 +163,16 @@ impl Matrix {
         if !interleave::interleaves(self.kind) || !matches!(self.bytes, Bytes::Mapped { .. }) {
             return Ok(None);
         }
-        let mut data = vec![0u8; interleave::interleaved_len(self.kind, self.rows, self.cols)?];
-        interleave::interleave(self.kind, self.rows, self.cols, self.bytes(), &mut data)?;
+        let len = interleave::interleaved_len(self.kind, self.rows, self.cols)?;
+        let Some(mut data) = huge_pages(len) else {
+            // No memory for the copy: the plain layout in the map serves.
+            return Ok(None);
+        };
+        self.interleave_into(&mut data[..len])?;
         let origin = match &self.bytes {
             Bytes::Mapped { file, range } => Some((Arc::clone(file), range.clone())),
             _ => None,
         };
-        let len = data.len();
         Ok(Some(Matrix {
             kind: self.kind,
             rows: self.rows,
@@ -219,7 +223,7 @@ impl Matrix {
             origin,
         } = &self.bytes
         {
-            return Some(self.interleaved_view(data, range, origin, rows));
+            return self.interleaved_view(data, range, origin, rows);
         }
         let row_len = match &self.bytes {
             Bytes::Owned { .. } => self.cols,
@@ -246,16 +250,45 @@ impl Matrix {
         })
     }
 
+    /// Interleaves the (plain) rows into `out` on every core: groups are
+    /// independent and lie in order, so each thread takes a run of them
+    /// (an 8B model's 4 GB repacks in parallel at load).
+    fn interleave_into(&self, out: &mut [u8]) -> Result<(), QMatError> {
+        let (kind, cols) = (self.kind, self.cols);
+        let row_bytes = kind.bytes_for(cols).map_err(|_| QMatError::Overflow)?;
+        let group_bytes = interleave::interleaved_len(kind, interleave::GROUP, cols)?;
+        let groups = self.rows.div_ceil(interleave::GROUP);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let per = groups.div_ceil(threads).max(1);
+        let plain = self.bytes();
+        std::thread::scope(|scope| {
+            let runs: Vec<_> = out
+                .chunks_mut(per * group_bytes.max(1))
+                .enumerate()
+                .map(|(t, out)| {
+                    let first = t * per * interleave::GROUP;
+                    let rows = (self.rows - first).min(per * interleave::GROUP);
+                    let src = &plain[first * row_bytes..(first + rows) * row_bytes];
+                    scope.spawn(move || interleave::interleave(kind, rows, cols, src, out))
+                })
+                .collect();
+            runs.into_iter()
+                .map(|run| run.join().unwrap_or(Err(QMatError::Overflow)))
+                .collect::<Result<(), QMatError>>()
+        })
+    }
+
     /// [`view`](Self::view) of interleaved rows (`rows` inside the
     /// matrix): a range of whole groups where `rows` starts on one and ends
-    /// on one or at the last row, else those rows interleaved afresh.
+    /// on one or at the last row, else those rows interleaved afresh
+    /// (`None` if no memory could be had for them).
     fn interleaved_view(
         &self,
-        data: &Arc<Vec<u8>>,
+        data: &Arc<MmapMut>,
         range: &Range<usize>,
         origin: &Option<(Arc<ModelFile>, Range<usize>)>,
         rows: Range<usize>,
-    ) -> Matrix {
+    ) -> Option<Matrix> {
         let row_bytes = self.kind.bytes_for(self.cols).unwrap_or(0);
         let origin = origin.as_ref().map(|(file, r)| {
             let narrowed = r.start + rows.start * row_bytes..r.start + rows.end * row_bytes;
@@ -274,13 +307,13 @@ impl Matrix {
             for (r, row) in rows.clone().zip(plain.chunks_exact_mut(row_bytes.max(1))) {
                 interleave::plain_row(self.kind, self.cols, self.bytes(), r, row);
             }
-            let len = interleave::interleaved_len(self.kind, rows.len(), self.cols).unwrap_or(0);
-            let mut packed = vec![0u8; len];
-            // The shape is this matrix's, checked when it was made.
-            let _ = interleave::interleave(self.kind, rows.len(), self.cols, &plain, &mut packed);
+            let len = interleave::interleaved_len(self.kind, rows.len(), self.cols).ok()?;
+            let mut packed = huge_pages(len)?;
+            interleave::interleave(self.kind, rows.len(), self.cols, &plain, &mut packed[..len])
+                .ok()?;
             (Arc::new(packed), 0..len)
         };
-        Matrix {
+        Some(Matrix {
             kind: self.kind,
             rows: rows.len(),
             cols: self.cols,
@@ -289,7 +322,7 @@ impl Matrix {
                 range,
                 origin,
             },
-        }
+        })
     }
 
     /// Dequantizes row `r` into `out` (`cols` floats): an embedding lookup.
@@ -343,6 +376,17 @@ impl Matrix {
             Bytes::Interleaved { data, range, .. } => (Arc::as_ptr(data) as usize, range.clone()),
         }
     }
+}
+
+/// `len` bytes of anonymous memory (zero) that the kernel may back with
+/// huge pages (`MADV_HUGEPAGE`: fewer faults while the loader fills it,
+/// fewer TLB misses while every decode step streams it); `None` if the
+/// map fails.
+fn huge_pages(len: usize) -> Option<MmapMut> {
+    let map = MmapMut::map_anon(len.max(1)).ok()?;
+    // Advice only: without huge pages the copy works the same.
+    let _ = map.advise(Advice::HugePage);
+    Some(map)
 }
 
 #[cfg(test)]
