@@ -272,9 +272,10 @@ impl Matrix {
                     scope.spawn(move || interleave::interleave(kind, rows, cols, src, out))
                 })
                 .collect();
+            // A repacking thread cannot panic on checked shapes; if one
+            // did, the product refuses the matrix rather than use it.
             runs.into_iter()
-                .map(|run| run.join().unwrap_or(Err(QMatError::Overflow)))
-                .collect::<Result<(), QMatError>>()
+                .try_for_each(|run| run.join().unwrap_or(Err(QMatError::Overflow)))
         })
     }
 
