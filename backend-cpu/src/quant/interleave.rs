@@ -36,8 +36,10 @@ use pagoda_core::QuantKind;
 
 use super::{unpack, QMatError};
 
-pub(super) use k4::BLOCK as K4_GROUP_BLOCK;
-pub(super) use k4::{DMIN as K4_DMIN, MINS as K4_MINS, QS as K4_QS, SCALES as K4_SCALES};
+#[cfg(target_arch = "x86_64")] // the AVX2 kernels read the layout
+pub(super) use k4::{
+    BLOCK as K4_GROUP_BLOCK, DMIN as K4_DMIN, MINS as K4_MINS, QS as K4_QS, SCALES as K4_SCALES,
+};
 
 /// Weight rows interleaved together.
 pub const GROUP: usize = 8;

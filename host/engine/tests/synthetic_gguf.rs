@@ -11,15 +11,19 @@
 //! `gemma2` one (soft-capped attention and logits), all with weights
 //! of every supported type, through both the dense path (dequantized at load)
 //! and the quantized one (matrices kept in the map, f32 activations, so
-//! held to the same tolerances). Then the files each loader must refuse.
+//! held to the same tolerances), and repacked (Q4_0, Q8_0 and Q4_K rows
+//! interleaved: f32 activations against the reference, 8-bit ones against
+//! the plain layout's). Then the files each loader must refuse.
 
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use pagoda_core::KvDtype;
-use pagoda_engine::model::{LoadError, Model, ModelConfig, ModelError, ModelFile, RopeMode};
+use pagoda_engine::model::{
+    ActPrecision, Holding, LoadError, Model, ModelConfig, ModelError, ModelFile, RopeMode,
+};
 
 /// Logits may differ from the f64 reference by this fraction of their
 /// range (max - min over all positions): f32 compute and the KV cache's
@@ -117,7 +121,53 @@ fn agrees_with_reference(arch: &str) -> Option<ModelConfig> {
             );
         }
     }
+    repacked_agrees(arch, &path, &dir.join(arch));
     Some(*dense.config())
+}
+
+/// Logits of the repacked model (Q4_0, Q8_0 and Q4_K matrices interleaved
+/// eight rows at a time) may differ from the plain layout's, both with
+/// 8-bit activations, by this fraction of their range. Each product
+/// differs only in the order of its f32 adds (within 1e-5 of Σ|w·x|:
+/// `backend-cpu/tests/qmatmul_interleaved.rs`), but the next layer rounds
+/// its activations to 8 bits, and a last-bit difference that moves one
+/// value across a rounding boundary moves it a whole step: measured up to
+/// 3.6e-3 of the range over these prompts (1e-7 where no value crossed).
+/// A wrong kernel moves logits by a good part of their range.
+const TOLERANCE_REPACKED: f32 = 1e-2;
+
+/// The repacked model: with f32 activations (every interleaved row copied
+/// back out to the plain layout) against the reference, and with 8-bit
+/// activations (the interleaved kernels) against the plain layout's.
+fn repacked_agrees(arch: &str, path: &Path, reference: &Path) {
+    let file = Arc::new(ModelFile::open(path).expect("map the tiny model"));
+    let open = |h| Model::open(Arc::clone(&file), h).expect("load the tiny model");
+    let f32_packed = open(Holding::Interleaved(ActPrecision::F32));
+    let packed = open(Holding::Interleaved(ActPrecision::Int8));
+    let plain = open(Holding::Mapped(ActPrecision::Int8));
+    let interleaved = packed.matrices().filter(|m| m.is_interleaved()).count();
+    assert!(interleaved > 0, "{arch}: no matrix was interleaved");
+    assert_eq!(packed.parameters(), plain.parameters());
+    for (i, tokens) in prompts().iter().enumerate() {
+        let want = support::read_f32s(&reference.join(format!("logits_{i}.f32")));
+        let ours = support::logits_every_position(&f32_packed, tokens, KvDtype::F32, 7);
+        let (diff, range) = support::max_diff(&ours, &want);
+        assert!(
+            diff <= TOLERANCE_F32 * range,
+            "{arch} repacked f32 prompt {i}: max |diff| {diff} > {TOLERANCE_F32} × range {range}"
+        );
+        let a = support::logits_every_position(&packed, tokens, KvDtype::F32, 7);
+        let b = support::logits_every_position(&plain, tokens, KvDtype::F32, 7);
+        let (diff, range) = support::max_diff(&a, &b);
+        println!(
+            "{arch} repacked int8 prompt {i}: {interleaved} matrices interleaved, max |diff| from the plain layout {diff:.2e} ({:.2e} of the range)",
+            diff / range
+        );
+        assert!(
+            diff <= TOLERANCE_REPACKED * range,
+            "{arch} repacked int8 prompt {i}: max |diff| {diff} > {TOLERANCE_REPACKED} × range {range}"
+        );
+    }
 }
 
 #[test]
