@@ -35,6 +35,8 @@ struct RunOutput {
     stop: &'static str,
     timings: Timings,
     memory: Memory,
+    /// The CPU kernels the products ran (`Model::kernels`).
+    kernels: String,
 }
 
 /// Memory of the run, in bytes.
@@ -95,14 +97,19 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
     let started = Instant::now();
     let model = crate::open_model(&args.model, args.weights, args.activations, args.backend)?;
     let load_s = started.elapsed().as_secs_f64();
+    let kernels = match args.backend {
+        crate::args::BackendKind::Cpu => model.model.kernels(),
+        crate::args::BackendKind::Vulkan => "vulkan: whole steps on the device".to_string(),
+    };
     if !args.quiet && !args.json {
         eprintln!(
-            "pagoda: {} ({}, {} layers, {:.0} M parameters) loaded in {:.2} s",
+            "pagoda: {} ({}, {} layers, {:.0} M parameters) loaded in {:.2} s; kernels {}",
             args.model.display(),
             model.info.architecture,
             model.model.config().layers,
             model.model.parameters() as f64 / 1e6,
-            load_s
+            load_s,
+            kernels
         );
     }
 
@@ -179,6 +186,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
                 stop: result.finished.map_or("cancelled", |(_, why)| why),
                 timings,
                 memory,
+                kernels: kernels.clone(),
             };
             let line = serde_json::to_string(&out).map_err(CliError::Json)?;
             writeln!(stdout, "{line}").map_err(CliError::Stdout)?;

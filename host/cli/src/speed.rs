@@ -33,6 +33,8 @@ const PROBE_BYTES: usize = 1 << 30;
 #[derive(Debug, Serialize)]
 pub(crate) struct SpeedReport {
     threads: usize,
+    /// The CPU kernels the products ran (`Model::kernels`), or the device.
+    kernels: String,
     read_bandwidth_sum_gib_s: f64,
     read_bandwidth_xor_gib_s: f64,
     fma_peak_gflops: f64,
@@ -124,6 +126,13 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
         };
         eprintln!("pagoda bench --suite speed: decode, prefill and batching runs ({weights})");
     }
+    let kernels = match args.backend {
+        BackendKind::Cpu => model.kernels(),
+        BackendKind::Vulkan => "vulkan: whole steps on the device".to_string(),
+    };
+    if !args.quiet {
+        eprintln!("kernels: {kernels}");
+    }
     let job = SpeedJob {
         model,
         config: &config,
@@ -182,6 +191,7 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
     };
     let report = SpeedReport {
         threads,
+        kernels,
         read_bandwidth_sum_gib_s: bandwidth.sum_gib_s,
         read_bandwidth_xor_gib_s: bandwidth.xor_gib_s,
         fma_peak_gflops: fma,

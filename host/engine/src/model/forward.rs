@@ -292,6 +292,33 @@ impl Model {
         self.program.matrices()
     }
 
+    /// Which CPU kernels the products run: the instruction set, then each
+    /// weight type the products read (the embedding lookup aside) and its
+    /// layout, e.g. `avx2+fma+f16c: Q4_K interleaved, Q6_K plain`. Dense
+    /// models say `f32`.
+    pub fn kernels(&self) -> String {
+        let mut types: Vec<(String, bool)> = self
+            .matrices()
+            .skip(1)
+            .chain(std::iter::once(&self.program.head))
+            .map(|m| (m.kind().to_string(), m.is_interleaved()))
+            .collect();
+        types.sort();
+        types.dedup();
+        let layouts: Vec<String> = types
+            .iter()
+            .map(|(kind, rows8)| {
+                let layout = if *rows8 { "interleaved" } else { "plain" };
+                format!("{kind} {layout}")
+            })
+            .collect();
+        format!(
+            "{}: {}",
+            pagoda_cpu::Isa::detect().name(),
+            layouts.join(", ")
+        )
+    }
+
     /// Parameters held: a tied head counts once, norm gains and biases
     /// count.
     pub fn parameters(&self) -> u64 {
