@@ -107,8 +107,10 @@ impl RadixCache<'_> {
 
     /// Before an insert changes anything: walks the tree along `tokens` (whole
     /// pages) and checks the row against it. The row's pages on the walked
-    /// path must be the path's own or uncached (else the tokens are not the
-    /// row's, and inserting them would alias a cached page). Returns the
+    /// path must be the path's own, uncached, or cached under a node out of
+    /// the tree (a fork's page whose node was evicted: deduplicated like an
+    /// uncached one); one cached on the tree elsewhere means the tokens are
+    /// not the row's, and inserting them would alias a cached page. Returns the
     /// walk, how many of the row's pages the path holds in other pages (to
     /// deduplicate), and how many of the row's pages may be cached: up to
     /// the first one past the path that a node out of the tree holds (a
@@ -125,8 +127,11 @@ impl RadixCache<'_> {
             // The row's page is the node's (it came from the cache, or a
             // fork shares it with a sequence cached before), or uncached.
             // (A fork can hold a cached page after one to deduplicate.)
+            // A page cached under a node out of the tree (a fork's page
+            // whose node was evicted since) is deduplicated like an
+            // uncached one: the path holds the same tokens in its own page.
             if own == node.page {
-            } else if pool.cache_tag(own)?.is_some() {
+            } else if pool.cache_tag(own)?.is_some_and(|tag| self.in_tree(tag.0)) {
                 return Err(KvError::TokensMismatch);
             } else {
                 to_dedup += 1;
