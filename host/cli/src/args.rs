@@ -47,16 +47,15 @@ pub(crate) enum Command {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum WeightsArg {
-    /// As quantized, with Q4_0 and Q8_0 matrices repacked at load into
-    /// rows interleaved eight at a time (their pages of the map let go, so
-    /// memory stays about the file's size), for the CPU kernels that
+    /// As quantized, with Q4_0, Q8_0 and Q4_K matrices repacked at load
+    /// into rows interleaved eight at a time (their pages of the map let
+    /// go, so memory stays about the file's size), for the CPU kernels that
     /// multiply eight rows per vector: the fastest on the CPU. The Vulkan
     /// backend reads the plain layout, so there it is `quantized`.
     Repacked,
-    /// Quantized in the memory map, each block widened to f32 in registers:
-    /// loads in milliseconds, holds about the file's size, decodes about
-    /// twice as fast, and gives the dense path's logits within f32 rounding.
-    /// The plain layout: the reference for `repacked`.
+    /// Quantized in the memory map, in GGUF's plain layout: loads in
+    /// milliseconds and holds about the file's size. The reference for
+    /// `repacked`.
     Quantized,
     /// Dequantized to f32 at load (4 bytes a parameter): the plain
     /// reference path.
@@ -67,14 +66,15 @@ pub(crate) enum WeightsArg {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum ActivationsArg {
+    /// 8-bit blocks on every step, each row rounded on its own (as
+    /// llama.cpp): the fastest, prompts included (1B Q4_0 prefill 1.6×
+    /// f32); logits within about 3% of their range of the exact path.
+    Int8,
     /// 8-bit blocks on decode steps (below 24 rows) for Q4_0, Q4_1 and
-    /// K-quant weights, whose integer products are the faster there; f32
-    /// for the rest: the fastest.
+    /// K-quant weights; prompts f32, so their keys and values are exact.
     Int8Decode,
     /// f32 on every step: the dense path's logits within f32 rounding.
     F32,
-    /// 8-bit blocks on every step.
-    Int8,
 }
 
 impl ActivationsArg {
@@ -123,8 +123,9 @@ pub(crate) struct RunArgs {
     /// The model: a GGUF file (llama, qwen2, qwen3, phi3, gemma2 or gemma3 architecture).
     #[arg(long, value_name = "FILE.gguf")]
     pub(crate) model: PathBuf,
-    /// How the weights are held: quantized in the memory map (the
-    /// default), or dequantized to f32 at load.
+    /// How the weights are held: repacked for the CPU's kernels (the
+    /// default), quantized in the memory map's plain layout, or
+    /// dequantized to f32 at load.
     #[arg(long, value_enum, default_value_t = WeightsArg::Repacked)]
     pub(crate) weights: WeightsArg,
     /// The default since quantized weights became it; accepted so older
@@ -132,9 +133,9 @@ pub(crate) struct RunArgs {
     #[arg(long, hide = true, conflicts_with = "weights")]
     pub(crate) quantized: bool,
     /// How quantized weights take their activations: 8-bit blocks on
-    /// decode steps (the default), or f32 throughout (exact), or 8-bit
-    /// throughout. Ignored with dense weights.
-    #[arg(long, value_enum, default_value_t = ActivationsArg::Int8Decode)]
+    /// every step (the default, as llama.cpp), 8-bit on decode steps only,
+    /// or f32 throughout (exact). Ignored with dense weights.
+    #[arg(long, value_enum, default_value_t = ActivationsArg::Int8)]
     pub(crate) activations: ActivationsArg,
     /// Wrap the prompt in the model's chat template as one user turn.
     #[arg(long)]
@@ -219,8 +220,9 @@ pub(crate) struct BenchArgs {
     /// Run on this GGUF model instead of the embedded random-weight one.
     #[arg(long, value_name = "FILE.gguf")]
     pub(crate) model: Option<PathBuf>,
-    /// How the weights are held: quantized in the memory map (the
-    /// default), or dequantized to f32 at load.
+    /// How the weights are held: repacked for the CPU's kernels (the
+    /// default), quantized in the memory map's plain layout, or
+    /// dequantized to f32 at load.
     #[arg(long, value_enum, default_value_t = WeightsArg::Repacked)]
     pub(crate) weights: WeightsArg,
     /// The default since quantized weights became it; accepted so older
@@ -228,9 +230,9 @@ pub(crate) struct BenchArgs {
     #[arg(long, hide = true, conflicts_with = "weights")]
     pub(crate) quantized: bool,
     /// How quantized weights take their activations: 8-bit blocks on
-    /// decode steps (the default), or f32 throughout (exact), or 8-bit
-    /// throughout. Ignored with dense weights.
-    #[arg(long, value_enum, default_value_t = ActivationsArg::Int8Decode)]
+    /// every step (the default, as llama.cpp), 8-bit on decode steps only,
+    /// or f32 throughout (exact). Ignored with dense weights.
+    #[arg(long, value_enum, default_value_t = ActivationsArg::Int8)]
     pub(crate) activations: ActivationsArg,
     /// Prefix structure of the synthetic workload.
     #[arg(long, value_enum, default_value_t = WorkloadKind::FewShot)]

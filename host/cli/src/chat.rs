@@ -51,7 +51,7 @@ pub(crate) struct ChatArgs {
     #[arg(long, value_enum, default_value_t = WeightsArg::Repacked)]
     weights: WeightsArg,
     /// How quantized weights take their activations.
-    #[arg(long, value_enum, default_value_t = ActivationsArg::Int8Decode)]
+    #[arg(long, value_enum, default_value_t = ActivationsArg::Int8)]
     activations: ActivationsArg,
     /// Attention backend.
     #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]

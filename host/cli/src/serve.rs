@@ -22,8 +22,9 @@ pub(crate) struct ServeArgs {
     /// the embedded random-weight model with one token per UTF-8 byte.
     #[arg(long, value_name = "FILE.gguf")]
     model: Option<PathBuf>,
-    /// How the weights are held: quantized in the memory map (the
-    /// default), or dequantized to f32 at load.
+    /// How the weights are held: repacked for the CPU's kernels (the
+    /// default), quantized in the memory map's plain layout, or
+    /// dequantized to f32 at load.
     #[arg(long, value_enum, default_value_t = WeightsArg::Repacked)]
     weights: WeightsArg,
     /// The default since quantized weights became it; accepted so older
@@ -31,9 +32,9 @@ pub(crate) struct ServeArgs {
     #[arg(long, hide = true, conflicts_with = "weights")]
     quantized: bool,
     /// How quantized weights take their activations: 8-bit blocks on
-    /// decode steps (the default), or f32 throughout (exact), or 8-bit
-    /// throughout. Ignored with dense weights.
-    #[arg(long, value_enum, default_value_t = ActivationsArg::Int8Decode)]
+    /// every step (the default, as llama.cpp), 8-bit on decode steps only,
+    /// or f32 throughout (exact). Ignored with dense weights.
+    #[arg(long, value_enum, default_value_t = ActivationsArg::Int8)]
     activations: ActivationsArg,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]

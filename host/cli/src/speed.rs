@@ -115,11 +115,11 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
     if !args.quiet {
         let weights = if model.is_quantized() {
             match args.activations {
+                ActivationsArg::Int8 => "quantized weights, 8-bit activations",
                 ActivationsArg::Int8Decode => {
                     "quantized weights, 8-bit activations on decode steps"
                 }
                 ActivationsArg::F32 => "quantized weights, f32 activations",
-                ActivationsArg::Int8 => "quantized weights, 8-bit activations",
             }
         } else {
             "dense f32 weights"

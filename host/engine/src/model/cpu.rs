@@ -41,18 +41,24 @@ pub enum ActPrecision {
     /// the faster ones: products of fewer than
     /// [`INT8_DECODE_ROWS`](Self::INT8_DECODE_ROWS) rows with Q4_0, Q4_1
     /// or K-quant weights, and with Q8_0 weights from
-    /// [`INT8_Q8_0_ROWS`](Self::INT8_Q8_0_ROWS) rows; f32 for everything
-    /// else. Steps that hold any prompt rows keep f32 although the integer
-    /// products are faster there too (Q4_1 at 128 rows: 1.6×): a prompt's
-    /// keys and values stay in the cache for every later token and every
-    /// request that shares the prefix, so they are computed unrounded, and
-    /// a prompt's first token does not depend on how much of it the prefix
-    /// cache held (a cached prompt's last few tokens make a short step).
+    /// [`INT8_Q8_0_ROWS`](Self::INT8_Q8_0_ROWS) rows (from one when
+    /// interleaved); f32 for everything else. Steps that hold any prompt
+    /// rows keep f32, so a prompt's keys and values, which serve every
+    /// later token and every request that shares the prefix, are exact,
+    /// at the cost of prefill speed (1B Q4_0 prefill of 512: 72 against
+    /// 118 tokens/s under [`Int8`](Self::Int8)).
     Int8Decode,
     /// Rounded to 8-bit blocks for every product of a block type, as
-    /// llama.cpp does: every product adds the rounding, and over 30 layers
-    /// the logits move by about 3% of their range, enough to flip a near
-    /// tie.
+    /// llama.cpp does, and the CLI's default: the fastest on every step
+    /// (prefill of 512 on the 1B shape, 2 AVX2 threads: 1.6-1.7× f32
+    /// activations; a decode row of interleaved Q8_0: 1.9×). Each row is
+    /// rounded on its own, per block of 32 (Q8_0, Q8_1) or 256 (Q8_K), so
+    /// a row's logits do not depend (beyond the order of f32 adds) on what
+    /// else is in its step or on how much of its prompt the prefix cache
+    /// held. Every product adds the
+    /// rounding: over 30 layers the logits move by about 3% of their range
+    /// (SmolLM2: 3.1e-2 of the range of a float64 reference), enough to
+    /// flip a near tie.
     Int8,
 }
 
