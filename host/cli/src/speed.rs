@@ -47,6 +47,9 @@ pub(crate) struct SpeedReport {
     prefill_512_tokens_per_s: f64,
     /// `None` on a device, where the host's FMA peak says nothing.
     prefill_share_of_fma_peak: Option<f64>,
+    /// Whether the prefill's products were integer ones (8-bit
+    /// activations): then the share of the f32 peak can pass 100%.
+    prefill_integer_products: bool,
     batch_16_tokens_per_s: f64,
     batch_16_over_batch_1: f64,
     batch_16_with_prefill_tokens_per_s: f64,
@@ -178,6 +181,7 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
         .collect();
     let deep_decode_predicted_tokens_per_s = predict_deep_decode(&decode, &windows);
     let params = model.parameters() as f64;
+    let integer_prefill = model.is_quantized() && args.activations == ActivationsArg::Int8;
     let prefill_gflops = 2.0 * params * runs.prefill_512 / 1e9;
     let batch_1 = decode.first().map_or(0.0, |d| d.tokens_per_s);
 
@@ -201,6 +205,7 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
         deep_decode_predicted_tokens_per_s,
         prefill_512_tokens_per_s: runs.prefill_512,
         prefill_share_of_fma_peak: device_gib_s.is_none().then(|| prefill_gflops / fma),
+        prefill_integer_products: integer_prefill,
         batch_16_tokens_per_s: runs.batch_16,
         batch_16_over_batch_1: runs.batch_16 / batch_1,
         batch_16_with_prefill_tokens_per_s: runs.batch_16_whole,
@@ -292,7 +297,11 @@ fn table(r: &SpeedReport, bw: &ReadBandwidth) -> String {
         Some(share) => [
             "prefill, 512 tokens".into(),
             format!("{:.1} tok/s", r.prefill_512_tokens_per_s),
-            format!("{:.0}% of FMA peak", 100.0 * share),
+            if r.prefill_integer_products {
+                format!("{:.0}% of f32 FMA peak, int8", 100.0 * share)
+            } else {
+                format!("{:.0}% of FMA peak", 100.0 * share)
+            },
             "≥ 40%".into(),
         ],
         None => [
