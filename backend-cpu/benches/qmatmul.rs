@@ -1,7 +1,7 @@
 //! Quantized matrix products at SmolLM2-135M's shapes and a Llama-3.2-1B
 //! square: decode (1 to 16 activation rows) and prefill (128), with 8-bit
-//! and with f32 activations, in the plain layout and (Q4_0, Q8_0) rows
-//! interleaved eight at a time (`/rows8`), single-threaded, reported as
+//! and with f32 activations, in the plain layout and (the types
+//! [`interleaves`] takes) rows interleaved eight at a time (`/rows8`), single-threaded, reported as
 //! weight bytes streamed per second. All of them take several minutes; a
 //! filter picks some, e.g.
 //! `cargo bench -p pagoda-cpu --bench qmatmul -- 'Q4_1/1536x576/(int8|f32)/(1|16)$'`.
@@ -33,12 +33,13 @@ fn weights(kind: QuantKind, rows: usize, cols: usize) -> Vec<u8> {
 fn bench(c: &mut Criterion) {
     let isa = Isa::detect();
     // SmolLM2-135M's Q4_1 layer shapes and its Q8_0 head; a K-quant needs
-    // rows of whole 256-blocks, so Q4_K and Q6_K take a 1536-square matrix.
-    let cases: [(QuantKind, &[(usize, usize)]); 5] = [
+    // rows of whole 256-blocks, so Q4_K, Q5_K and Q6_K take a 1536-square matrix.
+    let cases: [(QuantKind, &[(usize, usize)]); 6] = [
         (QuantKind::Q4_1, &[(1536, 576), (576, 1536)]),
         (QuantKind::Q8_0, &[(49152, 576), (2048, 2048)]),
         (QuantKind::Q4_0, &[(2048, 2048)]),
         (QuantKind::Q4_K, &[(1536, 1536)]),
+        (QuantKind::Q5_K, &[(1536, 1536)]),
         (QuantKind::Q6_K, &[(1536, 1536)]),
     ];
     for (kind, shapes) in cases {

@@ -4,9 +4,10 @@
 //!
 //! A matrix of [`Interleaved`](WeightLayout::Interleaved) layout is groups of
 //! [`GROUP`] weight rows; each group holds its blocks in column order, and
-//! each block of the group is the eight rows' f16 scales (16 bytes), then
-//! their payloads four bytes at a time: bytes `4c..4c + 4` of row 0, of row
-//! 1, ... of row 7, then bytes `4c + 4..`. A 32-byte load then gives every
+//! each block of the group is the eight rows' f16 scales (16 bytes; for
+//! Q4_1 then their f16 minimums), then their payloads four bytes at a
+//! time: bytes `4c..4c + 4` of row 0, of row 1, ... of row 7, then bytes
+//! `4c + 4..`. A 32-byte load then gives every
 //! row's four bytes in its own 32-bit lane, so the products of one block
 //! come out as one vector of eight rows' sums, scaled by one vector of
 //! eight rows' scales: per row and block, a Q4_0 product costs about five
@@ -40,6 +41,8 @@ use super::{unpack, QMatError};
 pub(super) use k4::{
     BLOCK as K4_GROUP_BLOCK, DMIN as K4_DMIN, MINS as K4_MINS, QS as K4_QS, SCALES as K4_SCALES,
 };
+#[cfg(target_arch = "x86_64")]
+pub(super) use k5::{BLOCK as K5_GROUP_BLOCK, QH as K5_QH, QS as K5_QS};
 
 /// Weight rows interleaved together.
 pub const GROUP: usize = 8;
@@ -57,15 +60,23 @@ pub enum WeightLayout {
 }
 
 /// Whether `kind` can be interleaved: the types whose products have an
-/// interleaved kernel (Q4_0 and Q8_0: an f16 scale, then the payload;
-/// Q4_K, whose 6-bit scales and minimums are unpacked to bytes).
+/// interleaved kernel (Q4_0 and Q8_0: an f16 scale, then the payload; Q4_1:
+/// an f16 scale and minimum; Q4_K, whose 6-bit scales and minimums are
+/// unpacked to bytes, and Q5_K, which adds its fifth bits).
 pub fn interleaves(kind: QuantKind) -> bool {
-    matches!(kind, QuantKind::Q4_0 | QuantKind::Q8_0 | QuantKind::Q4_K)
+    matches!(
+        kind,
+        QuantKind::Q4_0 | QuantKind::Q4_1 | QuantKind::Q8_0 | QuantKind::Q4_K | QuantKind::Q5_K
+    )
 }
 
-/// Bytes of one block's payload (after its f16 scale).
-fn payload(kind: QuantKind) -> usize {
-    kind.block_bytes() - 2
+/// f16 fields that open a block of `kind` (scale; Q4_1: scale, minimum).
+fn heads(kind: QuantKind) -> usize {
+    if kind == QuantKind::Q4_1 {
+        2
+    } else {
+        1
+    }
 }
 
 /// A group's Q4_K block: the eight rows' `d` (f16, 16 bytes), their `dmin`
@@ -83,10 +94,21 @@ mod k4 {
     pub const BLOCK: usize = QS + 8 * 128;
 }
 
+/// A group's Q5_K block: as [`k4`]'s, with the eight rows' 32 bytes of
+/// fifth bits four at a time (256; lane `r` of load `c` holds bytes
+/// `4c..4c + 4` of row `r`, the bits of the values its nibbles at the same
+/// place hold) before the nibbles.
+mod k5 {
+    pub const QH: usize = super::k4::QS;
+    pub const QS: usize = QH + 8 * 32;
+    pub const BLOCK: usize = QS + 8 * 128;
+}
+
 /// Bytes of one group's block: eight rows' blocks of the same columns.
 fn group_block(kind: QuantKind) -> usize {
     match kind {
         QuantKind::Q4_K => k4::BLOCK,
+        QuantKind::Q5_K => k5::BLOCK,
         _ => GROUP * kind.block_bytes(),
     }
 }
@@ -145,11 +167,15 @@ pub fn interleave(
         for (b, src) in row.chunks_exact(block).enumerate() {
             let at = (g * blocks + b) * gblock;
             let dst = &mut out[at..at + gblock];
-            if kind == QuantKind::Q4_K {
-                k4_to_group(src, dst, lane);
+            if matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K) {
+                k_to_group(src, dst, lane);
             } else {
-                dst[2 * lane..2 * lane + 2].copy_from_slice(&src[..2]);
-                spread(&src[2..2 + payload(kind)], &mut dst[2 * GROUP..], lane);
+                let heads = heads(kind);
+                for h in 0..heads {
+                    let at = 2 * (GROUP * h + lane);
+                    dst[at..at + 2].copy_from_slice(&src[2 * h..2 * h + 2]);
+                }
+                spread(&src[2 * heads..], &mut dst[2 * GROUP * heads..], lane);
             }
         }
     }
@@ -172,8 +198,9 @@ fn gather(src: &[u8], dst: &mut [u8], lane: usize) {
     }
 }
 
-/// One Q4_K block of row `lane` into its group's block (see [`k4`]).
-fn k4_to_group(src: &[u8], dst: &mut [u8], lane: usize) {
+/// One Q4_K block (144 bytes) or Q5_K block (176) of row `lane` into its
+/// group's block (see [`k4`], [`k5`]).
+fn k_to_group(src: &[u8], dst: &mut [u8], lane: usize) {
     dst[k4::D + 2 * lane..k4::D + 2 * lane + 2].copy_from_slice(&src[0..2]);
     dst[k4::DMIN + 2 * lane..k4::DMIN + 2 * lane + 2].copy_from_slice(&src[2..4]);
     let (scales, mins) = unpack::k4_scales_mins(&src[4..16]);
@@ -181,17 +208,27 @@ fn k4_to_group(src: &[u8], dst: &mut [u8], lane: usize) {
         dst[k4::SCALES + 8 * j + lane] = scales[j];
         dst[k4::MINS + 16 * (j / 2) + 2 * lane + j % 2] = mins[j];
     }
-    spread(&src[16..144], &mut dst[k4::QS..], lane);
+    if src.len() == 176 {
+        spread(&src[16..48], &mut dst[k5::QH..k5::QS], lane);
+        spread(&src[48..176], &mut dst[k5::QS..], lane);
+    } else {
+        spread(&src[16..144], &mut dst[k4::QS..], lane);
+    }
 }
 
-/// [`k4_to_group`] undone.
-fn k4_from_group(src: &[u8], dst: &mut [u8], lane: usize) {
+/// [`k_to_group`] undone (`dst`: the row's block).
+fn k_from_group(src: &[u8], dst: &mut [u8], lane: usize) {
     dst[0..2].copy_from_slice(&src[k4::D + 2 * lane..k4::D + 2 * lane + 2]);
     dst[2..4].copy_from_slice(&src[k4::DMIN + 2 * lane..k4::DMIN + 2 * lane + 2]);
     let scales: [u8; 8] = std::array::from_fn(|j| src[k4::SCALES + 8 * j + lane]);
     let mins: [u8; 8] = std::array::from_fn(|j| src[k4::MINS + 16 * (j / 2) + 2 * lane + j % 2]);
     dst[4..16].copy_from_slice(&k4_pack(&scales, &mins));
-    gather(&src[k4::QS..], &mut dst[16..144], lane);
+    if dst.len() == 176 {
+        gather(&src[k5::QH..k5::QS], &mut dst[16..48], lane);
+        gather(&src[k5::QS..], &mut dst[48..176], lane);
+    } else {
+        gather(&src[k4::QS..], &mut dst[16..144], lane);
+    }
 }
 
 /// Packs eight 6-bit scales and minimums into a Q4_K block's 12 bytes: the
@@ -218,11 +255,15 @@ pub fn plain_row(kind: QuantKind, cols: usize, data: &[u8], r: usize, out: &mut 
     for (b, dst) in out.chunks_exact_mut(block).enumerate().take(blocks) {
         let at = (g * blocks + b) * gblock;
         let src = &data[at..at + gblock];
-        if kind == QuantKind::Q4_K {
-            k4_from_group(src, dst, lane);
+        if matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K) {
+            k_from_group(src, dst, lane);
         } else {
-            dst[..2].copy_from_slice(&src[2 * lane..2 * lane + 2]);
-            gather(&src[2 * GROUP..], &mut dst[2..], lane);
+            let heads = heads(kind);
+            for h in 0..heads {
+                let at = 2 * (GROUP * h + lane);
+                dst[2 * h..2 * h + 2].copy_from_slice(&src[at..at + 2]);
+            }
+            gather(&src[2 * GROUP * heads..], &mut dst[2 * heads..], lane);
         }
     }
 }
@@ -234,7 +275,13 @@ mod tests {
     #[test]
     fn plain_rows_come_back_for_every_shape() {
         let mut rng = fastrand::Rng::with_seed(5);
-        for kind in [QuantKind::Q4_0, QuantKind::Q8_0, QuantKind::Q4_K] {
+        for kind in [
+            QuantKind::Q4_0,
+            QuantKind::Q4_1,
+            QuantKind::Q8_0,
+            QuantKind::Q4_K,
+            QuantKind::Q5_K,
+        ] {
             for _ in 0..50 {
                 let (rows, cols) = (rng.usize(1..30), kind.block_elems() * rng.usize(1..6));
                 let row_bytes = kind.bytes_for(cols).unwrap();

@@ -47,8 +47,8 @@ pub(crate) enum Command {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum WeightsArg {
-    /// As quantized, with Q4_0, Q8_0 and Q4_K matrices repacked at load
-    /// into rows interleaved eight at a time (their pages of the map let
+    /// As quantized, with Q4_0, Q4_1, Q8_0, Q4_K and Q5_K matrices
+    /// repacked at load into rows interleaved eight at a time (their pages of the map let
     /// go, so memory stays about the file's size), for the CPU kernels that
     /// multiply eight rows per vector: the fastest on the CPU. The Vulkan
     /// backend reads the plain layout, so there it is `quantized`.

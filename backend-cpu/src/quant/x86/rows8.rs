@@ -13,15 +13,23 @@ use pagoda_core::QuantKind;
 
 use super::super::act::{ActFormat, QuantizedActivations, KB, KSUM, QB};
 use super::super::interleave::{
-    interleaved_len, GROUP, K4_DMIN, K4_GROUP_BLOCK, K4_MINS, K4_QS, K4_SCALES,
+    interleaved_len, GROUP, K4_DMIN, K4_GROUP_BLOCK, K4_MINS, K4_QS, K4_SCALES, K5_GROUP_BLOCK,
+    K5_QH, K5_QS,
 };
 use super::{load32, prefetch_ahead};
 
-/// Whether [`interleaved`] takes `kind` weights against `x`.
+/// Whether [`interleaved`] takes `kind` weights against `x`. Q4_1 and
+/// Q5_K only up to a few rows: there the plain layout's kernels, which
+/// share each weight block's unpacking among four activation rows, are
+/// the faster (one thread, rows8 against plain: Q4_1 1536×576 2.3× at one
+/// row, 1.0× at 16, 0.85× at 128; Q5_K 1536² 1.7× at one, 1.5× at four,
+/// 0.7× at 16, 0.8× at 128), so larger products copy the rows back to
+/// plain ones.
 pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivations) -> bool {
     match kind {
         QuantKind::Q4_0 | QuantKind::Q8_0 => x.format() == ActFormat::Q8_0,
-        QuantKind::Q4_K => x.format() == ActFormat::Q8_K,
+        QuantKind::Q4_1 => x.format() == ActFormat::Q8_1,
+        QuantKind::Q4_K | QuantKind::Q5_K => x.format() == ActFormat::Q8_K,
         _ => false,
     }
 }
@@ -48,21 +56,31 @@ pub(in super::super) unsafe fn interleaved(
     }
     let m = res.len() / tile.len();
     let group_bytes = interleaved_len(kind, GROUP, cols).unwrap_or(0);
-    // Activation rows per pass: Q4_K's kernel keeps three sums per row
-    // in registers, the others one.
-    let step = if kind == QuantKind::Q4_K { 2 } else { 4 };
+    // Activation rows per pass: the K-quant kernel keeps three sums per
+    // row in registers, the others one.
+    let step = 4;
     for g in tile.start / GROUP..tile.end.div_ceil(GROUP) {
         let w = &data[g * group_bytes..(g + 1) * group_bytes];
         for j0 in (0..m).step_by(step) {
             let n = (m - j0).min(step);
             let mut sums = [[0.0f32; GROUP]; 4];
             match (kind, n) {
-                (QuantKind::Q4_K, 1) => group_q4_k::<1>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_K, _) => group_q4_k::<2>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_0, 1) => group_q4_0::<1>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_0, 2) => group_q4_0::<2>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_0, 3) => group_q4_0::<3>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_0, _) => group_q4_0::<4>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_K, 1) => group_qk::<1, false>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_K, 2) => group_qk::<2, false>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_K, 3) => group_qk::<3, false>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_K, _) => group_qk::<4, false>(w, x, first + j0, &mut sums),
+                (QuantKind::Q5_K, 1) => group_qk::<1, true>(w, x, first + j0, &mut sums),
+                (QuantKind::Q5_K, 2) => group_qk::<2, true>(w, x, first + j0, &mut sums),
+                (QuantKind::Q5_K, 3) => group_qk::<3, true>(w, x, first + j0, &mut sums),
+                (QuantKind::Q5_K, _) => group_qk::<4, true>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_0, 1) => group_q4::<1, false>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_0, 2) => group_q4::<2, false>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_0, 3) => group_q4::<3, false>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_0, _) => group_q4::<4, false>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_1, 1) => group_q4::<1, true>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_1, 2) => group_q4::<2, true>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_1, 3) => group_q4::<3, true>(w, x, first + j0, &mut sums),
+                (QuantKind::Q4_1, _) => group_q4::<4, true>(w, x, first + j0, &mut sums),
                 (_, 1) => group_q8_0::<1>(w, x, first + j0, &mut sums),
                 (_, 2) => group_q8_0::<2>(w, x, first + j0, &mut sums),
                 (_, 3) => group_q8_0::<3>(w, x, first + j0, &mut sums),
@@ -90,40 +108,53 @@ unsafe fn broadcast4(x: &[i8], at: usize) -> __m256i {
 }
 
 /// One group of eight interleaved Q4_0 rows (`w`, every block) against `N`
-/// activation rows from `first`: `sums[j][lane]`. The nibbles are
-/// multiplied unsigned (0..15) and their −8 taken back exactly from the
-/// block's `Σ q` (`8 × Σ q` off the integer sum). Up to eight `maddubs`
-/// pair sums add in i16: each is at most 2 × 15 × 127 = 3,810, eight
-/// 30,480.
+/// activation rows from `first`: `sums[j][lane]`; Q4_1 rows with `MIN`.
+/// The nibbles are multiplied unsigned (0..15). Q4_0's −8 is taken back
+/// exactly from the activation block's `Σ q` (`8 × Σ q` off the integer
+/// sum); Q4_1's minimum `m` adds `m × dx × Σ q` (the Q8_1 block's `s`).
+/// Up to eight `maddubs` pair sums add in i16: each is at most 2 × 15 ×
+/// 127 = 3,810, eight 30,480.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline(never)]
-unsafe fn group_q4_0<const N: usize>(
+unsafe fn group_q4<const N: usize, const MIN: bool>(
     w: &[u8],
     x: &QuantizedActivations,
     first: usize,
     sums: &mut [[f32; GROUP]; 4],
 ) {
-    const BLOCK: usize = GROUP * 18;
-    let blocks = w.len() / BLOCK;
+    // The scales (and minimums), then the payload.
+    let head = if MIN { 32 } else { 16 };
+    let block = head + GROUP * 16;
+    let blocks = w.len() / block;
     let mut qs: [&[i8]; N] = [&[]; N];
     let mut ds: [&[f32]; N] = [&[]; N];
     let mut ss: [&[i32]; N] = [&[]; N];
+    let mut ms: [&[f32]; N] = [&[]; N];
     for j in 0..N {
         qs[j] = &x.q_row(first + j)[..blocks * QB];
         ds[j] = &x.d_row(first + j)[..blocks];
-        ss[j] = &x.sum_row(first + j)[..blocks];
+        if MIN {
+            ms[j] = &x.s_row(first + j)[..blocks];
+        } else {
+            ss[j] = &x.sum_row(first + j)[..blocks];
+        }
     }
     let low = _mm256_set1_epi8(0x0f);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..blocks {
-        let wb = &w[b * BLOCK..b * BLOCK + BLOCK];
+        let wb = &w[b * block..b * block + block];
         prefetch_ahead(wb);
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(wb[..16].as_ptr().cast()));
+        let mw = if MIN {
+            _mm256_cvtph_ps(_mm_loadu_si128(wb[16..32].as_ptr().cast()))
+        } else {
+            _mm256_setzero_ps()
+        };
         let mut lo = [_mm256_setzero_si256(); 4];
         let mut hi = [_mm256_setzero_si256(); 4];
         for c in 0..4 {
-            let v = load32(&wb[16 + 32 * c..48 + 32 * c]);
+            let v = load32(&wb[head + 32 * c..head + 32 + 32 * c]);
             lo[c] = _mm256_and_si256(v, low);
             hi[c] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
         }
@@ -132,17 +163,20 @@ unsafe fn group_q4_0<const N: usize>(
             let mut s16 = _mm256_setzero_si256();
             for c in 0..4 {
                 // Byte i of a lane's four: low nibble value 4c + i, high
-                // nibble value 16 + 4c + i (GGUF's Q4_0 order).
+                // nibble value 16 + 4c + i (GGUF's Q4_0 and Q4_1 order).
                 s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo[c], broadcast4(xb, 4 * c)));
                 s16 =
                     _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[c], broadcast4(xb, 16 + 4 * c)));
             }
-            let isum = _mm256_sub_epi32(
-                _mm256_madd_epi16(s16, ones),
-                _mm256_set1_epi32(8 * ss[j][b]),
-            );
+            let mut isum = _mm256_madd_epi16(s16, ones);
+            if !MIN {
+                isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * ss[j][b]));
+            }
             let scale = _mm256_mul_ps(dw, _mm256_set1_ps(ds[j][b]));
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[j]);
+            if MIN {
+                acc[j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(ms[j][b]), acc[j]);
+            }
         }
     }
     for j in 0..N {
@@ -150,7 +184,7 @@ unsafe fn group_q4_0<const N: usize>(
     }
 }
 
-/// [`group_q4_0`] for Q8_0 weights: signed bytes, so each product takes
+/// [`group_q4`] for Q8_0 weights: signed bytes, so each product takes
 /// the sign trick (`|w|` against `x` with `w`'s sign), and each `maddubs`
 /// is widened at once (a pair reaches 2 × 128 × 127).
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -205,16 +239,26 @@ unsafe fn group_q8_0<const N: usize>(
 /// lane's two i16s. The minimums pay `Σ_j m_j × (sums of 16 of sub-block
 /// j)` by four `madd` of the rows' minimum pairs against the activation's
 /// pairs of sub-block sums.
+///
+/// Q5_K rows (`FIVE`) take each value's fifth bit from the group's bit
+/// bytes, laid out as the nibbles: one shift of a load by `2i` brings the
+/// bits of chunk `i` to bits 0 (low nibbles) and 1 (high nibbles) of each
+/// byte. Their 5-bit values make a `maddubs` pair reach 2 × 31 × 128, so
+/// four (not eight) add in i16 before each `madd`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline(never)]
-unsafe fn group_q4_k<const N: usize>(
+unsafe fn group_qk<const N: usize, const FIVE: bool>(
     w: &[u8],
     x: &QuantizedActivations,
     first: usize,
     sums: &mut [[f32; GROUP]; 4],
 ) {
-    const BLOCK: usize = K4_GROUP_BLOCK;
-    let blocks = w.len() / BLOCK;
+    let (block, qs_at) = if FIVE {
+        (K5_GROUP_BLOCK, K5_QS)
+    } else {
+        (K4_GROUP_BLOCK, K4_QS)
+    };
+    let blocks = w.len() / block;
     let mut qs: [&[i8]; N] = [&[]; N];
     let mut ds: [&[f32]; N] = [&[]; N];
     let mut bs: [&[i16]; N] = [&[]; N];
@@ -238,10 +282,13 @@ unsafe fn group_q4_k<const N: usize>(
             0, 8, 0,
         ),
     );
+    let fifth = _mm256_set1_epi8(0x10);
+    // Chunks of 32 values whose `maddubs` sums add in i16 before a `madd`.
+    let run = if FIVE { 4 } else { 8 };
     let mut acc = [_mm256_setzero_ps(); N];
     let mut accm = [_mm256_setzero_ps(); N];
     for b in 0..blocks {
-        let wb = &w[b * BLOCK..b * BLOCK + BLOCK];
+        let wb = &w[b * block..b * block + block];
         prefetch_ahead(wb);
         let mut xb: [&[i8]; N] = [&[]; N];
         for j in 0..N {
@@ -249,20 +296,6 @@ unsafe fn group_q4_k<const N: usize>(
         }
         let mut isum = [_mm256_setzero_si256(); N];
         for i in 0..4 {
-            let mut slo = [_mm256_setzero_si256(); N];
-            let mut shi = [_mm256_setzero_si256(); N];
-            for c in 0..8 {
-                let at = K4_QS + 32 * (8 * i + c);
-                let v = load32(&wb[at..at + 32]);
-                let lo = _mm256_and_si256(v, low);
-                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-                for j in 0..N {
-                    let xl = broadcast4(xb[j], 64 * i + 4 * c);
-                    let xh = broadcast4(xb[j], 64 * i + 32 + 4 * c);
-                    slo[j] = _mm256_add_epi16(slo[j], _mm256_maddubs_epi16(lo, xl));
-                    shi[j] = _mm256_add_epi16(shi[j], _mm256_maddubs_epi16(hi, xh));
-                }
-            }
             let at = K4_SCALES + 16 * i;
             let pair =
                 _mm256_broadcastsi128_si256(_mm_loadu_si128(wb[at..at + 16].as_ptr().cast()));
@@ -270,10 +303,37 @@ unsafe fn group_q4_k<const N: usize>(
                 _mm256_shuffle_epi8(pair, even),
                 _mm256_shuffle_epi8(pair, odd),
             );
-            for j in 0..N {
-                let p =
-                    _mm256_add_epi32(_mm256_madd_epi16(slo[j], se), _mm256_madd_epi16(shi[j], so));
-                isum[j] = _mm256_add_epi32(isum[j], p);
+            let shift = _mm_cvtsi32_si128(2 * i as i32);
+            for c0 in (0..8).step_by(run) {
+                let mut slo = [_mm256_setzero_si256(); N];
+                let mut shi = [_mm256_setzero_si256(); N];
+                for c in c0..c0 + run {
+                    let at = qs_at + 32 * (8 * i + c);
+                    let v = load32(&wb[at..at + 32]);
+                    let mut lo = _mm256_and_si256(v, low);
+                    let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                    if FIVE {
+                        let at = K5_QH + 32 * c;
+                        let h = _mm256_srl_epi16(load32(&wb[at..at + 32]), shift);
+                        lo =
+                            _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16::<4>(h), fifth));
+                        hi =
+                            _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16::<3>(h), fifth));
+                    }
+                    for j in 0..N {
+                        let xl = broadcast4(xb[j], 64 * i + 4 * c);
+                        let xh = broadcast4(xb[j], 64 * i + 32 + 4 * c);
+                        slo[j] = _mm256_add_epi16(slo[j], _mm256_maddubs_epi16(lo, xl));
+                        shi[j] = _mm256_add_epi16(shi[j], _mm256_maddubs_epi16(hi, xh));
+                    }
+                }
+                for j in 0..N {
+                    let p = _mm256_add_epi32(
+                        _mm256_madd_epi16(slo[j], se),
+                        _mm256_madd_epi16(shi[j], so),
+                    );
+                    isum[j] = _mm256_add_epi32(isum[j], p);
+                }
             }
         }
         let d = _mm256_cvtph_ps(_mm_loadu_si128(wb[..16].as_ptr().cast()));
