@@ -339,6 +339,8 @@ pub(crate) struct Settings<'a> {
     pub(crate) requests: usize,
     pub(crate) sampling: SamplingParams,
     pub(crate) model: ModelConfig,
+    /// The kernels the products ran (`Model::kernels`), or the device.
+    pub(crate) kernels: String,
 }
 
 fn as_text<S: serde::Serializer>(d: &LengthDist, s: S) -> Result<S::Ok, S::Error> {

@@ -233,8 +233,12 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
         error,
     };
     let backend_desc = backend.describe().map_err(backend_error)?;
+    let kernels = match args.backend {
+        args::BackendKind::Cpu => model.kernels(),
+        args::BackendKind::Vulkan => "vulkan: whole steps on the device".to_string(),
+    };
     let title = format!(
-        "pagoda bench · {source} · {model_name} ({:.1} M params) · {backend_desc} · {} KV pages · seed {}",
+        "pagoda bench · {source} · {model_name} ({:.1} M params) · {backend_desc} · kernels {kernels} · {} KV pages · seed {}",
         model.parameters() as f64 / 1e6,
         args.kv_pages,
         args.seed
@@ -300,6 +304,7 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
         requests: trace.len(),
         sampling,
         model: model_config,
+        kernels,
     };
     let mut report = BenchReport {
         title,
