@@ -167,11 +167,14 @@ def chat(client, model, has_template):
     assert eos.choices[0].message.content is not None
     print("ok sampling controls accepted")
 
-    # Structured outputs: the answer parses and validates (jsonschema).
+    # Structured outputs: the answer parses and validates (jsonschema). The
+    # number is bounded: unbounded, a 135M model's greedy answer can run
+    # into an endless number ("111222222233444...") and be cut at
+    # max_tokens, which no grammar forbids.
     schema = {
         "type": "object",
         "properties": {"city": {"type": "string", "maxLength": 40},
-                       "population_millions": {"type": "number"}},
+                       "population_millions": {"type": "number", "minimum": 0, "maximum": 100}},
         "required": ["city", "population_millions"],
         "additionalProperties": False,
     }
