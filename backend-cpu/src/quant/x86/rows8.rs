@@ -18,18 +18,19 @@ use super::super::interleave::{
 };
 use super::{load32, prefetch_ahead};
 
-/// Whether [`interleaved`] takes `kind` weights against `x`. Q4_1 and
-/// Q5_K only up to a few rows: there the plain layout's kernels, which
-/// share each weight block's unpacking among four activation rows, are
-/// the faster (one thread, rows8 against plain: Q4_1 1536×576 2.3× at one
-/// row, 1.0× at 16, 0.85× at 128; Q5_K 1536² 1.7× at one, 1.5× at four,
-/// 0.7× at 16, 0.8× at 128), so larger products copy the rows back to
-/// plain ones.
+/// Whether [`interleaved`] takes `kind` weights against `x`. Q5_K only
+/// below 16 rows: from there its rows are copied back to the plain layout,
+/// whose kernel shares each block's unpacking among four activation rows
+/// (one thread, 1536², rows8 against plain: 1.7× at one row, 1.2× at
+/// eight, 0.75× at 16 and 128; the plain copy costs its tile once for every
+/// pass, so a 128-row product runs at the plain kernel's speed; Llama-3.2-1B
+/// Q5_K_M prefill of 512: 95-98 against 85-88 tokens/s).
 pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivations) -> bool {
     match kind {
         QuantKind::Q4_0 | QuantKind::Q8_0 => x.format() == ActFormat::Q8_0,
         QuantKind::Q4_1 => x.format() == ActFormat::Q8_1,
-        QuantKind::Q4_K | QuantKind::Q5_K => x.format() == ActFormat::Q8_K,
+        QuantKind::Q4_K => x.format() == ActFormat::Q8_K,
+        QuantKind::Q5_K => x.format() == ActFormat::Q8_K && x.rows() < 16,
         _ => false,
     }
 }
