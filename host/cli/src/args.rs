@@ -217,6 +217,11 @@ pub(crate) struct BenchArgs {
     /// bandwidth and FMA peak).
     #[arg(long, value_enum, default_value_t = Suite::Policies)]
     pub(crate) suite: Suite,
+    /// The speed suite's deepest decode context (tokens; the model's own
+    /// context also bounds it): less for large models on few cores, where
+    /// the 4,096-token prompt takes minutes.
+    #[arg(long, default_value_t = 4096, value_name = "TOKENS")]
+    pub(crate) speed_depth: usize,
     /// Run on this GGUF model instead of the embedded random-weight one.
     #[arg(long, value_name = "FILE.gguf")]
     pub(crate) model: Option<PathBuf>,

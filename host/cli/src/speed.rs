@@ -140,6 +140,7 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
         model,
         config: &config,
         seed: args.seed,
+        depth: args.speed_depth,
     };
     let backend = args.backend.choice(args.threads);
     let runs = backend.open(job).map_err(|error| CliError::Backend {
@@ -447,6 +448,8 @@ struct SpeedJob<'a> {
     model: &'a Model,
     config: &'a EngineConfig,
     seed: u64,
+    /// The deepest decode context asked for (`--speed-depth`).
+    depth: usize,
 }
 
 /// What the engine runs measured.
@@ -514,8 +517,9 @@ impl WithBackend for SpeedJob<'_> {
         let mut rng = fastrand::Rng::with_seed(self.seed);
         let mut tokens = |n: usize| -> Vec<u32> { (0..n).map(|_| rng.u32(0..vocab)).collect() };
         let mut decode = Vec::new();
-        // 4,096 tokens deep, or as deep as the model's context allows.
-        let deep = 4096.min(
+        // 4,096 tokens deep (`--speed-depth`), or as deep as the model's
+        // context allows.
+        let deep = self.depth.max(8).min(
             (self.model.config().max_context as usize)
                 .saturating_sub(64)
                 .max(8),
