@@ -7,8 +7,8 @@
 //! each block of the group is the eight rows' f16 scales (16 bytes; for
 //! Q4_1 then their f16 minimums), then their payloads four bytes at a
 //! time: bytes `4c..4c + 4` of row 0, of row 1, ... of row 7, then bytes
-//! `4c + 4..`. A 32-byte load then gives every
-//! row's four bytes in its own 32-bit lane, so the products of one block
+//! `4c + 4..`. A 32-byte load then gives every row's four bytes in its own
+//! 32-bit lane, so the products of one block
 //! come out as one vector of eight rows' sums, scaled by one vector of
 //! eight rows' scales: per row and block, a Q4_0 product costs about five
 //! vector instructions instead of seventeen. A last group of fewer rows is
@@ -168,7 +168,7 @@ pub fn interleave(
             let at = (g * blocks + b) * gblock;
             let dst = &mut out[at..at + gblock];
             if matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K) {
-                k_to_group(src, dst, lane);
+                k_to_group(src, dst, lane, kind == QuantKind::Q5_K);
             } else {
                 let heads = heads(kind);
                 for h in 0..heads {
@@ -198,9 +198,9 @@ fn gather(src: &[u8], dst: &mut [u8], lane: usize) {
     }
 }
 
-/// One Q4_K block (144 bytes) or Q5_K block (176) of row `lane` into its
-/// group's block (see [`k4`], [`k5`]).
-fn k_to_group(src: &[u8], dst: &mut [u8], lane: usize) {
+/// One Q4_K block (144 bytes) or, with `five`, Q5_K block (176) of row
+/// `lane` into its group's block (see [`k4`], [`k5`]).
+fn k_to_group(src: &[u8], dst: &mut [u8], lane: usize, five: bool) {
     dst[k4::D + 2 * lane..k4::D + 2 * lane + 2].copy_from_slice(&src[0..2]);
     dst[k4::DMIN + 2 * lane..k4::DMIN + 2 * lane + 2].copy_from_slice(&src[2..4]);
     let (scales, mins) = unpack::k4_scales_mins(&src[4..16]);
@@ -208,7 +208,7 @@ fn k_to_group(src: &[u8], dst: &mut [u8], lane: usize) {
         dst[k4::SCALES + 8 * j + lane] = scales[j];
         dst[k4::MINS + 16 * (j / 2) + 2 * lane + j % 2] = mins[j];
     }
-    if src.len() == 176 {
+    if five {
         spread(&src[16..48], &mut dst[k5::QH..k5::QS], lane);
         spread(&src[48..176], &mut dst[k5::QS..], lane);
     } else {
@@ -217,13 +217,13 @@ fn k_to_group(src: &[u8], dst: &mut [u8], lane: usize) {
 }
 
 /// [`k_to_group`] undone (`dst`: the row's block).
-fn k_from_group(src: &[u8], dst: &mut [u8], lane: usize) {
+fn k_from_group(src: &[u8], dst: &mut [u8], lane: usize, five: bool) {
     dst[0..2].copy_from_slice(&src[k4::D + 2 * lane..k4::D + 2 * lane + 2]);
     dst[2..4].copy_from_slice(&src[k4::DMIN + 2 * lane..k4::DMIN + 2 * lane + 2]);
     let scales: [u8; 8] = std::array::from_fn(|j| src[k4::SCALES + 8 * j + lane]);
     let mins: [u8; 8] = std::array::from_fn(|j| src[k4::MINS + 16 * (j / 2) + 2 * lane + j % 2]);
     dst[4..16].copy_from_slice(&k4_pack(&scales, &mins));
-    if dst.len() == 176 {
+    if five {
         gather(&src[k5::QH..k5::QS], &mut dst[16..48], lane);
         gather(&src[k5::QS..], &mut dst[48..176], lane);
     } else {
@@ -256,7 +256,7 @@ pub fn plain_row(kind: QuantKind, cols: usize, data: &[u8], r: usize, out: &mut 
         let at = (g * blocks + b) * gblock;
         let src = &data[at..at + gblock];
         if matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K) {
-            k_from_group(src, dst, lane);
+            k_from_group(src, dst, lane, kind == QuantKind::Q5_K);
         } else {
             let heads = heads(kind);
             for h in 0..heads {

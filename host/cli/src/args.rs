@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use pagoda_engine::model::{ActPrecision, ModelConfig, SamplingParams};
+use pagoda_engine::model::{ActPrecision, Model, ModelConfig, SamplingParams};
 use pagoda_engine::{BackendChoice, KvDtype, ParseKvDtypeError, Policy, DEFAULT_PREFILL_SHARE};
 use serde::Serialize;
 
@@ -108,6 +108,15 @@ pub(crate) enum Suite {
 }
 
 impl BackendKind {
+    /// The kernels `model`'s products run on this backend: the CPU's
+    /// instruction set and each weight type's layout, or the device.
+    pub(crate) fn kernels(self, model: &Model) -> String {
+        match self {
+            Self::Cpu => model.kernels(),
+            Self::Vulkan => "vulkan: whole steps on the device".to_string(),
+        }
+    }
+
     /// The engine's choice for this kind, with `threads` CPU workers.
     pub(crate) fn choice(self, threads: usize) -> BackendChoice {
         match self {

@@ -233,10 +233,7 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
         error,
     };
     let backend_desc = backend.describe().map_err(backend_error)?;
-    let kernels = match args.backend {
-        args::BackendKind::Cpu => model.kernels(),
-        args::BackendKind::Vulkan => "vulkan: whole steps on the device".to_string(),
-    };
+    let kernels = args.backend.kernels(model);
     let title = format!(
         "pagoda bench · {source} · {model_name} ({:.1} M params) · {backend_desc} · kernels {kernels} · {} KV pages · seed {}",
         model.parameters() as f64 / 1e6,

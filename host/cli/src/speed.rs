@@ -129,10 +129,7 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
         };
         eprintln!("pagoda bench --suite speed: decode, prefill and batching runs ({weights})");
     }
-    let kernels = match args.backend {
-        BackendKind::Cpu => model.kernels(),
-        BackendKind::Vulkan => "vulkan: whole steps on the device".to_string(),
-    };
+    let kernels = args.backend.kernels(model);
     if !args.quiet {
         eprintln!("kernels: {kernels}");
     }

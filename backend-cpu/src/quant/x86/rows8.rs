@@ -35,6 +35,25 @@ pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivati
     }
 }
 
+/// Activation rows one kernel call takes: each kernel is built for 1 to 4
+/// (its sums for four rows fit the 16 vector registers beside a block's
+/// unpacked weights).
+const ROWS_PER_CALL: usize = 4;
+
+/// `$kernel::<N>` (or `::<N, FLAG>`) for `N` = `$n` rows, 1 to
+/// [`ROWS_PER_CALL`]: one instance per row count, so each keeps its sums in
+/// registers.
+macro_rules! by_rows {
+    ($n:expr, $kernel:ident $(, $flag:literal)?; $($arg:expr),*) => {
+        match $n {
+            1 => $kernel::<1 $(, $flag)?>($($arg),*),
+            2 => $kernel::<2 $(, $flag)?>($($arg),*),
+            3 => $kernel::<3 $(, $flag)?>($($arg),*),
+            _ => $kernel::<4 $(, $flag)?>($($arg),*),
+        }
+    };
+}
+
 /// `res[k × m + j] = w_{tile.start + k} · x_{first + j}` for the rows of
 /// `tile`, `m = res.len() / tile.len()`, from the interleaved matrix
 /// `data` (rows of `cols` `kind` elements). Whole groups are computed;
@@ -57,35 +76,18 @@ pub(in super::super) unsafe fn interleaved(
     }
     let m = res.len() / tile.len();
     let group_bytes = interleaved_len(kind, GROUP, cols).unwrap_or(0);
-    // Activation rows per pass: the K-quant kernel keeps three sums per
-    // row in registers, the others one.
-    let step = 4;
     for g in tile.start / GROUP..tile.end.div_ceil(GROUP) {
         let w = &data[g * group_bytes..(g + 1) * group_bytes];
-        for j0 in (0..m).step_by(step) {
-            let n = (m - j0).min(step);
-            let mut sums = [[0.0f32; GROUP]; 4];
-            match (kind, n) {
-                (QuantKind::Q4_K, 1) => group_qk::<1, false>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_K, 2) => group_qk::<2, false>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_K, 3) => group_qk::<3, false>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_K, _) => group_qk::<4, false>(w, x, first + j0, &mut sums),
-                (QuantKind::Q5_K, 1) => group_qk::<1, true>(w, x, first + j0, &mut sums),
-                (QuantKind::Q5_K, 2) => group_qk::<2, true>(w, x, first + j0, &mut sums),
-                (QuantKind::Q5_K, 3) => group_qk::<3, true>(w, x, first + j0, &mut sums),
-                (QuantKind::Q5_K, _) => group_qk::<4, true>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_0, 1) => group_q4::<1, false>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_0, 2) => group_q4::<2, false>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_0, 3) => group_q4::<3, false>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_0, _) => group_q4::<4, false>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_1, 1) => group_q4::<1, true>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_1, 2) => group_q4::<2, true>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_1, 3) => group_q4::<3, true>(w, x, first + j0, &mut sums),
-                (QuantKind::Q4_1, _) => group_q4::<4, true>(w, x, first + j0, &mut sums),
-                (_, 1) => group_q8_0::<1>(w, x, first + j0, &mut sums),
-                (_, 2) => group_q8_0::<2>(w, x, first + j0, &mut sums),
-                (_, 3) => group_q8_0::<3>(w, x, first + j0, &mut sums),
-                (_, _) => group_q8_0::<4>(w, x, first + j0, &mut sums),
+        for j0 in (0..m).step_by(ROWS_PER_CALL) {
+            let n = (m - j0).min(ROWS_PER_CALL);
+            let mut sums = [[0.0f32; GROUP]; ROWS_PER_CALL];
+            let (at, sums_out) = (first + j0, &mut sums);
+            match kind {
+                QuantKind::Q4_K => by_rows!(n, group_qk, false; w, x, at, sums_out),
+                QuantKind::Q5_K => by_rows!(n, group_qk, true; w, x, at, sums_out),
+                QuantKind::Q4_0 => by_rows!(n, group_q4, false; w, x, at, sums_out),
+                QuantKind::Q4_1 => by_rows!(n, group_q4, true; w, x, at, sums_out),
+                _ => by_rows!(n, group_q8_0; w, x, at, sums_out),
             }
             for (lane, r) in (g * GROUP..(g + 1) * GROUP).enumerate() {
                 if tile.contains(&r) {

@@ -10,10 +10,11 @@ use pagoda_core::gguf::Gguf;
 
 use super::arch::{self, Source};
 use super::config::{ModelConfig, ModelError};
-use super::cpu::{self, ActPrecision, Activations};
+use super::cpu::{self, Activations};
 use super::file::ModelFile;
 use super::input::{ForwardError, StepInput};
 use super::load_error::LoadError;
+use super::precision::ActPrecision;
 use super::program::{
     attention_block, mlp_block, Attend, AttentionBlock, Gating, MlpBlock, Op, Program,
 };

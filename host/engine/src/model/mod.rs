@@ -20,6 +20,7 @@ mod forward;
 mod input;
 mod load_error;
 mod meta;
+mod precision;
 mod program;
 mod rope;
 mod sampling;
@@ -27,12 +28,13 @@ mod tensors;
 
 pub use config::{ModelConfig, ModelError, SUPPORTED_ARCHITECTURES};
 pub use constraint::{Constraint, ConstraintSpec, ConstraintState};
-pub use cpu::{ActPrecision, Activations};
+pub use cpu::Activations;
 pub use device::DeviceModel;
 pub use file::ModelFile;
 pub use forward::{Holding, Model, Seeded};
 pub use input::{ForwardError, GroupRows, StepInput};
 pub use load_error::LoadError;
+pub use precision::ActPrecision;
 pub use rope::RopeMode;
 pub use sampling::{
     argmax, Sampler, SamplingError, SamplingParams, TokenLogprobs, MAX_TOP_LOGPROBS,
