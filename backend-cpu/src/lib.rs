@@ -177,11 +177,10 @@ impl CpuBackend {
         &self.team
     }
 
-    /// Uses `isa` instead of the detected one (`Scalar` always works; others
-    /// only if the CPU has them, else the detected one stays).
+    /// Uses `isa` instead of the detected one if the CPU has it (`Scalar`
+    /// always works; else the detected one stays).
     pub fn with_isa(mut self, isa: Isa) -> Self {
-        let detected = Isa::detect();
-        if isa == Isa::Scalar || isa == detected {
+        if isa.is_supported() {
             self.isa = isa;
         }
         self

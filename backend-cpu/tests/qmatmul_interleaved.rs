@@ -18,7 +18,8 @@ use qmatmul_support::*;
 fn interleaved_weights_match_the_plain_layout() {
     let mut rng = fastrand::Rng::with_seed(41);
     let mut team = Team::new(2).unwrap();
-    let isas = [Isa::detect(), Isa::Scalar];
+    let mut isas = simd_paths();
+    isas.push(Isa::Scalar);
     for kind in KINDS.into_iter().filter(|&k| interleaves(k)) {
         let mut ran = Vec::new();
         for f32_acts in [false, true] {
@@ -40,7 +41,7 @@ fn interleaved_weights_match_the_plain_layout() {
                 }
                 let mut want = vec![0.0f32; n * rows];
                 matmul(Isa::Scalar, &plain, &acts, &mut want, 0..rows).unwrap();
-                for isa in isas {
+                for &isa in &isas {
                     let mut got = vec![0.0f32; n * rows];
                     matmul(isa, &inter, &acts, &mut got, 0..rows).unwrap();
                     for i in 0..n {

@@ -14,7 +14,15 @@ pub(crate) mod x86;
 
 use crate::element::KvElement;
 
-/// The instruction set the kernels use, detected once at run time.
+/// The instruction set the kernels use, detected at run time.
+///
+/// The VNNI sets are AVX2 plus one instruction, `vpdpbusd` (four u8 × i8
+/// products added into each 32-bit lane), which the 8-bit products of
+/// interleaved weights take in place of `maddubs`, `madd` and `add`; every
+/// other kernel runs the AVX2 code on them ([`Isa::base`]). Both use 256-bit
+/// vectors: `Avx512Vnni` is the EVEX form (AVX-512 VL), which Zen 4 and 5
+/// and Xeons since Cascade Lake have, `AvxVnni` the VEX form of Intel's
+/// client cores since Alder Lake, which have no AVX-512.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
     /// Portable Rust.
@@ -22,30 +30,83 @@ pub enum Isa {
     /// AVX2 + FMA + F16C.
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// [`Isa::Avx2`] with AVX-VNNI (VEX-encoded `vpdpbusd`).
+    #[cfg(target_arch = "x86_64")]
+    AvxVnni,
+    /// [`Isa::Avx2`] with AVX-512 F, BW, VL and VNNI (`vpdpbusd` on 256-bit
+    /// vectors, EVEX-encoded).
+    #[cfg(target_arch = "x86_64")]
+    Avx512Vnni,
     /// NEON (always present on aarch64).
     #[cfg(target_arch = "aarch64")]
     Neon,
 }
 
 impl Isa {
+    /// Every instruction set built for this architecture, best first.
+    pub const ALL: &'static [Isa] = &[
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni,
+        #[cfg(target_arch = "x86_64")]
+        Isa::AvxVnni,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2,
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon,
+        Isa::Scalar,
+    ];
+
     /// The best the CPU supports.
     pub fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-                && std::arch::is_x86_feature_detected!("f16c")
-            {
-                return Isa::Avx2;
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|isa| isa.is_supported())
+            .unwrap_or(Isa::Scalar)
+    }
+
+    /// Every instruction set this CPU can run, best first ([`Isa::Scalar`]
+    /// last): the paths tests compare with the scalar reference.
+    pub fn supported() -> impl Iterator<Item = Isa> {
+        Self::ALL.iter().copied().filter(|isa| isa.is_supported())
+    }
+
+    /// Whether this CPU has every extension the set needs (checked at run
+    /// time; the answers are cached by the standard library).
+    pub fn is_supported(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                    && std::arch::is_x86_feature_detected!("f16c")
             }
-        }
-        #[cfg(target_arch = "aarch64")]
-        {
-            if std::arch::is_aarch64_feature_detected!("neon") {
-                return Isa::Neon;
+            #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => {
+                Isa::Avx2.is_supported() && std::arch::is_x86_feature_detected!("avxvnni")
             }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => {
+                Isa::Avx2.is_supported()
+                    && std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                    && std::arch::is_x86_feature_detected!("avx512vnni")
+            }
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
         }
-        Isa::Scalar
+    }
+
+    /// The set whose kernels serve this one where it has none of its own:
+    /// AVX2 for the VNNI sets, the set itself otherwise.
+    pub fn base(self) -> Self {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni | Isa::Avx512Vnni => Isa::Avx2,
+            other => other,
+        }
     }
 
     /// A name for reports.
@@ -54,6 +115,10 @@ impl Isa {
             Isa::Scalar => "scalar",
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => "avx2+fma+f16c",
+            #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => "avx2+fma+f16c+avxvnni",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => "avx2+fma+f16c+avx512vnni",
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => "neon",
         }
@@ -86,9 +151,11 @@ pub fn page_scores<E: KvElement>(
     match isa {
         Isa::Scalar => scalar::page_scores(q, rows, k, keys, dim, scores),
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Avx2` is only chosen when the CPU has AVX2, FMA and F16C,
+        // SAFETY: the AVX2 sets are only chosen when the CPU has AVX2, FMA and F16C,
         // and the asserts above bound every access the kernel makes.
-        Isa::Avx2 => unsafe { x86::page_scores(q, rows, k, dim, scores, ahead) },
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe {
+            x86::page_scores(q, rows, k, dim, scores, ahead)
+        },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: `Neon` is only chosen when the CPU has NEON; the asserts
         // above bound every access.
@@ -118,7 +185,9 @@ pub fn page_accumulate<E: KvElement>(
         Isa::Scalar => scalar::page_accumulate(acc, rows, p, v, keys, dim),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `page_scores`.
-        Isa::Avx2 => unsafe { x86::page_accumulate(acc, rows, p, v, keys, dim, ahead) },
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe {
+            x86::page_accumulate(acc, rows, p, v, keys, dim, ahead)
+        },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: as in `page_scores`.
         Isa::Neon => unsafe { neon::page_accumulate(acc, rows, p, v, keys, dim) },
@@ -145,9 +214,11 @@ pub fn page_softmax(
     assert!(correction.len() >= rows && visible.iter().all(|&v| v <= 16));
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Avx2` is only chosen when the CPU has AVX2 and FMA; the
+        // SAFETY: the AVX2 sets are only chosen when the CPU has AVX2 and FMA; the
         // asserts above bound every access.
-        Isa::Avx2 => unsafe { x86::page_softmax(scores, visible, max, sum, correction) },
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe {
+            x86::page_softmax(scores, visible, max, sum, correction)
+        },
         _ => scalar::page_softmax(scores, visible, max, sum, correction),
     }
 }
@@ -161,9 +232,9 @@ pub fn page_softmax(
 pub fn silu_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Avx2` is only chosen when the CPU has AVX2 and FMA; the
+        // SAFETY: the AVX2 sets are only chosen when the CPU has AVX2 and FMA; the
         // kernel reads and writes within the slices' common length.
-        Isa::Avx2 => unsafe { x86::silu_mul(gate, up) },
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe { x86::silu_mul(gate, up) },
         _ => scalar::silu_mul(gate, up),
     }
 }
@@ -176,9 +247,9 @@ pub fn silu_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
 pub fn gelu_tanh_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Avx2` is only chosen when the CPU has AVX2 and FMA; the
+        // SAFETY: the AVX2 sets are only chosen when the CPU has AVX2 and FMA; the
         // kernel reads and writes within the slices' common length.
-        Isa::Avx2 => unsafe { x86::gelu_tanh_mul(gate, up) },
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe { x86::gelu_tanh_mul(gate, up) },
         _ => scalar::gelu_tanh_mul(gate, up),
     }
 }

@@ -35,19 +35,28 @@ pub(super) fn rows(
         let tile = start..((start / ROW_TILE + 1) * ROW_TILE).min(rows.end);
         start = tile.end;
         #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx2
+        if isa.base() == Isa::Avx2
             && w.layout == WeightLayout::Interleaved
             && super::x86::takes_interleaved(w.kind, x)
         {
             for first in (0..x.rows()).step_by(MAX_ROWS_PER_PASS) {
                 let m = (x.rows() - first).min(MAX_ROWS_PER_PASS);
                 let res = &mut res[..tile.len() * m];
-                // SAFETY: `isa` went through `usable`, so the CPU has AVX2,
-                // FMA and F16C; the shapes were validated, and the kernel
-                // slices every input with bounds checks before loading
-                // from it.
+                // SAFETY: `isa` went through `usable`, so the CPU has every
+                // extension of `isa` (AVX2, FMA and F16C at least); the
+                // shapes were validated, and the kernel slices every input
+                // with bounds checks before loading from it.
                 unsafe {
-                    super::x86::interleaved(w.kind, w.data, w.cols, tile.clone(), x, first, res)
+                    super::x86::interleaved(
+                        isa,
+                        w.kind,
+                        w.data,
+                        w.cols,
+                        tile.clone(),
+                        x,
+                        first,
+                        res,
+                    )
                 };
                 store(first, tile.clone(), m, res);
             }
@@ -88,7 +97,7 @@ fn plain_tile(
             // FMA and F16C; the shapes were validated, and the kernel
             // slices every input with bounds checks before loading
             // from it.
-            Isa::Avx2 => unsafe {
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe {
                 if super::x86::takes_kquads(w.kind, x, m) {
                     super::x86::kquads(w.kind, plain, row_bytes, x, first, res)
                 } else {

@@ -351,7 +351,7 @@ fn validate(
 /// The instruction set to run: `isa` if this CPU has it, else scalar (an
 /// `Isa` value can be built by hand, so it is not proof of support).
 fn usable(isa: Isa) -> Isa {
-    if isa == Isa::detect() {
+    if isa.is_supported() {
         isa
     } else {
         Isa::Scalar

@@ -6,9 +6,27 @@
 
 use half::{bf16, f16};
 use pagoda_core::{dequantize_row, QuantKind};
+use pagoda_cpu::Isa;
 
 /// Every weight type the loader takes.
 pub const KINDS: [QuantKind; 11] = QuantKind::ALL;
+
+/// Every SIMD path this CPU can run, best first; prints the paths built
+/// for this architecture that it cannot (machines of one kind come with
+/// and without AVX-512, so a run says which it checked).
+pub fn simd_paths() -> Vec<Isa> {
+    let (ran, skipped): (Vec<Isa>, Vec<Isa>) = Isa::ALL
+        .iter()
+        .filter(|&&isa| isa != Isa::Scalar)
+        .partition(|isa| isa.is_supported());
+    let names = |isas: &[Isa]| isas.iter().map(|i| i.name()).collect::<Vec<_>>();
+    println!(
+        "SIMD paths run: {:?}; skipped, the CPU lacks them: {:?}",
+        names(&ran),
+        names(&skipped)
+    );
+    ran
+}
 
 /// A random f16 bit pattern for a value in `lo..hi`.
 fn half_bits(rng: &mut fastrand::Rng, lo: f32, hi: f32) -> [u8; 2] {

@@ -12,6 +12,7 @@ use pagoda_core::QuantKind;
 use super::act::{ActFormat, QuantizedActivations, QUAD_MIN_ROWS};
 use super::unpack;
 
+mod dot;
 mod int8;
 mod quads;
 pub(super) mod round;

@@ -5,17 +5,24 @@
 //! their own lanes, and one vector of the rows' eight f16 scales (one
 //! F16C conversion) scales them. No horizontal sums: a block costs one FMA
 //! per activation row for all eight weight rows.
+//!
+//! The kernels are written once over [`Dot`], the step they repeat, and
+//! compiled once per instruction set (see `instances!`): AVX2 takes
+//! `maddubs` and `madd`, the VNNI sets `vpdpbusd`.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
 
 use pagoda_core::QuantKind;
 
+use crate::Isa;
+
 use super::super::act::{ActFormat, QuantizedActivations, KB, KSUM, QB};
 use super::super::interleave::{
     interleaved_len, GROUP, K4_DMIN, K4_GROUP_BLOCK, K4_MINS, K4_QS, K4_SCALES, K5_GROUP_BLOCK,
     K5_QH, K5_QS,
 };
+use super::dot::{Avx2Dot, Dot, EvexVnni, VexVnni};
 use super::{load32, prefetch_ahead};
 
 /// Whether [`interleaved`] takes `kind` weights against `x`. Q5_K only
@@ -54,15 +61,129 @@ macro_rules! by_rows {
     };
 }
 
+/// `sums[j][lane]` for one group of eight interleaved rows (`w`) against
+/// `n` (1 to [`ROWS_PER_CALL`]) activation rows from `first`, by the
+/// group kernel for the weights' type.
+type GroupKernel = unsafe fn(
+    QuantKind,
+    &[u8],
+    &QuantizedActivations,
+    usize,
+    usize,
+    &mut [[f32; GROUP]; ROWS_PER_CALL],
+);
+
+/// Compiles the group kernels for one instruction set: module `$module`
+/// holds `group` (a [`GroupKernel`]) and one function per kernel and row
+/// count, each built with `$features` and kept out of line so that it keeps
+/// its sums in registers, around the shared bodies taking `$dot`.
+macro_rules! instances {
+    ($module:ident, $dot:ty, $features:literal) => {
+        mod $module {
+            use super::*;
+
+            /// A [`GroupKernel`] on this set.
+            ///
+            /// # Safety
+            /// The CPU must have the set's extensions.
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn group(
+                kind: QuantKind,
+                w: &[u8],
+                x: &QuantizedActivations,
+                at: usize,
+                n: usize,
+                sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
+            ) {
+                match kind {
+                    QuantKind::Q4_K => by_rows!(n, group_qk, false; w, x, at, sums),
+                    QuantKind::Q5_K => by_rows!(n, group_qk, true; w, x, at, sums),
+                    QuantKind::Q4_0 => by_rows!(n, group_q4, false; w, x, at, sums),
+                    QuantKind::Q4_1 => by_rows!(n, group_q4, true; w, x, at, sums),
+                    _ => by_rows!(n, group_q8_0; w, x, at, sums),
+                }
+            }
+
+            #[target_feature(enable = $features)]
+            #[inline(never)]
+            unsafe fn group_q4<const N: usize, const MIN: bool>(
+                w: &[u8],
+                x: &QuantizedActivations,
+                first: usize,
+                sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
+            ) {
+                super::group_q4::<$dot, N, MIN>(w, x, first, sums)
+            }
+
+            #[target_feature(enable = $features)]
+            #[inline(never)]
+            unsafe fn group_q8_0<const N: usize>(
+                w: &[u8],
+                x: &QuantizedActivations,
+                first: usize,
+                sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
+            ) {
+                super::group_q8_0::<$dot, N>(w, x, first, sums)
+            }
+
+            #[target_feature(enable = $features)]
+            #[inline(never)]
+            unsafe fn group_qk<const N: usize, const FIVE: bool>(
+                w: &[u8],
+                x: &QuantizedActivations,
+                first: usize,
+                sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
+            ) {
+                super::group_qk::<$dot, N, FIVE>(w, x, first, sums)
+            }
+        }
+    };
+}
+
+instances!(avx2, Avx2Dot, "avx2,fma,f16c");
+instances!(avxvnni, VexVnni, "avx2,fma,f16c,avxvnni");
+instances!(
+    avx512vnni,
+    EvexVnni,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+);
+
 /// `res[k × m + j] = w_{tile.start + k} · x_{first + j}` for the rows of
 /// `tile`, `m = res.len() / tile.len()`, from the interleaved matrix
-/// `data` (rows of `cols` `kind` elements). Whole groups are computed;
-/// rows outside `tile` are not stored.
+/// `data` (rows of `cols` `kind` elements), by `isa`'s kernels (AVX2's for
+/// any set without its own). Whole groups are computed; rows outside
+/// `tile` are not stored.
 ///
 /// # Safety
-/// The CPU must have AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
+/// The CPU must have every extension of `isa`, and AVX2, FMA and F16C.
+#[allow(clippy::too_many_arguments)]
 pub(in super::super) unsafe fn interleaved(
+    isa: Isa,
+    kind: QuantKind,
+    data: &[u8],
+    cols: usize,
+    tile: Range<usize>,
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    let group: GroupKernel = match isa {
+        Isa::AvxVnni => avxvnni::group,
+        Isa::Avx512Vnni => avx512vnni::group,
+        _ => avx2::group,
+    };
+    // SAFETY: the caller's CPU has `isa`'s extensions, which `group` was
+    // compiled with.
+    unsafe { by_groups(group, kind, data, cols, tile, x, first, res) }
+}
+
+/// [`interleaved`] by the group kernel `group`.
+///
+/// # Safety
+/// The CPU must have the extensions `group` was compiled with.
+#[allow(clippy::too_many_arguments)]
+unsafe fn by_groups(
+    group: GroupKernel,
     kind: QuantKind,
     data: &[u8],
     cols: usize,
@@ -81,14 +202,9 @@ pub(in super::super) unsafe fn interleaved(
         for j0 in (0..m).step_by(ROWS_PER_CALL) {
             let n = (m - j0).min(ROWS_PER_CALL);
             let mut sums = [[0.0f32; GROUP]; ROWS_PER_CALL];
-            let (at, sums_out) = (first + j0, &mut sums);
-            match kind {
-                QuantKind::Q4_K => by_rows!(n, group_qk, false; w, x, at, sums_out),
-                QuantKind::Q5_K => by_rows!(n, group_qk, true; w, x, at, sums_out),
-                QuantKind::Q4_0 => by_rows!(n, group_q4, false; w, x, at, sums_out),
-                QuantKind::Q4_1 => by_rows!(n, group_q4, true; w, x, at, sums_out),
-                _ => by_rows!(n, group_q8_0; w, x, at, sums_out),
-            }
+            // SAFETY: the caller's CPU has the extensions `group` was
+            // compiled with; it slices its inputs with bounds checks.
+            unsafe { group(kind, w, x, first + j0, n, &mut sums) };
             for (lane, r) in (g * GROUP..(g + 1) * GROUP).enumerate() {
                 if tile.contains(&r) {
                     let k = r - tile.start;
@@ -115,15 +231,14 @@ unsafe fn broadcast4(x: &[i8], at: usize) -> __m256i {
 /// The nibbles are multiplied unsigned (0..15). Q4_0's −8 is taken back
 /// exactly from the activation block's `Σ q` (`8 × Σ q` off the integer
 /// sum); Q4_1's minimum `m` adds `m × dx × Σ q` (the Q8_1 block's `s`).
-/// Up to eight `maddubs` pair sums add in i16: each is at most 2 × 15 ×
-/// 127 = 3,810, eight 30,480.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline(never)]
-unsafe fn group_q4<const N: usize, const MIN: bool>(
+/// Without VNNI, up to eight `maddubs` pair sums add in i16: each is at
+/// most 2 × 15 × 127 = 3,810, eight 30,480.
+#[inline(always)]
+unsafe fn group_q4<D: Dot, const N: usize, const MIN: bool>(
     w: &[u8],
     x: &QuantizedActivations,
     first: usize,
-    sums: &mut [[f32; GROUP]; 4],
+    sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
 ) {
     // The scales (and minimums), then the payload.
     let head = if MIN { 32 } else { 16 };
@@ -163,15 +278,25 @@ unsafe fn group_q4<const N: usize, const MIN: bool>(
         }
         for j in 0..N {
             let xb = &qs[j][b * QB..b * QB + QB];
-            let mut s16 = _mm256_setzero_si256();
-            for c in 0..4 {
-                // Byte i of a lane's four: low nibble value 4c + i, high
-                // nibble value 16 + 4c + i (GGUF's Q4_0 and Q4_1 order).
-                s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo[c], broadcast4(xb, 4 * c)));
-                s16 =
-                    _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[c], broadcast4(xb, 16 + 4 * c)));
-            }
-            let mut isum = _mm256_madd_epi16(s16, ones);
+            // Byte i of a lane's four: low nibble value 4c + i, high nibble
+            // value 16 + 4c + i (GGUF's Q4_0 and Q4_1 order).
+            let mut isum = if D::FUSED {
+                // Two chains, so that each waits on half the steps.
+                let (mut sl, mut sh) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                for c in 0..4 {
+                    sl = D::dot(sl, lo[c], broadcast4(xb, 4 * c));
+                    sh = D::dot(sh, hi[c], broadcast4(xb, 16 + 4 * c));
+                }
+                _mm256_add_epi32(sl, sh)
+            } else {
+                let mut s16 = _mm256_setzero_si256();
+                for c in 0..4 {
+                    let (l, h) = (broadcast4(xb, 4 * c), broadcast4(xb, 16 + 4 * c));
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo[c], l));
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[c], h));
+                }
+                _mm256_madd_epi16(s16, ones)
+            };
             if !MIN {
                 isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * ss[j][b]));
             }
@@ -188,15 +313,14 @@ unsafe fn group_q4<const N: usize, const MIN: bool>(
 }
 
 /// [`group_q4`] for Q8_0 weights: signed bytes, so each product takes
-/// the sign trick (`|w|` against `x` with `w`'s sign), and each `maddubs`
-/// is widened at once (a pair reaches 2 × 128 × 127).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline(never)]
-unsafe fn group_q8_0<const N: usize>(
+/// the sign trick (`|w|` against `x` with `w`'s sign), and each step is
+/// widened at once (a `maddubs` pair reaches 2 × 128 × 127).
+#[inline(always)]
+unsafe fn group_q8_0<D: Dot, const N: usize>(
     w: &[u8],
     x: &QuantizedActivations,
     first: usize,
-    sums: &mut [[f32; GROUP]; 4],
+    sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
 ) {
     const BLOCK: usize = GROUP * 34;
     let blocks = w.len() / BLOCK;
@@ -206,7 +330,6 @@ unsafe fn group_q8_0<const N: usize>(
         qs[j] = &x.q_row(first + j)[..blocks * QB];
         ds[j] = &x.d_row(first + j)[..blocks];
     }
-    let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..blocks {
         let wb = &w[b * BLOCK..b * BLOCK + BLOCK];
@@ -219,8 +342,7 @@ unsafe fn group_q8_0<const N: usize>(
             for j in 0..N {
                 let xb = &qs[j][b * QB..b * QB + QB];
                 let vx = _mm256_sign_epi8(broadcast4(xb, 4 * c), q);
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, vx), ones);
-                isum[j] = _mm256_add_epi32(isum[j], p);
+                isum[j] = D::dot(isum[j], aq, vx);
             }
         }
         for j in 0..N {
@@ -248,13 +370,16 @@ unsafe fn group_q8_0<const N: usize>(
 /// bits of chunk `i` to bits 0 (low nibbles) and 1 (high nibbles) of each
 /// byte. Their 5-bit values make a `maddubs` pair reach 2 × 31 × 128, so
 /// four (not eight) add in i16 before each `madd`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline(never)]
-unsafe fn group_qk<const N: usize, const FIVE: bool>(
+///
+/// With VNNI each sub-block's sums add in i32 (at most 32 × 31 × 128 =
+/// 126,976) and are multiplied by the rows' scales as i32 (6 bits: the
+/// block's total stays below 2²⁷).
+#[inline(always)]
+unsafe fn group_qk<D: Dot, const N: usize, const FIVE: bool>(
     w: &[u8],
     x: &QuantizedActivations,
     first: usize,
-    sums: &mut [[f32; GROUP]; 4],
+    sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
 ) {
     let (block, qs_at) = if FIVE {
         (K5_GROUP_BLOCK, K5_QS)
@@ -286,8 +411,9 @@ unsafe fn group_qk<const N: usize, const FIVE: bool>(
         ),
     );
     let fifth = _mm256_set1_epi8(0x10);
-    // Chunks of 32 values whose `maddubs` sums add in i16 before a `madd`.
-    let run = if FIVE { 4 } else { 8 };
+    // Chunks of 32 values whose `maddubs` sums add in i16 before a `madd`
+    // (all eight with VNNI, whose sums are i32).
+    let run = if FIVE && !D::FUSED { 4 } else { 8 };
     let mut acc = [_mm256_setzero_ps(); N];
     let mut accm = [_mm256_setzero_ps(); N];
     for b in 0..blocks {
@@ -302,10 +428,19 @@ unsafe fn group_qk<const N: usize, const FIVE: bool>(
             let at = K4_SCALES + 16 * i;
             let pair =
                 _mm256_broadcastsi128_si256(_mm_loadu_si128(wb[at..at + 16].as_ptr().cast()));
-            let (se, so) = (
-                _mm256_shuffle_epi8(pair, even),
-                _mm256_shuffle_epi8(pair, odd),
-            );
+            let (se, so) = if D::FUSED {
+                // The rows' scales as i32, one per lane.
+                let at = K4_SCALES + 16 * i;
+                (
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(wb[at..at + 8].as_ptr().cast())),
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(wb[at + 8..at + 16].as_ptr().cast())),
+                )
+            } else {
+                (
+                    _mm256_shuffle_epi8(pair, even),
+                    _mm256_shuffle_epi8(pair, odd),
+                )
+            };
             let shift = _mm_cvtsi32_si128(2 * i as i32);
             for c0 in (0..8).step_by(run) {
                 let mut slo = [_mm256_setzero_si256(); N];
@@ -326,15 +461,27 @@ unsafe fn group_qk<const N: usize, const FIVE: bool>(
                     for j in 0..N {
                         let xl = broadcast4(xb[j], 64 * i + 4 * c);
                         let xh = broadcast4(xb[j], 64 * i + 32 + 4 * c);
-                        slo[j] = _mm256_add_epi16(slo[j], _mm256_maddubs_epi16(lo, xl));
-                        shi[j] = _mm256_add_epi16(shi[j], _mm256_maddubs_epi16(hi, xh));
+                        if D::FUSED {
+                            slo[j] = D::dot(slo[j], lo, xl);
+                            shi[j] = D::dot(shi[j], hi, xh);
+                        } else {
+                            slo[j] = _mm256_add_epi16(slo[j], _mm256_maddubs_epi16(lo, xl));
+                            shi[j] = _mm256_add_epi16(shi[j], _mm256_maddubs_epi16(hi, xh));
+                        }
                     }
                 }
                 for j in 0..N {
-                    let p = _mm256_add_epi32(
-                        _mm256_madd_epi16(slo[j], se),
-                        _mm256_madd_epi16(shi[j], so),
-                    );
+                    let p = if D::FUSED {
+                        _mm256_add_epi32(
+                            _mm256_mullo_epi32(slo[j], se),
+                            _mm256_mullo_epi32(shi[j], so),
+                        )
+                    } else {
+                        _mm256_add_epi32(
+                            _mm256_madd_epi16(slo[j], se),
+                            _mm256_madd_epi16(shi[j], so),
+                        )
+                    };
                     isum[j] = _mm256_add_epi32(isum[j], p);
                 }
             }
@@ -359,7 +506,7 @@ unsafe fn group_qk<const N: usize, const FIVE: bool>(
                     2 => _mm256_shuffle_epi32::<0xaa>(s32),
                     _ => _mm256_shuffle_epi32::<0xff>(s32),
                 };
-                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins, xs));
+                msum = D::dot_pairs(msum, mins, xs);
             }
             let dx = _mm256_set1_ps(ds[j][b]);
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(d, dx), acc[j]);
@@ -368,5 +515,76 @@ unsafe fn group_qk<const N: usize, const FIVE: bool>(
     }
     for j in 0..N {
         _mm256_storeu_ps(sums[j].as_mut_ptr(), _mm256_sub_ps(acc[j], accm[j]));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::dot::EmulatedVnni;
+    use super::*;
+    use crate::quant::interleave::interleave;
+
+    instances!(fused_on_avx2, EmulatedVnni, "avx2,fma,f16c");
+
+    /// The VNNI form of every kernel (its i32 sums, its scales multiplied
+    /// as i32) gives AVX2's floats bit for bit: both sums are exact
+    /// integers, and the float steps are the same. The one VNNI
+    /// instruction itself is checked by `qmatmul_interleaved` on CPUs
+    /// that have it.
+    #[test]
+    fn vnni_kernels_match_avx2_bit_for_bit() {
+        if !Isa::Avx2.is_supported() {
+            return;
+        }
+        let mut rng = fastrand::Rng::with_seed(7);
+        let kinds = [
+            QuantKind::Q4_0,
+            QuantKind::Q4_1,
+            QuantKind::Q8_0,
+            QuantKind::Q4_K,
+            QuantKind::Q5_K,
+        ];
+        for kind in kinds {
+            for _ in 0..8 {
+                let (block, values) = (kind.block_bytes(), kind.block_elems());
+                let (rows, n) = (rng.usize(1..20), rng.usize(1..9));
+                let cols = values * rng.usize(1..4);
+                // Random bits, with f16 scales (and minimums) of
+                // 0.001..0.01 at the head of every block.
+                let mut data: Vec<u8> = (0..rows * cols / values * block)
+                    .map(|_| rng.u8(..))
+                    .collect();
+                for b in data.chunks_exact_mut(block) {
+                    for at in [0, 2] {
+                        let h = half::f16::from_f32(0.001 + 0.009 * rng.f32());
+                        b[at..at + 2].copy_from_slice(&h.to_bits().to_le_bytes());
+                    }
+                }
+                let mut packed = vec![0u8; interleaved_len(kind, rows, cols).unwrap()];
+                interleave(kind, rows, cols, &data, &mut packed).unwrap();
+                let xs: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 2.0 - 1.0).collect();
+                let mut x = QuantizedActivations::new();
+                x.quantize(kind, &xs, n, cols).unwrap();
+                let (mut want, mut got) = (vec![0.0f32; rows * n], vec![0.0f32; rows * n]);
+                // SAFETY: the CPU has AVX2, FMA and F16C (checked above),
+                // which both instances were compiled with.
+                unsafe {
+                    by_groups(avx2::group, kind, &packed, cols, 0..rows, &x, 0, &mut want);
+                    by_groups(
+                        fused_on_avx2::group,
+                        kind,
+                        &packed,
+                        cols,
+                        0..rows,
+                        &x,
+                        0,
+                        &mut got,
+                    );
+                }
+                for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(a.to_bits(), b.to_bits(), "{kind}: output {k}: {a} vs {b}");
+                }
+            }
+        }
     }
 }

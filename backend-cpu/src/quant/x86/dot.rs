@@ -1,0 +1,104 @@
+//! The integer step of the 8-bit products, per instruction set: AVX2 spells
+//! it in two or three instructions, VNNI (AVX-VNNI, or AVX-512 VNNI with
+//! VL) in one. Kernels written over [`Dot`] are compiled once per set, each
+//! instance with its set's `target_feature`s, so the steps inline.
+
+use std::arch::x86_64::*;
+
+/// The integer steps of the 8-bit products.
+pub(super) trait Dot {
+    /// Whether [`Dot::dot`] is one instruction that adds in i32 (VNNI's
+    /// `vpdpbusd`), so kernels add every step into i32 sums. Without it
+    /// (`maddubs` into i16 pairs, then `madd`), kernels add several
+    /// `maddubs` in i16, where the sums cannot overflow, and widen once.
+    const FUSED: bool;
+
+    /// `acc + Σ u × s` in each 32-bit lane over its four byte pairs (`u`
+    /// unsigned, `s` signed).
+    ///
+    /// # Safety
+    /// The CPU must have the set's extensions; called only from functions
+    /// compiled with them.
+    unsafe fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
+
+    /// `acc + Σ a × b` in each 32-bit lane over its two i16 pairs (`madd`
+    /// and `add`; VNNI's `vpdpwssd`).
+    ///
+    /// # Safety
+    /// As [`Dot::dot`].
+    unsafe fn dot_pairs(acc: __m256i, a: __m256i, b: __m256i) -> __m256i;
+}
+
+/// AVX2: `maddubs` (pairs into saturating i16), `madd` by ones, `add`.
+/// Every caller keeps a pair below 2¹⁵, so nothing saturates.
+pub(super) struct Avx2Dot;
+
+impl Dot for Avx2Dot {
+    const FUSED: bool = false;
+
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        let pairs = _mm256_maddubs_epi16(u, s);
+        _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
+
+    #[inline(always)]
+    unsafe fn dot_pairs(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+    }
+}
+
+/// AVX-VNNI: `vpdpbusd` and `vpdpwssd`, VEX-encoded.
+pub(super) struct VexVnni;
+
+impl Dot for VexVnni {
+    const FUSED: bool = true;
+
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(acc, u, s)
+    }
+
+    #[inline(always)]
+    unsafe fn dot_pairs(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        _mm256_dpwssd_avx_epi32(acc, a, b)
+    }
+}
+
+/// AVX-512 VNNI with VL: the same on 256-bit vectors, EVEX-encoded.
+pub(super) struct EvexVnni;
+
+impl Dot for EvexVnni {
+    const FUSED: bool = true;
+
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(acc, u, s)
+    }
+
+    #[inline(always)]
+    unsafe fn dot_pairs(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        _mm256_dpwssd_epi32(acc, a, b)
+    }
+}
+
+/// VNNI's steps done by AVX2 (`maddubs` widened at once, which equals
+/// `vpdpbusd` wherever no pair saturates, as in every kernel here), so
+/// that the kernels' VNNI code runs, and is tested, on any AVX2 CPU.
+#[cfg(test)]
+pub(super) struct EmulatedVnni;
+
+#[cfg(test)]
+impl Dot for EmulatedVnni {
+    const FUSED: bool = true;
+
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        Avx2Dot::dot(acc, u, s)
+    }
+
+    #[inline(always)]
+    unsafe fn dot_pairs(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        Avx2Dot::dot_pairs(acc, a, b)
+    }
+}
