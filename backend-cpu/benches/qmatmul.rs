@@ -34,10 +34,12 @@ fn bench(c: &mut Criterion) {
     let isa = Isa::detect();
     // SmolLM2-135M's Q4_1 layer shapes and its Q8_0 head; a K-quant needs
     // rows of whole 256-blocks, so Q4_K, Q5_K and Q6_K take a 1536-square matrix.
-    let cases: [(QuantKind, &[(usize, usize)]); 6] = [
+    let cases: [(QuantKind, &[(usize, usize)]); 8] = [
         (QuantKind::Q4_1, &[(1536, 576), (576, 1536)]),
         (QuantKind::Q8_0, &[(49152, 576), (2048, 2048)]),
         (QuantKind::Q4_0, &[(2048, 2048)]),
+        (QuantKind::Q5_0, &[(2048, 2048)]),
+        (QuantKind::Q5_1, &[(2048, 2048)]),
         (QuantKind::Q4_K, &[(1536, 1536)]),
         (QuantKind::Q5_K, &[(1536, 1536)]),
         (QuantKind::Q6_K, &[(1536, 1536)]),

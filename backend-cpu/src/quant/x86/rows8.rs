@@ -34,8 +34,8 @@ use super::{load32, prefetch_ahead};
 /// Q5_K_M prefill of 512: 95-98 against 85-88 tokens/s).
 pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivations) -> bool {
     match kind {
-        QuantKind::Q4_0 | QuantKind::Q8_0 => x.format() == ActFormat::Q8_0,
-        QuantKind::Q4_1 => x.format() == ActFormat::Q8_1,
+        QuantKind::Q4_0 | QuantKind::Q5_0 | QuantKind::Q8_0 => x.format() == ActFormat::Q8_0,
+        QuantKind::Q4_1 | QuantKind::Q5_1 => x.format() == ActFormat::Q8_1,
         QuantKind::Q4_K => x.format() == ActFormat::Q8_K,
         QuantKind::Q5_K => x.format() == ActFormat::Q8_K && x.rows() < 16,
         _ => false,
@@ -47,16 +47,16 @@ pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivati
 /// unpacked weights).
 const ROWS_PER_CALL: usize = 4;
 
-/// `$kernel::<N>` (or `::<N, FLAG>`) for `N` = `$n` rows, 1 to
+/// `$kernel::<N>` (or `::<N, FLAGS...>`) for `N` = `$n` rows, 1 to
 /// [`ROWS_PER_CALL`]: one instance per row count, so each keeps its sums in
 /// registers.
 macro_rules! by_rows {
-    ($n:expr, $kernel:ident $(, $flag:literal)?; $($arg:expr),*) => {
+    ($n:expr, $kernel:ident $(, $flag:literal)*; $($arg:expr),*) => {
         match $n {
-            1 => $kernel::<1 $(, $flag)?>($($arg),*),
-            2 => $kernel::<2 $(, $flag)?>($($arg),*),
-            3 => $kernel::<3 $(, $flag)?>($($arg),*),
-            _ => $kernel::<4 $(, $flag)?>($($arg),*),
+            1 => $kernel::<1 $(, $flag)*>($($arg),*),
+            2 => $kernel::<2 $(, $flag)*>($($arg),*),
+            3 => $kernel::<3 $(, $flag)*>($($arg),*),
+            _ => $kernel::<4 $(, $flag)*>($($arg),*),
         }
     };
 }
@@ -98,21 +98,23 @@ macro_rules! instances {
                 match kind {
                     QuantKind::Q4_K => by_rows!(n, group_qk, false; w, x, at, sums),
                     QuantKind::Q5_K => by_rows!(n, group_qk, true; w, x, at, sums),
-                    QuantKind::Q4_0 => by_rows!(n, group_q4, false; w, x, at, sums),
-                    QuantKind::Q4_1 => by_rows!(n, group_q4, true; w, x, at, sums),
+                    QuantKind::Q4_0 => by_rows!(n, group_q4, false, false; w, x, at, sums),
+                    QuantKind::Q4_1 => by_rows!(n, group_q4, true, false; w, x, at, sums),
+                    QuantKind::Q5_0 => by_rows!(n, group_q4, false, true; w, x, at, sums),
+                    QuantKind::Q5_1 => by_rows!(n, group_q4, true, true; w, x, at, sums),
                     _ => by_rows!(n, group_q8_0; w, x, at, sums),
                 }
             }
 
             #[target_feature(enable = $features)]
             #[inline(never)]
-            unsafe fn group_q4<const N: usize, const MIN: bool>(
+            unsafe fn group_q4<const N: usize, const MIN: bool, const FIVE: bool>(
                 w: &[u8],
                 x: &QuantizedActivations,
                 first: usize,
                 sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
             ) {
-                super::group_q4::<$dot, N, MIN>(w, x, first, sums)
+                super::group_q4::<$dot, N, MIN, FIVE>(w, x, first, sums)
             }
 
             #[target_feature(enable = $features)]
@@ -227,22 +229,29 @@ unsafe fn broadcast4(x: &[i8], at: usize) -> __m256i {
 }
 
 /// One group of eight interleaved Q4_0 rows (`w`, every block) against `N`
-/// activation rows from `first`: `sums[j][lane]`; Q4_1 rows with `MIN`.
-/// The nibbles are multiplied unsigned (0..15). Q4_0's −8 is taken back
-/// exactly from the activation block's `Σ q` (`8 × Σ q` off the integer
-/// sum); Q4_1's minimum `m` adds `m × dx × Σ q` (the Q8_1 block's `s`).
-/// Without VNNI, up to eight `maddubs` pair sums add in i16: each is at
-/// most 2 × 15 × 127 = 3,810, eight 30,480.
+/// activation rows from `first`: `sums[j][lane]`; Q4_1 rows with `MIN`,
+/// Q5_0 and Q5_1 rows with `FIVE`. The values are multiplied unsigned
+/// (0..15, or 0..31 with the fifth bit). Q4_0's −8 (Q5_0's −16) is taken
+/// back exactly from the activation block's `Σ q`; Q4_1's (Q5_1's) minimum
+/// `m` adds `m × dx × Σ q` (the Q8_1 block's `s`). A fifth bit comes from
+/// the group's bit bytes ([`q5_lane_bits`](super::super::interleave)): one
+/// shift of their load by `2c` brings chunk `c`'s to bits 0 (low nibbles)
+/// and 1 (high nibbles) of each byte. Without VNNI, `maddubs` pair sums
+/// add in i16: each is at most 2 × 15 × 127 = 3,810 (eight add to 30,480),
+/// or with fifth bits 2 × 31 × 127 = 7,874 (four add to 31,496, so the low
+/// and high nibbles' sums are kept apart).
 #[inline(always)]
-unsafe fn group_q4<D: Dot, const N: usize, const MIN: bool>(
+unsafe fn group_q4<D: Dot, const N: usize, const MIN: bool, const FIVE: bool>(
     w: &[u8],
     x: &QuantizedActivations,
     first: usize,
     sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
 ) {
-    // The scales (and minimums), then the payload.
+    // The scales (and minimums, and fifth bits), then the nibbles.
     let head = if MIN { 32 } else { 16 };
-    let block = head + GROUP * 16;
+    let qs_at = if FIVE { head + 32 } else { head };
+    let block = qs_at + GROUP * 16;
+    let offset = if FIVE { 16 } else { 8 };
     let blocks = w.len() / block;
     let mut qs: [&[i8]; N] = [&[]; N];
     let mut ds: [&[f32]; N] = [&[]; N];
@@ -258,6 +267,7 @@ unsafe fn group_q4<D: Dot, const N: usize, const MIN: bool>(
         }
     }
     let low = _mm256_set1_epi8(0x0f);
+    let fifth = _mm256_set1_epi8(0x10);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..blocks {
@@ -269,17 +279,27 @@ unsafe fn group_q4<D: Dot, const N: usize, const MIN: bool>(
         } else {
             _mm256_setzero_ps()
         };
+        let bits = if FIVE {
+            load32(&wb[head..head + 32])
+        } else {
+            _mm256_setzero_si256()
+        };
         let mut lo = [_mm256_setzero_si256(); 4];
         let mut hi = [_mm256_setzero_si256(); 4];
         for c in 0..4 {
-            let v = load32(&wb[head + 32 * c..head + 32 + 32 * c]);
+            let v = load32(&wb[qs_at + 32 * c..qs_at + 32 + 32 * c]);
             lo[c] = _mm256_and_si256(v, low);
             hi[c] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+            if FIVE {
+                let h = _mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * c as i32));
+                lo[c] = _mm256_or_si256(lo[c], _mm256_and_si256(_mm256_slli_epi16::<4>(h), fifth));
+                hi[c] = _mm256_or_si256(hi[c], _mm256_and_si256(_mm256_slli_epi16::<3>(h), fifth));
+            }
         }
         for j in 0..N {
             let xb = &qs[j][b * QB..b * QB + QB];
             // Byte i of a lane's four: low nibble value 4c + i, high nibble
-            // value 16 + 4c + i (GGUF's Q4_0 and Q4_1 order).
+            // value 16 + 4c + i (GGUF's order for all four types).
             let mut isum = if D::FUSED {
                 // Two chains, so that each waits on half the steps.
                 let (mut sl, mut sh) = (_mm256_setzero_si256(), _mm256_setzero_si256());
@@ -288,6 +308,14 @@ unsafe fn group_q4<D: Dot, const N: usize, const MIN: bool>(
                     sh = D::dot(sh, hi[c], broadcast4(xb, 16 + 4 * c));
                 }
                 _mm256_add_epi32(sl, sh)
+            } else if FIVE {
+                let (mut sl, mut sh) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                for c in 0..4 {
+                    let (l, h) = (broadcast4(xb, 4 * c), broadcast4(xb, 16 + 4 * c));
+                    sl = _mm256_add_epi16(sl, _mm256_maddubs_epi16(lo[c], l));
+                    sh = _mm256_add_epi16(sh, _mm256_maddubs_epi16(hi[c], h));
+                }
+                _mm256_add_epi32(_mm256_madd_epi16(sl, ones), _mm256_madd_epi16(sh, ones))
             } else {
                 let mut s16 = _mm256_setzero_si256();
                 for c in 0..4 {
@@ -298,7 +326,7 @@ unsafe fn group_q4<D: Dot, const N: usize, const MIN: bool>(
                 _mm256_madd_epi16(s16, ones)
             };
             if !MIN {
-                isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * ss[j][b]));
+                isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(offset * ss[j][b]));
             }
             let scale = _mm256_mul_ps(dw, _mm256_set1_ps(ds[j][b]));
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[j]);
@@ -522,7 +550,7 @@ unsafe fn group_qk<D: Dot, const N: usize, const FIVE: bool>(
 mod tests {
     use super::super::dot::EmulatedVnni;
     use super::*;
-    use crate::quant::interleave::interleave;
+    use crate::quant::interleave::{interleave, interleaves};
 
     instances!(fused_on_avx2, EmulatedVnni, "avx2,fma,f16c");
 
@@ -537,13 +565,7 @@ mod tests {
             return;
         }
         let mut rng = fastrand::Rng::with_seed(7);
-        let kinds = [
-            QuantKind::Q4_0,
-            QuantKind::Q4_1,
-            QuantKind::Q8_0,
-            QuantKind::Q4_K,
-            QuantKind::Q5_K,
-        ];
+        let kinds = QuantKind::ALL.into_iter().filter(|&k| interleaves(k));
         for kind in kinds {
             for _ in 0..8 {
                 let (block, values) = (kind.block_bytes(), kind.block_elems());
