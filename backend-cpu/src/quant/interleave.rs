@@ -383,12 +383,12 @@ mod tests {
             .chain((0..2000).map(|_| rng.u32(..)))
         {
             let bits = q5_lane_bits(qh);
-            for k in 0..4 {
+            for (k, &byte) in bits.iter().enumerate() {
                 for c in 0..4 {
                     let low = (qh >> (4 * c + k)) & 1;
                     let high = (qh >> (16 + 4 * c + k)) & 1;
-                    assert_eq!(u32::from(bits[k] >> (2 * c)) & 1, low, "{qh:#x}");
-                    assert_eq!(u32::from(bits[k] >> (2 * c + 1)) & 1, high, "{qh:#x}");
+                    assert_eq!(u32::from(byte >> (2 * c)) & 1, low, "{qh:#x}");
+                    assert_eq!(u32::from(byte >> (2 * c + 1)) & 1, high, "{qh:#x}");
                 }
             }
             assert_eq!(q5_plain_bits(bits), qh);
