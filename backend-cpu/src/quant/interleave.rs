@@ -37,6 +37,7 @@
 use pagoda_core::QuantKind;
 
 use super::{unpack, QMatError};
+use crate::Isa;
 
 #[cfg(target_arch = "x86_64")] // the AVX2 kernels read the layout
 pub(super) use k4::{
@@ -77,6 +78,22 @@ pub fn interleaves(kind: QuantKind) -> bool {
             | QuantKind::Q4_K
             | QuantKind::Q5_K
     )
+}
+
+/// Whether `isa` multiplies interleaved `kind` rows in place: AVX2 and the
+/// VNNI sets do for every type [`interleaves`] takes. Elsewhere (NEON,
+/// scalar) every product copies interleaved rows back to plain ones first,
+/// so a loader should keep such a matrix plain.
+pub fn multiplies_in_place(isa: Isa, kind: QuantKind) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        interleaves(kind) && isa.base() == Isa::Avx2
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (isa, kind);
+        false
+    }
 }
 
 /// f16 fields that open a block of `kind` (scale; Q4_1 and Q5_1: scale,
