@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 #[cfg(target_arch = "x86_64")]
-use super::interleave::WeightLayout;
+use super::interleave::{multiplies_in_place, WeightLayout};
 use super::{scalar, QuantMatrix, QuantizedActivations, MAX_ROWS_PER_PASS};
 use crate::Isa;
 
@@ -35,8 +35,8 @@ pub(super) fn rows(
         let tile = start..((start / ROW_TILE + 1) * ROW_TILE).min(rows.end);
         start = tile.end;
         #[cfg(target_arch = "x86_64")]
-        if isa.base() == Isa::Avx2
-            && w.layout == WeightLayout::Interleaved
+        if w.layout == WeightLayout::Interleaved
+            && multiplies_in_place(isa, w.kind)
             && super::x86::takes_interleaved(w.kind, x)
         {
             for first in (0..x.rows()).step_by(MAX_ROWS_PER_PASS) {

@@ -454,16 +454,15 @@ unsafe fn group_qk<D: Dot, const N: usize, const FIVE: bool>(
         let mut isum = [_mm256_setzero_si256(); N];
         for i in 0..4 {
             let at = K4_SCALES + 16 * i;
-            let pair =
-                _mm256_broadcastsi128_si256(_mm_loadu_si128(wb[at..at + 16].as_ptr().cast()));
             let (se, so) = if D::FUSED {
                 // The rows' scales as i32, one per lane.
-                let at = K4_SCALES + 16 * i;
                 (
                     _mm256_cvtepu8_epi32(_mm_loadl_epi64(wb[at..at + 8].as_ptr().cast())),
                     _mm256_cvtepu8_epi32(_mm_loadl_epi64(wb[at + 8..at + 16].as_ptr().cast())),
                 )
             } else {
+                let pair =
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128(wb[at..at + 16].as_ptr().cast()));
                 (
                     _mm256_shuffle_epi8(pair, even),
                     _mm256_shuffle_epi8(pair, odd),
