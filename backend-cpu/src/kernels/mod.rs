@@ -23,6 +23,10 @@ use crate::element::KvElement;
 /// vectors: `Avx512Vnni` is the EVEX form (AVX-512 VL), which Zen 4 and 5
 /// and Xeons since Cascade Lake have, `AvxVnni` the VEX form of Intel's
 /// client cores since Alder Lake, which have no AVX-512.
+///
+/// On aarch64 likewise: `NeonDotprod` and `NeonI8mm` differ from `Neon` only
+/// in the 8-bit products of quantized weights (`sdot`; `smmla`, two weight
+/// rows by two activation rows at once), and run NEON's code elsewhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
     /// Portable Rust.
@@ -40,6 +44,14 @@ pub enum Isa {
     /// NEON (always present on aarch64).
     #[cfg(target_arch = "aarch64")]
     Neon,
+    /// [`Isa::Neon`] with the dot product extension (`sdot`: Cortex-A55, A75
+    /// and later, Neoverse N1, Apple M1).
+    #[cfg(target_arch = "aarch64")]
+    NeonDotprod,
+    /// [`Isa::NeonDotprod`] with the 8-bit matrix multiply extension
+    /// (`smmla`: Neoverse V1, N2 and V2, as in Graviton 3 and 4; Apple M2 on).
+    #[cfg(target_arch = "aarch64")]
+    NeonI8mm,
 }
 
 impl Isa {
@@ -51,6 +63,10 @@ impl Isa {
         Isa::AvxVnni,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2,
+        #[cfg(target_arch = "aarch64")]
+        Isa::NeonI8mm,
+        #[cfg(target_arch = "aarch64")]
+        Isa::NeonDotprod,
         #[cfg(target_arch = "aarch64")]
         Isa::Neon,
         Isa::Scalar,
@@ -96,15 +112,26 @@ impl Isa {
             }
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDotprod => {
+                Isa::Neon.is_supported() && std::arch::is_aarch64_feature_detected!("dotprod")
+            }
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonI8mm => {
+                Isa::NeonDotprod.is_supported() && std::arch::is_aarch64_feature_detected!("i8mm")
+            }
         }
     }
 
     /// The set whose kernels serve this one where it has none of its own:
-    /// AVX2 for the VNNI sets, the set itself otherwise.
+    /// AVX2 for the VNNI sets, NEON for the dot product and matrix multiply
+    /// sets, the set itself otherwise.
     pub fn base(self) -> Self {
         match self {
             #[cfg(target_arch = "x86_64")]
             Isa::AvxVnni | Isa::Avx512Vnni => Isa::Avx2,
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDotprod | Isa::NeonI8mm => Isa::Neon,
             other => other,
         }
     }
@@ -121,6 +148,10 @@ impl Isa {
             Isa::Avx512Vnni => "avx2+fma+f16c+avx512vnni",
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => "neon",
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDotprod => "neon+dotprod",
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonI8mm => "neon+dotprod+i8mm",
         }
     }
 }
@@ -159,7 +190,9 @@ pub fn page_scores<E: KvElement>(
         #[cfg(target_arch = "aarch64")]
         // SAFETY: `Neon` is only chosen when the CPU has NEON; the asserts
         // above bound every access.
-        Isa::Neon => unsafe { neon::page_scores(q, rows, k, keys, dim, scores) },
+        Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => unsafe {
+            neon::page_scores(q, rows, k, keys, dim, scores)
+        },
     }
 }
 
@@ -190,7 +223,9 @@ pub fn page_accumulate<E: KvElement>(
         },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: as in `page_scores`.
-        Isa::Neon => unsafe { neon::page_accumulate(acc, rows, p, v, keys, dim) },
+        Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => unsafe {
+            neon::page_accumulate(acc, rows, p, v, keys, dim)
+        },
     }
 }
 

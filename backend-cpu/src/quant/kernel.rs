@@ -104,12 +104,21 @@ fn plain_tile(
                     super::x86::dots(w.kind, plain, row_bytes, x, first, res)
                 }
             },
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: `isa` went through `usable`, so the CPU has NEON, the
+            // dot product and the matrix multiply extensions; the shapes
+            // were validated, and the kernel slices every input with bounds
+            // checks before loading from it.
+            Isa::NeonI8mm => unsafe { super::neon::pairs(w.kind, plain, row_bytes, x, first, res) },
             _ => {
                 for (wrow, out) in plain.chunks_exact(row_bytes).zip(res.chunks_exact_mut(m)) {
                     match isa {
                         #[cfg(target_arch = "aarch64")]
-                        // SAFETY: as above, for NEON.
-                        Isa::Neon => unsafe { super::neon::dots(w.kind, wrow, x, first, out) },
+                        // SAFETY: as above, for NEON (and `sdot` where
+                        // `isa` says the CPU has it).
+                        Isa::Neon | Isa::NeonDotprod => unsafe {
+                            super::neon::dots(isa == Isa::NeonDotprod, w.kind, wrow, x, first, out)
+                        },
                         _ => scalar::dots(w.kind, wrow, x, first, out),
                     }
                 }
