@@ -252,6 +252,10 @@ const PAIRS_PER_PASS: usize = MAX_ROWS_PER_PASS.div_ceil(2);
 /// out is paired with itself and its copy's results dropped). Products
 /// with f32 activations or float weights go to the one-row kernels.
 ///
+/// A single activation row (a decode step) pairs with itself too: as many
+/// `smmla` as the one-row kernel's `sdot`, and a row's floats then never
+/// depend on how many rows share its step.
+///
 /// # Safety
 /// The CPU must have NEON, `dotprod` and `i8mm`.
 #[target_feature(enable = "neon,dotprod,i8mm")]

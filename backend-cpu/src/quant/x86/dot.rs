@@ -82,9 +82,10 @@ impl Dot for EvexVnni {
     }
 }
 
-/// VNNI's steps done by AVX2 (`maddubs` widened at once, which equals
-/// `vpdpbusd` wherever no pair saturates, as in every kernel here), so
-/// that the kernels' VNNI code runs, and is tested, on any AVX2 CPU.
+/// VNNI's steps done exactly by AVX2, so that the kernels' VNNI code runs,
+/// and is tested, on any AVX2 CPU: `vpdpbusd` as two `maddubs` over the
+/// unsigned bytes' nibbles (no pair can saturate: 2 × 15 × 128), the high
+/// one's sums weighted 16 by `madd`.
 #[cfg(test)]
 pub(super) struct EmulatedVnni;
 
@@ -94,11 +95,60 @@ impl Dot for EmulatedVnni {
 
     #[inline(always)]
     unsafe fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
-        Avx2Dot::dot(acc, u, s)
+        let low = _mm256_set1_epi8(0x0f);
+        let lo = _mm256_maddubs_epi16(_mm256_and_si256(u, low), s);
+        let hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16::<4>(u), low), s);
+        let acc = _mm256_add_epi32(acc, _mm256_madd_epi16(lo, _mm256_set1_epi16(1)));
+        _mm256_add_epi32(acc, _mm256_madd_epi16(hi, _mm256_set1_epi16(16)))
     }
 
     #[inline(always)]
     unsafe fn dot_pairs(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
         Avx2Dot::dot_pairs(acc, a, b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The emulated `vpdpbusd` is exact over the whole range of both
+    /// operands (where a single `maddubs` would saturate), as the VNNI
+    /// kernels' tests on AVX2 need.
+    #[test]
+    fn emulated_vnni_is_exact_over_the_whole_range() {
+        if !crate::Isa::Avx2.is_supported() {
+            return;
+        }
+        #[target_feature(enable = "avx2")]
+        unsafe fn emulated(acc: &[i32; 8], u: &[u8; 32], s: &[i8; 32]) -> [i32; 8] {
+            let r = EmulatedVnni::dot(
+                _mm256_loadu_si256(acc.as_ptr().cast()),
+                _mm256_loadu_si256(u.as_ptr().cast()),
+                _mm256_loadu_si256(s.as_ptr().cast()),
+            );
+            let mut out = [0i32; 8];
+            _mm256_storeu_si256(out.as_mut_ptr().cast(), r);
+            out
+        }
+        let mut rng = fastrand::Rng::with_seed(17);
+        for round in 0..10_000 {
+            let extreme = round % 2 == 0;
+            let u: [u8; 32] = std::array::from_fn(|_| if extreme { 255 } else { rng.u8(..) });
+            let s: [i8; 32] = std::array::from_fn(|_| match (extreme, rng.bool()) {
+                (true, true) => -128,
+                (true, false) => 127,
+                _ => rng.i8(..),
+            });
+            let acc: [i32; 8] = std::array::from_fn(|_| rng.i32(-1 << 20..1 << 20));
+            let want: [i32; 8] = std::array::from_fn(|l| {
+                acc[l]
+                    + (0..4)
+                        .map(|k| i32::from(u[4 * l + k]) * i32::from(s[4 * l + k]))
+                        .sum::<i32>()
+            });
+            // SAFETY: AVX2 was detected above.
+            assert_eq!(unsafe { emulated(&acc, &u, &s) }, want);
+        }
     }
 }

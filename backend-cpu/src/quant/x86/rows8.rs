@@ -340,9 +340,13 @@ unsafe fn group_q4<D: Dot, const N: usize, const MIN: bool, const FIVE: bool>(
     }
 }
 
-/// [`group_q4`] for Q8_0 weights: signed bytes, so each product takes
-/// the sign trick (`|w|` against `x` with `w`'s sign), and each step is
-/// widened at once (a `maddubs` pair reaches 2 × 128 × 127).
+/// [`group_q4`] for Q8_0 weights: signed bytes. Without VNNI each product
+/// takes the sign trick (`|w|` against `x` with `w`'s sign; a `maddubs`
+/// pair reaches 2 × 128 × 127, so each step is widened at once), two
+/// instructions per activation row. With VNNI, whose sums are i32, the
+/// weights are made unsigned once for all rows (`w + 128`, by flipping the
+/// top bit) and the block pays back `128 × Σ x` from the activation's
+/// block sums: one instruction per activation row.
 #[inline(always)]
 unsafe fn group_q8_0<D: Dot, const N: usize>(
     w: &[u8],
@@ -354,10 +358,15 @@ unsafe fn group_q8_0<D: Dot, const N: usize>(
     let blocks = w.len() / BLOCK;
     let mut qs: [&[i8]; N] = [&[]; N];
     let mut ds: [&[f32]; N] = [&[]; N];
+    let mut ss: [&[i32]; N] = [&[]; N];
     for j in 0..N {
         qs[j] = &x.q_row(first + j)[..blocks * QB];
         ds[j] = &x.d_row(first + j)[..blocks];
+        if D::FUSED {
+            ss[j] = &x.sum_row(first + j)[..blocks];
+        }
     }
+    let top = _mm256_set1_epi8(-128);
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..blocks {
         let wb = &w[b * BLOCK..b * BLOCK + BLOCK];
@@ -366,11 +375,24 @@ unsafe fn group_q8_0<D: Dot, const N: usize>(
         let mut isum = [_mm256_setzero_si256(); N];
         for c in 0..8 {
             let q = load32(&wb[16 + 32 * c..48 + 32 * c]);
-            let aq = _mm256_sign_epi8(q, q);
+            if D::FUSED {
+                let u = _mm256_xor_si256(q, top);
+                for j in 0..N {
+                    let xb = &qs[j][b * QB..b * QB + QB];
+                    isum[j] = D::dot(isum[j], u, broadcast4(xb, 4 * c));
+                }
+            } else {
+                let aq = _mm256_sign_epi8(q, q);
+                for j in 0..N {
+                    let xb = &qs[j][b * QB..b * QB + QB];
+                    let vx = _mm256_sign_epi8(broadcast4(xb, 4 * c), q);
+                    isum[j] = D::dot(isum[j], aq, vx);
+                }
+            }
+        }
+        if D::FUSED {
             for j in 0..N {
-                let xb = &qs[j][b * QB..b * QB + QB];
-                let vx = _mm256_sign_epi8(broadcast4(xb, 4 * c), q);
-                isum[j] = D::dot(isum[j], aq, vx);
+                isum[j] = _mm256_sub_epi32(isum[j], _mm256_set1_epi32(128 * ss[j][b]));
             }
         }
         for j in 0..N {
