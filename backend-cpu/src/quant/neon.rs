@@ -313,8 +313,9 @@ pub(super) unsafe fn pairs(
                         .into_iter()
                         .enumerate()
                     {
-                        // A row paired with itself gives its result twice.
-                        if act < m && (row == r || r1 != r) {
+                        // A weight row paired with itself writes the same
+                        // float twice; an activation row's copy is dropped.
+                        if act < m {
                             res[row * m + act] = v[lane];
                         }
                     }

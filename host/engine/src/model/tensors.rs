@@ -157,8 +157,9 @@ impl Matrix {
 
     /// This matrix with its rows interleaved eight at a time in a copy
     /// (`None` where the type has no interleaved kernels on this CPU, or
-    /// the matrix is f32 or already interleaved). The copy's source pages in the map are
-    /// not needed again: [`ModelFile::release`] lets them go.
+    /// the matrix is f32 or already interleaved). The copy's source pages
+    /// in the map are not needed again: [`ModelFile::release`] lets them
+    /// go.
     pub(super) fn interleaved(&self) -> Result<Option<Matrix>, QMatError> {
         let in_place = interleave::multiplies_in_place(pagoda_cpu::Isa::detect(), self.kind);
         if !in_place || !matches!(self.bytes, Bytes::Mapped { .. }) {
