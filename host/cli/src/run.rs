@@ -151,6 +151,9 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
             prefill_share: Some(args.prefill_share),
             ..SchedulerConfig::default()
         },
+        // Every prompt is queued at the start, and nothing after: a queue
+        // of the server's 65,536 slots would hold 15 MB for nothing.
+        queue_capacity: prepared.len().clamp(1, u32::MAX as usize) as u32,
         ..EngineConfig::default()
     };
     config.scheduler.validate().map_err(CliError::Scheduler)?;

@@ -1,5 +1,5 @@
-//! Rotary position embedding: its tables, built once per model from what
-//! the architecture says (pair order, base, per-frequency factors, a linear
+//! Rotary position embedding: its frequencies, taken once per model from
+//! what the architecture says (pair order, base, per-frequency factors, a linear
 //! position scale, an attention factor), and the rotation itself.
 //!
 //! Angle `i` at position `p` is `p / scale × base^(−2i/rope_dim) /
@@ -36,49 +36,85 @@ pub struct RopeSpec {
     pub attn_factor: f32,
 }
 
-/// The tables one model's rotary reads: `[positions, dims/2]` cosines and
-/// sines.
+/// One model's rotary: each pair's frequency, from which a row's cosines
+/// and sines are computed when it turns. A table over the whole context
+/// would cost `positions × dims` floats (34 MB for Llama-3.2-1B's 131,072
+/// positions, 67 MB at 8B), more than the 64 MiB a run may hold beyond its
+/// weights and KV pool; computing `dims/2` sines and cosines per row and op
+/// costs well under 1% of a step (a row's matrix products take millions of
+/// operations), and gives the same floats the table held.
 #[derive(Debug, Clone)]
 pub struct Rope {
     pub(crate) mode: RopeMode,
     pub(crate) half: usize,
-    pub(crate) cos: Vec<f32>,
-    pub(crate) sin: Vec<f32>,
+    /// Pair `i`'s angle per unit of scaled position: `base^(−2i/dims) /
+    /// factor[i]`.
+    freqs: Vec<f64>,
+    scale: f64,
+    attn_factor: f64,
+    positions: u32,
 }
 
+/// The most pairs a head rotates (a 512-wide head): [`Rope::apply`]'s
+/// angles live on the stack.
+const MAX_HALF: usize = 256;
+
 impl Rope {
-    /// The tables of `spec` for positions `0..positions`.
+    /// The rotary of `spec` for positions `0..positions`.
     pub fn new(spec: &RopeSpec, positions: u32) -> Self {
         let half = (spec.dims / 2) as usize;
-        let mut cos = Vec::with_capacity(positions as usize * half);
-        let mut sin = Vec::with_capacity(positions as usize * half);
-        for pos in 0..positions {
-            for i in 0..half {
-                let mut freq = f64::from(spec.base).powf(-2.0 * i as f64 / f64::from(spec.dims));
-                if let Some(f) = &spec.factors {
-                    freq /= f64::from(f[i]);
+        let freqs = (0..half)
+            .map(|i| {
+                let freq = f64::from(spec.base).powf(-2.0 * i as f64 / f64::from(spec.dims));
+                match &spec.factors {
+                    Some(f) => freq / f64::from(f[i]),
+                    None => freq,
                 }
-                let angle = f64::from(pos) / f64::from(spec.scale) * freq;
-                cos.push((angle.cos() * f64::from(spec.attn_factor)) as f32);
-                sin.push((angle.sin() * f64::from(spec.attn_factor)) as f32);
-            }
-        }
+            })
+            .collect();
         Self {
             mode: spec.mode,
             half,
-            cos,
-            sin,
+            freqs,
+            scale: f64::from(spec.scale),
+            attn_factor: f64::from(spec.attn_factor),
+            positions,
         }
+    }
+
+    /// The cosines and sines of position `pos`'s angles, `half` each.
+    fn angles(&self, pos: u32, cos: &mut [f32], sin: &mut [f32]) {
+        let scaled = f64::from(pos) / self.scale;
+        for ((c, s), &freq) in cos.iter_mut().zip(sin.iter_mut()).zip(&self.freqs) {
+            let (sine, cosine) = (scaled * freq).sin_cos();
+            *c = (cosine * self.attn_factor) as f32;
+            *s = (sine * self.attn_factor) as f32;
+        }
+    }
+
+    /// `[positions, dims/2]` tables of cosines and sines: what a device
+    /// that looks angles up is given.
+    pub fn tables(&self) -> (Vec<f32>, Vec<f32>) {
+        let len = self.positions as usize * self.half;
+        let (mut cos, mut sin) = (vec![0.0; len], vec![0.0; len]);
+        let rows = cos
+            .chunks_exact_mut(self.half.max(1))
+            .zip(sin.chunks_exact_mut(self.half.max(1)));
+        for (pos, (c, s)) in (0..).zip(rows) {
+            self.angles(pos, c, s);
+        }
+        (cos, sin)
     }
 
     /// Rotates the first `dims` values of each `head_dim`-wide head of each
     /// row (`heads` heads a row) by its row's position.
     pub fn apply(&self, rows: &mut [f32], heads: u32, head_dim: u32, positions: &[u32]) {
-        let (d, half) = (head_dim as usize, self.half);
+        let (d, half) = (head_dim as usize, self.half.min(MAX_HALF));
         let width = heads as usize * d;
+        let (mut cos, mut sin) = ([0.0f32; MAX_HALF], [0.0f32; MAX_HALF]);
+        let (cos, sin) = (&mut cos[..half], &mut sin[..half]);
         for (row, &pos) in rows.chunks_exact_mut(width).zip(positions) {
-            let cos = &self.cos[pos as usize * half..][..half];
-            let sin = &self.sin[pos as usize * half..][..half];
+            self.angles(pos, cos, sin);
             for head in row.chunks_exact_mut(d) {
                 match self.mode {
                     RopeMode::Interleaved => {
@@ -101,9 +137,9 @@ impl Rope {
         }
     }
 
-    /// Positions the tables cover.
+    /// Positions the model covers (the rows of [`tables`](Self::tables)).
     pub fn positions(&self) -> usize {
-        self.cos.len() / self.half.max(1)
+        self.positions as usize
     }
 }
 
@@ -149,5 +185,16 @@ mod tests {
             );
         }
         assert_eq!(neox.positions(), 8);
+        // The device's tables hold the angles the rotation used: turning
+        // (1, 0) gives (cos, sin).
+        let (cos, sin) = neox.tables();
+        assert_eq!((cos.len(), sin.len()), (16, 16));
+        for pos in 0..8u32 {
+            let mut unit = [1.0, 1.0, 0.0, 0.0];
+            neox.apply(&mut unit, 1, 4, &[pos]);
+            let at = pos as usize * 2;
+            assert_eq!([unit[0], unit[1]], [cos[at], cos[at + 1]]);
+            assert_eq!([unit[2], unit[3]], [sin[at], sin[at + 1]]);
+        }
     }
 }

@@ -142,6 +142,17 @@ impl Matrix {
         }
     }
 
+    /// The range of the mapped file an interleaved copy was made from.
+    pub(super) fn copied_from(&self) -> Option<Range<usize>> {
+        match &self.bytes {
+            Bytes::Interleaved {
+                origin: Some((_, range)),
+                ..
+            } => Some(range.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether the rows are held interleaved.
     pub fn is_interleaved(&self) -> bool {
         matches!(self.bytes, Bytes::Interleaved { .. })
@@ -254,24 +265,43 @@ impl Matrix {
 
     /// Interleaves the (plain) rows into `out` on every core: groups are
     /// independent and lie in order, so each thread takes a run of them
-    /// (an 8B model's 4 GB repacks in parallel at load).
+    /// (an 8B model's 4 GB repacks in parallel at load), a piece at a time,
+    /// letting the map's pages of each piece go once it is copied.
     fn interleave_into(&self, out: &mut [u8]) -> Result<(), QMatError> {
         let (kind, cols) = (self.kind, self.cols);
         let row_bytes = kind.bytes_for(cols).map_err(|_| QMatError::Overflow)?;
-        let group_bytes = interleave::interleaved_len(kind, interleave::GROUP, cols)?;
+        let group_bytes = interleave::interleaved_len(kind, interleave::GROUP, cols)?.max(1);
         let groups = self.rows.div_ceil(interleave::GROUP);
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let per = groups.div_ceil(threads).max(1);
+        let piece = (COPY_PIECE / (interleave::GROUP * row_bytes).max(1)).max(1);
         let plain = self.bytes();
+        let mapped = match &self.bytes {
+            Bytes::Mapped { file, range } => Some((file, range.start)),
+            _ => None,
+        };
         std::thread::scope(|scope| {
             let runs: Vec<_> = out
-                .chunks_mut(per * group_bytes.max(1))
+                .chunks_mut(per * group_bytes)
                 .enumerate()
                 .map(|(t, out)| {
-                    let first = t * per * interleave::GROUP;
-                    let rows = (self.rows - first).min(per * interleave::GROUP);
-                    let src = &plain[first * row_bytes..(first + rows) * row_bytes];
-                    scope.spawn(move || interleave::interleave(kind, rows, cols, src, out))
+                    scope.spawn(move || {
+                        for (p, out) in out.chunks_mut(piece * group_bytes).enumerate() {
+                            let first = (t * per + p * piece) * interleave::GROUP;
+                            let rows = (self.rows - first)
+                                .min(out.len() / group_bytes * interleave::GROUP);
+                            let src = first * row_bytes..(first + rows) * row_bytes;
+                            interleave::interleave(kind, rows, cols, &plain[src.clone()], out)?;
+                            // The copied piece's pages go now, not once the
+                            // whole matrix is copied: a large embedding
+                            // (70% of Gemma 3 270M's file) would otherwise
+                            // be resident twice at its end.
+                            if let Some((file, at)) = mapped {
+                                file.release(at + src.start..at + src.end);
+                            }
+                        }
+                        Ok(())
+                    })
                 })
                 .collect();
             // A repacking thread cannot panic on checked shapes; if one
@@ -380,6 +410,11 @@ impl Matrix {
         }
     }
 }
+
+/// Bytes of the map a repacking thread copies before it lets their pages
+/// go: small enough that a matrix is barely resident twice, large enough
+/// that the `madvise` calls cost nothing.
+const COPY_PIECE: usize = 8 << 20;
 
 /// `len` bytes of anonymous memory (zero) that the kernel may back with
 /// huge pages (`MADV_HUGEPAGE`: fewer faults while the loader fills it,

@@ -243,7 +243,7 @@ impl Tokenizer {
     /// The piece of `id` as the vocabulary writes it (e.g. `<|im_start|>`,
     /// or `Ġthe` in byte-level spelling).
     pub fn token_text(&self, id: u32) -> Option<&str> {
-        self.vocab.texts.get(id as usize).map(String::as_str)
+        self.vocab.text(id)
     }
 
     /// The kind of `id`, if it is a token.

@@ -24,7 +24,7 @@ pub(crate) struct Specials {
 impl Specials {
     pub(crate) fn new(vocab: &Vocab) -> Specials {
         let mut by_first: HashMap<u8, Vec<(String, u32, bool)>> = HashMap::new();
-        for (id, (text, &ty)) in vocab.texts.iter().zip(&vocab.types).enumerate() {
+        for (id, (text, &ty)) in vocab.texts().zip(&vocab.types).enumerate() {
             let always = match ty {
                 TokenType::UserDefined => true,
                 TokenType::Control | TokenType::Unknown => false,
@@ -34,7 +34,7 @@ impl Specials {
                 by_first
                     .entry(b)
                     .or_default()
-                    .push((text.clone(), id as u32, always));
+                    .push((text.to_owned(), id as u32, always));
             }
         }
         for list in by_first.values_mut() {

@@ -161,8 +161,8 @@ impl Image {
             .ropes
             .iter()
             .map(|rope| {
-                let cos = b.f32s(&rope.cos);
-                let sin = b.f32s(&rope.sin);
+                let (cos, sin) = rope.tables();
+                let (cos, sin) = (b.f32s(&cos), b.f32s(&sin));
                 // The sines go in the cosines' binding.
                 b.cuts.pop();
                 RopeTable {
