@@ -27,6 +27,7 @@ use super::config::{ModelConfig, ModelError};
 use super::input::{ForwardError, StepInput};
 use super::precision::ActPrecision;
 use super::program::{Buf, Gating, Op, Program, Proj};
+use super::rope::StepAngles;
 use super::tensors::Matrix;
 
 /// Every [`Buf`], in declaration order (so `b as usize` is its place).
@@ -58,6 +59,8 @@ pub struct Activations {
     last: Vec<f32>,
     /// The input rows of a product, prepared once per weight format.
     qx: [QuantizedActivations; 4],
+    /// This step's rotary angles under each of the program's tables.
+    angles: Vec<StepAngles>,
     /// Workers for the products; started on first use when built by
     /// [`Default`].
     team: Option<Team>,
@@ -81,6 +84,7 @@ impl Activations {
             rows: Vec::new(),
             last: Vec::new(),
             qx: Default::default(),
+            angles: Vec::new(),
             team: None,
             threads: threads.max(1),
             isa: Isa::detect(),
@@ -186,6 +190,11 @@ impl Run<'_> {
                 row.iter_mut().for_each(|v| *v *= program.embed_scale);
             }
         }
+        let angles = &mut self.act.angles;
+        angles.resize_with(program.ropes.len(), StepAngles::default);
+        for (rope, angles) in program.ropes.iter().zip(angles.iter_mut()) {
+            rope.step_angles(input.positions, angles);
+        }
         for (layer, ops) in (0u32..).zip(&program.layers) {
             for op in ops {
                 match op {
@@ -198,11 +207,12 @@ impl Run<'_> {
                     Op::Linear { src, projs } => self.linear(*src, projs).map_err(model)?,
                     Op::Rope { buf, heads, table } => {
                         let rows = &mut self.act.bufs[index(*buf)][..t * buf.width(c)];
-                        let rope = program
+                        let (rope, angles) = program
                             .ropes
                             .get(*table)
+                            .zip(self.act.angles.get(*table))
                             .ok_or(model(ModelError::RopeTable(*table)))?;
-                        rope.apply(rows, *heads, c.head_dim, input.positions);
+                        rope.apply(rows, *heads, c.head_dim, angles);
                     }
                     Op::Attention(attend) => {
                         let (kv_layer, slots, seqs) = input

@@ -36,13 +36,13 @@ pub struct RopeSpec {
     pub attn_factor: f32,
 }
 
-/// One model's rotary: each pair's frequency, from which a row's cosines
-/// and sines are computed when it turns. A table over the whole context
-/// would cost `positions × dims` floats (34 MB for Llama-3.2-1B's 131,072
-/// positions, 67 MB at 8B), more than the 64 MiB a run may hold beyond its
-/// weights and KV pool; computing `dims/2` sines and cosines per row and op
-/// costs well under 1% of a step (a row's matrix products take millions of
-/// operations), and gives the same floats the table held.
+/// One model's rotary: each pair's frequency, from which a step's cosines
+/// and sines are computed, once per step for all its layers
+/// ([`StepAngles`]). A table over the whole context would cost `positions ×
+/// dims` floats (34 MB for Llama-3.2-1B's 131,072 positions, 67 MB at 8B),
+/// more than the 64 MiB a run may hold beyond its weights and KV pool; a
+/// step computes `rows × dims/2` sines and cosines instead, the same floats
+/// the table held.
 #[derive(Debug, Clone)]
 pub struct Rope {
     pub(crate) mode: RopeMode,
@@ -55,9 +55,13 @@ pub struct Rope {
     positions: u32,
 }
 
-/// The most pairs a head rotates (a 512-wide head): [`Rope::apply`]'s
-/// angles live on the stack.
-const MAX_HALF: usize = 256;
+/// One step's cosines and sines under one [`Rope`]: `[rows, dims/2]` each,
+/// the rows' positions in order.
+#[derive(Debug, Clone, Default)]
+pub struct StepAngles {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
 
 impl Rope {
     /// The rotary of `spec` for positions `0..positions`.
@@ -106,15 +110,31 @@ impl Rope {
         (cos, sin)
     }
 
+    /// The angles of `positions`, into `out`.
+    pub fn step_angles(&self, positions: &[u32], out: &mut StepAngles) {
+        let len = positions.len() * self.half;
+        out.cos.resize(len, 0.0);
+        out.sin.resize(len, 0.0);
+        let rows = out
+            .cos
+            .chunks_exact_mut(self.half.max(1))
+            .zip(out.sin.chunks_exact_mut(self.half.max(1)));
+        for (&pos, (c, s)) in positions.iter().zip(rows) {
+            self.angles(pos, c, s);
+        }
+    }
+
     /// Rotates the first `dims` values of each `head_dim`-wide head of each
-    /// row (`heads` heads a row) by its row's position.
-    pub fn apply(&self, rows: &mut [f32], heads: u32, head_dim: u32, positions: &[u32]) {
-        let (d, half) = (head_dim as usize, self.half.min(MAX_HALF));
+    /// row (`heads` heads a row) by its row's angles (from
+    /// [`step_angles`](Self::step_angles) of the rows' positions).
+    pub fn apply(&self, rows: &mut [f32], heads: u32, head_dim: u32, angles: &StepAngles) {
+        let (d, half) = (head_dim as usize, self.half);
         let width = heads as usize * d;
-        let (mut cos, mut sin) = ([0.0f32; MAX_HALF], [0.0f32; MAX_HALF]);
-        let (cos, sin) = (&mut cos[..half], &mut sin[..half]);
-        for (row, &pos) in rows.chunks_exact_mut(width).zip(positions) {
-            self.angles(pos, cos, sin);
+        let per_row = angles
+            .cos
+            .chunks_exact(half.max(1))
+            .zip(angles.sin.chunks_exact(half.max(1)));
+        for (row, (cos, sin)) in rows.chunks_exact_mut(width).zip(per_row) {
             for head in row.chunks_exact_mut(d) {
                 match self.mode {
                     RopeMode::Interleaved => {
@@ -169,8 +189,10 @@ mod tests {
         let angles = [3.0f64, 3.0 * 0.01 / 2.0];
         let mut a = [1.0, 2.0, 3.0, 4.0, 9.0];
         let mut b = [1.0, 3.0, 2.0, 4.0, 9.0];
-        neox.apply(&mut a[..4], 1, 4, &[6]);
-        inter.apply(&mut b[..4], 1, 4, &[6]);
+        let mut step = StepAngles::default();
+        neox.step_angles(&[6], &mut step);
+        neox.apply(&mut a[..4], 1, 4, &step);
+        inter.apply(&mut b[..4], 1, 4, &step);
         for (i, &t) in angles.iter().enumerate() {
             let (x1, x2) = ([1.0, 2.0][i], [3.0, 4.0][i]);
             let (c, s) = (1.5 * t.cos(), 1.5 * t.sin());
@@ -189,9 +211,11 @@ mod tests {
         // (1, 0) gives (cos, sin).
         let (cos, sin) = neox.tables();
         assert_eq!((cos.len(), sin.len()), (16, 16));
-        for pos in 0..8u32 {
-            let mut unit = [1.0, 1.0, 0.0, 0.0];
-            neox.apply(&mut unit, 1, 4, &[pos]);
+        let positions = [5, 0, 7, 5];
+        neox.step_angles(&positions, &mut step);
+        let mut units = [1.0, 1.0, 0.0, 0.0].repeat(positions.len());
+        neox.apply(&mut units, 1, 4, &step);
+        for (unit, &pos) in units.chunks_exact(4).zip(&positions) {
             let at = pos as usize * 2;
             assert_eq!([unit[0], unit[1]], [cos[at], cos[at + 1]]);
             assert_eq!([unit[2], unit[3]], [sin[at], sin[at + 1]]);
