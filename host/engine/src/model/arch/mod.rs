@@ -48,10 +48,6 @@ pub(super) enum Source {
     Dense,
 }
 
-/// The largest folio the page cache holds a file in (a huge page):
-/// faulting in one page of the map maps every page of its folio.
-const FOLIO: usize = 2 << 20;
-
 /// A file's tensors and metadata for one architecture's builder.
 pub(super) struct Loader<'a> {
     pub g: &'a Gguf<'a>,
@@ -92,13 +88,7 @@ impl Loader<'_> {
         match packed {
             Some(packed) => {
                 if let Some(range) = m.file_range() {
-                    // The page cache holds the file in folios of up to
-                    // 2 MiB, and a fault maps its page's whole folio: the
-                    // copy mapped the ends of this tensor's neighbours
-                    // again, copied ones included. Let those go too (a
-                    // tensor still to be read faults back in).
-                    let wider = range.start.saturating_sub(FOLIO)..range.end.saturating_add(FOLIO);
-                    file.release(wider.start..wider.end.min(file.bytes().len()));
+                    file.release(range);
                 }
                 Ok(packed)
             }
@@ -363,10 +353,11 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
     if let Source::Interleaved(file) = &loader.source {
-        // Each copied tensor's pages were let go as it was copied, with its
-        // neighbours' ends, but a fault maps its page's whole folio (up to
-        // 2 MiB): before that, about 1 MiB a tensor stayed mapped, 55 MiB
-        // of the Llama-3.2-1B file. Nothing reads the copied ranges now.
+        // Each copied tensor's pages were let go as it was copied, but a
+        // fault maps its page's whole page-cache folio (up to 2 MiB), so
+        // copying one tensor mapped its neighbours' ends again: about
+        // 1 MiB a tensor stayed mapped, 55 MiB of the Llama-3.2-1B file.
+        // Nothing reads the copied ranges now.
         for m in program.matrices().chain(std::iter::once(&program.head)) {
             if let Some(range) = m.copied_from() {
                 file.release(range);
