@@ -44,7 +44,22 @@ if [[ ! -x $llama/build/bin/llama-bench || ! -x $llama/build/bin/llama-batched-b
   [[ -x $llama/venv/bin/python ]] || "$python" -m venv "$llama/venv"
   "$llama/venv/bin/pip" install -q cmake ninja
   if [[ ! -d $llama/src ]]; then
-    "$llama/venv/bin/pip" download -q --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$llama/sdist"
+    # The sdist's address from PyPI's JSON index (PEP 691), fetched as is:
+    # `pip download --no-binary` would first build the package's metadata,
+    # which for llama-cpp-python compiles llama.cpp once more (minutes).
+    mkdir -p "$llama/sdist"
+    url=$("$python" - "$version" <<'PY'
+import json, sys, urllib.request
+version = sys.argv[1]
+request = urllib.request.Request(
+    "https://pypi.org/simple/llama-cpp-python/",
+    headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+)
+files = json.load(urllib.request.urlopen(request, timeout=60))["files"]
+print(next(f["url"] for f in files if f["filename"] == f"llama_cpp_python-{version}.tar.gz"))
+PY
+)
+    curl -fsSL -o "$llama/sdist/llama_cpp_python-$version.tar.gz" "$url"
     mkdir -p "$llama/src"
     tar -xzf "$llama"/sdist/llama_cpp_python-*.tar.gz -C "$llama/src" --strip-components=1
   fi

@@ -125,9 +125,17 @@ fn a_product_split_across_the_team_equals_one_thread() {
     let mut rng = fastrand::Rng::with_seed(9);
     for workers in [1, 2, 3, 4] {
         let mut team = Team::new(workers).unwrap();
-        for kind in [QuantKind::Q4_1, QuantKind::Q4_K, QuantKind::F16] {
+        // Few rows (one worker's claim takes them all) and many (each
+        // worker claims several runs, the last one short).
+        let kinds = [QuantKind::Q4_1, QuantKind::Q4_K, QuantKind::F16];
+        for (kind, many_rows) in kinds.into_iter().flat_map(|k| [(k, false), (k, true)]) {
             let cols = 256 * rng.usize(1..3);
-            let (rows, n) = (rng.usize(1..70), rng.usize(1..20));
+            let rows = if many_rows {
+                rng.usize(600..1400)
+            } else {
+                rng.usize(1..70)
+            };
+            let n = rng.usize(1..20);
             let data = qmatmul_support::random_weights(&mut rng, kind, rows, cols);
             let x = qmatmul_support::random_activations(&mut rng, n, cols);
             let w = QuantMatrix::new(kind, rows, cols, &data).unwrap();

@@ -14,7 +14,7 @@ use crate::Isa;
 /// Weight rows whose blocks stay in cache while every pass of activation
 /// rows goes over them (64 rows of 576 Q4_1 weights: 23 KiB), so a prefill
 /// step reads each weight row from memory once, not once per pass.
-const ROW_TILE: usize = 64;
+pub(super) const ROW_TILE: usize = 64;
 
 /// Computes `x_i · w_r` for every activation row `i` and `r` in `rows`
 /// (checked by the caller) and hands them over a tile at a time:

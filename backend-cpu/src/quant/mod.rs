@@ -23,8 +23,8 @@
 //! Every integer sum is exact, so the scalar reference and the SIMD paths
 //! differ only in the order of the f32 adds. [`matmul`] computes a range of
 //! weight rows; [`matmul_team`] splits the rows across a [`Team`], each worker
-//! taking whole runs of [`ROW_ALIGN`] rows (see [`split`]), so no two write
-//! the same output.
+//! claiming runs of whole row tiles until none is left, so no two write the
+//! same output and a worker held up leaves its share to the others.
 //!
 //! ```
 //! use pagoda_core::QuantKind;
@@ -65,11 +65,10 @@ use pagoda_core::QuantKind;
 
 pub use act::{ActFormat, QuantizedActivations};
 
-use crate::team::{split, Team, TeamError};
-use crate::Isa;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-/// Weight rows one worker of [`matmul_team`] takes at a time.
-pub const ROW_ALIGN: usize = 8;
+use crate::team::{Team, TeamError};
+use crate::Isa;
 
 /// Activation rows one pass over a weight row serves (decode batches up to
 /// this many read each weight block once).
@@ -429,8 +428,14 @@ pub fn matmul_team_each<const N: usize>(
         total += w.rows;
     }
     let sinks = outs.map(kernel::SharedOut::new);
-    team.run(&|worker, workers| {
-        let mine = split(0..total, worker, workers, ROW_ALIGN);
+    let claim = claim_rows(total, team.workers());
+    let next = AtomicUsize::new(0);
+    team.run(&|_, _| loop {
+        let first = next.fetch_add(claim, Relaxed);
+        if first >= total {
+            break;
+        }
+        let mine = first..(first + claim).min(total);
         for ((w, sink), &start) in ws.iter().zip(&sinks).zip(&starts) {
             let rows = mine.start.clamp(start, start + w.rows) - start
                 ..mine.end.clamp(start, start + w.rows) - start;
@@ -440,8 +445,9 @@ pub fn matmul_team_each<const N: usize>(
             let stride = w.rows;
             if panel {
                 // SAFETY: `validate` checked that each output holds every
-                // row of its matrix, and `split` gives each worker rows no
-                // other worker has; `run` returns before the borrows end.
+                // row of its matrix, and each run of rows is claimed by one
+                // worker only (`fetch_add` hands out disjoint runs); `run`
+                // returns before the borrows end.
                 unsafe { kernel::panel(w, x, rows, sink.ptr(), stride) };
                 continue;
             }
@@ -455,3 +461,17 @@ pub fn matmul_team_each<const N: usize>(
     })
     .map_err(QMatError::Team)
 }
+
+/// Runs of weight rows a worker of [`matmul_team_each`] claims at a time:
+/// about [`CLAIMS_PER_WORKER`] runs each, whole [`kernel::ROW_TILE`]s. A
+/// worker that is held up (another process on its core, a page fault)
+/// leaves its remaining runs to the others instead of keeping them all
+/// waiting at the end of the product.
+fn claim_rows(total: usize, workers: usize) -> usize {
+    total
+        .div_ceil(workers.max(1) * CLAIMS_PER_WORKER)
+        .next_multiple_of(kernel::ROW_TILE)
+}
+
+/// See [`claim_rows`].
+const CLAIMS_PER_WORKER: usize = 8;
