@@ -146,6 +146,12 @@ pub(crate) struct RunArgs {
     /// or f32 throughout (exact). Ignored with dense weights.
     #[arg(long, value_enum, default_value_t = ActivationsArg::Int8)]
     pub(crate) activations: ActivationsArg,
+    /// Keep repacked weights in a cache file in this directory (created
+    /// if missing): a load that finds the model's there maps it instead of
+    /// repacking, one that does not repacks and writes it (as large as the
+    /// repacked matrices: about the model file).
+    #[arg(long, env = "PAGODA_REPACK_CACHE", value_name = "DIR")]
+    pub(crate) repack_cache: Option<PathBuf>,
     /// Wrap the prompt in the model's chat template as one user turn.
     #[arg(long)]
     pub(crate) chat: bool,
@@ -248,6 +254,12 @@ pub(crate) struct BenchArgs {
     /// or f32 throughout (exact). Ignored with dense weights.
     #[arg(long, value_enum, default_value_t = ActivationsArg::Int8)]
     pub(crate) activations: ActivationsArg,
+    /// Keep repacked weights in a cache file in this directory (created
+    /// if missing): a load that finds the model's there maps it instead of
+    /// repacking, one that does not repacks and writes it (as large as the
+    /// repacked matrices: about the model file).
+    #[arg(long, env = "PAGODA_REPACK_CACHE", value_name = "DIR")]
+    pub(crate) repack_cache: Option<PathBuf>,
     /// Prefix structure of the synthetic workload.
     #[arg(long, value_enum, default_value_t = WorkloadKind::FewShot)]
     pub(crate) workload: WorkloadKind,

@@ -53,6 +53,12 @@ pub(crate) struct ChatArgs {
     /// How quantized weights take their activations.
     #[arg(long, value_enum, default_value_t = ActivationsArg::Int8)]
     activations: ActivationsArg,
+    /// Keep repacked weights in a cache file in this directory (created
+    /// if missing): a load that finds the model's there maps it instead of
+    /// repacking, one that does not repacks and writes it (as large as the
+    /// repacked matrices: about the model file).
+    #[arg(long, env = "PAGODA_REPACK_CACHE", value_name = "DIR")]
+    repack_cache: Option<std::path::PathBuf>,
     /// Attention backend.
     #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
     backend: BackendKind,
@@ -95,7 +101,13 @@ pub(crate) fn chat(args: ChatArgs) -> Result<(), CliError> {
     };
     sampling.validate()?;
     let started = Instant::now();
-    let model = crate::open_model(&args.model, args.weights, args.activations, args.backend)?;
+    let model = crate::open_model(
+        &args.model,
+        args.weights,
+        args.activations,
+        args.backend,
+        args.repack_cache.as_deref(),
+    )?;
     if model.chat.is_none() {
         return Err(CliError::NoChatTemplate);
     }
@@ -111,6 +123,9 @@ pub(crate) fn chat(args: ChatArgs) -> Result<(), CliError> {
             ""
         }
     );
+    if let Some(used) = &model.info.repack_cache {
+        eprintln!("pagoda chat: {used}");
+    }
     catch_ctrl_c();
     // One sequence at a time, with its whole context in the pool: the
     // next turn extends the pages the radix cache kept of the last.

@@ -86,9 +86,10 @@ pub(crate) fn open_model(
     weights: args::WeightsArg,
     activations: args::ActivationsArg,
     backend: args::BackendKind,
+    repack_cache: Option<&Path>,
 ) -> Result<TextModel, CliError> {
     let mode = weight_mode(weights, activations, backend);
-    TextModel::open(path, mode).map_err(|error| CliError::Load {
+    TextModel::open_cached(path, mode, repack_cache).map_err(|error| CliError::Load {
         path: path.to_path_buf(),
         error: Box::new(error),
     })
@@ -128,6 +129,7 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
             args.weights,
             args.activations,
             args.backend,
+            args.repack_cache.as_deref(),
         )?),
         None => None,
     };

@@ -37,6 +37,9 @@ struct RunOutput {
     memory: Memory,
     /// The CPU kernels the products ran (`Model::kernels`).
     kernels: String,
+    /// What the repack cache did (with `--repack-cache`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    repack_cache: Option<pagoda_engine::model::RepackCacheUse>,
 }
 
 /// Memory of the run, in bytes.
@@ -95,7 +98,13 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
     };
     sampling.validate()?;
     let started = Instant::now();
-    let model = crate::open_model(&args.model, args.weights, args.activations, args.backend)?;
+    let model = crate::open_model(
+        &args.model,
+        args.weights,
+        args.activations,
+        args.backend,
+        args.repack_cache.as_deref(),
+    )?;
     let load_s = started.elapsed().as_secs_f64();
     let kernels = match args.backend {
         crate::args::BackendKind::Cpu => model.model.kernels(),
@@ -111,6 +120,9 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
             load_s,
             kernels
         );
+        if let Some(used) = &model.info.repack_cache {
+            eprintln!("pagoda: {used}");
+        }
     }
 
     let texts = prompt_texts(&args)?;
@@ -190,6 +202,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
                 timings,
                 memory,
                 kernels: kernels.clone(),
+                repack_cache: model.info.repack_cache.clone(),
             };
             let line = serde_json::to_string(&out).map_err(CliError::Json)?;
             writeln!(stdout, "{line}").map_err(CliError::Stdout)?;

@@ -36,6 +36,12 @@ pub(crate) struct ServeArgs {
     /// or f32 throughout (exact). Ignored with dense weights.
     #[arg(long, value_enum, default_value_t = ActivationsArg::Int8)]
     activations: ActivationsArg,
+    /// Keep repacked weights in a cache file in this directory (created
+    /// if missing): a load that finds the model's there maps it instead of
+    /// repacking, one that does not repacks and writes it (as large as the
+    /// repacked matrices: about the model file).
+    #[arg(long, env = "PAGODA_REPACK_CACHE", value_name = "DIR")]
+    repack_cache: Option<std::path::PathBuf>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -130,7 +136,16 @@ pub(crate) enum ServeError {
 pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
     let (model, vocab, name) = match &args.model {
         Some(path) => {
-            let text = crate::open_model(path, args.weights, args.activations, args.backend)?;
+            let text = crate::open_model(
+                path,
+                args.weights,
+                args.activations,
+                args.backend,
+                args.repack_cache.as_deref(),
+            )?;
+            if let Some(used) = &text.info.repack_cache {
+                eprintln!("pagoda serve: {used}");
+            }
             let name = path
                 .file_stem()
                 .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());

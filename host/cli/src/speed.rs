@@ -185,7 +185,13 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
 
     let (run_s, rss, limit) = match file {
         Some(path) => {
-            let (seconds, rss, kv) = time_run(path, args.weights, args.activations, args.backend)?;
+            let (seconds, rss, kv) = time_run(
+                path,
+                args.weights,
+                args.activations,
+                args.backend,
+                args.repack_cache.as_deref(),
+            )?;
             let file_bytes = std::fs::metadata(path).map_or(0, |m| m.len());
             (Some(seconds), rss, Some(file_bytes + kv + (64 << 20)))
         }
@@ -399,10 +405,12 @@ fn time_run(
     weights: WeightsArg,
     activations: ActivationsArg,
     backend: BackendKind,
+    repack_cache: Option<&Path>,
 ) -> Result<(f64, Option<u64>, u64), CliError> {
     let exe = std::env::current_exe().map_err(CliError::Child)?;
     let start = Instant::now();
-    let out = Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .args([
             "run",
             "--quiet",
@@ -427,9 +435,11 @@ fn time_run(
         .args(match backend {
             BackendKind::Cpu => ["--backend", "cpu"],
             BackendKind::Vulkan => ["--backend", "vulkan"],
-        })
-        .output()
-        .map_err(CliError::Child)?;
+        });
+    if let Some(dir) = repack_cache {
+        command.arg("--repack-cache").arg(dir);
+    }
+    let out = command.output().map_err(CliError::Child)?;
     let seconds = start.elapsed().as_secs_f64();
     if !out.status.success() {
         return Err(CliError::Failed);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::chat::{ChatTemplate, ChatTemplateError, StopStrings};
-use crate::model::{ActPrecision, Holding, LoadError, Model, ModelFile};
+use crate::model::{ActPrecision, Holding, LoadError, Model, ModelFile, RepackCacheUse};
 use crate::tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 
 /// Why a GGUF file could not be opened as a text model.
@@ -36,6 +36,8 @@ pub struct ModelInfo {
     pub file_bytes: u64,
     /// Time to open, parse and dequantize the file and build the tokenizer.
     pub load_time: Duration,
+    /// What the repack cache did, when the load was given one.
+    pub repack_cache: Option<RepackCacheUse>,
 }
 
 /// A model ready to generate text: the decoder, its tokenizer, its chat
@@ -96,6 +98,19 @@ impl TextModel {
     /// vocabulary, and compiles its chat template. Any malformed or
     /// unsupported part is a typed error.
     pub fn open(path: &Path, mode: WeightMode) -> Result<Self, OpenError> {
+        Self::open_cached(path, mode, None)
+    }
+
+    /// [`open`](Self::open), keeping repacked weights
+    /// ([`WeightMode::Repacked`]) in a cache file in `repack_cache`: a load
+    /// that finds this file's there maps it instead of repacking (no fresh
+    /// memory to fill), one that does not repacks and writes it
+    /// ([`ModelInfo::repack_cache`] says which).
+    pub fn open_cached(
+        path: &Path,
+        mode: WeightMode,
+        repack_cache: Option<&Path>,
+    ) -> Result<Self, OpenError> {
         let started = Instant::now();
         let file = Arc::new(ModelFile::open(path)?);
         let gguf = file.gguf()?;
@@ -104,7 +119,7 @@ impl TextModel {
             WeightMode::Quantized(precision) => Holding::Mapped(precision),
             WeightMode::Repacked(precision) => Holding::Interleaved(precision),
         };
-        let model = Model::open(Arc::clone(&file), holding)?;
+        let (model, repack_cache) = Model::open_cached(Arc::clone(&file), holding, repack_cache)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let text_of = |id: Option<u32>| {
             id.and_then(|id| tokenizer.token_text(id))
@@ -121,6 +136,7 @@ impl TextModel {
             name: gguf.get_str("general.name").ok().map(str::to_string),
             file_bytes: file.bytes().len() as u64,
             load_time: Duration::ZERO,
+            repack_cache,
         };
         let load_time = started.elapsed();
         Ok(Self {

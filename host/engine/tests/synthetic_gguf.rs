@@ -24,7 +24,8 @@ use pagoda_core::{KvDtype, QuantKind};
 use pagoda_cpu::quant::interleave::multiplies_in_place;
 use pagoda_cpu::Isa;
 use pagoda_engine::model::{
-    ActPrecision, Holding, LoadError, Model, ModelConfig, ModelError, ModelFile, RopeMode,
+    ActPrecision, Holding, LoadError, Model, ModelConfig, ModelError, ModelFile, RepackCacheUse,
+    RopeMode,
 };
 
 /// Logits may differ from the f64 reference by this fraction of their
@@ -178,6 +179,103 @@ fn repacked_agrees(arch: &str, path: &Path, reference: &Path) {
             diff <= TOLERANCE_REPACKED * range,
             "{arch} repacked int8 prompt {i}: max |diff| {diff} > {TOLERANCE_REPACKED} × range {range}"
         );
+    }
+}
+
+/// The repack cache: a first load writes it, a second reads every
+/// interleaved matrix from it and computes the very logits of a load
+/// without it; a damaged cache file (truncated, bytes flipped anywhere,
+/// garbage, empty) is never used: the load repacks, writes a good one, and
+/// the logits stay the same. For every tiny architecture (tied heads,
+/// fused tensors split into views).
+#[test]
+fn repack_cache_round_trips_and_refuses_damaged_files() {
+    let Some(dir) = fixtures() else { return };
+    let cache = dir.join("repack-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let mut rng = fastrand::Rng::with_seed(2026);
+    let repacks = QuantKind::ALL
+        .into_iter()
+        .any(|k| multiplies_in_place(Isa::detect(), k));
+    let tokens = &prompts()[1];
+    for arch in ARCHS {
+        let path = dir.join(format!("{arch}.gguf"));
+        let file = Arc::new(ModelFile::open(&path).expect("map the tiny model"));
+        let holding = Holding::Interleaved(ActPrecision::Int8);
+        let open = || {
+            Model::open_cached(Arc::clone(&file), holding, Some(&cache)).expect("load with a cache")
+        };
+        let plain = Model::open(Arc::clone(&file), holding).expect("load without a cache");
+        let want = support::logits_every_position(&plain, tokens, KvDtype::F32, 7);
+        let (first, used) = open();
+        let Some(RepackCacheUse::Written { path: written, .. }) = used else {
+            panic!("{arch}: a first load writes the cache, got {used:?}");
+        };
+        assert_eq!(
+            support::logits_every_position(&first, tokens, KvDtype::F32, 7),
+            want
+        );
+        let (second, used) = open();
+        assert_eq!(
+            used,
+            Some(RepackCacheUse::Read {
+                path: written.clone()
+            }),
+            "{arch}"
+        );
+        assert_eq!(
+            second.matrices().filter(|m| m.is_interleaved()).count(),
+            plain.matrices().filter(|m| m.is_interleaved()).count(),
+        );
+        assert_eq!(
+            support::logits_every_position(&second, tokens, KvDtype::F32, 7),
+            want
+        );
+        drop((first, second));
+        if !repacks {
+            continue;
+        }
+        let good = std::fs::read(&written).unwrap();
+        let damaged: Vec<Vec<u8>> = vec![
+            good[..good.len() - 1].to_vec(),
+            Vec::new(),
+            (0..rng.usize(0..4096)).map(|_| rng.u8(..)).collect(),
+            {
+                // A byte of the index or trailer (the index's offset is
+                // the trailer's first word).
+                let mut d = good.clone();
+                let trailer = good.len() - 32;
+                let index = u64::from_le_bytes(good[trailer..trailer + 8].try_into().unwrap());
+                let at = rng.usize(index as usize..good.len());
+                d[at] ^= 1 << rng.u8(0..8);
+                d
+            },
+            {
+                // The trailer's identity.
+                let mut d = good.clone();
+                let at = good.len() - 24;
+                d[at] ^= 0x40;
+                d
+            },
+        ];
+        for (i, bytes) in damaged.into_iter().enumerate() {
+            std::fs::write(&written, &bytes).unwrap();
+            let (model, used) = open();
+            assert!(
+                matches!(&used, Some(RepackCacheUse::Written { path, .. }) if *path == written),
+                "{arch} damage {i}: {used:?}"
+            );
+            assert_eq!(
+                support::logits_every_position(&model, tokens, KvDtype::F32, 7),
+                want,
+                "{arch} damage {i}"
+            );
+            assert_eq!(
+                std::fs::read(&written).unwrap(),
+                good,
+                "{arch} damage {i}: rewritten"
+            );
+        }
     }
 }
 

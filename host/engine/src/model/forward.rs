@@ -18,6 +18,7 @@ use super::precision::ActPrecision;
 use super::program::{
     attention_block, mlp_block, Attend, AttentionBlock, Gating, MlpBlock, Op, Program,
 };
+use super::repack_cache::{RepackCache, RepackCacheUse};
 use super::rope::{Rope, RopeMode, RopeSpec};
 use super::tensors::Matrix;
 
@@ -82,14 +83,31 @@ impl Model {
     /// The model a mapped GGUF file holds, held as `holding` says: loading
     /// a mapped model reads only the metadata and the small vectors.
     pub fn open(file: Arc<ModelFile>, holding: Holding) -> Result<Model, LoadError> {
+        Self::open_cached(file, holding, None).map(|(model, _)| model)
+    }
+
+    /// [`open`](Self::open), with interleaved matrices read from the
+    /// repack cache in `repack_cache` where it holds this file's, else
+    /// repacked and written there (see [`RepackCacheUse`]; `None` for other
+    /// holdings, or without a directory).
+    pub fn open_cached(
+        file: Arc<ModelFile>,
+        holding: Holding,
+        repack_cache: Option<&Path>,
+    ) -> Result<(Model, Option<RepackCacheUse>), LoadError> {
         let g = file.gguf()?;
+        let mut cache = None;
         let source = match holding {
             Holding::Mapped(_) => Source::Mapped(Arc::clone(&file)),
-            Holding::Interleaved(_) => Source::Interleaved(Arc::clone(&file)),
+            Holding::Interleaved(_) => {
+                cache = repack_cache.map(|dir| Arc::new(RepackCache::open(dir, &file)));
+                Source::Interleaved(Arc::clone(&file), cache.clone())
+            }
             Holding::Dense => Source::Dense,
         };
         let (config, program) = arch::build(&g, source)?;
-        Ok(Self::new(config, program, holding, arch::name(&g)?))
+        let used = cache.map(|cache| cache.finish());
+        Ok((Self::new(config, program, holding, arch::name(&g)?), used))
     }
 
     /// [`open`](Self::open) with the matrices in the map and f32

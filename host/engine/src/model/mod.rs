@@ -22,6 +22,7 @@ mod load_error;
 mod meta;
 mod precision;
 mod program;
+mod repack_cache;
 mod rope;
 mod sampling;
 mod tensors;
@@ -35,6 +36,7 @@ pub use forward::{Holding, Model, Seeded};
 pub use input::{ForwardError, GroupRows, StepInput};
 pub use load_error::LoadError;
 pub use precision::ActPrecision;
+pub use repack_cache::RepackCacheUse;
 pub use rope::RopeMode;
 pub use sampling::{
     argmax, Sampler, SamplingError, SamplingParams, TokenLogprobs, MAX_TOP_LOGPROBS,

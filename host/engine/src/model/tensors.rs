@@ -10,13 +10,14 @@ use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
-use memmap2::{Advice, MmapMut};
+use memmap2::{Advice, Mmap, MmapMut};
 use pagoda_core::{dequantize_row, QuantKind};
 use pagoda_cpu::quant::interleave;
 use pagoda_cpu::{QMatError, QuantMatrix};
 
 use super::config::ModelError;
 use super::file::ModelFile;
+use super::repack_cache::{Origin, RepackCache};
 
 /// Where a matrix's bytes are.
 #[derive(Debug, Clone)]
@@ -36,9 +37,10 @@ enum Bytes {
     /// Whole groups of rows interleaved eight at a time
     /// ([`pagoda_cpu::quant::interleave`]), a byte range of a copy the
     /// loader made, and the file bytes it was made from (so a head tied
-    /// to the embedding stays tied).
+    /// to the embedding stays tied). The copy is the loader's, or a
+    /// repack cache file's.
     Interleaved {
-        data: Arc<MmapMut>,
+        data: Arc<Mmap>,
         range: Range<usize>,
         origin: Option<(Arc<ModelFile>, Range<usize>)>,
     },
@@ -168,32 +170,55 @@ impl Matrix {
 
     /// This matrix with its rows interleaved eight at a time in a copy
     /// (`None` where the type has no interleaved kernels on this CPU, or
-    /// the matrix is f32 or already interleaved). The copy's source pages
-    /// in the map are not needed again: [`ModelFile::release`] lets them
-    /// go.
-    pub(super) fn interleaved(&self) -> Result<Option<Matrix>, QMatError> {
+    /// the matrix is f32 or already interleaved): `cache`'s, where it holds
+    /// this matrix, else made now (and noted in `cache`). The copy's source
+    /// pages in the map are not needed again: [`ModelFile::release`] lets
+    /// them go.
+    pub(super) fn interleaved(
+        &self,
+        cache: Option<&RepackCache>,
+    ) -> Result<Option<Matrix>, QMatError> {
         let in_place = interleave::multiplies_in_place(pagoda_cpu::Isa::detect(), self.kind);
-        if !in_place || !matches!(self.bytes, Bytes::Mapped { .. }) {
+        let Bytes::Mapped { file, range } = &self.bytes else {
+            return Ok(None);
+        };
+        if !in_place {
             return Ok(None);
         }
         let len = interleave::interleaved_len(self.kind, self.rows, self.cols)?;
-        let Some(mut data) = huge_pages(len) else {
-            // No memory for the copy: the plain layout in the map serves.
-            return Ok(None);
+        let origin = Origin {
+            range: range.clone(),
+            kind: self.kind,
+            rows: self.rows,
+            cols: self.cols,
         };
-        self.interleave_into(&mut data[..len])?;
-        let origin = match &self.bytes {
-            Bytes::Mapped { file, range } => Some((Arc::clone(file), range.clone())),
-            _ => None,
+        let found = cache.and_then(|c| c.find(&origin, len));
+        let (data, at) = match found {
+            Some(found) => found,
+            None => {
+                let Some(mut data) = huge_pages(len) else {
+                    // No memory for the copy: the plain layout in the map serves.
+                    return Ok(None);
+                };
+                self.interleave_into(&mut data[..len])?;
+                let Ok(data) = data.make_read_only() else {
+                    return Ok(None);
+                };
+                let data = Arc::new(data);
+                if let Some(cache) = cache {
+                    cache.made(origin, Arc::clone(&data), 0..len);
+                }
+                (data, 0..len)
+            }
         };
         Ok(Some(Matrix {
             kind: self.kind,
             rows: self.rows,
             cols: self.cols,
             bytes: Bytes::Interleaved {
-                data: Arc::new(data),
-                range: 0..len,
-                origin,
+                data,
+                range: at,
+                origin: Some((Arc::clone(file), range.clone())),
             },
         }))
     }
@@ -317,7 +342,7 @@ impl Matrix {
     /// (`None` if no memory could be had for them).
     fn interleaved_view(
         &self,
-        data: &Arc<MmapMut>,
+        data: &Arc<Mmap>,
         range: &Range<usize>,
         origin: &Option<(Arc<ModelFile>, Range<usize>)>,
         rows: Range<usize>,
@@ -344,7 +369,7 @@ impl Matrix {
             let mut packed = huge_pages(len)?;
             interleave::interleave(self.kind, rows.len(), self.cols, &plain, &mut packed[..len])
                 .ok()?;
-            (Arc::new(packed), 0..len)
+            (Arc::new(packed.make_read_only().ok()?), 0..len)
         };
         Some(Matrix {
             kind: self.kind,

@@ -32,6 +32,7 @@ use super::meta::{bad, float, meta, uint};
 use super::program::{
     attention_block, mlp_block, Attend, AttentionBlock, Gating, MlpBlock, Program,
 };
+use super::repack_cache::RepackCache;
 use super::rope::{Rope, RopeMode, RopeSpec};
 use super::tensors::Matrix;
 
@@ -41,9 +42,9 @@ pub(super) enum Source {
     /// Views of the mapped file, in their own format.
     Mapped(Arc<ModelFile>),
     /// As [`Source::Mapped`], but the matrices of types with interleaved
-    /// kernels (Q4_0, Q8_0) copied out with their rows interleaved eight
-    /// at a time, and their pages of the map let go.
-    Interleaved(Arc<ModelFile>),
+    /// kernels copied out with their rows interleaved eight at a time (or
+    /// read from a repack cache), and their pages of the map let go.
+    Interleaved(Arc<ModelFile>, Option<Arc<RepackCache>>),
     /// Dequantized to f32 rows.
     Dense,
 }
@@ -73,18 +74,25 @@ impl Loader<'_> {
     pub fn matrix(&self, name: &str, inp: usize, out: usize) -> Result<Matrix, LoadError> {
         let m = self.file_matrix(name, inp, out)?;
         match &self.source {
-            Source::Interleaved(file) => Self::interleaved(file, name, m),
+            Source::Interleaved(file, cache) => Self::interleaved(file, cache, name, m),
             _ => Ok(m),
         }
     }
 
     /// `m` with its rows interleaved where its type has interleaved kernels
     /// (its pages of the map let go), else `m`.
-    fn interleaved(file: &ModelFile, name: &str, m: Matrix) -> Result<Matrix, LoadError> {
-        let packed = m.interleaved().map_err(|source| LoadError::Matrix {
-            tensor: name.to_string(),
-            source,
-        })?;
+    fn interleaved(
+        file: &ModelFile,
+        cache: &Option<Arc<RepackCache>>,
+        name: &str,
+        m: Matrix,
+    ) -> Result<Matrix, LoadError> {
+        let packed = m
+            .interleaved(cache.as_deref())
+            .map_err(|source| LoadError::Matrix {
+                tensor: name.to_string(),
+                source,
+            })?;
         match packed {
             Some(packed) => {
                 if let Some(range) = m.file_range() {
@@ -103,7 +111,7 @@ impl Loader<'_> {
                 let values = dequant::matrix(self.g, name, inp, out)?;
                 Ok(Matrix::dense(values, out, inp)?)
             }
-            Source::Mapped(file) | Source::Interleaved(file) => {
+            Source::Mapped(file) | Source::Interleaved(file, _) => {
                 let t = dequant::tensor(self.g, name, &[inp as u64, out as u64])?;
                 let data = t.data();
                 // The reader hands out sub-slices of the map: their offset
@@ -174,7 +182,9 @@ impl Loader<'_> {
             return Ok((embed, self.matrix("output.weight", h, v)?));
         }
         let head = match &self.source {
-            Source::Interleaved(file) => Self::interleaved(file, "token_embd.weight", embed)?,
+            Source::Interleaved(file, cache) => {
+                Self::interleaved(file, cache, "token_embd.weight", embed)?
+            }
             _ => embed,
         };
         Ok((head.clone(), head))
@@ -352,7 +362,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "gemma3" => gemma::build(&loader, gemma::Gemma::Three)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
-    if let Source::Interleaved(file) = &loader.source {
+    if let Source::Interleaved(file, _) = &loader.source {
         // Each copied tensor's pages were let go as it was copied, but a
         // fault maps its page's whole page-cache folio (up to 2 MiB), so
         // copying one tensor mapped its neighbours' ends again: about

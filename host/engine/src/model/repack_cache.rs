@@ -1,0 +1,484 @@
+//! Repacked weights kept on disk, so that a model is repacked once, not at
+//! every load. Repacking copies each matrix into fresh anonymous memory,
+//! and fresh memory is what a load pays for: the kernel zeroes every page
+//! before the copy fills it (62% of an 8B load's profile), and a virtual
+//! machine whose host took freed memory back backs each page again on its
+//! first touch. A cache file is mapped instead: its pages are the page
+//! cache's, already filled, so a load only maps them.
+//!
+//! One file per model file, in the directory the caller names:
+//! `<stem>.<identity>.repack`, where the identity hashes the model file's
+//! size, modification time and first MiB, and the interleaved layouts
+//! themselves (each type's layout of a fixed matrix), so a model file
+//! rewritten or a build whose layouts differ finds no cache and writes its
+//! own. The file holds each repacked matrix at a page-aligned offset, then
+//! an index (per matrix: the range of the model file it was made from, its
+//! type, rows and columns, where its bytes are), then a trailer: the
+//! index's offset, the identity, a hash of the index, and a magic. A file
+//! that fails any check (truncated, another identity, an index that does
+//! not hash, an entry outside the file or of the wrong length) is not used:
+//! the load repacks as without a cache and writes a fresh file. The bytes of
+//! the matrices are trusted as the model file's are: the cache is written
+//! to a temporary name, synced, then renamed, so a crash leaves no file
+//! half-written under the real name.
+//!
+//! The hash is 64-bit FNV-1a, written here: its value must stay the same
+//! across builds and toolchains, which `std`'s hasher does not promise, and
+//! it only tells files apart (nothing adversarial rides on it).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use memmap2::Mmap;
+use pagoda_core::QuantKind;
+use pagoda_cpu::quant::interleave;
+
+use super::file::ModelFile;
+
+/// The trailer's last eight bytes.
+const MAGIC: &[u8; 8] = b"PGDRPK01";
+
+/// Bytes of the trailer: index offset, identity, index hash, magic.
+const TRAILER: usize = 32;
+
+/// Bytes of one index entry: origin start and length, kind (u32, padded to
+/// eight), rows, columns, offset and length in the cache file.
+const ENTRY: usize = 56;
+
+/// Matrices start on page boundaries, so each maps as the loader's own
+/// copy would.
+const ALIGN: usize = 4096;
+
+/// Bytes of the model file's start that its identity hashes (its header,
+/// metadata and tensor infos, or most of them).
+const HEAD: usize = 1 << 20;
+
+/// Which matrix an entry holds: the model file's bytes it was made from,
+/// with its type and shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Origin {
+    pub range: Range<usize>,
+    pub kind: QuantKind,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// One matrix of the cache file.
+struct Entry {
+    origin: Origin,
+    at: Range<usize>,
+}
+
+/// A matrix this load repacked: where it came from, and its bytes
+/// (`data[range]`).
+type Made = (Origin, Arc<Mmap>, Range<usize>);
+
+/// What the cache did for one load.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "use", rename_all = "snake_case")]
+pub enum RepackCacheUse {
+    /// Every repacked matrix came from this cache file.
+    Read {
+        /// The file read.
+        path: PathBuf,
+    },
+    /// The cache file was missing or unusable: the load repacked and
+    /// wrote a new one.
+    Written {
+        /// The file written.
+        path: PathBuf,
+        /// Why the one there (if any) was not used.
+        reason: String,
+    },
+    /// The load repacked, and writing the cache failed; the model works
+    /// the same.
+    NotWritten {
+        /// The file that could not be written.
+        path: PathBuf,
+        /// What failed.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for RepackCacheUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Read { path } => write!(f, "repacked weights read from {}", path.display()),
+            Self::Written { path, reason } => {
+                write!(
+                    f,
+                    "repacked weights written to {} ({reason})",
+                    path.display()
+                )
+            }
+            Self::NotWritten { path, reason } => {
+                write!(f, "repack cache {} not written: {reason}", path.display())
+            }
+        }
+    }
+}
+
+/// A model file's repack cache for one load: the matrices a usable cache
+/// file holds, and those repacked because it did not.
+pub(super) struct RepackCache {
+    path: PathBuf,
+    identity: u64,
+    found: Result<(Arc<Mmap>, Vec<Entry>), String>,
+    made: Mutex<Vec<Made>>,
+}
+
+impl RepackCache {
+    /// The cache of `model` in `dir`, read if a usable file is there.
+    pub fn open(dir: &Path, model: &ModelFile) -> RepackCache {
+        let identity = identity(model);
+        let stem = model
+            .path()
+            .file_stem()
+            .map_or_else(|| "model".into(), |s| s.to_string_lossy());
+        let path = dir.join(format!("{stem}.{identity:016x}.repack"));
+        let found = read(&path, identity);
+        RepackCache {
+            path,
+            identity,
+            found,
+            made: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The cached bytes of the matrix made from `origin` (`len` of them),
+    /// if the file holds it.
+    pub fn find(&self, origin: &Origin, len: usize) -> Option<(Arc<Mmap>, Range<usize>)> {
+        let (map, entries) = self.found.as_ref().ok()?;
+        let entry = entries.iter().find(|e| &e.origin == origin)?;
+        (entry.at.len() == len).then(|| (Arc::clone(map), entry.at.clone()))
+    }
+
+    /// Notes a matrix this load repacked (`data[range]`), to be written.
+    pub fn made(&self, origin: Origin, data: Arc<Mmap>, range: Range<usize>) {
+        let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
+        made.push((origin, data, range));
+    }
+
+    /// Writes the matrices this load repacked, when it repacked any (some
+    /// were not in the file); says what the cache did.
+    pub fn finish(&self) -> RepackCacheUse {
+        let made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
+        let path = self.path.clone();
+        let reason = match &self.found {
+            Ok(_) if made.is_empty() => return RepackCacheUse::Read { path },
+            Ok(_) => "it lacked some of the model's matrices".to_string(),
+            Err(reason) => reason.clone(),
+        };
+        match write(&self.path, self.identity, &made) {
+            Ok(()) => RepackCacheUse::Written { path, reason },
+            Err(e) => RepackCacheUse::NotWritten {
+                path,
+                reason: e.to_string(),
+            },
+        }
+    }
+}
+
+/// The model file's identity with the interleaved layouts'.
+fn identity(model: &ModelFile) -> u64 {
+    let mut h = Fnv::new();
+    let bytes = model.bytes();
+    h.u64(bytes.len() as u64);
+    let modified = std::fs::metadata(model.path())
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as u64);
+    h.u64(modified);
+    h.bytes(&bytes[..bytes.len().min(HEAD)]);
+    for kind in QuantKind::ALL {
+        h.bytes(&layout_sample(kind));
+    }
+    h.finish()
+}
+
+/// `kind`'s interleaved layout of one fixed group of rows (empty where it
+/// has none): a layout change changes the identity, so no build reads a
+/// cache another build's layouts wrote.
+fn layout_sample(kind: QuantKind) -> Vec<u8> {
+    let (rows, cols) = (interleave::GROUP, 256);
+    let (Ok(plain_len), Ok(len)) = (
+        kind.bytes_for(rows * cols),
+        interleave::interleaved_len(kind, rows, cols),
+    ) else {
+        return Vec::new();
+    };
+    let plain: Vec<u8> = (0..plain_len).map(|i| (i * 37 % 251) as u8).collect();
+    let mut out = vec![0u8; len];
+    match interleave::interleave(kind, rows, cols, &plain, &mut out) {
+        Ok(()) => out,
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The usable cache file at `path` for `identity`, or why not.
+fn read(path: &Path, identity: u64) -> Result<(Arc<Mmap>, Vec<Entry>), String> {
+    let file = File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => "none there yet".to_string(),
+        _ => format!("{}: {e}", path.display()),
+    })?;
+    // SAFETY: the map is read-only and private; as for the model file, a
+    // cache rewritten in place while a model is served is outside what the
+    // engine supports (the engine itself only ever renames a new file over
+    // it, which leaves this map's pages alone).
+    let map = unsafe { Mmap::map(&file) }.map_err(|e| format!("{}: {e}", path.display()))?;
+    let entries = parse(&map, identity)?;
+    Ok((Arc::new(map), entries))
+}
+
+/// The entries of cache file `bytes`, checked whole.
+fn parse(bytes: &[u8], identity: u64) -> Result<Vec<Entry>, String> {
+    let trailer = bytes
+        .len()
+        .checked_sub(TRAILER)
+        .map(|at| &bytes[at..])
+        .ok_or("shorter than its trailer")?;
+    if &trailer[24..] != MAGIC {
+        return Err("not a repack cache of this version".into());
+    }
+    let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
+    if word(trailer, 8) != identity {
+        return Err("written for another model file or build".into());
+    }
+    let index_at = usize::try_from(word(trailer, 0)).map_err(|_| "index offset too large")?;
+    let index = bytes
+        .get(index_at..bytes.len() - TRAILER)
+        .filter(|index| index.len().is_multiple_of(ENTRY))
+        .ok_or("index outside the file")?;
+    let mut h = Fnv::new();
+    h.bytes(index);
+    if h.finish() != word(trailer, 16) {
+        return Err("index damaged".into());
+    }
+    index
+        .chunks_exact(ENTRY)
+        .map(|e| {
+            let size = |at: usize| usize::try_from(word(e, at)).map_err(|_| "size too large");
+            let kind = u32::from_le_bytes(e[16..20].try_into().unwrap_or([0; 4]));
+            let kind = QuantKind::from_ggml_id(kind).ok_or("unknown type")?;
+            let origin_at = size(0)?;
+            let origin = origin_at..origin_at.checked_add(size(8)?).ok_or("overflow")?;
+            let at = size(40)?;
+            let at = at..at.checked_add(size(48)?).ok_or("overflow")?;
+            let (rows, cols) = (size(24)?, size(32)?);
+            let expected =
+                interleave::interleaved_len(kind, rows, cols).map_err(|e| e.to_string())?;
+            if at.end > index_at || at.len() != expected {
+                return Err("an entry outside the file or of the wrong length".to_string());
+            }
+            Ok(Entry {
+                origin: Origin {
+                    range: origin,
+                    kind,
+                    rows,
+                    cols,
+                },
+                at,
+            })
+        })
+        .collect()
+}
+
+/// Writes `made` as the cache file at `path`: a temporary file beside it,
+/// synced, then renamed over it.
+fn write(path: &Path, identity: u64, made: &[Made]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    let temp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let file = File::create(&temp)?;
+        let mut out = BufWriter::with_capacity(1 << 20, &file);
+        let mut index = Vec::with_capacity(made.len() * ENTRY);
+        let mut at = 0usize;
+        for (origin, data, range) in made {
+            let bytes = &data[range.clone()];
+            out.write_all(bytes)?;
+            let pad = bytes.len().next_multiple_of(ALIGN) - bytes.len();
+            out.write_all(&vec![0u8; pad])?;
+            index.extend_from_slice(&entry(origin, at..at + bytes.len()));
+            at += bytes.len() + pad;
+        }
+        out.write_all(&index)?;
+        out.write_all(&trailer(at, identity, &index))?;
+        out.flush()?;
+        drop(out);
+        file.sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result
+}
+
+/// The index entry of the matrix made from `origin`, at `at` in the file.
+fn entry(origin: &Origin, at: Range<usize>) -> [u8; ENTRY] {
+    let mut e = [0u8; ENTRY];
+    let words = [
+        origin.range.start,
+        origin.range.len(),
+        0, // the kind, below
+        origin.rows,
+        origin.cols,
+        at.start,
+        at.len(),
+    ];
+    for (slot, v) in e.chunks_exact_mut(8).zip(words) {
+        slot.copy_from_slice(&(v as u64).to_le_bytes());
+    }
+    e[16..20].copy_from_slice(&origin.kind.ggml_id().to_le_bytes());
+    e
+}
+
+/// The trailer of a file whose `index` starts at `index_at`.
+fn trailer(index_at: usize, identity: u64, index: &[u8]) -> [u8; TRAILER] {
+    let mut h = Fnv::new();
+    h.bytes(index);
+    let mut t = [0u8; TRAILER];
+    for (slot, v) in t
+        .chunks_exact_mut(8)
+        .zip([index_at as u64, identity, h.finish()])
+    {
+        slot.copy_from_slice(&v.to_le_bytes());
+    }
+    t[24..].copy_from_slice(MAGIC);
+    t
+}
+
+/// 64-bit FNV-1a (see the module's docs for why it is written here).
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn u64(&mut self, v: u64) {
+        self.bytes(&v.to_le_bytes());
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IDENTITY: u64 = 0x0123_4567_89ab_cdef;
+
+    fn q4_0(rows: usize, cols: usize, at: usize) -> Origin {
+        Origin {
+            range: at..at + QuantKind::Q4_0.bytes_for(rows * cols).unwrap(),
+            kind: QuantKind::Q4_0,
+            rows,
+            cols,
+        }
+    }
+
+    /// A cache file of `entries` (origin, where its bytes are) over
+    /// `data` bytes of matrices.
+    fn file(data: usize, entries: &[(Origin, Range<usize>)]) -> Vec<u8> {
+        let mut bytes = vec![7u8; data];
+        let index: Vec<u8> = entries
+            .iter()
+            .flat_map(|(o, at)| entry(o, at.clone()))
+            .collect();
+        bytes.extend_from_slice(&index);
+        bytes.extend_from_slice(&trailer(data, IDENTITY, &index));
+        bytes
+    }
+
+    #[test]
+    fn a_well_formed_file_parses_to_its_entries() {
+        let a = q4_0(8, 256, 100);
+        let b = q4_0(16, 512, 5000);
+        let (la, lb) = (
+            interleave::interleaved_len(a.kind, a.rows, a.cols).unwrap(),
+            interleave::interleaved_len(b.kind, b.rows, b.cols).unwrap(),
+        );
+        let bytes = file(
+            ALIGN + lb,
+            &[(a.clone(), 0..la), (b.clone(), ALIGN..ALIGN + lb)],
+        );
+        let entries = parse(&bytes, IDENTITY).unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!((&entries[0].origin, entries[0].at.clone()), (&a, 0..la));
+        assert_eq!(
+            (&entries[1].origin, entries[1].at.clone()),
+            (&b, ALIGN..ALIGN + lb)
+        );
+        assert!(parse(&bytes, IDENTITY ^ 1).is_err(), "another identity");
+    }
+
+    #[test]
+    fn entries_outside_the_data_or_of_the_wrong_length_are_refused() {
+        let a = q4_0(8, 256, 0);
+        let len = interleave::interleaved_len(a.kind, a.rows, a.cols).unwrap();
+        // Past the data (into the index), of the wrong length, of an
+        // unknown type, and overflowing.
+        assert!(parse(&file(len, &[(a.clone(), 1..len + 1)]), IDENTITY).is_err());
+        assert!(parse(&file(len, &[(a.clone(), 0..len - 1)]), IDENTITY).is_err());
+        let mut unknown = file(len, &[(a.clone(), 0..len)]);
+        unknown[len + 16] = 0xee;
+        let index = unknown[len..len + ENTRY].to_vec();
+        let end = unknown.len() - TRAILER;
+        unknown[end..].copy_from_slice(&trailer(len, IDENTITY, &index));
+        assert!(parse(&unknown, IDENTITY).is_err());
+        let huge = Origin {
+            rows: usize::MAX / 2,
+            ..a.clone()
+        };
+        assert!(parse(&file(len, &[(huge, 0..len)]), IDENTITY).is_err());
+    }
+
+    /// Random files, and a good file with random bytes changed or cut
+    /// short, parse to an error or to entries inside the file, never a
+    /// panic.
+    #[test]
+    fn random_and_mutated_files_never_panic() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let a = q4_0(8, 256, 0);
+        let len = interleave::interleaved_len(a.kind, a.rows, a.cols).unwrap();
+        let good = file(len, &[(a, 0..len)]);
+        for _ in 0..20_000 {
+            let bytes: Vec<u8> = match rng.u8(0..3) {
+                0 => (0..rng.usize(0..200)).map(|_| rng.u8(..)).collect(),
+                1 => good[..rng.usize(0..=good.len())].to_vec(),
+                _ => {
+                    let mut b = good.clone();
+                    for _ in 0..rng.usize(1..4) {
+                        let at = rng.usize(0..b.len());
+                        b[at] = rng.u8(..);
+                    }
+                    b
+                }
+            };
+            if let Ok(entries) = parse(&bytes, IDENTITY) {
+                for e in entries {
+                    assert!(e.at.end <= bytes.len());
+                }
+            }
+        }
+    }
+}
