@@ -184,8 +184,8 @@ fn repacked_agrees(arch: &str, path: &Path, reference: &Path) {
 
 /// The repack cache: a first load writes it, a second reads every
 /// interleaved matrix from it and computes the very logits of a load
-/// without it; a damaged cache file (truncated, bytes flipped anywhere,
-/// garbage, empty) is never used: the load repacks, writes a good one, and
+/// without it; a damaged cache file (truncated, a bit flipped in a matrix
+/// or the index or the trailer, garbage, empty) is never used: the load repacks, writes a good one, and
 /// the logits stay the same. For every tiny architecture (tied heads,
 /// fused tensors split into views).
 #[test]
@@ -247,6 +247,13 @@ fn repack_cache_round_trips_and_refuses_damaged_files() {
                 let trailer = good.len() - 32;
                 let index = u64::from_le_bytes(good[trailer..trailer + 8].try_into().unwrap());
                 let at = rng.usize(index as usize..good.len());
+                d[at] ^= 1 << rng.u8(0..8);
+                d
+            },
+            {
+                // A byte of the first matrix.
+                let mut d = good.clone();
+                let at = rng.usize(0..64);
                 d[at] ^= 1 << rng.u8(0..8);
                 d
             },
