@@ -170,12 +170,24 @@ impl RepackCache {
     pub fn finish(&self) -> RepackCacheUse {
         let made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
         let path = self.path.clone();
-        let reason = match &self.found {
+        // A file that lacked some matrices is written again whole: the
+        // ones it held first (its map stays valid: the new file is renamed
+        // over it, not written into it), then the ones repacked now.
+        let (reason, mut all) = match &self.found {
             Ok(_) if made.is_empty() => return RepackCacheUse::Read { path },
-            Ok(_) => "it lacked some of the model's matrices".to_string(),
-            Err(reason) => reason.clone(),
+            Ok((map, entries)) => {
+                let held = entries
+                    .iter()
+                    .map(|e| (e.origin.clone(), Arc::clone(map), e.at.clone()));
+                (
+                    "it lacked some of the model's matrices".to_string(),
+                    held.collect(),
+                )
+            }
+            Err(reason) => (reason.clone(), Vec::new()),
         };
-        match write(&self.path, self.identity, &made) {
+        all.extend(made.iter().cloned());
+        match write(&self.path, self.identity, &all) {
             Ok(()) => RepackCacheUse::Written { path, reason },
             Err(e) => RepackCacheUse::NotWritten {
                 path,
@@ -441,6 +453,47 @@ mod tests {
             (&b, ALIGN..ALIGN + lb)
         );
         assert!(parse(&bytes, IDENTITY ^ 1).is_err(), "another identity");
+    }
+
+    /// A file that holds some of a model's matrices is written again with
+    /// all of them: those it held, then those repacked now.
+    #[test]
+    fn a_file_lacking_matrices_is_rewritten_whole() {
+        let dir = std::env::temp_dir().join(format!("pagoda-repack-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m.repack");
+        let (a, b) = (q4_0(8, 256, 0), q4_0(16, 512, 4096));
+        let la = interleave::interleaved_len(a.kind, a.rows, a.cols).unwrap();
+        let lb = interleave::interleaved_len(b.kind, b.rows, b.cols).unwrap();
+        let mut held = file(la, &[(a.clone(), 0..la)]);
+        for (i, byte) in held[..la].iter_mut().enumerate() {
+            *byte = (i % 251) as u8;
+        }
+        let index = entry(&a, 0..la, xxh3_64(&held[..la]));
+        let end = held.len();
+        held[la..end - TRAILER].copy_from_slice(&index);
+        held[end - TRAILER..].copy_from_slice(&trailer(la, IDENTITY, &index));
+        std::fs::write(&path, &held).unwrap();
+        let mut new = memmap2::MmapMut::map_anon(lb).unwrap();
+        new.fill(9);
+        let cache = RepackCache {
+            path: path.clone(),
+            identity: IDENTITY,
+            found: read(&path, IDENTITY),
+            made: Mutex::new(vec![(
+                b.clone(),
+                Arc::new(new.make_read_only().unwrap()),
+                0..lb,
+            )]),
+        };
+        assert!(cache.find(&a, la).is_some() && cache.find(&b, lb).is_none());
+        assert!(matches!(cache.finish(), RepackCacheUse::Written { .. }));
+        let (map, entries) = read(&path, IDENTITY).unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!((&entries[0].origin, &entries[1].origin), (&a, &b));
+        assert_eq!(&map[entries[0].at.clone()], &held[..la]);
+        assert!(map[entries[1].at.clone()].iter().all(|&v| v == 9));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
