@@ -126,12 +126,10 @@ impl BackendKind {
     }
 }
 
-/// `pagoda run`'s options.
-#[derive(clap::Args)]
-pub(crate) struct RunArgs {
-    /// The model: a GGUF file (llama, qwen2, qwen3, phi3, gemma2 or gemma3 architecture).
-    #[arg(long, value_name = "FILE.gguf")]
-    pub(crate) model: PathBuf,
+/// How a GGUF model's weights are loaded and multiplied: the options
+/// `run`, `chat`, `bench` and `serve` share.
+#[derive(clap::Args, Serialize, Debug, Clone)]
+pub(crate) struct WeightArgs {
     /// How the weights are held: repacked for the CPU's kernels (the
     /// default), quantized in the memory map's plain layout, or
     /// dequantized to f32 at load.
@@ -148,10 +146,22 @@ pub(crate) struct RunArgs {
     pub(crate) activations: ActivationsArg,
     /// Keep repacked weights in a cache file in this directory (created
     /// if missing): a load that finds the model's there maps it instead of
-    /// repacking, one that does not repacks and writes it (as large as the
-    /// repacked matrices: about the model file).
+    /// repacking; one that does not repacks, and writes the file on a
+    /// thread of its own while the model runs (as large as the repacked
+    /// matrices: about the model file). Writing it deletes the files of
+    /// this model path's earlier versions.
     #[arg(long, env = "PAGODA_REPACK_CACHE", value_name = "DIR")]
     pub(crate) repack_cache: Option<PathBuf>,
+}
+
+/// `pagoda run`'s options.
+#[derive(clap::Args)]
+pub(crate) struct RunArgs {
+    /// The model: a GGUF file (llama, qwen2, qwen3, phi3, gemma2 or gemma3 architecture).
+    #[arg(long, value_name = "FILE.gguf")]
+    pub(crate) model: PathBuf,
+    #[command(flatten)]
+    pub(crate) weights: WeightArgs,
     /// Wrap the prompt in the model's chat template as one user turn.
     #[arg(long)]
     pub(crate) chat: bool,
@@ -240,26 +250,9 @@ pub(crate) struct BenchArgs {
     /// Run on this GGUF model instead of the embedded random-weight one.
     #[arg(long, value_name = "FILE.gguf")]
     pub(crate) model: Option<PathBuf>,
-    /// How the weights are held: repacked for the CPU's kernels (the
-    /// default), quantized in the memory map's plain layout, or
-    /// dequantized to f32 at load.
-    #[arg(long, value_enum, default_value_t = WeightsArg::Repacked)]
-    pub(crate) weights: WeightsArg,
-    /// The default since quantized weights became it; accepted so older
-    /// scripts keep working.
-    #[arg(long, hide = true, conflicts_with = "weights")]
-    pub(crate) quantized: bool,
-    /// How quantized weights take their activations: 8-bit blocks on
-    /// every step (the default, as llama.cpp), 8-bit on decode steps only,
-    /// or f32 throughout (exact). Ignored with dense weights.
-    #[arg(long, value_enum, default_value_t = ActivationsArg::Int8)]
-    pub(crate) activations: ActivationsArg,
-    /// Keep repacked weights in a cache file in this directory (created
-    /// if missing): a load that finds the model's there maps it instead of
-    /// repacking, one that does not repacks and writes it (as large as the
-    /// repacked matrices: about the model file).
-    #[arg(long, env = "PAGODA_REPACK_CACHE", value_name = "DIR")]
-    pub(crate) repack_cache: Option<PathBuf>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) weights: WeightArgs,
     /// Prefix structure of the synthetic workload.
     #[arg(long, value_enum, default_value_t = WorkloadKind::FewShot)]
     pub(crate) workload: WorkloadKind,

@@ -20,7 +20,7 @@ use pagoda_engine::{
     TextModel, TextStream, WithBackend,
 };
 
-use crate::args::{ActivationsArg, BackendKind, WeightsArg};
+use crate::args::{BackendKind, WeightArgs};
 use crate::error::CliError;
 
 /// `pagoda chat`'s options.
@@ -47,18 +47,8 @@ pub(crate) struct ChatArgs {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// How the weights are held.
-    #[arg(long, value_enum, default_value_t = WeightsArg::Repacked)]
-    weights: WeightsArg,
-    /// How quantized weights take their activations.
-    #[arg(long, value_enum, default_value_t = ActivationsArg::Int8)]
-    activations: ActivationsArg,
-    /// Keep repacked weights in a cache file in this directory (created
-    /// if missing): a load that finds the model's there maps it instead of
-    /// repacking, one that does not repacks and writes it (as large as the
-    /// repacked matrices: about the model file).
-    #[arg(long, env = "PAGODA_REPACK_CACHE", value_name = "DIR")]
-    repack_cache: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    weights: WeightArgs,
     /// Attention backend.
     #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
     backend: BackendKind,
@@ -101,13 +91,7 @@ pub(crate) fn chat(args: ChatArgs) -> Result<(), CliError> {
     };
     sampling.validate()?;
     let started = Instant::now();
-    let model = crate::open_model(
-        &args.model,
-        args.weights,
-        args.activations,
-        args.backend,
-        args.repack_cache.as_deref(),
-    )?;
+    let mut model = crate::open_model(&args.model, &args.weights, args.backend)?;
     if model.chat.is_none() {
         return Err(CliError::NoChatTemplate);
     }
@@ -146,10 +130,18 @@ pub(crate) fn chat(args: ChatArgs) -> Result<(), CliError> {
         interactive,
     };
     let backend = args.backend.choice(args.threads);
-    backend.open(job).map_err(|error| CliError::Backend {
+    let chatted = backend.open(job).map_err(|error| CliError::Backend {
         name: backend.name(),
         error,
-    })?
+    })?;
+    // A cache file still being written is finished before exit.
+    if let Some(pagoda_engine::model::RepackCacheUse::Writing { .. }) = &model.info.repack_cache {
+        eprintln!("pagoda chat: finishing the repack cache");
+        if let Some(used) = model.wait_for_repack_cache() {
+            eprintln!("pagoda chat: {used}");
+        }
+    }
+    chatted
 }
 
 struct ChatJob<'a> {

@@ -83,13 +83,12 @@ pub(crate) fn weight_mode(
 /// as the options say for `backend`; a failure names the file.
 pub(crate) fn open_model(
     path: &Path,
-    weights: args::WeightsArg,
-    activations: args::ActivationsArg,
+    weights: &args::WeightArgs,
     backend: args::BackendKind,
-    repack_cache: Option<&Path>,
 ) -> Result<TextModel, CliError> {
-    let mode = weight_mode(weights, activations, backend);
-    TextModel::open_cached(path, mode, repack_cache).map_err(|error| CliError::Load {
+    let mode = weight_mode(weights.weights, weights.activations, backend);
+    let cache = weights.repack_cache.as_deref();
+    TextModel::open_cached(path, mode, cache).map_err(|error| CliError::Load {
         path: path.to_path_buf(),
         error: Box::new(error),
     })
@@ -123,16 +122,14 @@ fn bench(args: BenchArgs) -> Result<(), CliError> {
         ..SamplingParams::GREEDY
     };
     sampling.validate()?;
-    let loaded = match &args.model {
-        Some(path) => Some(open_model(
-            path,
-            args.weights,
-            args.activations,
-            args.backend,
-            args.repack_cache.as_deref(),
-        )?),
+    let mut loaded = match &args.model {
+        Some(path) => Some(open_model(path, &args.weights, args.backend)?),
         None => None,
     };
+    // Measured with no cache file being written beside the runs.
+    if let Some(used) = loaded.as_mut().and_then(TextModel::wait_for_repack_cache) {
+        eprintln!("pagoda bench: {used}");
+    }
     let embedded;
     let (model, model_name) = match (&loaded, &args.model) {
         (Some(loaded), Some(path)) => (

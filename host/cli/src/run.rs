@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use pagoda_engine::chat::ChatMessage;
-use pagoda_engine::model::SamplingParams;
+use pagoda_engine::model::{RepackCacheUse, SamplingParams};
 use pagoda_engine::{
     Engine, EngineConfig, EngineStorage, Event, GenRequest, Priority, SchedulerConfig, StepBackend,
     StopReason, TextModel, TextStream, WithBackend,
@@ -39,7 +39,7 @@ struct RunOutput {
     kernels: String,
     /// What the repack cache did (with `--repack-cache`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    repack_cache: Option<pagoda_engine::model::RepackCacheUse>,
+    repack_cache: Option<RepackCacheUse>,
 }
 
 /// Memory of the run, in bytes.
@@ -98,13 +98,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
     };
     sampling.validate()?;
     let started = Instant::now();
-    let model = crate::open_model(
-        &args.model,
-        args.weights,
-        args.activations,
-        args.backend,
-        args.repack_cache.as_deref(),
-    )?;
+    let mut model = crate::open_model(&args.model, &args.weights, args.backend)?;
     let load_s = started.elapsed().as_secs_f64();
     let kernels = match args.backend {
         crate::args::BackendKind::Cpu => model.model.kernels(),
@@ -183,6 +177,14 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         name: backend.name(),
         error,
     })??;
+    // The cache file written in the background: reported once it is.
+    if let Some(RepackCacheUse::Writing { .. }) = &model.info.repack_cache {
+        if let Some(used) = model.wait_for_repack_cache() {
+            if !args.quiet && !args.json {
+                eprintln!("pagoda: {used}");
+            }
+        }
+    }
 
     let memory = Memory {
         model_file_bytes: model.info.file_bytes,

@@ -7,12 +7,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pagoda_engine::model::{Model, ModelConfig};
+use pagoda_engine::model::{Model, ModelConfig, RepackCacheUse};
 use pagoda_engine::{EngineConfig, Policy, SchedulerConfig, DEFAULT_PREFILL_SHARE};
 use pagoda_server::kv_events::KvEventsConfig;
 use pagoda_server::{Access, AppState, Limits, Vocab};
 
-use crate::args::{parse_policy, parse_prefill_share, ActivationsArg, BackendKind, WeightsArg};
+use crate::args::{parse_policy, parse_prefill_share, BackendKind, WeightArgs};
 use crate::error::CliError;
 
 /// `pagoda serve`'s options.
@@ -22,26 +22,8 @@ pub(crate) struct ServeArgs {
     /// the embedded random-weight model with one token per UTF-8 byte.
     #[arg(long, value_name = "FILE.gguf")]
     model: Option<PathBuf>,
-    /// How the weights are held: repacked for the CPU's kernels (the
-    /// default), quantized in the memory map's plain layout, or
-    /// dequantized to f32 at load.
-    #[arg(long, value_enum, default_value_t = WeightsArg::Repacked)]
-    weights: WeightsArg,
-    /// The default since quantized weights became it; accepted so older
-    /// scripts keep working.
-    #[arg(long, hide = true, conflicts_with = "weights")]
-    quantized: bool,
-    /// How quantized weights take their activations: 8-bit blocks on
-    /// every step (the default, as llama.cpp), 8-bit on decode steps only,
-    /// or f32 throughout (exact). Ignored with dense weights.
-    #[arg(long, value_enum, default_value_t = ActivationsArg::Int8)]
-    activations: ActivationsArg,
-    /// Keep repacked weights in a cache file in this directory (created
-    /// if missing): a load that finds the model's there maps it instead of
-    /// repacking, one that does not repacks and writes it (as large as the
-    /// repacked matrices: about the model file).
-    #[arg(long, env = "PAGODA_REPACK_CACHE", value_name = "DIR")]
-    repack_cache: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    weights: WeightArgs,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -134,17 +116,22 @@ pub(crate) enum ServeError {
 }
 
 pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
+    // The repack cache's write, reported when it ends and waited for at
+    // shutdown: requests are served while it runs.
+    let mut cache_report = None;
     let (model, vocab, name) = match &args.model {
         Some(path) => {
-            let text = crate::open_model(
-                path,
-                args.weights,
-                args.activations,
-                args.backend,
-                args.repack_cache.as_deref(),
-            )?;
+            let mut text = crate::open_model(path, &args.weights, args.backend)?;
             if let Some(used) = &text.info.repack_cache {
                 eprintln!("pagoda serve: {used}");
+            }
+            if let Some(mut writer) = text.take_repack_writer() {
+                if matches!(writer.now(), RepackCacheUse::Writing { .. }) {
+                    cache_report = std::thread::Builder::new()
+                        .name("repack-report".into())
+                        .spawn(move || eprintln!("pagoda serve: {}", writer.wait()))
+                        .ok();
+                }
             }
             let name = path
                 .file_stem()
@@ -237,6 +224,9 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
             .await
             .map_err(ServeError::from)
     })?;
+    if let Some(report) = cache_report {
+        let _ = report.join();
+    }
     eprintln!(
         "pagoda serve: stopped; audit {}",
         serde_json::to_string(&audit).unwrap_or_default()

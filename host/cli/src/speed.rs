@@ -23,7 +23,7 @@ use pagoda_engine::{
 };
 use serde::Serialize;
 
-use crate::args::{ActivationsArg, BackendKind, BenchArgs, WeightsArg};
+use crate::args::{ActivationsArg, BackendKind, BenchArgs, WeightArgs, WeightsArg};
 use crate::error::CliError;
 
 /// Bytes the bandwidth probe reads per pass: well past every cache.
@@ -117,7 +117,7 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
     };
     if !args.quiet {
         let weights = if model.is_quantized() {
-            match args.activations {
+            match args.weights.activations {
                 ActivationsArg::Int8 => "quantized weights, 8-bit activations",
                 ActivationsArg::Int8Decode => {
                     "quantized weights, 8-bit activations on decode steps"
@@ -179,19 +179,13 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
         .collect();
     let deep_decode_predicted_tokens_per_s = predict_deep_decode(&decode, &windows);
     let params = model.parameters() as f64;
-    let integer_prefill = model.is_quantized() && args.activations == ActivationsArg::Int8;
+    let integer_prefill = model.is_quantized() && args.weights.activations == ActivationsArg::Int8;
     let prefill_gflops = 2.0 * params * runs.prefill_512 / 1e9;
     let batch_1 = decode.first().map_or(0.0, |d| d.tokens_per_s);
 
     let (run_s, rss, limit) = match file {
         Some(path) => {
-            let (seconds, rss, kv) = time_run(
-                path,
-                args.weights,
-                args.activations,
-                args.backend,
-                args.repack_cache.as_deref(),
-            )?;
+            let (seconds, rss, kv) = time_run(path, &args.weights, args.backend)?;
             let file_bytes = std::fs::metadata(path).map_or(0, |m| m.len());
             (Some(seconds), rss, Some(file_bytes + kv + (64 << 20)))
         }
@@ -402,10 +396,8 @@ fn table(r: &SpeedReport, bw: &ReadBandwidth) -> String {
 /// pool bytes.
 fn time_run(
     model: &Path,
-    weights: WeightsArg,
-    activations: ActivationsArg,
+    weights: &WeightArgs,
     backend: BackendKind,
-    repack_cache: Option<&Path>,
 ) -> Result<(f64, Option<u64>, u64), CliError> {
     let exe = std::env::current_exe().map_err(CliError::Child)?;
     let start = Instant::now();
@@ -422,12 +414,12 @@ fn time_run(
         ])
         .arg("--model")
         .arg(model)
-        .args(match weights {
+        .args(match weights.weights {
             WeightsArg::Repacked => ["--weights", "repacked"],
             WeightsArg::Quantized => ["--weights", "quantized"],
             WeightsArg::Dense => ["--weights", "dense"],
         })
-        .args(match activations {
+        .args(match weights.activations {
             ActivationsArg::Int8Decode => ["--activations", "int8-decode"],
             ActivationsArg::F32 => ["--activations", "f32"],
             ActivationsArg::Int8 => ["--activations", "int8"],
@@ -436,7 +428,7 @@ fn time_run(
             BackendKind::Cpu => ["--backend", "cpu"],
             BackendKind::Vulkan => ["--backend", "vulkan"],
         });
-    if let Some(dir) = repack_cache {
+    if let Some(dir) = &weights.repack_cache {
         command.arg("--repack-cache").arg(dir);
     }
     let out = command.output().map_err(CliError::Child)?;

@@ -292,3 +292,52 @@ fn quantized_weights_stay_in_the_map() {
         rss(&dense[0])
     );
 }
+
+/// `--repack-cache`: the first run writes the file (in the background,
+/// reported once written), the second maps it and generates the same
+/// tokens; a file of an earlier version of the model at the same path is
+/// gone once the new one is written.
+#[test]
+fn the_repack_cache_is_written_then_read() {
+    let Some(m) = model("the_repack_cache_is_written_then_read") else {
+        return;
+    };
+    let dir = temp("repack-cache");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cache = dir.to_string_lossy().into_owned();
+    let args = [
+        "--model",
+        &m,
+        "--prompt",
+        "The capital of France is",
+        "--max-tokens",
+        "6",
+        "--repack-cache",
+        &cache,
+    ];
+    let first = run_json(&args);
+    assert_eq!(first[0]["repack_cache"]["use"], "written", "{}", first[0]);
+    let path = first[0]["repack_cache"]["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // An earlier version's file at the same place: its name differs only
+    // in the identity.
+    let (head, _) = path
+        .strip_suffix(".repack")
+        .unwrap()
+        .rsplit_once('.')
+        .unwrap();
+    let earlier = format!("{head}.0000000000000000.repack");
+    std::fs::write(&earlier, b"an earlier version").unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let rewritten = run_json(&args);
+    assert_eq!(rewritten[0]["repack_cache"]["use"], "written");
+    assert!(!PathBuf::from(&earlier).exists(), "{earlier} is deleted");
+    let second = run_json(&args);
+    assert_eq!(second[0]["repack_cache"]["use"], "read", "{}", second[0]);
+    assert_eq!(second[0]["repack_cache"]["path"].as_str(), Some(&*path));
+    assert_eq!(ids(&second[0], "output_ids"), ids(&first[0], "output_ids"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

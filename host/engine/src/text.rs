@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::chat::{ChatTemplate, ChatTemplateError, StopStrings};
-use crate::model::{ActPrecision, Holding, LoadError, Model, ModelFile, RepackCacheUse};
+use crate::model::{
+    ActPrecision, Holding, LoadError, Model, ModelFile, RepackCacheHandle, RepackCacheUse,
+};
 use crate::tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 
 /// Why a GGUF file could not be opened as a text model.
@@ -36,7 +38,8 @@ pub struct ModelInfo {
     pub file_bytes: u64,
     /// Time to open, parse and dequantize the file and build the tokenizer.
     pub load_time: Duration,
-    /// What the repack cache did, when the load was given one.
+    /// What the repack cache did, when the load was given one: `Writing`
+    /// until [`TextModel::wait_for_repack_cache`] sees the write end.
     pub repack_cache: Option<RepackCacheUse>,
 }
 
@@ -62,6 +65,8 @@ pub struct TextModel {
     pub chat: Option<ChatTemplate>,
     /// Name, architecture, size, load time.
     pub info: ModelInfo,
+    /// The repack cache's write, while it may run.
+    repack_writer: Option<RepackCacheHandle>,
 }
 
 /// How a model's weights are held.
@@ -104,8 +109,9 @@ impl TextModel {
     /// [`open`](Self::open), keeping repacked weights
     /// ([`WeightMode::Repacked`]) in a cache file in `repack_cache`: a load
     /// that finds this file's there maps it instead of repacking (no fresh
-    /// memory to fill), one that does not repacks and writes it
-    /// ([`ModelInfo::repack_cache`] says which).
+    /// memory to fill), one that does not repacks and writes it on a
+    /// thread of its own while the model runs ([`ModelInfo::repack_cache`]
+    /// says which; dropping the model waits for the write).
     pub fn open_cached(
         path: &Path,
         mode: WeightMode,
@@ -119,7 +125,7 @@ impl TextModel {
             WeightMode::Quantized(precision) => Holding::Mapped(precision),
             WeightMode::Repacked(precision) => Holding::Interleaved(precision),
         };
-        let (model, repack_cache) = Model::open_cached(Arc::clone(&file), holding, repack_cache)?;
+        let (model, repack_writer) = Model::open_cached(Arc::clone(&file), holding, repack_cache)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let text_of = |id: Option<u32>| {
             id.and_then(|id| tokenizer.token_text(id))
@@ -136,7 +142,7 @@ impl TextModel {
             name: gguf.get_str("general.name").ok().map(str::to_string),
             file_bytes: file.bytes().len() as u64,
             load_time: Duration::ZERO,
-            repack_cache,
+            repack_cache: repack_writer.as_ref().map(|w| w.now().clone()),
         };
         let load_time = started.elapsed();
         Ok(Self {
@@ -144,7 +150,23 @@ impl TextModel {
             tokenizer,
             chat,
             info: ModelInfo { load_time, ..info },
+            repack_writer,
         })
+    }
+
+    /// Waits for the repack cache's write, if one runs, and says what the
+    /// cache did (also in [`ModelInfo::repack_cache`]).
+    pub fn wait_for_repack_cache(&mut self) -> Option<&RepackCacheUse> {
+        if let Some(writer) = &mut self.repack_writer {
+            self.info.repack_cache = Some(writer.wait().clone());
+        }
+        self.info.repack_cache.as_ref()
+    }
+
+    /// The repack cache's write, to wait for elsewhere (a server that hands
+    /// the model's parts to its engine keeps it until it shuts down).
+    pub fn take_repack_writer(&mut self) -> Option<RepackCacheHandle> {
+        self.repack_writer.take()
     }
 }
 

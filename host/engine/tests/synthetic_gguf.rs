@@ -24,8 +24,8 @@ use pagoda_core::{KvDtype, QuantKind};
 use pagoda_cpu::quant::interleave::multiplies_in_place;
 use pagoda_cpu::Isa;
 use pagoda_engine::model::{
-    ActPrecision, Holding, LoadError, Model, ModelConfig, ModelError, ModelFile, RepackCacheUse,
-    RopeMode,
+    ActPrecision, Holding, LoadError, Model, ModelConfig, ModelError, ModelFile, RepackCacheHandle,
+    RepackCacheUse, RopeMode,
 };
 
 /// Logits may differ from the f64 reference by this fraction of their
@@ -207,9 +207,18 @@ fn repack_cache_round_trips_and_refuses_damaged_files() {
         };
         let plain = Model::open(Arc::clone(&file), holding).expect("load without a cache");
         let want = support::logits_every_position(&plain, tokens, KvDtype::F32, 7);
-        let (first, used) = open();
-        let Some(RepackCacheUse::Written { path: written, .. }) = used else {
-            panic!("{arch}: a first load writes the cache, got {used:?}");
+        let (first, mut writer) = open();
+        let writer = writer.as_mut().expect("a handle with a cache");
+        assert!(
+            matches!(writer.now(), RepackCacheUse::Writing { .. }),
+            "{arch}: a first load starts writing the cache, got {:?}",
+            writer.now()
+        );
+        let RepackCacheUse::Written { path: written, .. } = writer.wait().clone() else {
+            panic!(
+                "{arch}: a first load writes the cache, got {:?}",
+                writer.now()
+            );
         };
         assert_eq!(
             support::logits_every_position(&first, tokens, KvDtype::F32, 7),
@@ -217,8 +226,8 @@ fn repack_cache_round_trips_and_refuses_damaged_files() {
         );
         let (second, used) = open();
         assert_eq!(
-            used,
-            Some(RepackCacheUse::Read {
+            used.as_ref().map(RepackCacheHandle::now),
+            Some(&RepackCacheUse::Read {
                 path: written.clone()
             }),
             "{arch}"
@@ -267,7 +276,8 @@ fn repack_cache_round_trips_and_refuses_damaged_files() {
         ];
         for (i, bytes) in damaged.into_iter().enumerate() {
             std::fs::write(&written, &bytes).unwrap();
-            let (model, used) = open();
+            let (model, mut used) = open();
+            let used = used.as_mut().map(|w| w.wait().clone());
             assert!(
                 matches!(&used, Some(RepackCacheUse::Written { path, .. }) if *path == written),
                 "{arch} damage {i}: {used:?}"
@@ -284,6 +294,46 @@ fn repack_cache_round_trips_and_refuses_damaged_files() {
             );
         }
     }
+}
+
+/// A model file rewritten in place (a new modification time) gets a new
+/// cache file, and the old one, as large as the model, is deleted once the
+/// new one is written; a copy of the file elsewhere keeps its own.
+#[test]
+fn a_rewritten_model_file_replaces_its_cache_file() {
+    let Some(dir) = fixtures() else { return };
+    let work = dir.join("repack-stale");
+    let _ = std::fs::remove_dir_all(&work);
+    let (here, there) = (work.join("a"), work.join("b"));
+    for place in [&here, &there] {
+        std::fs::create_dir_all(place).unwrap();
+        std::fs::copy(dir.join("llama.gguf"), place.join("tiny.gguf")).unwrap();
+    }
+    let cache = work.join("cache");
+    let written = |place: &Path| {
+        let file = Arc::new(ModelFile::open(place.join("tiny.gguf")).unwrap());
+        let holding = Holding::Interleaved(ActPrecision::Int8);
+        let (_, writer) = Model::open_cached(file, holding, Some(&cache)).unwrap();
+        match writer.expect("a handle with a cache").wait().clone() {
+            RepackCacheUse::Written { path, .. } => path,
+            other => panic!("expected a write, got {other:?}"),
+        }
+    };
+    let first = written(&here);
+    let elsewhere = written(&there);
+    assert_ne!(first, elsewhere, "two places, two files");
+    let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(here.join("tiny.gguf"))
+        .unwrap()
+        .set_modified(long_ago)
+        .unwrap();
+    let second = written(&here);
+    assert_ne!(first, second, "a new identity");
+    assert!(!first.exists(), "the old identity's file is deleted");
+    assert!(second.exists() && elsewhere.exists());
+    std::fs::remove_dir_all(&work).unwrap();
 }
 
 #[test]

@@ -18,7 +18,7 @@ use super::precision::ActPrecision;
 use super::program::{
     attention_block, mlp_block, Attend, AttentionBlock, Gating, MlpBlock, Op, Program,
 };
-use super::repack_cache::{RepackCache, RepackCacheUse};
+use super::repack_cache::{RepackCache, RepackCacheHandle};
 use super::rope::{Rope, RopeMode, RopeSpec};
 use super::tensors::Matrix;
 
@@ -88,13 +88,14 @@ impl Model {
 
     /// [`open`](Self::open), with interleaved matrices read from the
     /// repack cache in `repack_cache` where it holds this file's, else
-    /// repacked and written there (see [`RepackCacheUse`]; `None` for other
+    /// repacked and written there on a thread of its own (the handle says
+    /// what the cache did and waits for the write; `None` for other
     /// holdings, or without a directory).
     pub fn open_cached(
         file: Arc<ModelFile>,
         holding: Holding,
         repack_cache: Option<&Path>,
-    ) -> Result<(Model, Option<RepackCacheUse>), LoadError> {
+    ) -> Result<(Model, Option<RepackCacheHandle>), LoadError> {
         let g = file.gguf()?;
         let mut cache = None;
         let source = match holding {
@@ -106,7 +107,7 @@ impl Model {
             Holding::Dense => Source::Dense,
         };
         let (config, program) = arch::build(&g, source)?;
-        let used = cache.map(|cache| cache.finish());
+        let used = cache.map(RepackCache::finish);
         Ok((Self::new(config, program, holding, arch::name(&g)?), used))
     }
 

@@ -36,7 +36,7 @@ pub use forward::{Holding, Model, Seeded};
 pub use input::{ForwardError, GroupRows, StepInput};
 pub use load_error::LoadError;
 pub use precision::ActPrecision;
-pub use repack_cache::RepackCacheUse;
+pub use repack_cache::{RepackCacheHandle, RepackCacheUse};
 pub use rope::RopeMode;
 pub use sampling::{
     argmax, Sampler, SamplingError, SamplingParams, TokenLogprobs, MAX_TOP_LOGPROBS,

@@ -7,11 +7,14 @@
 //! cache's, already filled, so a load only maps them.
 //!
 //! One file per model file, in the directory the caller names:
-//! `<stem>.<identity>.repack`, where the identity hashes the model file's
-//! size, modification time and first MiB, and the interleaved layouts
-//! themselves (each type's layout of a fixed matrix), so a model file
-//! rewritten or a build whose layouts differ finds no cache and writes its
-//! own. The file holds each repacked matrix at a page-aligned offset, then
+//! `<stem>.<place>.<identity>.repack`, where the place hashes the model
+//! file's full path and the identity hashes its size, modification time
+//! and first MiB, and the interleaved layouts themselves (each type's
+//! layout of a fixed matrix), so a model file rewritten or a build whose
+//! layouts differ finds no cache and writes its own. Once it is written,
+//! the files of earlier identities at the same place are deleted (each is
+//! as large as the model), and so are temporary files left by a writer
+//! that died (untouched for [`ABANDONED`]). The file holds each repacked matrix at a page-aligned offset, then
 //! an index (per matrix: the range of the model file it was made from, its
 //! type, rows and columns, where its bytes are, their XXH3 checksum), then
 //! a trailer: the index's offset, the identity, a hash of the index, and a
@@ -20,7 +23,10 @@
 //! not hash, an entry outside the file or of the wrong length, a matrix
 //! whose bytes do not hash to the index's checksum) is not used: the load
 //! repacks as without a cache and writes a fresh file. The file is written
-//! under a temporary name and renamed, and not synced: every byte is
+//! on a thread of its own while the model already runs
+//! ([`RepackCacheHandle`]; writing an 8B file takes about 20 s, most of it
+//! waiting for the kernel's write-back), under a temporary name that is
+//! then renamed, and not synced: every byte is
 //! checked at load instead (XXH3 over the mapped file on every core: an 8B
 //! load takes 0.5-0.6 s with the checks, 0.1 s without; the first decode
 //! step would read every page anyway), so a file left half-written by a
@@ -31,6 +37,8 @@ use std::io::{BufWriter, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use memmap2::Mmap;
 use pagoda_core::QuantKind;
@@ -57,6 +65,11 @@ const ALIGN: usize = 4096;
 /// Bytes of the model file's start that its identity hashes (its header,
 /// metadata and tensor infos, or most of them).
 const HEAD: usize = 1 << 20;
+
+/// A temporary file of this place untouched this long was left by a
+/// writer that died, and is deleted by the next write (a live writer
+/// touches its file at every 1 MiB it writes).
+const ABANDONED: Duration = Duration::from_secs(600);
 
 /// Which matrix an entry holds: the model file's bytes it was made from,
 /// with its type and shape.
@@ -88,6 +101,15 @@ pub enum RepackCacheUse {
         /// The file read.
         path: PathBuf,
     },
+    /// The cache file was missing or unusable: the load repacked, and a
+    /// thread is writing a new one ([`RepackCacheHandle::wait`] says how it
+    /// ended).
+    Writing {
+        /// The file being written.
+        path: PathBuf,
+        /// Why the one there (if any) was not used.
+        reason: String,
+    },
     /// The cache file was missing or unusable: the load repacked and
     /// wrote a new one.
     Written {
@@ -110,6 +132,11 @@ impl std::fmt::Display for RepackCacheUse {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Read { path } => write!(f, "repacked weights read from {}", path.display()),
+            Self::Writing { path, reason } => write!(
+                f,
+                "writing repacked weights to {} in the background ({reason})",
+                path.display()
+            ),
             Self::Written { path, reason } => {
                 write!(
                     f,
@@ -141,7 +168,10 @@ impl RepackCache {
             .path()
             .file_stem()
             .map_or_else(|| "model".into(), |s| s.to_string_lossy());
-        let path = dir.join(format!("{stem}.{identity:016x}.repack"));
+        let path = dir.join(format!(
+            "{stem}.{:08x}.{identity:016x}.repack",
+            place(model.path())
+        ));
         let found = read(&path, identity);
         RepackCache {
             path,
@@ -165,34 +195,181 @@ impl RepackCache {
         made.push((origin, data, range));
     }
 
-    /// Writes the matrices this load repacked, when it repacked any (some
-    /// were not in the file); says what the cache did.
-    pub fn finish(&self) -> RepackCacheUse {
-        let made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Starts writing the matrices this load repacked, when it repacked
+    /// any (some were not in the file), on a thread of its own; says what
+    /// the cache did, or is doing.
+    pub fn finish(self: Arc<Self>) -> RepackCacheHandle {
         let path = self.path.clone();
-        // A file that lacked some matrices is written again whole: the
-        // ones it held first (its map stays valid: the new file is renamed
-        // over it, not written into it), then the ones repacked now.
-        let (reason, mut all) = match &self.found {
-            Ok(_) if made.is_empty() => return RepackCacheUse::Read { path },
-            Ok((map, entries)) => {
-                let held = entries
-                    .iter()
-                    .map(|e| (e.origin.clone(), Arc::clone(map), e.at.clone()));
-                (
-                    "it lacked some of the model's matrices".to_string(),
-                    held.collect(),
-                )
+        let reason = match &self.found {
+            Ok(_) if self.made_nothing() => {
+                return RepackCacheHandle::done(RepackCacheUse::Read { path })
             }
-            Err(reason) => (reason.clone(), Vec::new()),
+            Ok(_) => "it lacked some of the model's matrices".to_string(),
+            Err(reason) => reason.clone(),
+        };
+        let writing = RepackCacheUse::Writing {
+            path: path.clone(),
+            reason: reason.clone(),
+        };
+        let (thread_path, thread_reason) = (path.clone(), reason);
+        let spawned = std::thread::Builder::new()
+            .name("repack-cache".into())
+            .spawn(move || match self.write_all() {
+                Ok(()) => RepackCacheUse::Written {
+                    path: thread_path,
+                    reason: thread_reason,
+                },
+                Err(e) => RepackCacheUse::NotWritten {
+                    path: thread_path,
+                    reason: e.to_string(),
+                },
+            });
+        match spawned {
+            Ok(thread) => RepackCacheHandle {
+                now: writing,
+                thread: Some(thread),
+            },
+            Err(e) => RepackCacheHandle::done(RepackCacheUse::NotWritten {
+                path,
+                reason: format!("no thread to write it: {e}"),
+            }),
+        }
+    }
+
+    fn made_nothing(&self) -> bool {
+        self.made
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+
+    /// Writes the file: the matrices a file that lacked some held (its map
+    /// stays valid: the new file is renamed over it, not written into
+    /// it), then the ones repacked now; then deletes what earlier
+    /// identities of this place left.
+    fn write_all(&self) -> std::io::Result<()> {
+        let made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut all: Vec<Made> = match &self.found {
+            Ok((map, entries)) => entries
+                .iter()
+                .map(|e| (e.origin.clone(), Arc::clone(map), e.at.clone()))
+                .collect(),
+            Err(_) => Vec::new(),
         };
         all.extend(made.iter().cloned());
-        match write(&self.path, self.identity, &all) {
-            Ok(()) => RepackCacheUse::Written { path, reason },
-            Err(e) => RepackCacheUse::NotWritten {
+        write(&self.path, self.identity, &all)?;
+        remove_stale(&self.path);
+        Ok(())
+    }
+}
+
+/// What a load's repack cache did, and the write it started, if it
+/// started one. Dropping it waits for the write, so that a file is never
+/// left half-written by a clean exit.
+#[derive(Debug)]
+pub struct RepackCacheHandle {
+    now: RepackCacheUse,
+    thread: Option<JoinHandle<RepackCacheUse>>,
+}
+
+impl RepackCacheHandle {
+    fn done(now: RepackCacheUse) -> Self {
+        RepackCacheHandle { now, thread: None }
+    }
+
+    /// What the cache did, as far as is known now: `Writing` while the
+    /// file is being written.
+    pub fn now(&self) -> &RepackCacheUse {
+        &self.now
+    }
+
+    /// Whether the write (if any) has ended.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Waits for the write (if any) to end: what the cache did.
+    pub fn wait(&mut self) -> &RepackCacheUse {
+        if let Some(thread) = self.thread.take() {
+            let path = match &self.now {
+                RepackCacheUse::Read { path }
+                | RepackCacheUse::Writing { path, .. }
+                | RepackCacheUse::Written { path, .. }
+                | RepackCacheUse::NotWritten { path, .. } => path.clone(),
+            };
+            self.now = thread.join().unwrap_or(RepackCacheUse::NotWritten {
                 path,
-                reason: e.to_string(),
-            },
+                reason: "the writing thread panicked".into(),
+            });
+        }
+        &self.now
+    }
+}
+
+impl Drop for RepackCacheHandle {
+    fn drop(&mut self) {
+        self.wait();
+    }
+}
+
+/// The place of the model file at `path`: a hash of its full path, so
+/// files of the same name in two directories keep their own caches.
+fn place(path: &Path) -> u32 {
+    let full = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    xxh3_64(full.as_os_str().as_encoded_bytes()) as u32
+}
+
+/// Deletes, beside the cache file `path` (`<stem>.<place>.<identity>.repack`),
+/// the cache files of this stem and place with another identity, and their
+/// temporary files untouched for [`ABANDONED`]. Best effort: a file that
+/// cannot be deleted stays.
+fn remove_stale(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    // `<stem>.<place>.`: the identity and `.repack` follow.
+    let Some(prefix) = name
+        .strip_suffix(".repack")
+        .and_then(|n| n.rsplit_once('.'))
+        .map(|(head, _)| format!("{head}."))
+    else {
+        return;
+    };
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in listing.flatten() {
+        let other = entry.file_name();
+        let Some(other) = other.to_str() else {
+            continue;
+        };
+        let identity_of =
+            |rest: &str| rest.len() == 16 && rest.bytes().all(|b| b.is_ascii_hexdigit());
+        let stale = if let Some(rest) = other
+            .strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix(".repack"))
+        {
+            other != name && identity_of(rest)
+        } else if let Some(rest) = other
+            .strip_prefix('.')
+            .and_then(|r| r.strip_prefix(&prefix))
+            .and_then(|r| r.strip_suffix(".tmp"))
+        {
+            // `.<stem>.<place>.<identity>.repack.<pid>.tmp`
+            let abandoned = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= ABANDONED);
+            rest.split_once(".repack.").is_some_and(|(identity, pid)| {
+                identity_of(identity) && pid.bytes().all(|b| b.is_ascii_digit())
+            }) && abandoned
+        } else {
+            false
+        };
+        if stale {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }
@@ -487,12 +664,46 @@ mod tests {
             )]),
         };
         assert!(cache.find(&a, la).is_some() && cache.find(&b, lb).is_none());
-        assert!(matches!(cache.finish(), RepackCacheUse::Written { .. }));
+        let mut handle = Arc::new(cache).finish();
+        assert!(matches!(handle.now(), RepackCacheUse::Writing { .. }));
+        assert!(matches!(handle.wait(), RepackCacheUse::Written { .. }));
         let (map, entries) = read(&path, IDENTITY).unwrap();
         assert_eq!(entries.len(), 2);
         assert_eq!((&entries[0].origin, &entries[1].origin), (&a, &b));
         assert_eq!(&map[entries[0].at.clone()], &held[..la]);
         assert!(map[entries[1].at.clone()].iter().all(|&v| v == 9));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Writing a place's file deletes its other identities and its
+    /// abandoned temporary files, and nothing of other places or stems.
+    #[test]
+    fn a_write_removes_what_earlier_identities_of_its_place_left() {
+        let dir = std::env::temp_dir().join(format!("pagoda-stale-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (new, old) = ("0123456789abcdef", "fedcba9876543210");
+        let names = [
+            (format!("m.0000abcd.{new}.repack"), true),
+            (format!("m.0000abcd.{old}.repack"), false),
+            (format!("m.0000ffff.{old}.repack"), true),
+            (format!("n.0000abcd.{old}.repack"), true),
+            ("m.0000abcd.not-an-identity.repack".to_string(), true),
+            (format!(".m.0000abcd.{old}.repack.42.tmp"), false),
+            (format!(".m.0000abcd.{new}.repack.43.tmp"), true),
+            (format!(".m.0000ffff.{old}.repack.44.tmp"), true),
+        ];
+        let long_ago = std::time::SystemTime::now() - 2 * ABANDONED;
+        for (i, (name, _)) in names.iter().enumerate() {
+            let file = File::create(dir.join(name)).unwrap();
+            // All but the second temporary file were left long ago.
+            if i != 6 {
+                file.set_modified(long_ago).unwrap();
+            }
+        }
+        remove_stale(&dir.join(&names[0].0));
+        for (name, kept) in &names {
+            assert_eq!(dir.join(name).exists(), *kept, "{name}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
