@@ -14,8 +14,8 @@
 //! layouts differ finds no cache and writes its own. Once it is written,
 //! the files of earlier identities at the same place are deleted (each is
 //! as large as the model), and so are temporary files left by a writer
-//! that died (untouched for [`ABANDONED`]). The file holds each repacked matrix at a page-aligned offset, then
-//! an index (per matrix: the range of the model file it was made from, its
+//! that died (untouched for [`ABANDONED`]). The file holds each repacked
+//! matrix at a page-aligned offset, then an index (per matrix: the range of the model file it was made from, its
 //! type, rows and columns, where its bytes are, their XXH3 checksum), then
 //! a trailer: the index's offset, the identity, a hash of the index, and a
 //! magic. A file
@@ -126,6 +126,18 @@ pub enum RepackCacheUse {
         /// What failed.
         reason: String,
     },
+}
+
+impl RepackCacheUse {
+    /// The cache file read, written or meant to be.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Read { path }
+            | Self::Writing { path, .. }
+            | Self::Written { path, .. }
+            | Self::NotWritten { path, .. } => path,
+        }
+    }
 }
 
 impl std::fmt::Display for RepackCacheUse {
@@ -283,22 +295,11 @@ impl RepackCacheHandle {
         &self.now
     }
 
-    /// Whether the write (if any) has ended.
-    pub fn is_finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
-    }
-
     /// Waits for the write (if any) to end: what the cache did.
     pub fn wait(&mut self) -> &RepackCacheUse {
         if let Some(thread) = self.thread.take() {
-            let path = match &self.now {
-                RepackCacheUse::Read { path }
-                | RepackCacheUse::Writing { path, .. }
-                | RepackCacheUse::Written { path, .. }
-                | RepackCacheUse::NotWritten { path, .. } => path.clone(),
-            };
             self.now = thread.join().unwrap_or(RepackCacheUse::NotWritten {
-                path,
+                path: self.now.path().to_path_buf(),
                 reason: "the writing thread panicked".into(),
             });
         }
@@ -317,6 +318,11 @@ impl Drop for RepackCacheHandle {
 fn place(path: &Path) -> u32 {
     let full = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     xxh3_64(full.as_os_str().as_encoded_bytes()) as u32
+}
+
+/// Whether `text` is an identity as file names write it: 16 hex digits.
+fn is_identity(text: &str) -> bool {
+    text.len() == 16 && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Deletes, beside the cache file `path` (`<stem>.<place>.<identity>.repack`),
@@ -343,13 +349,11 @@ fn remove_stale(path: &Path) {
         let Some(other) = other.to_str() else {
             continue;
         };
-        let identity_of =
-            |rest: &str| rest.len() == 16 && rest.bytes().all(|b| b.is_ascii_hexdigit());
         let stale = if let Some(rest) = other
             .strip_prefix(&prefix)
             .and_then(|r| r.strip_suffix(".repack"))
         {
-            other != name && identity_of(rest)
+            other != name && is_identity(rest)
         } else if let Some(rest) = other
             .strip_prefix('.')
             .and_then(|r| r.strip_prefix(&prefix))
@@ -363,7 +367,7 @@ fn remove_stale(path: &Path) {
                 .and_then(|t| t.elapsed().ok())
                 .is_some_and(|age| age >= ABANDONED);
             rest.split_once(".repack.").is_some_and(|(identity, pid)| {
-                identity_of(identity) && pid.bytes().all(|b| b.is_ascii_digit())
+                is_identity(identity) && pid.bytes().all(|b| b.is_ascii_digit())
             }) && abandoned
         } else {
             false
