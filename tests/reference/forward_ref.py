@@ -71,13 +71,17 @@ the file's linear rope.scaling.factor (positions divided by it).
 query_pre_attn_scalar is key_length, but hidden / heads for the 27B
 models (62 and 46 layers), whose config says so.
 
-Usage: forward_ref.py MODEL OUT PROMPTS GREEDY [COUNT [TAIL]]. PROMPTS is a
-text file, one prompt per line as space-separated token ids. For prompt i
-it writes OUT/logits_i.f32 (little-endian f32, [tokens, vocab], logits at
-every position; with TAIL > 0 only the last TAIL positions) and, when GREEDY > 0 and i < COUNT (default: every prompt),
-OUT/greedy_i.txt: GREEDY lines "token gap",
-the greedy continuation (the whole sequence recomputed at each step) and
-the gap between the top two logits at that step.
+Usage: forward_ref.py MODEL OUT PROMPTS GREEDY [COUNT [TAIL [OUT PROMPTS
+GREEDY COUNT TAIL]...]]. PROMPTS is a text file, one prompt per line as
+space-separated token ids. For prompt i it writes OUT/logits_i.f32
+(little-endian f32, [tokens, vocab], logits at every position; with TAIL >
+0 only the last TAIL positions) and, when GREEDY > 0 and i < COUNT
+(default: every prompt), OUT/greedy_i.txt: GREEDY lines "token gap", the
+greedy continuation (the whole sequence recomputed at each step) and the
+gap between the top two logits at that step. Each further group of five
+arguments is another such job on the same model, which is read and
+dequantized once (for Gemma 3 270M that takes longer than its forward
+passes).
 """
 import os
 import pathlib
@@ -247,17 +251,13 @@ class Model:
         return logits
 
 
-def main() -> None:
-    model = Model(sys.argv[1])
-    out = pathlib.Path(sys.argv[2])
+def run(model, out, prompts_file, greedy, count, tail) -> None:
     prompts = [
         [int(tok) for tok in line.split()]
-        for line in pathlib.Path(sys.argv[3]).read_text().splitlines()
+        for line in prompts_file.read_text().splitlines()
         if line.strip()
     ]
-    greedy = int(sys.argv[4])
-    count = int(sys.argv[5]) if len(sys.argv) > 5 else len(prompts)
-    tail = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+    count = len(prompts) if count is None else count
     for i, tokens in enumerate(prompts):
         logits = model.forward(tokens, tail=tail)
         logits.astype("<f4").tofile(out / f"logits_{i}.f32")
@@ -269,6 +269,19 @@ def main() -> None:
                 lines.append(f"{int(top[0])} {float(row[top[0]] - row[top[1]]):.6f}")
                 seq.append(int(top[0]))
             (out / f"greedy_{i}.txt").write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if len(args) < 4 or (len(args) > 6 and (len(args) - 1) % 5):
+        sys.exit(__doc__.split("Usage: ")[1].split(". PROMPTS")[0])
+    model = Model(args[0])
+    jobs = [args[i : i + 5] for i in range(1, len(args), 5)]
+    for job in jobs:
+        out, prompts, greedy = pathlib.Path(job[0]), pathlib.Path(job[1]), int(job[2])
+        count = int(job[3]) if len(job) > 3 else None
+        tail = int(job[4]) if len(job) > 4 else 0
+        run(model, out, prompts, greedy, count, tail)
 
 
 if __name__ == "__main__":

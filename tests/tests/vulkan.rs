@@ -41,7 +41,14 @@ fn open(options: VulkanOptions) -> Option<VulkanBackend> {
 /// The device once per distinct set of kernel variants it can run: with
 /// subgroup arithmetic and f16 products where it has them, and with each
 /// turned off, so every variant passes the same cases.
+///
+/// `PAGODA_TEST_SUBGROUP_VARIANTS=1` keeps only the variants that use
+/// subgroup arithmetic: CI's rerun at a second subgroup width, where the
+/// others would repeat the first run exactly (their kernels never see the
+/// width). It fails when the device then has no such variant.
 fn backends() -> Vec<(String, VulkanBackend)> {
+    let subgroup_variants_only =
+        std::env::var("PAGODA_TEST_SUBGROUP_VARIANTS").is_ok_and(|v| v == "1");
     let mut out: Vec<(String, VulkanBackend)> = Vec::new();
     for (subgroups, float16) in [
         (None, None),
@@ -49,6 +56,9 @@ fn backends() -> Vec<(String, VulkanBackend)> {
         (None, Some(false)),
         (Some(false), Some(false)),
     ] {
+        if subgroup_variants_only && subgroups == Some(false) {
+            continue;
+        }
         let options = VulkanOptions {
             subgroups,
             float16,
@@ -59,6 +69,9 @@ fn backends() -> Vec<(String, VulkanBackend)> {
         };
         let info = b.info();
         let variant = (info.use_subgroups, info.use_float16);
+        if subgroup_variants_only && !variant.0 {
+            continue;
+        }
         if out
             .iter()
             .all(|(_, o)| (o.info().use_subgroups, o.info().use_float16) != variant)
@@ -70,6 +83,10 @@ fn backends() -> Vec<(String, VulkanBackend)> {
             out.push((name, b));
         }
     }
+    assert!(
+        !(subgroup_variants_only && out.is_empty()),
+        "PAGODA_TEST_SUBGROUP_VARIANTS=1, but the device runs no kernel variant with subgroup arithmetic"
+    );
     out
 }
 
