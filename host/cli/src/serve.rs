@@ -115,10 +115,23 @@ pub(crate) enum ServeError {
     Unclean(String),
 }
 
+/// A thread joined when this is dropped: on every way out of [`serve`],
+/// errors included, so that a failed start (say, the port is taken) still
+/// lets the repack cache's write finish rather than leave a temporary file.
+struct JoinOnDrop(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for JoinOnDrop {
+    fn drop(&mut self) {
+        if let Some(thread) = self.0.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
     // The repack cache's write, reported when it ends and waited for at
     // shutdown: requests are served while it runs.
-    let mut cache_report = None;
+    let mut cache_report = JoinOnDrop(None);
     let (model, vocab, name) = match &args.model {
         Some(path) => {
             let mut text = crate::open_model(path, &args.weights, args.backend)?;
@@ -127,7 +140,7 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
             }
             if let Some(mut writer) = text.take_repack_writer() {
                 if matches!(writer.now(), RepackCacheUse::Writing { .. }) {
-                    cache_report = std::thread::Builder::new()
+                    cache_report.0 = std::thread::Builder::new()
                         .name("repack-report".into())
                         .spawn(move || eprintln!("pagoda serve: {}", writer.wait()))
                         .ok();
@@ -224,9 +237,7 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
             .await
             .map_err(ServeError::from)
     })?;
-    if let Some(report) = cache_report {
-        let _ = report.join();
-    }
+    drop(cache_report);
     eprintln!(
         "pagoda serve: stopped; audit {}",
         serde_json::to_string(&audit).unwrap_or_default()
