@@ -15,11 +15,11 @@
 //! the files of earlier identities at the same place are deleted (each is
 //! as large as the model), and so are temporary files left by a writer
 //! that died (untouched for [`ABANDONED`]). The file holds each repacked
-//! matrix at a page-aligned offset, then an index (per matrix: the range of the model file it was made from, its
-//! type, rows and columns, where its bytes are, their XXH3 checksum), then
-//! a trailer: the index's offset, the identity, a hash of the index, and a
-//! magic. A file
-//! that fails any check (truncated, another identity, an index that does
+//! matrix at a page-aligned offset, then an index (per matrix: the range
+//! of the model file it was made from, its type, rows and columns, where
+//! its bytes are, their XXH3 checksum), then a trailer: the index's
+//! offset, the identity, a hash of the index, and a magic. A file that
+//! fails any check (truncated, another identity, an index that does
 //! not hash, an entry outside the file or of the wrong length, a matrix
 //! whose bytes do not hash to the index's checksum) is not used: the load
 //! repacks as without a cache and writes a fresh file. The file is written
