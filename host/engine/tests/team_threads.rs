@@ -99,8 +99,29 @@ fn generate_on_two_threads(model: &Model, before: &[u32]) -> Option<u64> {
     assert_eq!(name(worker), WORKER);
     let ran = run_ns(worker).zip(ran_before).map(|(a, b)| a - b);
     drop(engine);
-    assert_eq!(threads(), before, "the worker is joined with the engine");
+    assert_eq!(
+        threads_once_reaped(before),
+        before,
+        "the worker is joined with the engine"
+    );
     ran
+}
+
+/// The process's threads once any thread that has already been joined is
+/// gone from `/proc/self/task`. `pthread_join` returns when the kernel
+/// clears the exiting thread's id, early in its exit; the task leaves the
+/// thread group's list a little later. A worker that was joined vanishes
+/// within microseconds, so a short wait tells it from one still running,
+/// which never does.
+fn threads_once_reaped(expected: &[u32]) -> Vec<u32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let now = threads();
+        if now == expected || std::time::Instant::now() > deadline {
+            return now;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 #[test]
