@@ -110,9 +110,9 @@ fn generate_on_two_threads(model: &Model, before: &[u32]) -> Option<u64> {
 /// The process's threads once any thread that has already been joined is
 /// gone from `/proc/self/task`. `pthread_join` returns when the kernel
 /// clears the exiting thread's id, early in its exit; the task leaves the
-/// thread group's list a little later. A worker that was joined vanishes
-/// within microseconds, so a short wait tells it from one still running,
-/// which never does.
+/// thread group's list a little later. A joined worker leaves the list
+/// within the wait; one still running never does, so the check still
+/// fails for a worker the engine left behind.
 fn threads_once_reaped(expected: &[u32]) -> Vec<u32> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     loop {

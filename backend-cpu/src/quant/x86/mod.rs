@@ -305,8 +305,7 @@ const PREFETCH_AHEAD: usize = 4096;
 #[inline(always)]
 unsafe fn prefetch_ahead(b: &[u8]) {
     for line in (0..b.len()).step_by(64) {
-        // A hint only: it never faults, and the address is never read.
-        _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().wrapping_add(PREFETCH_AHEAD + line).cast());
+        prefetch_line(b, line);
     }
 }
 
