@@ -19,6 +19,9 @@
 # draws a warning on every device (it asks vkGetDeviceProcAddr for an
 # instance function), so carry Debian 13's libvulkan1 with Debian 13's
 # vulkan-validationlayers.
+# $SPEED_FILES and $SPEED8B_FILES (shape:type pairs) pick the speed
+# stages' files, $SPEED_ARGS adds options to their `pagoda bench`
+# (`PAGODA_VULKAN_PROFILE=1` adds each step's time per kernel).
 # STAGEs: setup, tests, ops, sweep, speed, speed8b, llama (default: all
 # but sweep, in that order). `sweep` times the GPU decode product in each
 # specialisation in $SHAPES (default: every one) and sets
@@ -114,19 +117,25 @@ speed_of() { # shape type
     local f
     f=$(synth "$1" "$2")
     log "speed: $1 $2"
-    timeout 300 "$dir/pagoda" bench --backend vulkan --suite speed --model "$f" 2>&1 |
+    # shellcheck disable=SC2086 # options, split on purpose
+    timeout 300 "$dir/pagoda" bench --backend vulkan --suite speed --model "$f" ${SPEED_ARGS:-} 2>&1 |
         grep -v '^$' | tee -a "$out/speed.log"
 }
 
+# Each of the shape:type pairs in $1.
+speed_of_each() {
+    local file
+    for file in $1; do
+        speed_of "${file%%:*}" "${file#*:}"
+    done
+}
+
 speed() {
-    speed_of smollm2-135m q4_1
-    speed_of llama3.2-1b q4_0
-    speed_of llama3.2-1b q4_k
+    speed_of_each "${SPEED_FILES:-smollm2-135m:q4_1 llama3.2-1b:q4_0 llama3.2-1b:q4_k}"
 }
 
 speed8b() {
-    speed_of llama3-8b q4_0
-    speed_of llama3-8b q4_k
+    speed_of_each "${SPEED8B_FILES:-llama3-8b:q4_0 llama3-8b:q4_k}"
     if [[ -n "${PAGODA_VULKAN_MATVEC_SHAPE:-}" && -z "${NO_DEFAULT:-}" ]]; then
         log "(the next in the default shape)"
         (unset PAGODA_VULKAN_MATVEC_SHAPE; speed_of llama3-8b q4_0)

@@ -1,23 +1,37 @@
 #version 450
 // RMSNorm: y = x / sqrt(mean(x²) + eps) * g for each of `batch` rows of
-// `cols`, with the gains g as f32 at byte w_offset. One workgroup per row.
+// `cols`, with the gains g as f32 at byte w_offset. One workgroup per row,
+// as wide as the device allows up to 512 invocations (specialization
+// constant 0, a power of two): a decode step has one row, so the row's
+// reads must be spread over many invocations, each with several loads in
+// flight, or the norm waits on one load at a time (64 invocations took
+// 32 µs a row of 4,096 on an H200).
 #include "ops_common.glsl"
 
-#define GROUP 64u
-layout(local_size_x = 64) in;
-shared float partial[GROUP];
+layout(local_size_x_id = 0) in;
+#define GROUP gl_WorkGroupSize.x
+// Loads each invocation issues before it uses any.
+#define UNROLL 8u
+shared float partial[1024];
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
     CHECK(p.w_offset / 4u + p.cols <= p.w_words, FAULT_WEIGHTS)
+    uint g = p.w_offset / 4u;
     for (uint b = gl_WorkGroupID.x; b < p.batch; b += gl_NumWorkGroups.x) {
         uint x = p.x_offset + b * p.x_stride;
         uint y = p.y_offset + b * p.y_stride;
         CHECK(x + p.cols <= p.act_words && y + p.cols <= p.act_words, FAULT_ACT)
         float sum = 0.0;
-        for (uint i = tid; i < p.cols; i += GROUP) {
-            float v = act[x + i];
-            sum += v * v;
+        for (uint i0 = 0u; i0 < p.cols; i0 += UNROLL * GROUP) {
+            float v[UNROLL];
+            for (uint u = 0u; u < UNROLL; u++) {
+                uint i = i0 + u * GROUP + tid;
+                v[u] = i < p.cols ? act[x + i] : 0.0;
+            }
+            for (uint u = 0u; u < UNROLL; u++) {
+                sum += v[u] * v[u];
+            }
         }
         partial[tid] = sum;
         barrier();
@@ -29,8 +43,20 @@ void main() {
         }
         float inv = inversesqrt(partial[0] / float(p.cols) + p.eps);
         barrier();
-        for (uint i = tid; i < p.cols; i += GROUP) {
-            act[y + i] = act[x + i] * inv * uintBitsToFloat(w[p.w_offset / 4u + i]);
+        for (uint i0 = 0u; i0 < p.cols; i0 += UNROLL * GROUP) {
+            float v[UNROLL];
+            float gain[UNROLL];
+            for (uint u = 0u; u < UNROLL; u++) {
+                uint i = i0 + u * GROUP + tid;
+                v[u] = i < p.cols ? act[x + i] : 0.0;
+                gain[u] = i < p.cols ? uintBitsToFloat(w[g + i]) : 0.0;
+            }
+            for (uint u = 0u; u < UNROLL; u++) {
+                uint i = i0 + u * GROUP + tid;
+                if (i < p.cols) {
+                    act[y + i] = v[u] * inv * gain[u];
+                }
+            }
         }
         barrier();
     }

@@ -62,6 +62,10 @@ pub(crate) struct Commands {
     parts: Vec<vk::CommandBuffer>,
     fence: vk::Fence,
     queries: vk::QueryPool,
+    /// A timestamp after every dispatch of a profiled step program, and
+    /// how many it holds (grown on demand).
+    profile_queries: vk::QueryPool,
+    profile_capacity: u32,
     /// Host time of the last submission: recording, then submit to fence.
     pub last_recording: std::time::Duration,
     pub last_waiting: std::time::Duration,
@@ -76,6 +80,8 @@ impl Commands {
             parts: Vec::new(),
             fence: vk::Fence::null(),
             queries: vk::QueryPool::null(),
+            profile_queries: vk::QueryPool::null(),
+            profile_capacity: 0,
             last_recording: std::time::Duration::ZERO,
             last_waiting: std::time::Duration::ZERO,
         };
@@ -257,6 +263,60 @@ impl Commands {
         self.timed().then_some(self.queries)
     }
 
+    /// A query pool of at least `count` timestamps for profiling a step
+    /// program (`None` if the device has no timestamps), made or grown now.
+    pub(crate) fn profile_pool(
+        &mut self,
+        count: u32,
+    ) -> Result<Option<vk::QueryPool>, VulkanError> {
+        if !self.timed() {
+            return Ok(None);
+        }
+        if self.profile_capacity < count {
+            let device = &self.ctx.device;
+            let capacity = count.next_power_of_two();
+            let info = vk::QueryPoolCreateInfo::default()
+                .query_type(vk::QueryType::TIMESTAMP)
+                .query_count(capacity);
+            // SAFETY: no submission is pending (each is waited for), so the
+            // old pool is unused; the create info is valid.
+            unsafe {
+                device.destroy_query_pool(self.profile_queries, None);
+                self.profile_queries = vk::QueryPool::null();
+                self.profile_capacity = 0;
+                inject::before("vkCreateQueryPool")?;
+                self.profile_queries = device
+                    .create_query_pool(&info, None)
+                    .map_err(VulkanError::vk("vkCreateQueryPool"))?;
+            }
+            self.profile_capacity = capacity;
+        }
+        Ok(Some(self.profile_queries))
+    }
+
+    /// Nanoseconds between each profiling timestamp and the next, of the
+    /// first `count`.
+    pub(crate) fn read_profile(&self, count: u32) -> Result<Vec<f64>, VulkanError> {
+        let mut stamps = vec![0u64; count.min(self.profile_capacity) as usize];
+        // SAFETY: the queries were written by the submission just waited for.
+        unsafe {
+            self.ctx
+                .device
+                .get_query_pool_results(
+                    self.profile_queries,
+                    0,
+                    &mut stamps,
+                    vk::QueryResultFlags::TYPE_64,
+                )
+                .map_err(VulkanError::vk("vkGetQueryPoolResults"))?;
+        }
+        let period = f64::from(self.ctx.info.timestamp_period_ns.unwrap_or(1.0));
+        Ok(stamps
+            .windows(2)
+            .map(|s| s[1].wrapping_sub(s[0]) as f64 * period)
+            .collect())
+    }
+
     /// Resets the command buffer, lets `record` fill it, submits it and
     /// waits for the device to finish it. Nothing is pending when it
     /// returns, even on error: buffers may be freed between calls.
@@ -380,6 +440,7 @@ impl Drop for Commands {
             let device = &self.ctx.device;
             let _ = device.device_wait_idle();
             device.destroy_query_pool(self.queries, None);
+            device.destroy_query_pool(self.profile_queries, None);
             device.destroy_fence(self.fence, None);
             device.destroy_command_pool(self.pool, None);
         }

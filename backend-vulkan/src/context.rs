@@ -214,6 +214,9 @@ pub struct DeviceInfo {
     pub max_allocation_bytes: u64,
     /// Shared memory per workgroup.
     pub max_shared_memory: u32,
+    /// Invocations one workgroup may have along x (the lesser of the
+    /// device's total and x limits).
+    pub max_workgroup: u32,
     /// Default subgroup width.
     pub subgroup_size: u32,
     /// Subgroup arithmetic (max, add) in compute shaders: what the
@@ -654,6 +657,9 @@ fn choose_device(
         max_storage_buffer_range: u64::from(limits.max_storage_buffer_range),
         max_allocation_bytes: max_allocation,
         max_shared_memory: limits.max_compute_shared_memory_size,
+        max_workgroup: limits
+            .max_compute_work_group_invocations
+            .min(limits.max_compute_work_group_size[0]),
         subgroup_size: subgroup,
         subgroup_arithmetic: arithmetic,
         timestamp_period_ns: timestamps.then_some(limits.timestamp_period),

@@ -87,8 +87,8 @@ pub use error::VulkanError;
 pub use kernels::{Kernel, KV_CHUNKS};
 pub use matvec_shape::MatvecShape;
 pub use ops::{
-    matmul_kernel, matmul_kernels, GluActivation, MatmulKernels, Op, ProgramHostTime, StepOp,
-    StepProgram, VulkanWeights,
+    matmul_kernel, matmul_kernels, GluActivation, KernelProfile, MatmulKernels, Op,
+    ProgramHostTime, StepOp, StepProgram, VulkanWeights,
 };
 pub use store::VulkanKvStore;
 pub use validation::ValidationLog;
@@ -160,6 +160,11 @@ pub struct VulkanBackend {
     program_barriers: usize,
     /// Host time of the last step program (`last_program_host`).
     program_host: Option<ProgramHostTime>,
+    /// Whether step programs write a timestamp after every dispatch
+    /// (`PAGODA_VULKAN_PROFILE=1`, or [`Self::set_profiling`]).
+    profiling: bool,
+    /// Device time per kernel of the last profiled step program.
+    program_profile: Vec<KernelProfile>,
     timings: Vec<KernelTime>,
     max_chunk_bytes: Option<u64>,
     /// Caps each storage binding of uploaded weights.
@@ -192,6 +197,8 @@ impl VulkanBackend {
             program_dispatches: 0,
             program_barriers: 0,
             program_host: None,
+            profiling: std::env::var_os("PAGODA_VULKAN_PROFILE").is_some_and(|v| v == "1"),
+            program_profile: Vec::new(),
             timings: Vec::new(),
             max_chunk_bytes: options.max_chunk_bytes,
             max_weight_chunk: options.max_weight_chunk_bytes.unwrap_or(u64::MAX),

@@ -570,6 +570,76 @@ fn norm_rope_swiglu_add_and_argmax_match_plain_references() {
     assert_clean(&backend);
 }
 
+/// Rows far longer than a workgroup's invocations times its unrolled loads
+/// (a Llama-3 row, a vocabulary of logits, odd lengths that end mid-pass):
+/// the norm and the argmax still read every element once.
+#[test]
+fn norm_and_argmax_cover_long_rows() {
+    let Some(mut backend) = open() else {
+        return;
+    };
+    let mut rng = Rng::new(0x10C6_A7E5);
+    for cols in [4096usize, 9_001, 70_013] {
+        let batch = 2usize;
+        let gains: Vec<f32> = (0..cols).map(|_| 1.0 + 0.2 * rng.value()).collect();
+        let x: Vec<f32> = (0..batch * cols).map(|_| rng.value()).collect();
+        let mut act = x.clone();
+        act.resize(2 * batch * cols, 0.0);
+        // Row 1's maximum repeats late in the row: the first one wins.
+        let peak = cols - 3;
+        act[cols + peak] = 5.0;
+        act[cols + cols - 1] = 5.0;
+        let x1 = act[..batch * cols].to_vec();
+        let mut meta = vec![u32::MAX; batch];
+        let n = (batch * cols) as u32;
+        let ops = [
+            Op::RmsNorm {
+                gains: 0,
+                cols: cols as u32,
+                batch: batch as u32,
+                x: 0,
+                x_stride: cols as u32,
+                y: n,
+                y_stride: cols as u32,
+                eps: 1e-6,
+            },
+            Op::Argmax {
+                cols: cols as u32,
+                batch: batch as u32,
+                x: 0,
+                x_stride: cols as u32,
+                out: 0,
+            },
+        ];
+        backend
+            .run_ops(&f32_bytes(&gains), &mut act, &mut meta, &ops)
+            .unwrap();
+        for b in 0..batch {
+            let row = &x1[b * cols..][..cols];
+            let ms = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / cols as f64;
+            let inv = 1.0 / (ms + 1e-6).sqrt();
+            for (i, (&got, (&v, &g))) in act[batch * cols + b * cols..][..cols]
+                .iter()
+                .zip(row.iter().zip(&gains))
+                .enumerate()
+            {
+                let want = f64::from(v) * inv * f64::from(g);
+                assert!(
+                    (f64::from(got) - want).abs() <= 1e-5 * want.abs().max(1.0),
+                    "norm of {cols}, row {b}, element {i}: {got} vs {want}"
+                );
+            }
+            let best = row
+                .iter()
+                .enumerate()
+                .fold(0, |best, (i, &v)| if v > row[best] { i } else { best });
+            assert_eq!(meta[b] as usize, best, "argmax of {cols}, row {b}");
+        }
+        assert_eq!(meta[1] as usize, peak);
+    }
+    assert_clean(&backend);
+}
+
 #[test]
 fn resident_weights_serve_many_programs() {
     let Some(mut backend) = open() else {

@@ -30,4 +30,4 @@ pub use op::{GluActivation, Op};
 pub(crate) use pipelines::OpPipelines;
 pub use pipelines::{matmul_kernel, matmul_kernels, MatmulKernels};
 pub use program::VulkanWeights;
-pub use step::{ProgramHostTime, StepOp, StepProgram};
+pub use step::{KernelProfile, ProgramHostTime, StepOp, StepProgram};

@@ -100,6 +100,14 @@ pub struct MatmulKernels {
     pub vector: Option<Kernel>,
 }
 
+/// The workgroup size of a kernel that takes a whole row per workgroup and
+/// reduces it by halves: the largest power of two up to `most` that the
+/// device allows (at least 128, which every Vulkan device allows).
+fn row_workgroup(info: &crate::DeviceInfo, most: u32) -> u32 {
+    let allowed = info.max_workgroup.clamp(128, most);
+    1 << (31 - allowed.leading_zeros())
+}
+
 /// The matrix-product kernels for a weight block type, if there are any.
 pub fn matmul_kernels(kind: QuantKind) -> Option<MatmulKernels> {
     use Kernel as K;
@@ -233,6 +241,11 @@ impl OpPipelines {
                         _ if kernel.name().starts_with("matvec_") => {
                             info.matvec_shape.constants().to_vec()
                         }
+                        // One workgroup a row: as wide as the device
+                        // allows, up to what the kernel's shared memory
+                        // holds.
+                        _ if kernel == Kernel::RmsNorm => vec![row_workgroup(info, 512)],
+                        _ if kernel == Kernel::Argmax => vec![row_workgroup(info, 1024)],
                         _ => Vec::new(),
                     };
                     create_pipeline(device, kernel, checked, this.layout, &constants)?

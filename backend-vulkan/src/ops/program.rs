@@ -12,7 +12,7 @@ use super::op::{matrix_bytes, shape, KernelChoice, Op};
 use super::pipelines::{OpParams, OpPipelines};
 use crate::kernels::Kernel;
 use crate::memory::Buffer;
-use crate::{ProgramHostTime, VulkanBackend, VulkanError};
+use crate::{KernelProfile, ProgramHostTime, VulkanBackend, VulkanError};
 
 /// Weights on the device, uploaded once with
 /// [`VulkanBackend::upload_weights`] and read by every later program: one
@@ -289,6 +289,21 @@ impl VulkanBackend {
             vector_batch: info.matvec_batch,
             vector_rows: info.matvec_shape.rows,
         }
+    }
+
+    /// Turns profiling of step programs on or off: with it, each
+    /// dispatch is followed by a timestamp (which also keeps the device
+    /// from overlapping dispatches that have no barrier between them, so a
+    /// profiled step runs a little slower than an unprofiled one).
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profiling = on;
+    }
+
+    /// Device time per kernel of the last step program, slowest first,
+    /// when profiling was on for it (empty otherwise, and on a device
+    /// without timestamps).
+    pub fn last_program_profile(&self) -> &[KernelProfile] {
+        &self.program_profile
     }
 
     /// Host time of the last step program: the whole call, its recording,

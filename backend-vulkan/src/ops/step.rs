@@ -435,6 +435,12 @@ impl VulkanBackend {
         );
         let attn_meta_dev = io.meta.handle;
         let queries = self.commands.query_pool();
+        // A timestamp before the first dispatch and after each.
+        let profile = if self.profiling {
+            self.commands.profile_pool(recorded.len() as u32 + 1)?
+        } else {
+            None
+        };
         let pipelines = &self.pipelines;
         let read = program.read.clone();
         let read_meta = program.read_meta.clone();
@@ -516,8 +522,14 @@ impl VulkanBackend {
                             device.cmd_reset_query_pool(cmd, pool, 0, 2);
                             device.cmd_write_timestamp(cmd, compute, pool, 0);
                         }
+                        if let Some(pool) = profile {
+                            let count = recorded.len() as u32 + 1;
+                            device.cmd_reset_query_pool(cmd, pool, 0, count);
+                            device.cmd_write_timestamp(cmd, compute, pool, 0);
+                        }
                     }
-                    for (what, access) in &recorded[range] {
+                    let first_index = range.start;
+                    for (i, (what, access)) in recorded[range].iter().enumerate() {
                         if hazards.conflicts(access) {
                             barrier(compute, compute, &after_dispatch);
                             barriers += 1;
@@ -530,6 +542,10 @@ impl VulkanBackend {
                             Recorded::Attention(d) => {
                                 pipelines.record(cmd, d.kernel, &d.params, d.groups);
                             }
+                        }
+                        if let Some(pool) = profile {
+                            let query = (first_index + i) as u32 + 1;
+                            device.cmd_write_timestamp(cmd, compute, pool, query);
                         }
                         hazards.add(access);
                     }
@@ -562,6 +578,11 @@ impl VulkanBackend {
             })?;
         self.close_program(recorded.len(), queries.is_some())?;
         self.program_barriers = barriers;
+        self.program_profile.clear();
+        if profile.is_some() {
+            let spans = self.commands.read_profile(recorded.len() as u32 + 1)?;
+            self.program_profile = profile_by_kernel(&recorded, &spans);
+        }
         let back = self.io.download.mapped()?;
         act_out.clear();
         act_out.extend(
@@ -582,6 +603,52 @@ impl VulkanBackend {
         });
         Ok(())
     }
+}
+
+/// Device time per kernel of the dispatches `recorded`, from `spans` (the
+/// time from each dispatch's previous timestamp to its own), slowest first.
+fn profile_by_kernel(recorded: &[(Recorded, Vec<Access>)], spans: &[f64]) -> Vec<KernelProfile> {
+    let mut by_kernel: Vec<KernelProfile> = Vec::new();
+    for ((what, _), &nanos) in recorded.iter().zip(spans) {
+        let (kernel, weight_bytes) = match what {
+            Recorded::Op(kernel, params, _, _) => {
+                let product = kernel.name().starts_with("mat");
+                let bytes = u64::from(params.rows) * u64::from(params.row_bytes);
+                (kernel.name(), if product { bytes } else { 0 })
+            }
+            Recorded::Attention(d) => (d.kernel.name(), 0),
+        };
+        match by_kernel.iter_mut().find(|k| k.kernel == kernel) {
+            Some(k) => {
+                k.dispatches += 1;
+                k.nanos += nanos;
+                k.weight_bytes += weight_bytes;
+            }
+            None => by_kernel.push(KernelProfile {
+                kernel,
+                dispatches: 1,
+                nanos,
+                weight_bytes,
+            }),
+        }
+    }
+    by_kernel.sort_by(|a, b| b.nanos.total_cmp(&a.nanos));
+    by_kernel
+}
+
+/// One kernel's share of a profiled step program
+/// ([`VulkanBackend::last_program_profile`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelProfile {
+    /// The kernel's name in `shaders/kernels.list`.
+    pub kernel: &'static str,
+    /// Its dispatches in the step.
+    pub dispatches: usize,
+    /// Device time of those dispatches, each from the timestamp after the
+    /// dispatch before it to the one after it.
+    pub nanos: f64,
+    /// Weight bytes the products among them read (0 for other kernels).
+    pub weight_bytes: u64,
 }
 
 /// Where a step program's host time went: what a step costs beyond its

@@ -73,6 +73,19 @@ struct DeviceStep {
     /// The backend's step call on the host: whole, recording, submission
     /// to completion.
     host_ms: Option<(f64, f64, f64)>,
+    /// Device time per kernel, when the step was profiled
+    /// (`PAGODA_VULKAN_PROFILE=1`).
+    kernels: Vec<KernelShare>,
+}
+
+/// One kernel's part of a profiled device step.
+#[derive(Debug, Serialize)]
+struct KernelShare {
+    kernel: &'static str,
+    dispatches: usize,
+    device_us: f64,
+    /// Weight bytes read per second, for the matrix products.
+    weight_gb_s: Option<f64>,
 }
 
 /// Decode at batch 1 at one context depth.
@@ -346,6 +359,24 @@ fn table(r: &SpeedReport, bw: &ReadBandwidth) -> String {
                 String::new(),
             ]);
         }
+        let profiled: f64 = step.kernels.iter().map(|k| k.device_us).sum();
+        for k in &step.kernels {
+            rows.push([
+                format!("  {} ×{}", k.kernel, k.dispatches),
+                format!("{:.1} µs", k.device_us),
+                match k.weight_gb_s {
+                    Some(gb) => format!(
+                        "{:.0}% of the profiled step, weights at {gb:.1} GB/s",
+                        100.0 * k.device_us / profiled
+                    ),
+                    None => format!(
+                        "{:.0}% of the profiled step",
+                        100.0 * k.device_us / profiled
+                    ),
+                },
+                String::new(),
+            ]);
+        }
     }
     if let Some(s) = r.run_to_first_token_s {
         rows.push([
@@ -509,6 +540,17 @@ impl WithBackend for SpeedJob<'_> {
                     barriers: p.barriers,
                     device_ms: p.device_seconds.map(|s| s * 1e3),
                     host_ms: p.host_seconds.map(|(a, b, c)| (a * 1e3, b * 1e3, c * 1e3)),
+                    kernels: p
+                        .profile
+                        .iter()
+                        .map(|k| KernelShare {
+                            kernel: k.kernel,
+                            dispatches: k.dispatches,
+                            device_us: k.seconds * 1e6,
+                            weight_gb_s: (k.weight_bytes > 0 && k.seconds > 0.0)
+                                .then(|| k.weight_bytes as f64 / k.seconds * 1e-9),
+                        })
+                        .collect(),
                 });
             }
         };

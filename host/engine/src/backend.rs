@@ -104,7 +104,7 @@ pub(crate) fn greedy_tokens(logits: &[f32], vocab: u32, tokens: &mut Vec<u32>) {
 
 /// What one program cost on the device: the figures a device bench reports
 /// per step.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DeviceProgram {
     /// Kernel dispatches recorded.
     pub dispatches: usize,
@@ -116,6 +116,22 @@ pub struct DeviceProgram {
     /// Host time of the backend's step call, and of its recording and its
     /// wait from submission to completion (`None` where not measured).
     pub host_seconds: Option<(f64, f64, f64)>,
+    /// Device time per kernel, slowest first, when the backend profiled
+    /// the step (`PAGODA_VULKAN_PROFILE=1`); empty otherwise.
+    pub profile: Vec<DeviceKernel>,
+}
+
+/// One kernel's share of a profiled device step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceKernel {
+    /// The kernel's name.
+    pub kernel: &'static str,
+    /// Its dispatches in the step.
+    pub dispatches: usize,
+    /// Their device time, each from the end of the dispatch before it.
+    pub seconds: f64,
+    /// Weight bytes the matrix products among them read (0 otherwise).
+    pub weight_bytes: u64,
 }
 
 impl StepBackend for CpuBackend {

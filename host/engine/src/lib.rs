@@ -67,7 +67,9 @@ mod text;
 mod thread;
 pub mod tokenizer;
 
-pub use backend::{BackendChoice, BackendOpenError, DeviceProgram, StepBackend, WithBackend};
+pub use backend::{
+    BackendChoice, BackendOpenError, DeviceKernel, DeviceProgram, StepBackend, WithBackend,
+};
 pub use cache_events::{CachedBlock, KvEvent};
 pub use config::EngineConfig;
 pub use engine::Engine;

@@ -18,7 +18,7 @@ use pagoda_vulkan::{StepProgram, VulkanBackend, VulkanError, VulkanKvStore, Vulk
 use super::cpu::Activations;
 use super::forward::Model;
 use super::input::{ForwardError, StepInput};
-use crate::backend::{greedy_tokens, DeviceProgram, StepBackend};
+use crate::backend::{greedy_tokens, DeviceKernel, DeviceProgram, StepBackend};
 use image::Image;
 
 /// A model's weights on the device, or why they are not there: what the
@@ -195,6 +195,16 @@ impl StepBackend for VulkanBackend {
                     h.waiting.as_secs_f64(),
                 )
             }),
+            profile: self
+                .last_program_profile()
+                .iter()
+                .map(|k| DeviceKernel {
+                    kernel: k.kernel,
+                    dispatches: k.dispatches,
+                    seconds: k.nanos * 1e-9,
+                    weight_bytes: k.weight_bytes,
+                })
+                .collect(),
         })
     }
 }
