@@ -54,11 +54,12 @@ fn main() {
     for n in &names {
         writeln!(
             out,
-            "            Kernel::{} => Needs {{ subgroup_arithmetic: {}, float16: {}, cooperative_matrix: {} }},",
+            "            Kernel::{} => Needs {{ subgroup_arithmetic: {}, float16: {}, cooperative_matrix: {}, integer_dot: {} }},",
             camel(n),
             defines(n, "-DSUBGROUP"),
             defines(n, "-DF16_ARITH"),
-            defines(n, "-DCOOPMAT")
+            defines(n, "-DCOOPMAT"),
+            defines(n, "-DINT_DOT")
         )
         .unwrap();
     }

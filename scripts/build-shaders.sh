@@ -5,8 +5,9 @@
 #                                     each module with spirv-val, and fail if
 #                                     the committed SPIR-V differs
 # Needs glslc (Debian: glslc) and, for --check, spirv-val (spirv-tools).
-# Kernels that define COOPMAT need GL_KHR_cooperative_matrix, which Debian
-# 12's glslang (11.13) lacks: they are compiled and validated by
+# Kernels that define COOPMAT need GL_KHR_cooperative_matrix, and those that
+# define INT_DOT GL_EXT_integer_dot_product, which Debian 12's glslang
+# (11.13) lacks: they are compiled and validated by
 # $GLSLC_COOPMAT and $SPIRV_VAL_COOPMAT, by default the Debian 13 tools of
 # scripts/coopmat-lavapipe.sh (run its `install` first).
 set -euo pipefail
@@ -33,7 +34,7 @@ while read -r name source defines; do
     defs=($defines)
     compile=(glslc)
     validate=(spirv-val)
-    if [[ " $defines " == *" -DCOOPMAT "* ]]; then
+    if [[ " $defines " == *" -DCOOPMAT "* || " $defines " == *" -DINT_DOT "* ]]; then
         compile=("${glslc_coop[@]}")
         validate=("${spirv_val_coop[@]}")
     fi

@@ -17,6 +17,13 @@
 // Specialization constants (the host's MatvecShape): ROWS (2, 4 or 8);
 // MAX_BATCH, the activation rows a pass takes (1, 2 or 4); the workgroup's
 // size (64, 128 or 256);
+// INT_DOT (a kernel variant, for devices with VK_KHR_shader_integer_dot_
+// product): each invocation rounds its task's activations to 8 bits, each
+// run of 16 on its own scale, once for all the rows, and the rows' weight
+// bytes meet them in packed 4 × 8-bit dot products summed in integers,
+// where the float product takes a conversion and a multiply-add per
+// weight; the rows' results are what the weights give on the rounded
+// activations (as llama.cpp's Q8_1 products), not the exact f32 product.
 // STAGE, which first copies a pass's activations into shared memory with
 // coalesced loads (an invocation's own 128 contiguous bytes would
 // otherwise make each of its vec4 loads touch 32 cache lines a subgroup),
@@ -24,6 +31,9 @@
 // bank conflicts; MAGIC, the exponent trick for quant bytes (task.glsl).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#ifdef INT_DOT
+#extension GL_EXT_integer_dot_product : require
+#endif
 #include "ops_common.glsl"
 #include "blocks.glsl"
 
@@ -125,9 +135,16 @@ void main() {
                             x = load_acts(k[0].start, x4 + b * stride4);
                         }
                         if (live) {
+#ifdef INT_DOT
+                            TaskActs8 x8 = round_acts(x);
+                            for (uint r = 0u; r < ROWS; r++) {
+                                acc[r][b] += task_dot8(k[r], x8);
+                            }
+#else
                             for (uint r = 0u; r < ROWS; r++) {
                                 acc[r][b] += task_dot(k[r], x);
                             }
+#endif
                         }
                     }
                 }

@@ -79,7 +79,11 @@ vec2 k_scale_min(uvec4 head, uint j) {
 // What one unit of a quant byte reads as in bytes4: 1/255 through
 // unpackUnorm4x8 (the scales are multiplied by 255 to undo it), exactly 1
 // through the exponent trick. Needs the MAGIC specialization constant.
+#ifdef INT_DOT
+#define UNIT 1.0
+#else
 #define UNIT (MAGIC ? 1.0 : 255.0)
+#endif
 
 // Four bytes of `u` as floats, each times 1/UNIT. The exponent trick puts a
 // byte in the low mantissa bits of 2^23, so one subtraction gives it
@@ -236,3 +240,59 @@ float task_dot(Task k, TaskActs x) {
     float sb = dot(x.b0 + x.b1 + x.b2 + x.b3, one);
     return k.sm.x * qa + k.sm.y * sa + k.sm.z * qb + k.sm.w * sb;
 }
+
+#ifdef INT_DOT
+// A task's activations rounded to 8 bits, each run of 16 on its own scale
+// (its largest magnitude over 127): 16 signed bytes a run, the scale, and
+// the sum of the run's rounded values (for the blocks' offsets).
+struct TaskActs8 {
+    uvec4 a;
+    uvec4 b;
+    vec2 scale;
+    ivec2 sum;
+};
+
+// The rounded run of 16 activations `x0 .. x3`, and its scale.
+uvec4 round_run(vec4 x0, vec4 x1, vec4 x2, vec4 x3, out float scale) {
+    vec4 m = max(max(abs(x0), abs(x1)), max(abs(x2), abs(x3)));
+    float amax = max(max(m.x, m.y), max(m.z, m.w));
+    scale = amax / 127.0;
+    float inv = amax > 0.0 ? 1.0 / amax : 0.0;
+    // packSnorm4x8 rounds clamp(v, -1, 1) * 127 to the nearest integer.
+    return uvec4(packSnorm4x8(x0 * inv), packSnorm4x8(x1 * inv),
+                 packSnorm4x8(x2 * inv), packSnorm4x8(x3 * inv));
+}
+
+// The sum of the four signed bytes of each word of `q`.
+int byte_sum(uvec4 q) {
+    int s = dotPacked4x8EXT(0x01010101u, int(q.x));
+    s = s + dotPacked4x8EXT(0x01010101u, int(q.y));
+    s = s + dotPacked4x8EXT(0x01010101u, int(q.z));
+    return s + dotPacked4x8EXT(0x01010101u, int(q.w));
+}
+
+TaskActs8 round_acts(TaskActs x) {
+    TaskActs8 r;
+    r.a = round_run(x.a0, x.a1, x.a2, x.a3, r.scale.x);
+    r.b = round_run(x.b0, x.b1, x.b2, x.b3, r.scale.y);
+    r.sum = ivec2(byte_sum(r.a), byte_sum(r.b));
+    return r;
+}
+
+// The task's products with its rounded activations: unsigned weight bytes
+// times signed activation bytes, four at a time, summed exactly in
+// integers (a plain add after each: the sums cannot overflow, and a
+// saturating add may cost more); then each run's scales and offset once.
+float task_dot8(Task k, TaskActs8 x) {
+    int qa = dotPacked4x8EXT(k.lo.x, int(x.a.x));
+    qa = qa + dotPacked4x8EXT(k.lo.y, int(x.a.y));
+    qa = qa + dotPacked4x8EXT(k.lo.z, int(x.a.z));
+    qa = qa + dotPacked4x8EXT(k.lo.w, int(x.a.w));
+    int qb = dotPacked4x8EXT(k.hi.x, int(x.b.x));
+    qb = qb + dotPacked4x8EXT(k.hi.y, int(x.b.y));
+    qb = qb + dotPacked4x8EXT(k.hi.z, int(x.b.z));
+    qb = qb + dotPacked4x8EXT(k.hi.w, int(x.b.w));
+    return x.scale.x * (k.sm.x * float(qa) + k.sm.y * float(x.sum.x))
+         + x.scale.y * (k.sm.z * float(qb) + k.sm.w * float(x.sum.y));
+}
+#endif

@@ -33,6 +33,11 @@ pub const FLOAT16_ENV: &str = "PAGODA_VULKAN_F16";
 /// The environment variable that turns the cooperative-matrix prefill
 /// product off (`0`) where the device has `VK_KHR_cooperative_matrix`.
 pub const COOPMAT_ENV: &str = "PAGODA_VULKAN_COOPMAT";
+/// The environment variable that picks the GPU decode product on 8-bit
+/// activations in integer dot products (`1`: wherever the device has
+/// `VK_KHR_shader_integer_dot_product`; `0`: never; unset: where the device
+/// says its mixed-sign 4 × 8-bit dot product is accelerated).
+pub const INT_DOT_ENV: &str = "PAGODA_VULKAN_INT_DOT";
 /// The environment variable that sets the largest batch the GPU decode
 /// product (`shaders/matvec.comp`) takes; `0` turns it off.
 pub const MATVEC_ENV: &str = "PAGODA_VULKAN_MATVEC";
@@ -99,6 +104,11 @@ pub struct VulkanOptions {
     /// How the GPU decode product is specialised; `None` reads
     /// [`MATVEC_SHAPE_ENV`], else [`MatvecShape::default`].
     pub matvec_shape: Option<MatvecShape>,
+    /// Round the GPU decode product's activations to 8 bits and multiply
+    /// in integer dot products where the device has
+    /// `VK_KHR_shader_integer_dot_product`; `None` reads [`INT_DOT_ENV`],
+    /// else only where the device accelerates them.
+    pub integer_dot: Option<bool>,
 }
 
 impl VulkanOptions {
@@ -247,6 +257,20 @@ pub struct DeviceInfo {
     pub matvec_batch: u32,
     /// Its specialisation.
     pub matvec_shape: MatvecShape,
+    /// `VK_KHR_shader_integer_dot_product` with its feature on, and
+    /// whether the device accelerates the mixed-sign 4 × 8-bit product.
+    pub integer_dot: Option<IntegerDot>,
+    /// Whether the GPU decode product rounds activations to 8 bits and
+    /// multiplies in integer dot products.
+    pub use_integer_dot: bool,
+}
+
+/// A device's packed 4 × 8-bit integer dot product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntegerDot {
+    /// Whether the device says the unsigned × signed product is faster than
+    /// the arithmetic it stands for.
+    pub accelerated: bool,
 }
 
 impl fmt::Display for DeviceInfo {
@@ -255,8 +279,9 @@ impl fmt::Display for DeviceInfo {
             f,
             "{} ({:?}, Vulkan {}): storage buffer range {} MiB, shared memory {} KiB, subgroup {}, \
              subgroup arithmetic {}, timestamps {}, shaderFloat16 {}, 16-bit storage {}, \
-             cooperative matrix {}; kernels: subgroups {}, f16 arithmetic {}, cooperative matrix {}, \
-             GPU decode product to batch {} (shape {}), bounds checks {}; validation {}",
+             cooperative matrix {}, integer dot {}; kernels: subgroups {}, f16 arithmetic {}, \
+             cooperative matrix {}, GPU decode product to batch {} (shape {}, 8-bit activations {}), \
+             bounds checks {}; validation {}",
             self.name,
             self.kind,
             self.api_version,
@@ -269,11 +294,17 @@ impl fmt::Display for DeviceInfo {
             self.storage_16bit,
             self.cooperative_matrix
                 .map_or("no".to_string(), |c| format!("{}x{}x{}", c.m, c.n, c.k)),
+            match self.integer_dot {
+                None => "no",
+                Some(d) if d.accelerated => "accelerated",
+                Some(_) => "not accelerated",
+            },
             self.use_subgroups,
             self.use_float16,
             self.use_coopmat,
             self.matvec_batch,
             self.matvec_shape,
+            self.use_integer_dot,
             self.bounds_checks,
             self.validation,
         )
@@ -445,6 +476,15 @@ impl Context {
                     .unwrap_or(MATVEC_MAX_BATCH)
             }),
         };
+        info.use_integer_dot = info.matvec_batch > 0
+            && info.integer_dot.is_some_and(|d| {
+                options
+                    .integer_dot
+                    .unwrap_or_else(|| match std::env::var(INT_DOT_ENV) {
+                        Ok(v) => v != "0",
+                        Err(_) => d.accelerated,
+                    })
+            });
         info.matvec_shape = options.matvec_shape.unwrap_or_else(|| {
             std::env::var(MATVEC_SHAPE_ENV)
                 .ok()
@@ -463,22 +503,31 @@ impl Context {
         let mut memory_model = vk::PhysicalDeviceVulkanMemoryModelFeatures::default()
             .vulkan_memory_model(true)
             .vulkan_memory_model_device_scope(true);
-        let extensions = [ash::khr::cooperative_matrix::NAME.as_ptr()];
+        let mut integer_dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default()
+            .shader_integer_dot_product(true);
+        let mut extensions = Vec::new();
+        if info.use_coopmat {
+            extensions.push(ash::khr::cooperative_matrix::NAME.as_ptr());
+        }
+        if info.use_integer_dot {
+            extensions.push(ash::khr::shader_integer_dot_product::NAME.as_ptr());
+        }
         let priorities = [1.0f32];
         let queues = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(queue_family)
             .queue_priorities(&priorities)];
         let mut create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
-            .enabled_features(&features);
+            .enabled_features(&features)
+            .enabled_extension_names(&extensions);
         if info.use_float16 || info.use_coopmat {
             create = create.push_next(&mut float16);
         }
         if info.use_coopmat {
-            create = create
-                .enabled_extension_names(&extensions)
-                .push_next(&mut coopmat)
-                .push_next(&mut memory_model);
+            create = create.push_next(&mut coopmat).push_next(&mut memory_model);
+        }
+        if info.use_integer_dot {
+            create = create.push_next(&mut integer_dot);
         }
         inject::before("vkCreateDevice")?;
         // SAFETY: `physical` came from this instance; the infos outlive the call.
@@ -649,6 +698,8 @@ fn choose_device(
     let timestamps = family_props.timestamp_valid_bits > 0 && limits.timestamp_period > 0.0;
     // SAFETY: `physical` was enumerated from this instance.
     let cooperative_matrix = unsafe { coop_matrix_shape(loaded, physical, &props, subgroup) }?;
+    // SAFETY: as above.
+    let integer_dot = unsafe { integer_dot(loaded, physical) }?;
     let info = DeviceInfo {
         index,
         name,
@@ -673,8 +724,51 @@ fn choose_device(
         use_coopmat: false,
         matvec_batch: 0,
         matvec_shape: MatvecShape::default(),
+        integer_dot,
+        use_integer_dot: false,
     };
     Ok((physical, family, info))
+}
+
+/// Whether `physical` has `VK_KHR_shader_integer_dot_product` with its
+/// feature on, and whether it accelerates the unsigned × signed packed
+/// 4 × 8-bit product.
+///
+/// # Safety
+/// `physical` was enumerated from `loaded`'s instance.
+unsafe fn integer_dot(
+    loaded: &Instance,
+    physical: vk::PhysicalDevice,
+) -> Result<Option<IntegerDot>, VulkanError> {
+    let instance = &loaded.handle;
+    // SAFETY: plain queries of an enumerated device (the caller's promise);
+    // the chained structs outlive the calls, and are chained only where the
+    // device has the extension.
+    unsafe {
+        let extensions = instance
+            .enumerate_device_extension_properties(physical)
+            .map_err(VulkanError::vk("vkEnumerateDeviceExtensionProperties"))?;
+        let name = ash::khr::shader_integer_dot_product::NAME;
+        if !extensions
+            .iter()
+            .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
+        {
+            return Ok(None);
+        }
+        let mut feature = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
+        let mut all = vk::PhysicalDeviceFeatures2::default().push_next(&mut feature);
+        instance.get_physical_device_features2(physical, &mut all);
+        if feature.shader_integer_dot_product != vk::TRUE {
+            return Ok(None);
+        }
+        let mut properties = vk::PhysicalDeviceShaderIntegerDotProductProperties::default();
+        let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut properties);
+        instance.get_physical_device_properties2(physical, &mut props2);
+        Ok(Some(IntegerDot {
+            accelerated: properties.integer_dot_product4x8_bit_packed_mixed_signedness_accelerated
+                == vk::TRUE,
+        }))
+    }
 }
 
 /// The cooperative-matrix shape the prefill product can use on `physical`

@@ -23,16 +23,28 @@ pub struct Needs {
     /// `VK_KHR_cooperative_matrix` with an f16 shape that fits (`COOPMAT`);
     /// built with specialization constants for the shape.
     pub cooperative_matrix: bool,
+    /// `VK_KHR_shader_integer_dot_product` (`INT_DOT`).
+    pub integer_dot: bool,
+}
+
+/// What a device offers and the backend wants of the optional features
+/// kernels may need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Offered {
+    pub subgroups: bool,
+    pub float16: bool,
+    pub coopmat: bool,
+    pub integer_dot: bool,
 }
 
 impl Needs {
-    /// Whether a kernel with these needs may run where subgroup arithmetic,
-    /// f16 arithmetic and cooperative matrices are (or are not) available
-    /// and wanted.
-    pub(crate) fn met(self, subgroups: bool, float16: bool, coopmat: bool) -> bool {
-        (subgroups || !self.subgroup_arithmetic)
-            && (float16 || !self.float16)
-            && (coopmat || !self.cooperative_matrix)
+    /// Whether a kernel with these needs may run where the `offered`
+    /// features are (or are not) available and wanted.
+    pub(crate) fn met(self, offered: Offered) -> bool {
+        (offered.subgroups || !self.subgroup_arithmetic)
+            && (offered.float16 || !self.float16)
+            && (offered.coopmat || !self.cooperative_matrix)
+            && (offered.integer_dot || !self.integer_dot)
     }
 }
 
@@ -255,9 +267,11 @@ impl Pipelines {
                 // no pipeline; the backend never picks them. Model ops have
                 // their own layout (`ops.rs`).
                 if kernel.is_op()
-                    || !kernel
-                        .needs()
-                        .met(ctx.info.use_subgroups, ctx.info.use_float16, false)
+                    || !kernel.needs().met(Offered {
+                        subgroups: ctx.info.use_subgroups,
+                        float16: ctx.info.use_float16,
+                        ..Offered::default()
+                    })
                 {
                     this.pipelines.push(vk::Pipeline::null());
                     continue;

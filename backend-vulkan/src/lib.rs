@@ -80,8 +80,8 @@ use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot, PAGE_SIZE};
 
 pub use commands::KernelTime;
 pub use context::{
-    CoopMatrixShape, DeviceInfo, DeviceKind, VulkanOptions, COOPMAT_ENV, DEVICE_ENV, FLOAT16_ENV,
-    MATVEC_ENV, MATVEC_SHAPE_ENV, SUBGROUPS_ENV, VALIDATION_ENV,
+    CoopMatrixShape, DeviceInfo, DeviceKind, IntegerDot, VulkanOptions, COOPMAT_ENV, DEVICE_ENV,
+    FLOAT16_ENV, INT_DOT_ENV, MATVEC_ENV, MATVEC_SHAPE_ENV, SUBGROUPS_ENV, VALIDATION_ENV,
 };
 pub use error::VulkanError;
 pub use kernels::{Kernel, KV_CHUNKS};
@@ -384,7 +384,13 @@ impl VulkanBackend {
             Kernel::DecodeSubgroup,
         ]
         .into_iter()
-        .find(|k| k.needs().met(info.use_subgroups, float16, false))
+        .find(|k| {
+            k.needs().met(kernels::Offered {
+                subgroups: info.use_subgroups,
+                float16,
+                ..kernels::Offered::default()
+            })
+        })
         .unwrap_or(Kernel::Decode)
     }
 

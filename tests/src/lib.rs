@@ -76,6 +76,21 @@ impl Rng {
     }
 }
 
+/// The most that rounding the activations `xs` to 8 bits, as the Vulkan
+/// GPU decode product's integer-dot variant does, can move `Σ w·x`: each
+/// aligned run of 16 activations is rounded to multiples of its largest
+/// magnitude / 127, so each activation moves by at most half of that.
+pub fn rounding_bound(w: &[f32], xs: &[f32]) -> f64 {
+    w.chunks(16)
+        .zip(xs.chunks(16))
+        .map(|(w, x)| {
+            let amax = x.iter().fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
+            let w_abs: f64 = w.iter().map(|&v| f64::from(v).abs()).sum();
+            w_abs * amax / 254.0
+        })
+        .sum()
+}
+
 /// Rounds a value the way the store keeps it.
 pub fn stored(dtype: KvDtype, x: f32) -> f32 {
     match dtype {

@@ -11,7 +11,7 @@
 //! `CI=true` a missing device fails the run.
 
 use half::f16;
-use pagoda_conformance::Rng;
+use pagoda_conformance::{rounding_bound, Rng};
 use pagoda_core::{dequantize_row, QuantKind};
 use pagoda_vulkan::{
     matmul_kernel, GluActivation, MatvecShape, Op, VulkanBackend, VulkanError, VulkanOptions,
@@ -22,11 +22,13 @@ fn open() -> Option<VulkanBackend> {
 }
 
 /// A backend with `options`, under the validation layer with the
-/// bounds-checking kernels.
+/// bounds-checking kernels; f32 activations in the GPU decode product
+/// unless `options` ask for 8-bit ones (which their own test checks).
 fn open_with(options: VulkanOptions) -> Option<VulkanBackend> {
     let options = VulkanOptions {
         validation: Some(true),
         bounds_checks: Some(true),
+        integer_dot: options.integer_dot.or(Some(false)),
         ..options
     };
     match VulkanBackend::new(&options) {
@@ -173,6 +175,7 @@ fn check_products_of(
         for (rows, cols, batch) in product_shapes(kind, prefill) {
             let info = backend.info();
             let vector = batch as u32 <= info.matvec_batch && kind.block_elems() > 1;
+            let rounded = vector && info.use_integer_dot;
             let tolerance = if batch > 8 && info.use_coopmat && !vector {
                 COOPMAT_TOLERANCE
             } else {
@@ -201,7 +204,14 @@ fn check_products_of(
                         .sum();
                     let err = (f64::from(got[b * rows + r]) - want).abs() / scale.max(1e-30);
                     worst = worst.max(err);
-                    // f32 sums of `cols` products, in a different order.
+                    // f32 sums of `cols` products, in a different order;
+                    // with 8-bit activations, also what rounding each run
+                    // of 16 to its largest magnitude / 127 can move them.
+                    let tolerance = if rounded {
+                        tolerance + 1.01 * rounding_bound(wr, xs) / scale.max(1e-30)
+                    } else {
+                        tolerance
+                    };
                     assert!(
                         err <= tolerance,
                         "{} {rows}x{cols} batch {batch}: row {r} of input {b}: got {}, want {want} (error {err:.2e} of Σ|w·x|)",
@@ -213,6 +223,33 @@ fn check_products_of(
         }
     }
     worst
+}
+
+#[test]
+fn the_gpu_decode_product_on_8_bit_activations_stays_within_their_rounding() {
+    // The integer-dot variant of matvec.comp, forced on wherever the
+    // device has VK_KHR_shader_integer_dot_product (accelerated or not),
+    // in the default shape and with one activation row a pass.
+    let mut rng = Rng::new(0x1D07_8B17);
+    for text in ["4m", "2m-b1-g64"] {
+        let options = VulkanOptions {
+            integer_dot: Some(true),
+            matvec_shape: MatvecShape::parse(text),
+            ..VulkanOptions::from_env()
+        };
+        let Some(mut backend) = open_with(options) else {
+            return;
+        };
+        let info = backend.info();
+        if info.integer_dot.is_none() || info.matvec_batch == 0 {
+            eprintln!("skipped: no integer dot product or no GPU decode product on this device");
+            return;
+        }
+        assert!(info.use_integer_dot);
+        let worst = check_products_of(&KINDS[2..], &mut backend, &mut rng, false);
+        eprintln!("GPU decode product on 8-bit activations, shape {text}: worst error {worst:.2e} of Σ|w·x|");
+        assert_clean(&backend);
+    }
 }
 
 #[test]

@@ -16,9 +16,13 @@ use pagoda_vulkan::{
 };
 
 fn open() -> Option<VulkanBackend> {
+    // f32 activations in every product, so the tolerances below hold on
+    // any device (the 8-bit integer-dot product has its tests in
+    // vulkan_ops.rs and the engine's vulkan_step.rs).
     let options = VulkanOptions {
         validation: Some(true),
         bounds_checks: Some(true),
+        integer_dot: Some(false),
         ..VulkanOptions::from_env()
     };
     match VulkanBackend::new(&options) {

@@ -26,6 +26,9 @@ pub(crate) struct KernelChoice {
     pub vector_batch: u32,
     /// Output rows per workgroup of the GPU decode product.
     pub vector_rows: u32,
+    /// Whether the GPU decode product takes its variant on 8-bit
+    /// activations in integer dot products.
+    pub integer_dot: bool,
 }
 
 /// The activation of a gated linear unit's gate.
@@ -346,7 +349,12 @@ impl Op {
                 };
                 // The GPU decode product reads 16-byte weight words and
                 // vec4 activations: it needs them aligned.
-                let vector = kernels.vector.filter(|_| {
+                let vector = if choice.integer_dot {
+                    kernels.vector_dot
+                } else {
+                    kernels.vector
+                };
+                let vector = vector.filter(|_| {
                     subgroup.is_some()
                         && batch <= choice.vector_batch
                         && w % 16 == 0
@@ -648,12 +656,17 @@ mod tests {
             coopmat,
             vector_batch: 0,
             vector_rows: 4,
+            integer_dot: false,
         };
         let (kernel, _, groups) = op.plan(0, 1 << 40, 1 << 32, &[], choice).unwrap();
         (kernel, groups)
     }
 
     fn vector(rows: u32, batch: u32, x: u32) -> Kernel {
+        vector_with(rows, batch, x, false)
+    }
+
+    fn vector_with(rows: u32, batch: u32, x: u32, integer_dot: bool) -> Kernel {
         let op = Op::Matmul {
             kind: QuantKind::Q4_K,
             weights: 0,
@@ -671,6 +684,7 @@ mod tests {
             coopmat: false,
             vector_batch: 16,
             vector_rows: 4,
+            integer_dot,
         };
         op.plan(0, 1 << 40, 1 << 32, &[], choice).unwrap().0
     }
@@ -682,6 +696,10 @@ mod tests {
         // Past the limit, or activations not vec4-aligned: the others.
         assert_eq!(vector(100, 17, 0), Kernel::MatmulTiledQ4K);
         assert_eq!(vector(100, 1, 2), Kernel::MatmulQ4KSubgroup);
+        // With integer dot products: their variant, under the same limits.
+        assert_eq!(vector_with(100, 16, 0, true), Kernel::MatvecDotQ4K);
+        assert_eq!(vector_with(100, 17, 0, true), Kernel::MatmulTiledQ4K);
+        assert_eq!(vector_with(100, 1, 2, true), Kernel::MatmulQ4KSubgroup);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use pagoda_core::QuantKind;
 
 use super::program::MAX_WEIGHT_CHUNKS;
 use crate::context::Context;
-use crate::kernels::{create_pipeline, Kernel};
+use crate::kernels::{create_pipeline, Kernel, Offered};
 use crate::MatvecShape;
 use crate::{inject, VulkanError};
 
@@ -98,6 +98,9 @@ pub struct MatmulKernels {
     /// activation load, wide weight loads), for the quantized types, where
     /// the device has subgroup arithmetic.
     pub vector: Option<Kernel>,
+    /// The same on activations rounded to 8 bits, in integer dot products
+    /// (devices with `VK_KHR_shader_integer_dot_product`).
+    pub vector_dot: Option<Kernel>,
 }
 
 /// The workgroup size of a kernel that takes a whole row per workgroup and
@@ -124,6 +127,18 @@ pub fn matmul_kernels(kind: QuantKind) -> Option<MatmulKernels> {
         _ => None,
     };
     #[rustfmt::skip]
+    let vector_dot = match kind {
+        QuantKind::Q4_0 => Some(K::MatvecDotQ40),
+        QuantKind::Q4_1 => Some(K::MatvecDotQ41),
+        QuantKind::Q5_0 => Some(K::MatvecDotQ50),
+        QuantKind::Q5_1 => Some(K::MatvecDotQ51),
+        QuantKind::Q8_0 => Some(K::MatvecDotQ80),
+        QuantKind::Q4_K => Some(K::MatvecDotQ4K),
+        QuantKind::Q5_K => Some(K::MatvecDotQ5K),
+        QuantKind::Q6_K => Some(K::MatvecDotQ6K),
+        _ => None,
+    };
+    #[rustfmt::skip]
     let (decode, decode_subgroup, tiled, coopmat) = match kind {
         QuantKind::F32 => (K::MatmulF32, K::MatmulF32Subgroup, K::MatmulTiledF32, K::MatmulCoopF32),
         QuantKind::F16 => (K::MatmulF16, K::MatmulF16Subgroup, K::MatmulTiledF16, K::MatmulCoopF16),
@@ -143,6 +158,7 @@ pub fn matmul_kernels(kind: QuantKind) -> Option<MatmulKernels> {
         tiled,
         coopmat,
         vector,
+        vector_dot,
     })
 }
 
@@ -231,7 +247,12 @@ impl OpPipelines {
                 // Variants the device cannot run (subgroups) are left out;
                 // the planner never picks them there.
                 let needs = kernel.needs();
-                let runs = needs.met(info.use_subgroups, info.use_float16, info.use_coopmat);
+                let runs = needs.met(Offered {
+                    subgroups: info.use_subgroups,
+                    float16: info.use_float16,
+                    coopmat: info.use_coopmat,
+                    integer_dot: info.use_integer_dot,
+                });
                 let pipeline = if kernel.is_op() && runs {
                     // The cooperative-matrix kernel takes its shape as
                     // specialization constants, the GPU decode product its

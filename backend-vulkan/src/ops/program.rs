@@ -288,6 +288,7 @@ impl VulkanBackend {
             coopmat: info.use_coopmat,
             vector_batch: info.matvec_batch,
             vector_rows: info.matvec_shape.rows,
+            integer_dot: info.use_integer_dot,
         }
     }
 
