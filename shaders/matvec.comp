@@ -18,12 +18,15 @@
 // MAX_BATCH, the activation rows a pass takes (1, 2 or 4); the workgroup's
 // size (64, 128 or 256);
 // INT_DOT (a kernel variant, for devices with VK_KHR_shader_integer_dot_
-// product): each invocation rounds its task's activations to 8 bits, each
-// run of 16 on its own scale, once for all the rows, and the rows' weight
-// bytes meet them in packed 4 × 8-bit dot products summed in integers,
-// where the float product takes a conversion and a multiply-add per
-// weight; the rows' results are what the weights give on the rounded
-// activations (as llama.cpp's Q8_1 products), not the exact f32 product.
+// product): the activations come rounded to 8 bits, each run of 16 on its
+// own scale (quantize.comp, once per input however many products read it;
+// x_offset and x_stride then address the rounded copy, in words), so a
+// workgroup reads a quarter of the bytes, and the rows' weight bytes meet
+// them in packed 4 × 8-bit dot products summed in integers, where the
+// float product takes a conversion and a multiply-add per weight. The
+// results are what the weights give on the rounded activations (as
+// llama.cpp's Q8_1 products), not the exact f32 product. STAGE does not
+// apply to it.
 // STAGE, which first copies a pass's activations into shared memory with
 // coalesced loads (an invocation's own 128 contiguous bytes would
 // otherwise make each of its vec4 loads touch 32 cache lines a subgroup),
@@ -122,6 +125,14 @@ void main() {
                     }
                 }
                 for (uint b = 0u; b < MAX_BATCH; b++) {
+#ifdef INT_DOT
+                    if (b < nb && live) {
+                        TaskActs8 x8 = load_acts8(k[0].start, p.x_offset + (b0 + b) * p.x_stride);
+                        for (uint r = 0u; r < ROWS; r++) {
+                            acc[r][b] += task_dot8(k[r], x8);
+                        }
+                    }
+#else
                     if (b < nb) {
                         TaskActs x;
                         if (STAGE) {
@@ -135,18 +146,12 @@ void main() {
                             x = load_acts(k[0].start, x4 + b * stride4);
                         }
                         if (live) {
-#ifdef INT_DOT
-                            TaskActs8 x8 = round_acts(x);
-                            for (uint r = 0u; r < ROWS; r++) {
-                                acc[r][b] += task_dot8(k[r], x8);
-                            }
-#else
                             for (uint r = 0u; r < ROWS; r++) {
                                 acc[r][b] += task_dot(k[r], x);
                             }
-#endif
                         }
                     }
+#endif
                 }
             }
             for (uint r = 0u; r < ROWS; r++) {

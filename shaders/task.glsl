@@ -242,6 +242,9 @@ float task_dot(Task k, TaskActs x) {
 }
 
 #ifdef INT_DOT
+// The activations as words: their rounded copies (quantize.comp).
+layout(std430, set = 0, binding = 1) buffer ActivationWords4 { uvec4 actw4[]; };
+
 // A task's activations rounded to 8 bits, each run of 16 on its own scale
 // (its largest magnitude over 127): 16 signed bytes a run, the scale, and
 // the sum of the run's rounded values (for the blocks' offsets).
@@ -252,17 +255,6 @@ struct TaskActs8 {
     ivec2 sum;
 };
 
-// The rounded run of 16 activations `x0 .. x3`, and its scale.
-uvec4 round_run(vec4 x0, vec4 x1, vec4 x2, vec4 x3, out float scale) {
-    vec4 m = max(max(abs(x0), abs(x1)), max(abs(x2), abs(x3)));
-    float amax = max(max(m.x, m.y), max(m.z, m.w));
-    scale = amax / 127.0;
-    float inv = amax > 0.0 ? 1.0 / amax : 0.0;
-    // packSnorm4x8 rounds clamp(v, -1, 1) * 127 to the nearest integer.
-    return uvec4(packSnorm4x8(x0 * inv), packSnorm4x8(x1 * inv),
-                 packSnorm4x8(x2 * inv), packSnorm4x8(x3 * inv));
-}
-
 // The sum of the four signed bytes of each word of `q`.
 int byte_sum(uvec4 q) {
     int s = dotPacked4x8EXT(0x01010101u, int(q.x));
@@ -271,10 +263,15 @@ int byte_sum(uvec4 q) {
     return s + dotPacked4x8EXT(0x01010101u, int(q.w));
 }
 
-TaskActs8 round_acts(TaskActs x) {
+// The activations a task with runs at `start` meets, from the rounded
+// copy of a row (quantize.comp) whose first word is `row` (a multiple of
+// 4): each run's 16 bytes, its scale, and the sum of its bytes.
+TaskActs8 load_acts8(uvec2 start, uint row) {
     TaskActs8 r;
-    r.a = round_run(x.a0, x.a1, x.a2, x.a3, r.scale.x);
-    r.b = round_run(x.b0, x.b1, x.b2, x.b3, r.scale.y);
+    r.a = actw4[(row + start.x / 4u) / 4u];
+    r.b = actw4[(row + start.y / 4u) / 4u];
+    uint scales = row + p.cols / 4u;
+    r.scale = vec2(act[scales + start.x / 16u], act[scales + start.y / 16u]);
     r.sum = ivec2(byte_sum(r.a), byte_sum(r.b));
     return r;
 }

@@ -24,6 +24,7 @@ mod hazard;
 mod op;
 mod pipelines;
 mod program;
+mod rounding;
 mod step;
 
 pub use op::{GluActivation, Op};

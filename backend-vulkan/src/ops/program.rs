@@ -10,6 +10,7 @@ use pagoda_core::QuantKind;
 
 use super::op::{matrix_bytes, shape, KernelChoice, Op};
 use super::pipelines::{OpParams, OpPipelines};
+use super::step::{with_rounded_inputs, Recorded};
 use crate::kernels::Kernel;
 use crate::memory::Buffer;
 use crate::{KernelProfile, ProgramHostTime, VulkanBackend, VulkanError};
@@ -356,7 +357,9 @@ impl VulkanBackend {
         let map = weights.map();
         let mut planned = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
-            planned.push(op.plan_in(i, &map, act_len, meta, self.kernel_choice())?);
+            let (kernel, params, groups, set) =
+                op.plan_in(i, &map, act_len, meta, self.kernel_choice())?;
+            planned.push((Recorded::Op(kernel, params, groups, set), op.accesses()));
         }
         let limit = self.ctx.info.max_storage_buffer_range;
         let act_bytes = (4 * act_len).max(4);
@@ -366,9 +369,18 @@ impl VulkanBackend {
                 "activations of {act_bytes} bytes are more than one binding covers ({limit})"
             )));
         }
+        // The integer-dot products' rounded inputs, past the activations.
+        let (planned, buffer_bytes) = with_rounded_inputs(planned, act_bytes, limit)?;
+        let planned: Vec<(Kernel, OpParams, u32, usize)> = planned
+            .into_iter()
+            .filter_map(|(what, _)| match what {
+                Recorded::Op(kernel, params, groups, set) => Some((kernel, params, groups, set)),
+                Recorded::Attention(_) => None,
+            })
+            .collect();
         self.ensure_op_pipelines()?;
         let ctx = self.ctx.clone();
-        let act_buf = Buffer::new(&ctx, "activations", act_bytes, MemoryLocation::GpuOnly)?;
+        let act_buf = Buffer::new(&ctx, "activations", buffer_bytes, MemoryLocation::GpuOnly)?;
         let meta_buf = Buffer::new(&ctx, "op meta", meta_bytes, MemoryLocation::GpuOnly)?;
         let mut upload = Buffer::new(
             &ctx,

@@ -18,6 +18,7 @@ use pagoda_core::Slot;
 use super::hazard::{Access, Hazards, Resource};
 use super::op::{shape, Op};
 use super::pipelines::OpParams;
+use super::rounding::round_inputs;
 use crate::commands::Dispatch;
 use crate::kernels::{Kernel, Params};
 use crate::{
@@ -97,8 +98,11 @@ enum Planned {
     },
 }
 
+/// The dispatches of a program in order, each with what it touches.
+pub(super) type Dispatches = Vec<(Recorded, Vec<Access>)>;
+
 /// One dispatch of a step program: an op kernel, or an attention kernel.
-enum Recorded {
+pub(super) enum Recorded {
     Op(Kernel, OpParams, u32, usize),
     Attention(Dispatch),
 }
@@ -373,6 +377,9 @@ impl VulkanBackend {
             }
         }
 
+        // The integer-dot products' rounded inputs, past the activations.
+        let (recorded, act_bytes) = with_rounded_inputs(recorded, act_bytes, limit)?;
+
         self.ensure_op_pipelines()?;
         // The step buffers are kept and grown, not made per step.
         let init_bytes = 4 * program.init.len() as u64;
@@ -603,6 +610,37 @@ impl VulkanBackend {
         });
         Ok(())
     }
+}
+
+/// `recorded` with the integer-dot products' inputs rounded first
+/// ([`round_inputs`]) in a scratch area after the `act_bytes` of
+/// activations, and the bytes the activation buffer then needs (at most
+/// `limit`, one binding's range); every op dispatch's bounds cover it.
+pub(super) fn with_rounded_inputs(
+    recorded: Dispatches,
+    act_bytes: u64,
+    limit: u64,
+) -> Result<(Dispatches, u64), VulkanError> {
+    let scratch = (act_bytes / 4).next_multiple_of(4);
+    let Ok(scratch) = u32::try_from(scratch) else {
+        return Ok((recorded, act_bytes));
+    };
+    let (mut recorded, words) = round_inputs(recorded, scratch);
+    if words == 0 {
+        return Ok((recorded, act_bytes));
+    }
+    let total = 4 * (u64::from(scratch) + u64::from(words));
+    if total > limit {
+        return Err(VulkanError::Unsupported(format!(
+            "activations and their 8-bit copies of {total} bytes are more than one binding covers ({limit})"
+        )));
+    }
+    for (what, _) in &mut recorded {
+        if let Recorded::Op(_, params, _, _) = what {
+            params.act_words = (total / 4) as u32;
+        }
+    }
+    Ok((recorded, total))
 }
 
 /// Device time per kernel of the dispatches `recorded`, from `spans` (the
