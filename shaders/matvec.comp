@@ -15,7 +15,7 @@
 // the product to what the output held (the residual connection, fused).
 //
 // Specialization constants (the host's MatvecShape): ROWS (2, 4 or 8);
-// MAX_BATCH, the activation rows a pass takes (1, 2 or 4); the workgroup's
+// MAX_BATCH, the activation rows a pass takes (1, 2, 4 or 8); the workgroup's
 // size (64, 128 or 256);
 // INT_DOT (a kernel variant, for devices with VK_KHR_shader_integer_dot_
 // product): the activations come rounded to 8 bits, each run of 16 on its

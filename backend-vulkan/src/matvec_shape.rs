@@ -16,7 +16,7 @@ pub struct MatvecShape {
     pub stage: bool,
     /// Convert quant bytes with the exponent trick.
     pub magic: bool,
-    /// Activation rows a pass reads the weights for: 1, 2 or 4.
+    /// Activation rows a pass reads the weights for: 1, 2, 4 or 8.
     pub batch: u32,
     /// Invocations per workgroup: 64, 128 or 256.
     pub group: u32,
@@ -77,7 +77,7 @@ impl MatvecShape {
             let (key, value) = field.split_at_checked(1)?;
             let value: u32 = value.parse().ok()?;
             match key {
-                "b" if [1, 2, 4].contains(&value) => shape.batch = value,
+                "b" if [1, 2, 4, 8].contains(&value) => shape.batch = value,
                 "g" if [64, 128, 256].contains(&value) => shape.group = value,
                 _ => return None,
             }

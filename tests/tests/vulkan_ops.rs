@@ -231,7 +231,7 @@ fn the_gpu_decode_product_on_8_bit_activations_stays_within_their_rounding() {
     // device has VK_KHR_shader_integer_dot_product (accelerated or not),
     // in the default shape and with one activation row a pass.
     let mut rng = Rng::new(0x1D07_8B17);
-    for text in ["4m", "2m-b1-g64"] {
+    for text in ["4m", "2m-b1-g64", "8m-b8"] {
         let options = VulkanOptions {
             integer_dot: Some(true),
             matvec_shape: MatvecShape::parse(text),
