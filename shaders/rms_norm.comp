@@ -6,7 +6,16 @@
 // reads must be spread over many invocations, each with several loads in
 // flight, or the norm waits on one load at a time (64 invocations took
 // 32 µs a row of 4,096 on an H200).
+//
+// ROUND (rms_norm_round) also writes the normed rows rounded to 8 bits for
+// the integer-dot products that read them, as quantize.comp would in a
+// dispatch of its own: row b's copy at word aux2 + b * aux3.
 #include "ops_common.glsl"
+#ifdef ROUND
+#include "round8.glsl"
+layout(std430, set = 0, binding = 1) buffer Activations4 { vec4 act4[]; };
+layout(std430, set = 0, binding = 1) buffer ActivationWords4 { uvec4 actw4[]; };
+#endif
 
 layout(local_size_x_id = 0) in;
 #define GROUP gl_WorkGroupSize.x
@@ -58,6 +67,21 @@ void main() {
                 }
             }
         }
+#ifdef ROUND
+        // The row's runs of 16, read back once the workgroup wrote them.
+        memoryBarrierBuffer();
+        barrier();
+        uint runs = p.cols / 16u;
+        uint copy = p.aux2 + b * p.aux3;
+        CHECK(copy + 5u * runs <= p.act_words, FAULT_ACT)
+        for (uint r = tid; r < runs; r += GROUP) {
+            uint at = y / 4u + 4u * r;
+            float scale;
+            uvec4 q = round_run(act4[at], act4[at + 1u], act4[at + 2u], act4[at + 3u], scale);
+            actw4[copy / 4u + r] = q;
+            act[copy + 4u * runs + r] = scale;
+        }
+#endif
         barrier();
     }
 }

@@ -265,7 +265,9 @@ impl OpPipelines {
                         // One workgroup a row: as wide as the device
                         // allows, up to what the kernel's shared memory
                         // holds.
-                        _ if kernel == Kernel::RmsNorm => vec![row_workgroup(info, 512)],
+                        _ if matches!(kernel, Kernel::RmsNorm | Kernel::RmsNormRound) => {
+                            vec![row_workgroup(info, 512)]
+                        }
                         _ if kernel == Kernel::Argmax => vec![row_workgroup(info, 1024)],
                         _ => Vec::new(),
                     };

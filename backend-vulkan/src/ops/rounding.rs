@@ -6,7 +6,11 @@
 //! input rows change (another input, or a dispatch that writes them).
 //! Rounding once per input, rather than in every workgroup of every
 //! product that reads it, leaves each workgroup a quarter of the bytes to
-//! read and no rounding to do.
+//! read and no rounding to do. Where the dispatch just before wrote exactly
+//! those rows (the norm before the queries, keys and values, or before
+//! gate and up; the gated unit before the down projection), it takes its
+//! variant that also writes them rounded (`rms_norm_round`,
+//! `swiglu_round`), and no dispatch is added.
 
 use super::hazard::{rows, Access, Resource};
 use super::pipelines::OpParams;
@@ -62,7 +66,14 @@ pub(crate) fn round_inputs(dispatches: Dispatches, scratch: u32) -> (Dispatches,
         let span = params.batch * stride + params.cols;
         let rounded = u64::from(scratch)..u64::from(scratch) + u64::from(span);
         words = words.max(span);
-        if held.as_ref().map(|h| h.key) != Some(key) {
+        let fused = held.as_ref().map(|h| h.key) != Some(key)
+            && fuse_into_last(&mut out, key, scratch, stride, &rounded);
+        if fused {
+            held = Some(Held {
+                key,
+                source: source.clone(),
+            });
+        } else if held.as_ref().map(|h| h.key) != Some(key) {
             let quantize = OpParams {
                 y_offset: scratch,
                 y_stride: stride,
@@ -102,6 +113,41 @@ pub(crate) fn round_inputs(dispatches: Dispatches, scratch: u32) -> (Dispatches,
         out.push((Recorded::Op(kernel, product, groups, set), access));
     }
     (out, words)
+}
+
+/// Turns the last dispatch of `out` into its rounding variant if it is a
+/// norm or gated unit that wrote exactly the rows `key` names, the copy to
+/// start at word `scratch`, rows `stride` apart, spanning `rounded`.
+/// Returns whether it did.
+fn fuse_into_last(
+    out: &mut Dispatches,
+    key: (u32, u32, u32, u32),
+    scratch: u32,
+    stride: u32,
+    rounded: &std::ops::Range<u64>,
+) -> bool {
+    let Some((Recorded::Op(kernel, params, groups, _), access)) = out.last_mut() else {
+        return false;
+    };
+    let wrote = (params.y_offset, params.y_stride, params.batch, params.cols);
+    let round = match kernel {
+        Kernel::RmsNorm => Kernel::RmsNormRound,
+        Kernel::Swiglu => Kernel::SwigluRound,
+        _ => return false,
+    };
+    if wrote != key {
+        return false;
+    }
+    if round == Kernel::SwigluRound {
+        // One invocation per run of 16 outputs.
+        let runs = params.batch * (params.cols / 16);
+        *groups = runs.div_ceil(GROUP).clamp(1, MAX_GROUPS);
+    }
+    *kernel = round;
+    params.aux2 = scratch;
+    params.aux3 = stride;
+    access.push(Access::write(Resource::Act, rounded.clone()));
+    true
 }
 
 /// Forgets the rounded rows if `access` writes any of their inputs.
@@ -208,6 +254,60 @@ mod tests {
                         .any(|a| !a.write && a.range.start < u64::from(scratch)));
                 }
                 _ => {}
+            }
+        }
+    }
+
+    /// A norm (or gated unit) writing one row of 64 at `at`, as the
+    /// products' input.
+    fn producer(kernel: Kernel, at: u32) -> (Recorded, Vec<Access>) {
+        let params = OpParams {
+            cols: 64,
+            batch: 1,
+            y_offset: at,
+            y_stride: 64,
+            ..OpParams::default()
+        };
+        let access = vec![Access::write(Resource::Act, rows(at, 64, 1, 64))];
+        (Recorded::Op(kernel, params, 1, 0), access)
+    }
+
+    #[test]
+    fn a_norm_or_gated_unit_just_before_rounds_what_it_wrote() {
+        use Kernel::{MatvecDotQ40 as Dot, Quantize as Q};
+        let scratch = 1024;
+        let list = vec![
+            producer(Kernel::RmsNorm, 0),
+            product(0, 100, 8),
+            product(0, 200, 4),
+            producer(Kernel::Swiglu, 300),
+            product(300, 400, 4),
+            // Not just before: a quantize of its own.
+            producer(Kernel::RmsNorm, 500),
+            writer(700, 8),
+            product(500, 800, 4),
+        ];
+        let (out, _) = round_inputs(list, scratch);
+        assert_eq!(
+            kernels(&out),
+            [
+                Kernel::RmsNormRound,
+                Dot,
+                Dot,
+                Kernel::SwigluRound,
+                Dot,
+                Kernel::RmsNorm,
+                Kernel::RmsNorm,
+                Q,
+                Dot
+            ]
+        );
+        let rounded = u64::from(scratch)..u64::from(scratch) + 20 + 64;
+        for (what, access) in &out[..4] {
+            if let Recorded::Op(k @ (Kernel::RmsNormRound | Kernel::SwigluRound), params, ..) = what
+            {
+                assert_eq!((params.aux2, params.aux3), (scratch, 20), "{k:?}");
+                assert!(access.contains(&Access::write(Resource::Act, rounded.clone())));
             }
         }
     }
