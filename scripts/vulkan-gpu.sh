@@ -9,7 +9,7 @@
 #   scripts/vulkan-gpu.sh DIR [STAGE...]
 #
 # DIR holds the prebuilt programs: `pagoda`, the test binaries
-# (`test-vulkan`, `test-vulkan_ops`, `test-vulkan_step`,
+# (`test-vulkan`, `test-vulkan_ops`, `test-vulkan_int8`, `test-vulkan_step`,
 # `test-engine-vulkan_step`), the bench binaries (`bench-ops`), and
 # optionally `llama-vulkan.tar.xz` (llama.cpp's `llama-bench` with
 # GGML_VULKAN), `vl/*.deb` (a Khronos validation layer to unpack) and
@@ -71,7 +71,7 @@ setup() {
 # then without.
 tests() {
     local t coops
-    for t in test-vulkan test-vulkan_ops test-vulkan_step test-engine-vulkan_step; do
+    for t in test-vulkan test-vulkan_ops test-vulkan_int8 test-vulkan_step test-engine-vulkan_step; do
         [[ -x "$dir/$t" ]] || { echo "no $t"; continue; }
         # The attention suite runs no products: cooperative matrices or
         # not, the same kernels.

@@ -30,7 +30,7 @@
 //! Weights are random blocks with small scales; the kernels' work does not
 //! depend on the values. Timing runs the plain kernels without validation.
 
-use pagoda_conformance::{rounding_bound, Rng};
+use pagoda_conformance::{dot_and_magnitude, rounding_bound, Rng};
 use pagoda_core::{dequantize_row, QuantKind};
 use pagoda_vulkan::{DeviceKind, MatvecShape, Op, VulkanBackend, VulkanOptions, VulkanWeights};
 
@@ -95,16 +95,7 @@ fn check(backend: &mut VulkanBackend, rng: &mut Rng) {
             dequantize_row(kind, &w[r * row_bytes..][..row_bytes], &mut dq).expect("dequantize");
             for b in 0..batch {
                 let xs = &x[b * cols..][..cols];
-                let want: f64 = dq
-                    .iter()
-                    .zip(xs)
-                    .map(|(&a, &c)| f64::from(a) * f64::from(c))
-                    .sum();
-                let scale: f64 = dq
-                    .iter()
-                    .zip(xs)
-                    .map(|(&a, &c)| (f64::from(a) * f64::from(c)).abs())
-                    .sum();
+                let (want, scale) = dot_and_magnitude(&dq, xs);
                 let err = (f64::from(got[b * rows + r]) - want).abs() / scale.max(1e-30);
                 let bound = if rounded && kind != QuantKind::F16 {
                     1e-5 + 1.01 * rounding_bound(&dq, xs) / scale.max(1e-30)

@@ -297,24 +297,8 @@ impl Commands {
     /// Nanoseconds between each profiling timestamp and the next, of the
     /// first `count`.
     pub(crate) fn read_profile(&self, count: u32) -> Result<Vec<f64>, VulkanError> {
-        let mut stamps = vec![0u64; count.min(self.profile_capacity) as usize];
-        // SAFETY: the queries were written by the submission just waited for.
-        unsafe {
-            self.ctx
-                .device
-                .get_query_pool_results(
-                    self.profile_queries,
-                    0,
-                    &mut stamps,
-                    vk::QueryResultFlags::TYPE_64,
-                )
-                .map_err(VulkanError::vk("vkGetQueryPoolResults"))?;
-        }
-        let period = f64::from(self.ctx.info.timestamp_period_ns.unwrap_or(1.0));
-        Ok(stamps
-            .windows(2)
-            .map(|s| s[1].wrapping_sub(s[0]) as f64 * period)
-            .collect())
+        let stamps = self.stamps(self.profile_queries, count.min(self.profile_capacity))?;
+        Ok(stamps.windows(2).map(|s| self.nanos(s[0], s[1])).collect())
     }
 
     /// Resets the command buffer, lets `record` fill it, submits it and
@@ -416,19 +400,29 @@ impl Commands {
 
     /// Nanoseconds between each pair of the first `pairs` × 2 timestamps.
     pub(crate) fn read_timestamps(&self, pairs: usize) -> Result<Vec<f64>, VulkanError> {
-        let mut stamps = vec![0u64; 2 * pairs];
+        let stamps = self.stamps(self.queries, 2 * pairs as u32)?;
+        Ok(stamps
+            .chunks_exact(2)
+            .map(|s| self.nanos(s[0], s[1]))
+            .collect())
+    }
+
+    /// The first `count` timestamps of `pool`, in ticks.
+    fn stamps(&self, pool: vk::QueryPool, count: u32) -> Result<Vec<u64>, VulkanError> {
+        let mut stamps = vec![0u64; count as usize];
         // SAFETY: the queries were written by the submission just waited for.
         unsafe {
             self.ctx
                 .device
-                .get_query_pool_results(self.queries, 0, &mut stamps, vk::QueryResultFlags::TYPE_64)
+                .get_query_pool_results(pool, 0, &mut stamps, vk::QueryResultFlags::TYPE_64)
                 .map_err(VulkanError::vk("vkGetQueryPoolResults"))?;
         }
-        let period = f64::from(self.ctx.info.timestamp_period_ns.unwrap_or(1.0));
-        Ok(stamps
-            .chunks_exact(2)
-            .map(|s| s[1].wrapping_sub(s[0]) as f64 * period)
-            .collect())
+        Ok(stamps)
+    }
+
+    /// Nanoseconds from timestamp `from` to `to`.
+    fn nanos(&self, from: u64, to: u64) -> f64 {
+        to.wrapping_sub(from) as f64 * f64::from(self.ctx.info.timestamp_period_ns.unwrap_or(1.0))
     }
 }
 

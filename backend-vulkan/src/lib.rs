@@ -56,6 +56,7 @@
 mod commands;
 mod context;
 mod error;
+mod features;
 mod inject;
 mod kernels;
 #[cfg(test)]
@@ -80,10 +81,11 @@ use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot, PAGE_SIZE};
 
 pub use commands::KernelTime;
 pub use context::{
-    CoopMatrixShape, DeviceInfo, DeviceKind, IntegerDot, VulkanOptions, COOPMAT_ENV, DEVICE_ENV,
-    FLOAT16_ENV, INT_DOT_ENV, MATVEC_ENV, MATVEC_SHAPE_ENV, SUBGROUPS_ENV, VALIDATION_ENV,
+    DeviceInfo, DeviceKind, VulkanOptions, COOPMAT_ENV, DEVICE_ENV, FLOAT16_ENV, INT_DOT_ENV,
+    MATVEC_ENV, MATVEC_SHAPE_ENV, SUBGROUPS_ENV, VALIDATION_ENV,
 };
 pub use error::VulkanError;
+pub use features::{CoopMatrixShape, IntegerDot};
 pub use kernels::{Kernel, KV_CHUNKS};
 pub use matvec_shape::MatvecShape;
 pub use ops::{

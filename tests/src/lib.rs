@@ -76,6 +76,15 @@ impl Rng {
     }
 }
 
+/// `Σ w·x` and `Σ |w·x|` in f64: a product's reference and the scale its
+/// errors are measured against.
+pub fn dot_and_magnitude(w: &[f32], xs: &[f32]) -> (f64, f64) {
+    w.iter().zip(xs).fold((0.0, 0.0), |(sum, size), (&a, &c)| {
+        let p = f64::from(a) * f64::from(c);
+        (sum + p, size + p.abs())
+    })
+}
+
 /// The most that rounding the activations `xs` to 8 bits, as the Vulkan
 /// GPU decode product's integer-dot variant does, can move `Σ w·x`: each
 /// aligned run of 16 activations is rounded to multiples of its largest

@@ -42,9 +42,9 @@ fn row_words(cols: u32) -> u32 {
 /// multiple of 4, past every activation the program addresses). Returns
 /// the dispatches and the scratch words they use; a program without such
 /// products comes back as it was, with none.
-pub(crate) fn round_inputs(dispatches: Dispatches, scratch: u32) -> (Dispatches, u32) {
+pub(crate) fn round_inputs(dispatches: Dispatches, scratch: u32) -> (Dispatches, u64) {
     let mut out = Vec::with_capacity(dispatches.len());
-    let mut words = 0u32;
+    let mut words = 0u64;
     // The input rows the scratch holds rounded.
     let mut held: Option<Held> = None;
     for (what, access) in dispatches {
@@ -63,8 +63,8 @@ pub(crate) fn round_inputs(dispatches: Dispatches, scratch: u32) -> (Dispatches,
         let stride = row_words(params.cols);
         // Slack of a row's length past the last rounded row: the product's
         // bounds check reads a rounded row as `cols` long.
-        let span = params.batch * stride + params.cols;
-        let rounded = u64::from(scratch)..u64::from(scratch) + u64::from(span);
+        let span = u64::from(params.batch) * u64::from(stride) + u64::from(params.cols);
+        let rounded = u64::from(scratch)..u64::from(scratch) + span;
         words = words.max(span);
         let fused = held.as_ref().map(|h| h.key) != Some(key)
             && fuse_into_last(&mut out, key, scratch, stride, &rounded);
@@ -239,7 +239,7 @@ mod tests {
             let Recorded::Op(kernel, params, ..) = what else {
                 unreachable!()
             };
-            let rounded = u64::from(scratch)..u64::from(scratch + words);
+            let rounded = u64::from(scratch)..u64::from(scratch) + words;
             match kernel {
                 Kernel::Quantize => {
                     assert_eq!((params.y_offset, params.y_stride), (scratch, 20));

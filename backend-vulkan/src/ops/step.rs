@@ -629,7 +629,7 @@ pub(super) fn with_rounded_inputs(
     if words == 0 {
         return Ok((recorded, act_bytes));
     }
-    let total = 4 * (u64::from(scratch) + u64::from(words));
+    let total = 4 * (u64::from(scratch) + words);
     if total > limit {
         return Err(VulkanError::Unsupported(format!(
             "activations and their 8-bit copies of {total} bytes are more than one binding covers ({limit})"
