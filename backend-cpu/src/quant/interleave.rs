@@ -45,6 +45,10 @@ pub(super) use k4::{
 };
 #[cfg(target_arch = "x86_64")]
 pub(super) use k5::{BLOCK as K5_GROUP_BLOCK, QH as K5_QH, QS as K5_QS};
+#[cfg(target_arch = "x86_64")]
+pub(super) use k6::{
+    BLOCK as K6_GROUP_BLOCK, D as K6_D, QS as K6_QS, SCALES as K6_SCALES, SCALE_PAIRS as K6_PAIRS,
+};
 
 /// Weight rows interleaved together.
 pub const GROUP: usize = 8;
@@ -65,8 +69,8 @@ pub enum WeightLayout {
 /// interleaved kernel (Q4_0 and Q8_0: an f16 scale, then the payload; Q4_1:
 /// an f16 scale and minimum; Q5_0 and Q5_1, as Q4_0 and Q4_1 with their
 /// fifth bits; Q4_K, whose 6-bit scales and minimums are unpacked to
-/// bytes, and Q5_K, which adds its fifth bits). Q6_K is left plain (see the
-/// README).
+/// bytes, and Q5_K, which adds its fifth bits; Q6_K, whose six bits a value
+/// are regrouped so that three masks and three shifts unpack them).
 pub fn interleaves(kind: QuantKind) -> bool {
     matches!(
         kind,
@@ -77,6 +81,7 @@ pub fn interleaves(kind: QuantKind) -> bool {
             | QuantKind::Q8_0
             | QuantKind::Q4_K
             | QuantKind::Q5_K
+            | QuantKind::Q6_K
     )
 }
 
@@ -187,11 +192,43 @@ mod k5 {
     pub const BLOCK: usize = QS + 8 * 128;
 }
 
+/// A group's Q6_K block: the eight rows' `d` (f16, 16 bytes), their 16
+/// scales in eight pairs (128: pair `p` of row `r` at `16 + 16p + 2r`, the
+/// pairs' scales given by [`SCALE_PAIRS`](k6::SCALE_PAIRS)), then 16 steps
+/// of three 32-byte vectors (1,536), each lane four bytes of one row. Step
+/// `i`'s vectors hold in bits 0..6 of byte `k` the values `4i + k`,
+/// `64 + 4i + k` and `128 + 4i + k`, and in bits 6..8 two bits each of
+/// value `192 + 4i + k` (its bits 0..2, 2..4 and 4..6): three masks give
+/// three values' vectors, three shifts and masks the fourth's, where
+/// GGUF's split of four low bits and two high bits takes about twice the
+/// instructions. The block is exactly eight rows' bytes (1,680).
+mod k6 {
+    pub const D: usize = 0;
+    pub const SCALES: usize = 16;
+    pub const QS: usize = SCALES + 8 * 16;
+    pub const BLOCK: usize = QS + 16 * 3 * 32;
+    /// The two scales (sub-blocks of 16 values) of each pair: the four
+    /// scales one step's vectors need (`i / 4`, `4 + i / 4`, `8 + i / 4`,
+    /// `12 + i / 4`) come in two pairs, and pairs 0..4 take the activation
+    /// sums of the first eight sub-blocks, pairs 4..8 of the last eight.
+    pub const SCALE_PAIRS: [(usize, usize); 8] = [
+        (0, 4),
+        (1, 5),
+        (2, 6),
+        (3, 7),
+        (8, 12),
+        (9, 13),
+        (10, 14),
+        (11, 15),
+    ];
+}
+
 /// Bytes of one group's block: eight rows' blocks of the same columns.
 fn group_block(kind: QuantKind) -> usize {
     match kind {
         QuantKind::Q4_K => k4::BLOCK,
         QuantKind::Q5_K => k5::BLOCK,
+        QuantKind::Q6_K => k6::BLOCK,
         _ => GROUP * kind.block_bytes(),
     }
 }
@@ -250,7 +287,9 @@ pub fn interleave(
         for (b, src) in row.chunks_exact(block).enumerate() {
             let at = (g * blocks + b) * gblock;
             let dst = &mut out[at..at + gblock];
-            if matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K) {
+            if kind == QuantKind::Q6_K {
+                k6_to_group(src, dst, lane);
+            } else if matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K) {
                 k_to_group(src, dst, lane, kind == QuantKind::Q5_K);
             } else {
                 let heads = heads(kind);
@@ -329,6 +368,107 @@ fn k_from_group(src: &[u8], dst: &mut [u8], lane: usize, five: bool) {
     }
 }
 
+/// Bytes 0..4 of every byte pair's six-bit values, four values a word.
+const LOW6: u32 = 0x3f3f_3f3f;
+const LOW4: u32 = 0x0f0f_0f0f;
+const LOW2: u32 = 0x0303_0303;
+
+/// The little-endian word at `at` of `b`.
+fn word(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// One Q6_K block (210 bytes) of row `lane` into its group's block (see
+/// [`k6`]), four values a word: in GGUF's order value `l + 32j` of each
+/// half (`l` below 32) takes the low (`j` < 2) or high nibble of
+/// `ql[l + 32 (j mod 2)]` and bits `2j..2j + 2` of `qh[l]`, so the words
+/// at `l`, `32 + l` of a half's `ql` and at `l` of its `qh` hold that
+/// half's values `l`, `32 + l`, `64 + l` and `96 + l` (four each).
+fn k6_to_group(src: &[u8], dst: &mut [u8], lane: usize) {
+    // Whole blocks, so that the indices below need no checks.
+    let (src, dst, lane) = (&src[..210], &mut dst[..k6::BLOCK], lane % GROUP);
+    dst[k6::D + 2 * lane..k6::D + 2 * lane + 2].copy_from_slice(&src[208..210]);
+    for (p, &(s1, s2)) in k6::SCALE_PAIRS.iter().enumerate() {
+        let at = k6::SCALES + 16 * p + 2 * lane;
+        dst[at] = src[192 + s1];
+        dst[at + 1] = src[192 + s2];
+    }
+    for l in (0..32).step_by(LANE) {
+        // Values l.., 32 + l.., ..., 224 + l.. of the block.
+        let mut v = [0u32; 8];
+        for half in 0..2 {
+            let (lo, hi, h) = (
+                word(src, 64 * half + l),
+                word(src, 64 * half + 32 + l),
+                word(src, 128 + 32 * half + l),
+            );
+            v[4 * half] = (lo & LOW4) | ((h & LOW2) << 4);
+            v[4 * half + 1] = (hi & LOW4) | (((h >> 2) & LOW2) << 4);
+            v[4 * half + 2] = ((lo >> 4) & LOW4) | (((h >> 4) & LOW2) << 4);
+            v[4 * half + 3] = ((hi >> 4) & LOW4) | (((h >> 6) & LOW2) << 4);
+        }
+        // Step i = l / 4 holds values 4i.., 64 + 4i.., 128 + 4i.. and
+        // 192 + 4i..; step i + 8 the same 32 on.
+        for (step, [a, b, c, d]) in [
+            (l / LANE, [v[0], v[2], v[4], v[6]]),
+            (l / LANE + 8, [v[1], v[3], v[5], v[7]]),
+        ] {
+            let at = k6::QS + 96 * step + LANE * lane;
+            let bytes = [
+                a | ((d & LOW2) << 6),
+                b | (((d >> 2) & LOW2) << 6),
+                c | (((d >> 4) & LOW2) << 6),
+            ];
+            for (t, byte) in bytes.into_iter().enumerate() {
+                dst[at + 32 * t..at + 32 * t + LANE].copy_from_slice(&byte.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// [`k6_to_group`] undone (`dst`: the row's block).
+fn k6_from_group(src: &[u8], dst: &mut [u8], lane: usize) {
+    let (src, dst, lane) = (&src[..k6::BLOCK], &mut dst[..210], lane % GROUP);
+    dst[208..210].copy_from_slice(&src[k6::D + 2 * lane..k6::D + 2 * lane + 2]);
+    for (p, &(s1, s2)) in k6::SCALE_PAIRS.iter().enumerate() {
+        let at = k6::SCALES + 16 * p + 2 * lane;
+        dst[192 + s1] = src[at];
+        dst[192 + s2] = src[at + 1];
+    }
+    for l in (0..32).step_by(LANE) {
+        let mut v = [0u32; 8];
+        for (k, step) in [l / LANE, l / LANE + 8].into_iter().enumerate() {
+            let at = k6::QS + 96 * step + LANE * lane;
+            let (x, y, z) = (word(src, at), word(src, at + 32), word(src, at + 64));
+            v[k] = x & LOW6;
+            v[2 + k] = y & LOW6;
+            v[4 + k] = z & LOW6;
+            v[6 + k] = ((x >> 6) & LOW2) | (((y >> 6) & LOW2) << 2) | (((z >> 6) & LOW2) << 4);
+        }
+        for half in 0..2 {
+            let [a, a2, b, b2] = [
+                v[4 * half],
+                v[4 * half + 1],
+                v[4 * half + 2],
+                v[4 * half + 3],
+            ];
+            let lo = (a & LOW4) | ((b & LOW4) << 4);
+            let hi = (a2 & LOW4) | ((b2 & LOW4) << 4);
+            let h = ((a >> 4) & LOW2)
+                | (((a2 >> 4) & LOW2) << 2)
+                | (((b >> 4) & LOW2) << 4)
+                | (((b2 >> 4) & LOW2) << 6);
+            for (at, w) in [
+                (64 * half + l, lo),
+                (64 * half + 32 + l, hi),
+                (128 + 32 * half + l, h),
+            ] {
+                dst[at..at + LANE].copy_from_slice(&w.to_le_bytes());
+            }
+        }
+    }
+}
+
 /// Packs eight 6-bit scales and minimums into a Q4_K block's 12 bytes: the
 /// inverse of [`unpack::k4_scales_mins`] (16 six-bit fields fill the 96
 /// bits, so every block comes back bit for bit).
@@ -353,7 +493,9 @@ pub fn plain_row(kind: QuantKind, cols: usize, data: &[u8], r: usize, out: &mut 
     for (b, dst) in out.chunks_exact_mut(block).enumerate().take(blocks) {
         let at = (g * blocks + b) * gblock;
         let src = &data[at..at + gblock];
-        if matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K) {
+        if kind == QuantKind::Q6_K {
+            k6_from_group(src, dst, lane);
+        } else if matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K) {
             k_from_group(src, dst, lane, kind == QuantKind::Q5_K);
         } else {
             let heads = heads(kind);
@@ -425,7 +567,7 @@ mod tests {
     #[test]
     fn bad_shapes_are_refused() {
         assert!(matches!(
-            interleaved_len(QuantKind::Q6_K, 8, 256),
+            interleaved_len(QuantKind::F16, 8, 256),
             Err(QMatError::Layout { .. })
         ));
         assert!(matches!(
