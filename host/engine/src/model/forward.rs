@@ -314,7 +314,7 @@ impl Model {
 
     /// Which CPU kernels the products run: the instruction set, then each
     /// weight type the products read (the embedding lookup aside) and its
-    /// layout, e.g. `avx2+fma+f16c: Q4_K interleaved, Q6_K plain`. Dense
+    /// layout, e.g. `avx2+fma+f16c: Q4_K interleaved, Q6_K interleaved`. Dense
     /// models say `f32`.
     pub fn kernels(&self) -> String {
         let mut types: Vec<(String, bool)> = self
