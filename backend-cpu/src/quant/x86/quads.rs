@@ -23,8 +23,8 @@ use std::ops::Range;
 use pagoda_core::QuantKind;
 
 use super::super::act::{QuantizedActivations, KB, KSUM, QB, QUAD, QUAD_CHUNK};
-use super::super::interleave::{GROUP, K6_GROUP_BLOCK};
-use super::rows8::q6k_group_blocks;
+use super::super::interleave::{GROUP, K5_GROUP_BLOCK, K6_GROUP_BLOCK};
+use super::rows8::{q5k_group_blocks, q6k_group_blocks};
 use super::{half, k_block, k_scales, load32, nibbles, prefetch_ahead, Q4_1, Q8_0};
 
 /// Weight blocks unpacked ahead of the products at a time (1 KiB of
@@ -378,21 +378,23 @@ unsafe fn kquads_pass<const G: usize, const SIX: bool>(
     }
 }
 
-/// [`kquads`] for Q6_K rows interleaved eight at a time (`data`, whole
-/// groups of `cols` columns): `res[k × m + j] = w_{tile.start + k} ·
+/// [`kquads`] for Q5_K or Q6_K rows interleaved eight at a time (`data`,
+/// whole groups of `cols` columns): `res[k × m + j] = w_{tile.start + k} ·
 /// x_{first + j}`. Each group block is unpacked into its eight rows' K
-/// blocks at once ([`q6k_group_blocks`](super::rows8::q6k_group_blocks):
-/// a transpose of its 4-byte lanes), and each row's block meets every
+/// blocks at once (`rows8::q5k_group_blocks`, `rows8::q6k_group_blocks`: a
+/// transpose of its 4-byte lanes), and each row's block meets every
 /// activation row as a plain row's would, so a step of many rows pays the
 /// plain kernel's products, not the group kernel's (one thread, 2048²,
-/// against the plain layout: 0.95-1.01× at 16 rows, 0.89-0.98× at 64 to
-/// 512, where the group kernel ran 0.80×; two threads, 512 rows of 8192 ×
-/// 2048 and 2048 × 8192: 0.95× and 1.01×).
+/// against the plain layout: Q6_K 0.95-1.01× at 16 rows, 0.89-0.98× at 64
+/// to 512, where the group kernel ran 0.80×; Q5_K 1.00-1.07× at 16 to
+/// 512; two threads, Q6_K, 512 rows of 8192 × 2048 and 2048 × 8192: 0.95×
+/// and 1.01×).
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(in super::super) unsafe fn kquads_q6k_interleaved(
+pub(in super::super) unsafe fn kquads_interleaved(
+    kind: QuantKind,
     data: &[u8],
     cols: usize,
     tile: Range<usize>,
@@ -404,27 +406,40 @@ pub(in super::super) unsafe fn kquads_q6k_interleaved(
         return;
     }
     for (pass, groups) in passes(tile.len(), first, res.len()) {
-        match groups {
-            1 => q6k_interleaved_pass::<1>(data, cols, tile.clone(), x, pass, res),
-            2 => q6k_interleaved_pass::<2>(data, cols, tile.clone(), x, pass, res),
-            3 => q6k_interleaved_pass::<3>(data, cols, tile.clone(), x, pass, res),
-            _ => q6k_interleaved_pass::<4>(data, cols, tile.clone(), x, pass, res),
+        let (tile, data) = (tile.clone(), Interleaved { data, cols });
+        match (kind == QuantKind::Q6_K, groups) {
+            (true, 1) => unpacked_pass::<1, true>(data, tile, x, pass, res),
+            (true, 2) => unpacked_pass::<2, true>(data, tile, x, pass, res),
+            (true, 3) => unpacked_pass::<3, true>(data, tile, x, pass, res),
+            (true, _) => unpacked_pass::<4, true>(data, tile, x, pass, res),
+            (false, 1) => unpacked_pass::<1, false>(data, tile, x, pass, res),
+            (false, 2) => unpacked_pass::<2, false>(data, tile, x, pass, res),
+            (false, 3) => unpacked_pass::<3, false>(data, tile, x, pass, res),
+            (false, _) => unpacked_pass::<4, false>(data, tile, x, pass, res),
         }
     }
 }
 
-/// [`kquads_q6k_interleaved`] for `G` groups of activation rows.
-#[inline(always)]
-unsafe fn q6k_interleaved_pass<const G: usize>(
-    data: &[u8],
+/// An interleaved matrix's bytes and its columns.
+#[derive(Clone, Copy)]
+struct Interleaved<'a> {
+    data: &'a [u8],
     cols: usize,
+}
+
+/// [`kquads_interleaved`] for `G` groups of activation rows, Q6_K rows
+/// with `SIX` (else Q5_K).
+#[inline(always)]
+unsafe fn unpacked_pass<const G: usize, const SIX: bool>(
+    w: Interleaved<'_>,
     tile: Range<usize>,
     x: &QuantizedActivations,
     pass: Pass,
     res: &mut [f32],
 ) {
-    let blocks = cols / KB;
-    let group_bytes = blocks * K6_GROUP_BLOCK;
+    let block = if SIX { K6_GROUP_BLOCK } else { K5_GROUP_BLOCK };
+    let blocks = w.cols / KB;
+    let group_bytes = blocks * block;
     let qs: [&[i8]; G] =
         std::array::from_fn(|g| &x.quad_values(pass.group + g)[..blocks * QUAD * KB]);
     let ss: [&[f32]; G] = std::array::from_fn(|g| &x.quad_scales(pass.group + g)[..blocks * LINE]);
@@ -432,12 +447,16 @@ unsafe fn q6k_interleaved_pass<const G: usize>(
         std::array::from_fn(|g| &x.quad_bsums(pass.group + g)[..blocks * QUAD * (KB / KSUM)]);
     let mut rows = [KBlock::EMPTY; GROUP];
     for g in tile.start / GROUP..tile.end.div_ceil(GROUP) {
-        let w = &data[g * group_bytes..(g + 1) * group_bytes];
+        let wg = &w.data[g * group_bytes..(g + 1) * group_bytes];
         let mut acc = [[_mm256_setzero_ps(); G]; GROUP];
-        for (b, wb) in w.chunks_exact(K6_GROUP_BLOCK).enumerate() {
-            q6k_group_blocks(wb, &mut rows);
+        for (b, wb) in wg.chunks_exact(block).enumerate() {
+            if SIX {
+                q6k_group_blocks(wb, &mut rows);
+            } else {
+                q5k_group_blocks(wb, &mut rows);
+            }
             for (blk, acc) in rows.iter().zip(acc.iter_mut()) {
-                k_block_products::<G, true>(blk, &qs, &ss, &bs, b, acc);
+                k_block_products::<G, SIX>(blk, &qs, &ss, &bs, b, acc);
             }
         }
         for (lane, acc) in acc.iter().enumerate() {

@@ -26,38 +26,45 @@ use super::dot::{Avx2Dot, Dot, EvexVnni, VexVnni};
 use super::quads::KBlock;
 use super::{half_bits, load32, prefetch_ahead, prefetch_line};
 
-/// Whether [`interleaved`] takes `kind` weights against `x`. Q5_K only
-/// below 16 rows: from there its rows are copied back to the plain layout,
-/// whose kernel shares each block's unpacking among four activation rows
-/// (one thread, 1536², rows8 against plain: 1.7× at one row, 1.2× at
-/// eight, 0.75× at 16 and 128; the plain copy costs its tile once for every
-/// pass, so a 128-row product runs at the plain kernel's speed; Llama-3.2-1B
-/// Q5_K_M prefill of 512: 95-98 against 85-88 tokens/s).
-///
-/// Q6_K always: past [`Q6K_GROUP_MAX_ROWS`] rows it takes the quad kernel
-/// on each group's rows unpacked together, near the plain kernel's pace,
-/// where a copy back to the plain layout ran 0.36-0.51× at eight to 16
-/// rows and 0.79× at 64 (one thread, 2048²).
+/// Whether [`interleaved`] takes `kind` weights against `x`: every
+/// interleaved type against its activation format, at any row count (Q5_K
+/// and Q6_K past [`GROUP_KERNEL_MAX_ROWS`] by the quad kernel on unpacked
+/// groups; the copy back to plain rows that Q5_K took from 16 rows ran
+/// 0.65× the plain layout at 16 rows, 0.88-0.91× at 64, one thread, 2048²).
 pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivations) -> bool {
     match kind {
         QuantKind::Q4_0 | QuantKind::Q5_0 | QuantKind::Q8_0 => x.format() == ActFormat::Q8_0,
         QuantKind::Q4_1 | QuantKind::Q5_1 => x.format() == ActFormat::Q8_1,
-        QuantKind::Q4_K => x.format() == ActFormat::Q8_K,
-        QuantKind::Q5_K => x.format() == ActFormat::Q8_K && x.rows() < 16,
-        QuantKind::Q6_K => x.format() == ActFormat::Q8_K,
+        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K => x.format() == ActFormat::Q8_K,
         _ => false,
     }
 }
 
-/// Activation rows up to which Q6_K products take the group kernel: from
-/// there the quad kernel on each group's rows unpacked
-/// ([`kquads_q6k_interleaved`](super::quads::kquads_q6k_interleaved)),
+/// Activation rows up to which Q5_K and Q6_K products take the group
+/// kernel: past them, the quad kernel on each group's rows unpacked
+/// together ([`kquads_interleaved`](super::quads::kquads_interleaved)),
 /// whose products serve four activation rows per weight load. One thread,
-/// 2048², against the plain layout (alternating): group kernel 1.35-1.48×
-/// at one to four rows, 1.20-1.32× at five, 0.82-0.95× at eight, 0.80× at
-/// 16 and 64; quad kernel 0.79-0.83× at five, 0.80-0.85× at eight,
-/// 0.95-1.01× at 16, 0.89-0.91× at 64.
-const Q6K_GROUP_MAX_ROWS: usize = 8;
+/// 2048², against the plain layout (alternating runs, medians):
+///
+/// | rows | Q6_K group | Q6_K unpacked | Q5_K group | Q5_K unpacked |
+/// |---|---|---|---|---|
+/// | 1-4 | 1.35-1.48× | | | |
+/// | 8 | 0.82-0.95× | 0.80-0.85× | 1.34× | 1.01× |
+/// | 16 | 0.80× | 0.95-1.01× | 0.98× | 1.00-1.03× |
+/// | 64 | 0.80× | 0.89-0.91× | 1.02× | 1.03-1.08× |
+/// | 512 | | 0.98× | | 1.05-1.07× |
+///
+/// Q4_K keeps its group kernel (1.27×, 1.09× and 1.12× at 8, 16 and 64
+/// rows, where unpacked groups gave 1.04×, 1.08× and 1.08×).
+const GROUP_KERNEL_MAX_ROWS: usize = 8;
+
+/// Whether [`interleaved`] multiplies `kind` rows against `m` activation
+/// rows of `x` by the quad kernel on each group's rows unpacked together
+/// ([`kquads_interleaved`](super::quads::kquads_interleaved)) rather than
+/// by the group kernel: Q5_K and Q6_K past [`GROUP_KERNEL_MAX_ROWS`].
+fn takes_unpacked_groups(kind: QuantKind, x: &QuantizedActivations, m: usize) -> bool {
+    matches!(kind, QuantKind::Q5_K | QuantKind::Q6_K) && x.has_quads() && m > GROUP_KERNEL_MAX_ROWS
+}
 
 /// Activation rows one kernel call takes: each kernel is built for 1 to 4
 /// (its sums for four rows fit the 16 vector registers beside a block's
@@ -199,9 +206,9 @@ pub(in super::super) unsafe fn interleaved(
     res: &mut [f32],
 ) {
     let m = res.len().checked_div(tile.len()).unwrap_or(0);
-    if kind == QuantKind::Q6_K && x.has_quads() && m > Q6K_GROUP_MAX_ROWS {
+    if takes_unpacked_groups(kind, x, m) {
         // SAFETY: every set here has AVX2, FMA and F16C.
-        return unsafe { super::quads::kquads_q6k_interleaved(data, cols, tile, x, first, res) };
+        return unsafe { super::quads::kquads_interleaved(kind, data, cols, tile, x, first, res) };
     }
     let group: GroupKernel = match isa {
         Isa::AvxVnni => avxvnni::group,
@@ -689,6 +696,61 @@ pub(super) unsafe fn q6k_group_blocks(wb: &[u8], rows: &mut [KBlock; GROUP]) {
             wb[K6_D + 2 * lane + 1],
         ]));
         (row.d, row.dmin) = (d, d);
+    }
+}
+
+/// The eight rows' K blocks of the interleaved Q5_K group block `wb`, as
+/// [`q6k_group_blocks`] does Q6_K's: load `c` of chunk `i` holds in its
+/// low nibbles values `64i + 4c..64i + 4c + 4` of every row and in its high
+/// nibbles the same 32 on (their fifth bits from load `c` of the bit
+/// bytes, as [`group_qk`] takes them), so an 8 × 8 transpose of the eight
+/// loads' low (high) halves gives each row's 32 values. Each 32-value scale
+/// and minimum serves both of its 16s.
+#[inline(always)]
+pub(super) unsafe fn q5k_group_blocks(wb: &[u8], rows: &mut [KBlock; GROUP]) {
+    let wb = &wb[..K5_GROUP_BLOCK];
+    let low = _mm256_set1_epi8(0x0f);
+    let fifth = _mm256_set1_epi8(0x10);
+    for i in 0..4 {
+        let shift = _mm_cvtsi32_si128(2 * i as i32);
+        let mut lo = [_mm256_setzero_si256(); 8];
+        let mut hi = [_mm256_setzero_si256(); 8];
+        for c in 0..8 {
+            prefetch_line(wb, 64 * (8 * i + c));
+            let at = K5_QS + 32 * (8 * i + c);
+            let v = load32(&wb[at..at + 32]);
+            let h = _mm256_srl_epi16(load32(&wb[K5_QH + 32 * c..K5_QH + 32 * c + 32]), shift);
+            lo[c] = _mm256_or_si256(
+                _mm256_and_si256(v, low),
+                _mm256_and_si256(_mm256_slli_epi16::<4>(h), fifth),
+            );
+            hi[c] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+                _mm256_and_si256(_mm256_slli_epi16::<3>(h), fifth),
+            );
+        }
+        for (half, vectors) in [lo, hi].into_iter().enumerate() {
+            let at = 64 * i + 32 * half;
+            for (row, v) in rows.iter_mut().zip(transpose8x8(vectors)) {
+                _mm256_storeu_si256(row.values[at..at + 32].as_mut_ptr().cast(), v);
+            }
+        }
+    }
+    for (lane, row) in rows.iter_mut().enumerate() {
+        for j in 0..8 {
+            let scale = i16::from(wb[K4_SCALES + 8 * j + lane]);
+            row.scales[2 * j] = scale;
+            row.scales[2 * j + 1] = scale;
+        }
+        for k in 0..4 {
+            for (half, &min) in wb[K4_MINS + 16 * k + 2 * lane..][..2].iter().enumerate() {
+                let sub = 2 * k + half;
+                row.corrections[2 * sub] = i16::from(min);
+                row.corrections[2 * sub + 1] = i16::from(min);
+            }
+        }
+        let half_at = |at: usize| half_bits(u16::from_le_bytes([wb[at], wb[at + 1]]));
+        (row.d, row.dmin) = (half_at(2 * lane), half_at(K4_DMIN + 2 * lane));
     }
 }
 
