@@ -344,11 +344,7 @@ unsafe fn kquads_pass<const G: usize, const SIX: bool>(
 ) {
     let bytes = kind.block_bytes();
     let blocks = x.cols() / KB;
-    let qs: [&[i8]; G] =
-        std::array::from_fn(|g| &x.quad_values(pass.group + g)[..blocks * QUAD * KB]);
-    let ss: [&[f32]; G] = std::array::from_fn(|g| &x.quad_scales(pass.group + g)[..blocks * LINE]);
-    let bs: [&[i16]; G] =
-        std::array::from_fn(|g| &x.quad_bsums(pass.group + g)[..blocks * QUAD * (KB / KSUM)]);
+    let (qs, ss, bs) = k_quad_rows::<G>(x, pass, blocks);
     let mut span = [KBlock::EMPTY; K_SPAN];
     let mut q = [_mm256_setzero_si256(); 8];
     let mut s = [_mm256_setzero_si256(); 8];
@@ -386,7 +382,7 @@ unsafe fn kquads_pass<const G: usize, const SIX: bool>(
 /// activation row as a plain row's would, so a step of many rows pays the
 /// plain kernel's products, not the group kernel's (one thread, 2048²,
 /// against the plain layout: Q6_K 0.95-1.01× at 16 rows, 0.89-0.98× at 64
-/// to 512, where the group kernel ran 0.80×; Q5_K 1.00-1.07× at 16 to
+/// to 512, where the group kernel ran 0.75-0.81×; Q5_K 1.00-1.07× at 16 to
 /// 512; two threads, Q6_K, 512 rows of 8192 × 2048 and 2048 × 8192: 0.95×
 /// and 1.01×).
 ///
@@ -440,11 +436,7 @@ unsafe fn unpacked_pass<const G: usize, const SIX: bool>(
     let block = if SIX { K6_GROUP_BLOCK } else { K5_GROUP_BLOCK };
     let blocks = w.cols / KB;
     let group_bytes = blocks * block;
-    let qs: [&[i8]; G] =
-        std::array::from_fn(|g| &x.quad_values(pass.group + g)[..blocks * QUAD * KB]);
-    let ss: [&[f32]; G] = std::array::from_fn(|g| &x.quad_scales(pass.group + g)[..blocks * LINE]);
-    let bs: [&[i16]; G] =
-        std::array::from_fn(|g| &x.quad_bsums(pass.group + g)[..blocks * QUAD * (KB / KSUM)]);
+    let (qs, ss, bs) = k_quad_rows::<G>(x, pass, blocks);
     let mut rows = [KBlock::EMPTY; GROUP];
     for g in tile.start / GROUP..tile.end.div_ceil(GROUP) {
         let wg = &w.data[g * group_bytes..(g + 1) * group_bytes];
@@ -466,6 +458,21 @@ unsafe fn unpacked_pass<const G: usize, const SIX: bool>(
             }
         }
     }
+}
+
+/// A pass's `G` groups of Q8_K activation quads over `blocks` K blocks:
+/// their values, scales and sums of 16.
+#[allow(clippy::type_complexity)]
+fn k_quad_rows<const G: usize>(
+    x: &QuantizedActivations,
+    pass: Pass,
+    blocks: usize,
+) -> ([&[i8]; G], [&[f32]; G], [&[i16]; G]) {
+    (
+        std::array::from_fn(|g| &x.quad_values(pass.group + g)[..blocks * QUAD * KB]),
+        std::array::from_fn(|g| &x.quad_scales(pass.group + g)[..blocks * LINE]),
+        std::array::from_fn(|g| &x.quad_bsums(pass.group + g)[..blocks * QUAD * (KB / KSUM)]),
+    )
 }
 
 /// One unpacked K block (`blk`) against `G` groups' block `at`, added to

@@ -9,6 +9,9 @@
 //! The kernels are written once over [`Dot`], the step they repeat, and
 //! compiled once per instruction set (see `instances!`): AVX2 takes
 //! `maddubs` and `madd`, the VNNI sets `vpdpbusd`.
+//!
+//! Q6_K's group kernel lives in [`q6k`]; [`unpack`] turns Q5_K and Q6_K
+//! group blocks into plain K blocks for the quad kernel on many rows.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -20,11 +23,16 @@ use crate::Isa;
 use super::super::act::{ActFormat, QuantizedActivations, KB, KSUM, QB};
 use super::super::interleave::{
     interleaved_len, GROUP, K4_DMIN, K4_GROUP_BLOCK, K4_MINS, K4_QS, K4_SCALES, K5_GROUP_BLOCK,
-    K5_QH, K5_QS, K6_D, K6_GROUP_BLOCK, K6_PAIRS, K6_QS, K6_SCALES,
+    K5_QH, K5_QS,
 };
 use super::dot::{Avx2Dot, Dot, EvexVnni, VexVnni};
-use super::quads::KBlock;
-use super::{half_bits, load32, prefetch_ahead, prefetch_line};
+
+mod q6k;
+mod unpack;
+
+use super::{load32, prefetch_ahead, prefetch_line};
+use q6k::group_q6k;
+pub(super) use unpack::{q5k_group_blocks, q6k_group_blocks};
 
 /// Whether [`interleaved`] takes `kind` weights against `x`: every
 /// interleaved type against its activation format, at any row count (Q5_K
@@ -50,8 +58,8 @@ pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivati
 /// |---|---|---|---|---|
 /// | 1-4 | 1.35-1.48× | | | |
 /// | 8 | 0.82-0.95× | 0.80-0.85× | 1.34× | 1.01× |
-/// | 16 | 0.80× | 0.95-1.01× | 0.98× | 1.00-1.03× |
-/// | 64 | 0.80× | 0.89-0.91× | 1.02× | 1.03-1.08× |
+/// | 16 | 0.75-0.81× | 0.95-1.01× | 0.98× | 1.00-1.03× |
+/// | 64 | 0.76-0.81× | 0.89-0.91× | 1.02× | 1.03-1.08× |
 /// | 512 | | 0.98× | | 1.05-1.07× |
 ///
 /// Q4_K keeps its group kernel (1.27×, 1.09× and 1.12× at 8, 16 and 64
@@ -610,366 +618,6 @@ unsafe fn group_qk<D: Dot, const N: usize, const FIVE: bool>(
     }
     for j in 0..N {
         _mm256_storeu_ps(sums[j].as_mut_ptr(), _mm256_sub_ps(acc[j], accm[j]));
-    }
-}
-
-/// One group of eight interleaved Q6_K rows (see the layout in
-/// [`interleave`](super::super::interleave)) against `N` Q8_K activation
-/// rows. Each step's three loads give four vectors of 6-bit values (three
-/// masks; three masks, shifts and ors for the fourth), each meeting its
-/// four activation bytes broadcast. The values are multiplied unsigned
-/// (0..63): the block pays back `32 × Σ_s scale_s × Σ_{16} x` from the
-/// activation's sums of 16, by eight `madd` of the rows' scale pairs.
-/// Without VNNI two steps' `maddubs` add in i16 (2 × 2 × 63 × 128 =
-/// 32,256) before one `madd` by the rows' scales, each spread to both
-/// i16s of its lane (a shuffle to the high byte, an arithmetic shift
-/// back); with VNNI two steps add in i32 and are multiplied as i32. A
-/// block's total stays below 2²⁹ (16 × 16 × 63 × 128 × 128 for the
-/// products, 32 × 16 × 128 × 2,048 for the offset).
-#[inline(always)]
-unsafe fn group_q6k<D: Dot, const N: usize>(
-    w: &[u8],
-    x: &QuantizedActivations,
-    first: usize,
-    sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
-) {
-    let blocks = w.len() / K6_GROUP_BLOCK;
-    let mut acc = [_mm256_setzero_ps(); N];
-    for b in 0..blocks {
-        let wb = &w[b * K6_GROUP_BLOCK..(b + 1) * K6_GROUP_BLOCK];
-        let xb = Q6Rows::<N>::new(x, first, b);
-        let mut isum = [_mm256_setzero_si256(); N];
-        for q in 0..4 {
-            let sc = q6k_scales::<D>(wb, q);
-            for pair in 0..2 {
-                let i0 = 4 * q + 2 * pair;
-                let (v0, v1) = (q6k_step(wb, i0), q6k_step(wb, i0 + 1));
-                q6k_products::<D, N>(&v0, &v1, &sc, &xb, i0, &mut isum);
-            }
-        }
-        q6k_finish::<D, N>(wb, &xb, &isum, &mut acc);
-    }
-    for j in 0..N {
-        _mm256_storeu_ps(sums[j].as_mut_ptr(), acc[j]);
-    }
-}
-
-/// The eight rows' K blocks of the interleaved Q6_K group block `wb`, as
-/// the plain kernel unpacks a row's ([`KBlock`]: values 0..=63 in element
-/// order, scales and their `32 ×` corrections as i16, `d` twice). Vector
-/// `t` of steps 0..8 holds values `64t..64t + 32` of every row, four
-/// bytes a lane, so an 8 × 8 transpose of their 32-bit lanes gives each
-/// row's 32 values in one vector; steps 8..16 the next 32.
-#[inline(always)]
-pub(super) unsafe fn q6k_group_blocks(wb: &[u8], rows: &mut [KBlock; GROUP]) {
-    let wb = &wb[..K6_GROUP_BLOCK];
-    for half in 0..2 {
-        let steps: [[__m256i; 4]; 8] = {
-            let mut s = [[_mm256_setzero_si256(); 4]; 8];
-            for (i, v) in s.iter_mut().enumerate() {
-                *v = q6k_step(wb, 8 * half + i);
-            }
-            s
-        };
-        for t in 0..4 {
-            let mut column = [_mm256_setzero_si256(); 8];
-            for (c, step) in column.iter_mut().zip(&steps) {
-                *c = step[t];
-            }
-            let lanes = transpose8x8(column);
-            for (row, v) in rows.iter_mut().zip(lanes) {
-                let at = 64 * t + 32 * half;
-                _mm256_storeu_si256(row.values[at..at + 32].as_mut_ptr().cast(), v);
-            }
-        }
-    }
-    for (lane, row) in rows.iter_mut().enumerate() {
-        for (p, &(s1, s2)) in K6_PAIRS.iter().enumerate() {
-            let at = K6_SCALES + 16 * p + 2 * lane;
-            row.scales[s1] = i16::from(wb[at] as i8);
-            row.scales[s2] = i16::from(wb[at + 1] as i8);
-        }
-        // Q6_K's values are stored plus 32 (|32 × −128| fits i16).
-        row.corrections = row.scales.map(|s| 32 * s);
-        let d = half_bits(u16::from_le_bytes([
-            wb[K6_D + 2 * lane],
-            wb[K6_D + 2 * lane + 1],
-        ]));
-        (row.d, row.dmin) = (d, d);
-    }
-}
-
-/// The eight rows' K blocks of the interleaved Q5_K group block `wb`, as
-/// [`q6k_group_blocks`] does Q6_K's: load `c` of chunk `i` holds in its
-/// low nibbles values `64i + 4c..64i + 4c + 4` of every row and in its high
-/// nibbles the same 32 on (their fifth bits from load `c` of the bit
-/// bytes, as [`group_qk`] takes them), so an 8 × 8 transpose of the eight
-/// loads' low (high) halves gives each row's 32 values. Each 32-value scale
-/// and minimum serves both of its 16s.
-#[inline(always)]
-pub(super) unsafe fn q5k_group_blocks(wb: &[u8], rows: &mut [KBlock; GROUP]) {
-    let wb = &wb[..K5_GROUP_BLOCK];
-    let low = _mm256_set1_epi8(0x0f);
-    let fifth = _mm256_set1_epi8(0x10);
-    for i in 0..4 {
-        let shift = _mm_cvtsi32_si128(2 * i as i32);
-        let mut lo = [_mm256_setzero_si256(); 8];
-        let mut hi = [_mm256_setzero_si256(); 8];
-        for c in 0..8 {
-            prefetch_line(wb, 64 * (8 * i + c));
-            let at = K5_QS + 32 * (8 * i + c);
-            let v = load32(&wb[at..at + 32]);
-            let h = _mm256_srl_epi16(load32(&wb[K5_QH + 32 * c..K5_QH + 32 * c + 32]), shift);
-            lo[c] = _mm256_or_si256(
-                _mm256_and_si256(v, low),
-                _mm256_and_si256(_mm256_slli_epi16::<4>(h), fifth),
-            );
-            hi[c] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
-                _mm256_and_si256(_mm256_slli_epi16::<3>(h), fifth),
-            );
-        }
-        for (half, vectors) in [lo, hi].into_iter().enumerate() {
-            let at = 64 * i + 32 * half;
-            for (row, v) in rows.iter_mut().zip(transpose8x8(vectors)) {
-                _mm256_storeu_si256(row.values[at..at + 32].as_mut_ptr().cast(), v);
-            }
-        }
-    }
-    for (lane, row) in rows.iter_mut().enumerate() {
-        for j in 0..8 {
-            let scale = i16::from(wb[K4_SCALES + 8 * j + lane]);
-            row.scales[2 * j] = scale;
-            row.scales[2 * j + 1] = scale;
-        }
-        for k in 0..4 {
-            for (half, &min) in wb[K4_MINS + 16 * k + 2 * lane..][..2].iter().enumerate() {
-                let sub = 2 * k + half;
-                row.corrections[2 * sub] = i16::from(min);
-                row.corrections[2 * sub + 1] = i16::from(min);
-            }
-        }
-        let half_at = |at: usize| half_bits(u16::from_le_bytes([wb[at], wb[at + 1]]));
-        (row.d, row.dmin) = (half_at(2 * lane), half_at(K4_DMIN + 2 * lane));
-    }
-}
-
-/// The 8 × 8 transpose of 32-bit lanes: lane `r` of vector `i` becomes
-/// lane `i` of vector `r`.
-#[inline(always)]
-unsafe fn transpose8x8(v: [__m256i; 8]) -> [__m256i; 8] {
-    let a: [__m256i; 8] = [
-        _mm256_unpacklo_epi32(v[0], v[1]),
-        _mm256_unpackhi_epi32(v[0], v[1]),
-        _mm256_unpacklo_epi32(v[2], v[3]),
-        _mm256_unpackhi_epi32(v[2], v[3]),
-        _mm256_unpacklo_epi32(v[4], v[5]),
-        _mm256_unpackhi_epi32(v[4], v[5]),
-        _mm256_unpacklo_epi32(v[6], v[7]),
-        _mm256_unpackhi_epi32(v[6], v[7]),
-    ];
-    let b: [__m256i; 8] = [
-        _mm256_unpacklo_epi64(a[0], a[2]),
-        _mm256_unpackhi_epi64(a[0], a[2]),
-        _mm256_unpacklo_epi64(a[1], a[3]),
-        _mm256_unpackhi_epi64(a[1], a[3]),
-        _mm256_unpacklo_epi64(a[4], a[6]),
-        _mm256_unpackhi_epi64(a[4], a[6]),
-        _mm256_unpacklo_epi64(a[5], a[7]),
-        _mm256_unpackhi_epi64(a[5], a[7]),
-    ];
-    // b[k] holds lane k of v[0..4] in its low half and lane 4 + k in its
-    // high half (b[4 + k]: the same of v[4..8]); the halves meet across
-    // vectors.
-    [
-        _mm256_permute2x128_si256::<0x20>(b[0], b[4]),
-        _mm256_permute2x128_si256::<0x20>(b[1], b[5]),
-        _mm256_permute2x128_si256::<0x20>(b[2], b[6]),
-        _mm256_permute2x128_si256::<0x20>(b[3], b[7]),
-        _mm256_permute2x128_si256::<0x31>(b[0], b[4]),
-        _mm256_permute2x128_si256::<0x31>(b[1], b[5]),
-        _mm256_permute2x128_si256::<0x31>(b[2], b[6]),
-        _mm256_permute2x128_si256::<0x31>(b[3], b[7]),
-    ]
-}
-
-/// One block of `N` activation rows: its values, sums of 16 and scale.
-struct Q6Rows<'a, const N: usize> {
-    q: [&'a [i8]; N],
-    bsums: [&'a [i16]; N],
-    d: [f32; N],
-}
-
-impl<'a, const N: usize> Q6Rows<'a, N> {
-    /// Block `b` of rows `first..first + N` of `x`.
-    #[inline(always)]
-    fn new(x: &'a QuantizedActivations, first: usize, b: usize) -> Self {
-        // Plain loops: `array::from_fn` was left a call per block.
-        let mut rows = Self {
-            q: [&[]; N],
-            bsums: [&[]; N],
-            d: [0.0; N],
-        };
-        for j in 0..N {
-            rows.q[j] = &x.q_row(first + j)[b * KB..(b + 1) * KB];
-            rows.bsums[j] = &x.bsums_row(first + j)[b * (KB / KSUM)..(b + 1) * (KB / KSUM)];
-            rows.d[j] = x.d_row(first + j)[b];
-        }
-        rows
-    }
-}
-
-/// Step `i`'s four vectors of values (0..=63) of the group block `wb`,
-/// asking the cache for two lines of the block ahead (its 27 over its 16
-/// steps; see [`prefetch_line`]).
-#[inline(always)]
-unsafe fn q6k_step(wb: &[u8], i: usize) -> [__m256i; 4] {
-    for line in (128 * i..128 * i + 128).step_by(64) {
-        if line < K6_GROUP_BLOCK {
-            prefetch_line(wb, line);
-        }
-    }
-    let six = _mm256_set1_epi8(0x3f);
-    let top = _mm256_set1_epi8(-64); // 0xc0
-    let at = K6_QS + 96 * i;
-    let v0 = load32(&wb[at..at + 32]);
-    let v1 = load32(&wb[at + 32..at + 64]);
-    let v2 = load32(&wb[at + 64..at + 96]);
-    let fourth = _mm256_or_si256(
-        _mm256_or_si256(
-            _mm256_srli_epi16::<6>(_mm256_and_si256(v0, top)),
-            _mm256_srli_epi16::<4>(_mm256_and_si256(v1, top)),
-        ),
-        _mm256_srli_epi16::<2>(_mm256_and_si256(v2, top)),
-    );
-    [
-        _mm256_and_si256(v0, six),
-        _mm256_and_si256(v1, six),
-        _mm256_and_si256(v2, six),
-        fourth,
-    ]
-}
-
-/// The rows' scales of the four vectors of steps `4q..4q + 4`
-/// (sub-blocks `q`, `4 + q`: pair `q`; `8 + q`, `12 + q`: pair `4 + q`),
-/// each in both i16s of its lane (with VNNI, as its i32).
-#[inline(always)]
-unsafe fn q6k_scales<D: Dot>(wb: &[u8], q: usize) -> [__m256i; 4] {
-    // Lane r takes byte 2r of a scale pair's 16 (its first scale) in the
-    // high byte of each i16, or with VNNI of its i32; one more for the
-    // second scale (a zeroing index stays one, its top bit set).
-    let z = -128i8;
-    let first_scale = if D::FUSED {
-        _mm256_setr_epi8(
-            z, z, z, 0, z, z, z, 2, z, z, z, 4, z, z, z, 6, z, z, z, 8, z, z, z, 10, z, z, z, 12,
-            z, z, z, 14,
-        )
-    } else {
-        _mm256_setr_epi8(
-            z, 0, z, 0, z, 2, z, 2, z, 4, z, 4, z, 6, z, 6, z, 8, z, 8, z, 10, z, 10, z, 12, z, 12,
-            z, 14, z, 14,
-        )
-    };
-    let second_scale = _mm256_add_epi8(first_scale, _mm256_set1_epi8(1));
-    let mut sc = [_mm256_setzero_si256(); 4];
-    for h in 0..2 {
-        let at = K6_SCALES + 16 * (4 * h + q);
-        let p = _mm256_broadcastsi128_si256(_mm_loadu_si128(wb[at..at + 16].as_ptr().cast()));
-        let (a, b) = (
-            _mm256_shuffle_epi8(p, first_scale),
-            _mm256_shuffle_epi8(p, second_scale),
-        );
-        sc[2 * h] = if D::FUSED {
-            _mm256_srai_epi32::<24>(a)
-        } else {
-            _mm256_srai_epi16::<8>(a)
-        };
-        sc[2 * h + 1] = if D::FUSED {
-            _mm256_srai_epi32::<24>(b)
-        } else {
-            _mm256_srai_epi16::<8>(b)
-        };
-    }
-    sc
-}
-
-/// Steps `i0` (`v0`) and `i0 + 1` (`v1`) against `N` rows, by their
-/// scales `sc`, added to `isum`.
-#[inline(always)]
-unsafe fn q6k_products<D: Dot, const N: usize>(
-    v0: &[__m256i; 4],
-    v1: &[__m256i; 4],
-    sc: &[__m256i; 4],
-    xb: &Q6Rows<'_, N>,
-    i0: usize,
-    isum: &mut [__m256i; N],
-) {
-    let zero = _mm256_setzero_si256();
-    // Rows inside: each vector and scale is read once for all rows, and
-    // neighbouring steps add to different rows' sums.
-    for t in 0..4 {
-        for (sum, q) in isum.iter_mut().zip(xb.q) {
-            // Vector t of step i holds values 64t + 4i + k.
-            let x0 = broadcast4(q, 64 * t + 4 * i0);
-            let x1 = broadcast4(q, 64 * t + 4 * i0 + 4);
-            *sum = if D::FUSED {
-                let p = D::dot(D::dot(zero, v0[t], x0), v1[t], x1);
-                _mm256_add_epi32(*sum, _mm256_mullo_epi32(p, sc[t]))
-            } else {
-                let p = _mm256_add_epi16(
-                    _mm256_maddubs_epi16(v0[t], x0),
-                    _mm256_maddubs_epi16(v1[t], x1),
-                );
-                D::dot_pairs(*sum, p, sc[t])
-            };
-        }
-    }
-}
-
-/// A block's integer sums `isum` less the offset (`32 × Σ_s scale_s ×
-/// Σ_{16} x`), scaled by the rows' `d` and the activation's, added to
-/// `acc`.
-#[inline(always)]
-unsafe fn q6k_finish<D: Dot, const N: usize>(
-    wb: &[u8],
-    xb: &Q6Rows<'_, N>,
-    isum: &[__m256i; N],
-    acc: &mut [__m256; N],
-) {
-    // The activation's sums of 16 in the order of the scale pairs: each
-    // half's i16s 0, 4, 1, 5, 2, 6, 3, 7.
-    let pair_order = _mm256_setr_epi8(
-        0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15, 0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12,
-        13, 6, 7, 14, 15,
-    );
-    debug_assert_eq!(K6_PAIRS[1], (1, 5));
-    let d = _mm256_cvtph_ps(_mm_loadu_si128(wb[K6_D..K6_D + 16].as_ptr().cast()));
-    // The rows' scale pairs as i16, widened once for all `N` rows.
-    let mut pairs = [_mm256_setzero_si256(); 8];
-    for (p, v) in pairs.iter_mut().enumerate() {
-        let at = K6_SCALES + 16 * p;
-        *v = _mm256_cvtepi8_epi16(_mm_loadu_si128(wb[at..at + 16].as_ptr().cast()));
-    }
-    for j in 0..N {
-        let s16 = _mm256_shuffle_epi8(load32(xb.bsums[j]), pair_order);
-        let halves = [
-            _mm256_permute2x128_si256::<0x00>(s16, s16),
-            _mm256_permute2x128_si256::<0x11>(s16, s16),
-        ];
-        let mut offset = _mm256_setzero_si256();
-        for (p, &pairs) in pairs.iter().enumerate() {
-            let half = halves[p / 4];
-            let xs = match p % 4 {
-                0 => _mm256_shuffle_epi32::<0x00>(half),
-                1 => _mm256_shuffle_epi32::<0x55>(half),
-                2 => _mm256_shuffle_epi32::<0xaa>(half),
-                _ => _mm256_shuffle_epi32::<0xff>(half),
-            };
-            offset = D::dot_pairs(offset, pairs, xs);
-        }
-        let total = _mm256_sub_epi32(isum[j], _mm256_slli_epi32::<5>(offset));
-        let scale = _mm256_mul_ps(d, _mm256_set1_ps(xb.d[j]));
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), scale, acc[j]);
     }
 }
 
