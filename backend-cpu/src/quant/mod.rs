@@ -378,9 +378,11 @@ pub fn matmul(
         return Ok(());
     }
     kernel::rows(isa, w, x, rows, |first, tile, m, res| {
-        for (r, col) in tile.zip(res.chunks_exact(m)) {
-            for (j, &v) in col.iter().enumerate() {
-                out[(first + j) * stride + r] = v;
+        // Output row by output row, contiguous (see `SharedOut::write_tile`).
+        for j in 0..m {
+            let row = &mut out[(first + j) * stride..][tile.clone()];
+            for (k, o) in row.iter_mut().enumerate() {
+                *o = res[k * m + j];
             }
         }
     });
