@@ -256,7 +256,21 @@ unsafe fn by_groups(
             // SAFETY: the caller's CPU has the extensions `group` was
             // compiled with; it slices its inputs with bounds checks.
             unsafe { group(kind, w, x, first + j0, n, &mut sums) };
-            for (lane, r) in (g * GROUP..(g + 1) * GROUP).enumerate() {
+            let rows = g * GROUP..(g + 1) * GROUP;
+            if rows.start >= tile.start && rows.end <= tile.end {
+                // The whole group is in the tile (all but a matrix's last
+                // group when its rows are not a multiple of eight): its
+                // results' place in `res` is one slice, with no test per row.
+                let k0 = rows.start - tile.start;
+                let out = &mut res[k0 * m..(k0 + GROUP) * m];
+                for (lane, col) in out.chunks_exact_mut(m).enumerate() {
+                    for (j, row) in sums.iter().enumerate().take(n) {
+                        col[j0 + j] = row[lane];
+                    }
+                }
+                continue;
+            }
+            for (lane, r) in rows.enumerate() {
                 if tile.contains(&r) {
                     let k = r - tile.start;
                     for (j, row) in sums.iter().enumerate().take(n) {
