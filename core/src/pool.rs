@@ -142,7 +142,7 @@ impl<'a> PagePool<'a> {
     ///
     /// Fails with [`StorageError::Empty`] if `storage` is empty, or
     /// [`StorageError::TooLarge`] if it has more than
-    /// [`MAX_PAGES`](crate::MAX_PAGES) entries.
+    /// [`MAX_PAGES`] entries.
     pub fn new(storage: &'a mut [PageEntry]) -> Result<Self, StorageError> {
         match storage.len() {
             0 => return Err(StorageError::Empty),

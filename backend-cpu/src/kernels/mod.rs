@@ -260,7 +260,7 @@ pub fn page_softmax(
 
 /// `gate[i] = silu(gate[i]) × up[i]` (SwiGLU's gating, `silu(g) = g /
 /// (1 + e^-g)`) over the common length. The exponential is
-/// [`scalar::exp_nonpositive`] of `-|g|` (relative error about 2e-7), so
+/// `scalar::exp_nonpositive` of `-|g|` (relative error about 2e-7), so
 /// the AVX2 path runs eight lanes at a time where `f32::exp` is a library
 /// call per value: a batch-16 SmolLM2 step gates 737,280 values.
 #[inline]

@@ -6,7 +6,7 @@
 //! [`GROUP`] weight rows; each group holds its blocks in column order, and
 //! each block of the group is the eight rows' f16 scales (16 bytes; for
 //! Q4_1 and Q5_1 then their f16 minimums; for Q5_0 and Q5_1 then their
-//! fifth bits, see [`q5_lane_bits`]), then their payloads four bytes at a
+//! fifth bits, see `q5_lane_bits`), then their payloads four bytes at a
 //! time: bytes `4c..4c + 4` of row 0, of row 1, ... of row 7, then bytes
 //! `4c + 4..`. A 32-byte load then gives every row's four bytes in its own
 //! 32-bit lane, so the products of one block

@@ -11,12 +11,12 @@
 //! A program is a list of [`Op`]s over three buffers: the weights (GGUF
 //! blocks as a file lays them out, addressed by byte), the activations
 //! (f32, by element) and meta (u32: token ids, positions, sampled tokens).
-//! [`VulkanBackend::run_ops`] checks every op's ranges on the host, then
+//! [`VulkanBackend::run_ops`](crate::VulkanBackend::run_ops) checks every op's ranges on the host, then
 //! records the whole program into one command buffer, one dispatch per op
 //! with a barrier after each, and submits it once. Weights uploaded with
-//! [`VulkanBackend::upload_weights`] stay on the device for every later
+//! [`VulkanBackend::upload_weights`](crate::VulkanBackend::upload_weights) stay on the device for every later
 //! program. This is the layer a whole-model step on Vulkan is built from:
-//! [`VulkanBackend::run_step_on`] runs a [`StepProgram`], whose
+//! [`VulkanBackend::run_step_on`](crate::VulkanBackend::run_step_on) runs a [`StepProgram`], whose
 //! [`StepOp`]s add the KV scatter and paged attention to the same
 //! command buffer.
 

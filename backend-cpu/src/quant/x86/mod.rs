@@ -289,8 +289,8 @@ unsafe fn row_dots(
     }
 }
 
-/// Bytes ahead of the block in hand that [`shifted_rows`] asks the cache
-/// to fetch. A worker streams its weight rows back to back, and the
+/// Bytes ahead of the block in hand that the kernels ask the cache to
+/// fetch ([`prefetch_ahead`], [`prefetch_line`]). A worker streams its weight rows back to back, and the
 /// hardware prefetcher alone left decode short of the bandwidth: SmolLM2
 /// Q4_1 at batch 1 decoded 84–85 tok/s without the hint, 87 at 512 bytes,
 /// 88 at 2 KiB and 89–90 at 4 and 8 KiB (2 cores, Zen 2).

@@ -44,8 +44,8 @@ unsafe fn byte_lanes(v: __m256i, k: usize) -> __m256i {
 
 /// A Q4_0, Q4_1 or Q8_0 block's 32 weights as four vectors of f32
 /// (`d × q + c`: Q4_1's minimum `c`, `-8d` for Q4_0, none for Q8_0) in
-/// [`NIBBLE_ORDER`](super::act::NIBBLE_ORDER) or
-/// [`BYTE_ORDER`](super::act::BYTE_ORDER), unpacked with shifts and masks
+/// [`NIBBLE_ORDER`](super::super::act::NIBBLE_ORDER) or
+/// [`BYTE_ORDER`](super::super::act::BYTE_ORDER), unpacked with shifts and masks
 /// only: byte shuffles would compete for one port with the conversions.
 #[inline(always)]
 unsafe fn shifted_block<const KIND: u8>(b: &[u8]) -> [__m256; 4] {
