@@ -58,9 +58,13 @@ pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivati
 /// |---|---|---|---|---|
 /// | 1-4 | 1.35-1.48× | | | |
 /// | 8 | 0.82-0.95× | 0.80-0.85× | 1.34× | 1.01× |
-/// | 16 | 0.75-0.81× | 0.95-1.01× | 0.98× | 1.00-1.03× |
-/// | 64 | 0.76-0.81× | 0.89-0.91× | 1.02× | 1.03-1.08× |
-/// | 512 | | 0.98× | | 1.05-1.07× |
+/// | 16 | 0.75-0.81× | 0.99-1.02× | 0.98× | 0.99-1.03× |
+/// | 64 | 0.76-0.81× | 1.00-1.03× | 1.02× | 1.03-1.08× |
+/// | 512 | | 1.02-1.09× | | 1.04-1.07× |
+///
+/// (Unpacked groups with their scales gathered by vector transposes; at 5,
+/// 6 and 8 rows they ran 0.76×, 0.73× and 0.99× the group kernel for Q6_K,
+/// 0.61×, 0.78× and 0.89× for Q5_K.)
 ///
 /// Q4_K keeps its group kernel (1.27×, 1.09× and 1.12× at 8, 16 and 64
 /// rows, where unpacked groups gave 1.04×, 1.08× and 1.08×).

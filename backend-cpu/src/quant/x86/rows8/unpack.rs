@@ -10,7 +10,7 @@ use super::super::super::interleave::{
     K6_PAIRS, K6_SCALES,
 };
 use super::super::quads::KBlock;
-use super::super::{half_bits, load32, prefetch_line};
+use super::super::{load32, prefetch_line};
 use super::q6k::q6k_step;
 
 /// The eight rows' K blocks of the interleaved Q6_K group block `wb`, as
@@ -42,20 +42,39 @@ pub(in super::super) unsafe fn q6k_group_blocks(wb: &[u8], rows: &mut [KBlock; G
             }
         }
     }
-    for (lane, row) in rows.iter_mut().enumerate() {
-        for (p, &(s1, s2)) in K6_PAIRS.iter().enumerate() {
-            let at = K6_SCALES + 16 * p + 2 * lane;
-            row.scales[s1] = i16::from(wb[at] as i8);
-            row.scales[s2] = i16::from(wb[at + 1] as i8);
-        }
+    // The scales: pair `p` of row `r` is the 16-bit element `r` of the
+    // pairs' load `p`, so an 8 × 8 transpose of 16-bit elements gives each
+    // row its eight pairs, which one shuffle puts in sub-block order.
+    let pairs: [__m128i; 8] = std::array::from_fn(|p| {
+        let at = K6_SCALES + 16 * p;
+        _mm_loadu_si128(wb[at..at + 16].as_ptr().cast())
+    });
+    let order = q6k_scale_order();
+    let mut d = [0.0f32; GROUP];
+    _mm256_storeu_ps(
+        d.as_mut_ptr(),
+        _mm256_cvtph_ps(_mm_loadu_si128(wb[K6_D..K6_D + 16].as_ptr().cast())),
+    );
+    for ((row, pairs), d) in rows.iter_mut().zip(transpose8x8_epi16(pairs)).zip(d) {
+        let scales = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(pairs, order));
+        _mm256_storeu_si256(row.scales.as_mut_ptr().cast(), scales);
         // Q6_K's values are stored plus 32 (|32 × −128| fits i16).
-        row.corrections = row.scales.map(|s| 32 * s);
-        let d = half_bits(u16::from_le_bytes([
-            wb[K6_D + 2 * lane],
-            wb[K6_D + 2 * lane + 1],
-        ]));
+        let corrections = _mm256_slli_epi16::<5>(scales);
+        _mm256_storeu_si256(row.corrections.as_mut_ptr().cast(), corrections);
         (row.d, row.dmin) = (d, d);
     }
+}
+
+/// The byte shuffle that takes a row's eight scale pairs (in the order of
+/// [`K6_PAIRS`]) to sub-block order.
+#[inline(always)]
+unsafe fn q6k_scale_order() -> __m128i {
+    let mut at = [0i8; 16];
+    for (p, &(s1, s2)) in K6_PAIRS.iter().enumerate() {
+        at[s1] = 2 * p as i8;
+        at[s2] = 2 * p as i8 + 1;
+    }
+    _mm_loadu_si128(at.as_ptr().cast())
 }
 
 /// The eight rows' K blocks of the interleaved Q5_K group block `wb`, as
@@ -95,22 +114,119 @@ pub(in super::super) unsafe fn q5k_group_blocks(wb: &[u8], rows: &mut [KBlock; G
             }
         }
     }
-    for (lane, row) in rows.iter_mut().enumerate() {
-        for j in 0..8 {
-            let scale = i16::from(wb[K4_SCALES + 8 * j + lane]);
-            row.scales[2 * j] = scale;
-            row.scales[2 * j + 1] = scale;
-        }
-        for k in 0..4 {
-            for (half, &min) in wb[K4_MINS + 16 * k + 2 * lane..][..2].iter().enumerate() {
-                let sub = 2 * k + half;
-                row.corrections[2 * sub] = i16::from(min);
-                row.corrections[2 * sub + 1] = i16::from(min);
-            }
-        }
-        let half_at = |at: usize| half_bits(u16::from_le_bytes([wb[at], wb[at + 1]]));
-        (row.d, row.dmin) = (half_at(2 * lane), half_at(K4_DMIN + 2 * lane));
+    // Scales: byte `r` of the eight bytes from `K4_SCALES + 8j` is row
+    // `r`'s scale `j` (an 8 × 8 byte transpose). Minimums: the 16-bit
+    // element `r` of the 16 bytes from `K4_MINS + 16k` is row `r`'s
+    // minimums `2k` and `2k + 1` (a 4 × 8 transpose of 16-bit elements).
+    // Either way row `r` ends with its eight bytes in half `r % 2` of
+    // vector `r / 2`, each serving both 16s of its 32 values.
+    let scales = transpose8x8_epi8(std::array::from_fn(|j| {
+        let at = K4_SCALES + 8 * j;
+        _mm_loadl_epi64(wb[at..at + 8].as_ptr().cast())
+    }));
+    let mins = transpose4x8_epi16(std::array::from_fn(|k| {
+        let at = K4_MINS + 16 * k;
+        _mm_loadu_si128(wb[at..at + 16].as_ptr().cast())
+    }));
+    let twice = [
+        _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+        _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
+    ];
+    let (mut d, mut dmin) = ([0.0f32; GROUP], [0.0f32; GROUP]);
+    for (out, at) in [(&mut d, 0), (&mut dmin, K4_DMIN)] {
+        let h = _mm_loadu_si128(wb[at..at + 16].as_ptr().cast());
+        _mm256_storeu_ps(out.as_mut_ptr(), _mm256_cvtph_ps(h));
     }
+    for (lane, row) in rows.iter_mut().enumerate() {
+        let (v, half) = (lane / 2, twice[lane % 2]);
+        let s = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scales[v], half));
+        _mm256_storeu_si256(row.scales.as_mut_ptr().cast(), s);
+        let c = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(mins[v], half));
+        _mm256_storeu_si256(row.corrections.as_mut_ptr().cast(), c);
+        (row.d, row.dmin) = (d[lane], dmin[lane]);
+    }
+}
+
+/// The 8 × 8 transpose of bytes: byte `r` of the low half of `v[i]` goes
+/// to byte `i` of row `r`, which is half `r % 2` of vector `r / 2`.
+#[inline(always)]
+unsafe fn transpose8x8_epi8(v: [__m128i; 8]) -> [__m128i; 4] {
+    let a = [
+        _mm_unpacklo_epi8(v[0], v[1]),
+        _mm_unpacklo_epi8(v[2], v[3]),
+        _mm_unpacklo_epi8(v[4], v[5]),
+        _mm_unpacklo_epi8(v[6], v[7]),
+    ];
+    // Bytes r of v[0..4] for r < 4 (b[0]) and r ≥ 4 (b[1]); b[2], b[3]
+    // the same of v[4..8].
+    let b = [
+        _mm_unpacklo_epi16(a[0], a[1]),
+        _mm_unpackhi_epi16(a[0], a[1]),
+        _mm_unpacklo_epi16(a[2], a[3]),
+        _mm_unpackhi_epi16(a[2], a[3]),
+    ];
+    [
+        _mm_unpacklo_epi32(b[0], b[2]),
+        _mm_unpackhi_epi32(b[0], b[2]),
+        _mm_unpacklo_epi32(b[1], b[3]),
+        _mm_unpackhi_epi32(b[1], b[3]),
+    ]
+}
+
+/// The 4 × 8 transpose of 16-bit elements: element `r` of `v[k]` goes to
+/// element `k` of row `r`, which is half `r % 2` of vector `r / 2`.
+#[inline(always)]
+unsafe fn transpose4x8_epi16(v: [__m128i; 4]) -> [__m128i; 4] {
+    let a = [
+        _mm_unpacklo_epi16(v[0], v[1]),
+        _mm_unpackhi_epi16(v[0], v[1]),
+        _mm_unpacklo_epi16(v[2], v[3]),
+        _mm_unpackhi_epi16(v[2], v[3]),
+    ];
+    [
+        _mm_unpacklo_epi32(a[0], a[2]),
+        _mm_unpackhi_epi32(a[0], a[2]),
+        _mm_unpacklo_epi32(a[1], a[3]),
+        _mm_unpackhi_epi32(a[1], a[3]),
+    ]
+}
+
+/// The 8 × 8 transpose of 16-bit elements: element `r` of vector `i`
+/// becomes element `i` of vector `r`.
+#[inline(always)]
+unsafe fn transpose8x8_epi16(v: [__m128i; 8]) -> [__m128i; 8] {
+    let a = [
+        _mm_unpacklo_epi16(v[0], v[1]),
+        _mm_unpackhi_epi16(v[0], v[1]),
+        _mm_unpacklo_epi16(v[2], v[3]),
+        _mm_unpackhi_epi16(v[2], v[3]),
+        _mm_unpacklo_epi16(v[4], v[5]),
+        _mm_unpackhi_epi16(v[4], v[5]),
+        _mm_unpacklo_epi16(v[6], v[7]),
+        _mm_unpackhi_epi16(v[6], v[7]),
+    ];
+    // b[k] (k < 4): elements 2k and 2k + 1 of v[0..4]; b[4 + k]: the same
+    // of v[4..8].
+    let b = [
+        _mm_unpacklo_epi32(a[0], a[2]),
+        _mm_unpackhi_epi32(a[0], a[2]),
+        _mm_unpacklo_epi32(a[1], a[3]),
+        _mm_unpackhi_epi32(a[1], a[3]),
+        _mm_unpacklo_epi32(a[4], a[6]),
+        _mm_unpackhi_epi32(a[4], a[6]),
+        _mm_unpacklo_epi32(a[5], a[7]),
+        _mm_unpackhi_epi32(a[5], a[7]),
+    ];
+    [
+        _mm_unpacklo_epi64(b[0], b[4]),
+        _mm_unpackhi_epi64(b[0], b[4]),
+        _mm_unpacklo_epi64(b[1], b[5]),
+        _mm_unpackhi_epi64(b[1], b[5]),
+        _mm_unpacklo_epi64(b[2], b[6]),
+        _mm_unpackhi_epi64(b[2], b[6]),
+        _mm_unpacklo_epi64(b[3], b[7]),
+        _mm_unpackhi_epi64(b[3], b[7]),
+    ]
 }
 
 /// The 8 × 8 transpose of 32-bit lanes: lane `r` of vector `i` becomes
