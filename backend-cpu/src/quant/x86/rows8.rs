@@ -67,7 +67,9 @@ pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivati
 /// 0.61×, 0.78× and 0.89× for Q5_K.)
 ///
 /// Q4_K keeps its group kernel (1.27×, 1.09× and 1.12× at 8, 16 and 64
-/// rows, where unpacked groups gave 1.04×, 1.08× and 1.08×).
+/// rows, where unpacked groups gave 1.04×, 1.08× and 1.08×; with the scales
+/// gathered by vector transposes, unpacked groups ran 0.87×, 1.05×, 0.94×
+/// and 0.93× the group kernel at 8, 16, 64 and 512 rows).
 const GROUP_KERNEL_MAX_ROWS: usize = 8;
 
 /// Whether [`interleaved`] multiplies `kind` rows against `m` activation
