@@ -107,7 +107,7 @@ def greedy_logprobs(client, base, model_name, ref, ids):
     lp = r.choices[0].logprobs
     # Each step runs its token against the keys and values kept so far.
     cache = KvCache(ref.layers)
-    logits = ref.forward(list(ids), last_only=True, cache=cache)[0]
+    logits = ref.forward(ids, last_only=True, cache=cache)[0]
     worst, compared = 0.0, 0
     for j, (text, got) in enumerate(zip(lp.tokens, lp.token_logprobs)):
         row = log_softmax(logits)

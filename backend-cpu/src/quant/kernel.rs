@@ -267,7 +267,7 @@ impl SharedOut {
         // the other way, a tile's 16 writes to one weight row's column sit
         // `stride` floats apart, a multiple of 4 KiB for most matrices, so
         // they all fall in one L1 set and evict each other (the store was
-        // 9.6% of a 64-row Q4_K product; see `matmul`).
+        // 9.6% of a 64-row Q4_K product).
         for j in 0..m {
             let row = (first + j) * stride + tile.start;
             for k in 0..tile.len() {

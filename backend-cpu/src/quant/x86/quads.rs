@@ -382,7 +382,7 @@ unsafe fn kquads_pass<const G: usize, const SIX: bool>(
 /// activation row as a plain row's would, so a step of many rows pays the
 /// plain kernel's products, not the group kernel's (one thread, 2048²,
 /// against the plain layout: Q6_K 0.99-1.02× at 16 rows, 1.00-1.09× at 64
-/// to 512, where the group kernel ran 0.75-0.81×; Q5_K 0.99-1.07× at 16 to
+/// to 512, where the group kernel ran 0.75-0.81×; Q5_K 0.99-1.06× at 16 to
 /// 512; two threads, Q6_K, 512 rows of 8192 × 2048 and 2048 × 8192, before
 /// the scales were gathered by vector transposes: 0.95× and 1.01×).
 ///

@@ -57,14 +57,15 @@ pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivati
 /// | rows | Q6_K group | Q6_K unpacked | Q5_K group | Q5_K unpacked |
 /// |---|---|---|---|---|
 /// | 1-4 | 1.35-1.48× | | | |
-/// | 8 | 0.82-0.95× | 0.80-0.85× | 1.34× | 1.01× |
-/// | 16 | 0.75-0.81× | 0.99-1.02× | 0.98× | 0.99-1.03× |
-/// | 64 | 0.76-0.81× | 1.00-1.03× | 1.02× | 1.03-1.08× |
-/// | 512 | | 1.02-1.09× | | 1.04-1.07× |
+/// | 8 | 0.82-0.95× | 0.80-0.85× * | 1.34× | 1.01× * |
+/// | 16 | 0.75-0.81× | 0.99-1.02× | 0.98× | 0.99× |
+/// | 64 | 0.76-0.81× | 1.00-1.03× | 1.02× | 1.06× |
+/// | 512 | | 1.02-1.09× | | 1.04× |
 ///
-/// (Unpacked groups with their scales gathered by vector transposes; at 5,
-/// 6 and 8 rows they ran 0.76×, 0.73× and 0.99× the group kernel for Q6_K,
-/// 0.61×, 0.78× and 0.89× for Q5_K.)
+/// Unpacked groups gather their scales by vector transposes; the figures
+/// marked * are from before, when they gathered them byte by byte. With
+/// the transposes, at 5, 6 and 8 rows they ran 0.76×, 0.73× and 0.99× the
+/// group kernel for Q6_K, 0.61×, 0.78× and 0.89× for Q5_K.
 ///
 /// Q4_K keeps its group kernel (1.27×, 1.09× and 1.12× at 8, 16 and 64
 /// rows, where unpacked groups gave 1.04×, 1.08× and 1.08×; with the scales
@@ -262,26 +263,14 @@ unsafe fn by_groups(
             // SAFETY: the caller's CPU has the extensions `group` was
             // compiled with; it slices its inputs with bounds checks.
             unsafe { group(kind, w, x, first + j0, n, &mut sums) };
-            let rows = g * GROUP..(g + 1) * GROUP;
-            if rows.start >= tile.start && rows.end <= tile.end {
-                // The whole group is in the tile (all but a matrix's last
-                // group when its rows are not a multiple of eight): its
-                // results' place in `res` is one slice, with no test per row.
-                let k0 = rows.start - tile.start;
-                let out = &mut res[k0 * m..(k0 + GROUP) * m];
-                for (lane, col) in out.chunks_exact_mut(m).enumerate() {
-                    for (j, row) in sums.iter().enumerate().take(n) {
-                        col[j0 + j] = row[lane];
-                    }
-                }
-                continue;
-            }
-            for (lane, r) in rows.enumerate() {
-                if tile.contains(&r) {
-                    let k = r - tile.start;
-                    for (j, row) in sums.iter().enumerate().take(n) {
-                        res[k * m + j0 + j] = row[lane];
-                    }
+            // The group's rows inside the tile (all eight but at a tile's
+            // ragged ends): their place in `res` is one slice, with no test
+            // per row.
+            let (lo, hi) = ((g * GROUP).max(tile.start), ((g + 1) * GROUP).min(tile.end));
+            let out = &mut res[(lo - tile.start) * m..(hi - tile.start) * m];
+            for (col, lane) in out.chunks_exact_mut(m).zip(lo - g * GROUP..) {
+                for (j, row) in sums.iter().enumerate().take(n) {
+                    col[j0 + j] = row[lane];
                 }
             }
         }

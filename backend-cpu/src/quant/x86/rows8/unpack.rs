@@ -49,7 +49,7 @@ pub(in super::super) unsafe fn q6k_group_blocks(wb: &[u8], rows: &mut [KBlock; G
         let at = K6_SCALES + 16 * p;
         _mm_loadu_si128(wb[at..at + 16].as_ptr().cast())
     });
-    let order = q6k_scale_order();
+    let order = _mm_loadu_si128(Q6K_SCALE_ORDER.as_ptr().cast());
     let mut d = [0.0f32; GROUP];
     _mm256_storeu_ps(
         d.as_mut_ptr(),
@@ -65,17 +65,19 @@ pub(in super::super) unsafe fn q6k_group_blocks(wb: &[u8], rows: &mut [KBlock; G
     }
 }
 
-/// The byte shuffle that takes a row's eight scale pairs (in the order of
-/// [`K6_PAIRS`]) to sub-block order.
-#[inline(always)]
-unsafe fn q6k_scale_order() -> __m128i {
+/// Where each sub-block's scale sits among a row's eight scale pairs (in
+/// the order of [`K6_PAIRS`]): the byte shuffle to sub-block order.
+const Q6K_SCALE_ORDER: [i8; 16] = {
     let mut at = [0i8; 16];
-    for (p, &(s1, s2)) in K6_PAIRS.iter().enumerate() {
+    let mut p = 0;
+    while p < K6_PAIRS.len() {
+        let (s1, s2) = K6_PAIRS[p];
         at[s1] = 2 * p as i8;
         at[s2] = 2 * p as i8 + 1;
+        p += 1;
     }
-    _mm_loadu_si128(at.as_ptr().cast())
-}
+    at
+};
 
 /// The eight rows' K blocks of the interleaved Q5_K group block `wb`, as
 /// [`q6k_group_blocks`] does Q6_K's: load `c` of chunk `i` holds in its
@@ -148,29 +150,17 @@ pub(in super::super) unsafe fn q5k_group_blocks(wb: &[u8], rows: &mut [KBlock; G
 }
 
 /// The 8 × 8 transpose of bytes: byte `r` of the low half of `v[i]` goes
-/// to byte `i` of row `r`, which is half `r % 2` of vector `r / 2`.
+/// to byte `i` of row `r`, which is half `r % 2` of vector `r / 2`. The
+/// bytes of `v[2k]` and `v[2k + 1]` paired as 16-bit elements, then
+/// [`transpose4x8_epi16`].
 #[inline(always)]
 unsafe fn transpose8x8_epi8(v: [__m128i; 8]) -> [__m128i; 4] {
-    let a = [
+    transpose4x8_epi16([
         _mm_unpacklo_epi8(v[0], v[1]),
         _mm_unpacklo_epi8(v[2], v[3]),
         _mm_unpacklo_epi8(v[4], v[5]),
         _mm_unpacklo_epi8(v[6], v[7]),
-    ];
-    // Bytes r of v[0..4] for r < 4 (b[0]) and r ≥ 4 (b[1]); b[2], b[3]
-    // the same of v[4..8].
-    let b = [
-        _mm_unpacklo_epi16(a[0], a[1]),
-        _mm_unpackhi_epi16(a[0], a[1]),
-        _mm_unpacklo_epi16(a[2], a[3]),
-        _mm_unpackhi_epi16(a[2], a[3]),
-    ];
-    [
-        _mm_unpacklo_epi32(b[0], b[2]),
-        _mm_unpackhi_epi32(b[0], b[2]),
-        _mm_unpacklo_epi32(b[1], b[3]),
-        _mm_unpackhi_epi32(b[1], b[3]),
-    ]
+    ])
 }
 
 /// The 4 × 8 transpose of 16-bit elements: element `r` of `v[k]` goes to
@@ -192,41 +182,20 @@ unsafe fn transpose4x8_epi16(v: [__m128i; 4]) -> [__m128i; 4] {
 }
 
 /// The 8 × 8 transpose of 16-bit elements: element `r` of vector `i`
-/// becomes element `i` of vector `r`.
+/// becomes element `i` of vector `r`. [`transpose4x8_epi16`] of each half
+/// of `v` gives row `r`'s first (second) four elements in half `r % 2` of
+/// vector `r / 2`; the halves then meet.
 #[inline(always)]
 unsafe fn transpose8x8_epi16(v: [__m128i; 8]) -> [__m128i; 8] {
-    let a = [
-        _mm_unpacklo_epi16(v[0], v[1]),
-        _mm_unpackhi_epi16(v[0], v[1]),
-        _mm_unpacklo_epi16(v[2], v[3]),
-        _mm_unpackhi_epi16(v[2], v[3]),
-        _mm_unpacklo_epi16(v[4], v[5]),
-        _mm_unpackhi_epi16(v[4], v[5]),
-        _mm_unpacklo_epi16(v[6], v[7]),
-        _mm_unpackhi_epi16(v[6], v[7]),
-    ];
-    // b[k] (k < 4): elements 2k and 2k + 1 of v[0..4]; b[4 + k]: the same
-    // of v[4..8].
-    let b = [
-        _mm_unpacklo_epi32(a[0], a[2]),
-        _mm_unpackhi_epi32(a[0], a[2]),
-        _mm_unpacklo_epi32(a[1], a[3]),
-        _mm_unpackhi_epi32(a[1], a[3]),
-        _mm_unpacklo_epi32(a[4], a[6]),
-        _mm_unpackhi_epi32(a[4], a[6]),
-        _mm_unpacklo_epi32(a[5], a[7]),
-        _mm_unpackhi_epi32(a[5], a[7]),
-    ];
-    [
-        _mm_unpacklo_epi64(b[0], b[4]),
-        _mm_unpackhi_epi64(b[0], b[4]),
-        _mm_unpacklo_epi64(b[1], b[5]),
-        _mm_unpackhi_epi64(b[1], b[5]),
-        _mm_unpacklo_epi64(b[2], b[6]),
-        _mm_unpackhi_epi64(b[2], b[6]),
-        _mm_unpacklo_epi64(b[3], b[7]),
-        _mm_unpackhi_epi64(b[3], b[7]),
-    ]
+    let first = transpose4x8_epi16([v[0], v[1], v[2], v[3]]);
+    let second = transpose4x8_epi16([v[4], v[5], v[6], v[7]]);
+    std::array::from_fn(|r| {
+        if r % 2 == 0 {
+            _mm_unpacklo_epi64(first[r / 2], second[r / 2])
+        } else {
+            _mm_unpackhi_epi64(first[r / 2], second[r / 2])
+        }
+    })
 }
 
 /// The 8 × 8 transpose of 32-bit lanes: lane `r` of vector `i` becomes
