@@ -47,7 +47,7 @@ pub(crate) enum Command {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum WeightsArg {
-    /// As quantized, with Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K matrices
+    /// As quantized, with Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K matrices
     /// repacked at load into rows interleaved eight at a time (their pages of the map let
     /// go, so memory stays about the file's size), for the CPU kernels that
     /// multiply eight rows per vector: the fastest on the CPU. The Vulkan

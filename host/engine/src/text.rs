@@ -85,7 +85,7 @@ pub enum WeightMode {
     /// integer products over 8-bit activations, as llama.cpp does, for
     /// about 1.4× the decode and 1.6× the prefill tokens per second.
     Quantized(ActPrecision),
-    /// As [`WeightMode::Quantized`], with Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K
+    /// As [`WeightMode::Quantized`], with Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K
     /// matrices copied at load into rows interleaved eight at a time (their
     /// pages of the map let go): the fastest CPU kernels; a device backend reads the
     /// plain layout back out of them.

@@ -12,7 +12,7 @@
 //! of every supported type, through both the dense path (dequantized at load)
 //! and the quantized one (matrices kept in the map, f32 activations, so
 //! held to the same tolerances), and repacked (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-//! Q4_K and Q5_K rows interleaved: f32 activations against the reference, 8-bit ones against
+//! Q4_K, Q5_K and Q6_K rows interleaved: f32 activations against the reference, 8-bit ones against
 //! the plain layout's). Then the files each loader must refuse.
 
 mod support;
@@ -128,7 +128,7 @@ fn agrees_with_reference(arch: &str) -> Option<ModelConfig> {
     Some(*dense.config())
 }
 
-/// Logits of the repacked model (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K
+/// Logits of the repacked model (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K
 /// matrices interleaved eight rows at a time) may differ from the plain layout's, both with
 /// 8-bit activations, by this fraction of their range. Each product
 /// differs only in the order of its f32 adds (within 1e-5 of Σ|w·x|:

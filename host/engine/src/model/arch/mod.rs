@@ -49,6 +49,19 @@ pub(super) enum Source {
     Dense,
 }
 
+/// Where `data`, a tensor's bytes as the reader hands them out, lies in
+/// `file`'s map (`None` if it is not a sub-slice of it). The reader hands
+/// out sub-slices of the map: their offset is the difference of addresses.
+fn map_range(file: &ModelFile, data: &[u8]) -> Option<std::ops::Range<usize>> {
+    let start = (data.as_ptr() as usize).wrapping_sub(file.bytes().as_ptr() as usize);
+    let range = start..start.checked_add(data.len())?;
+    let inside = file
+        .bytes()
+        .get(range.clone())
+        .is_some_and(|s| std::ptr::eq(s.as_ptr(), data.as_ptr()) && s.len() == data.len());
+    inside.then_some(range)
+}
+
 /// A file's tensors and metadata for one architecture's builder.
 pub(super) struct Loader<'a> {
     pub g: &'a Gguf<'a>,
@@ -113,21 +126,13 @@ impl Loader<'_> {
             }
             Source::Mapped(file) | Source::Interleaved(file, _) => {
                 let t = dequant::tensor(self.g, name, &[inp as u64, out as u64])?;
-                let data = t.data();
-                // The reader hands out sub-slices of the map: their offset
-                // in it is the difference of the addresses.
-                let start = (data.as_ptr() as usize).wrapping_sub(file.bytes().as_ptr() as usize);
-                let range = start..start + data.len();
-                let inside = file.bytes().get(range.clone()).is_some_and(|s| {
-                    std::ptr::eq(s.as_ptr(), data.as_ptr()) && s.len() == data.len()
-                });
-                if !inside {
+                let Some(range) = map_range(file, t.data()) else {
                     return Err(LoadError::Shape {
                         tensor: name.to_string(),
                         expected: vec![inp as u64, out as u64],
                         found: t.dims().to_vec(),
                     });
-                }
+                };
                 Matrix::mapped(Arc::clone(file), range, t.kind(), out, inp).map_err(|source| {
                     LoadError::Matrix {
                         tensor: name.to_string(),
@@ -151,7 +156,17 @@ impl Loader<'_> {
 
     /// Vector `name` of `len` values, in f32.
     pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, LoadError> {
-        dequant::vector(self.g, name, len)
+        let values = dequant::vector(self.g, name, len)?;
+        if let Source::Interleaved(file, _) = &self.source {
+            // Reading the vector mapped its page's whole page-cache folio
+            // (up to 2 MiB, mostly matrices already copied): let it go now,
+            // or a 1B file's norms hold 61 MiB at the end of the load, its
+            // peak.
+            if let Some(range) = self.g.tensor(name).and_then(|t| map_range(file, t.data())) {
+                file.release(range);
+            }
+        }
+        Ok(values)
     }
 
     /// Layer `i`'s vector `blk.{i}.{name}`.
