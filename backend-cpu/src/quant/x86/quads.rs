@@ -486,7 +486,14 @@ unsafe fn k_block_products<const G: usize, const SIX: bool>(
     at: usize,
     acc: &mut [__m256; G],
 ) {
-    let xq: [&[i8]; G] = std::array::from_fn(|g| &qs[g][at * QUAD * KB..][..QUAD * KB]);
+    // Fixed-size blocks: each sub-block's and chunk's slice below is then
+    // inside by its constant bounds, with no test per sub-block and group
+    // (the loop tested all `G` slices on each of its eight turns).
+    let xq: [&[i8; QUAD * KB]; G] = std::array::from_fn(|g| {
+        qs[g][at * QUAD * KB..]
+            .first_chunk()
+            .expect("the activation quads hold every block of the row")
+    });
     let mut isum = [_mm256_setzero_si256(); G];
     let vp = blk.values.as_ptr();
     for j in 0..8 {

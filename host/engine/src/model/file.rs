@@ -90,3 +90,51 @@ impl ModelFile {
         &self.path
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GGUF header with no tensors and no metadata, then `tail` bytes.
+    fn gguf_with_tail(tail: &[u8]) -> Vec<u8> {
+        let mut bytes = b"GGUF".to_vec();
+        bytes.extend_from_slice(&3u32.to_le_bytes());
+        bytes.extend_from_slice(&0u64.to_le_bytes());
+        bytes.extend_from_slice(&0u64.to_le_bytes());
+        bytes.extend_from_slice(tail);
+        bytes
+    }
+
+    /// Letting ranges go, each rounded out to whole folios (so past both
+    /// of its ends), loses no byte: every read afterwards, through the
+    /// same map, gives the file's bytes, at any offset, including ranges
+    /// that end at the map's end and ranges past it (refused).
+    #[test]
+    fn released_ranges_read_back_the_file() {
+        let mut rng = fastrand::Rng::with_seed(34);
+        let tail: Vec<u8> = (0..5 * FOLIO_BYTES + 12_345).map(|_| rng.u8(..)).collect();
+        let want = gguf_with_tail(&tail);
+        let path = std::env::temp_dir().join(format!("pagoda-release-{}.gguf", std::process::id()));
+        std::fs::write(&path, &want).unwrap();
+        let file = ModelFile::open(&path).expect("a header-only GGUF parses");
+        let len = file.bytes().len();
+        assert_eq!(len, want.len());
+        // Touch every page first, so there is something to let go.
+        assert_eq!(file.bytes(), &want[..]);
+        for _ in 0..40 {
+            let a = rng.usize(..len);
+            let b = rng.usize(a..=len + 64);
+            file.release(a..b);
+            let (x, y) = (rng.usize(..len), rng.usize(..len));
+            let (x, y) = (x.min(y), x.max(y));
+            assert_eq!(
+                &file.bytes()[x..y],
+                &want[x..y],
+                "bytes {x}..{y} after letting {a}..{b} go"
+            );
+        }
+        file.release(0..len);
+        assert_eq!(file.bytes(), &want[..]);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
