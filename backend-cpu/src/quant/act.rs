@@ -266,32 +266,36 @@ impl QuantizedActivations {
         self.sums.clear();
         let q = self.q.reset(x.len());
         let (d, s, bsums, sums) = (&mut self.d, &mut self.s, &mut self.bsums, &mut self.sums);
-        let mut each = |d_block: f32, sum: i32| {
+        // Each block's scale, and its values' sums sixteen at a time (Q8_K
+        // keeps them; Q8_0 and Q8_1 keep their total).
+        let mut each = |d_block: f32, sums16: &[i32]| {
             d.push(d_block);
+            if format == ActFormat::Q8_K {
+                // |Σ| of 16 values ≤ 16 × 127: fits i16.
+                bsums.extend(sums16.iter().map(|&s| s as i16));
+                return;
+            }
+            let sum: i32 = sums16.iter().sum();
             sums.push(sum);
             if format == ActFormat::Q8_1 {
                 s.push(d_block * sum as f32);
             }
         };
-        if format == ActFormat::Q8_K {
-            for (xb, qb) in x.chunks_exact(block).zip(q.chunks_exact_mut(block)) {
-                let (d_block, _) = round_block(xb, qb);
-                d.push(d_block);
-                for g in qb.chunks_exact(KSUM) {
-                    bsums.push(g.iter().map(|&q| i16::from(q)).sum());
-                }
-            }
-        } else if simd_rounding() {
+        if simd_rounding() {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `simd_rounding` checked that the CPU has AVX2, FMA
             // and F16C.
             unsafe {
-                super::x86::round::round_blocks(x, q, each);
+                super::x86::round::round_blocks(x, q, block, each);
             }
         } else {
+            let mut sums16 = [0i32; KB / KSUM];
             for (xb, qb) in x.chunks_exact(block).zip(q.chunks_exact_mut(block)) {
-                let (d_block, sum) = round_block(xb, qb);
-                each(d_block, sum);
+                let (d_block, _) = round_block(xb, qb);
+                for (sum, g) in sums16.iter_mut().zip(qb.chunks_exact(KSUM)) {
+                    *sum = g.iter().map(|&q| i32::from(q)).sum();
+                }
+                each(d_block, &sums16[..block / KSUM]);
             }
         }
         // Only the AVX2 kernels for passes of three or four rows read these
@@ -569,7 +573,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn simd_rounding_matches_scalar_rounding() {
-        use super::{round_block, QB};
+        use super::{round_block, KB, KSUM, QB};
         if crate::Isa::detect().base() != crate::Isa::Avx2 {
             return;
         }
@@ -595,25 +599,32 @@ mod tests {
             }
             x.extend(block);
         }
-        let mut want_q = vec![0i8; x.len()];
-        let want: Vec<(u32, i32)> = x
-            .chunks_exact(QB)
-            .zip(want_q.chunks_exact_mut(QB))
-            .map(|(xb, qb)| {
-                let (d, s) = round_block(xb, qb);
-                (d.to_bits(), s)
-            })
-            .collect();
-        let mut got_q = vec![0i8; x.len()];
-        let mut got = Vec::new();
-        // SAFETY: AVX2 (with FMA and F16C) was detected above.
-        unsafe {
-            super::super::x86::round::round_blocks(&x, &mut got_q, |d, s| {
-                got.push((d.to_bits(), s))
-            });
+        // Q8_0's and Q8_1's blocks of 32, Q8_K's of 256 (sums of 16).
+        for block in [QB, KB] {
+            let mut want_q = vec![0i8; x.len()];
+            let want: Vec<(u32, Vec<i32>)> = x
+                .chunks_exact(block)
+                .zip(want_q.chunks_exact_mut(block))
+                .map(|(xb, qb)| {
+                    let (d, _) = round_block(xb, qb);
+                    let sums = qb
+                        .chunks_exact(KSUM)
+                        .map(|g| g.iter().map(|&q| i32::from(q)).sum())
+                        .collect();
+                    (d.to_bits(), sums)
+                })
+                .collect();
+            let mut got_q = vec![0i8; x.len()];
+            let mut got = Vec::new();
+            // SAFETY: AVX2 (with FMA and F16C) was detected above.
+            unsafe {
+                super::super::x86::round::round_blocks(&x, &mut got_q, block, |d, s| {
+                    got.push((d.to_bits(), s.to_vec()))
+                });
+            }
+            assert_eq!(got, want, "blocks of {block}");
+            assert_eq!(got_q, want_q, "blocks of {block}");
         }
-        assert_eq!(got, want);
-        assert_eq!(got_q, want_q);
     }
 
     #[test]
