@@ -162,21 +162,26 @@ fn round_i8(v: f32) -> i8 {
 }
 
 /// Rounds one block: scale `amax / 127`, values rounded to nearest by
-/// [`round_i8`]. Returns the scale and the sum of the values.
-fn round_block(xb: &[f32], qb: &mut [i8]) -> (f32, i32) {
+/// [`round_i8`]. Returns the scale.
+fn round_block(xb: &[f32], qb: &mut [i8]) -> f32 {
     let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
     let d = amax / 127.0;
     let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-    let mut sum = 0i32;
     for (q, v) in qb.iter_mut().zip(xb) {
         *q = round_i8(v * id);
-        sum += i32::from(*q);
     }
-    (d, sum)
+    d
 }
 
-/// Whether 32-value blocks are rounded by the AVX2 loop
-/// (`x86::round::round_blocks`), which gives the same bytes.
+/// The sums of `qb`'s values sixteen at a time, into `sums`.
+fn sums_of_16(qb: &[i8], sums: &mut [i32]) {
+    for (sum, g) in sums.iter_mut().zip(qb.chunks_exact(KSUM)) {
+        *sum = g.iter().map(|&q| i32::from(q)).sum();
+    }
+}
+
+/// Whether 8-bit blocks are rounded by the AVX2 loop
+/// (`x86::round::round_blocks`), which gives the same bytes and sums.
 fn simd_rounding() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -291,11 +296,10 @@ impl QuantizedActivations {
         } else {
             let mut sums16 = [0i32; KB / KSUM];
             for (xb, qb) in x.chunks_exact(block).zip(q.chunks_exact_mut(block)) {
-                let (d_block, _) = round_block(xb, qb);
-                for (sum, g) in sums16.iter_mut().zip(qb.chunks_exact(KSUM)) {
-                    *sum = g.iter().map(|&q| i32::from(q)).sum();
-                }
-                each(d_block, &sums16[..block / KSUM]);
+                let d_block = round_block(xb, qb);
+                let sums = &mut sums16[..block / KSUM];
+                sums_of_16(qb, sums);
+                each(d_block, sums);
             }
         }
         // Only the AVX2 kernels for passes of three or four rows read these
@@ -606,11 +610,9 @@ mod tests {
                 .chunks_exact(block)
                 .zip(want_q.chunks_exact_mut(block))
                 .map(|(xb, qb)| {
-                    let (d, _) = round_block(xb, qb);
-                    let sums = qb
-                        .chunks_exact(KSUM)
-                        .map(|g| g.iter().map(|&q| i32::from(q)).sum())
-                        .collect();
+                    let d = round_block(xb, qb);
+                    let mut sums = vec![0; block / KSUM];
+                    super::sums_of_16(qb, &mut sums);
                     (d.to_bits(), sums)
                 })
                 .collect();

@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::act::QB;
+use super::super::act::{KSUM, QB};
 use crate::kernels::x86::hmax;
 
 /// Rounds each `block`-value block of `x` into `q` (`block` a multiple of
@@ -26,7 +26,7 @@ pub(in super::super) unsafe fn round_blocks(
 ) {
     debug_assert!(block.is_multiple_of(QB) && block <= MAX_BLOCK);
     let sign = _mm256_set1_ps(-0.0);
-    let mut sums = [0i32; MAX_BLOCK / 16];
+    let mut sums = [0i32; MAX_BLOCK / KSUM];
     for (xb, qb) in x.chunks_exact(block).zip(q.chunks_exact_mut(block)) {
         // `max` returns its second operand when either is NaN, so a NaN
         // value leaves the running maximum alone, as `f32::max` does.
@@ -48,7 +48,7 @@ pub(in super::super) unsafe fn round_blocks(
             pair[0] = hsum_i32(_mm256_add_epi32(ints[0], ints[1]));
             pair[1] = hsum_i32(_mm256_add_epi32(ints[2], ints[3]));
         }
-        each(d, &sums[..block / 16]);
+        each(d, &sums[..block / KSUM]);
     }
 }
 

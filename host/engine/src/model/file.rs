@@ -9,10 +9,6 @@ use pagoda_core::gguf::Gguf;
 
 use super::load_error::LoadError;
 
-/// The largest page-cache folio a fault maps at once (a PMD-sized one):
-/// what [`ModelFile::release`] rounds its ranges out to.
-const FOLIO_BYTES: usize = 2 << 20;
-
 /// A memory-mapped GGUF model file, checked to parse when opened.
 #[derive(Debug)]
 pub struct ModelFile {
@@ -53,24 +49,10 @@ impl ModelFile {
     /// the loader calls it for tensors it copied (interleaved), so resident
     /// memory holds the copy, not both. A later read of those bytes faults
     /// them back in from the file. Advice only: a failure changes nothing.
-    ///
-    /// The range is widened to [`FOLIO_BYTES`] boundaries: a fault maps
-    /// its page's whole page-cache folio, so copying a piece mapped the
-    /// ends of its neighbours again, and letting go only the piece's own
-    /// pages left about 0.6 MiB a piece mapped (61 MiB at the end of the
-    /// Llama-3.2-1B Q4_K_M file's repack, the load's peak). Widening
-    /// drops neighbours' pages too; those still read from the map (norm
-    /// vectors, a matrix not yet copied) fault back in from the page cache.
     pub fn release(&self, range: std::ops::Range<usize>) {
         if range.end > self.map.len() || range.is_empty() {
             return;
         }
-        // The map starts on a page boundary of the file; folios lie on
-        // multiples of their size in the file, so offsets in the map are
-        // file offsets for this alignment.
-        let start = range.start / FOLIO_BYTES * FOLIO_BYTES;
-        let end = range.end.div_ceil(FOLIO_BYTES).saturating_mul(FOLIO_BYTES);
-        let range = start..end.min(self.map.len());
         // SAFETY: the map is a read-only private mapping of a file that
         // nothing in this process writes: its pages are never modified, so
         // dropping them cannot lose data, and a later access (through any
@@ -105,14 +87,13 @@ mod tests {
         bytes
     }
 
-    /// Letting ranges go, each rounded out to whole folios (so past both
-    /// of its ends), loses no byte: every read afterwards, through the
-    /// same map, gives the file's bytes, at any offset, including ranges
-    /// that end at the map's end and ranges past it (refused).
+    /// Letting ranges go loses no byte: every read afterwards, through the
+    /// same map, gives the file's bytes, at any offset, including after
+    /// ranges that end at the map's end and ranges past it (refused).
     #[test]
     fn released_ranges_read_back_the_file() {
         let mut rng = fastrand::Rng::with_seed(34);
-        let tail: Vec<u8> = (0..5 * FOLIO_BYTES + 12_345).map(|_| rng.u8(..)).collect();
+        let tail: Vec<u8> = (0..(5 << 20) + 12_345).map(|_| rng.u8(..)).collect();
         let want = gguf_with_tail(&tail);
         let path = std::env::temp_dir().join(format!("pagoda-release-{}.gguf", std::process::id()));
         std::fs::write(&path, &want).unwrap();
