@@ -1,0 +1,259 @@
+//! AVX-512 kernels that take two interleaved groups at once: sixteen weight
+//! rows in the sixteen 32-bit lanes of a 512-bit vector. The layout stays
+//! the eight-row one ([`interleave`](super::super::super::interleave)): a
+//! chunk's 32 bytes of group `g` fill the low half of a vector and the same
+//! chunk of group `g + 1` the high half (one `vinserti64x4` per load,
+//! shared by every activation row), so the activation's four bytes are
+//! still one broadcast and each `vpdpbusd` serves sixteen rows where the
+//! 256-bit kernels' serves eight. CPUs that run 512-bit vectors at full
+//! width (AMD Zen 5, Intel Xeon) then do each product's integer work in
+//! about half the instructions; the memory read is the same bytes.
+//!
+//! Only the AVX-512 VNNI set takes them, for the legacy types (Q4_0, Q4_1,
+//! Q5_0, Q5_1, Q8_0); the K-quants keep their eight-row kernels.
+
+use std::arch::x86_64::*;
+
+use pagoda_core::QuantKind;
+
+use super::super::super::act::{QuantizedActivations, QB};
+use super::super::PREFETCH_AHEAD;
+use super::{GROUP, ROWS_PER_CALL};
+
+/// Weight rows one wide kernel call takes: two groups.
+pub(super) const PAIR: usize = 2 * GROUP;
+
+/// Activation rows from which the wide kernels run: below, the eight-row
+/// kernels read one group at a time.
+pub(super) const MIN_ROWS: usize = 2;
+
+/// Whether [`pair`] takes `kind` weights (their activation format was
+/// checked by [`takes_interleaved`](super::takes_interleaved)).
+pub(super) fn takes_pairs(kind: QuantKind) -> bool {
+    matches!(
+        kind,
+        QuantKind::Q4_0 | QuantKind::Q4_1 | QuantKind::Q5_0 | QuantKind::Q5_1 | QuantKind::Q8_0
+    )
+}
+
+/// `sums[j][lane]` for the two groups `w0` (lanes 0..8) and `w1` (lanes
+/// 8..16) of `kind` rows (one of [`takes_pairs`]'s) against `n` (1 to
+/// [`ROWS_PER_CALL`]) activation rows of `x` from `first`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW, VL and VNNI, with AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn pair(
+    kind: QuantKind,
+    w0: &[u8],
+    w1: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    n: usize,
+    sums: &mut [[f32; PAIR]; ROWS_PER_CALL],
+) {
+    macro_rules! rows {
+        ($kernel:ident $(, $flag:literal)*) => {
+            match n {
+                1 => $kernel::<1 $(, $flag)*>(w0, w1, x, first, sums),
+                2 => $kernel::<2 $(, $flag)*>(w0, w1, x, first, sums),
+                3 => $kernel::<3 $(, $flag)*>(w0, w1, x, first, sums),
+                _ => $kernel::<4 $(, $flag)*>(w0, w1, x, first, sums),
+            }
+        };
+    }
+    match kind {
+        QuantKind::Q4_0 => rows!(pair_q4, false, false),
+        QuantKind::Q4_1 => rows!(pair_q4, true, false),
+        QuantKind::Q5_0 => rows!(pair_q4, false, true),
+        QuantKind::Q5_1 => rows!(pair_q4, true, true),
+        _ => rows!(pair_q8_0),
+    }
+}
+
+/// Chunk `at..at + 32` of both groups: `w0`'s in the low half, `w1`'s in
+/// the high half.
+#[inline(always)]
+unsafe fn both(w0: &[u8], w1: &[u8], at: usize) -> __m512i {
+    let (a, b) = (&w0[at..at + 32], &w1[at..at + 32]);
+    _mm512_inserti64x4::<1>(
+        _mm512_castsi256_si512(_mm256_loadu_si256(a.as_ptr().cast())),
+        _mm256_loadu_si256(b.as_ptr().cast()),
+    )
+}
+
+/// Asks the cache for every line of the pair's block `b` (of `block`
+/// bytes) [`PREFETCH_AHEAD`] bytes on, in both groups. Where that passes
+/// a group's end, the line asked for is one pair on (a group's length
+/// further): the next pair's groups, not the other group of this pair,
+/// which is being read already. Left to step into the next group, the
+/// hints never covered the start of the next pair's second group, and
+/// Llama-3.2-1B Q4_0 decoded at 0.85× the eight-row kernels (2 threads,
+/// Zen 5).
+#[inline(always)]
+unsafe fn prefetch_pair(w0: &[u8], w1: &[u8], b: usize, block: usize) {
+    for line in (0..block).step_by(64) {
+        let mut ahead = b * block + line + PREFETCH_AHEAD;
+        if ahead >= w0.len() {
+            ahead += w0.len();
+        }
+        // Hints only: they never fault, and the addresses are never read.
+        _mm_prefetch::<_MM_HINT_T0>(w0.as_ptr().wrapping_add(ahead).cast());
+        _mm_prefetch::<_MM_HINT_T0>(w1.as_ptr().wrapping_add(ahead).cast());
+    }
+}
+
+/// The 16 f16 values at `at..at + 16` of both groups (eight each) as f32.
+#[inline(always)]
+unsafe fn halves(w0: &[u8], w1: &[u8], at: usize) -> __m512 {
+    let (a, b) = (&w0[at..at + 16], &w1[at..at + 16]);
+    _mm512_cvtph_ps(_mm256_set_m128i(
+        _mm_loadu_si128(b.as_ptr().cast()),
+        _mm_loadu_si128(a.as_ptr().cast()),
+    ))
+}
+
+/// The four bytes of `x` from `at` in every 32-bit lane.
+#[inline(always)]
+unsafe fn broadcast4(x: &[i8], at: usize) -> __m512i {
+    let b = &x[at..at + 4];
+    _mm512_set1_epi32(i32::from_le_bytes([
+        b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8,
+    ]))
+}
+
+/// [`group_q4`](super::group_q4) on two groups at once: Q4_0 (Q4_1 with
+/// `MIN`, Q5_0 and Q5_1 with `FIVE`) rows against `N` Q8_0 (Q8_1)
+/// activation rows, the same sums in the same order per lane.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline(never)]
+unsafe fn pair_q4<const N: usize, const MIN: bool, const FIVE: bool>(
+    w0: &[u8],
+    w1: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    sums: &mut [[f32; PAIR]; ROWS_PER_CALL],
+) {
+    let head = if MIN { 32 } else { 16 };
+    let qs_at = if FIVE { head + 32 } else { head };
+    let block = qs_at + GROUP * 16;
+    let offset = if FIVE { 16 } else { 8 };
+    let blocks = w0.len().min(w1.len()) / block;
+    let mut qs: [&[i8]; N] = [&[]; N];
+    let mut ds: [&[f32]; N] = [&[]; N];
+    let mut ss: [&[i32]; N] = [&[]; N];
+    let mut ms: [&[f32]; N] = [&[]; N];
+    for j in 0..N {
+        qs[j] = &x.q_row(first + j)[..blocks * QB];
+        ds[j] = &x.d_row(first + j)[..blocks];
+        if MIN {
+            ms[j] = &x.s_row(first + j)[..blocks];
+        } else {
+            ss[j] = &x.sum_row(first + j)[..blocks];
+        }
+    }
+    let low = _mm512_set1_epi8(0x0f);
+    let fifth = _mm512_set1_epi8(0x10);
+    let mut acc = [_mm512_setzero_ps(); N];
+    for b in 0..blocks {
+        let (wb0, wb1) = (
+            &w0[b * block..b * block + block],
+            &w1[b * block..b * block + block],
+        );
+        prefetch_pair(w0, w1, b, block);
+        let dw = halves(wb0, wb1, 0);
+        let mw = if MIN {
+            halves(wb0, wb1, 16)
+        } else {
+            _mm512_setzero_ps()
+        };
+        let bits = if FIVE {
+            both(wb0, wb1, head)
+        } else {
+            _mm512_setzero_si512()
+        };
+        let mut lo = [_mm512_setzero_si512(); 4];
+        let mut hi = [_mm512_setzero_si512(); 4];
+        for c in 0..4 {
+            let v = both(wb0, wb1, qs_at + 32 * c);
+            lo[c] = _mm512_and_si512(v, low);
+            hi[c] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
+            if FIVE {
+                let h = _mm512_srl_epi16(bits, _mm_cvtsi32_si128(2 * c as i32));
+                lo[c] = _mm512_or_si512(lo[c], _mm512_and_si512(_mm512_slli_epi16::<4>(h), fifth));
+                hi[c] = _mm512_or_si512(hi[c], _mm512_and_si512(_mm512_slli_epi16::<3>(h), fifth));
+            }
+        }
+        for j in 0..N {
+            let xb = &qs[j][b * QB..b * QB + QB];
+            // Two chains, so that each waits on half the steps.
+            let (mut sl, mut sh) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            for c in 0..4 {
+                sl = _mm512_dpbusd_epi32(sl, lo[c], broadcast4(xb, 4 * c));
+                sh = _mm512_dpbusd_epi32(sh, hi[c], broadcast4(xb, 16 + 4 * c));
+            }
+            let mut isum = _mm512_add_epi32(sl, sh);
+            if !MIN {
+                isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(offset * ss[j][b]));
+            }
+            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(ds[j][b]));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+            if MIN {
+                acc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(ms[j][b]), acc[j]);
+            }
+        }
+    }
+    for j in 0..N {
+        _mm512_storeu_ps(sums[j].as_mut_ptr(), acc[j]);
+    }
+}
+
+/// [`group_q8_0`](super::group_q8_0)'s VNNI form on two groups at once:
+/// the weights made unsigned once for all rows (`w + 128`), each block
+/// paying back `128 × Σ x`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline(never)]
+unsafe fn pair_q8_0<const N: usize>(
+    w0: &[u8],
+    w1: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    sums: &mut [[f32; PAIR]; ROWS_PER_CALL],
+) {
+    const BLOCK: usize = GROUP * 34;
+    let blocks = w0.len().min(w1.len()) / BLOCK;
+    let mut qs: [&[i8]; N] = [&[]; N];
+    let mut ds: [&[f32]; N] = [&[]; N];
+    let mut ss: [&[i32]; N] = [&[]; N];
+    for j in 0..N {
+        qs[j] = &x.q_row(first + j)[..blocks * QB];
+        ds[j] = &x.d_row(first + j)[..blocks];
+        ss[j] = &x.sum_row(first + j)[..blocks];
+    }
+    let top = _mm512_set1_epi8(-128);
+    let mut acc = [_mm512_setzero_ps(); N];
+    for b in 0..blocks {
+        let (wb0, wb1) = (
+            &w0[b * BLOCK..b * BLOCK + BLOCK],
+            &w1[b * BLOCK..b * BLOCK + BLOCK],
+        );
+        prefetch_pair(w0, w1, b, BLOCK);
+        let dw = halves(wb0, wb1, 0);
+        let mut isum = [_mm512_setzero_si512(); N];
+        for c in 0..8 {
+            let u = _mm512_xor_si512(both(wb0, wb1, 16 + 32 * c), top);
+            for j in 0..N {
+                let xb = &qs[j][b * QB..b * QB + QB];
+                isum[j] = _mm512_dpbusd_epi32(isum[j], u, broadcast4(xb, 4 * c));
+            }
+        }
+        for j in 0..N {
+            let isum = _mm512_sub_epi32(isum[j], _mm512_set1_epi32(128 * ss[j][b]));
+            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(ds[j][b]));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+        }
+    }
+    for j in 0..N {
+        _mm512_storeu_ps(sums[j].as_mut_ptr(), acc[j]);
+    }
+}
