@@ -365,6 +365,7 @@ macro_rules! unroll8 {
         })*
     };
 }
+use unroll8;
 
 /// One group of eight interleaved Q4_0 rows (`w`, every block) against `N`
 /// activation rows from `first`: `sums[j][lane]`; Q4_1 rows with `MIN`,
@@ -796,7 +797,10 @@ mod tests {
         for kind in kinds {
             for _ in 0..12 {
                 let (block, values) = (kind.block_bytes(), kind.block_elems());
-                let (rows, n) = (rng.usize(1..70), rng.usize(wide::MIN_ROWS..11));
+                let (rows, n) = (
+                    rng.usize(1..70),
+                    rng.usize(wide::MIN_ROWS..=GROUP_KERNEL_MAX_ROWS),
+                );
                 let cols = values * rng.usize(1..5);
                 let mut data: Vec<u8> = (0..rows * cols / values * block)
                     .map(|_| rng.u8(..))

@@ -16,9 +16,12 @@ use std::arch::x86_64::*;
 
 use pagoda_core::QuantKind;
 
-use super::super::super::act::{QuantizedActivations, QB};
+use super::super::super::act::{QuantizedActivations, KB, KSUM, QB};
 use super::super::PREFETCH_AHEAD;
-use super::{GROUP, ROWS_PER_CALL};
+use super::{
+    unroll8, GROUP, K4_DMIN, K4_GROUP_BLOCK, K4_MINS, K4_QS, K4_SCALES, K5_GROUP_BLOCK, K5_QH,
+    K5_QS, ROWS_PER_CALL,
+};
 
 /// Weight rows one wide kernel call takes: two groups.
 pub(super) const PAIR: usize = 2 * GROUP;
@@ -32,7 +35,13 @@ pub(super) const MIN_ROWS: usize = 2;
 pub(super) fn takes_pairs(kind: QuantKind) -> bool {
     matches!(
         kind,
-        QuantKind::Q4_0 | QuantKind::Q4_1 | QuantKind::Q5_0 | QuantKind::Q5_1 | QuantKind::Q8_0
+        QuantKind::Q4_0
+            | QuantKind::Q4_1
+            | QuantKind::Q5_0
+            | QuantKind::Q5_1
+            | QuantKind::Q8_0
+            | QuantKind::Q4_K
+            | QuantKind::Q5_K
     )
 }
 
@@ -67,6 +76,8 @@ pub(super) unsafe fn pair(
         QuantKind::Q4_1 => rows!(pair_q4, true, false),
         QuantKind::Q5_0 => rows!(pair_q4, false, true),
         QuantKind::Q5_1 => rows!(pair_q4, true, true),
+        QuantKind::Q4_K => rows!(pair_qk, false),
+        QuantKind::Q5_K => rows!(pair_qk, true),
         _ => rows!(pair_q8_0),
     }
 }
@@ -82,6 +93,20 @@ unsafe fn both(w0: &[u8], w1: &[u8], at: usize) -> __m512i {
     )
 }
 
+/// Asks the cache for the line `at` bytes into both groups
+/// [`PREFETCH_AHEAD`] bytes on, or one pair on where that passes a group's
+/// end (see [`prefetch_pair`]).
+#[inline(always)]
+unsafe fn prefetch_pair_line(w0: &[u8], w1: &[u8], at: usize) {
+    let mut ahead = at + PREFETCH_AHEAD;
+    if ahead >= w0.len() {
+        ahead += w0.len();
+    }
+    // Hints only: they never fault, and the addresses are never read.
+    _mm_prefetch::<_MM_HINT_T0>(w0.as_ptr().wrapping_add(ahead).cast());
+    _mm_prefetch::<_MM_HINT_T0>(w1.as_ptr().wrapping_add(ahead).cast());
+}
+
 /// Asks the cache for every line of the pair's block `b` (of `block`
 /// bytes) [`PREFETCH_AHEAD`] bytes on, in both groups. Where that passes
 /// a group's end, the line asked for is one pair on (a group's length
@@ -93,13 +118,7 @@ unsafe fn both(w0: &[u8], w1: &[u8], at: usize) -> __m512i {
 #[inline(always)]
 unsafe fn prefetch_pair(w0: &[u8], w1: &[u8], b: usize, block: usize) {
     for line in (0..block).step_by(64) {
-        let mut ahead = b * block + line + PREFETCH_AHEAD;
-        if ahead >= w0.len() {
-            ahead += w0.len();
-        }
-        // Hints only: they never fault, and the addresses are never read.
-        _mm_prefetch::<_MM_HINT_T0>(w0.as_ptr().wrapping_add(ahead).cast());
-        _mm_prefetch::<_MM_HINT_T0>(w1.as_ptr().wrapping_add(ahead).cast());
+        prefetch_pair_line(w0, w1, b * block + line);
     }
 }
 
@@ -255,5 +274,132 @@ unsafe fn pair_q8_0<const N: usize>(
     }
     for j in 0..N {
         _mm512_storeu_ps(sums[j].as_mut_ptr(), acc[j]);
+    }
+}
+
+/// Eight bytes at `at` of both groups, widened to i32: `w0`'s in lanes
+/// 0..8, `w1`'s in lanes 8..16.
+#[inline(always)]
+unsafe fn bytes_as_i32(w0: &[u8], w1: &[u8], at: usize) -> __m512i {
+    let (a, b) = (&w0[at..at + 8], &w1[at..at + 8]);
+    _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(
+        _mm_loadl_epi64(a.as_ptr().cast()),
+        _mm_loadl_epi64(b.as_ptr().cast()),
+    ))
+}
+
+/// [`group_qk`](super::group_qk)'s VNNI form on two groups at once: Q4_K
+/// (Q5_K with `FIVE`) rows against `N` Q8_K activation rows, each
+/// sub-block's sums in i32 multiplied by the rows' scales as i32, the
+/// minimums paid by `vpdpwssd` against the activation's sums of 32.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline(never)]
+unsafe fn pair_qk<const N: usize, const FIVE: bool>(
+    w0: &[u8],
+    w1: &[u8],
+    x: &QuantizedActivations,
+    first: usize,
+    sums: &mut [[f32; PAIR]; ROWS_PER_CALL],
+) {
+    let (block, qs_at) = if FIVE {
+        (K5_GROUP_BLOCK, K5_QS)
+    } else {
+        (K4_GROUP_BLOCK, K4_QS)
+    };
+    let blocks = w0.len().min(w1.len()) / block;
+    let mut qs: [&[i8]; N] = [&[]; N];
+    let mut ds: [&[f32]; N] = [&[]; N];
+    let mut bs: [&[i16]; N] = [&[]; N];
+    for j in 0..N {
+        qs[j] = &x.q_row(first + j)[..blocks * KB];
+        ds[j] = &x.d_row(first + j)[..blocks];
+        bs[j] = &x.bsums_row(first + j)[..blocks * (KB / KSUM)];
+    }
+    let low = _mm512_set1_epi8(0x0f);
+    let fifth = _mm512_set1_epi8(0x10);
+    let mut acc = [_mm512_setzero_ps(); N];
+    let mut accm = [_mm512_setzero_ps(); N];
+    for b in 0..blocks {
+        let (wb0, wb1) = (
+            &w0[b * block..b * block + block],
+            &w1[b * block..b * block + block],
+        );
+        let mut xb: [&[i8]; N] = [&[]; N];
+        for j in 0..N {
+            xb[j] = &qs[j][b * KB..b * KB + KB];
+        }
+        let mut isum = [_mm512_setzero_si512(); N];
+        for i in 0..4 {
+            // The rows' scales of sub-blocks 2i and 2i + 1 as i32.
+            let se = bytes_as_i32(wb0, wb1, K4_SCALES + 16 * i);
+            let so = bytes_as_i32(wb0, wb1, K4_SCALES + 16 * i + 8);
+            let shift = _mm_cvtsi32_si128(2 * i as i32);
+            let mut slo = [_mm512_setzero_si512(); N];
+            let mut shi = [_mm512_setzero_si512(); N];
+            unroll8!(c, {
+                let line = 64 * (8 * i + c);
+                if line < block {
+                    prefetch_pair_line(w0, w1, b * block + line);
+                }
+                let v = both(wb0, wb1, qs_at + 32 * (8 * i + c));
+                let mut lo = _mm512_and_si512(v, low);
+                let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
+                if FIVE {
+                    let h = _mm512_srl_epi16(both(wb0, wb1, K5_QH + 32 * c), shift);
+                    lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16::<4>(h), fifth));
+                    hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16::<3>(h), fifth));
+                }
+                for j in 0..N {
+                    slo[j] = _mm512_dpbusd_epi32(slo[j], lo, broadcast4(xb[j], 64 * i + 4 * c));
+                    shi[j] =
+                        _mm512_dpbusd_epi32(shi[j], hi, broadcast4(xb[j], 64 * i + 32 + 4 * c));
+                }
+            });
+            for j in 0..N {
+                let p = _mm512_add_epi32(
+                    _mm512_mullo_epi32(slo[j], se),
+                    _mm512_mullo_epi32(shi[j], so),
+                );
+                isum[j] = _mm512_add_epi32(isum[j], p);
+            }
+        }
+        let d = halves(wb0, wb1, 0);
+        let dmin = halves(wb0, wb1, K4_DMIN);
+        for j in 0..N {
+            // Sums of each 32 values: pairs of the sums of 16 (|Σ| ≤ 4,064),
+            // sub-blocks 2k and 2k + 1 in 32-bit lane k.
+            let s16 = _mm256_loadu_si256(
+                bs[j][b * (KB / KSUM)..(b + 1) * (KB / KSUM)]
+                    .as_ptr()
+                    .cast(),
+            );
+            let s32 = _mm_hadd_epi16(
+                _mm256_castsi256_si128(s16),
+                _mm256_extracti128_si256::<1>(s16),
+            );
+            let s32 = _mm512_broadcast_i32x4(s32);
+            let mut msum = _mm512_setzero_si512();
+            for k in 0..4 {
+                let at = K4_MINS + 16 * k;
+                let (m0, m1) = (&wb0[at..at + 16], &wb1[at..at + 16]);
+                let mins = _mm512_cvtepu8_epi16(_mm256_set_m128i(
+                    _mm_loadu_si128(m1.as_ptr().cast()),
+                    _mm_loadu_si128(m0.as_ptr().cast()),
+                ));
+                let xs = match k {
+                    0 => _mm512_shuffle_epi32::<_MM_PERM_AAAA>(s32),
+                    1 => _mm512_shuffle_epi32::<_MM_PERM_BBBB>(s32),
+                    2 => _mm512_shuffle_epi32::<_MM_PERM_CCCC>(s32),
+                    _ => _mm512_shuffle_epi32::<_MM_PERM_DDDD>(s32),
+                };
+                msum = _mm512_dpwssd_epi32(msum, mins, xs);
+            }
+            let dx = _mm512_set1_ps(ds[j][b]);
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(d, dx), acc[j]);
+            accm[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmin, dx), accm[j]);
+        }
+    }
+    for j in 0..N {
+        _mm512_storeu_ps(sums[j].as_mut_ptr(), _mm512_sub_ps(acc[j], accm[j]));
     }
 }
