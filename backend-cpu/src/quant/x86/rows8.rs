@@ -74,6 +74,11 @@ pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivati
 /// and 0.93× the group kernel at 8, 16, 64 and 512 rows; since its chunk
 /// loop is unrolled (`unroll8!`) the group kernel runs 1.16-1.25× what it
 /// did at 16 to 512 rows, so the gap only grew).
+///
+/// On AVX-512 VNNI the wide group kernels ([`wide`]) take every row count
+/// from two: Llama-3.2-1B Q4_K_M prefilled 512 tokens at 1.13× and Q5_K_M
+/// at 1.75× what the wide kernels up to eight rows and unpacked groups
+/// past them gave (2 threads, Zen 5).
 const GROUP_KERNEL_MAX_ROWS: usize = 8;
 
 /// Whether [`interleaved`] multiplies `kind` rows against `m` activation
@@ -224,13 +229,13 @@ pub(in super::super) unsafe fn interleaved(
     res: &mut [f32],
 ) {
     let m = res.len().checked_div(tile.len()).unwrap_or(0);
-    if takes_unpacked_groups(kind, x, m) {
-        // SAFETY: every set here has AVX2, FMA and F16C.
-        return unsafe { super::quads::kquads_interleaved(kind, data, cols, tile, x, first, res) };
-    }
     if isa == Isa::Avx512Vnni && wide::takes_pairs(kind) && m >= wide::MIN_ROWS {
         // SAFETY: the caller's CPU has AVX-512 VNNI with F, BW and VL.
         return unsafe { by_pairs(kind, data, cols, tile, x, first, res) };
+    }
+    if takes_unpacked_groups(kind, x, m) {
+        // SAFETY: every set here has AVX2, FMA and F16C.
+        return unsafe { super::quads::kquads_interleaved(kind, data, cols, tile, x, first, res) };
     }
     let group: GroupKernel = match isa {
         Isa::AvxVnni => avxvnni::group,
