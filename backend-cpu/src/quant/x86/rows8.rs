@@ -309,12 +309,13 @@ unsafe fn by_pairs(
     let m = res.len() / tile.len();
     let group_bytes = interleaved_len(kind, GROUP, cols).unwrap_or(0);
     let groups = tile.start / GROUP..tile.end.div_ceil(GROUP);
+    let step = wide::rows_per_call(kind);
     for g in groups.clone().step_by(2) {
         let pair = g + 1 < groups.end;
         let w0 = &data[g * group_bytes..(g + 1) * group_bytes];
-        for j0 in (0..m).step_by(ROWS_PER_CALL) {
-            let n = (m - j0).min(ROWS_PER_CALL);
-            let mut sums = [[0.0f32; wide::PAIR]; ROWS_PER_CALL];
+        for j0 in (0..m).step_by(step) {
+            let n = (m - j0).min(step);
+            let mut sums = [[0.0f32; wide::PAIR]; wide::WIDE_ROWS];
             if pair {
                 let w1 = &data[(g + 1) * group_bytes..(g + 2) * group_bytes];
                 // SAFETY: the caller's CPU has the extensions the kernel
@@ -322,11 +323,14 @@ unsafe fn by_pairs(
                 // checks.
                 unsafe { wide::pair(kind, w0, w1, x, first + j0, n, &mut sums) };
             } else {
-                let mut one = [[0.0f32; GROUP]; ROWS_PER_CALL];
-                // SAFETY: as above.
-                unsafe { avx512vnni::group(kind, w0, x, first + j0, n, &mut one) };
-                for (row, part) in sums.iter_mut().zip(&one) {
-                    row[..GROUP].copy_from_slice(part);
+                for k0 in (0..n).step_by(ROWS_PER_CALL) {
+                    let mut one = [[0.0f32; GROUP]; ROWS_PER_CALL];
+                    let k = (n - k0).min(ROWS_PER_CALL);
+                    // SAFETY: as above.
+                    unsafe { avx512vnni::group(kind, w0, x, first + j0 + k0, k, &mut one) };
+                    for (row, part) in sums[k0..].iter_mut().zip(&one) {
+                        row[..GROUP].copy_from_slice(part);
+                    }
                 }
             }
             let rows = if pair { 2 * GROUP } else { GROUP };
