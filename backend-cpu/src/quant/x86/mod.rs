@@ -294,7 +294,7 @@ unsafe fn row_dots(
 /// hardware prefetcher alone left decode short of the bandwidth: SmolLM2
 /// Q4_1 at batch 1 decoded 84–85 tok/s without the hint, 87 at 512 bytes,
 /// 88 at 2 KiB and 89–90 at 4 and 8 KiB (2 cores, Zen 2).
-pub(super) const PREFETCH_AHEAD: usize = 4096;
+const PREFETCH_AHEAD: usize = 4096;
 
 /// Asks the cache for every line of the block `b` [`PREFETCH_AHEAD`]
 /// bytes on. One hint per block covers every line of blocks shorter than a

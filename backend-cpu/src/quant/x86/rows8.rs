@@ -229,9 +229,9 @@ pub(in super::super) unsafe fn interleaved(
     res: &mut [f32],
 ) {
     let m = res.len().checked_div(tile.len()).unwrap_or(0);
-    if isa == Isa::Avx512Vnni && wide::takes_pairs(kind) && m >= wide::MIN_ROWS {
+    if isa == Isa::Avx512Vnni && m >= wide::MIN_ROWS {
         // SAFETY: the caller's CPU has AVX-512 VNNI with F, BW and VL.
-        return unsafe { by_pairs(kind, data, cols, tile, x, first, res) };
+        return unsafe { wide::by_pairs(kind, data, cols, tile, x, first, res) };
     }
     if takes_unpacked_groups(kind, x, m) {
         // SAFETY: every set here has AVX2, FMA and F16C.
@@ -275,75 +275,29 @@ unsafe fn by_groups(
             // SAFETY: the caller's CPU has the extensions `group` was
             // compiled with; it slices its inputs with bounds checks.
             unsafe { group(kind, w, x, first + j0, n, &mut sums) };
-            // The group's rows inside the tile (all eight but at a tile's
-            // ragged ends): their place in `res` is one slice, with no test
-            // per row.
-            let (lo, hi) = ((g * GROUP).max(tile.start), ((g + 1) * GROUP).min(tile.end));
-            let out = &mut res[(lo - tile.start) * m..(hi - tile.start) * m];
-            for (col, lane) in out.chunks_exact_mut(m).zip(lo - g * GROUP..) {
-                for (j, row) in sums.iter().enumerate().take(n) {
-                    col[j0 + j] = row[lane];
-                }
-            }
+            store_lanes(res, &tile, g * GROUP..(g + 1) * GROUP, j0, &sums[..n]);
         }
     }
 }
 
-/// [`interleaved`] on AVX-512 VNNI by the wide kernels, two groups (sixteen
-/// rows) a call; a tile's odd last group by the eight-row kernel.
-///
-/// # Safety
-/// The CPU must have AVX-512 F, BW, VL and VNNI, with AVX2, FMA and F16C.
-unsafe fn by_pairs(
-    kind: QuantKind,
-    data: &[u8],
-    cols: usize,
-    tile: Range<usize>,
-    x: &QuantizedActivations,
-    first: usize,
+/// Stores `sums[j][lane]`, the products of weight rows `rows` (lane 0 is
+/// `rows.start`) with activation rows `j0..j0 + sums.len()` of a pass of
+/// `m`, into `res` (`res[k × m + j]` for row `tile.start + k`): the rows
+/// inside `tile` only (all but at a tile's ragged ends), whose place in
+/// `res` is one slice, with no test per row.
+fn store_lanes<const L: usize>(
     res: &mut [f32],
+    tile: &Range<usize>,
+    rows: Range<usize>,
+    j0: usize,
+    sums: &[[f32; L]],
 ) {
-    if tile.is_empty() {
-        return;
-    }
     let m = res.len() / tile.len();
-    let group_bytes = interleaved_len(kind, GROUP, cols).unwrap_or(0);
-    let groups = tile.start / GROUP..tile.end.div_ceil(GROUP);
-    let step = wide::rows_per_call(kind);
-    for g in groups.clone().step_by(2) {
-        let pair = g + 1 < groups.end;
-        let w0 = &data[g * group_bytes..(g + 1) * group_bytes];
-        for j0 in (0..m).step_by(step) {
-            let n = (m - j0).min(step);
-            let mut sums = [[0.0f32; wide::PAIR]; wide::WIDE_ROWS];
-            if pair {
-                let w1 = &data[(g + 1) * group_bytes..(g + 2) * group_bytes];
-                // SAFETY: the caller's CPU has the extensions the kernel
-                // was compiled with; it slices its inputs with bounds
-                // checks.
-                unsafe { wide::pair(kind, w0, w1, x, first + j0, n, &mut sums) };
-            } else {
-                for k0 in (0..n).step_by(ROWS_PER_CALL) {
-                    let mut one = [[0.0f32; GROUP]; ROWS_PER_CALL];
-                    let k = (n - k0).min(ROWS_PER_CALL);
-                    // SAFETY: as above.
-                    unsafe { avx512vnni::group(kind, w0, x, first + j0 + k0, k, &mut one) };
-                    for (row, part) in sums[k0..].iter_mut().zip(&one) {
-                        row[..GROUP].copy_from_slice(part);
-                    }
-                }
-            }
-            let rows = if pair { 2 * GROUP } else { GROUP };
-            let (lo, hi) = (
-                (g * GROUP).max(tile.start),
-                (g * GROUP + rows).min(tile.end),
-            );
-            let out = &mut res[(lo - tile.start) * m..(hi - tile.start) * m];
-            for (col, lane) in out.chunks_exact_mut(m).zip(lo - g * GROUP..) {
-                for (j, row) in sums.iter().enumerate().take(n) {
-                    col[j0 + j] = row[lane];
-                }
-            }
+    let (lo, hi) = (rows.start.max(tile.start), rows.end.min(tile.end));
+    let out = &mut res[(lo - tile.start) * m..(hi - tile.start) * m];
+    for (col, lane) in out.chunks_exact_mut(m).zip(lo - rows.start..) {
+        for (j, row) in sums.iter().enumerate() {
+            col[j0 + j] = row[lane];
         }
     }
 }
@@ -728,12 +682,40 @@ unsafe fn group_qk<D: Dot, const N: usize, const FIVE: bool>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::dot::EmulatedVnni;
     use super::*;
     use crate::quant::interleave::{interleave, interleaves};
 
     instances!(fused_on_avx2, EmulatedVnni, "avx2,fma,f16c");
+
+    /// Random `rows × cols` `kind` weights (random bits, with f16 scales
+    /// and minimums of 0.001..0.01 at the head of every block),
+    /// interleaved, and `n` random activation rows rounded for them.
+    pub(super) fn random_case(
+        rng: &mut fastrand::Rng,
+        kind: QuantKind,
+        rows: usize,
+        cols: usize,
+        n: usize,
+    ) -> (Vec<u8>, QuantizedActivations) {
+        let (block, values) = (kind.block_bytes(), kind.block_elems());
+        let mut data: Vec<u8> = (0..rows * cols / values * block)
+            .map(|_| rng.u8(..))
+            .collect();
+        for b in data.chunks_exact_mut(block) {
+            for at in [0, 2] {
+                let h = half::f16::from_f32(0.001 + 0.009 * rng.f32());
+                b[at..at + 2].copy_from_slice(&h.to_bits().to_le_bytes());
+            }
+        }
+        let mut packed = vec![0u8; interleaved_len(kind, rows, cols).unwrap()];
+        interleave(kind, rows, cols, &data, &mut packed).unwrap();
+        let xs: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 2.0 - 1.0).collect();
+        let mut x = QuantizedActivations::new();
+        x.quantize(kind, &xs, n, cols).unwrap();
+        (packed, x)
+    }
 
     /// The VNNI form of every kernel (its i32 sums, its scales multiplied
     /// as i32) gives AVX2's floats bit for bit: both sums are exact
@@ -749,25 +731,9 @@ mod tests {
         let kinds = QuantKind::ALL.into_iter().filter(|&k| interleaves(k));
         for kind in kinds {
             for _ in 0..8 {
-                let (block, values) = (kind.block_bytes(), kind.block_elems());
                 let (rows, n) = (rng.usize(1..20), rng.usize(1..9));
-                let cols = values * rng.usize(1..4);
-                // Random bits, with f16 scales (and minimums) of
-                // 0.001..0.01 at the head of every block.
-                let mut data: Vec<u8> = (0..rows * cols / values * block)
-                    .map(|_| rng.u8(..))
-                    .collect();
-                for b in data.chunks_exact_mut(block) {
-                    for at in [0, 2] {
-                        let h = half::f16::from_f32(0.001 + 0.009 * rng.f32());
-                        b[at..at + 2].copy_from_slice(&h.to_bits().to_le_bytes());
-                    }
-                }
-                let mut packed = vec![0u8; interleaved_len(kind, rows, cols).unwrap()];
-                interleave(kind, rows, cols, &data, &mut packed).unwrap();
-                let xs: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 2.0 - 1.0).collect();
-                let mut x = QuantizedActivations::new();
-                x.quantize(kind, &xs, n, cols).unwrap();
+                let cols = kind.block_elems() * rng.usize(1..4);
+                let (packed, x) = random_case(&mut rng, kind, rows, cols, n);
                 let (mut want, mut got) = (vec![0.0f32; rows * n], vec![0.0f32; rows * n]);
                 // SAFETY: the CPU has AVX2, FMA and F16C (checked above),
                 // which both instances were compiled with.
@@ -779,76 +745,6 @@ mod tests {
                         &packed,
                         cols,
                         0..rows,
-                        &x,
-                        0,
-                        &mut got,
-                    );
-                }
-                for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-                    assert_eq!(a.to_bits(), b.to_bits(), "{kind}: output {k}: {a} vs {b}");
-                }
-            }
-        }
-    }
-
-    /// The wide kernels (two groups a call, 512-bit vectors) give the
-    /// eight-row AVX-512 VNNI kernels' floats bit for bit: the same steps
-    /// per lane. Tiles that start and end inside a pair, and odd last
-    /// groups, take both kernels in one product.
-    #[test]
-    fn wide_kernels_match_eight_row_kernels_bit_for_bit() {
-        if !Isa::Avx512Vnni.is_supported() {
-            println!("skipped: no AVX-512 VNNI on this CPU");
-            return;
-        }
-        let mut rng = fastrand::Rng::with_seed(11);
-        let kinds = QuantKind::ALL.into_iter().filter(|&k| wide::takes_pairs(k));
-        for kind in kinds {
-            for _ in 0..12 {
-                let (block, values) = (kind.block_bytes(), kind.block_elems());
-                let (rows, n) = (
-                    rng.usize(1..70),
-                    rng.usize(wide::MIN_ROWS..=GROUP_KERNEL_MAX_ROWS),
-                );
-                let cols = values * rng.usize(1..5);
-                let mut data: Vec<u8> = (0..rows * cols / values * block)
-                    .map(|_| rng.u8(..))
-                    .collect();
-                for b in data.chunks_exact_mut(block) {
-                    for at in [0, 2] {
-                        let h = half::f16::from_f32(0.001 + 0.009 * rng.f32());
-                        b[at..at + 2].copy_from_slice(&h.to_bits().to_le_bytes());
-                    }
-                }
-                let mut packed = vec![0u8; interleaved_len(kind, rows, cols).unwrap()];
-                interleave(kind, rows, cols, &data, &mut packed).unwrap();
-                let xs: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 2.0 - 1.0).collect();
-                let mut x = QuantizedActivations::new();
-                x.quantize(kind, &xs, n, cols).unwrap();
-                // A tile on a group boundary, as the row loop cuts them.
-                let start = GROUP * rng.usize(0..rows.div_ceil(GROUP));
-                let end = rng.usize(start + 1..=rows);
-                let len = (end - start) * n;
-                let (mut want, mut got) = (vec![0.0f32; len], vec![0.0f32; len]);
-                // SAFETY: the CPU has AVX-512 VNNI, F, BW and VL with
-                // AVX2, FMA and F16C (checked above).
-                unsafe {
-                    by_groups(
-                        avx512vnni::group,
-                        kind,
-                        &packed,
-                        cols,
-                        start..end,
-                        &x,
-                        0,
-                        &mut want,
-                    );
-                    interleaved(
-                        Isa::Avx512Vnni,
-                        kind,
-                        &packed,
-                        cols,
-                        start..end,
                         &x,
                         0,
                         &mut got,

@@ -15,14 +15,15 @@
 //! [`MIN_ROWS`] activation rows, Q5_K and Q6_K included (in place of the
 //! quad kernel on unpacked groups past eight rows). Llama-3.2-1B, 2
 //! threads, Zen 5, 512-token prefill against the 256-bit kernels
-//! (alternating runs): Q4_0 295 → 416 tok/s, Q4_K_M 263 → 412, Q5_K_M
-//! 215 → 375; 16 sequences decoding after a shared prompt, Q4_0 232 →
-//! 324.
+//! (alternating runs): Q4_0 295 → 416 tok/s; Q4_K_M 263 → 365 with the
+//! Q4_K kernel, then 366 → 412 with Q6_K's; Q5_K_M 215 → 375; 16
+//! sequences decoding after a shared prompt, Q4_0 232 → 324.
 //!
 //! Decode (one activation row) keeps the eight-row kernels: reading two
 //! groups side by side, the wide ones decoded at 0.85× (Q4_0) and 0.86×
-//! (Q4_K_M), with the hints ahead of both groups too. The weights are read
-//! from memory there, and one stream per worker reads them faster.
+//! (Q4_K_M), with hints ahead of both groups too; probably because the
+//! weights come from memory there, and one stream per worker reads faster
+//! than two (not checked further).
 
 use std::arch::x86_64::*;
 
@@ -30,24 +31,25 @@ use pagoda_core::QuantKind;
 
 use super::super::super::act::{QuantizedActivations, KB, KSUM, QB};
 use super::super::super::interleave::{K6_D, K6_GROUP_BLOCK, K6_PAIRS, K6_QS, K6_SCALES};
-use super::super::PREFETCH_AHEAD;
+use super::super::{prefetch_ahead, prefetch_line};
 use super::{
-    unroll8, GROUP, K4_DMIN, K4_GROUP_BLOCK, K4_MINS, K4_QS, K4_SCALES, K5_GROUP_BLOCK, K5_QH,
-    K5_QS, ROWS_PER_CALL,
+    interleaved_len, store_lanes, unroll8, Range, GROUP, K4_DMIN, K4_GROUP_BLOCK, K4_MINS, K4_QS,
+    K4_SCALES, K5_GROUP_BLOCK, K5_QH, K5_QS, ROWS_PER_CALL,
 };
 
 /// Weight rows one wide kernel call takes: two groups.
 pub(super) const PAIR: usize = 2 * GROUP;
 
 /// Activation rows a wide kernel call takes at most: eight for Q8_0,
-/// whose sums for eight rows fit the 32 vector registers beside one
-/// chunk's weights; four for the others (see [`rows_per_call`]).
+/// whose kernel keeps only one chunk's weights beside the rows' sums;
+/// four for the others (see [`rows_per_call`]).
 pub(super) const WIDE_ROWS: usize = 8;
 
 /// Activation rows one call of [`pair`] takes for `kind`. Eight rows a
 /// call prefilled Llama-3.2-1B Q8_0 at 1.12× four (three alternating
-/// 512-token runs, 2 threads, Zen 5) but Q4_0 at 0.83×: its kernel keeps
-/// a block's eight unpacked vectors beside the sums.
+/// 512-token runs, 2 threads, Zen 5) but Q4_0 at 0.83× (its kernel keeps
+/// a block's eight unpacked vectors beside the sums, likely spilling; not
+/// checked).
 pub(super) fn rows_per_call(kind: QuantKind) -> usize {
     if kind == QuantKind::Q8_0 {
         WIDE_ROWS
@@ -60,30 +62,52 @@ pub(super) fn rows_per_call(kind: QuantKind) -> usize {
 /// eight-row kernels read one group at a time (see the module docs).
 pub(super) const MIN_ROWS: usize = 2;
 
-/// Whether [`pair`] takes `kind` weights (their activation format was
-/// checked by [`takes_interleaved`](super::takes_interleaved)).
-pub(super) fn takes_pairs(kind: QuantKind) -> bool {
-    matches!(
-        kind,
-        QuantKind::Q4_0
-            | QuantKind::Q4_1
-            | QuantKind::Q5_0
-            | QuantKind::Q5_1
-            | QuantKind::Q8_0
-            | QuantKind::Q4_K
-            | QuantKind::Q5_K
-            | QuantKind::Q6_K
-    )
+/// [`interleaved`](super::interleaved) by the wide kernels, two groups
+/// (sixteen rows) a call. A tile's odd last group is paired with itself,
+/// and only its eight rows are stored.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW, VL and VNNI, with AVX2, FMA and F16C.
+pub(super) unsafe fn by_pairs(
+    kind: QuantKind,
+    data: &[u8],
+    cols: usize,
+    tile: Range<usize>,
+    x: &QuantizedActivations,
+    first: usize,
+    res: &mut [f32],
+) {
+    if tile.is_empty() {
+        return;
+    }
+    let m = res.len() / tile.len();
+    let group_bytes = interleaved_len(kind, GROUP, cols).unwrap_or(0);
+    let groups = tile.start / GROUP..tile.end.div_ceil(GROUP);
+    let step = rows_per_call(kind);
+    for g in groups.clone().step_by(2) {
+        let g1 = if g + 1 < groups.end { g + 1 } else { g };
+        let w0 = &data[g * group_bytes..(g + 1) * group_bytes];
+        let w1 = &data[g1 * group_bytes..(g1 + 1) * group_bytes];
+        let rows = g * GROUP..(g1 + 1) * GROUP;
+        for j0 in (0..m).step_by(step) {
+            let n = (m - j0).min(step);
+            let mut sums = [[0.0f32; PAIR]; WIDE_ROWS];
+            // SAFETY: the caller's CPU has the extensions the kernels were
+            // compiled with; they slice their inputs with bounds checks.
+            unsafe { pair(kind, w0, w1, x, first + j0, n, &mut sums) };
+            store_lanes(res, &tile, rows.clone(), j0, &sums[..n]);
+        }
+    }
 }
 
 /// `sums[j][lane]` for the two groups `w0` (lanes 0..8) and `w1` (lanes
-/// 8..16) of `kind` rows (one of [`takes_pairs`]'s) against `n` (1 to
+/// 8..16) of `kind` rows (an interleaved type) against `n` (1 to
 /// [`rows_per_call`]) activation rows of `x` from `first`.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F, BW, VL and VNNI, with AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn pair(
+unsafe fn pair(
     kind: QuantKind,
     w0: &[u8],
     w1: &[u8],
@@ -137,35 +161,6 @@ unsafe fn both(w0: &[u8], w1: &[u8], at: usize) -> __m512i {
         _mm512_castsi256_si512(_mm256_loadu_si256(a.as_ptr().cast())),
         _mm256_loadu_si256(b.as_ptr().cast()),
     )
-}
-
-/// Asks the cache for the line `at` bytes into both groups
-/// [`PREFETCH_AHEAD`] bytes on, or one pair on where that passes a group's
-/// end (see [`prefetch_pair`]).
-#[inline(always)]
-unsafe fn prefetch_pair_line(w0: &[u8], w1: &[u8], at: usize) {
-    let mut ahead = at + PREFETCH_AHEAD;
-    if ahead >= w0.len() {
-        ahead += w0.len();
-    }
-    // Hints only: they never fault, and the addresses are never read.
-    _mm_prefetch::<_MM_HINT_T0>(w0.as_ptr().wrapping_add(ahead).cast());
-    _mm_prefetch::<_MM_HINT_T0>(w1.as_ptr().wrapping_add(ahead).cast());
-}
-
-/// Asks the cache for every line of the pair's block `b` (of `block`
-/// bytes) [`PREFETCH_AHEAD`] bytes on, in both groups. Where that passes
-/// a group's end, the line asked for is one pair on (a group's length
-/// further): the next pair's groups, not the other group of this pair,
-/// which is being read already; hints simply stepping into the next group
-/// never cover the start of the next pair's second group. (Decode ran
-/// the wide kernels at 0.85× the eight-row ones with either hint, 0.80×
-/// with this one: that is not why they stay out of decode.)
-#[inline(always)]
-unsafe fn prefetch_pair(w0: &[u8], w1: &[u8], b: usize, block: usize) {
-    for line in (0..block).step_by(64) {
-        prefetch_pair_line(w0, w1, b * block + line);
-    }
 }
 
 /// The 16 f16 values at `at..at + 16` of both groups (eight each) as f32.
@@ -225,7 +220,8 @@ unsafe fn pair_q4<const N: usize, const MIN: bool, const FIVE: bool>(
             &w0[b * block..b * block + block],
             &w1[b * block..b * block + block],
         );
-        prefetch_pair(w0, w1, b, block);
+        prefetch_ahead(wb0);
+        prefetch_ahead(wb1);
         let dw = halves(wb0, wb1, 0);
         let mw = if MIN {
             halves(wb0, wb1, 16)
@@ -302,7 +298,8 @@ unsafe fn pair_q8_0<const N: usize>(
             &w0[b * BLOCK..b * BLOCK + BLOCK],
             &w1[b * BLOCK..b * BLOCK + BLOCK],
         );
-        prefetch_pair(w0, w1, b, BLOCK);
+        prefetch_ahead(wb0);
+        prefetch_ahead(wb1);
         let dw = halves(wb0, wb1, 0);
         let mut isum = [_mm512_setzero_si512(); N];
         for c in 0..8 {
@@ -321,6 +318,24 @@ unsafe fn pair_q8_0<const N: usize>(
     for j in 0..N {
         _mm512_storeu_ps(sums[j].as_mut_ptr(), acc[j]);
     }
+}
+
+/// Rows `first..first + N` of the Q8_K activations `x` over `blocks`
+/// blocks: their values, scales and sums of 16.
+#[allow(clippy::type_complexity)]
+#[inline(always)]
+fn k_rows<const N: usize>(
+    x: &QuantizedActivations,
+    first: usize,
+    blocks: usize,
+) -> ([&[i8]; N], [&[f32]; N], [&[i16]; N]) {
+    let mut rows: ([&[i8]; N], [&[f32]; N], [&[i16]; N]) = ([&[]; N], [&[]; N], [&[]; N]);
+    for j in 0..N {
+        rows.0[j] = &x.q_row(first + j)[..blocks * KB];
+        rows.1[j] = &x.d_row(first + j)[..blocks];
+        rows.2[j] = &x.bsums_row(first + j)[..blocks * (KB / KSUM)];
+    }
+    rows
 }
 
 /// Eight bytes at `at` of both groups, widened to i32: `w0`'s in lanes
@@ -353,14 +368,7 @@ unsafe fn pair_qk<const N: usize, const FIVE: bool>(
         (K4_GROUP_BLOCK, K4_QS)
     };
     let blocks = w0.len().min(w1.len()) / block;
-    let mut qs: [&[i8]; N] = [&[]; N];
-    let mut ds: [&[f32]; N] = [&[]; N];
-    let mut bs: [&[i16]; N] = [&[]; N];
-    for j in 0..N {
-        qs[j] = &x.q_row(first + j)[..blocks * KB];
-        ds[j] = &x.d_row(first + j)[..blocks];
-        bs[j] = &x.bsums_row(first + j)[..blocks * (KB / KSUM)];
-    }
+    let (qs, ds, bs) = k_rows::<N>(x, first, blocks);
     let low = _mm512_set1_epi8(0x0f);
     let fifth = _mm512_set1_epi8(0x10);
     let mut acc = [_mm512_setzero_ps(); N];
@@ -385,7 +393,8 @@ unsafe fn pair_qk<const N: usize, const FIVE: bool>(
             unroll8!(c, {
                 let line = 64 * (8 * i + c);
                 if line < block {
-                    prefetch_pair_line(w0, w1, b * block + line);
+                    prefetch_line(wb0, line);
+                    prefetch_line(wb1, line);
                 }
                 let v = both(wb0, wb1, qs_at + 32 * (8 * i + c));
                 let mut lo = _mm512_and_si512(v, low);
@@ -476,14 +485,7 @@ unsafe fn pair_q6k<const N: usize>(
     sums: &mut [[f32; PAIR]; WIDE_ROWS],
 ) {
     let blocks = w0.len().min(w1.len()) / K6_GROUP_BLOCK;
-    let mut qs: [&[i8]; N] = [&[]; N];
-    let mut ds: [&[f32]; N] = [&[]; N];
-    let mut bs: [&[i16]; N] = [&[]; N];
-    for j in 0..N {
-        qs[j] = &x.q_row(first + j)[..blocks * KB];
-        ds[j] = &x.d_row(first + j)[..blocks];
-        bs[j] = &x.bsums_row(first + j)[..blocks * (KB / KSUM)];
-    }
+    let (qs, ds, bs) = k_rows::<N>(x, first, blocks);
     let six = _mm512_set1_epi8(0x3f);
     let top = _mm512_set1_epi8(-64); // 0xc0
                                      // Lane r of each 128-bit half takes byte 2r (first scale of a pair)
@@ -524,7 +526,8 @@ unsafe fn pair_q6k<const N: usize>(
                     let i = i0 + s;
                     for line in (128 * i..128 * i + 128).step_by(64) {
                         if line < K6_GROUP_BLOCK {
-                            prefetch_pair_line(w0, w1, b * K6_GROUP_BLOCK + line);
+                            prefetch_line(wb0, line);
+                            prefetch_line(wb1, line);
                         }
                     }
                     let at = K6_QS + 96 * i;
@@ -595,5 +598,57 @@ unsafe fn pair_q6k<const N: usize>(
     }
     for j in 0..N {
         _mm512_storeu_ps(sums[j].as_mut_ptr(), acc[j]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::random_case;
+    use super::super::{avx512vnni, by_groups};
+    use super::*;
+    use crate::quant::interleave::interleaves;
+    use crate::Isa;
+
+    /// The wide kernels give the eight-row AVX-512 VNNI kernels' floats
+    /// bit for bit, on tiles that start on any group and end on any row
+    /// (pairs split, odd last groups paired with themselves), at 2 to 12
+    /// activation rows (Q8_0's eight a call and a rest included).
+    #[test]
+    fn wide_kernels_match_eight_row_kernels_bit_for_bit() {
+        if !Isa::Avx512Vnni.is_supported() {
+            println!("skipped: no AVX-512 VNNI on this CPU");
+            return;
+        }
+        let mut rng = fastrand::Rng::with_seed(11);
+        let kinds = QuantKind::ALL.into_iter().filter(|&k| interleaves(k));
+        for kind in kinds {
+            for _ in 0..12 {
+                let (rows, n) = (rng.usize(1..70), rng.usize(MIN_ROWS..13));
+                let cols = kind.block_elems() * rng.usize(1..5);
+                let (packed, x) = random_case(&mut rng, kind, rows, cols, n);
+                let start = GROUP * rng.usize(0..rows.div_ceil(GROUP));
+                let end = rng.usize(start + 1..=rows);
+                let len = (end - start) * n;
+                let (mut want, mut got) = (vec![0.0f32; len], vec![0.0f32; len]);
+                // SAFETY: the CPU has AVX-512 VNNI, F, BW and VL with
+                // AVX2, FMA and F16C (checked above).
+                unsafe {
+                    by_groups(
+                        avx512vnni::group,
+                        kind,
+                        &packed,
+                        cols,
+                        start..end,
+                        &x,
+                        0,
+                        &mut want,
+                    );
+                    by_pairs(kind, &packed, cols, start..end, &x, 0, &mut got);
+                }
+                for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(a.to_bits(), b.to_bits(), "{kind}: output {k}: {a} vs {b}");
+                }
+            }
+        }
     }
 }
