@@ -304,8 +304,16 @@ const PREFETCH_AHEAD: usize = 4096;
 /// (2 threads, Zen 2).
 #[inline(always)]
 unsafe fn prefetch_ahead(b: &[u8]) {
+    prefetch_block_at(b, PREFETCH_AHEAD);
+}
+
+/// [`prefetch_ahead`] `ahead` bytes on: the row loops point their later
+/// passes over a group at the next group instead (see `rows8`'s
+/// `hint_distance`).
+#[inline(always)]
+unsafe fn prefetch_block_at(b: &[u8], ahead: usize) {
     for line in (0..b.len()).step_by(64) {
-        prefetch_line(b, line);
+        prefetch_line_at(b, ahead, line);
     }
 }
 
@@ -317,8 +325,14 @@ unsafe fn prefetch_ahead(b: &[u8]) {
 /// per 32-byte chunk (6 alternating runs each, 2 threads, Zen 3).
 #[inline(always)]
 unsafe fn prefetch_line(b: &[u8], line: usize) {
+    prefetch_line_at(b, PREFETCH_AHEAD, line);
+}
+
+/// [`prefetch_line`] `ahead` bytes on.
+#[inline(always)]
+unsafe fn prefetch_line_at(b: &[u8], ahead: usize, line: usize) {
     // A hint only: it never faults, and the address is never read.
-    _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().wrapping_add(PREFETCH_AHEAD + line).cast());
+    _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().wrapping_add(ahead + line).cast());
 }
 
 /// [`shifted`]'s weight types, as const parameters.

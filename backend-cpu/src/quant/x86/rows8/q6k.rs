@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 
 use super::super::super::act::{QuantizedActivations, KB, KSUM};
 use super::super::super::interleave::{GROUP, K6_D, K6_GROUP_BLOCK, K6_PAIRS, K6_QS, K6_SCALES};
-use super::super::{load32, prefetch_line};
+use super::super::{load32, prefetch_line_at};
 use super::{broadcast4, Dot, ROWS_PER_CALL};
 
 /// One group of eight interleaved Q6_K rows (see the layout in
@@ -28,6 +28,7 @@ pub(super) unsafe fn group_q6k<D: Dot, const N: usize>(
     w: &[u8],
     x: &QuantizedActivations,
     first: usize,
+    ahead: usize,
     sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
 ) {
     let blocks = w.len() / K6_GROUP_BLOCK;
@@ -40,7 +41,7 @@ pub(super) unsafe fn group_q6k<D: Dot, const N: usize>(
             let sc = q6k_scales::<D>(wb, q);
             for pair in 0..2 {
                 let i0 = 4 * q + 2 * pair;
-                let (v0, v1) = (q6k_step(wb, i0), q6k_step(wb, i0 + 1));
+                let (v0, v1) = (q6k_step(wb, i0, ahead), q6k_step(wb, i0 + 1, ahead));
                 q6k_products::<D, N>(&v0, &v1, &sc, &xb, i0, &mut isum);
             }
         }
@@ -81,10 +82,10 @@ impl<'a, const N: usize> Q6Rows<'a, N> {
 /// asking the cache for two lines of the block ahead (its 27 over its 16
 /// steps; see [`prefetch_line`]).
 #[inline(always)]
-pub(super) unsafe fn q6k_step(wb: &[u8], i: usize) -> [__m256i; 4] {
+pub(super) unsafe fn q6k_step(wb: &[u8], i: usize, ahead: usize) -> [__m256i; 4] {
     for line in (128 * i..128 * i + 128).step_by(64) {
         if line < K6_GROUP_BLOCK {
-            prefetch_line(wb, line);
+            prefetch_line_at(wb, ahead, line);
         }
     }
     let six = _mm256_set1_epi8(0x3f);

@@ -10,7 +10,7 @@ use super::super::super::interleave::{
     K6_PAIRS, K6_SCALES,
 };
 use super::super::quads::KBlock;
-use super::super::{load32, prefetch_line};
+use super::super::{load32, prefetch_line, PREFETCH_AHEAD};
 use super::q6k::q6k_step;
 
 /// The eight rows' K blocks of the interleaved Q6_K group block `wb`, as
@@ -26,7 +26,7 @@ pub(in super::super) unsafe fn q6k_group_blocks(wb: &[u8], rows: &mut [KBlock; G
         let steps: [[__m256i; 4]; 8] = {
             let mut s = [[_mm256_setzero_si256(); 4]; 8];
             for (i, v) in s.iter_mut().enumerate() {
-                *v = q6k_step(wb, 8 * half + i);
+                *v = q6k_step(wb, 8 * half + i, PREFETCH_AHEAD);
             }
             s
         };

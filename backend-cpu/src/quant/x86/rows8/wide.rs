@@ -31,10 +31,10 @@ use pagoda_core::QuantKind;
 
 use super::super::super::act::{QuantizedActivations, KB, KSUM, QB};
 use super::super::super::interleave::{K6_D, K6_GROUP_BLOCK, K6_PAIRS, K6_QS, K6_SCALES};
-use super::super::{prefetch_ahead, prefetch_line};
+use super::super::{prefetch_block_at, prefetch_line_at};
 use super::{
-    interleaved_len, store_lanes, unroll8, Range, GROUP, K4_DMIN, K4_GROUP_BLOCK, K4_MINS, K4_QS,
-    K4_SCALES, K5_GROUP_BLOCK, K5_QH, K5_QS, ROWS_PER_CALL,
+    hint_distance, interleaved_len, store_lanes, unroll8, Range, GROUP, K4_DMIN, K4_GROUP_BLOCK,
+    K4_MINS, K4_QS, K4_SCALES, K5_GROUP_BLOCK, K5_QH, K5_QS, ROWS_PER_CALL,
 };
 
 /// Weight rows one wide kernel call takes: two groups.
@@ -91,10 +91,11 @@ pub(super) unsafe fn by_pairs(
         let rows = g * GROUP..(g1 + 1) * GROUP;
         for j0 in (0..m).step_by(step) {
             let n = (m - j0).min(step);
+            let ahead = hint_distance(first, j0, 2 * group_bytes);
             let mut sums = [[0.0f32; PAIR]; WIDE_ROWS];
             // SAFETY: the caller's CPU has the extensions the kernels were
             // compiled with; they slice their inputs with bounds checks.
-            unsafe { pair(kind, w0, w1, x, first + j0, n, &mut sums) };
+            unsafe { pair(kind, w0, w1, x, first + j0, n, ahead, &mut sums) };
             store_lanes(res, &tile, rows.clone(), j0, &sums[..n]);
         }
     }
@@ -102,10 +103,12 @@ pub(super) unsafe fn by_pairs(
 
 /// `sums[j][lane]` for the two groups `w0` (lanes 0..8) and `w1` (lanes
 /// 8..16) of `kind` rows (an interleaved type) against `n` (1 to
-/// [`rows_per_call`]) activation rows of `x` from `first`.
+/// [`rows_per_call`]) activation rows of `x` from `first`, hinting weights
+/// `ahead` bytes on.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F, BW, VL and VNNI, with AVX2, FMA and F16C.
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn pair(
     kind: QuantKind,
@@ -114,29 +117,30 @@ unsafe fn pair(
     x: &QuantizedActivations,
     first: usize,
     n: usize,
+    ahead: usize,
     sums: &mut [[f32; PAIR]; WIDE_ROWS],
 ) {
     macro_rules! rows {
         ($kernel:ident $(, $flag:literal)*) => {
             match n {
-                1 => $kernel::<1 $(, $flag)*>(w0, w1, x, first, sums),
-                2 => $kernel::<2 $(, $flag)*>(w0, w1, x, first, sums),
-                3 => $kernel::<3 $(, $flag)*>(w0, w1, x, first, sums),
-                _ => $kernel::<4 $(, $flag)*>(w0, w1, x, first, sums),
+                1 => $kernel::<1 $(, $flag)*>(w0, w1, x, first, ahead, sums),
+                2 => $kernel::<2 $(, $flag)*>(w0, w1, x, first, ahead, sums),
+                3 => $kernel::<3 $(, $flag)*>(w0, w1, x, first, ahead, sums),
+                _ => $kernel::<4 $(, $flag)*>(w0, w1, x, first, ahead, sums),
             }
         };
     }
     macro_rules! rows8 {
         ($kernel:ident $(, $flag:literal)*) => {
             match n {
-                1 => $kernel::<1 $(, $flag)*>(w0, w1, x, first, sums),
-                2 => $kernel::<2 $(, $flag)*>(w0, w1, x, first, sums),
-                3 => $kernel::<3 $(, $flag)*>(w0, w1, x, first, sums),
-                4 => $kernel::<4 $(, $flag)*>(w0, w1, x, first, sums),
-                5 => $kernel::<5 $(, $flag)*>(w0, w1, x, first, sums),
-                6 => $kernel::<6 $(, $flag)*>(w0, w1, x, first, sums),
-                7 => $kernel::<7 $(, $flag)*>(w0, w1, x, first, sums),
-                _ => $kernel::<8 $(, $flag)*>(w0, w1, x, first, sums),
+                1 => $kernel::<1 $(, $flag)*>(w0, w1, x, first, ahead, sums),
+                2 => $kernel::<2 $(, $flag)*>(w0, w1, x, first, ahead, sums),
+                3 => $kernel::<3 $(, $flag)*>(w0, w1, x, first, ahead, sums),
+                4 => $kernel::<4 $(, $flag)*>(w0, w1, x, first, ahead, sums),
+                5 => $kernel::<5 $(, $flag)*>(w0, w1, x, first, ahead, sums),
+                6 => $kernel::<6 $(, $flag)*>(w0, w1, x, first, ahead, sums),
+                7 => $kernel::<7 $(, $flag)*>(w0, w1, x, first, ahead, sums),
+                _ => $kernel::<8 $(, $flag)*>(w0, w1, x, first, ahead, sums),
             }
         };
     }
@@ -192,6 +196,7 @@ unsafe fn pair_q4<const N: usize, const MIN: bool, const FIVE: bool>(
     w1: &[u8],
     x: &QuantizedActivations,
     first: usize,
+    ahead: usize,
     sums: &mut [[f32; PAIR]; WIDE_ROWS],
 ) {
     let head = if MIN { 32 } else { 16 };
@@ -220,8 +225,8 @@ unsafe fn pair_q4<const N: usize, const MIN: bool, const FIVE: bool>(
             &w0[b * block..b * block + block],
             &w1[b * block..b * block + block],
         );
-        prefetch_ahead(wb0);
-        prefetch_ahead(wb1);
+        prefetch_block_at(wb0, ahead);
+        prefetch_block_at(wb1, ahead);
         let dw = halves(wb0, wb1, 0);
         let mw = if MIN {
             halves(wb0, wb1, 16)
@@ -279,6 +284,7 @@ unsafe fn pair_q8_0<const N: usize>(
     w1: &[u8],
     x: &QuantizedActivations,
     first: usize,
+    ahead: usize,
     sums: &mut [[f32; PAIR]; WIDE_ROWS],
 ) {
     const BLOCK: usize = GROUP * 34;
@@ -298,8 +304,8 @@ unsafe fn pair_q8_0<const N: usize>(
             &w0[b * BLOCK..b * BLOCK + BLOCK],
             &w1[b * BLOCK..b * BLOCK + BLOCK],
         );
-        prefetch_ahead(wb0);
-        prefetch_ahead(wb1);
+        prefetch_block_at(wb0, ahead);
+        prefetch_block_at(wb1, ahead);
         let dw = halves(wb0, wb1, 0);
         let mut isum = [_mm512_setzero_si512(); N];
         for c in 0..8 {
@@ -360,6 +366,7 @@ unsafe fn pair_qk<const N: usize, const FIVE: bool>(
     w1: &[u8],
     x: &QuantizedActivations,
     first: usize,
+    ahead: usize,
     sums: &mut [[f32; PAIR]; WIDE_ROWS],
 ) {
     let (block, qs_at) = if FIVE {
@@ -393,8 +400,8 @@ unsafe fn pair_qk<const N: usize, const FIVE: bool>(
             unroll8!(c, {
                 let line = 64 * (8 * i + c);
                 if line < block {
-                    prefetch_line(wb0, line);
-                    prefetch_line(wb1, line);
+                    prefetch_line_at(wb0, ahead, line);
+                    prefetch_line_at(wb1, ahead, line);
                 }
                 let v = both(wb0, wb1, qs_at + 32 * (8 * i + c));
                 let mut lo = _mm512_and_si512(v, low);
@@ -482,6 +489,7 @@ unsafe fn pair_q6k<const N: usize>(
     w1: &[u8],
     x: &QuantizedActivations,
     first: usize,
+    ahead: usize,
     sums: &mut [[f32; PAIR]; WIDE_ROWS],
 ) {
     let blocks = w0.len().min(w1.len()) / K6_GROUP_BLOCK;
@@ -526,8 +534,8 @@ unsafe fn pair_q6k<const N: usize>(
                     let i = i0 + s;
                     for line in (128 * i..128 * i + 128).step_by(64) {
                         if line < K6_GROUP_BLOCK {
-                            prefetch_line(wb0, line);
-                            prefetch_line(wb1, line);
+                            prefetch_line_at(wb0, ahead, line);
+                            prefetch_line_at(wb1, ahead, line);
                         }
                     }
                     let at = K6_QS + 96 * i;
