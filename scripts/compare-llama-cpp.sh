@@ -13,12 +13,18 @@
 #    shared 128-token prompt) against `pagoda bench --suite speed`'s
 #    matching figures (decode at batch 1, prefill of 512, 16 sequences after
 #    a shared 128-token prompt).
-# 4. Prints the medians and the ratios, with the CPU's model and extensions.
+# 4. Then, per file, PAIRS decode-only pairs back to back (llama-bench's
+#    128 tokens at batch 1 and `pagoda run`'s, which goes first alternating):
+#    this machine kind's read bandwidth drifts by a quarter from one minute
+#    to the next, so a pair's ratio, both halves seconds apart, reads the
+#    engines where the rounds' decode ratio (minutes apart) reads the drift.
+# 5. Prints the medians and the ratios, with the CPU's model and extensions,
+#    and the pairs' median decode figures and median of per-pair ratios.
 #
 # Usage: bash scripts/compare-llama-cpp.sh [SHAPE:TYPE ...]
 #   default files: llama3.2-1b:q4_k_m llama3.2-1b:q4_0 llama3.2-1b:q8_0
 #                  llama3-8b:q4_k_m llama3-8b:q4_0
-#   THREADS (2), ROUNDS (3), DEPTH (4096: the speed suite's deepest decode,
+#   THREADS (2), ROUNDS (3), PAIRS (5), DEPTH (4096: the speed suite's deepest decode,
 #   which no ratio reads; 512 saves minutes at 8B on 2 cores), PYTHON
 #   (python3), LLAMA_CPP_PYTHON (0.3.36),
 #   PAGODA_CACHE (~/.cache/pagoda) and MODEL_DIR ($PAGODA_CACHE/synth).
@@ -27,6 +33,7 @@ cd "$(dirname "$0")/.."
 
 threads=${THREADS:-2}
 rounds=${ROUNDS:-3}
+pairs=${PAIRS:-5}
 depth=${DEPTH:-4096}
 python=${PYTHON:-python3}
 version=${LLAMA_CPP_PYTHON:-0.3.36}
@@ -100,12 +107,30 @@ for round in $(seq "$rounds"); do
   done
 done
 
+for f in "${files[@]}"; do
+  shape=${f%%:*} type=${f##*:}
+  file=$models/$shape-$type.gguf
+  for pair in $(seq "$pairs"); do
+    say "decode pair $pair/$pairs: $shape $type"
+    llama_decode() {
+      "$llama/build/bin/llama-bench" -m "$file" -t "$threads" -fa on -p 0 -n 128 -r 1 -o json \
+        >"$out/pair-llama-$shape-$type-$pair.json" 2>/dev/null
+    }
+    pagoda_decode() {
+      "$pagoda" run --model "$file" --prompt "Once upon a time" --max-tokens 128 \
+        --threads "$threads" --json 2>/dev/null | tail -n 1 >"$out/pair-pagoda-$shape-$type-$pair.json"
+    }
+    if ((pair % 2)); then pagoda_decode; llama_decode; else llama_decode; pagoda_decode; fi
+  done
+done
+
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
   grep -xE 'avx2|fma|avx512f|avx512bw|avx512vl|avx512_vnni|avx512_bf16|avx_vnni|amx_int8' | tr '\n' ' ')
-"$python" - "$out" "$rounds" "$cpu" "$flags" "${files[@]}" <<'EOF'
+"$python" - "$out" "$rounds" "$pairs" "$cpu" "$flags" "${files[@]}" <<'EOF'
 import json, statistics, sys
-out, rounds, cpu, flags, files = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
+out, rounds, pairs, cpu, flags = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+files = sys.argv[6:]
 
 def load(path):
     with open(path) as f:
@@ -138,5 +163,20 @@ for f in files:
 widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
 for r in rows:
     print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+if pairs:
+    print(f"\ndecode at batch 1, {pairs} back-to-back pairs (128 tokens each): medians, "
+          "and the median of the pairs' ratios")
+    for f in files:
+        shape, kind = f.split(":")
+        ours, theirs = [], []
+        for p in range(1, pairs + 1):
+            tag = f"{shape}-{kind}-{p}"
+            mine = load(f"{out}/pair-pagoda-{tag}.json")["timings"]["decode_tokens_per_s"]
+            peer = [t["avg_ts"] for t in load(f"{out}/pair-llama-{tag}.json") if t["n_gen"] > 0]
+            ours.append(mine)
+            theirs.append(peer[0])
+        ratios = [a / b for a, b in zip(ours, theirs)]
+        print(f"{shape} {kind}: {statistics.median(ours):.1f} vs {statistics.median(theirs):.1f} tok/s, "
+              f"{statistics.median(ratios):.2f}x (pairs {min(ratios):.2f}-{max(ratios):.2f}x)")
 EOF
 rm -rf "$out"
