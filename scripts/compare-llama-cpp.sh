@@ -107,20 +107,27 @@ for round in $(seq "$rounds"); do
   done
 done
 
+# One engine's 128 decode tokens at batch 1 on FILE, into JSON file OUT.
+llama_decode() {
+  "$llama/build/bin/llama-bench" -m "$1" -t "$threads" -fa on -p 0 -n 128 -r 1 -o json >"$2" 2>/dev/null
+}
+pagoda_decode() {
+  "$pagoda" run --model "$1" --prompt "Once upon a time" --max-tokens 128 \
+    --threads "$threads" --json 2>/dev/null | tail -n 1 >"$2"
+}
 for f in "${files[@]}"; do
   shape=${f%%:*} type=${f##*:}
   file=$models/$shape-$type.gguf
   for pair in $(seq "$pairs"); do
     say "decode pair $pair/$pairs: $shape $type"
-    llama_decode() {
-      "$llama/build/bin/llama-bench" -m "$file" -t "$threads" -fa on -p 0 -n 128 -r 1 -o json \
-        >"$out/pair-llama-$shape-$type-$pair.json" 2>/dev/null
-    }
-    pagoda_decode() {
-      "$pagoda" run --model "$file" --prompt "Once upon a time" --max-tokens 128 \
-        --threads "$threads" --json 2>/dev/null | tail -n 1 >"$out/pair-pagoda-$shape-$type-$pair.json"
-    }
-    if ((pair % 2)); then pagoda_decode; llama_decode; else llama_decode; pagoda_decode; fi
+    tag=$shape-$type-$pair
+    if ((pair % 2)); then
+      pagoda_decode "$file" "$out/pair-pagoda-$tag.json"
+      llama_decode "$file" "$out/pair-llama-$tag.json"
+    else
+      llama_decode "$file" "$out/pair-llama-$tag.json"
+      pagoda_decode "$file" "$out/pair-pagoda-$tag.json"
+    fi
   done
 done
 
