@@ -16,10 +16,23 @@ use crate::Isa;
 /// step reads each weight row from memory once, not once per pass.
 pub(super) const ROW_TILE: usize = 64;
 
+/// How a kernel laid out a tile's products `x_{first + j} · w_{tile.start
+/// + k}` for `m` activation rows.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Order {
+    /// `res[j × tile.len() + k]`: as the output, one run per activation row.
+    ByActivation,
+    /// `res[k × m + j]`: one run per weight row, as the plain kernels
+    /// (which take a weight row at a time) leave them.
+    ByWeight,
+}
+
 /// Computes `x_i · w_r` for every activation row `i` and `r` in `rows`
 /// (checked by the caller) and hands them over a tile at a time:
-/// `store(first, tile, m, res)` with `res[k × m + j] = x_{first + j} ·
-/// w_{tile.start + k}`.
+/// `store(first, tile, m, res)` with `res[j × tile.len() + k] = x_{first +
+/// j} · w_{tile.start + k}`, in the output's order, so that each
+/// activation row's run is one copy.
 pub(super) fn rows(
     isa: Isa,
     w: &QuantMatrix<'_>,
@@ -46,7 +59,7 @@ pub(super) fn rows(
                 // extension of `isa` (AVX2, FMA and F16C at least); the
                 // shapes were validated, and the kernel slices every input
                 // with bounds checks before loading from it.
-                unsafe {
+                let order = unsafe {
                     super::x86::interleaved(
                         isa,
                         w.kind,
@@ -58,7 +71,12 @@ pub(super) fn rows(
                         res,
                     )
                 };
-                store(first, tile.clone(), m, res);
+                match order {
+                    Order::ByActivation => store(first, tile.clone(), m, res),
+                    Order::ByWeight => {
+                        by_activation(res, m, |res| store(first, tile.clone(), m, res))
+                    }
+                }
             }
             continue;
         }
@@ -68,6 +86,36 @@ pub(super) fn rows(
             plain_tile(isa, w, plain, x, tile, &mut res, &mut store);
         });
     }
+}
+
+/// Hands `then` the products `res` (`[k × m + j]`, by weight row) turned
+/// by activation row (`[j × rows + k]`), in this thread's [`TURNED`].
+fn by_activation(res: &[f32], m: usize, then: impl FnOnce(&[f32])) {
+    if m == 0 {
+        return then(&[]);
+    }
+    TURNED.with(|turned| {
+        let mut turned = turned.borrow_mut();
+        if turned.len() < res.len() {
+            turned.resize(res.len(), 0.0);
+        }
+        let turned = &mut turned[..res.len()];
+        let rows = res.len().checked_div(m).unwrap_or(0);
+        for (k, run) in res.chunks_exact(m).enumerate() {
+            for (j, &v) in run.iter().enumerate() {
+                turned[j * rows + k] = v;
+            }
+        }
+        then(turned);
+    });
+}
+
+thread_local! {
+    /// Each thread's products turned by activation row, for the kernels
+    /// that leave them by weight row; kept between products, as [`PLAIN`]
+    /// (a second array on the stack beside `res` cost a 4 KiB fill per
+    /// call of [`rows`], several hundred a SmolLM2 decode step).
+    static TURNED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// [`rows`] for one tile whose weights are `plain` (the tile's rows in
@@ -124,7 +172,7 @@ fn plain_tile(
                 }
             }
         }
-        store(first, tile.clone(), m, res);
+        by_activation(res, m, |res| store(first, tile.clone(), m, res));
     }
 }
 
@@ -243,8 +291,8 @@ impl SharedOut {
         }
     }
 
-    /// Writes a [`rows`] tile: `res[k × m + j]` to `(first + j) × stride +
-    /// tile.start + k`.
+    /// Writes a [`rows`] tile: `res[j × tile.len() + k]` to `(first + j) ×
+    /// stride + tile.start + k`.
     ///
     /// # Safety
     /// The slice given to `new` must still be borrowed by the caller, and
@@ -263,18 +311,17 @@ impl SharedOut {
         let last = (first + m - 1) * stride + tile.end - 1;
         assert!(last < self.len, "output index out of range");
         assert!(res.len() >= tile.len() * m, "tile results too short");
-        // Output row by output row: each writes one contiguous run. Taken
-        // the other way, a tile's 16 writes to one weight row's column sit
+        // Output row by output row: each one contiguous copy. Taken the
+        // other way, a tile's 16 writes to one weight row's column sit
         // `stride` floats apart, a multiple of 4 KiB for most matrices, so
         // they all fall in one L1 set and evict each other (the store was
         // 9.6% of a 64-row Q4_K product).
-        for j in 0..m {
+        for (j, run) in res.chunks_exact(tile.len()).take(m).enumerate() {
             let row = (first + j) * stride + tile.start;
-            for k in 0..tile.len() {
-                // SAFETY: `row + k` ≤ `last` < `len` (asserted above) and, by
-                // the contract, the slice is alive and nobody else touches it.
-                unsafe { self.ptr.add(row + k).write(res[k * m + j]) }
-            }
+            // SAFETY: `row + tile.len() - 1` ≤ `last` < `len` (asserted
+            // above), so the run is inside the slice, which by the contract
+            // is alive and touched by nobody else; `res` is another slice.
+            unsafe { std::ptr::copy_nonoverlapping(run.as_ptr(), self.ptr.add(row), run.len()) }
         }
     }
 

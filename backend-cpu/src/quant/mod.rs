@@ -378,12 +378,9 @@ pub fn matmul(
         return Ok(());
     }
     kernel::rows(isa, w, x, rows, |first, tile, m, res| {
-        // Output row by output row, contiguous (see `SharedOut::write_tile`).
-        for j in 0..m {
-            let row = &mut out[(first + j) * stride..][tile.clone()];
-            for (k, o) in row.iter_mut().enumerate() {
-                *o = res[k * m + j];
-            }
+        // Output row by output row, one copy each (see `SharedOut::write_tile`).
+        for (j, run) in res.chunks_exact(tile.len()).take(m).enumerate() {
+            out[(first + j) * stride..][tile.clone()].copy_from_slice(run);
         }
     });
     Ok(())

@@ -25,6 +25,7 @@ use super::super::interleave::{
     interleaved_len, GROUP, K4_DMIN, K4_GROUP_BLOCK, K4_MINS, K4_QS, K4_SCALES, K5_GROUP_BLOCK,
     K5_QH, K5_QS,
 };
+use super::super::kernel::Order;
 use super::dot::{Avx2Dot, Dot, EvexVnni, VexVnni};
 
 mod q6k;
@@ -215,11 +216,13 @@ instances!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
 );
 
-/// `res[k × m + j] = w_{tile.start + k} · x_{first + j}` for the rows of
-/// `tile`, `m = res.len() / tile.len()`, from the interleaved matrix
+/// `w_{tile.start + k} · x_{first + j}` for the rows of `tile` and `m =
+/// res.len() / tile.len()` activation rows, from the interleaved matrix
 /// `data` (rows of `cols` `kind` elements), by `isa`'s kernels (AVX2's for
-/// any set without its own). Whole groups are computed; rows outside
-/// `tile` are not stored.
+/// any set without its own), in `res` in the [`Order`] returned: by
+/// activation row from the group kernels, whose sums come eight weight
+/// rows to a vector, by weight row from the quad kernel on unpacked
+/// groups. Whole groups are computed; rows outside `tile` are not stored.
 ///
 /// # Safety
 /// The CPU must have every extension of `isa`, and AVX2, FMA and F16C.
@@ -233,15 +236,17 @@ pub(in super::super) unsafe fn interleaved(
     x: &QuantizedActivations,
     first: usize,
     res: &mut [f32],
-) {
+) -> Order {
     let m = res.len().checked_div(tile.len()).unwrap_or(0);
     if isa == Isa::Avx512Vnni && m >= wide::MIN_ROWS {
         // SAFETY: the caller's CPU has AVX-512 VNNI with F, BW and VL.
-        return unsafe { wide::by_pairs(kind, data, cols, tile, x, first, res) };
+        unsafe { wide::by_pairs(kind, data, cols, tile, x, first, res) };
+        return Order::ByActivation;
     }
     if takes_unpacked_groups(kind, x, m) {
         // SAFETY: every set here has AVX2, FMA and F16C.
-        return unsafe { super::quads::kquads_interleaved(kind, data, cols, tile, x, first, res) };
+        unsafe { super::quads::kquads_interleaved(kind, data, cols, tile, x, first, res) };
+        return Order::ByWeight;
     }
     let group: GroupKernel = match isa {
         Isa::AvxVnni => avxvnni::group,
@@ -250,7 +255,8 @@ pub(in super::super) unsafe fn interleaved(
     };
     // SAFETY: the caller's CPU has `isa`'s extensions, which `group` was
     // compiled with.
-    unsafe { by_groups(group, kind, data, cols, tile, x, first, res) }
+    unsafe { by_groups(group, kind, data, cols, tile, x, first, res) };
+    Order::ByActivation
 }
 
 /// [`interleaved`] by the group kernel `group`.
@@ -312,10 +318,14 @@ pub(super) fn hint_distance(first: usize, j0: usize, stride: usize) -> usize {
 }
 
 /// Stores `sums[j][lane]`, the products of weight rows `rows` (lane 0 is
-/// `rows.start`) with activation rows `j0..j0 + sums.len()` of a pass of
-/// `m`, into `res` (`res[k × m + j]` for row `tile.start + k`): the rows
-/// inside `tile` only (all but at a tile's ragged ends), whose place in
-/// `res` is one slice, with no test per row.
+/// `rows.start`) with activation rows `j0..j0 + sums.len()`, into `res` by
+/// activation row (`res[j × tile.len() + k]` for row `tile.start + k`):
+/// the lanes inside `tile` only (all but at a tile's ragged ends), one
+/// contiguous run per activation row. Stored by weight row instead, as
+/// the plain kernels store, the sums' floats went one to a place `m`
+/// apart, and the tile's copy to the output read them back that way: no
+/// stores at all made a 128-row product 1.04× faster in Q8_0 and 1.07× in
+/// Q4_0 (one thread, 2048²).
 fn store_lanes<const L: usize>(
     res: &mut [f32],
     tile: &Range<usize>,
@@ -323,13 +333,10 @@ fn store_lanes<const L: usize>(
     j0: usize,
     sums: &[[f32; L]],
 ) {
-    let m = res.len() / tile.len();
     let (lo, hi) = (rows.start.max(tile.start), rows.end.min(tile.end));
-    let out = &mut res[(lo - tile.start) * m..(hi - tile.start) * m];
-    for (col, lane) in out.chunks_exact_mut(m).zip(lo - rows.start..) {
-        for (j, row) in sums.iter().enumerate() {
-            col[j0 + j] = row[lane];
-        }
+    let lanes = lo - rows.start..hi - rows.start;
+    for (out, row) in res.chunks_exact_mut(tile.len()).skip(j0).zip(sums) {
+        out[lo - tile.start..hi - tile.start].copy_from_slice(&row[lanes.clone()]);
     }
 }
 
