@@ -16,18 +16,6 @@ use crate::Isa;
 /// step reads each weight row from memory once, not once per pass.
 pub(super) const ROW_TILE: usize = 64;
 
-/// How a kernel laid out a tile's products `x_{first + j} · w_{tile.start
-/// + k}` for `m` activation rows.
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Order {
-    /// `res[j × tile.len() + k]`: as the output, one run per activation row.
-    ByActivation,
-    /// `res[k × m + j]`: one run per weight row, as the plain kernels
-    /// (which take a weight row at a time) leave them.
-    ByWeight,
-}
-
 /// Computes `x_i · w_r` for every activation row `i` and `r` in `rows`
 /// (checked by the caller) and hands them over a tile at a time:
 /// `store(first, tile, m, res)` with `res[j × tile.len() + k] = x_{first +
@@ -59,7 +47,7 @@ pub(super) fn rows(
                 // extension of `isa` (AVX2, FMA and F16C at least); the
                 // shapes were validated, and the kernel slices every input
                 // with bounds checks before loading from it.
-                let order = unsafe {
+                unsafe {
                     super::x86::interleaved(
                         isa,
                         w.kind,
@@ -71,12 +59,7 @@ pub(super) fn rows(
                         res,
                     )
                 };
-                match order {
-                    Order::ByActivation => store(first, tile.clone(), m, res),
-                    Order::ByWeight => {
-                        by_activation(res, m, |res| store(first, tile.clone(), m, res))
-                    }
-                }
+                store(first, tile.clone(), m, res);
             }
             continue;
         }
@@ -88,8 +71,9 @@ pub(super) fn rows(
     }
 }
 
-/// Hands `then` the products `res` (`[k × m + j]`, by weight row) turned
-/// by activation row (`[j × rows + k]`), in this thread's [`TURNED`].
+/// Hands `then` the products `res` as the plain kernels leave them (`[k ×
+/// m + j]`, by weight row, each taking a weight row at a time) turned by
+/// activation row (`[j × rows + k]`), in this thread's [`TURNED`].
 fn by_activation(res: &[f32], m: usize, then: impl FnOnce(&[f32])) {
     if m == 0 {
         return then(&[]);
@@ -111,8 +95,8 @@ fn by_activation(res: &[f32], m: usize, then: impl FnOnce(&[f32])) {
 }
 
 thread_local! {
-    /// Each thread's products turned by activation row, for the kernels
-    /// that leave them by weight row; kept between products, as [`PLAIN`]
+    /// Each thread's products turned by activation row, for the plain
+    /// kernels; kept between products, as [`PLAIN`]
     /// (a second array on the stack beside `res` cost a 4 KiB fill per
     /// call of [`rows`], several hundred a SmolLM2 decode step).
     static TURNED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };

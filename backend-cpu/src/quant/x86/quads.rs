@@ -75,21 +75,51 @@ fn passes(rows: usize, first: usize, len: usize) -> impl Iterator<Item = (Pass, 
 #[inline(always)]
 unsafe fn store_groups<const G: usize>(acc: &[__m256; G], pass: Pass, k: usize, res: &mut [f32]) {
     let row = &mut res[k * pass.m..(k + 1) * pass.m];
-    for (g, a) in acc.iter().enumerate() {
-        let h = _mm256_hadd_ps(*a, *a);
-        let four = _mm_shuffle_ps::<0b01_00_01_00>(
-            _mm256_castps256_ps128(h),
-            _mm256_extractf128_ps::<1>(h),
-        );
-        let mut out = [0.0f32; QUAD];
-        _mm_storeu_ps(out.as_mut_ptr(), four);
+    for (g, four) in group_sums(acc).iter().enumerate() {
         let col = pass.col + g * QUAD;
-        for (r, v) in out.into_iter().enumerate() {
+        for (r, &v) in four.iter().enumerate() {
             if let Some(o) = row.get_mut(col + r) {
                 *o = v;
             }
         }
     }
+}
+
+/// [`store_groups`] by activation row: weight row `k`'s sums to
+/// `res[j × rows + k]`, `rows` = `res.len() / pass.m`, as
+/// [`interleaved`](super::rows8::interleaved) leaves every tile.
+#[inline(always)]
+unsafe fn store_groups_by_activation<const G: usize>(
+    acc: &[__m256; G],
+    pass: Pass,
+    k: usize,
+    res: &mut [f32],
+) {
+    let rows = res.len() / pass.m;
+    for (g, four) in group_sums(acc).iter().enumerate() {
+        let col = pass.col + g * QUAD;
+        for (r, &v) in four.iter().enumerate() {
+            if col + r < pass.m {
+                res[(col + r) * rows + k] = v;
+            }
+        }
+    }
+}
+
+/// The four activation rows' sums of each of `G` groups (`acc[g]`: row `r`
+/// of the group in lanes `2r` and `2r + 1`).
+#[inline(always)]
+unsafe fn group_sums<const G: usize>(acc: &[__m256; G]) -> [[f32; QUAD]; G] {
+    let mut sums = [[0.0f32; QUAD]; G];
+    for (a, out) in acc.iter().zip(sums.iter_mut()) {
+        let h = _mm256_hadd_ps(*a, *a);
+        let four = _mm_shuffle_ps::<0b01_00_01_00>(
+            _mm256_castps256_ps128(h),
+            _mm256_extractf128_ps::<1>(h),
+        );
+        _mm_storeu_ps(out.as_mut_ptr(), four);
+    }
+    sums
 }
 
 /// Where one pass reads and writes.
@@ -375,8 +405,9 @@ unsafe fn kquads_pass<const G: usize, const SIX: bool>(
 }
 
 /// [`kquads`] for Q5_K or Q6_K rows interleaved eight at a time (`data`,
-/// whole groups of `cols` columns): `res[k × m + j] = w_{tile.start + k} ·
-/// x_{first + j}`. Each group block is unpacked into its eight rows' K
+/// whole groups of `cols` columns): `res[j × tile.len() + k] =
+/// w_{tile.start + k} · x_{first + j}`, by activation row as the group
+/// kernels. Each group block is unpacked into its eight rows' K
 /// blocks at once (`rows8::q5k_group_blocks`, `rows8::q6k_group_blocks`: a
 /// transpose of its 4-byte lanes), and each row's block meets every
 /// activation row as a plain row's would, so a step of many rows pays the
@@ -454,7 +485,7 @@ unsafe fn unpacked_pass<const G: usize, const SIX: bool>(
         for (lane, acc) in acc.iter().enumerate() {
             let r = g * GROUP + lane;
             if tile.contains(&r) {
-                store_groups(acc, pass, r - tile.start, res);
+                store_groups_by_activation(acc, pass, r - tile.start, res);
             }
         }
     }

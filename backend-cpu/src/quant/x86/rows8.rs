@@ -25,7 +25,6 @@ use super::super::interleave::{
     interleaved_len, GROUP, K4_DMIN, K4_GROUP_BLOCK, K4_MINS, K4_QS, K4_SCALES, K5_GROUP_BLOCK,
     K5_QH, K5_QS,
 };
-use super::super::kernel::Order;
 use super::dot::{Avx2Dot, Dot, EvexVnni, VexVnni};
 
 mod q6k;
@@ -216,13 +215,12 @@ instances!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
 );
 
-/// `w_{tile.start + k} · x_{first + j}` for the rows of `tile` and `m =
+/// `res[j × tile.len() + k] = w_{tile.start + k} · x_{first + j}` (by
+/// activation row, as the output) for the rows of `tile` and `m =
 /// res.len() / tile.len()` activation rows, from the interleaved matrix
 /// `data` (rows of `cols` `kind` elements), by `isa`'s kernels (AVX2's for
-/// any set without its own), in `res` in the [`Order`] returned: by
-/// activation row from the group kernels, whose sums come eight weight
-/// rows to a vector, by weight row from the quad kernel on unpacked
-/// groups. Whole groups are computed; rows outside `tile` are not stored.
+/// any set without its own). Whole groups are computed; rows outside
+/// `tile` are not stored.
 ///
 /// # Safety
 /// The CPU must have every extension of `isa`, and AVX2, FMA and F16C.
@@ -236,17 +234,15 @@ pub(in super::super) unsafe fn interleaved(
     x: &QuantizedActivations,
     first: usize,
     res: &mut [f32],
-) -> Order {
+) {
     let m = res.len().checked_div(tile.len()).unwrap_or(0);
     if isa == Isa::Avx512Vnni && m >= wide::MIN_ROWS {
         // SAFETY: the caller's CPU has AVX-512 VNNI with F, BW and VL.
-        unsafe { wide::by_pairs(kind, data, cols, tile, x, first, res) };
-        return Order::ByActivation;
+        return unsafe { wide::by_pairs(kind, data, cols, tile, x, first, res) };
     }
     if takes_unpacked_groups(kind, x, m) {
         // SAFETY: every set here has AVX2, FMA and F16C.
-        unsafe { super::quads::kquads_interleaved(kind, data, cols, tile, x, first, res) };
-        return Order::ByWeight;
+        return unsafe { super::quads::kquads_interleaved(kind, data, cols, tile, x, first, res) };
     }
     let group: GroupKernel = match isa {
         Isa::AvxVnni => avxvnni::group,
@@ -255,8 +251,7 @@ pub(in super::super) unsafe fn interleaved(
     };
     // SAFETY: the caller's CPU has `isa`'s extensions, which `group` was
     // compiled with.
-    unsafe { by_groups(group, kind, data, cols, tile, x, first, res) };
-    Order::ByActivation
+    unsafe { by_groups(group, kind, data, cols, tile, x, first, res) }
 }
 
 /// [`interleaved`] by the group kernel `group`.
@@ -333,10 +328,24 @@ fn store_lanes<const L: usize>(
     j0: usize,
     sums: &[[f32; L]],
 ) {
+    let runs = res.chunks_exact_mut(tile.len()).skip(j0).zip(sums);
+    if tile.start <= rows.start && rows.end <= tile.end {
+        // Every lane inside the tile (all but at a tile's ragged ends): a
+        // copy of constant length, a few vector moves.
+        let at = rows.start - tile.start;
+        for (out, row) in runs {
+            out[at..at + L].copy_from_slice(row);
+        }
+        return;
+    }
     let (lo, hi) = (rows.start.max(tile.start), rows.end.min(tile.end));
-    let lanes = lo - rows.start..hi - rows.start;
-    for (out, row) in res.chunks_exact_mut(tile.len()).skip(j0).zip(sums) {
-        out[lo - tile.start..hi - tile.start].copy_from_slice(&row[lanes.clone()]);
+    for (out, row) in runs {
+        for (o, &v) in out[lo - tile.start..hi - tile.start]
+            .iter_mut()
+            .zip(&row[lo - rows.start..])
+        {
+            *o = v;
+        }
     }
 }
 
