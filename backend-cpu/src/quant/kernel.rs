@@ -84,7 +84,7 @@ fn by_activation(res: &[f32], m: usize, then: impl FnOnce(&[f32])) {
             turned.resize(res.len(), 0.0);
         }
         let turned = &mut turned[..res.len()];
-        let rows = res.len().checked_div(m).unwrap_or(0);
+        let rows = res.len() / m;
         for (k, run) in res.chunks_exact(m).enumerate() {
             for (j, &v) in run.iter().enumerate() {
                 turned[j * rows + k] = v;

@@ -71,25 +71,13 @@ fn passes(rows: usize, first: usize, len: usize) -> impl Iterator<Item = (Pass, 
 
 /// Writes weight row `k`'s sums for a pass's `G` groups (`acc[g]`: row `r`
 /// of the group in lanes `2r` and `2r + 1`) to `res`, skipping rows past
-/// the product's last (a partial group's padding).
+/// the product's last (a partial group's padding): by weight row
+/// (`res[k × m + j]`, as the plain kernels leave a tile), or with
+/// `BY_ACTIVATION` by activation row (`res[j × rows + k]`, `rows` =
+/// `res.len() / m`, as [`interleaved`](super::rows8::interleaved) leaves
+/// every tile).
 #[inline(always)]
-unsafe fn store_groups<const G: usize>(acc: &[__m256; G], pass: Pass, k: usize, res: &mut [f32]) {
-    let row = &mut res[k * pass.m..(k + 1) * pass.m];
-    for (g, four) in group_sums(acc).iter().enumerate() {
-        let col = pass.col + g * QUAD;
-        for (r, &v) in four.iter().enumerate() {
-            if let Some(o) = row.get_mut(col + r) {
-                *o = v;
-            }
-        }
-    }
-}
-
-/// [`store_groups`] by activation row: weight row `k`'s sums to
-/// `res[j × rows + k]`, `rows` = `res.len() / pass.m`, as
-/// [`interleaved`](super::rows8::interleaved) leaves every tile.
-#[inline(always)]
-unsafe fn store_groups_by_activation<const G: usize>(
+unsafe fn store_groups<const G: usize, const BY_ACTIVATION: bool>(
     acc: &[__m256; G],
     pass: Pass,
     k: usize,
@@ -97,10 +85,15 @@ unsafe fn store_groups_by_activation<const G: usize>(
 ) {
     let rows = res.len() / pass.m;
     for (g, four) in group_sums(acc).iter().enumerate() {
-        let col = pass.col + g * QUAD;
         for (r, &v) in four.iter().enumerate() {
-            if col + r < pass.m {
-                res[(col + r) * rows + k] = v;
+            let j = pass.col + g * QUAD + r;
+            if j < pass.m {
+                let at = if BY_ACTIVATION {
+                    j * rows + k
+                } else {
+                    k * pass.m + j
+                };
+                res[at] = v;
             }
         }
     }
@@ -190,7 +183,7 @@ unsafe fn quads_pass<const KIND: u8, const G: usize>(
             }
             integer_span::<G>(&values[..n], &scales[..n], &xq, &xs, &mut acc);
         }
-        store_groups(&acc, pass, k, res);
+        store_groups::<G, false>(&acc, pass, k, res);
     }
 }
 
@@ -400,7 +393,7 @@ unsafe fn kquads_pass<const G: usize, const SIX: bool>(
                 k_block_products::<G, SIX>(blk, &qs, &ss, &bs, at, &mut acc);
             }
         }
-        store_groups(&acc, pass, k, res);
+        store_groups::<G, false>(&acc, pass, k, res);
     }
 }
 
@@ -485,7 +478,7 @@ unsafe fn unpacked_pass<const G: usize, const SIX: bool>(
         for (lane, acc) in acc.iter().enumerate() {
             let r = g * GROUP + lane;
             if tile.contains(&r) {
-                store_groups_by_activation(acc, pass, r - tile.start, res);
+                store_groups::<G, true>(acc, pass, r - tile.start, res);
             }
         }
     }
