@@ -10,8 +10,9 @@
 //! compiled once per instruction set (see `instances!`): AVX2 takes
 //! `maddubs` and `madd`, the VNNI sets `vpdpbusd`.
 //!
-//! Q4_K's and Q5_K's group kernel lives in [`qk`], Q6_K's in [`q6k`]; [`unpack`] turns Q5_K and Q6_K
-//! group blocks into plain K blocks for the quad kernel on many rows.
+//! Q4_K's and Q5_K's group kernel lives in [`qk`], Q6_K's in [`q6k`];
+//! [`unpack`] turns Q5_K and Q6_K group blocks into plain K blocks for the
+//! quad kernel on many rows.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
