@@ -11,7 +11,9 @@
 //!   throughput is the K/V bytes read. `paged` uses shuffled pages,
 //!   `contiguous` the same kernel on pages in order.
 //! - `peak/fma`: single-precision FMA throughput of every core (AVX2+FMA),
-//!   in flops; `prefill/2048`: a 2,048-token causal prefill, in flops.
+//!   in flops; `prefill/512/d64` and `prefill/2048/d128`: causal prefills of
+//!   512 and 2,048 tokens (Llama-3.2-1B's and Llama-3-8B's head sizes), in
+//!   flops.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -227,30 +229,32 @@ fn prefill(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("prefill");
     group.sample_size(10);
-    let n = 2048u32;
-    let dim = 128;
-    let mut s = setup(dim, 1, n, true);
-    // QKᵀ and PV over the causal triangle: 2 × 2 flops per head, dim, pair.
-    let pairs = u64::from(n) * u64::from(n + 1) / 2;
-    group.throughput(Throughput::Elements(
-        4 * u64::from(Q_HEADS) * u64::from(dim) * pairs,
-    ));
-    let queries = vec![0.25f32; n as usize * s.shape.q_row()];
-    let mut out = vec![0.0f32; queries.len()];
-    group.bench_function("2048/d128", |b| {
-        b.iter(|| {
-            let batch = [SeqAttention {
-                pages: &s.rows[0],
-                context_len: n,
-                query_start: 0,
-                query_len: n,
-            }];
-            s.backend
-                .attention(&s.store, 0, s.shape, &batch, &queries, &mut out)
-                .unwrap();
-            black_box(&out);
-        })
-    });
+    // Llama-3.2-1B's heads at the comparison's 512-token prompt, and a
+    // long prompt at Llama-3-8B's.
+    for (n, dim) in [(512u32, 64u32), (2048, 128)] {
+        let mut s = setup(dim, 1, n, true);
+        // QKᵀ and PV over the causal triangle: 2 × 2 flops per head, dim, pair.
+        let pairs = u64::from(n) * u64::from(n + 1) / 2;
+        group.throughput(Throughput::Elements(
+            4 * u64::from(Q_HEADS) * u64::from(dim) * pairs,
+        ));
+        let queries = vec![0.25f32; n as usize * s.shape.q_row()];
+        let mut out = vec![0.0f32; queries.len()];
+        group.bench_function(format!("{n}/d{dim}"), |b| {
+            b.iter(|| {
+                let batch = [SeqAttention {
+                    pages: &s.rows[0],
+                    context_len: n,
+                    query_start: 0,
+                    query_len: n,
+                }];
+                s.backend
+                    .attention(&s.store, 0, s.shape, &batch, &queries, &mut out)
+                    .unwrap();
+                black_box(&out);
+            })
+        });
+    }
     group.finish();
 }
 
