@@ -15,6 +15,7 @@
 //! quad kernel on many rows.
 
 use std::arch::x86_64::*;
+use std::cell::RefCell;
 use std::ops::Range;
 
 use pagoda_core::QuantKind;
@@ -94,8 +95,27 @@ fn takes_unpacked_groups(kind: QuantKind, x: &QuantizedActivations, m: usize) ->
 
 /// Activation rows one kernel call takes: each kernel is built for 1 to 4
 /// (its sums for four rows fit the 16 vector registers beside a block's
-/// unpacked weights).
+/// unpacked weights), Q8_0's for 1 to [`Q8_0_ROWS_PER_CALL`].
 const ROWS_PER_CALL: usize = 4;
+
+/// Activation rows one Q8_0 kernel call takes. Its weights need no
+/// unpacking, so eight rows' sums fit the registers beside a chunk, its
+/// `|w|` and its sign mask, and each chunk's load and those two serve
+/// twice the rows.
+const Q8_0_ROWS_PER_CALL: usize = 8;
+
+/// A group kernel call's sums, `[j][lane]`, for up to
+/// [`Q8_0_ROWS_PER_CALL`] activation rows (the others fill four).
+type GroupSums = [[f32; GROUP]; Q8_0_ROWS_PER_CALL];
+
+/// Activation rows one group kernel call takes for `kind` weights.
+fn rows_per_call(kind: QuantKind) -> usize {
+    if kind == QuantKind::Q8_0 {
+        Q8_0_ROWS_PER_CALL
+    } else {
+        ROWS_PER_CALL
+    }
+}
 
 /// `$kernel::<N>` (or `::<N, FLAGS...>`) for `N` = `$n` rows, 1 to
 /// [`ROWS_PER_CALL`]: one instance per row count, so each keeps its sums in
@@ -111,9 +131,26 @@ macro_rules! by_rows {
     };
 }
 
+/// [`by_rows!`] for 1 to [`Q8_0_ROWS_PER_CALL`] rows.
+macro_rules! by_rows8 {
+    ($n:expr, $kernel:ident; $($arg:expr),*) => {
+        match $n {
+            1 => $kernel::<1>($($arg),*),
+            2 => $kernel::<2>($($arg),*),
+            3 => $kernel::<3>($($arg),*),
+            4 => $kernel::<4>($($arg),*),
+            5 => $kernel::<5>($($arg),*),
+            6 => $kernel::<6>($($arg),*),
+            7 => $kernel::<7>($($arg),*),
+            _ => $kernel::<8>($($arg),*),
+        }
+    };
+}
+
 /// `sums[j][lane]` for one group of eight interleaved rows (`w`) against
-/// `n` (1 to [`ROWS_PER_CALL`]) activation rows from `first`, by the
-/// group kernel for the weights' type.
+/// `n` (1 to [`rows_per_call`]) activation rows from `first`, by the
+/// group kernel for the weights' type (Q8_0's on AVX2 also taking the
+/// group's [`Backs`]).
 type GroupKernel = unsafe fn(
     QuantKind,
     &[u8],
@@ -121,8 +158,41 @@ type GroupKernel = unsafe fn(
     usize,
     usize,
     usize,
-    &mut [[f32; GROUP]; ROWS_PER_CALL],
+    Backs<'_>,
+    &mut GroupSums,
 );
+
+/// What an AVX2 Q8_0 group kernel call on more than
+/// [`SIGN_TRICK_MAX_ROWS`] activation rows does with the `Σ |w|` it pays
+/// back per block and weight row (as negative sums, one `[i32; 8]` per
+/// block; see [`group_q8_0`]). Other kernels ignore it.
+enum Backs<'a> {
+    /// Works them out from the weights and keeps nothing.
+    Work,
+    /// Works them out and writes them here.
+    Keep(&'a mut [[i32; GROUP]]),
+    /// Reads them from here, as an earlier call wrote them.
+    Read(&'a [[i32; GROUP]]),
+}
+
+/// The [`Backs`] of the tile one thread has in hand: they depend on the
+/// weights only, so the first pass of activation rows over a tile works
+/// them out and the later passes read them. Worked out on every call, they
+/// took 6-8% of the kernel's time at 16 and 128 rows (one thread, 2048²).
+#[derive(Default)]
+struct TileBacks {
+    /// The tile they are for: the matrix's address and length, its
+    /// columns, and the tile's groups.
+    tile: Option<(usize, usize, usize, usize, usize)>,
+    /// `[group in the tile × blocks + block][lane]`.
+    sums: Vec<[i32; GROUP]>,
+}
+
+thread_local! {
+    /// Each thread's [`TileBacks`], kept between products as the kernels'
+    /// other buffers are.
+    static TILE_BACKS: RefCell<TileBacks> = RefCell::new(TileBacks::default());
+}
 
 /// Compiles the group kernels for one instruction set: module `$module`
 /// holds `group` (a [`GroupKernel`]) and one function per kernel and row
@@ -138,6 +208,7 @@ macro_rules! instances {
             /// # Safety
             /// The CPU must have the set's extensions.
             #[target_feature(enable = $features)]
+            #[allow(clippy::too_many_arguments)]
             pub(super) unsafe fn group(
                 kind: QuantKind,
                 w: &[u8],
@@ -145,7 +216,8 @@ macro_rules! instances {
                 at: usize,
                 n: usize,
                 ahead: usize,
-                sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
+                backs: Backs<'_>,
+                sums: &mut GroupSums,
             ) {
                 match kind {
                     QuantKind::Q4_K => by_rows!(n, group_qk, false; w, x, at, ahead, sums),
@@ -155,7 +227,7 @@ macro_rules! instances {
                     QuantKind::Q4_1 => by_rows!(n, group_q4, true, false; w, x, at, ahead, sums),
                     QuantKind::Q5_0 => by_rows!(n, group_q4, false, true; w, x, at, ahead, sums),
                     QuantKind::Q5_1 => by_rows!(n, group_q4, true, true; w, x, at, ahead, sums),
-                    _ => by_rows!(n, group_q8_0; w, x, at, ahead, sums),
+                    _ => by_rows8!(n, group_q8_0; w, x, at, ahead, backs, sums),
                 }
             }
 
@@ -166,7 +238,7 @@ macro_rules! instances {
                 x: &QuantizedActivations,
                 first: usize,
                 ahead: usize,
-                sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
+                sums: &mut GroupSums,
             ) {
                 super::group_q4::<$dot, N, MIN, FIVE>(w, x, first, ahead, sums)
             }
@@ -178,9 +250,10 @@ macro_rules! instances {
                 x: &QuantizedActivations,
                 first: usize,
                 ahead: usize,
-                sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
+                backs: Backs<'_>,
+                sums: &mut GroupSums,
             ) {
-                super::group_q8_0::<$dot, N>(w, x, first, ahead, sums)
+                super::group_q8_0::<$dot, N>(w, x, first, ahead, backs, sums)
             }
 
             #[target_feature(enable = $features)]
@@ -190,7 +263,7 @@ macro_rules! instances {
                 x: &QuantizedActivations,
                 first: usize,
                 ahead: usize,
-                sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
+                sums: &mut GroupSums,
             ) {
                 super::group_q6k::<$dot, N>(w, x, first, ahead, sums)
             }
@@ -202,7 +275,7 @@ macro_rules! instances {
                 x: &QuantizedActivations,
                 first: usize,
                 ahead: usize,
-                sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
+                sums: &mut GroupSums,
             ) {
                 super::group_qk::<$dot, N, FIVE>(w, x, first, ahead, sums)
             }
@@ -247,23 +320,27 @@ pub(in super::super) unsafe fn interleaved(
         // SAFETY: every set here has AVX2, FMA and F16C.
         return unsafe { super::quads::kquads_interleaved(kind, data, cols, tile, x, first, res) };
     }
-    let group: GroupKernel = match isa {
-        Isa::AvxVnni => avxvnni::group,
-        Isa::Avx512Vnni => avx512vnni::group,
-        _ => avx2::group,
+    let (group, keeps_backs): (GroupKernel, bool) = match isa {
+        Isa::AvxVnni => (avxvnni::group, false),
+        Isa::Avx512Vnni => (avx512vnni::group, false),
+        _ => (avx2::group, kind == QuantKind::Q8_0),
     };
     // SAFETY: the caller's CPU has `isa`'s extensions, which `group` was
     // compiled with.
-    unsafe { by_groups(group, kind, data, cols, tile, x, first, res) }
+    unsafe { by_groups(group, keeps_backs, kind, data, cols, tile, x, first, res) }
 }
 
-/// [`interleaved`] by the group kernel `group`.
+/// [`interleaved`] by the group kernel `group`; with `keeps_backs`, the
+/// tile's [`Backs`] are kept in the thread's [`TILE_BACKS`]: worked out
+/// on the first pass over the tile (`first == 0`, or a tile other than
+/// the one kept), read on the later ones.
 ///
 /// # Safety
 /// The CPU must have the extensions `group` was compiled with.
 #[allow(clippy::too_many_arguments)]
 unsafe fn by_groups(
     group: GroupKernel,
+    keeps_backs: bool,
     kind: QuantKind,
     data: &[u8],
     cols: usize,
@@ -277,18 +354,50 @@ unsafe fn by_groups(
     }
     let m = res.len() / tile.len();
     let group_bytes = interleaved_len(kind, GROUP, cols).unwrap_or(0);
-    for g in tile.start / GROUP..tile.end.div_ceil(GROUP) {
-        let w = &data[g * group_bytes..(g + 1) * group_bytes];
-        for j0 in (0..m).step_by(ROWS_PER_CALL) {
-            let n = (m - j0).min(ROWS_PER_CALL);
-            let ahead = hint_distance(first, j0, group_bytes);
-            let mut sums = [[0.0f32; GROUP]; ROWS_PER_CALL];
-            // SAFETY: the caller's CPU has the extensions `group` was
-            // compiled with; it slices its inputs with bounds checks.
-            unsafe { group(kind, w, x, first + j0, n, ahead, &mut sums) };
-            store_lanes(res, &tile, g * GROUP..(g + 1) * GROUP, j0, &sums[..n]);
+    let per_call = rows_per_call(kind);
+    let groups = tile.start / GROUP..tile.end.div_ceil(GROUP);
+    let keeps = keeps_backs && m > SIGN_TRICK_MAX_ROWS;
+    let blocks = if keeps { cols / QB } else { 0 };
+    let key = (
+        data.as_ptr() as usize,
+        data.len(),
+        cols,
+        groups.start,
+        groups.end,
+    );
+    TILE_BACKS.with(|kept| {
+        let mut kept = kept.borrow_mut();
+        let fresh = first == 0 || kept.tile != Some(key);
+        if keeps && fresh {
+            kept.tile = None;
+            kept.sums.clear();
+            kept.sums.resize(groups.len() * blocks, [0; GROUP]);
         }
-    }
+        for (i, g) in groups.clone().enumerate() {
+            let w = &data[g * group_bytes..(g + 1) * group_bytes];
+            let backs = match kept.sums.get_mut(i * blocks..(i + 1) * blocks) {
+                Some(backs) if keeps => backs,
+                _ => &mut [],
+            };
+            for j0 in (0..m).step_by(per_call) {
+                let n = (m - j0).min(per_call);
+                let ahead = hint_distance(first, j0, group_bytes);
+                let backs = match (keeps, fresh && j0 == 0) {
+                    (false, _) => Backs::Work,
+                    (true, true) => Backs::Keep(&mut *backs),
+                    (true, false) => Backs::Read(&*backs),
+                };
+                let mut sums = [[0.0f32; GROUP]; Q8_0_ROWS_PER_CALL];
+                // SAFETY: the caller's CPU has the extensions `group` was
+                // compiled with; it slices its inputs with bounds checks.
+                unsafe { group(kind, w, x, first + j0, n, ahead, backs, &mut sums) };
+                store_lanes(res, &tile, g * GROUP..(g + 1) * GROUP, j0, &sums[..n]);
+            }
+        }
+        if keeps && fresh {
+            kept.tile = Some(key);
+        }
+    });
 }
 
 /// How far ahead of the block in hand a row loop's kernel call asks the
@@ -398,7 +507,7 @@ unsafe fn group_q4<D: Dot, const N: usize, const MIN: bool, const FIVE: bool>(
     x: &QuantizedActivations,
     first: usize,
     ahead: usize,
-    sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
+    sums: &mut GroupSums,
 ) {
     // The scales (and minimums, and fifth bits), then the nibbles.
     let head = if MIN { 32 } else { 16 };
@@ -493,20 +602,40 @@ unsafe fn group_q4<D: Dot, const N: usize, const MIN: bool, const FIVE: bool>(
     }
 }
 
-/// [`group_q4`] for Q8_0 weights: signed bytes. Without VNNI each product
-/// takes the sign trick (`|w|` against `x` with `w`'s sign; a `maddubs`
-/// pair reaches 2 × 128 × 127, so each step is widened at once), two
-/// instructions per activation row. With VNNI, whose sums are i32, the
-/// weights are made unsigned once for all rows (`w + 128`, by flipping the
-/// top bit) and the block pays back `128 × Σ x` from the activation's
-/// block sums: one instruction per activation row.
+/// Activation rows up to which the AVX2 Q8_0 kernel takes the sign trick
+/// (`sign(x, w)` against `|w|`: one `sign` per row and chunk, and nothing
+/// per chunk beside `|w|`); past them, the `xor` form (see
+/// [`group_q8_0`]), whose per-chunk work for all rows is larger but whose
+/// per-row work runs on more pipes. One thread, 2048², against the sign
+/// trick at four rows a call (AVX2-only Zen 4, alternating runs, medians):
+/// at one and four rows the `xor` form ran 0.82× and 0.70×; at 8, 16 and
+/// 128 rows, eight rows a call, 1.11×, 1.12× and 1.12× with the paid-back
+/// sums worked out in every call.
+const SIGN_TRICK_MAX_ROWS: usize = 4;
+
+/// [`group_q4`] for Q8_0 weights: signed bytes, against up to
+/// [`Q8_0_ROWS_PER_CALL`] activation rows. `maddubs` needs one side
+/// unsigned. Without VNNI, up to [`SIGN_TRICK_MAX_ROWS`] rows take the
+/// sign trick (`|w|` against `x` with `w`'s sign). Past them, each chunk's
+/// `|w|` and sign mask `n` (−1 where `w < 0`) serve all rows, each row's
+/// bytes are flipped by `x ^ n` (`−x − 1` where `w < 0`, by an `xor`, which
+/// runs on twice the pipes `sign` does) and the block pays back `Σ |w|` of
+/// its negative weights per weight row ([`Backs`]: one more `maddubs` per
+/// chunk, `|w|` against `n`, unless an earlier call kept them). A pair
+/// reaches at most 2 × 128 × 128 = 2¹⁵ in magnitude, negative (`|w| =
+/// 128`, `x ^ n = −128`), so nothing saturates for any byte. With VNNI,
+/// whose sums are i32, the weights are made unsigned once for all rows
+/// (`w + 128`, by flipping the top bit) and the block pays back `128 × Σ
+/// x` from the activation's block sums: one instruction per activation
+/// row.
 #[inline(always)]
 unsafe fn group_q8_0<D: Dot, const N: usize>(
     w: &[u8],
     x: &QuantizedActivations,
     first: usize,
     ahead: usize,
-    sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
+    mut backs: Backs<'_>,
+    sums: &mut GroupSums,
 ) {
     const BLOCK: usize = GROUP * 34;
     let blocks = w.len() / BLOCK;
@@ -521,12 +650,16 @@ unsafe fn group_q8_0<D: Dot, const N: usize>(
         }
     }
     let top = _mm256_set1_epi8(-128);
+    let zero = _mm256_setzero_si256();
+    let reads_backs = matches!(backs, Backs::Read(_));
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..blocks {
         let wb = &w[b * BLOCK..b * BLOCK + BLOCK];
         prefetch_block_at(wb, ahead);
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(wb[..16].as_ptr().cast()));
         let mut isum = [_mm256_setzero_si256(); N];
+        // −Σ |w| of the block's negative weights, in i16 pairs by row.
+        let mut back = _mm256_setzero_si256();
         for c in 0..8 {
             let q = load32(&wb[16 + 32 * c..48 + 32 * c]);
             if D::FUSED {
@@ -535,11 +668,22 @@ unsafe fn group_q8_0<D: Dot, const N: usize>(
                     let xb = &qs[j][b * QB..b * QB + QB];
                     isum[j] = D::dot(isum[j], u, broadcast4(xb, 4 * c));
                 }
-            } else {
+            } else if N <= SIGN_TRICK_MAX_ROWS {
                 let aq = _mm256_sign_epi8(q, q);
                 for j in 0..N {
                     let xb = &qs[j][b * QB..b * QB + QB];
                     let vx = _mm256_sign_epi8(broadcast4(xb, 4 * c), q);
+                    isum[j] = D::dot(isum[j], aq, vx);
+                }
+            } else {
+                let aq = _mm256_abs_epi8(q);
+                let neg = _mm256_cmpgt_epi8(zero, q);
+                if !reads_backs {
+                    back = _mm256_add_epi16(back, _mm256_maddubs_epi16(aq, neg));
+                }
+                for j in 0..N {
+                    let xb = &qs[j][b * QB..b * QB + QB];
+                    let vx = _mm256_xor_si256(broadcast4(xb, 4 * c), neg);
                     isum[j] = D::dot(isum[j], aq, vx);
                 }
             }
@@ -547,6 +691,20 @@ unsafe fn group_q8_0<D: Dot, const N: usize>(
         if D::FUSED {
             for j in 0..N {
                 isum[j] = _mm256_sub_epi32(isum[j], _mm256_set1_epi32(128 * ss[j][b]));
+            }
+        } else if N > SIGN_TRICK_MAX_ROWS {
+            let back = match &mut backs {
+                Backs::Read(kept) => _mm256_loadu_si256(kept[b].as_ptr().cast()),
+                // Eight chunks' pairs of at most 2 × 128 add to 4,096: i16.
+                Backs::Work => _mm256_madd_epi16(back, _mm256_set1_epi16(1)),
+                Backs::Keep(kept) => {
+                    let back = _mm256_madd_epi16(back, _mm256_set1_epi16(1));
+                    _mm256_storeu_si256(kept[b].as_mut_ptr().cast(), back);
+                    back
+                }
+            };
+            for sum in &mut isum {
+                *sum = _mm256_sub_epi32(*sum, back);
             }
         }
         for j in 0..N {
@@ -599,34 +757,45 @@ pub(super) mod tests {
     /// as i32) gives AVX2's floats bit for bit: both sums are exact
     /// integers, and the float steps are the same. The one VNNI
     /// instruction itself is checked by `qmatmul_interleaved` on CPUs
-    /// that have it.
+    /// that have it. The activation rows go in passes of
+    /// [`MAX_ROWS_PER_PASS`](super::super::super::MAX_ROWS_PER_PASS), as
+    /// products take them, so that AVX2's Q8_0 kernel both keeps its
+    /// [`Backs`] and reads them in later calls and passes.
     #[test]
     fn vnni_kernels_match_avx2_bit_for_bit() {
         if !Isa::Avx2.is_supported() {
             return;
         }
+        let per_pass = super::super::super::MAX_ROWS_PER_PASS;
         let mut rng = fastrand::Rng::with_seed(7);
         let kinds = QuantKind::ALL.into_iter().filter(|&k| interleaves(k));
         for kind in kinds {
             for _ in 0..8 {
-                let (rows, n) = (rng.usize(1..20), rng.usize(1..9));
+                let (rows, n) = (rng.usize(1..20), rng.usize(1..3 * per_pass));
                 let cols = kind.block_elems() * rng.usize(1..4);
                 let (packed, x) = random_case(&mut rng, kind, rows, cols, n);
                 let (mut want, mut got) = (vec![0.0f32; rows * n], vec![0.0f32; rows * n]);
-                // SAFETY: the CPU has AVX2, FMA and F16C (checked above),
-                // which both instances were compiled with.
-                unsafe {
-                    by_groups(avx2::group, kind, &packed, cols, 0..rows, &x, 0, &mut want);
-                    by_groups(
-                        fused_on_avx2::group,
-                        kind,
-                        &packed,
-                        cols,
-                        0..rows,
-                        &x,
-                        0,
-                        &mut got,
-                    );
+                for first in (0..n).step_by(per_pass) {
+                    let pass = first * rows..(first + per_pass).min(n) * rows;
+                    // SAFETY: the CPU has AVX2, FMA and F16C (checked
+                    // above), which both instances were compiled with.
+                    unsafe {
+                        let want = &mut want[pass.clone()];
+                        by_groups(
+                            avx2::group,
+                            true,
+                            kind,
+                            &packed,
+                            cols,
+                            0..rows,
+                            &x,
+                            first,
+                            want,
+                        );
+                        let got = &mut got[pass];
+                        let fused = fused_on_avx2::group;
+                        by_groups(fused, false, kind, &packed, cols, 0..rows, &x, first, got);
+                    }
                 }
                 for (k, (a, b)) in got.iter().zip(&want).enumerate() {
                     assert_eq!(a.to_bits(), b.to_bits(), "{kind}: output {k}: {a} vs {b}");

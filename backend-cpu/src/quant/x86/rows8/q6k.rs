@@ -1,14 +1,14 @@
 //! Q6_K's group kernel ([`group_q6k`]): eight interleaved rows (the
 //! layout of [`interleave`](super::super::super::interleave)'s `k6`)
-//! against up to [`ROWS_PER_CALL`] activation rows, and the unpacking of
+//! against up to [`ROWS_PER_CALL`](super::ROWS_PER_CALL) activation rows, and the unpacking of
 //! one step of a group block that [`unpack`](super::unpack) shares.
 
 use std::arch::x86_64::*;
 
 use super::super::super::act::{QuantizedActivations, KB, KSUM};
-use super::super::super::interleave::{GROUP, K6_D, K6_GROUP_BLOCK, K6_PAIRS, K6_QS, K6_SCALES};
+use super::super::super::interleave::{K6_D, K6_GROUP_BLOCK, K6_PAIRS, K6_QS, K6_SCALES};
 use super::super::{load32, prefetch_line_at};
-use super::{broadcast4, Dot, ROWS_PER_CALL};
+use super::{broadcast4, Dot, GroupSums};
 
 /// One group of eight interleaved Q6_K rows (see the layout in
 /// [`interleave`](super::super::super::interleave)) against `N` Q8_K activation
@@ -29,7 +29,7 @@ pub(super) unsafe fn group_q6k<D: Dot, const N: usize>(
     x: &QuantizedActivations,
     first: usize,
     ahead: usize,
-    sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
+    sums: &mut GroupSums,
 ) {
     let blocks = w.len() / K6_GROUP_BLOCK;
     let mut acc = [_mm256_setzero_ps(); N];

@@ -1,15 +1,15 @@
 //! The Q4_K and Q5_K group kernel ([`group_qk`]): eight interleaved rows
 //! (the layouts of [`interleave`](super::super::super::interleave)'s `k4`
-//! and `k5`) against up to [`ROWS_PER_CALL`] Q8_K activation rows.
+//! and `k5`) against up to [`ROWS_PER_CALL`](super::ROWS_PER_CALL) Q8_K activation rows.
 
 use std::arch::x86_64::*;
 
 use super::super::super::act::{QuantizedActivations, KB, KSUM};
 use super::super::super::interleave::{
-    GROUP, K4_DMIN, K4_GROUP_BLOCK, K4_MINS, K4_QS, K4_SCALES, K5_GROUP_BLOCK, K5_QH, K5_QS,
+    K4_DMIN, K4_GROUP_BLOCK, K4_MINS, K4_QS, K4_SCALES, K5_GROUP_BLOCK, K5_QH, K5_QS,
 };
 use super::super::{load32, prefetch_line_at};
-use super::{broadcast4, unroll8, Dot, ROWS_PER_CALL};
+use super::{broadcast4, unroll8, Dot, GroupSums};
 
 /// One group of eight interleaved Q4_K rows against `N` Q8_K activation
 /// rows. For each 64 values, eight 32-byte loads give every row's four
@@ -36,7 +36,7 @@ pub(super) unsafe fn group_qk<D: Dot, const N: usize, const FIVE: bool>(
     x: &QuantizedActivations,
     first: usize,
     ahead: usize,
-    sums: &mut [[f32; GROUP]; ROWS_PER_CALL],
+    sums: &mut GroupSums,
 ) {
     let (block, qs_at) = if FIVE {
         (K5_GROUP_BLOCK, K5_QS)

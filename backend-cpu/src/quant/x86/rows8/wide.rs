@@ -643,6 +643,7 @@ mod tests {
                 unsafe {
                     by_groups(
                         avx512vnni::group,
+                        false,
                         kind,
                         &packed,
                         cols,
