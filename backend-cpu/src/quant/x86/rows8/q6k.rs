@@ -80,7 +80,7 @@ impl<'a, const N: usize> Q6Rows<'a, N> {
 
 /// Step `i`'s four vectors of values (0..=63) of the group block `wb`,
 /// asking the cache for two lines of the block ahead (its 27 over its 16
-/// steps; see [`prefetch_line`]).
+/// steps; see [`prefetch_line`](super::super::prefetch_line)).
 #[inline(always)]
 pub(super) unsafe fn q6k_step(wb: &[u8], i: usize, ahead: usize) -> [__m256i; 4] {
     for line in (128 * i..128 * i + 128).step_by(64) {
