@@ -18,8 +18,10 @@
 #    this machine kind's read bandwidth drifts by a quarter from one minute
 #    to the next, so a pair's ratio, both halves seconds apart, reads the
 #    engines where the rounds' decode ratio (minutes apart) reads the drift.
-# 5. Prints the medians and the ratios, with the CPU's model and extensions,
-#    and the pairs' median decode figures and median of per-pair ratios.
+# 5. Prints the medians and the ratios (three decimals: a target such as
+#    1.25x is then read without rounding), with the CPU's model and
+#    extensions, and the pairs' median decode figures and median of
+#    per-pair ratios.
 #
 # Usage: bash scripts/compare-llama-cpp.sh [SHAPE:TYPE ...]
 #   default files: llama3.2-1b:q4_k_m llama3.2-1b:q4_0 llama3.2-1b:q8_0
@@ -27,7 +29,9 @@
 #   THREADS (2), ROUNDS (3), PAIRS (5), DEPTH (4096: the speed suite's deepest decode,
 #   which no ratio reads; 512 saves minutes at 8B on 2 cores), PYTHON
 #   (python3), LLAMA_CPP_PYTHON (0.3.36),
-#   PAGODA_CACHE (~/.cache/pagoda) and MODEL_DIR ($PAGODA_CACHE/synth).
+#   PAGODA_CACHE (~/.cache/pagoda), MODEL_DIR ($PAGODA_CACHE/synth) and
+#   KEEP (a directory to keep every run's JSON in; by default they are
+#   written to a temporary one and deleted).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -83,7 +87,12 @@ cargo build --release -q -p pagoda-cli
 pagoda=target/release/pagoda
 
 mkdir -p "$models"
-out=$(mktemp -d)
+if [[ -n ${KEEP:-} ]]; then
+  out=$KEEP
+  mkdir -p "$out"
+else
+  out=$(mktemp -d)
+fi
 for f in "${files[@]}"; do
   shape=${f%%:*} type=${f##*:}
   file=$models/$shape-$type.gguf
@@ -162,7 +171,7 @@ for f in files:
         p_pp.append(p["prefill_512_tokens_per_s"])
         p_b16.append(p["batch_16_tokens_per_s"])
     m = lambda xs: statistics.median(xs) if xs else float("nan")
-    ratio = lambda a, b: f"{m(a) / m(b):.2f}x" if b and m(b) else "-"
+    ratio = lambda a, b: f"{m(a) / m(b):.3f}x" if b and m(b) else "-"
     rows.append((f"{shape} {kind}",
                  f"{m(p_dec):.1f} vs {m(dec):.1f}", ratio(p_dec, dec), f"{100 * m(share):.0f}%",
                  f"{m(p_pp):.1f} vs {m(pp):.1f}", ratio(p_pp, pp),
@@ -184,6 +193,6 @@ if pairs:
             theirs.append(peer[0])
         ratios = [a / b for a, b in zip(ours, theirs)]
         print(f"{shape} {kind}: {statistics.median(ours):.1f} vs {statistics.median(theirs):.1f} tok/s, "
-              f"{statistics.median(ratios):.2f}x (pairs {min(ratios):.2f}-{max(ratios):.2f}x)")
+              f"{statistics.median(ratios):.3f}x (pairs {min(ratios):.2f}-{max(ratios):.2f}x)")
 EOF
-rm -rf "$out"
+[[ -n ${KEEP:-} ]] || rm -rf "$out"
