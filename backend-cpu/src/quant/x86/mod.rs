@@ -13,6 +13,7 @@ use super::act::{ActFormat, QuantizedActivations, QUAD_MIN_ROWS};
 use super::unpack;
 
 mod dot;
+mod hints;
 mod int8;
 mod quads;
 pub(super) mod round;

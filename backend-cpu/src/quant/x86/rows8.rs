@@ -349,7 +349,7 @@ unsafe fn by_groups(
             let backs = &mut kept.sums[i * blocks..(i + 1) * blocks];
             for j0 in (0..m).step_by(per_call) {
                 let n = (m - j0).min(per_call);
-                let ahead = hint_distance(first, j0, group_bytes);
+                let ahead = hint_distance(kind, first, j0, group_bytes);
                 let backs = match (keeps, fresh && j0 == 0) {
                     (false, _) => Backs::Work,
                     (true, true) => Backs::Keep(&mut *backs),
@@ -369,8 +369,10 @@ unsafe fn by_groups(
 }
 
 /// How far ahead of the block in hand a row loop's kernel call asks the
-/// cache for weights: [`PREFETCH_AHEAD`](super::PREFETCH_AHEAD) bytes,
-/// except on the later calls (`j0 > 0`) of a tile's first pass of
+/// cache for weights: [`PREFETCH_AHEAD`](super::PREFETCH_AHEAD) bytes
+/// (0, the block in hand, where the CPU does better without: see
+/// `hints`), except on
+/// the later calls (`j0 > 0`) of a tile's first pass of
 /// activation rows (`first == 0`), which ask for the same place in the next
 /// group (or pair of groups), `stride` bytes on.
 ///
@@ -384,11 +386,13 @@ unsafe fn by_groups(
 /// Zen 4 (the group kernels): Q4_0 1.03x, Q4_K_M 1.07x, Q8_0 0.97x, inside
 /// the ±5% two builds of the same Q8_0 code gave there. Later passes of
 /// activation rows find the tile in cache, and decode makes one call.
-pub(super) fn hint_distance(first: usize, j0: usize, stride: usize) -> usize {
+pub(super) fn hint_distance(kind: QuantKind, first: usize, j0: usize, stride: usize) -> usize {
     if first == 0 && j0 > 0 {
         stride
-    } else {
+    } else if super::hints::fixed_hints(kind) {
         super::PREFETCH_AHEAD
+    } else {
+        0
     }
 }
 

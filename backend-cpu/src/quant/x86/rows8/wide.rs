@@ -91,7 +91,7 @@ pub(super) unsafe fn by_pairs(
         let rows = g * GROUP..(g1 + 1) * GROUP;
         for j0 in (0..m).step_by(step) {
             let n = (m - j0).min(step);
-            let ahead = hint_distance(first, j0, 2 * group_bytes);
+            let ahead = hint_distance(kind, first, j0, 2 * group_bytes);
             let mut sums = [[0.0f32; PAIR]; WIDE_ROWS];
             // SAFETY: the caller's CPU has the extensions the kernels were
             // compiled with; they slice their inputs with bounds checks.
