@@ -11,7 +11,7 @@
 //! have used. There one thread read a plain stream at 30-31 GB/s without
 //! hints and 26.6-27.3 with one per line 4 KiB ahead; without them
 //! Llama-3.2-1B Q4_K_M decoded at 26.2-28.5 tok/s against 22.9-24.6 (one
-//! thread), 1.025× on two, and Llama-3-8B Q4_K_M 1.05-1.12× (AMD EPYC
+//! thread), 1.025× on two, and Llama-3-8B Q4_K_M 1.05-1.15× (AMD EPYC
 //! family 25 model 17, AVX2, alternating runs; prefill and 16 sequences
 //! unchanged). The Q4_0 family kept its hints: without them SmolLM2 Q4_1
 //! decoded 0.95× and Llama-3-8B Q4_0 0.97×; Q8_0 too, unmeasured.
