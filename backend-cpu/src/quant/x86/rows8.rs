@@ -369,10 +369,9 @@ unsafe fn by_groups(
 }
 
 /// How far ahead of the block in hand a row loop's kernel call asks the
-/// cache for weights: [`PREFETCH_AHEAD`](super::PREFETCH_AHEAD) bytes
-/// (0, the block in hand, where the CPU does better without: see
-/// `hints`), except on
-/// the later calls (`j0 > 0`) of a tile's first pass of
+/// cache for weights: [`PREFETCH_AHEAD`](super::PREFETCH_AHEAD) bytes (0,
+/// the block in hand, where the CPU does better without; see `hints`),
+/// except on the later calls (`j0 > 0`) of a tile's first pass of
 /// activation rows (`first == 0`), which ask for the same place in the next
 /// group (or pair of groups), `stride` bytes on.
 ///
