@@ -29,7 +29,8 @@
 # `speed8b` then also runs the 8B Q4_0 file in the default shape, for a
 # same-sitting comparison (unless $NO_DEFAULT is set). $LLAMA_FILES (a
 # glob, default every file) picks the files llama-bench runs. $COOPS (default "1 0") picks the cooperative-
-# matrix settings the tests run under. Logs go to $OUT (default
+# matrix settings the tests run under, and $PARALLEL runs them all at
+# once. Logs go to $OUT (default
 # ./gpu-out); each stage prints its time.
 set -uo pipefail
 dir="$(cd "$1" && pwd)"
@@ -68,9 +69,10 @@ setup() {
 }
 
 # Each test binary with cooperative matrices (where the device has them),
-# then without.
+# then without; with $PARALLEL set, every run at once (each its own log),
+# which a machine lent by the minute with many cores can afford.
 tests() {
-    local t coops
+    local t coops runs=()
     for t in test-vulkan test-vulkan_ops test-vulkan_int8 test-vulkan_step test-engine-vulkan_step; do
         [[ -x "$dir/$t" ]] || { echo "no $t"; continue; }
         # The attention suite runs no products: cooperative matrices or
@@ -78,11 +80,29 @@ tests() {
         coops="${COOPS:-1 0}"
         [[ $t == test-vulkan ]] && coops=1
         for coop in $coops; do
-            log "$t (PAGODA_VULKAN_COOPMAT=$coop)"
-            echo "== $t (PAGODA_VULKAN_COOPMAT=$coop)" >>"$out/tests.log"
-            PAGODA_VULKAN_COOPMAT=$coop timeout 300 "$dir/$t" --test-threads 4 2>&1 |
-                tee -a "$out/tests.log" | grep -E '^test result|FAILED|skip|without' | head -20
+            runs+=("$t:$coop")
         done
+    done
+    local run pids=()
+    for run in "${runs[@]}"; do
+        t=${run%:*}
+        coop=${run#*:}
+        if [[ -n "${PARALLEL:-}" ]]; then
+            PAGODA_VULKAN_COOPMAT=$coop timeout 300 "$dir/$t" --test-threads 4 >"$out/test-$t-$coop.log" 2>&1 &
+            pids+=($!)
+        else
+            log "$t (PAGODA_VULKAN_COOPMAT=$coop)"
+            PAGODA_VULKAN_COOPMAT=$coop timeout 300 "$dir/$t" --test-threads 4 >"$out/test-$t-$coop.log" 2>&1
+        fi
+    done
+    ((${#pids[@]})) && wait "${pids[@]}"
+    for run in "${runs[@]}"; do
+        t=${run%:*}
+        coop=${run#*:}
+        log "$t (PAGODA_VULKAN_COOPMAT=$coop)"
+        echo "== $t (PAGODA_VULKAN_COOPMAT=$coop)" >>"$out/tests.log"
+        tee -a "$out/tests.log" <"$out/test-$t-$coop.log" | grep -E '^test result|FAILED|panicked|skip|without' | head -20
+        rm "$out/test-$t-$coop.log"
     done
     # What the validation layer said, each distinct message once.
     log "validation messages"

@@ -28,6 +28,9 @@ use crate::error::CliError;
 
 /// Bytes the bandwidth probe reads per pass: well past every cache.
 const PROBE_BYTES: usize = 1 << 30;
+/// Seconds a device decodes untimed, after a first step that builds its
+/// pipelines, before the suite's first timed run.
+const DEVICE_WARM_UP_S: f64 = 2.0;
 
 /// Every figure of the suite, as `--json` writes it.
 #[derive(Debug, Serialize)]
@@ -557,6 +560,19 @@ impl WithBackend for SpeedJob<'_> {
         let vocab = self.model.config().vocab;
         let mut rng = fastrand::Rng::with_seed(self.seed);
         let mut tokens = |n: usize| -> Vec<u32> { (0..n).map(|_| rng.u32(0..vocab)).collect() };
+        // A GPU builds its pipelines at the first step (seconds on a fresh
+        // machine, the device idle meanwhile) and raises its clocks only
+        // after a second or so of work (an H200 took 1.5 s from 345 to
+        // 1,980 MHz): there the first timed decode of an 8B model ran at
+        // 0.62x the speed of the next. So a device first decodes untimed,
+        // as llama-bench's warm-up run does.
+        if device_copy.is_some() {
+            generate(&mut engine, vec![tokens(8)], 2)?;
+            let warm_from = Instant::now();
+            while warm_from.elapsed().as_secs_f64() < DEVICE_WARM_UP_S {
+                generate(&mut engine, vec![tokens(8)], 32)?;
+            }
+        }
         let mut decode = Vec::new();
         // 4,096 tokens deep (`--speed-depth`), or as deep as the model's
         // context allows.
