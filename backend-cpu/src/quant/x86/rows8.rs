@@ -396,7 +396,9 @@ pub(super) fn hint_distance(kind: QuantKind, first: usize, j0: usize, stride: us
 }
 
 /// Stores `sums[j][lane]`, the products of weight rows `rows` (lane 0 is
-/// `rows.start`) with activation rows `j0..j0 + sums.len()`, into `res` by
+/// `rows.start`; `rows` may be shorter than `L`, as the wide kernels' odd
+/// last group paired with itself is, whose second eight lanes are not its
+/// rows) with activation rows `j0..j0 + sums.len()`, into `res` by
 /// activation row (`res[j × tile.len() + k]` for row `tile.start + k`):
 /// the lanes inside `tile` only (all but at a tile's ragged ends), one
 /// contiguous run per activation row. Stored by weight row instead, as
@@ -412,9 +414,10 @@ fn store_lanes<const L: usize>(
     sums: &[[f32; L]],
 ) {
     let runs = res.chunks_exact_mut(tile.len()).skip(j0).zip(sums);
-    if tile.start <= rows.start && rows.end <= tile.end {
-        // Every lane inside the tile (all but at a tile's ragged ends): a
-        // copy of constant length, a few vector moves.
+    if rows.len() == L && tile.start <= rows.start && rows.end <= tile.end {
+        // Every lane a row of the tile (all but at a tile's ragged ends and
+        // an odd last group): a copy of constant length, a few vector
+        // moves.
         let at = rows.start - tile.start;
         for (out, row) in runs {
             out[at..at + L].copy_from_slice(row);
