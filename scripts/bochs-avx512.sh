@@ -9,7 +9,8 @@
 # Usage: bash scripts/bochs-avx512.sh [TEST-FILTER]
 # Takes 3-4 minutes (a minute of it the guest kernel's boot); the first run
 # also fetches Bochs and a kernel (~110 MB, see scripts/run-in-bochs.sh).
-# It is a manual check, not part of the test command.
+# CI runs it where the machine's CPU lacks AVX-512 VNNI; it is not part of
+# the test command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
