@@ -6,6 +6,8 @@
 //! from the activations (the add op reads only those), so they are kept
 //! apart, in [`Image::consts`].
 
+use std::borrow::Cow;
+
 use pagoda_core::QuantKind;
 
 use super::super::program::{Op, Program};
@@ -52,7 +54,6 @@ pub(crate) struct RopeTable {
 /// A model's weights laid out for the device.
 #[derive(Debug)]
 pub(crate) struct Image {
-    pub bytes: Vec<u8>,
     pub embed: Placed,
     pub head: Placed,
     /// Per layer, per op of the program.
@@ -68,45 +69,84 @@ pub(crate) struct Image {
     pub cuts: Vec<u64>,
 }
 
+/// The bytes of an [`Image`], as parts at their offsets: views of the
+/// model's map where a tensor is in the device's format, owned bytes where
+/// it is not (tables, widened BF16). Nothing is copied until the upload
+/// copies each part into its staging piece ([`ImageBytes::fill`]), so
+/// loading holds no second copy of the weights on the host.
+#[derive(Debug, Default)]
+pub(crate) struct ImageBytes<'a> {
+    parts: Vec<(u64, Cow<'a, [u8]>)>,
+    len: u64,
+}
+
+impl ImageBytes<'_> {
+    /// The image's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Copies the image's bytes from offset `at` into `dst` (zeros
+    /// between parts).
+    pub fn fill(&self, at: u64, dst: &mut [u8]) {
+        let end = at + dst.len() as u64;
+        dst.fill(0);
+        // The first part that ends after `at`; parts are in order.
+        let first = self
+            .parts
+            .partition_point(|(start, bytes)| start + bytes.len() as u64 <= at);
+        for (start, bytes) in &self.parts[first..] {
+            if *start >= end {
+                break;
+            }
+            let from = at.max(*start);
+            let to = end.min(start + bytes.len() as u64);
+            dst[(from - at) as usize..(to - at) as usize]
+                .copy_from_slice(&bytes[(from - start) as usize..(to - start) as usize]);
+        }
+    }
+}
+
 /// Lays tensors out one after another.
-struct Builder {
-    bytes: Vec<u8>,
+struct Builder<'a> {
+    bytes: ImageBytes<'a>,
     cuts: Vec<u64>,
 }
 
-impl Builder {
+impl<'a> Builder<'a> {
     fn start(&mut self) -> u64 {
-        let at = self.bytes.len().next_multiple_of(ALIGN);
-        self.bytes.resize(at, 0);
-        self.cuts.push(at as u64);
-        at as u64
+        let at = self.bytes.len.next_multiple_of(ALIGN as u64);
+        self.bytes.len = at;
+        self.cuts.push(at);
+        at
     }
 
-    fn raw(&mut self, bytes: &[u8]) -> u64 {
+    fn raw(&mut self, bytes: Cow<'a, [u8]>) -> u64 {
         let at = self.start();
-        self.bytes.extend_from_slice(bytes);
+        self.bytes.len += bytes.len() as u64;
+        self.bytes.parts.push((at, bytes));
         at
     }
 
     fn f32s(&mut self, values: &[f32]) -> u64 {
-        self.raw(bytemuck::cast_slice(values))
+        self.raw(Cow::Owned(bytemuck::cast_slice(values).to_vec()))
     }
 
     /// A matrix in its own format; BF16 (which the device's kernels do
     /// not read) widened to f32, exactly.
-    fn matrix(&mut self, m: &Matrix) -> Placed {
+    fn matrix(&mut self, m: &'a Matrix) -> Placed {
         let (kind, at) = match m.kind() {
             QuantKind::BF16 => {
-                let at = self.start();
                 let plain = m.plain_bytes();
                 let halves = plain.chunks_exact(2);
-                let widened = halves.flat_map(|h| {
-                    ((u32::from(u16::from_le_bytes([h[0], h[1]]))) << 16).to_le_bytes()
-                });
-                self.bytes.extend(widened);
-                (QuantKind::F32, at)
+                let widened = halves
+                    .flat_map(|h| {
+                        ((u32::from(u16::from_le_bytes([h[0], h[1]]))) << 16).to_le_bytes()
+                    })
+                    .collect();
+                (QuantKind::F32, self.raw(Cow::Owned(widened)))
             }
-            kind => (kind, self.raw(&m.plain_bytes())),
+            kind => (kind, self.raw(m.plain_bytes())),
         };
         Placed {
             kind,
@@ -118,10 +158,11 @@ impl Builder {
 }
 
 impl Image {
-    /// The image of `program`'s weights (copied; the model keeps its own).
-    pub fn new(program: &Program) -> Self {
+    /// The layout of `program`'s weights on the device, and their bytes
+    /// (borrowed from the model where they can be).
+    pub fn new(program: &Program) -> (Self, ImageBytes<'_>) {
         let mut b = Builder {
-            bytes: Vec::new(),
+            bytes: ImageBytes::default(),
             cuts: Vec::new(),
         };
         let mut consts = Vec::new();
@@ -173,15 +214,52 @@ impl Image {
                 }
             })
             .collect();
-        Self {
+        let image = Self {
             embed,
             head,
             layers,
             final_norm,
             ropes,
             consts,
-            bytes: b.bytes,
             cuts: b.cuts,
+        };
+        (image, b.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `fill` gives any window of the image as one buffer built part by
+    /// part would hold it: each part at its aligned offset, zeros between
+    /// and past the parts.
+    #[test]
+    fn fill_matches_the_image_laid_out_whole() {
+        let mut rng = fastrand::Rng::with_seed(5);
+        for _ in 0..50 {
+            let mut b = Builder {
+                bytes: ImageBytes::default(),
+                cuts: Vec::new(),
+            };
+            let mut whole: Vec<u8> = Vec::new();
+            for _ in 0..rng.usize(0..8) {
+                let part: Vec<u8> = (0..rng.usize(0..100)).map(|_| rng.u8(1..)).collect();
+                let at = b.raw(Cow::Owned(part.clone())) as usize;
+                assert_eq!(at % ALIGN, 0);
+                whole.resize(at, 0);
+                whole.extend_from_slice(&part);
+            }
+            assert_eq!(b.bytes.len(), whole.len() as u64);
+            // Windows anywhere, some past the end (the upload's padding).
+            whole.resize(whole.len() + 40, 0);
+            for _ in 0..20 {
+                let at = rng.usize(0..whole.len());
+                let len = rng.usize(0..=whole.len() - at);
+                let mut got = vec![0xAAu8; len];
+                b.bytes.fill(at as u64, &mut got);
+                assert_eq!(got, whole[at..at + len], "window {at}+{len}");
+            }
         }
     }
 }

@@ -58,10 +58,11 @@ fn make_resident(
     }
     // The old model's weights go first, so both are never held at once.
     *device = DeviceModel::default();
-    let mut image = Image::new(model.program());
-    let bytes = std::mem::take(&mut image.bytes);
-    // As many storage bindings as the weights need, split between tensors.
-    let resident = match backend.upload_weights_split(&bytes, &image.cuts) {
+    let (image, bytes) = Image::new(model.program());
+    // As many storage bindings as the weights need, split between tensors,
+    // each filled from the model's own bytes a staging piece at a time.
+    let fill = |at: u64, dst: &mut [u8]| bytes.fill(at, dst);
+    let resident = match backend.upload_weights_with(bytes.len(), &image.cuts, fill) {
         Ok(weights) => Some(Box::new(Resident { weights, image })),
         Err(VulkanError::Unsupported(_)) => None,
         Err(e) => return Err(e),
