@@ -15,8 +15,9 @@
 # - with LLAMA=1, `llama-vulkan.tar.xz`: llama.cpp's `llama-bench` (the
 #   `llama-cpp-python` sdist's, as `compare-llama-cpp.sh` builds it) with
 #   GGML_VULKAN, compiled with the Debian 13 root's glslc, Vulkan and
-#   SPIR-V headers (Debian 12's glslc lacks cooperative matrices), about
-#   20 minutes on two cores the first time, 7.5 MB packed.
+#   SPIR-V headers (Debian 12's glslc lacks cooperative matrices): minutes
+#   on two cores the first time (3 min 13 s here once its shaders were
+#   generated), 7.6 MB packed.
 #
 # The Debian 13 tools come from `scripts/coopmat-lavapipe.sh install`'s
 # root (run here first when missing; root or sudo). Everything together

@@ -87,23 +87,27 @@ impl ImageBytes<'_> {
     }
 
     /// Copies the image's bytes from offset `at` into `dst` (zeros
-    /// between parts).
+    /// between parts and past the last), writing each byte once.
     pub fn fill(&self, at: u64, dst: &mut [u8]) {
         let end = at + dst.len() as u64;
-        dst.fill(0);
-        // The first part that ends after `at`; parts are in order.
+        // The first part that ends after `at`; parts are in order and
+        // do not overlap.
         let first = self
             .parts
             .partition_point(|(start, bytes)| start + bytes.len() as u64 <= at);
+        let mut written = at;
         for (start, bytes) in &self.parts[first..] {
             if *start >= end {
                 break;
             }
             let from = at.max(*start);
             let to = end.min(start + bytes.len() as u64);
+            dst[(written - at) as usize..(from - at) as usize].fill(0);
             dst[(from - at) as usize..(to - at) as usize]
                 .copy_from_slice(&bytes[(from - start) as usize..(to - start) as usize]);
+            written = to;
         }
+        dst[(written - at) as usize..].fill(0);
     }
 }
 
