@@ -141,6 +141,27 @@ def chat(client, model, has_template):
     assert chunks[-1].usage.completion_tokens == full.usage.completion_tokens
     print("ok chat, streamed and not:", json.dumps(msg.content))
 
+    # Content as a list of text parts (the SDK's typed shape) is the same
+    # prompt as its texts joined by newlines (vLLM's rendering for string
+    # templates); a part that is not text is refused, naming `messages`.
+    joined = [{"role": "user", "content": "What is the capital\nof France?"}]
+    parts = [{"role": "user", "content": [{"type": "text", "text": "What is the capital"},
+                                          {"type": "text", "text": "of France?"}]}]
+    a = client.chat.completions.create(model=model, messages=joined, max_tokens=12, temperature=0)
+    b = client.chat.completions.create(model=model, messages=parts, max_tokens=12, temperature=0)
+    assert a.usage.prompt_tokens == b.usage.prompt_tokens, (a.usage, b.usage)
+    assert a.choices[0].message.content == b.choices[0].message.content, (a, b)
+    image = [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]
+    try:
+        client.chat.completions.create(model=model, messages=image, max_tokens=4)
+        raise AssertionError("an image part on a text model")
+    except openai.BadRequestError as e:
+        assert e.status_code == 400 and e.body["param"] == "messages", e.body
+        assert "image_url" in e.body["message"], e.body
+    print("ok chat content parts: text joined, an image refused")
+
     # Log probabilities in the chat shape, parsed by the client's types.
     lp = client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0,
                                         logprobs=True, top_logprobs=3)

@@ -523,24 +523,140 @@ pub fn completion_prompt(map: &Map<String, Value>) -> Result<Prompt, ApiError> {
 }
 
 /// Reads `messages`: a non-empty list of objects with a string `role`.
+///
+/// A `content` given as a list of parts (the OpenAI SDK's
+/// `[{"type": "text", "text": ...}]`, which agent libraries send) becomes
+/// its text parts joined by newlines, as vLLM renders them for templates
+/// that take strings: every chat template takes a string, and not every
+/// one knows parts. A part of another type (an image, audio, a file) is
+/// refused by name: this server runs text models only.
 pub fn chat_messages(map: &Map<String, Value>) -> Result<Prompt, ApiError> {
-    let bad = |m: &str| ApiError::invalid("messages", m.to_string());
+    let bad = |m: String| ApiError::invalid("messages", m);
     let Some(Value::Array(items)) = present(map, "messages") else {
-        return Err(bad("`messages` must be a list of messages"));
+        return Err(bad("`messages` must be a list of messages".into()));
     };
     if items.is_empty() {
-        return Err(bad("`messages` must not be empty"));
+        return Err(bad("`messages` must not be empty".into()));
     }
-    for item in items {
-        let ok = item.get("role").is_some_and(Value::is_string)
-            && item
-                .get("content")
-                .is_none_or(|c| c.is_string() || c.is_null());
-        if !ok {
-            return Err(bad(
-                "each message needs a string `role` and string `content`",
-            ));
+    let mut messages = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let shape = || {
+            bad(format!(
+                "message {i} needs a string `role` and a `content` of text or text parts"
+            ))
+        };
+        let Some(fields) = item.as_object() else {
+            return Err(shape());
+        };
+        if !fields.get("role").is_some_and(Value::is_string) {
+            return Err(shape());
+        }
+        let mut message = fields.clone();
+        match fields.get("content") {
+            None | Some(Value::Null | Value::String(_)) => {}
+            Some(Value::Array(parts)) => {
+                let text = text_of_parts(parts).map_err(|part| match part {
+                    Some(kind) => bad(format!(
+                        "message {i} has a content part of type {kind:?}: this model takes text only"
+                    )),
+                    None => bad(format!(
+                        "message {i}'s content parts must be objects with a `type` (text parts with a string `text`)"
+                    )),
+                })?;
+                message.insert("content".into(), Value::String(text));
+            }
+            Some(_) => return Err(shape()),
+        }
+        messages.push(Value::Object(message));
+    }
+    Ok(Prompt::Chat(messages))
+}
+
+/// The text parts of a message's content, joined by newlines; `Err` names
+/// the type of a part that is not text (`None`: a part without one).
+fn text_of_parts(parts: &[Value]) -> Result<String, Option<String>> {
+    let mut texts = Vec::with_capacity(parts.len());
+    for part in parts {
+        let kind = part.get("type").and_then(Value::as_str).ok_or(None)?;
+        if kind != "text" {
+            return Err(Some(kind.to_string()));
+        }
+        texts.push(part.get("text").and_then(Value::as_str).ok_or(None)?);
+    }
+    Ok(texts.join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn messages(body: Value) -> Result<Vec<Value>, ApiError> {
+        match chat_messages(body.as_object().expect("object"))? {
+            Prompt::Chat(m) => Ok(m),
+            other => panic!("not messages: {other:?}"),
         }
     }
-    Ok(Prompt::Chat(items.clone()))
+
+    #[test]
+    fn text_parts_become_one_string_and_other_fields_stay() {
+        let got = messages(json!({"messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "name": "ana", "content": [
+                {"type": "text", "text": "What is"},
+                {"type": "text", "text": "the capital of France?"},
+            ]},
+            {"role": "assistant", "content": null, "tool_calls": []},
+            {"role": "user", "content": []},
+        ]}))
+        .unwrap();
+        assert_eq!(got[0], json!({"role": "system", "content": "Be brief."}));
+        assert_eq!(
+            got[1],
+            json!({"role": "user", "name": "ana", "content": "What is\nthe capital of France?"})
+        );
+        assert_eq!(
+            got[2],
+            json!({"role": "assistant", "content": null, "tool_calls": []})
+        );
+        assert_eq!(got[3], json!({"role": "user", "content": ""}));
+    }
+
+    #[test]
+    fn parts_that_are_not_text_are_refused_by_name() {
+        let image = json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        ]}]});
+        let e = messages(image).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages"));
+        assert!(
+            e.message.contains("\"image_url\"") && e.message.contains("message 0"),
+            "{}",
+            e.message
+        );
+        for content in [
+            json!([{"text": "no type"}]),
+            json!([{"type": "text"}]),
+            json!([{"type": "text", "text": 5}]),
+            json!(["bare string"]),
+            json!(7),
+            json!({"type": "text", "text": "not a list"}),
+        ] {
+            let body = json!({"messages": [{"role": "user", "content": "ok"}, {"role": "user", "content": content}]});
+            let e = messages(body).unwrap_err();
+            assert!(e.message.contains("message 1"), "{}", e.message);
+        }
+        for body in [
+            json!({"messages": []}),
+            json!({"messages": "hi"}),
+            json!({"messages": [5]}),
+            json!({"messages": [{"content": "no role"}]}),
+        ] {
+            assert_eq!(
+                messages(body).unwrap_err().param.as_deref(),
+                Some("messages")
+            );
+        }
+    }
 }
