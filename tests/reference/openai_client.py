@@ -73,6 +73,18 @@ def completions(client, base, model):
     assert chunks[-1].usage.completion_tokens == u.completion_tokens
     print("ok completions, streamed and not")
 
+    # A list of prompts (as lm-evaluation-harness batches them): choice
+    # `p * n + i` is prompt `p` asked alone, usage sums the prompts.
+    batch = ["Hello there", "The sky is", "Hello there"]
+    together = client.completions.create(model=model, prompt=batch, max_tokens=6, temperature=0, n=2)
+    assert [ch.index for ch in together.choices] == list(range(6)), together
+    alone = [client.completions.create(model=model, prompt=p, max_tokens=6, temperature=0) for p in batch]
+    for p, one in enumerate(alone):
+        for i in range(2):
+            assert together.choices[p * 2 + i].text == one.choices[0].text, (p, i, together, one)
+    assert together.usage.prompt_tokens == sum(one.usage.prompt_tokens for one in alone), together.usage
+    print("ok a list of prompts")
+
     lp = client.completions.create(logprobs=2, **kw)
     got = lp.choices[0].logprobs
     assert got is not None and len(got.tokens) == lp.usage.completion_tokens, got

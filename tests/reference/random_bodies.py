@@ -8,7 +8,7 @@ The contracts (OpenAI's and the server's own, not read off its output):
 - an answer is 200, or 400/413/429 with OpenAI's error object (`message`,
   `type`, `param`, `code`); never a 5xx, never a dropped connection;
 - a 200 body is JSON with `n` choices per prompt whose finish reasons are
-  OpenAI's, and at most `n * max_tokens` completion tokens;
+  OpenAI's, and at most `max_tokens` completion tokens per choice;
 - a stream is JSON chunks ending in `data: [DONE]` (or an error chunk);
 - an answer of a valid schema, choice or pattern that finished with
   `stop` is what it asked for (`jsonschema`, the choice list, `re`);
@@ -178,7 +178,8 @@ def body_for(rng, route):
     max_tokens = rng.randrange(1, 9)
     if route == "/v1/completions":
         body = {"prompt": sometimes(rng, lambda: rng.choice(
-            ["Once upon a time", ["The sky is"], [1, 2, 3, 4], "\u4f60\u597d", ""]), 0.9),
+            ["Once upon a time", ["The sky is"], [1, 2, 3, 4], "\u4f60\u597d", "",
+             ["Red", [1, 2], "Blue"], [[5, 6], [7]]]), 0.9),
             "max_tokens": sometimes(rng, lambda: max_tokens, 0.9)}
         if rng.random() < 0.15:
             body["echo"] = sometimes(rng, lambda: True)
@@ -279,12 +280,15 @@ def check_ok(route, body, raw, check, streamed, where):
     if route == "/generate":
         assert "text" in v and v["meta_info"]["finish_reason"] is not None, f"{where}: {v}"
         return
+    prompt = body.get("prompt")
+    prompts = len(prompt) if isinstance(prompt, list) and not all(
+        isinstance(t, int) for t in prompt) else 1
     n = body.get("n", 1)
-    assert len(v["choices"]) == n, f"{where}: {len(v['choices'])} choices for n={n}"
-    assert sorted(c["index"] for c in v["choices"]) == list(range(n)), where
+    assert len(v["choices"]) == n * prompts, f"{where}: {len(v['choices'])} choices for n={n}"
+    assert sorted(c["index"] for c in v["choices"]) == list(range(n * prompts)), where
     most = body.get("max_tokens", body.get("max_completion_tokens"))
     if most is not None:
-        assert v["usage"]["completion_tokens"] <= n * max(most, 1), f"{where}: {v['usage']}"
+        assert v["usage"]["completion_tokens"] <= n * prompts * max(most, 1), f"{where}: {v['usage']}"
     for c in v["choices"]:
         assert c["finish_reason"] in FINISH, f"{where}: {c}"
         text = c["message"]["content"] if "message" in c else c["text"]

@@ -80,6 +80,7 @@ fn client(python: &std::path::Path, server: &Server, chat: bool, key: Option<&st
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("ok stream closed early"), "{stdout}");
     assert!(stdout.contains("ok completions logprobs"), "{stdout}");
+    assert!(stdout.contains("ok a list of prompts"), "{stdout}");
     if chat {
         assert!(stdout.contains("ok ignore_eos"), "{stdout}");
         assert!(stdout.contains("ok chat logprobs"), "{stdout}");

@@ -1,4 +1,4 @@
-//! One HTTP request's generation: its `n` engine requests, their events
+//! One HTTP request's generation: its `n` engine requests per prompt, their events
 //! delivered straight into async code, and each choice's text (streaming
 //! decode, stop strings) as it arrives.
 //!
@@ -49,6 +49,8 @@ pub struct Delta {
 }
 
 struct Choice {
+    /// The prompt it continues (an index into `Generation::prompts`).
+    prompt: usize,
     detok: Detokenizer,
     canceller: Canceller,
     tokens: u32,
@@ -60,19 +62,20 @@ struct Choice {
     discard: bool,
 }
 
-/// The running choices of one HTTP request.
+/// The running choices of one HTTP request: choice `p * n + i` is the
+/// `i`-th sample of prompt `p` (OpenAI's order for a list of prompts).
 pub struct Generation {
     state: Arc<AppState>,
     events: mpsc::UnboundedReceiver<(u32, Event)>,
     choices: Vec<Choice>,
     arrived: Instant,
-    /// Prompt tokens (counted once, as OpenAI does).
+    /// Prompt tokens, each prompt counted once (as OpenAI does), summed.
     pub prompt_tokens: u32,
-    /// The prompt (for `echo`).
-    pub prompt: Vec<u32>,
-    /// Of those, tokens served from the prefix cache (the most any choice
-    /// found, as its request's last admission saw it).
-    pub cached_tokens: u32,
+    /// The prompts (for `echo`).
+    pub prompts: Vec<Vec<u32>>,
+    /// Per prompt, its tokens served from the prefix cache (the most any of
+    /// its choices found, as its request's last admission saw it).
+    cached: Vec<u32>,
 }
 
 /// The HTTP error for an engine rejection.
@@ -100,37 +103,71 @@ pub fn rejection_error(rejection: &Rejection) -> ApiError {
     }
 }
 
+/// The most choices one request may ask for: its prompts times `n`.
+pub const MAX_CHOICES: usize = 128;
+
 impl Generation {
-    /// Submits `params.n` requests for `prompt`; refused as a whole if any
-    /// is refused (the others are cancelled).
+    /// Submits `params.n` requests for each of `prompts`; refused as a
+    /// whole if any is refused (the others are cancelled).
     pub async fn start(
         state: Arc<AppState>,
-        prompt: Vec<u32>,
+        prompts: Vec<Vec<u32>>,
         params: &Params,
     ) -> Result<Self, ApiError> {
         let arrived = Instant::now();
-        let prompt_tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
         let context = state.limits.max_context;
-        if prompt.is_empty() {
-            return Err(ApiError::invalid("prompt", "the prompt is empty"));
+        let batch = prompts.len();
+        // "the prompt" alone, "prompt 3" in a list.
+        let which = |p: usize| {
+            if batch == 1 {
+                "the prompt".to_string()
+            } else {
+                format!("prompt {p}")
+            }
+        };
+        if prompts.is_empty() {
+            return Err(ApiError::invalid("prompt", "the list of prompts is empty"));
         }
-        if prompt_tokens >= context {
+        if batch.saturating_mul(params.n as usize) > MAX_CHOICES {
             return Err(ApiError::invalid(
                 "prompt",
-                format!("the prompt has {prompt_tokens} tokens; the context holds {context} (prompt plus at least one new token)"),
+                format!(
+                    "{batch} prompts of {} choices each are over the {MAX_CHOICES} choices one request may ask for",
+                    params.n
+                ),
             ));
         }
-        let room = context - prompt_tokens;
-        if params.echo && params.logprobs.is_some() {
-            let vocab = u64::from(state.limits.logits.max(1));
-            let most = MAX_SCORED_LOGITS / vocab;
-            if u64::from(prompt_tokens) > most {
+        let mut rooms = Vec::with_capacity(batch);
+        for (p, prompt) in prompts.iter().enumerate() {
+            let tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
+            if prompt.is_empty() {
                 return Err(ApiError::invalid(
-                    "echo",
-                    format!("scoring a prompt computes its logits at every position: at most {most} prompt tokens with this vocabulary, not {prompt_tokens}"),
+                    "prompt",
+                    format!("{} is empty", which(p)),
                 ));
             }
+            if tokens >= context {
+                return Err(ApiError::invalid(
+                    "prompt",
+                    format!("{} has {tokens} tokens; the context holds {context} (prompt plus at least one new token)", which(p)),
+                ));
+            }
+            if params.echo && params.logprobs.is_some() {
+                let vocab = u64::from(state.limits.logits.max(1));
+                let most = MAX_SCORED_LOGITS / vocab;
+                if u64::from(tokens) > most {
+                    return Err(ApiError::invalid(
+                        "echo",
+                        format!("scoring a prompt computes its logits at every position: at most {most} prompt tokens with this vocabulary, not {tokens} ({})", which(p)),
+                    ));
+                }
+            }
+            rooms.push(context - tokens);
         }
+        let prompt_tokens = prompts
+            .iter()
+            .map(|p| u32::try_from(p.len()).unwrap_or(u32::MAX))
+            .fold(0u32, u32::saturating_add);
         // A model's own end-of-generation tokens (unless `ignore_eos`), and
         // the request's `stop_token_ids`.
         let mut stop_tokens = if params.ignore_eos {
@@ -182,7 +219,6 @@ impl Generation {
         // `max_tokens: 0` (scoring the prompt): the engine generates one
         // token, which is dropped.
         let discard = params.max_tokens == Some(0);
-        let max_new_tokens = params.max_tokens.map_or(room, |m| m.clamp(1, room));
         let (tx, events) = mpsc::unbounded_channel();
         // Built before the first submission: if this future is dropped
         // midway (the client left), its `Drop` cancels what was accepted.
@@ -192,13 +228,16 @@ impl Generation {
             choices: Vec::new(),
             arrived,
             prompt_tokens,
-            prompt: prompt.clone(),
-            cached_tokens: 0,
+            cached: vec![0; batch],
+            prompts,
         };
-        for index in 0..params.n {
+        let samples = (0..batch).flat_map(|p| (0..params.n).map(move |i| (p, i)));
+        for (index, (p, sample)) in (0u32..).zip(samples) {
+            let room = rooms[p];
+            let max_new_tokens = params.max_tokens.map_or(room, |m| m.clamp(1, room));
             let request = GenRequest {
                 tag: u64::from(index),
-                prompt: prompt.clone(),
+                prompt: generation.prompts[p].clone(),
                 max_new_tokens,
                 sampling: SamplingParams {
                     temperature: params.temperature,
@@ -216,7 +255,9 @@ impl Generation {
                     prompt_logprobs: params.logprobs.filter(|_| params.echo),
                     constraint: constraint.clone(),
                 },
-                seed: params.seed.wrapping_add(u64::from(index)),
+                // Sample `i` of every prompt: the seed of sample `i` of
+                // that prompt asked alone.
+                seed: params.seed.wrapping_add(u64::from(sample)),
                 stop_tokens: stop_tokens.clone(),
             };
             let (submitted_tx, submitted) = oneshot::channel();
@@ -236,6 +277,7 @@ impl Generation {
             let refused = match submitted.await {
                 Ok(Ok(canceller)) => {
                     generation.choices.push(Choice {
+                        prompt: p,
                         detok: state.vocab.detokenizer(&params.stop),
                         canceller,
                         tokens: 0,
@@ -261,6 +303,24 @@ impl Generation {
         &self.state.vocab
     }
 
+    /// The choices: prompts times `n`.
+    pub fn choice_count(&self) -> usize {
+        self.choices.len()
+    }
+
+    /// The prompt choice `index` continues (empty for no such choice).
+    pub fn prompt_of(&self, index: u32) -> &[u32] {
+        self.choices
+            .get(index as usize)
+            .and_then(|c| self.prompts.get(c.prompt))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Prompt tokens served from the prefix cache, summed over the prompts.
+    pub fn cached_tokens(&self) -> u32 {
+        self.cached.iter().copied().fold(0, u32::saturating_add)
+    }
+
     /// Tokens generated so far, over all choices.
     pub fn completion_tokens(&self) -> u32 {
         self.choices.iter().map(|c| c.tokens).sum()
@@ -283,6 +343,10 @@ impl Generation {
             if choice.done {
                 continue;
             }
+            let prompt_tokens = self
+                .prompts
+                .get(choice.prompt)
+                .map_or(0, |p| u32::try_from(p.len()).unwrap_or(u32::MAX));
             let metrics = &self.state.metrics;
             match event {
                 Event::PromptLogprobs(scores) => {
@@ -316,7 +380,7 @@ impl Generation {
                             Ending::Stop,
                             self.arrived.elapsed(),
                             None,
-                            self.prompt_tokens,
+                            prompt_tokens,
                             choice.tokens,
                         );
                         return Some(Ok(Delta {
@@ -339,7 +403,9 @@ impl Generation {
                 }
                 Event::Finished(done) => {
                     choice.done = true;
-                    self.cached_tokens = self.cached_tokens.max(done.cached_tokens);
+                    if let Some(cached) = self.cached.get_mut(choice.prompt) {
+                        *cached = (*cached).max(done.cached_tokens);
+                    }
                     let (ending, reason) = match done.stop {
                         StopReason::StopToken => (Ending::Stop, "stop"),
                         StopReason::Length => (Ending::Length, "length"),
@@ -350,7 +416,7 @@ impl Generation {
                         ending,
                         self.arrived.elapsed(),
                         Some(queue),
-                        self.prompt_tokens,
+                        prompt_tokens,
                         choice.tokens,
                     );
                     let text = choice.detok.finish();
@@ -372,7 +438,7 @@ impl Generation {
                         Ending::Abort,
                         self.arrived.elapsed(),
                         None,
-                        self.prompt_tokens,
+                        prompt_tokens,
                         choice.tokens,
                     );
                     return Some(Err(stopped()));

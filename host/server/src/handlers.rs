@@ -115,15 +115,24 @@ async fn completions(
     let result = async {
         let map = read_object(&state, &headers, body).await?;
         let params = openai::params(&map, false)?;
-        let prompt = match openai::completion_prompt(&map)? {
-            Prompt::Text(text) => state.vocab.encode(&text, true),
-            Prompt::Tokens(ids) => ids,
-            Prompt::Chat(_) => Vec::new(),
+        let prompts = match openai::completion_prompt(&map)? {
+            Prompt::Batch(items) => items.into_iter().map(|p| tokens(&state, p)).collect(),
+            one => vec![tokens(&state, one)],
         };
-        generate(state.clone(), prompt, params, false, None).await
+        generate(state.clone(), prompts, params, false, None).await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A completion prompt's tokens: text encoded with the model's BOS, ids as
+/// given.
+fn tokens(state: &AppState, prompt: Prompt) -> Vec<u32> {
+    match prompt {
+        Prompt::Text(text) => state.vocab.encode(&text, true),
+        Prompt::Tokens(ids) => ids,
+        Prompt::Chat(_) | Prompt::Batch(_) => Vec::new(),
+    }
 }
 
 async fn chat_completions(
@@ -174,7 +183,7 @@ async fn chat_completions(
             .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
         let prompt = state.vocab.encode(&text, false);
         let parse = active.map(|_| format);
-        generate(state.clone(), prompt, params, true, parse).await
+        generate(state.clone(), vec![prompt], params, true, parse).await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
@@ -182,11 +191,11 @@ async fn chat_completions(
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Runs a request; with `tools`, each choice's text is parsed for tool
-/// calls in that format.
+/// Runs a request (`n` choices for each of `prompts`); with `tools`, each
+/// choice's text is parsed for tool calls in that format.
 async fn generate(
     state: Arc<AppState>,
-    prompt: Vec<u32>,
+    prompts: Vec<Vec<u32>>,
     params: Params,
     chat: bool,
     tools: Option<ToolFormat>,
@@ -206,19 +215,18 @@ async fn generate(
             .clone()
             .unwrap_or_else(|| state.model_name.clone()),
     };
-    let mut generation = Generation::start(state, prompt, &params).await?;
+    let mut generation = Generation::start(state, prompts, &params).await?;
+    let n = generation.choice_count();
     if params.stream {
         return Ok(stream::response(
             generation,
             reply,
             params.include_usage,
-            params.n,
             params.logprobs.is_some(),
             params.echo,
             tools,
         ));
     }
-    let n = params.n as usize;
     let mut texts = vec![String::new(); n];
     let mut reasons = vec![None; n];
     let mut logprobs = vec![Vec::new(); n];
@@ -241,27 +249,26 @@ async fn generate(
         }
     }
     let vocab = generation.vocab();
-    // `echo`: the prompt before each choice's text (and its scores before
-    // the choice's log probabilities).
-    let echoed = params
-        .echo
-        .then(|| crate::logprobs::prompt_text(vocab, &generation.prompt));
+    // `echo`: its prompt before each choice's text (and the prompt's
+    // scores before the choice's log probabilities).
     let choices = texts
         .into_iter()
         .zip(reasons)
         .zip(logprobs.into_iter().zip(prompt_scores))
         .enumerate()
         .map(|(index, ((text, reason), (entries, scores)))| {
-            let text = match &echoed {
-                Some(prompt) => format!("{prompt}{text}"),
-                None => text,
+            let prompt = generation.prompt_of(index as u32);
+            let text = if params.echo {
+                format!("{}{text}", crate::logprobs::prompt_text(vocab, prompt))
+            } else {
+                text
             };
             let lp = match params.logprobs {
                 None => Value::Null,
                 Some(_) if chat => crate::logprobs::chat(vocab, &entries),
                 Some(_) => {
                     let mut rows = if params.echo {
-                        crate::logprobs::prompt_rows(&generation.prompt, &scores)
+                        crate::logprobs::prompt_rows(prompt, &scores)
                     } else {
                         Vec::new()
                     };
@@ -290,7 +297,7 @@ async fn generate(
     value["usage"] = usage(
         generation.prompt_tokens,
         generation.completion_tokens(),
-        generation.cached_tokens,
+        generation.cached_tokens(),
     );
     Ok(Json(value).into_response())
 }

@@ -78,6 +78,9 @@ pub enum Prompt {
     Tokens(Vec<u32>),
     /// Messages for the chat template (as given: role, content and more).
     Chat(Vec<Value>),
+    /// Several prompts (each [`Text`](Self::Text) or
+    /// [`Tokens`](Self::Tokens)), `n` choices each.
+    Batch(Vec<Prompt>),
 }
 
 /// Parses a body as a JSON object.
@@ -503,21 +506,45 @@ fn top_count(key: &str, n: i64) -> Result<u32, ApiError> {
     Ok(n as u32)
 }
 
-/// Reads `prompt` (a string, one-element list of a string, or token ids).
+/// Reads `prompt` as OpenAI's four shapes: a string, a list of strings,
+/// a list of token ids, or a list of such lists (strings and lists of ids
+/// may mix). A list of one is that one prompt; of more, a
+/// [`Batch`](Prompt::Batch).
 pub fn completion_prompt(map: &Map<String, Value>) -> Result<Prompt, ApiError> {
-    let bad = || ApiError::invalid("prompt", "`prompt` must be a string or a list of token ids");
+    let bad = || {
+        ApiError::invalid(
+            "prompt",
+            "`prompt` must be a string, a list of token ids, or a list of those",
+        )
+    };
+    let ids = |items: &[Value]| {
+        items
+            .iter()
+            .map(|v| v.as_u64().and_then(|t| u32::try_from(t).ok()))
+            .collect::<Option<Vec<_>>>()
+            .map(Prompt::Tokens)
+    };
     match present(map, "prompt") {
         None => Err(ApiError::invalid("prompt", "`prompt` is required")),
         Some(Value::String(s)) => Ok(Prompt::Text(s.clone())),
-        Some(Value::Array(items)) => match items.as_slice() {
-            [Value::String(s)] => Ok(Prompt::Text(s.clone())),
-            _ => items
+        Some(Value::Array(items)) if items.iter().all(Value::is_number) => {
+            ids(items).ok_or_else(bad)
+        }
+        Some(Value::Array(items)) => {
+            let mut prompts = items
                 .iter()
-                .map(|v| v.as_u64().and_then(|t| u32::try_from(t).ok()))
+                .map(|item| match item {
+                    Value::String(s) => Some(Prompt::Text(s.clone())),
+                    Value::Array(inner) => ids(inner),
+                    _ => None,
+                })
                 .collect::<Option<Vec<_>>>()
-                .map(Prompt::Tokens)
-                .ok_or_else(bad),
-        },
+                .ok_or_else(bad)?;
+            Ok(match prompts.len() {
+                1 => prompts.remove(0),
+                _ => Prompt::Batch(prompts),
+            })
+        }
         Some(_) => Err(bad()),
     }
 }
@@ -590,6 +617,42 @@ fn text_of_parts(parts: &[Value]) -> Result<String, Option<String>> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn prompt(value: Value) -> Result<Prompt, ApiError> {
+        completion_prompt(json!({ "prompt": value }).as_object().expect("object"))
+    }
+
+    #[test]
+    fn prompts_come_in_openais_four_shapes() {
+        assert_eq!(prompt(json!("hi")).unwrap(), Prompt::Text("hi".into()));
+        assert_eq!(prompt(json!(["hi"])).unwrap(), Prompt::Text("hi".into()));
+        assert_eq!(prompt(json!([1, 2])).unwrap(), Prompt::Tokens(vec![1, 2]));
+        assert_eq!(prompt(json!([[3]])).unwrap(), Prompt::Tokens(vec![3]));
+        assert_eq!(prompt(json!([])).unwrap(), Prompt::Tokens(vec![]));
+        assert_eq!(
+            prompt(json!(["a", [4, 5], "b"])).unwrap(),
+            Prompt::Batch(vec![
+                Prompt::Text("a".into()),
+                Prompt::Tokens(vec![4, 5]),
+                Prompt::Text("b".into()),
+            ])
+        );
+        for bad in [
+            json!(5),
+            json!({"a": 1}),
+            json!([1, "a"]),
+            json!([1.5]),
+            json!([-1]),
+            json!([["a"]]),
+            json!(["a", 1]),
+            json!(["a", null]),
+            json!([[1, 2], [4294967296u64]]),
+        ] {
+            let e = prompt(bad.clone()).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("prompt"), "{bad}");
+        }
+        assert!(completion_prompt(&Map::new()).is_err());
+    }
 
     fn messages(body: Value) -> Result<Vec<Value>, ApiError> {
         match chat_messages(body.as_object().expect("object"))? {

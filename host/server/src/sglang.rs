@@ -137,11 +137,17 @@ async fn generate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
         let prompt = match openai::completion_prompt(&map).map_err(native_param)? {
             Prompt::Text(text) => state.vocab.encode(&text, true),
             Prompt::Tokens(ids) => ids,
+            Prompt::Batch(_) => {
+                return Err(ApiError::invalid(
+                    "input_ids",
+                    "`input_ids` must be one list of ids: one prompt per call",
+                ))
+            }
             Prompt::Chat(_) => Vec::new(),
         };
         let id = format!("pagoda-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
         let started = Instant::now();
-        let generation = Generation::start(state, prompt, &params).await?;
+        let generation = Generation::start(state, vec![prompt], &params).await?;
         if params.stream {
             return Ok(stream(generation, id, started));
         }
@@ -261,7 +267,7 @@ fn result_object(
             "finish_reason": finish,
             "prompt_tokens": generation.prompt_tokens,
             "completion_tokens": completion,
-            "cached_tokens": generation.cached_tokens,
+            "cached_tokens": generation.cached_tokens(),
             "e2e_latency": started.elapsed().as_secs_f64(),
         },
     })

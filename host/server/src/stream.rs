@@ -130,17 +130,18 @@ pub fn response(
     generation: Generation,
     reply: Reply,
     include_usage: bool,
-    n: u32,
     logprobs: bool,
     echo: bool,
     tools: Option<ToolFormat>,
 ) -> Response {
+    let count = generation.choice_count();
+    let n = u32::try_from(count).unwrap_or(u32::MAX);
     let lp = Logprobs {
         wanted: logprobs,
-        offsets: vec![0; n as usize],
+        offsets: vec![0; count],
         tools,
-        texts: vec![String::new(); n as usize],
-        held: vec![Vec::new(); n as usize],
+        texts: vec![String::new(); count],
+        held: vec![Vec::new(); count],
         echo,
     };
     let stream = futures_util::stream::unfold(
@@ -158,11 +159,10 @@ pub fn response(
                 Phase::Start if echo && !lp.wanted => {
                     let bytes: Vec<u8> = (0..n)
                         .flat_map(|i| {
-                            let prompt = &generation.prompt;
                             event(&echo_chunk(
                                 &reply,
                                 i,
-                                prompt,
+                                generation.prompt_of(i),
                                 None,
                                 generation.vocab(),
                                 &mut lp,
@@ -176,7 +176,7 @@ pub fn response(
                         let value = chunk(
                             &reply,
                             &delta,
-                            &generation.prompt,
+                            generation.prompt_of(delta.index),
                             generation.vocab(),
                             &mut lp,
                         );
@@ -197,7 +197,7 @@ pub fn response(
                     value["usage"] = usage(
                         generation.prompt_tokens,
                         generation.completion_tokens(),
-                        generation.cached_tokens,
+                        generation.cached_tokens(),
                     );
                     (event(&value), Phase::Done)
                 }

@@ -182,6 +182,61 @@ async fn n_choices_sample_with_seeds_seed_plus_i() {
     assert!(server.shutdown().await.is_clean());
 }
 
+/// A list of prompts (OpenAI's batch shape): choice `p * n + i` is the
+/// request of prompt `p` alone with seed `seed + i`; usage sums the
+/// prompts; `echo` puts each choice's own prompt first; the stream
+/// carries the same choices; more than 128 choices are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_of_prompts_is_each_prompt_asked_alone() {
+    let server = start(config(8, 64, 64), LIMIT).await;
+    let c = "/v1/completions";
+    let prompts = [json!("abc"), json!([104, 105]), json!("xyz!")];
+    let lens = [3, 2, 4];
+    let body = json!({"prompt": prompts, "max_tokens": 5, "temperature": 1.0, "seed": 9, "n": 2, "echo": true});
+    let v = post(server.addr, c, &body.to_string()).await.json();
+    assert_eq!(v["choices"].as_array().expect("choices").len(), 6);
+    assert_eq!(v["usage"]["prompt_tokens"], 9);
+    assert_eq!(v["usage"]["completion_tokens"], 30);
+    for (p, prompt) in prompts.iter().enumerate() {
+        for i in 0..2 {
+            let index = p * 2 + i;
+            let single = json!({"prompt": prompt, "max_tokens": 5, "temperature": 1.0, "seed": 9 + i, "echo": true});
+            let one = post(server.addr, c, &single.to_string()).await.json();
+            assert_eq!(v["choices"][index]["index"], index);
+            assert_eq!(
+                text_of(&v, index),
+                text_of(&one, 0),
+                "prompt {p} sample {i}"
+            );
+            assert_eq!(one["usage"]["prompt_tokens"], lens[p]);
+        }
+    }
+    // The byte tokenizer echoes each prompt's own bytes first.
+    assert!(text_of(&v, 0).starts_with("abc") && text_of(&v, 3).starts_with("hi"));
+    assert!(text_of(&v, 5).starts_with("xyz!"));
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let s = post(server.addr, c, &streamed.to_string()).await;
+    let (texts, _, done) = collect(&s.events(), 6);
+    assert!(done);
+    for (i, t) in texts.iter().enumerate() {
+        assert_eq!(*t, text_of(&v, i), "streamed choice {i}");
+    }
+    // 65 prompts of 2 choices each are over 128 choices.
+    let many = json!({"prompt": vec!["a"; 65], "n": 2, "max_tokens": 1});
+    assert_error(
+        &post(server.addr, c, &many.to_string()).await,
+        400,
+        Some("prompt"),
+    );
+    // One bad prompt refuses the whole request, naming it.
+    let empty = json!({"prompt": ["abc", []], "max_tokens": 1});
+    let r = post(server.addr, c, &empty.to_string()).await;
+    assert_error(&r, 400, Some("prompt"));
+    assert!(r.body.contains("prompt 1"), "{}", r.body);
+    assert!(server.shutdown().await.is_clean());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_string_ends_the_text_before_it() {
     let server = start(config(8, 64, 64), LIMIT).await;
