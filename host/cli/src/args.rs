@@ -154,6 +154,18 @@ pub(crate) struct WeightArgs {
     pub(crate) repack_cache: Option<PathBuf>,
 }
 
+/// `--chat-template`: the options `run`, `chat` and `serve` share.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub(crate) struct TemplateArgs {
+    /// A chat template (Jinja, the text of a Hugging Face
+    /// `chat_template`) in place of the model file's own
+    /// `tokenizer.chat_template`: chat with a base model that has none, or
+    /// mend one that is wrong. Its `bos_token` and `eos_token` are the
+    /// model's.
+    #[arg(long, value_name = "FILE.jinja", requires = "model")]
+    pub(crate) chat_template: Option<PathBuf>,
+}
+
 /// `pagoda run`'s options.
 #[derive(clap::Args)]
 pub(crate) struct RunArgs {
@@ -162,6 +174,8 @@ pub(crate) struct RunArgs {
     pub(crate) model: PathBuf,
     #[command(flatten)]
     pub(crate) weights: WeightArgs,
+    #[command(flatten)]
+    pub(crate) template: TemplateArgs,
     /// Wrap the prompt in the model's chat template as one user turn.
     #[arg(long)]
     pub(crate) chat: bool,

@@ -20,7 +20,7 @@ use pagoda_engine::{
     TextModel, TextStream, WithBackend,
 };
 
-use crate::args::{BackendKind, WeightArgs};
+use crate::args::{BackendKind, TemplateArgs, WeightArgs};
 use crate::error::CliError;
 
 /// `pagoda chat`'s options.
@@ -49,6 +49,8 @@ pub(crate) struct ChatArgs {
     seed: u64,
     #[command(flatten)]
     weights: WeightArgs,
+    #[command(flatten)]
+    template: TemplateArgs,
     /// Attention backend.
     #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
     backend: BackendKind,
@@ -91,7 +93,8 @@ pub(crate) fn chat(args: ChatArgs) -> Result<(), CliError> {
     };
     sampling.validate()?;
     let started = Instant::now();
-    let mut model = crate::open_model(&args.model, &args.weights, args.backend)?;
+    let mut model =
+        crate::open_chat_model(&args.model, &args.weights, &args.template, args.backend)?;
     if model.chat.is_none() {
         return Err(CliError::NoChatTemplate);
     }

@@ -79,8 +79,18 @@ pub(crate) enum CliError {
     EmptyPrompt,
     #[error("the prompt is {tokens} tokens; the model's context is {context}")]
     PromptTooLong { tokens: usize, context: u32 },
-    #[error("the model file has no chat template (tokenizer.chat_template): a base model continues text; use `pagoda run` without --chat")]
+    #[error("the model file has no chat template (tokenizer.chat_template): a base model continues text; use `pagoda run` without --chat, or give a template with --chat-template FILE")]
     NoChatTemplate,
+    #[error("cannot read the chat template {}: {source}", path.display())]
+    ReadTemplate {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the chat template {}: {error}", path.display())]
+    BadTemplate {
+        path: PathBuf,
+        error: ChatTemplateError,
+    },
     #[error("chat template: {0}")]
     Template(#[from] ChatTemplateError),
     #[error("the engine: {0}")]

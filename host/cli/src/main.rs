@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
+use pagoda_engine::chat::ChatTemplate;
 use pagoda_engine::model::{Model, ModelConfig, SamplingParams};
 use pagoda_engine::{EngineConfig, SchedulerConfig, SchedulerPolicy, TextModel, WeightMode};
 
@@ -92,6 +93,40 @@ pub(crate) fn open_model(
         path: path.to_path_buf(),
         error: Box::new(error),
     })
+}
+
+/// [`open_model`], then `--chat-template`'s file (if given) in place of the
+/// model's own template, compiled with the model's BOS and EOS texts.
+pub(crate) fn open_chat_model(
+    path: &Path,
+    weights: &args::WeightArgs,
+    template: &args::TemplateArgs,
+    backend: args::BackendKind,
+) -> Result<TextModel, CliError> {
+    let mut model = open_model(path, weights, backend)?;
+    if let Some(file) = &template.chat_template {
+        let source = std::fs::read_to_string(file).map_err(|source| CliError::ReadTemplate {
+            path: file.clone(),
+            source,
+        })?;
+        let tokenizer = &model.tokenizer;
+        let text_of = |id: Option<u32>| {
+            id.and_then(|id| tokenizer.token_text(id))
+                .unwrap_or_default()
+                .to_string()
+        };
+        let compiled = ChatTemplate::new(
+            &source,
+            &text_of(tokenizer.bos()),
+            &text_of(tokenizer.eos()),
+        )
+        .map_err(|error| CliError::BadTemplate {
+            path: file.clone(),
+            error,
+        })?;
+        model.chat = Some(compiled);
+    }
+    Ok(model)
 }
 
 pub(crate) fn write(path: &Path, contents: String) -> Result<(), CliError> {

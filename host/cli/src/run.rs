@@ -98,7 +98,8 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
     };
     sampling.validate()?;
     let started = Instant::now();
-    let mut model = crate::open_model(&args.model, &args.weights, args.backend)?;
+    let mut model =
+        crate::open_chat_model(&args.model, &args.weights, &args.template, args.backend)?;
     let load_s = started.elapsed().as_secs_f64();
     let kernels = match args.backend {
         crate::args::BackendKind::Cpu => model.model.kernels(),

@@ -12,7 +12,7 @@ use pagoda_engine::{EngineConfig, Policy, SchedulerConfig, DEFAULT_PREFILL_SHARE
 use pagoda_server::kv_events::KvEventsConfig;
 use pagoda_server::{Access, AppState, Limits, Vocab};
 
-use crate::args::{parse_policy, parse_prefill_share, BackendKind, WeightArgs};
+use crate::args::{parse_policy, parse_prefill_share, BackendKind, TemplateArgs, WeightArgs};
 use crate::error::CliError;
 
 /// `pagoda serve`'s options.
@@ -24,6 +24,12 @@ pub(crate) struct ServeArgs {
     model: Option<PathBuf>,
     #[command(flatten)]
     weights: WeightArgs,
+    #[command(flatten)]
+    template: TemplateArgs,
+    /// The model's name in `/v1/models` and in responses that name none
+    /// (default: the file's stem, or `pagoda-embedded`).
+    #[arg(long, value_name = "NAME")]
+    served_model_name: Option<String>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -134,7 +140,8 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
     let mut cache_report = JoinOnDrop(None);
     let (model, vocab, name) = match &args.model {
         Some(path) => {
-            let mut text = crate::open_model(path, &args.weights, args.backend)?;
+            let mut text =
+                crate::open_chat_model(path, &args.weights, &args.template, args.backend)?;
             if let Some(used) = &text.info.repack_cache {
                 eprintln!("pagoda serve: {used}");
             }
@@ -161,6 +168,7 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
             "pagoda-embedded".to_string(),
         ),
     };
+    let name = args.served_model_name.clone().unwrap_or(name);
     let max_context = model.config().max_context;
     let logits = model.config().vocab;
     let config = EngineConfig {

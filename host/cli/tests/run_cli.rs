@@ -384,3 +384,80 @@ fn a_serve_that_cannot_listen_still_finishes_its_repack_cache() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--chat-template FILE` gives Gemma 3 270M (a base model with no
+/// template) a chat template: `--chat` then encodes exactly what the
+/// template renders by hand (the raw prompt `Q: hi\nA:`, BOS included),
+/// and generates the same greedy text. Without it, `--chat` is refused
+/// naming the flag; a missing or broken template file is refused by name.
+#[test]
+fn a_chat_template_file_gives_a_base_model_chat() {
+    let test = "a_chat_template_file_gives_a_base_model_chat";
+    let Some(m) = env::require_gemma(test) else {
+        return;
+    };
+    let m = m.to_string_lossy().into_owned();
+    let template = temp("qa.jinja");
+    std::fs::write(
+        &template,
+        "{{ bos_token }}{% for m in messages %}Q: {{ m.content }}\n{% endfor %}\
+         {% if add_generation_prompt %}A:{% endif %}",
+    )
+    .unwrap();
+    let template = template.to_str().unwrap();
+    let common = ["--model", &m, "--max-tokens", "5"];
+    let chat = run_json(
+        &[
+            &common[..],
+            &["--chat", "--chat-template", template, "--prompt", "hi"],
+        ]
+        .concat(),
+    );
+    let raw = run_json(&[&common[..], &["--prompt", "Q: hi\nA:"]].concat());
+    assert_eq!(ids(&chat[0], "prompt_ids"), ids(&raw[0], "prompt_ids"));
+    assert_eq!(ids(&chat[0], "prompt_ids")[0], 2, "Gemma's <bos>");
+    assert_eq!(chat[0]["text"], raw[0]["text"]);
+
+    let out = pagoda(&["run", "--model", &m, "--chat", "--prompt", "hi"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--chat-template FILE"),
+        "{}",
+        stderr(&out)
+    );
+    let missing = temp("missing.jinja");
+    let out = pagoda(&[
+        "run",
+        "--model",
+        &m,
+        "--chat",
+        "--chat-template",
+        missing.to_str().unwrap(),
+        "--prompt",
+        "hi",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("cannot read the chat template"),
+        "{}",
+        stderr(&out)
+    );
+    let broken = temp("broken.jinja");
+    std::fs::write(&broken, "{% for m in messages %}{{ m.content }").unwrap();
+    let out = pagoda(&[
+        "run",
+        "--model",
+        &m,
+        "--chat",
+        "--chat-template",
+        broken.to_str().unwrap(),
+        "--prompt",
+        "hi",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("the chat template") && err.contains("broken.jinja"),
+        "{err}"
+    );
+}

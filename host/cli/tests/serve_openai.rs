@@ -255,3 +255,87 @@ fn openai_client_against_gemma3_completions() {
     client(&python, &server, false, None);
     stop(server);
 }
+
+/// One HTTP/1.1 request on a plain socket: the status and the JSON body.
+fn http(base: &str, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+    use std::io::{Read, Write};
+    let addr = base
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_string();
+    let mut socket = std::net::TcpStream::connect(&addr).expect("connect");
+    write!(
+        socket,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut raw = String::new();
+    socket.read_to_string(&mut raw).expect("read");
+    let status = raw
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    let json = raw.split("\r\n\r\n").nth(1).unwrap_or("");
+    (
+        status,
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {raw}")),
+    )
+}
+
+/// Gemma 3 270M served with `--chat-template FILE` and
+/// `--served-model-name`: chat answers, its messages render to exactly the
+/// prompt the template gives by hand (`/tokenize` of both), and the models
+/// list and responses carry the name.
+#[test]
+fn a_chat_template_file_serves_chat_for_a_base_model() {
+    let test = "a_chat_template_file_serves_chat_for_a_base_model";
+    let Some(model) = env::require_gemma(test) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("pagoda-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let template = dir.join("qa.jinja");
+    std::fs::write(
+        &template,
+        "{{ bos_token }}{% for m in messages %}Q: {{ m.content }}\n{% endfor %}\
+         {% if add_generation_prompt %}A:{% endif %}",
+    )
+    .unwrap();
+    let server = start(&[
+        "--model",
+        &model.to_string_lossy(),
+        "--kv-pages",
+        "256",
+        "--chat-template",
+        &template.to_string_lossy(),
+        "--served-model-name",
+        "gemma-qa",
+    ]);
+    let messages = r#"{"messages": [{"role": "user", "content": "hi"}]}"#;
+    let (status, rendered) = http(&server.base, "POST", "/tokenize", messages);
+    assert_eq!(status, 200, "{rendered}");
+    let (_, raw) = http(
+        &server.base,
+        "POST",
+        "/tokenize",
+        r#"{"prompt": "Q: hi\nA:"}"#,
+    );
+    let tokens = rendered["tokens"].as_array().expect("tokens");
+    // <bos> "Q" ":" " hi" "\n" "A" ":" at least, as the raw prompt has them.
+    assert!(tokens.len() >= 5 && tokens[0] == 2, "{rendered}");
+    assert_eq!(rendered["tokens"], raw["tokens"]);
+    let (status, v) = http(
+        &server.base,
+        "POST",
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0}"#,
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["model"], "gemma-qa");
+    assert!(v["choices"][0]["message"]["content"].is_string(), "{v}");
+    let (_, models) = http(&server.base, "GET", "/v1/models", "");
+    assert_eq!(models["data"][0]["id"], "gemma-qa");
+    stop(server);
+}

@@ -154,7 +154,7 @@ async fn chat_completions(
                     code: Some("no_chat_template"),
                     ..ApiError::invalid(
                         "messages",
-                        "this model has no chat template; use /v1/completions",
+                        "this model has no chat template: use /v1/completions, or serve it with --chat-template FILE",
                     )
                 })
             }

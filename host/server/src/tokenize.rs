@@ -54,7 +54,10 @@ pub(crate) async fn tokenize(
             else {
                 return Err(ApiError {
                     code: Some("no_chat_template"),
-                    ..ApiError::invalid("messages", "this model has no chat template")
+                    ..ApiError::invalid(
+                        "messages",
+                        "this model has no chat template (serve it with --chat-template FILE)",
+                    )
                 });
             };
             let opening = flag(&map, &["add_generation_prompt"], true)?;
