@@ -370,11 +370,16 @@ pub fn parse_output(format: ToolFormat, text: &str) -> (Option<String>, Vec<Tool
         }
         ToolFormat::Generic => match serde_json::from_str::<Value>(text.trim()) {
             Ok(v) if v.get("tool_calls").is_some_and(Value::is_array) => {
-                let calls = v["tool_calls"]
+                let calls: Vec<ToolCall> = v["tool_calls"]
                     .as_array()
                     .map(|a| a.iter().filter_map(|c| call(c, "arguments")).collect())
                     .unwrap_or_default();
-                (None, calls)
+                // No call that parses: the answer stays, as content.
+                if calls.is_empty() {
+                    (content(text), calls)
+                } else {
+                    (None, calls)
+                }
             }
             Ok(v) if v.get("response").is_some_and(Value::is_string) => {
                 (v["response"].as_str().map(str::to_string), Vec::new())
@@ -442,6 +447,10 @@ mod tests {
         assert_eq!(calls[0].name, "a");
         let (content, calls) = parse_output(ToolFormat::Generic, r#"{"response": "hi"}"#);
         assert_eq!((content.as_deref(), calls.len()), (Some("hi"), 0));
+        // Calls without a name: no call, and the answer is not lost.
+        let odd = r#"{"tool_calls": [{"arguments": {}}]}"#;
+        let (content, calls) = parse_output(ToolFormat::Generic, odd);
+        assert_eq!((content.as_deref(), calls.len()), (Some(odd), 0));
     }
 
     #[test]
