@@ -82,6 +82,11 @@ pub(crate) struct ServeArgs {
     /// With --api-key, require it on /health and /metrics too.
     #[arg(long, requires = "api_key")]
     api_key_all_routes: bool,
+    /// Let browser pages from this origin call the API (CORS), e.g.
+    /// `http://localhost:3000`; repeat for more, `*` for any. Without it
+    /// browsers keep other origins' pages out.
+    #[arg(long = "allowed-origin", value_name = "ORIGIN", value_parser = parse_origin)]
+    allowed_origins: Vec<String>,
 }
 
 /// A key of printable ASCII without spaces, as a bearer token is sent.
@@ -131,6 +136,28 @@ impl Drop for JoinOnDrop {
         if let Some(thread) = self.0.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// `--allowed-origin`: `*`, or `scheme://host[:port]` as browsers send it.
+fn parse_origin(text: &str) -> Result<String, String> {
+    let origin = text.trim_end_matches('/');
+    let host = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    let ok = origin == "*"
+        || host.is_some_and(|h| {
+            !h.is_empty()
+                && !h.contains('/')
+                && h.bytes().all(|b| b.is_ascii_graphic())
+                && pagoda_server::access::cors(&[origin.to_string()]).is_ok()
+        });
+    if ok {
+        Ok(origin.to_string())
+    } else {
+        Err(format!(
+            "{text:?} is not an origin: give scheme://host[:port] (http or https), or *"
+        ))
     }
 }
 
@@ -203,6 +230,7 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
     let access = Access {
         api_key: args.api_key.clone(),
         protect_all: args.api_key_all_routes,
+        allowed_origins: args.allowed_origins.clone(),
     };
     if access.api_key.is_none() && !is_loopback(&args.host) {
         eprintln!(
@@ -282,6 +310,29 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn origins_are_scheme_host_and_port_or_any() {
+        for ok in [
+            "*",
+            "http://localhost:3000",
+            "https://app.example",
+            "https://app.example/",
+        ] {
+            assert_eq!(parse_origin(ok).unwrap(), ok.trim_end_matches('/'));
+        }
+        for bad in [
+            "",
+            "localhost:3000",
+            "ftp://x",
+            "http://",
+            "http://a/b",
+            "http://a b",
+            "http://\u{e9}",
+        ] {
+            assert!(parse_origin(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn only_loopback_hosts_go_without_a_warning() {

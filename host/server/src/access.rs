@@ -1,18 +1,22 @@
 //! Access control: with an API key set, every route but `/health` and
 //! `/metrics` (those too when asked) needs `Authorization: Bearer KEY`, and
 //! answers 401 in OpenAI's error shape otherwise, as vLLM's and llama.cpp's
-//! `--api-key` do.
+//! `--api-key` do. Browsers may call from the origins allowed (CORS, off
+//! unless asked: a server on loopback that any page could drive would be
+//! any page's).
 //!
 //! The key is compared in constant time (`subtle`), so the time a refusal
 //! takes says nothing about how much of a guess was right.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -24,6 +28,9 @@ pub struct Access {
     pub api_key: Option<String>,
     /// Also require the key on `/health` and `/metrics`.
     pub protect_all: bool,
+    /// Origins a browser page may call from (`*`: any); empty: no CORS
+    /// headers, so browsers keep other origins' pages out.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Access {
@@ -46,6 +53,35 @@ impl Access {
         };
         scheme.eq_ignore_ascii_case(b"bearer ") && bool::from(token.ct_eq(key.as_bytes()))
     }
+}
+
+/// The CORS layer for `origins` (`None` when none is allowed): preflights
+/// answered before the key is asked for (a browser sends none with them),
+/// every response marked for the allowed origins, the key's header and
+/// JSON bodies allowed, a preflight cached for an hour.
+pub fn cors(origins: &[String]) -> Result<Option<CorsLayer>, String> {
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        let values = origins
+            .iter()
+            .map(|o| {
+                HeaderValue::from_str(o.trim_end_matches('/'))
+                    .map_err(|_| format!("the origin {o:?} is not a header value"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        AllowOrigin::list(values)
+    };
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+            .max_age(Duration::from_secs(3600)),
+    ))
 }
 
 /// The middleware: lets allowed requests through, answers 401 otherwise.
@@ -84,7 +120,7 @@ mod tests {
         assert!(open.allows("/v1/completions", None));
         let keyed = Access {
             api_key: Some("s3cret".into()),
-            protect_all: false,
+            ..Access::default()
         };
         assert!(keyed.allows("/v1/completions", Some(b"Bearer s3cret")));
         assert!(keyed.allows("/v1/models", Some(b"bearer s3cret")));

@@ -23,9 +23,15 @@ use crate::tools::{self, ToolFormat};
 /// Tokens in a KV page (`vllm:cache_config_info`'s `block_size`).
 pub(crate) const PAGE_SIZE: u32 = 16;
 
-/// The server's routes over `state`.
+/// The server's routes over `state` (behind CORS when origins are allowed:
+/// outermost, so a preflight is answered before the key is asked for).
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    // Origins that are not header values are refused before this (the CLI
+    // checks them with `access::cors`).
+    let cors = crate::access::cors(&state.access.allowed_origins)
+        .ok()
+        .flatten();
+    let routes = Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
@@ -39,7 +45,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state,
             crate::access::check,
-        ))
+        ));
+    match cors {
+        Some(layer) => routes.layer(layer),
+        None => routes,
+    }
 }
 
 /// What every response of one request repeats.

@@ -13,7 +13,7 @@ use support::{config, post, request, request_with, start, start_with_access};
 async fn a_key_keeps_strangers_out_of_every_route_but_health_and_metrics() {
     let access = Access {
         api_key: Some("sk-test-1234".into()),
-        protect_all: false,
+        ..Access::default()
     };
     let server = start_with_access(config(4, 16, 16), access).await;
     let body = json!({"prompt": "Hi", "max_tokens": 2, "temperature": 0}).to_string();
@@ -61,6 +61,7 @@ async fn a_key_keeps_strangers_out_of_every_route_but_health_and_metrics() {
     let all = Access {
         api_key: Some("k".into()),
         protect_all: true,
+        ..Access::default()
     };
     let server = start_with_access(config(4, 16, 16), all).await;
     for path in ["/health", "/metrics"] {
@@ -122,5 +123,93 @@ async fn tokenize_and_detokenize_round_trip_in_both_servers_shapes() {
         assert_eq!(r.status, 400, "{path} {body}: {}", r.body);
         assert_eq!(r.json()["error"]["param"], param, "{path} {body}");
     }
+    assert!(server.shutdown().await.is_clean());
+}
+
+/// CORS: off by default (no `Access-Control-Allow-Origin` for any page);
+/// with an allowed origin, its preflight is answered without the key, its
+/// requests and their 401s carry the header, and another origin's do not;
+/// `*` lets any origin in.
+fn refs(h: &[String]) -> Vec<&str> {
+    h.iter().map(String::as_str).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browsers_are_let_in_from_the_allowed_origins_only() {
+    let allow = "access-control-allow-origin";
+    let body = r#"{"prompt": "hi", "max_tokens": 1}"#;
+    let from = |origin: &str| format!("Origin: {origin}");
+    let preflight = |origin: &str| {
+        vec![
+            from(origin),
+            "Access-Control-Request-Method: POST".to_string(),
+            "Access-Control-Request-Headers: authorization, content-type".to_string(),
+        ]
+    };
+
+    let closed = start_with_access(config(4, 16, 16), Access::default()).await;
+    let h = [from("http://app.example")];
+    let r = request_with(closed.addr, "POST", "/v1/completions", body, &refs(&h)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header(allow), None);
+    let p = preflight("http://app.example");
+    let r = request_with(closed.addr, "OPTIONS", "/v1/completions", "", &refs(&p)).await;
+    assert_eq!(r.header(allow), None, "{}", r.status);
+    assert!(closed.shutdown().await.is_clean());
+
+    let access = Access {
+        api_key: Some("k3y".into()),
+        allowed_origins: vec!["http://app.example".into()],
+        ..Access::default()
+    };
+    let server = start_with_access(config(4, 16, 16), access).await;
+    let p = preflight("http://app.example");
+    let r = request_with(server.addr, "OPTIONS", "/v1/completions", "", &refs(&p)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header(allow), Some("http://app.example"));
+    let headers = r
+        .header("access-control-allow-headers")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    assert!(
+        headers.contains("authorization") && headers.contains("content-type"),
+        "{headers}"
+    );
+    assert!(r
+        .header("access-control-allow-methods")
+        .is_some_and(|m| m.contains("POST")));
+    let keyed = [
+        from("http://app.example"),
+        "Authorization: Bearer k3y".into(),
+    ];
+    let r = request_with(server.addr, "POST", "/v1/completions", body, &refs(&keyed)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header(allow), Some("http://app.example"));
+    let r = request_with(server.addr, "POST", "/v1/completions", body, &refs(&h)).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        r.header(allow),
+        Some("http://app.example"),
+        "a 401 the page can read"
+    );
+    let other = [
+        from("http://evil.example"),
+        "Authorization: Bearer k3y".into(),
+    ];
+    let r = request_with(server.addr, "POST", "/v1/completions", body, &refs(&other)).await;
+    assert_eq!(r.header(allow), None);
+    let p = preflight("http://evil.example");
+    let r = request_with(server.addr, "OPTIONS", "/v1/completions", "", &refs(&p)).await;
+    assert_eq!(r.header(allow), None);
+    assert!(server.shutdown().await.is_clean());
+
+    let any = Access {
+        allowed_origins: vec!["*".into()],
+        ..Access::default()
+    };
+    let server = start_with_access(config(4, 16, 16), any).await;
+    let h = [from("http://anywhere.example")];
+    let r = request_with(server.addr, "POST", "/v1/completions", body, &refs(&h)).await;
+    assert_eq!((r.status, r.header(allow)), (200, Some("*")));
     assert!(server.shutdown().await.is_clean());
 }
