@@ -1,6 +1,7 @@
 """A real agent library's tool loop against a live `pagoda serve`: OpenAI's
 Agents SDK (`openai-agents`, from PyPI) with a function tool, over the chat
-completions API, on a chat model (SmolLM2).
+completions API and over the Responses API (the SDK's own default model),
+on a chat model (SmolLM2).
 
     python agent_loop.py --base-url http://127.0.0.1:8000/v1
 
@@ -9,15 +10,17 @@ server's grammar), with arguments the SDK parses into the function's typed
 parameters. Run 1 ends at the tool (`stop_on_first_tool`): its result is
 the answer. Run 2 is the SDK's default loop: the result goes back as a
 `tool` message and the model runs again (tool choice reset to `auto`)
-until it answers or the turn limit ends the run. Exits non-zero when a
-tool did not run as asked or a run fails otherwise.
+until it answers or the turn limit ends the run. Run 3 is run 1 over
+`OpenAIResponsesModel` (`POST /v1/responses`: input items, a
+`function_call` item back). Exits non-zero when a tool did not run as asked
+or a run fails otherwise.
 """
 
 import argparse
 import asyncio
 
-from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool,
-                    set_tracing_disabled)
+from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner,
+                    function_tool, set_tracing_disabled)
 from agents.exceptions import MaxTurnsExceeded
 from openai import AsyncOpenAI
 
@@ -42,12 +45,12 @@ async def run(base_url):
     settings = ModelSettings(tool_choice="required", parallel_tool_calls=False, temperature=0,
                              max_tokens=128)
 
-    def agent(**kw):
+    def agent(api=OpenAIChatCompletionsModel, **kw):
         return Agent(
             name="weather",
             instructions="Call get_weather once. When a tool_response is given, answer the user with it.",
             tools=[get_weather],
-            model=OpenAIChatCompletionsModel(model=model_name, openai_client=client),
+            model=api(model=model_name, openai_client=client),
             model_settings=settings,
             **kw,
         )
@@ -72,6 +75,15 @@ async def run(base_url):
         ending = "the turn limit (the model called again instead of answering)"
     assert len(CALLS) >= 1 and all(c == "Paris" for c in CALLS), CALLS
     print(f"ok agent loop (openai-agents): {len(CALLS)} tool call(s) run and answered, ended by {ending}")
+
+    # 3. Run 1 over the Responses API.
+    CALLS.clear()
+    result = await Runner.run(agent(api=OpenAIResponsesModel, tool_use_behavior="stop_on_first_tool"),
+                              "What is the weather in Paris?", max_turns=2)
+    assert CALLS == ["Paris"], CALLS
+    assert result.final_output == "It is sunny and 21 degrees in Paris.", result.final_output
+    print(f"ok agent over the Responses API: called get_weather({CALLS[0]!r}), "
+          f"answer {result.final_output!r}")
 
 
 def main():

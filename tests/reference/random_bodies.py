@@ -206,12 +206,36 @@ def body_for(rng, route):
                            {"messages": messages(rng), "add_generation_prompt": sometimes(rng, lambda: True)}])
     elif route == "/detokenize":
         body = {"tokens": sometimes(rng, lambda: [rng.randrange(0, 49152) for _ in range(4)], 0.7)}
+    elif route == "/v1/responses":
+        body = {"input": sometimes(rng, lambda: rng.choice([
+            "What is 2+2?",
+            [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
+            [{"role": "user", "content": "Weather?"},
+             {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Oslo"}'},
+             {"type": "function_call_output", "call_id": "c1", "output": "rain"}],
+            [{"type": "item_reference", "id": "x"}]]), 0.9),
+            "max_output_tokens": sometimes(rng, lambda: max_tokens, 0.9)}
+        if rng.random() < 0.3:
+            body["instructions"] = sometimes(rng, lambda: "Be brief.")
+        if rng.random() < 0.3:
+            body["tools"] = sometimes(rng, lambda: [dict(TOOL["function"], type="function")], 0.85)
+            body["tool_choice"] = sometimes(rng, lambda: rng.choice(
+                ["none", "auto", "required", {"type": "function", "name": "get_weather"}]), 0.85)
+        if rng.random() < 0.2:
+            body["text"] = {"format": sometimes(rng, lambda: rng.choice([
+                {"type": "json_object"},
+                {"type": "json_schema", "name": "s", "schema": rng.choice(SCHEMAS)}]), 0.85)}
+        if rng.random() < 0.05:
+            body["previous_response_id"] = "resp_1"
+        for key in ("temperature", "top_p", "seed"):
+            if rng.random() < 0.2:
+                body[key] = sometimes(rng, lambda: rng.choice([0, 0.5, 1.0]), 0.9)
     else:  # /generate, SGLang's native body
         key = rng.choice(["text", "input_ids"])
         body = {key: sometimes(rng, lambda: "Hi" if key == "text" else [1, 2, 3], 0.8),
                 "sampling_params": sometimes(rng, lambda: {"max_new_tokens": max_tokens,
                                                            "temperature": rng.choice([0, 0.8])}, 0.85)}
-    if route in ("/v1/completions", "/v1/chat/completions", "/generate"):
+    if route in ("/v1/completions", "/v1/chat/completions", "/generate", "/v1/responses"):
         if rng.random() < 0.3:
             body["stream"] = sometimes(rng, lambda: True, 0.9)
             if rng.random() < 0.3:
@@ -270,6 +294,13 @@ def check_ok(route, body, raw, check, streamed, where):
     if route in ("/tokenize", "/detokenize"):
         json.loads(raw)
         return
+    if streamed and route == "/v1/responses":
+        events = [json.loads(line[len("data: "):]) for e in raw.decode().split("\n\n")
+                  for line in e.split("\n") if line.startswith("data: ")]
+        assert [e["sequence_number"] for e in events] == list(range(len(events))), where
+        assert events[-1]["type"] in ("response.completed", "response.incomplete", "response.failed"), \
+            f"{where}: {events[-1]}"
+        return
     if streamed:
         events = [e[len("data: "):] for e in raw.decode().split("\n\n") if e.startswith("data: ")]
         assert events and events[-1] == "[DONE]" or "error" in json.loads(events[-1]), f"{where}: {events[-3:]}"
@@ -279,6 +310,13 @@ def check_ok(route, body, raw, check, streamed, where):
     v = json.loads(raw)
     if route == "/generate":
         assert "text" in v and v["meta_info"]["finish_reason"] is not None, f"{where}: {v}"
+        return
+    if route == "/v1/responses":
+        assert v["object"] == "response" and v["status"] in ("completed", "incomplete"), f"{where}: {v}"
+        assert v["output"] and all(i["type"] in ("message", "function_call") for i in v["output"]), where
+        most = body.get("max_output_tokens")
+        if isinstance(most, int) and not isinstance(most, bool):
+            assert v["usage"]["output_tokens"] <= most, f"{where}: {v['usage']}"
         return
     prompt = body.get("prompt")
     prompts = len(prompt) if isinstance(prompt, list) and not all(
@@ -300,7 +338,8 @@ def check_ok(route, body, raw, check, streamed, where):
 def one(base, seed):
     rng = random.Random(seed)
     route = rng.choice(["/v1/completions", "/v1/chat/completions", "/v1/completions",
-                        "/v1/chat/completions", "/tokenize", "/detokenize", "/generate"])
+                        "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize",
+                        "/generate"])
     where = f"seed {seed} {route}"
     if rng.random() < 0.08:
         data, body, check = raw_body(rng), None, None

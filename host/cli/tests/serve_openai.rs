@@ -177,7 +177,9 @@ fn script(python: &std::path::Path, name: &str, server: &Server, args: &[&str]) 
 /// SmolLM2 with f32 activations against independent references: log
 /// probabilities (echoed prompts and greedy tokens) against the NumPy
 /// forward pass, penalties by their stated amount, 20 JSON schemas through
-/// `jsonschema`; then OpenAI's Agents SDK running a tool loop.
+/// `jsonschema`; then OpenAI's Agents SDK running a tool loop over chat
+/// completions and over the Responses API, and the OpenAI client's
+/// Responses API against the chat completions of the same conversations.
 #[test]
 fn api_references_and_an_agent_library_against_smollm2() {
     let test = "api_references_and_an_agent_library_against_smollm2";
@@ -213,6 +215,18 @@ fn api_references_and_an_agent_library_against_smollm2() {
     }
     let out = script(&python, "agent_loop.py", &server, &[]);
     assert!(out.contains("ok agent loop"), "{out}");
+    assert!(out.contains("ok agent over the Responses API"), "{out}");
+    let out = script(&python, "responses_client.py", &server, &[]);
+    for check in [
+        "ok responses: the chat completion's answer and usage",
+        "ok responses streamed",
+        "ok responses: text.format json_schema",
+        "ok responses: a required function call, streamed and not",
+        "ok responses: the call's output goes back in",
+        "ok responses: previous_response_id refused by name",
+    ] {
+        assert!(out.contains(check), "{check} missing: {out}");
+    }
     stop(server);
 }
 

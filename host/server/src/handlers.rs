@@ -34,6 +34,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let routes = Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/responses", post(crate::responses::responses))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -152,51 +153,84 @@ async fn chat_completions(
 ) -> Response {
     let result = async {
         let map = read_object(&state, &headers, body).await?;
-        let mut params = openai::params(&map, true)?;
-        let tools = tools::parse(&map)?;
-        let Prompt::Chat(messages) = openai::chat_messages(&map)? else {
-            return Err(ApiError::invalid("messages", "`messages` is required"));
-        };
-        let template = match &state.vocab {
-            Vocab::Model { chat: Some(t), .. } => t,
-            _ => {
-                return Err(ApiError {
-                    code: Some("no_chat_template"),
-                    ..ApiError::invalid(
-                        "messages",
-                        "this model has no chat template: use /v1/completions, or serve it with --chat-template FILE",
-                    )
-                })
-            }
-        };
-        // Tools: handed to the template (or described in a system message
-        // for one that knows none), a grammar where a call is required.
-        let format = ToolFormat::of(template.source());
-        let (messages, tool_list) = match &tools {
-            Some(t) => t.prepare(format, messages),
-            None => (messages, None),
-        };
-        let active = tools.as_ref().filter(|t| t.active());
-        if let Some(t) = active {
-            if let Some(spec) = t.constraint(format) {
-                if params.output.is_some() {
-                    return Err(ApiError::invalid(
-                        "tools",
-                        "tools and a structured output cannot be asked together",
-                    ));
-                }
-                params.output = Some((spec, "tools"));
-            }
-        }
-        let text = template
-            .render_with(&messages, tool_list.as_ref(), true)
-            .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
-        let prompt = state.vocab.encode(&text, false);
-        let parse = active.map(|_| format);
-        generate(state.clone(), vec![prompt], params, true, parse).await
+        let chat = chat_request(&state, &map)?;
+        generate(
+            state.clone(),
+            vec![chat.prompt],
+            chat.params,
+            true,
+            chat.tools,
+        )
+        .await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A chat request made ready to run: its prompt (the template's rendering
+/// of its messages and tools), its parameters (a call's grammar among them
+/// where one is required), and the format to parse calls out of the answer
+/// in when tools are offered.
+pub(crate) struct ChatRequest {
+    pub prompt: Vec<u32>,
+    pub params: Params,
+    pub tools: Option<ToolFormat>,
+}
+
+/// Reads a chat completion's fields (`messages`, `tools` and the sampling
+/// controls) and renders its prompt; the Responses API comes here too.
+pub(crate) fn chat_request(
+    state: &AppState,
+    map: &serde_json::Map<String, Value>,
+) -> Result<ChatRequest, ApiError> {
+    let mut params = openai::params(map, true)?;
+    let tools = tools::parse(map)?;
+    let Prompt::Chat(messages) = openai::chat_messages(map)? else {
+        return Err(ApiError::invalid("messages", "`messages` is required"));
+    };
+    let template = match &state.vocab {
+        Vocab::Model { chat: Some(t), .. } => t,
+        _ => {
+            return Err(ApiError {
+                code: Some("no_chat_template"),
+                ..ApiError::invalid(
+                    "messages",
+                    "this model has no chat template: use /v1/completions, or serve it with --chat-template FILE",
+                )
+            })
+        }
+    };
+    // Tools: handed to the template (or described in a system message for
+    // one that knows none), a grammar where a call is required.
+    let format = ToolFormat::of(template.source());
+    let (messages, tool_list) = match (&tools, format) {
+        (Some(t), _) => t.prepare(format, messages),
+        // No tools offered now, but maybe earlier calls in the history:
+        // written as the generic format writes them, for a template
+        // without tools.
+        (None, ToolFormat::Generic) => (tools::generic_history(messages), None),
+        (None, _) => (messages, None),
+    };
+    let active = tools.as_ref().filter(|t| t.active());
+    if let Some(t) = active {
+        if let Some(spec) = t.constraint(format) {
+            if params.output.is_some() {
+                return Err(ApiError::invalid(
+                    "tools",
+                    "tools and a structured output cannot be asked together",
+                ));
+            }
+            params.output = Some((spec, "tools"));
+        }
+    }
+    let text = template
+        .render_with(&messages, tool_list.as_ref(), true)
+        .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
+    Ok(ChatRequest {
+        prompt: state.vocab.encode(&text, false),
+        params,
+        tools: active.map(|_| format),
+    })
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);

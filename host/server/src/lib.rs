@@ -18,6 +18,7 @@ pub mod kv_wire;
 pub mod logprobs;
 pub mod metrics;
 pub mod openai;
+pub mod responses;
 pub mod sglang;
 pub mod state;
 pub mod stream;

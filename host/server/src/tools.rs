@@ -253,7 +253,10 @@ impl Tools {
     /// earlier calls as the JSON it asks for.
     pub fn prepare(&self, format: ToolFormat, messages: Vec<Value>) -> (Vec<Value>, Option<Value>) {
         if !self.active() {
-            return (messages, None);
+            return match format {
+                ToolFormat::Generic => (generic_history(messages), None),
+                _ => (messages, None),
+            };
         }
         if format != ToolFormat::Generic {
             return (messages, Some(Value::Array(self.list.clone())));
@@ -280,42 +283,53 @@ impl Tools {
             }
             _ => out.push(json!({"role": "system", "content": guide})),
         }
-        for mut m in messages {
-            if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
-                let calls: Vec<Value> = calls
-                    .iter()
-                    .map(|c| {
-                        let args = c
-                            .pointer("/function/arguments")
-                            .and_then(Value::as_str)
-                            .unwrap_or("{}");
-                        json!({
-                            "name": c.pointer("/function/name").cloned().unwrap_or_default(),
-                            "arguments": serde_json::from_str::<Value>(args).unwrap_or(json!({})),
-                        })
-                    })
-                    .collect();
-                m["content"] = json!(json!({"tool_calls": calls}).to_string());
-                if let Some(o) = m.as_object_mut() {
-                    o.remove("tool_calls");
-                }
-            }
-            // A tool's result, for a template that knows no `tool` role: a
-            // user message holding it as JSON (as llama.cpp's generic
-            // format sends it).
-            if m.get("role").and_then(Value::as_str) == Some("tool") {
-                let content = m.get("content").cloned().unwrap_or(Value::Null);
-                let id = m.get("tool_call_id").cloned().unwrap_or(Value::Null);
-                let response = json!({"tool_response": {"tool_call_id": id, "content": content}});
-                m = json!({"role": "user", "content": response.to_string()});
-            }
-            if m.get("content").is_none_or(Value::is_null) {
-                m["content"] = json!("");
-            }
-            out.push(m);
-        }
+        out.extend(generic_history(messages));
         (out, None)
     }
+}
+
+/// A conversation's earlier calls and results as a template that knows no
+/// tools reads them (the generic format's JSON): an assistant's
+/// `tool_calls` become its content, a `tool` message a user message
+/// holding the result; a missing content becomes empty. Whether or not
+/// this request offers tools: a history with calls must render either way.
+pub fn generic_history(messages: impl IntoIterator<Item = Value>) -> Vec<Value> {
+    let mut out = Vec::new();
+    for mut m in messages {
+        if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
+            let calls: Vec<Value> = calls
+                .iter()
+                .map(|c| {
+                    let args = c
+                        .pointer("/function/arguments")
+                        .and_then(Value::as_str)
+                        .unwrap_or("{}");
+                    json!({
+                        "name": c.pointer("/function/name").cloned().unwrap_or_default(),
+                        "arguments": serde_json::from_str::<Value>(args).unwrap_or(json!({})),
+                    })
+                })
+                .collect();
+            m["content"] = json!(json!({"tool_calls": calls}).to_string());
+            if let Some(o) = m.as_object_mut() {
+                o.remove("tool_calls");
+            }
+        }
+        // A tool's result, for a template that knows no `tool` role: a
+        // user message holding it as JSON (as llama.cpp's generic
+        // format sends it).
+        if m.get("role").and_then(Value::as_str) == Some("tool") {
+            let content = m.get("content").cloned().unwrap_or(Value::Null);
+            let id = m.get("tool_call_id").cloned().unwrap_or(Value::Null);
+            let response = json!({"tool_response": {"tool_call_id": id, "content": content}});
+            m = json!({"role": "user", "content": response.to_string()});
+        }
+        if m.get("content").is_none_or(Value::is_null) {
+            m["content"] = json!("");
+        }
+        out.push(m);
+    }
+    out
 }
 
 /// The content and tool calls of a model's answer in `format`. Text that
@@ -451,6 +465,37 @@ mod tests {
         let odd = r#"{"tool_calls": [{"arguments": {}}]}"#;
         let (content, calls) = parse_output(ToolFormat::Generic, odd);
         assert_eq!((content.as_deref(), calls.len()), (Some(odd), 0));
+    }
+
+    #[test]
+    fn a_history_with_calls_renders_without_tools_offered() {
+        let history = vec![
+            json!({"role": "user", "content": "Weather?"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{\"city\":\"Oslo\"}"}},
+            ]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "12 C"}),
+        ];
+        let want = vec![
+            json!({"role": "user", "content": "Weather?"}),
+            json!({"role": "assistant", "content": r#"{"tool_calls":[{"name":"w","arguments":{"city":"Oslo"}}]}"#}),
+            json!({"role": "user", "content": r#"{"tool_response":{"tool_call_id":"c1","content":"12 C"}}"#}),
+        ];
+        assert_eq!(generic_history(history.clone()), want);
+        let off = Tools {
+            list: vec![json!({"type": "function", "function": {"name": "w"}})],
+            choice: ToolChoice::None,
+            parallel: true,
+        };
+        assert_eq!(
+            off.prepare(ToolFormat::Generic, history.clone()),
+            (want, None)
+        );
+        // Templates that know tools get the history as it is.
+        assert_eq!(
+            off.prepare(ToolFormat::Hermes, history.clone()),
+            (history, None)
+        );
     }
 
     #[test]

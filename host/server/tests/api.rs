@@ -370,6 +370,20 @@ async fn errors_have_openai_shape_and_name_the_field() {
         400,
         Some("messages"),
     );
+    // The Responses API names its own fields.
+    let r = "/v1/responses";
+    assert_error(
+        &post(server.addr, r, r#"{"input": "hi"}"#).await,
+        400,
+        Some("input"),
+    );
+    assert_error(&post(server.addr, r, "{}").await, 400, Some("input"));
+    let stored = r#"{"input": "hi", "previous_response_id": "resp_1"}"#;
+    assert_error(
+        &post(server.addr, r, stored).await,
+        400,
+        Some("previous_response_id"),
+    );
     assert!(server.shutdown().await.is_clean());
 }
 
