@@ -297,6 +297,13 @@ def main():
         print("ok strangers refused")
     client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key or "none", max_retries=0, timeout=120)
     model = client.models.list().data[0].id
+    assert client.models.retrieve(model).id == model
+    try:
+        client.models.retrieve(model + "-not-served")
+        raise AssertionError("a model that is not served")
+    except openai.NotFoundError as e:
+        assert e.status_code == 404 and e.code == "model_not_found", e.body
+    print("ok models.retrieve")
     completions(client, args.base_url, model)
     chat(client, model, args.chat)
 

@@ -81,6 +81,7 @@ fn client(python: &std::path::Path, server: &Server, chat: bool, key: Option<&st
     assert!(stdout.contains("ok stream closed early"), "{stdout}");
     assert!(stdout.contains("ok completions logprobs"), "{stdout}");
     assert!(stdout.contains("ok a list of prompts"), "{stdout}");
+    assert!(stdout.contains("ok models.retrieve"), "{stdout}");
     if chat {
         assert!(stdout.contains("ok ignore_eos"), "{stdout}");
         assert!(stdout.contains("ok chat logprobs"), "{stdout}");

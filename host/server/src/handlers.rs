@@ -36,6 +36,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/responses", post(crate::responses::responses))
         .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(model))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/debug/kv_blocks", get(crate::kv_events::debug_blocks))
@@ -346,14 +347,39 @@ async fn generate(
     Ok(Json(value).into_response())
 }
 
-async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
-    Json(json!({"object": "list", "data": [{
+/// The served model as `/v1/models` lists it.
+fn model_object(state: &AppState) -> Value {
+    json!({
         "id": state.model_name,
         "object": "model",
         "created": state.created,
         "owned_by": "pagoda",
         "max_model_len": state.limits.max_context,
-    }]}))
+    })
+}
+
+async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({"object": "list", "data": [model_object(&state)]}))
+}
+
+/// `GET /v1/models/{id}` (the OpenAI client's `models.retrieve`): the
+/// served model, or a 404 for any other name.
+async fn model(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    if id == state.model_name {
+        return Json(model_object(&state)).into_response();
+    }
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "model_not_found",
+        format!(
+            "the model {id:?} is not served here; this server serves {:?}",
+            state.model_name
+        ),
+    )
+    .into_response()
 }
 
 async fn health(State(state): State<Arc<AppState>>) -> StatusCode {

@@ -149,6 +149,12 @@ async fn stream_matches_non_stream_and_usage_counts_bytes() {
     let models = request(server.addr, "GET", "/v1/models", "").await.json();
     assert_eq!(models["object"], "list");
     assert_eq!(models["data"][0]["id"], "embedded");
+    let one = request(server.addr, "GET", "/v1/models/embedded", "").await;
+    assert_eq!(one.status, 200);
+    assert_eq!(one.json(), models["data"][0]);
+    let other = request(server.addr, "GET", "/v1/models/gpt-4", "").await;
+    assert_eq!(other.status, 404);
+    assert_eq!(other.json()["error"]["code"], "model_not_found");
     assert!(server.shutdown().await.is_clean());
 }
 
