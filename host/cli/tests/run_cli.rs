@@ -418,44 +418,20 @@ fn a_chat_template_file_gives_a_base_model_chat() {
     assert_eq!(ids(&chat[0], "prompt_ids")[0], 2, "Gemma's <bos>");
     assert_eq!(chat[0]["text"], raw[0]["text"]);
 
-    let out = pagoda(&["run", "--model", &m, "--chat", "--prompt", "hi"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("--chat-template FILE"),
-        "{}",
+    // `pagoda run --chat` with these options: refused (exit 2); its stderr.
+    let refused = |extra: &[&str]| {
+        let out = pagoda(&[&["run", "--model", &m, "--chat", "--prompt", "hi"], extra].concat());
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {}", stderr(&out));
         stderr(&out)
-    );
+    };
+    let err = refused(&[]);
+    assert!(err.contains("--chat-template FILE"), "{err}");
     let missing = temp("missing.jinja");
-    let out = pagoda(&[
-        "run",
-        "--model",
-        &m,
-        "--chat",
-        "--chat-template",
-        missing.to_str().unwrap(),
-        "--prompt",
-        "hi",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("cannot read the chat template"),
-        "{}",
-        stderr(&out)
-    );
+    let err = refused(&["--chat-template", missing.to_str().unwrap()]);
+    assert!(err.contains("cannot read the chat template"), "{err}");
     let broken = temp("broken.jinja");
     std::fs::write(&broken, "{% for m in messages %}{{ m.content }").unwrap();
-    let out = pagoda(&[
-        "run",
-        "--model",
-        &m,
-        "--chat",
-        "--chat-template",
-        broken.to_str().unwrap(),
-        "--prompt",
-        "hi",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = stderr(&out);
+    let err = refused(&["--chat-template", broken.to_str().unwrap()]);
     assert!(
         err.contains("the chat template") && err.contains("broken.jinja"),
         "{err}"

@@ -175,6 +175,19 @@ fn script(python: &std::path::Path, name: &str, server: &Server, args: &[&str]) 
     stdout
 }
 
+/// The venv's Python and SmolLM2's path, in a release build only: a debug
+/// server decodes SmolLM2 at a few tokens a second, minutes of the test
+/// command for nothing more checked (CI runs these with --release).
+fn release_with_smollm2(test: &str) -> Option<(std::path::PathBuf, String)> {
+    if cfg!(debug_assertions) {
+        eprintln!("skipping {test} in a debug build: cargo test --release -p pagoda-cli --test serve_openai");
+        return None;
+    }
+    let python = python_with_openai(test)?;
+    let model = env::require_model(test)?;
+    Some((python, model.to_string_lossy().into_owned()))
+}
+
 /// SmolLM2 with f32 activations against independent references: log
 /// probabilities (echoed prompts and greedy tokens) against the NumPy
 /// forward pass, penalties by their stated amount, 20 JSON schemas through
@@ -184,19 +197,9 @@ fn script(python: &std::path::Path, name: &str, server: &Server, args: &[&str]) 
 #[test]
 fn api_references_and_an_agent_library_against_smollm2() {
     let test = "api_references_and_an_agent_library_against_smollm2";
-    // A debug server decodes SmolLM2 at a few tokens a second: minutes of
-    // the test command for nothing more checked. CI runs it with --release.
-    if cfg!(debug_assertions) {
-        eprintln!("skipping {test} in a debug build: cargo test --release -p pagoda-cli --test serve_openai");
-        return;
-    }
-    let Some(python) = python_with_openai(test) else {
+    let Some((python, model)) = release_with_smollm2(test) else {
         return;
     };
-    let Some(model) = env::require_model(test) else {
-        return;
-    };
-    let model = model.to_string_lossy().into_owned();
     let server = start(&[
         "--model",
         &model,
@@ -239,17 +242,10 @@ fn api_references_and_an_agent_library_against_smollm2() {
 #[test]
 fn random_bodies_against_smollm2_leave_nothing_behind() {
     let test = "random_bodies_against_smollm2_leave_nothing_behind";
-    if cfg!(debug_assertions) {
-        eprintln!("skipping {test} in a debug build: cargo test --release -p pagoda-cli --test serve_openai");
-        return;
-    }
-    let Some(python) = python_with_openai(test) else {
+    let Some((python, model)) = release_with_smollm2(test) else {
         return;
     };
-    let Some(model) = env::require_model(test) else {
-        return;
-    };
-    let server = start(&["--model", &model.to_string_lossy(), "--kv-pages", "512"]);
+    let server = start(&["--model", &model, "--kv-pages", "512"]);
     let out = script(&python, "random_bodies.py", &server, &["--count", "600"]);
     assert!(out.contains("ok random bodies"), "{out}");
     stop(server);
