@@ -303,7 +303,8 @@ def check_ok(route, body, raw, check, streamed, where):
         return
     if streamed:
         events = [e[len("data: "):] for e in raw.decode().split("\n\n") if e.startswith("data: ")]
-        assert events and events[-1] == "[DONE]" or "error" in json.loads(events[-1]), f"{where}: {events[-3:]}"
+        assert events, f"{where}: an empty stream"
+        assert events[-1] == "[DONE]" or "error" in json.loads(events[-1]), f"{where}: {events[-3:]}"
         for e in events[:-1]:
             json.loads(e)
         return

@@ -95,9 +95,7 @@ pub(crate) fn chat(args: ChatArgs) -> Result<(), CliError> {
     let started = Instant::now();
     let mut model =
         crate::open_chat_model(&args.model, &args.weights, &args.template, args.backend)?;
-    if model.chat.is_none() {
-        return Err(CliError::NoChatTemplate);
-    }
+    crate::template_of(&model)?;
     let interactive = std::io::stdin().is_terminal();
     eprintln!(
         "pagoda chat: {} ({}) loaded in {:.2} s{}",
@@ -168,7 +166,7 @@ impl WithBackend for ChatJob<'_> {
         let mut storage = EngineStorage::for_model(self.config, model, B::KV_GROUPS);
         let mut engine = Engine::new(model, backend, self.config, &mut storage)
             .map_err(|e| CliError::Engine(Box::new(e)))?;
-        let template = self.model.chat.as_ref().ok_or(CliError::NoChatTemplate)?;
+        let template = crate::template_of(self.model)?;
         let tokenizer = &self.model.tokenizer;
         let stop_tokens = tokenizer.end_of_generation().to_vec();
         let start: Vec<ChatMessage> = self

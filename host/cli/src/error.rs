@@ -81,6 +81,10 @@ pub(crate) enum CliError {
     PromptTooLong { tokens: usize, context: u32 },
     #[error("the model file has no chat template (tokenizer.chat_template): a base model continues text; use `pagoda run` without --chat, or give a template with --chat-template FILE")]
     NoChatTemplate,
+    #[error(
+        "the model file's chat template does not compile ({0}); give one with --chat-template FILE"
+    )]
+    BrokenTemplate(String),
     #[error("cannot read the chat template {}: {source}", path.display())]
     ReadTemplate {
         path: PathBuf,

@@ -8,9 +8,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use pagoda_engine::chat::ChatTemplate;
 use pagoda_engine::model::{Model, ModelConfig, SamplingParams};
-use pagoda_engine::{EngineConfig, SchedulerConfig, SchedulerPolicy, TextModel, WeightMode};
+use pagoda_engine::{
+    EngineConfig, OpenError, SchedulerConfig, SchedulerPolicy, TextModel, WeightMode,
+};
 
 use crate::args::{parse_policy, BenchArgs, Cli, Command, Settings, Suite};
 use crate::bench::{DriveOptions, PolicyRun};
@@ -95,38 +96,44 @@ pub(crate) fn open_model(
     })
 }
 
-/// [`open_model`], then `--chat-template`'s file (if given) in place of the
-/// model's own template, compiled with the model's BOS and EOS texts.
+/// [`open_model`] with `--chat-template`'s file (if given) compiled in
+/// place of the model's own template.
 pub(crate) fn open_chat_model(
     path: &Path,
     weights: &args::WeightArgs,
     template: &args::TemplateArgs,
     backend: args::BackendKind,
 ) -> Result<TextModel, CliError> {
-    let mut model = open_model(path, weights, backend)?;
-    if let Some(file) = &template.chat_template {
-        let source = std::fs::read_to_string(file).map_err(|source| CliError::ReadTemplate {
-            path: file.clone(),
-            source,
-        })?;
-        let tokenizer = &model.tokenizer;
-        let text_of = |id: Option<u32>| {
-            id.and_then(|id| tokenizer.token_text(id))
-                .unwrap_or_default()
-                .to_string()
-        };
-        let compiled = ChatTemplate::new(
-            &source,
-            &text_of(tokenizer.bos()),
-            &text_of(tokenizer.eos()),
-        )
-        .map_err(|error| CliError::BadTemplate {
+    let Some(file) = &template.chat_template else {
+        return open_model(path, weights, backend);
+    };
+    let source = std::fs::read_to_string(file).map_err(|source| CliError::ReadTemplate {
+        path: file.clone(),
+        source,
+    })?;
+    let mode = weight_mode(weights.weights, weights.activations, backend);
+    let cache = weights.repack_cache.as_deref();
+    TextModel::open_with_template(path, mode, cache, Some(&source)).map_err(|error| match error {
+        OpenError::ChatTemplate(error) => CliError::BadTemplate {
             path: file.clone(),
             error,
-        })?;
-        model.chat = Some(compiled);
+        },
+        error => CliError::Load {
+            path: path.to_path_buf(),
+            error: Box::new(error),
+        },
+    })
+}
+
+/// The model's chat template, or why it has none.
+pub(crate) fn template_of(
+    model: &TextModel,
+) -> Result<&pagoda_engine::chat::ChatTemplate, CliError> {
+    match (&model.chat, &model.chat_error) {
+        (Some(template), _) => Ok(template),
+        (None, Some(error)) => Err(CliError::BrokenTemplate(error.to_string())),
+        (None, None) => Err(CliError::NoChatTemplate),
     }
-    Ok(model)
 }
 
 pub(crate) fn write(path: &Path, contents: String) -> Result<(), CliError> {

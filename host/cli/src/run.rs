@@ -264,7 +264,7 @@ fn encode_prompt(model: &TextModel, args: &RunArgs, text: &str) -> Result<Vec<u3
     if !args.chat {
         return Ok(model.tokenizer.encode(text, true, true));
     }
-    let template = model.chat.as_ref().ok_or(CliError::NoChatTemplate)?;
+    let template = crate::template_of(model)?;
     let mut messages = Vec::new();
     if let Some(system) = &args.system {
         messages.push(ChatMessage {

@@ -180,6 +180,9 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
                         .ok();
                 }
             }
+            if let Some(error) = &text.chat_error {
+                eprintln!("pagoda serve: the model file's chat template does not compile ({error}): chat is refused; give one with --chat-template FILE");
+            }
             let name = path
                 .file_stem()
                 .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());

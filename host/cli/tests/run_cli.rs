@@ -437,3 +437,57 @@ fn a_chat_template_file_gives_a_base_model_chat() {
         "{err}"
     );
 }
+
+/// A model file whose own template does not compile (SmolLM2 with one
+/// `%}` of its template blanked, the file otherwise the same byte for
+/// byte) still loads and completes text; `--chat` is refused saying why
+/// and naming `--chat-template`, and with it the model chats with the
+/// given template, encoding what that template renders.
+#[test]
+fn a_chat_template_file_mends_a_broken_one() {
+    let Some(m) = model("a_chat_template_file_mends_a_broken_one") else {
+        return;
+    };
+    let mut bytes = std::fs::read(&m).unwrap();
+    let key = b"tokenizer.chat_template";
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key)
+        .expect("SmolLM2 has a template");
+    let close = at + bytes[at..].windows(2).position(|w| w == b"%}").unwrap();
+    bytes[close..close + 2].copy_from_slice(b"  ");
+    let broken = temp("broken-template.gguf");
+    std::fs::write(&broken, &bytes).unwrap();
+    drop(bytes);
+    let broken = broken.to_str().unwrap();
+    let out = pagoda(&["run", "--model", broken, "--chat", "--prompt", "hi"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("chat template does not compile") && err.contains("--chat-template FILE"),
+        "{err}"
+    );
+
+    let template = temp("qa-smollm2.jinja");
+    std::fs::write(
+        &template,
+        "{% for m in messages %}Q: {{ m.content }}\n{% endfor %}A:",
+    )
+    .unwrap();
+    let common = ["--model", broken, "--max-tokens", "4"];
+    let chat = run_json(
+        &[
+            &common[..],
+            &[
+                "--chat",
+                "--chat-template",
+                template.to_str().unwrap(),
+                "--prompt",
+                "hi",
+            ],
+        ]
+        .concat(),
+    );
+    let raw = run_json(&[&common[..], &["--prompt", "Q: hi\nA:"]].concat());
+    assert_eq!(ids(&chat[0], "prompt_ids"), ids(&raw[0], "prompt_ids"));
+}

@@ -22,7 +22,7 @@ pub enum OpenError {
     /// The tokenizer's metadata.
     #[error("tokenizer: {0}")]
     Tokenizer(#[from] TokenizerError),
-    /// The chat template does not compile.
+    /// The chat template given in place of the file's does not compile.
     #[error("chat template: {0}")]
     ChatTemplate(#[from] ChatTemplateError),
 }
@@ -61,8 +61,13 @@ pub struct TextModel {
     pub model: Model,
     /// Text to ids and back.
     pub tokenizer: Tokenizer,
-    /// `tokenizer.chat_template`, compiled.
+    /// `tokenizer.chat_template`, compiled (or the template the load was
+    /// given in its place).
     pub chat: Option<ChatTemplate>,
+    /// Why the file's own template could not be used, when it has one that
+    /// does not compile: the model still loads (completions need no
+    /// template), and chat says why it has none.
+    pub chat_error: Option<ChatTemplateError>,
     /// Name, architecture, size, load time.
     pub info: ModelInfo,
     /// The repack cache's write, while it may run.
@@ -101,7 +106,8 @@ impl TextModel {
     /// Loads a GGUF file: memory-maps it, builds the model from its metadata
     /// and tensors (held as `mode` says), the tokenizer from its
     /// vocabulary, and compiles its chat template. Any malformed or
-    /// unsupported part is a typed error.
+    /// unsupported part is a typed error, but for a template that does not
+    /// compile: that is [`TextModel::chat_error`], and the model loads.
     pub fn open(path: &Path, mode: WeightMode) -> Result<Self, OpenError> {
         Self::open_cached(path, mode, None)
     }
@@ -116,6 +122,19 @@ impl TextModel {
         path: &Path,
         mode: WeightMode,
         repack_cache: Option<&Path>,
+    ) -> Result<Self, OpenError> {
+        Self::open_with_template(path, mode, repack_cache, None)
+    }
+
+    /// [`open_cached`](Self::open_cached) with `chat_template` (Jinja
+    /// source) compiled in place of the file's own, which is then never
+    /// read: a base model without one gets one, and a file whose own does
+    /// not compile still loads.
+    pub fn open_with_template(
+        path: &Path,
+        mode: WeightMode,
+        repack_cache: Option<&Path>,
+        chat_template: Option<&str>,
     ) -> Result<Self, OpenError> {
         let started = Instant::now();
         let file = Arc::new(ModelFile::open(path)?);
@@ -133,7 +152,13 @@ impl TextModel {
                 .to_string()
         };
         let (bos, eos) = (text_of(tokenizer.bos()), text_of(tokenizer.eos()));
-        let chat = ChatTemplate::from_gguf(&gguf, &bos, &eos)?;
+        let (chat, chat_error) = match chat_template {
+            Some(source) => (Some(ChatTemplate::new(source, &bos, &eos)?), None),
+            None => match ChatTemplate::from_gguf(&gguf, &bos, &eos) {
+                Ok(chat) => (chat, None),
+                Err(error) => (None, Some(error)),
+            },
+        };
         let info = ModelInfo {
             architecture: gguf
                 .get_str("general.architecture")
@@ -149,6 +174,7 @@ impl TextModel {
             model,
             tokenizer,
             chat,
+            chat_error,
             info: ModelInfo { load_time, ..info },
             repack_writer,
         })

@@ -16,7 +16,7 @@ use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
-use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -57,8 +57,8 @@ impl Access {
 
 /// The CORS layer for `origins` (`None` when none is allowed): preflights
 /// answered before the key is asked for (a browser sends none with them),
-/// every response marked for the allowed origins, the key's header and
-/// JSON bodies allowed, a preflight cached for an hour.
+/// every response marked for the allowed origins, the headers a preflight
+/// asks for allowed, `Retry-After` readable, a preflight cached for an hour.
 pub fn cors(origins: &[String]) -> Result<Option<CorsLayer>, String> {
     if origins.is_empty() {
         return Ok(None);
@@ -79,7 +79,10 @@ pub fn cors(origins: &[String]) -> Result<Option<CorsLayer>, String> {
         CorsLayer::new()
             .allow_origin(allow)
             .allow_methods([Method::GET, Method::POST])
-            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+            // Whatever the page's client sends (the OpenAI SDKs add their
+            // own `x-stainless-*` headers to every request).
+            .allow_headers(AllowHeaders::mirror_request())
+            .expose_headers([header::RETRY_AFTER])
             .max_age(Duration::from_secs(3600)),
     ))
 }

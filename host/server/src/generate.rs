@@ -106,6 +106,14 @@ pub fn rejection_error(rejection: &Rejection) -> ApiError {
 /// The most choices one request may ask for: its prompts times `n`.
 pub const MAX_CHOICES: usize = 128;
 
+/// The 400 for `prompts` prompts of `n` choices each past [`MAX_CHOICES`].
+pub fn too_many_choices(prompts: usize, n: u32) -> ApiError {
+    ApiError::invalid(
+        "prompt",
+        format!("{prompts} prompts of {n} choices each are over the {MAX_CHOICES} choices one request may ask for"),
+    )
+}
+
 impl Generation {
     /// Submits `params.n` requests for each of `prompts`; refused as a
     /// whole if any is refused (the others are cancelled).
@@ -129,13 +137,7 @@ impl Generation {
             return Err(ApiError::invalid("prompt", "the list of prompts is empty"));
         }
         if batch.saturating_mul(params.n as usize) > MAX_CHOICES {
-            return Err(ApiError::invalid(
-                "prompt",
-                format!(
-                    "{batch} prompts of {} choices each are over the {MAX_CHOICES} choices one request may ask for",
-                    params.n
-                ),
-            ));
+            return Err(too_many_choices(batch, params.n));
         }
         let mut rooms = Vec::with_capacity(batch);
         for (p, prompt) in prompts.iter().enumerate() {

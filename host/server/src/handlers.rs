@@ -36,7 +36,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/responses", post(crate::responses::responses))
         .route("/v1/models", get(models))
-        .route("/v1/models/{id}", get(model))
+        // An id may hold slashes (`--served-model-name org/model`).
+        .route("/v1/models/{*id}", get(model))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/debug/kv_blocks", get(crate::kv_events::debug_blocks))
@@ -128,7 +129,13 @@ async fn completions(
         let map = read_object(&state, &headers, body).await?;
         let params = openai::params(&map, false)?;
         let prompts = match openai::completion_prompt(&map)? {
-            Prompt::Batch(items) => items.into_iter().map(|p| tokens(&state, p)).collect(),
+            Prompt::Batch(items) => {
+                // Refused before any prompt is encoded.
+                if items.len().saturating_mul(params.n as usize) > crate::generate::MAX_CHOICES {
+                    return Err(crate::generate::too_many_choices(items.len(), params.n));
+                }
+                items.into_iter().map(|p| tokens(&state, p)).collect()
+            }
             one => vec![tokens(&state, one)],
         };
         generate(state.clone(), prompts, params, false, None).await
@@ -371,14 +378,17 @@ async fn model(
     if id == state.model_name {
         return Json(model_object(&state)).into_response();
     }
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "model_not_found",
-        format!(
-            "the model {id:?} is not served here; this server serves {:?}",
-            state.model_name
-        ),
-    )
+    ApiError {
+        param: Some("model".into()),
+        ..ApiError::new(
+            StatusCode::NOT_FOUND,
+            "model_not_found",
+            format!(
+                "the model {id:?} is not served here; this server serves {:?}",
+                state.model_name
+            ),
+        )
+    }
     .into_response()
 }
 

@@ -1,5 +1,5 @@
 //! OpenAI's Responses API (`POST /v1/responses`), as the OpenAI Agents SDK
-//! and Codex speak it, without storage: the request's `input` items and
+//! speaks it, without storage: the request's `input` items and
 //! `instructions` become chat messages, its function tools and `text.format`
 //! the chat fields they stand for, and the chat path renders, constrains and
 //! runs it; the answer comes back as output items (a message of
@@ -85,6 +85,13 @@ fn text_of(content: &Value, at: &str) -> Result<String, ApiError> {
             let mut texts = Vec::with_capacity(parts.len());
             for part in parts {
                 let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+                // An assistant's refusal, as the API replays it: its text.
+                if let Some(refusal) = part.get("refusal").and_then(Value::as_str) {
+                    if kind == "refusal" {
+                        texts.push(refusal);
+                        continue;
+                    }
+                }
                 if !matches!(kind, "input_text" | "output_text" | "text") {
                     return Err(bad(format!(
                         "{at} has a content part of type {kind:?}: this model takes text only"
@@ -133,12 +140,13 @@ fn push_item(i: usize, item: &Value, messages: &mut Vec<Value>) -> Result<(), Ap
                 "type": "function",
                 "function": {"name": field("name")?, "arguments": field("arguments")?},
             });
-            // Consecutive calls are one assistant turn.
-            let last = messages.last_mut().filter(|m| {
-                m["role"] == "assistant" && m["content"].is_null() && m["tool_calls"].is_array()
-            });
-            match last.and_then(|m| m["tool_calls"].as_array_mut()) {
-                Some(calls) => calls.push(call),
+            // Calls right after an assistant's text or calls are that
+            // turn's (templates want roles to alternate).
+            match messages.last_mut().filter(|m| m["role"] == "assistant") {
+                Some(turn) => match turn["tool_calls"].as_array_mut() {
+                    Some(calls) => calls.push(call),
+                    None => turn["tool_calls"] = json!([call]),
+                },
                 None => messages
                     .push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
             }
@@ -264,6 +272,9 @@ fn chat_fields(request: &Map<String, Value>) -> Result<Map<String, Value>, ApiEr
         };
         map.insert("tool_choice".into(), choice);
     }
+    if present("text").is_some_and(|t| !t.is_object()) {
+        return Err(ApiError::invalid("text", "`text` must be an object"));
+    }
     if let Some(format) = present("text")
         .and_then(|t| t.get("format"))
         .filter(|f| !f.is_null())
@@ -302,7 +313,10 @@ struct Shell {
 
 impl Shell {
     fn new(request: &Map<String, Value>, model_name: &str, n: u64) -> Self {
-        let get = |key: &str| request.get(key).cloned().unwrap_or(Value::Null);
+        // A field given as null reads as not given.
+        let given = |key: &str| request.get(key).filter(|v| !v.is_null()).cloned();
+        let get = |key: &str| given(key).unwrap_or(Value::Null);
+        let or = |key: &str, default: Value| given(key).unwrap_or(default);
         let model = request
             .get("model")
             .and_then(Value::as_str)
@@ -311,42 +325,21 @@ impl Shell {
         fields.insert("model".into(), json!(model));
         fields.insert("instructions".into(), get("instructions"));
         fields.insert("max_output_tokens".into(), get("max_output_tokens"));
-        fields.insert(
-            "temperature".into(),
-            request.get("temperature").cloned().unwrap_or(json!(1.0)),
-        );
-        fields.insert(
-            "top_p".into(),
-            request.get("top_p").cloned().unwrap_or(json!(1.0)),
-        );
+        fields.insert("temperature".into(), or("temperature", json!(1.0)));
+        fields.insert("top_p".into(), or("top_p", json!(1.0)));
         fields.insert(
             "parallel_tool_calls".into(),
-            request
-                .get("parallel_tool_calls")
-                .cloned()
-                .unwrap_or(json!(true)),
+            or("parallel_tool_calls", json!(true)),
         );
-        fields.insert(
-            "tool_choice".into(),
-            request.get("tool_choice").cloned().unwrap_or(json!("auto")),
-        );
-        fields.insert(
-            "tools".into(),
-            request.get("tools").cloned().unwrap_or(json!([])),
-        );
+        fields.insert("tool_choice".into(), or("tool_choice", json!("auto")));
+        fields.insert("tools".into(), or("tools", json!([])));
         fields.insert(
             "text".into(),
-            request
-                .get("text")
-                .cloned()
-                .unwrap_or(json!({"format": {"type": "text"}})),
+            or("text", json!({"format": {"type": "text"}})),
         );
         fields.insert("previous_response_id".into(), Value::Null);
         fields.insert("store".into(), json!(false));
-        fields.insert(
-            "metadata".into(),
-            request.get("metadata").cloned().unwrap_or(json!({})),
-        );
+        fields.insert("metadata".into(), or("metadata", json!({})));
         Self {
             id: format!("resp_{n}"),
             created_at: SystemTime::now()
@@ -472,10 +465,14 @@ impl Events {
     /// An item's events from `added` to `done`, with its text (a message)
     /// or arguments (a call) sent whole.
     fn whole_item(&mut self, index: usize, item: &Value) {
+        // Opened empty: the deltas that follow carry the text or the
+        // arguments (clients append them to what `added` held).
         let mut opening = item.clone();
         opening["status"] = json!("in_progress");
         if item["type"] == "message" {
             opening["content"] = json!([]);
+        } else {
+            opening["arguments"] = json!("");
         }
         self.push(
             "response.output_item.added",
@@ -552,8 +549,12 @@ impl Streaming {
                 let mut failed = self
                     .shell
                     .object("failed", Vec::new(), Some(&self.generation));
-                failed["error"] =
-                    json!({"code": "server_error", "message": body["error"]["message"]});
+                let code = match error.status.as_u16() {
+                    429 => "rate_limit_exceeded",
+                    400 => "invalid_prompt",
+                    _ => "server_error",
+                };
+                failed["error"] = json!({"code": code, "message": body["error"]["message"]});
                 self.events
                     .push("response.failed", json!({"response": failed}));
             }
@@ -754,6 +755,46 @@ mod tests {
             let e = fields(body.clone()).unwrap_err();
             assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn a_whole_item_streams_from_empty_to_done() {
+        let mut events = Events {
+            queue: VecDeque::new(),
+            next: 7,
+        };
+        let call = json!({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": "{\"a\":1}", "status": "completed"});
+        events.whole_item(1, &call);
+        let sent: Vec<Value> = events
+            .queue
+            .iter()
+            .map(|b| {
+                let text = std::str::from_utf8(b).unwrap();
+                let data = text.split("\ndata: ").nth(1).unwrap();
+                serde_json::from_str(data.trim_end()).unwrap()
+            })
+            .collect();
+        let kinds: Vec<&str> = sent.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+            ]
+        );
+        let numbers: Vec<u64> = sent
+            .iter()
+            .map(|e| e["sequence_number"].as_u64().unwrap())
+            .collect();
+        assert_eq!(numbers, [7, 8, 9, 10]);
+        // `added` holds no arguments: the delta carries them, once.
+        assert_eq!(sent[0]["item"]["arguments"], "");
+        assert_eq!(sent[0]["item"]["status"], "in_progress");
+        assert_eq!(sent[1]["delta"], call["arguments"]);
+        assert_eq!(sent[3]["item"], call);
+        assert!(sent.iter().all(|e| e["output_index"] == 1));
     }
 
     #[test]

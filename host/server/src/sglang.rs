@@ -192,7 +192,7 @@ fn openai_fields(native: &Map<String, Value>) -> Result<Map<String, Value>, ApiE
         (Some(Value::String(text)), _) => {
             map.insert("prompt".into(), Value::String(text.clone()));
         }
-        (_, Some(ids @ Value::Array(_))) => {
+        (_, Some(ids @ Value::Array(items))) if items.iter().all(Value::is_number) => {
             map.insert("prompt".into(), ids.clone());
         }
         _ => {

@@ -60,6 +60,12 @@ pub(crate) async fn tokenize(
                     )
                 });
             };
+            // A history with calls, as chat renders it for a template
+            // that knows no tools.
+            let messages = match crate::tools::ToolFormat::of(template.source()) {
+                crate::tools::ToolFormat::Generic => crate::tools::generic_history(messages),
+                _ => messages,
+            };
             let opening = flag(&map, &["add_generation_prompt"], true)?;
             let text = template
                 .render_with(&messages, None, opening)

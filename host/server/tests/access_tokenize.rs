@@ -143,7 +143,9 @@ async fn browsers_are_let_in_from_the_allowed_origins_only() {
         vec![
             from(origin),
             "Access-Control-Request-Method: POST".to_string(),
-            "Access-Control-Request-Headers: authorization, content-type".to_string(),
+            // The OpenAI JS SDK's own headers come with every request.
+            "Access-Control-Request-Headers: authorization, content-type, x-stainless-os"
+                .to_string(),
         ]
     };
 
@@ -172,7 +174,9 @@ async fn browsers_are_let_in_from_the_allowed_origins_only() {
         .unwrap_or_default()
         .to_ascii_lowercase();
     assert!(
-        headers.contains("authorization") && headers.contains("content-type"),
+        headers.contains("authorization")
+            && headers.contains("content-type")
+            && headers.contains("x-stainless-os"),
         "{headers}"
     );
     assert!(r
