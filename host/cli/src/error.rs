@@ -85,6 +85,8 @@ pub(crate) enum CliError {
         "the model file's chat template does not compile ({0}); give one with --chat-template FILE"
     )]
     BrokenTemplate(String),
+    #[error("--chat-template renders --chat's turn: give --chat too (without it the prompt is raw text)")]
+    TemplateWithoutChat,
     #[error("cannot read the chat template {}: {source}", path.display())]
     ReadTemplate {
         path: PathBuf,

@@ -97,6 +97,9 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         ..SamplingParams::GREEDY
     };
     sampling.validate()?;
+    if args.template.chat_template.is_some() && !args.chat {
+        return Err(CliError::TemplateWithoutChat);
+    }
     let started = Instant::now();
     let mut model =
         crate::open_chat_model(&args.model, &args.weights, &args.template, args.backend)?;

@@ -139,9 +139,12 @@ impl Drop for JoinOnDrop {
     }
 }
 
-/// `--allowed-origin`: `*`, or `scheme://host[:port]` as browsers send it.
+/// `--allowed-origin`: `*`, or `scheme://host[:port]` as browsers send it
+/// (lower case: schemes and hosts are case-insensitive, and browsers write
+/// them so).
 fn parse_origin(text: &str) -> Result<String, String> {
-    let origin = text.trim_end_matches('/');
+    let lowered = text.trim_end_matches('/').to_ascii_lowercase();
+    let origin = lowered.as_str();
     let host = origin
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"));
@@ -324,6 +327,10 @@ mod tests {
         ] {
             assert_eq!(parse_origin(ok).unwrap(), ok.trim_end_matches('/'));
         }
+        assert_eq!(
+            parse_origin("HTTP://LocalHost:3000").unwrap(),
+            "http://localhost:3000"
+        );
         for bad in [
             "",
             "localhost:3000",

@@ -426,6 +426,18 @@ fn a_chat_template_file_gives_a_base_model_chat() {
     };
     let err = refused(&[]);
     assert!(err.contains("--chat-template FILE"), "{err}");
+    // A template without --chat would be ignored: refused, before loading.
+    let out = pagoda(&[
+        "run",
+        "--model",
+        &m,
+        "--chat-template",
+        "x.jinja",
+        "--prompt",
+        "hi",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("give --chat too"), "{}", stderr(&out));
     let missing = temp("missing.jinja");
     let err = refused(&["--chat-template", missing.to_str().unwrap()]);
     assert!(err.contains("cannot read the chat template"), "{err}");
