@@ -323,6 +323,19 @@ impl Generation {
         self.cached.iter().copied().fold(0, u32::saturating_add)
     }
 
+    /// The whole text of a one-choice generation and how it ended: every
+    /// delta, awaited (the first error ends it).
+    pub async fn text(&mut self) -> Result<(String, Option<&'static str>), ApiError> {
+        let mut text = String::new();
+        let mut reason = None;
+        while let Some(delta) = self.next().await {
+            let delta = delta?;
+            text.push_str(&delta.text);
+            reason = delta.finish_reason.or(reason);
+        }
+        Ok((text, reason))
+    }
+
     /// Tokens generated so far, over all choices.
     pub fn completion_tokens(&self) -> u32 {
         self.choices.iter().map(|c| c.tokens).sum()

@@ -152,13 +152,7 @@ async fn generate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
             return Ok(stream(generation, id, started));
         }
         let mut generation = generation;
-        let mut text = String::new();
-        let mut reason = None;
-        while let Some(delta) = generation.next().await {
-            let delta = delta?;
-            text.push_str(&delta.text);
-            reason = delta.finish_reason.or(reason);
-        }
+        let (text, reason) = generation.text().await?;
         Ok(Json(result_object(&generation, &id, text, reason, started)).into_response())
     }
     .await;

@@ -1,0 +1,157 @@
+//! The response object and its output items.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value};
+
+use crate::generate::Generation;
+use crate::tools::{self, ToolFormat};
+
+/// What every response object of one request repeats: its id, creation
+/// time, model and the settings it was asked with.
+pub(super) struct Shell {
+    id: String,
+    created_at: u64,
+    fields: Map<String, Value>,
+}
+
+impl Shell {
+    pub(super) fn new(request: &Map<String, Value>, model_name: &str, n: u64) -> Self {
+        // A field given as null reads as not given.
+        let given = |key: &str| request.get(key).filter(|v| !v.is_null()).cloned();
+        let get = |key: &str| given(key).unwrap_or(Value::Null);
+        let or = |key: &str, default: Value| given(key).unwrap_or(default);
+        let model = request
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or(model_name);
+        let mut fields = Map::new();
+        fields.insert("model".into(), json!(model));
+        fields.insert("instructions".into(), get("instructions"));
+        fields.insert("max_output_tokens".into(), get("max_output_tokens"));
+        fields.insert("temperature".into(), or("temperature", json!(1.0)));
+        fields.insert("top_p".into(), or("top_p", json!(1.0)));
+        fields.insert(
+            "parallel_tool_calls".into(),
+            or("parallel_tool_calls", json!(true)),
+        );
+        fields.insert("tool_choice".into(), or("tool_choice", json!("auto")));
+        fields.insert("tools".into(), or("tools", json!([])));
+        fields.insert(
+            "text".into(),
+            or("text", json!({"format": {"type": "text"}})),
+        );
+        fields.insert("previous_response_id".into(), Value::Null);
+        fields.insert("store".into(), json!(false));
+        fields.insert("metadata".into(), or("metadata", json!({})));
+        Self {
+            id: format!("resp_{n}"),
+            created_at: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            fields,
+        }
+    }
+
+    /// The response object in `status` with `output` (usage once the
+    /// generation has some).
+    pub(super) fn object(
+        &self,
+        status: &str,
+        output: Vec<Value>,
+        usage: Option<&Generation>,
+    ) -> Value {
+        let mut v = Map::new();
+        v.insert("id".into(), json!(self.id));
+        v.insert("object".into(), json!("response"));
+        v.insert("created_at".into(), json!(self.created_at));
+        v.insert("status".into(), json!(status));
+        v.insert("error".into(), Value::Null);
+        v.insert(
+            "incomplete_details".into(),
+            if status == "incomplete" {
+                json!({"reason": "max_output_tokens"})
+            } else {
+                Value::Null
+            },
+        );
+        v.extend(self.fields.clone());
+        v.insert("output".into(), Value::Array(output));
+        v.insert(
+            "usage".into(),
+            usage.map_or(Value::Null, |g| {
+                let (input, output) = (g.prompt_tokens, g.completion_tokens());
+                json!({
+                    "input_tokens": input,
+                    "input_tokens_details": {"cached_tokens": g.cached_tokens(), "cache_write_tokens": 0},
+                    "output_tokens": output,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": u64::from(input) + u64::from(output),
+                })
+            }),
+        );
+        Value::Object(v)
+    }
+
+    pub(super) fn message_id(&self) -> String {
+        format!("msg_{}", &self.id["resp_".len()..])
+    }
+}
+
+/// `completed`, or `incomplete` when the answer ran into its token limit.
+pub(super) fn status(reason: Option<&str>) -> &'static str {
+    if reason == Some("length") {
+        "incomplete"
+    } else {
+        "completed"
+    }
+}
+
+/// The message item holding `text` in `status`.
+fn message(shell: &Shell, text: &str, status: &str) -> Value {
+    json!({
+        "type": "message",
+        "id": shell.message_id(),
+        "status": status,
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    })
+}
+
+/// The answer as output items: with tools, the calls parsed out of it (and
+/// the text around them as a message); otherwise one message.
+pub(super) fn output_items(
+    shell: &Shell,
+    format: Option<ToolFormat>,
+    text: &str,
+    reason: Option<&str>,
+) -> Vec<Value> {
+    let done = status(reason);
+    let Some(format) = format else {
+        return vec![message(shell, text, done)];
+    };
+    let (content, calls) = tools::parse_output(format, text);
+    let mut items: Vec<Value> = content
+        .map(|c| message(shell, &c, done))
+        .into_iter()
+        .collect();
+    let ids = tools::calls_json(&calls, false);
+    for (k, (call, listed)) in calls
+        .iter()
+        .zip(ids.as_array().into_iter().flatten())
+        .enumerate()
+    {
+        items.push(json!({
+            "type": "function_call",
+            "id": format!("fc_{}_{k}", &shell.id["resp_".len()..]),
+            "call_id": listed["id"],
+            "name": call.name,
+            "arguments": call.arguments,
+            "status": "completed",
+        }));
+    }
+    if items.is_empty() {
+        items.push(message(shell, "", done));
+    }
+    items
+}

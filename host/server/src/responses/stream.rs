@@ -1,0 +1,261 @@
+//! A streamed response: the API's typed events, numbered as they are sent.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use super::output::{output_items, status, Shell};
+use crate::generate::Generation;
+use crate::tools::ToolFormat;
+
+/// The events of a streamed response, numbered as they are sent.
+struct Events {
+    queue: VecDeque<Bytes>,
+    next: u64,
+}
+
+impl Events {
+    fn push(&mut self, kind: &str, mut body: Value) {
+        body["type"] = json!(kind);
+        body["sequence_number"] = json!(self.next);
+        self.next += 1;
+        self.queue
+            .push_back(Bytes::from(format!("event: {kind}\ndata: {body}\n\n")));
+    }
+
+    /// An item's events from `added` to `done`, with its text (a message)
+    /// or arguments (a call) sent whole.
+    fn whole_item(&mut self, index: usize, item: &Value) {
+        // Opened empty: the deltas that follow carry the text or the
+        // arguments (clients append them to what `added` held).
+        let mut opening = item.clone();
+        opening["status"] = json!("in_progress");
+        if item["type"] == "message" {
+            opening["content"] = json!([]);
+        } else {
+            opening["arguments"] = json!("");
+        }
+        self.push(
+            "response.output_item.added",
+            json!({"output_index": index, "item": opening}),
+        );
+        let id = item["id"].clone();
+        if item["type"] == "message" {
+            let text = item["content"][0]["text"].clone();
+            let part = json!({"type": "output_text", "text": "", "annotations": []});
+            self.push(
+                "response.content_part.added",
+                json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+            );
+            self.push("response.output_text.delta", json!({"item_id": id, "output_index": index, "content_index": 0, "delta": text, "logprobs": []}));
+            self.text_done(index, &id, &text);
+        } else {
+            let args = item["arguments"].clone();
+            self.push(
+                "response.function_call_arguments.delta",
+                json!({"item_id": id, "output_index": index, "delta": args}),
+            );
+            self.push("response.function_call_arguments.done", json!({"item_id": id, "output_index": index, "name": item["name"], "arguments": args}));
+        }
+        self.push(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        );
+    }
+
+    fn text_done(&mut self, index: usize, id: &Value, text: &Value) {
+        let part = json!({"type": "output_text", "text": text, "annotations": []});
+        self.push("response.output_text.done", json!({"item_id": id, "output_index": index, "content_index": 0, "text": text, "logprobs": []}));
+        self.push(
+            "response.content_part.done",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+        );
+    }
+}
+
+/// Where a stream is: text streams as it comes; with tools the answer is
+/// held until it ends (a call is parsed once it is whole), then its items
+/// are sent whole.
+struct Streaming {
+    generation: Generation,
+    shell: Shell,
+    tools: Option<ToolFormat>,
+    events: Events,
+    text: String,
+    ended: bool,
+}
+
+impl Streaming {
+    /// Waits for the next delta and queues its events; `false` once
+    /// everything is queued.
+    async fn advance(&mut self) -> bool {
+        if self.ended {
+            return false;
+        }
+        match self.generation.next().await {
+            Some(Ok(delta)) => {
+                self.text.push_str(&delta.text);
+                if self.tools.is_none() && !delta.text.is_empty() {
+                    let item_id = self.shell.message_id();
+                    self.events.push("response.output_text.delta", json!({"item_id": item_id, "output_index": 0, "content_index": 0, "delta": delta.text, "logprobs": []}));
+                }
+                if let Some(reason) = delta.finish_reason {
+                    self.finish(Some(reason));
+                }
+            }
+            Some(Err(error)) => {
+                self.ended = true;
+                let body = error.body();
+                self.events.push("error", json!({"code": body["error"]["code"], "message": body["error"]["message"], "param": body["error"]["param"]}));
+                let mut failed = self
+                    .shell
+                    .object("failed", Vec::new(), Some(&self.generation));
+                let code = match error.status.as_u16() {
+                    429 => "rate_limit_exceeded",
+                    400 => "invalid_prompt",
+                    _ => "server_error",
+                };
+                failed["error"] = json!({"code": code, "message": body["error"]["message"]});
+                self.events
+                    .push("response.failed", json!({"response": failed}));
+            }
+            None => self.finish(None),
+        }
+        true
+    }
+
+    fn finish(&mut self, reason: Option<&str>) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        let items = output_items(&self.shell, self.tools, &self.text, reason);
+        if self.tools.is_some() {
+            for (index, item) in items.iter().enumerate() {
+                self.events.whole_item(index, item);
+            }
+        } else {
+            let id = json!(self.shell.message_id());
+            let text = json!(self.text);
+            self.events.text_done(0, &id, &text);
+            self.events.push(
+                "response.output_item.done",
+                json!({"output_index": 0, "item": items[0]}),
+            );
+        }
+        let done = self
+            .shell
+            .object(status(reason), items, Some(&self.generation));
+        let kind = if status(reason) == "incomplete" {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        self.events.push(kind, json!({"response": done}));
+    }
+}
+
+/// The streamed response: `response.created` and `response.in_progress`,
+/// the message's opening (without tools), then events as the answer comes.
+/// Dropping the body drops the generation, which cancels it.
+pub(super) fn response(
+    generation: Generation,
+    shell: Shell,
+    tools: Option<ToolFormat>,
+) -> Response {
+    let mut events = Events {
+        queue: VecDeque::new(),
+        next: 0,
+    };
+    let opening = shell.object("in_progress", Vec::new(), None);
+    events.push("response.created", json!({"response": opening}));
+    events.push("response.in_progress", json!({"response": opening}));
+    if tools.is_none() {
+        let id = json!(shell.message_id());
+        let item = json!({"type": "message", "id": id, "status": "in_progress", "role": "assistant", "content": []});
+        events.push(
+            "response.output_item.added",
+            json!({"output_index": 0, "item": item}),
+        );
+        let part = json!({"type": "output_text", "text": "", "annotations": []});
+        events.push(
+            "response.content_part.added",
+            json!({"item_id": id, "output_index": 0, "content_index": 0, "part": part}),
+        );
+    }
+    let state = Streaming {
+        generation,
+        shell,
+        tools,
+        events,
+        text: String::new(),
+        ended: false,
+    };
+    let body = futures_util::stream::unfold(state, |mut s| async move {
+        loop {
+            if let Some(bytes) = s.events.queue.pop_front() {
+                return Some((Ok::<_, Infallible>(bytes), s));
+            }
+            if !s.advance().await {
+                return None;
+            }
+        }
+    });
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whole_item_streams_from_empty_to_done() {
+        let mut events = Events {
+            queue: VecDeque::new(),
+            next: 7,
+        };
+        let call = json!({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": "{\"a\":1}", "status": "completed"});
+        events.whole_item(1, &call);
+        let sent: Vec<Value> = events
+            .queue
+            .iter()
+            .map(|b| {
+                let text = std::str::from_utf8(b).unwrap();
+                let data = text.split("\ndata: ").nth(1).unwrap();
+                serde_json::from_str(data.trim_end()).unwrap()
+            })
+            .collect();
+        let kinds: Vec<&str> = sent.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+            ]
+        );
+        let numbers: Vec<u64> = sent
+            .iter()
+            .map(|e| e["sequence_number"].as_u64().unwrap())
+            .collect();
+        assert_eq!(numbers, [7, 8, 9, 10]);
+        // `added` holds no arguments: the delta carries them, once.
+        assert_eq!(sent[0]["item"]["arguments"], "");
+        assert_eq!(sent[0]["item"]["status"], "in_progress");
+        assert_eq!(sent[1]["delta"], call["arguments"]);
+        assert_eq!(sent[3]["item"], call);
+        assert!(sent.iter().all(|e| e["output_index"] == 1));
+    }
+}
