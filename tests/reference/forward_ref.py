@@ -1,5 +1,6 @@
-"""An independent forward pass of a `llama`, `qwen2`, `qwen3`, `phi3`,
-`gemma2` or `gemma3` GGUF model in NumPy (float64), for
+"""An independent forward pass of a `llama` (Mixtral's mixture of experts
+included), `qwen2`, `qwen3`, `qwen3moe`, `phi3`, `gemma2` or `gemma3` GGUF
+model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs and synthetic_gguf.rs.
 
 Written from the architectures' definitions (and llama.cpp's reading of
@@ -62,6 +63,16 @@ Gemma2/Gemma3 decoder layers) as llama.cpp's files hold them:
     logits = (rmsnorm(x) * output_norm) @ token_embd.T
     gemma2: logits = cap * tanh(logits / cap), cap final_logit_softcapping
 
+A mixture of experts (llama with {arch}.expert_count > 0, as Mixtral's
+files are, and qwen3moe), from HF's MixtralSparseMoeBlock and
+Qwen3MoeSparseMoeBlock (norm_topk_prob true, as Qwen3-30B-A3B's config has
+it), replaces the MLP:
+    p = softmax(h @ ffn_gate_inp.T)                 each row, over experts
+    top = the expert_used_count largest of p; w = p[top] / sum(p[top])
+    x += sum over e in top of w_e * ((silu(h @ Wg_e.T) * (h @ Wu_e.T)) @ Wd_e.T)
+the experts' matrices the slices of ffn_{gate,up,down}_exps (or the older
+ffn_{gate,up,down}.E tensors, one per expert).
+
 The norm gains are used as the file stores them (llama.cpp's converter
 stores Gemma's 1 + w). Local layers: attention.sliding_window_pattern, a
 number n (layer i local unless i % n == n - 1) or a bool per layer;
@@ -116,7 +127,7 @@ class Model:
     def __init__(self, path):
         r = GGUFReader(path)
         self.arch = field(r, "general.architecture")
-        if self.arch not in ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"):
+        if self.arch not in ("llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         self.layers = int(field(r, f"{a}.block_count"))
@@ -133,6 +144,8 @@ class Model:
         self.orig_context = int(field(r, f"{a}.rope.scaling.original_context_length", self.context))
         self.attn_factor = float(field(r, f"{a}.rope.scaling.attn_factor", 1.0))
         self.gemma = a in ("gemma2", "gemma3")
+        self.experts = int(field(r, f"{a}.expert_count", 0))
+        self.experts_used = int(field(r, f"{a}.expert_used_count", 0))
         self.linear = 1.0
         if field(r, f"{a}.rope.scaling.type", "none") == "linear":
             self.linear = float(field(r, f"{a}.rope.scaling.factor"))
@@ -181,6 +194,26 @@ class Model:
             x[:, :, : n // 2] = a * cos - b * sin
             x[:, :, n // 2 : n] = a * sin + b * cos
 
+    def expert(self, p, name, e):
+        """Expert e's matrix `name` (gate, up, down) of layer prefix p."""
+        stacked = self.t.get(p + f"ffn_{name}_exps.weight")
+        return stacked[e] if stacked is not None else self.t[p + f"ffn_{name}.{e}.weight"]
+
+    def mixture(self, p, h):
+        """The mixture of experts' output for normed rows h [tokens, hidden]."""
+        logits = h @ self.t[p + "ffn_gate_inp.weight"].T
+        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
+        out = np.zeros_like(h)
+        for r in range(h.shape[0]):
+            top = np.argsort(-probs[r], kind="stable")[: self.experts_used]
+            weights = probs[r, top] / probs[r, top].sum()
+            for e, weight in zip(top, weights):
+                g = h[r] @ self.expert(p, "gate", e).T
+                u = h[r] @ self.expert(p, "up", e).T
+                out[r] += weight * ((g / (1.0 + np.exp(-g)) * u) @ self.expert(p, "down", e).T)
+        return out
+
     def norm(self, x, gain):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * gain
 
@@ -216,7 +249,7 @@ class Model:
             q = q.reshape(t, self.heads, d)
             k = k.reshape(t, self.kv_heads, d)
             v = v.reshape(t, self.kv_heads, d)
-            if self.arch in ("qwen3", "gemma3"):
+            if self.arch in ("qwen3", "qwen3moe", "gemma3"):
                 q = self.norm(q, w[p + "attn_q_norm.weight"])
                 k = self.norm(k, w[p + "attn_k_norm.weight"])
             self.rope(q, positions, local)
@@ -238,6 +271,9 @@ class Model:
                 o = self.norm(o, w[p + "post_attention_norm.weight"])
             x = x + o
             h = self.norm(x, w[p + "ffn_norm.weight"])
+            if self.experts > 0:
+                x = x + self.mixture(p, h)
+                continue
             if self.arch == "phi3":
                 gu = h @ w[p + "ffn_up.weight"].T
                 g, u = gu[:, : gu.shape[1] // 2], gu[:, gu.shape[1] // 2 :]

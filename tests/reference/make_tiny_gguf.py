@@ -30,9 +30,9 @@ Usage: make_tiny_gguf.py OUT. Writes into OUT:
 and files each loader must refuse: gpt2.gguf (architecture), q2k.gguf (a
 Q2_K tensor), missing.gguf (no blk.1.ffn_up.weight), shape.gguf (attn_k
 with the wrong output width), zero_heads.gguf (attention.head_count 0),
-qwen3moe.gguf (architecture; made as gpt2.gguf is), experts.gguf (a
-`llama` file with llama.expert_count 8, as Mixtral's are) and yarn.gguf
-(llama.rope.scaling.type "yarn"). The files after
+arctic.gguf (architecture; made as gpt2.gguf is), experts.gguf (a
+`qwen2` file with qwen2.expert_count 8: Qwen2-MoE's mixture, with shared
+experts, is not built) and yarn.gguf (llama.rope.scaling.type "yarn"). The files after
 zero_heads.gguf are written last, so the earlier files do not change.
 Then the Gemma files:
   gemma3.gguf gemma3, tied embedding, 4 query heads of 64 over 2 KV heads
@@ -44,6 +44,17 @@ Then the Gemma files:
               post-block norms, sliding window 5 on layer 0 (the default
               pattern), attn_logit_softcapping 1.5 (attn_q and attn_k 4x
               larger, so the cap bites) and final_logit_softcapping 4
+Then the mixtures of experts, each expert a SwiGLU MLP, routed by an F32
+blk.N.ffn_gate_inp [out experts, in hidden]:
+  mixtral.gguf  llama with llama.expert_count 4, expert_used_count 2 (as
+                Mixtral's files are), experts FFN wide; layer 0 stacked as
+                llama.cpp writes them now (ffn_gate_exps, ffn_up_exps
+                [experts, FFN, hidden], ffn_down_exps [experts, hidden,
+                FFN]), layer 1 one tensor per expert as older conversions
+                did (ffn_gate.E, ffn_up.E, ffn_down.E); tied embedding
+  qwen3moe.gguf qwen3moe, 8 experts of which 3 are used, each
+                expert_feed_forward_length 128 wide (feed_forward_length
+                stays 256), QK-norm, untied output.weight
 
 The Q/K rows are random, so they need no converter permutation: a `llama`
 file's rows are simply taken as already permuted for the interleaved-pair
@@ -86,15 +97,17 @@ def kquant_blocks(rows, cols, qtype):
 
 
 def add(w, name, values, qtype):
-    """values: numpy [out, in] (or [n]) float32, written as qtype."""
+    """values: numpy [out, in] (or [n], or a stack [experts, out, in])
+    float32, written as qtype."""
     values = np.ascontiguousarray(values, dtype=np.float32)
     if qtype == Q.F32:
         w.add_tensor(name, values)
     elif qtype == Q.F16:
         w.add_tensor(name, values.astype(np.float16))
     elif qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
-        rows, cols = values.shape
-        data = kquant_blocks(rows, cols, qtype)
+        cols = values.shape[-1]
+        data = kquant_blocks(values.size // cols, cols, qtype)
+        data = data.reshape(values.shape[:-1] + (-1,))
         w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=qtype)
     else:
         data = quantize(values, qtype)
@@ -112,8 +125,10 @@ def gain(n):
 def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
           key_length=False, types, skip=(), meta_heads=None, eps=None,
           base=None, qk_norm=False, qk_scale=1.0, fused=False, meta=None, extra=(),
-          post_norms=False):
-    """qk_norm: per-layer attn_q_norm / attn_k_norm gains [HEAD_DIM];
+          post_norms=False, experts=None):
+    """experts: (count, used, width, stacked layers): a mixture in place of
+    each MLP (stacked tensors on those layers, one per expert elsewhere);
+    qk_norm: per-layer attn_q_norm / attn_k_norm gains [HEAD_DIM];
     qk_scale: attn_q and attn_k values scaled by it (legacy and float types);
     fused: phi3's attn_qkv and gate+up ffn_up instead of separate matrices;
     meta: a function adding more metadata; extra: (name, values, type)
@@ -136,6 +151,12 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
         w.add_value_length(HEAD_DIM)
     if rope_dim is not None:
         w.add_rope_dimension_count(rope_dim)
+    if experts is not None:
+        count, used, width, stacked = experts
+        w.add_expert_count(count)
+        w.add_expert_used_count(used)
+        if width != FFN:
+            w.add_expert_feed_forward_length(width)
     if meta is not None:
         meta(w)
     q, kv = heads * HEAD_DIM, kv_heads * HEAD_DIM
@@ -160,10 +181,15 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
                 (p + "attn_v.weight", matrix(kv, HIDDEN), t["v"]),
                 (p + "attn_output.weight", matrix(HIDDEN, q), t["o"]),
                 (p + "ffn_norm.weight", gain(HIDDEN), Q.F32),
-                (p + "ffn_gate.weight", matrix(FFN, HIDDEN), t["gate"]),
-                (p + "ffn_up.weight", matrix(FFN, HIDDEN), t["up"]),
-                (p + "ffn_down.weight", matrix(HIDDEN, FFN), t["down"]),
             ]
+            if experts is None:
+                tensors += [
+                    (p + "ffn_gate.weight", matrix(FFN, HIDDEN), t["gate"]),
+                    (p + "ffn_up.weight", matrix(FFN, HIDDEN), t["up"]),
+                    (p + "ffn_down.weight", matrix(HIDDEN, FFN), t["down"]),
+                ]
+            else:
+                tensors += expert_tensors(p, t, experts, i in experts[3])
         if post_norms:
             tensors += [
                 (p + "post_attention_norm.weight", gain(HIDDEN), Q.F32),
@@ -197,6 +223,29 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def expert_tensors(p, t, experts, stacked):
+    """Layer prefix p's router and experts: stacked [experts, out, in]
+    tensors, or one [out, in] tensor per expert."""
+    count, _, width, _ = experts
+    tensors = [(p + "ffn_gate_inp.weight", matrix(count, HIDDEN), Q.F32)]
+    gate = np.stack([matrix(width, HIDDEN) for _ in range(count)])
+    up = np.stack([matrix(width, HIDDEN) for _ in range(count)])
+    down = np.stack([matrix(HIDDEN, width) for _ in range(count)])
+    if stacked:
+        return tensors + [
+            (p + "ffn_gate_exps.weight", gate, t["gate"]),
+            (p + "ffn_up_exps.weight", up, t["up"]),
+            (p + "ffn_down_exps.weight", down, t["down"]),
+        ]
+    for e in range(count):
+        tensors += [
+            (p + f"ffn_gate.{e}.weight", gate[e], t["gate"]),
+            (p + f"ffn_up.{e}.weight", up[e], t["up"]),
+            (p + f"ffn_down.{e}.weight", down[e], t["down"]),
+        ]
+    return tensors
 
 
 QWEN_TYPES = {
@@ -258,6 +307,23 @@ GEMMA2_TYPES = {
     "layers": [
         dict(q=Q.Q8_0, k=Q.Q5_0, v=Q.Q4_K, o=Q.F16, gate=Q.Q4_1, up=Q.Q6_K, down=Q.Q8_0),
         dict(q=Q.Q4_0, k=Q.BF16, v=Q.Q5_K, o=Q.Q8_0, gate=Q.Q5_K, up=Q.F32, down=Q.Q6_K),
+    ],
+}
+
+# Experts' types: gate, up and down of every expert of a layer share one.
+MIXTRAL_TYPES = {
+    "embed": Q.Q6_K,
+    "layers": [
+        dict(q=Q.Q8_0, k=Q.Q5_0, v=Q.Q4_1, o=Q.F16, gate=Q.Q4_K, up=Q.Q8_0, down=Q.Q6_K),
+        dict(q=Q.Q5_1, k=Q.Q4_0, v=Q.Q8_0, o=Q.Q5_K, gate=Q.Q4_0, up=Q.Q5_K, down=Q.BF16),
+    ],
+}
+QWEN3MOE_TYPES = {
+    "embed": Q.Q8_0,
+    "output": Q.Q6_K,
+    "layers": [
+        dict(q=Q.Q8_0, k=Q.F16, v=Q.Q4_K, o=Q.Q6_K, gate=Q.Q5_K, up=Q.Q4_1, down=Q.Q4_0),
+        dict(q=Q.Q5_0, k=Q.Q8_0, v=Q.Q5_K, o=Q.Q4_K, gate=Q.Q6_K, up=Q.Q8_0, down=Q.Q5_1),
     ],
 }
 
@@ -323,11 +389,11 @@ def main() -> None:
           eps=1e-5, base=10000.0, fused=True, meta=longrope, types=PHI3_TYPES,
           extra=[("rope_factors_long.weight", long, Q.F32),
                  ("rope_factors_short.weight", short, Q.F32)])
-    write(out / "qwen3moe.gguf", "qwen3moe", 2, 1, **qwen)
+    write(out / "arctic.gguf", "arctic", 2, 1, **qwen)
     # An architecture the engine runs with a feature it does not build: a
-    # mixture of experts under `llama` (as Mixtral files are), and a RoPE
-    # scaling other than linear (YaRN).
-    write(out / "experts.gguf", "llama", 4, 2, biases=False, tied=True, types=LLAMA_TYPES,
+    # mixture of experts under `qwen2` (Qwen2-MoE's, with shared experts,
+    # is not built), and a RoPE scaling other than linear (YaRN).
+    write(out / "experts.gguf", "qwen2", 4, 2, biases=False, tied=True, types=LLAMA_TYPES,
           meta=lambda w: w.add_expert_count(8))
     write(out / "yarn.gguf", "llama", 4, 2, biases=False, tied=True, types=LLAMA_TYPES,
           meta=lambda w: (w.add_string("llama.rope.scaling.type", "yarn"),
@@ -345,6 +411,10 @@ def main() -> None:
         w.add_final_logit_softcapping(4.0)
     write(out / "gemma2.gguf", "gemma2", 2, 1, biases=False, tied=True, key_length=True,
           qk_scale=4.0, post_norms=True, base=10000.0, meta=gemma2, types=GEMMA2_TYPES)
+    write(out / "mixtral.gguf", "llama", 4, 2, biases=False, tied=True, types=MIXTRAL_TYPES,
+          experts=(4, 2, FFN, {0}))
+    write(out / "qwen3moe.gguf", "qwen3moe", 4, 2, biases=False, tied=False, key_length=True,
+          qk_norm=True, qk_scale=4.0, types=QWEN3MOE_TYPES, experts=(8, 3, 128, {0, 1}))
 
 
 if __name__ == "__main__":

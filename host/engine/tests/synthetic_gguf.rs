@@ -8,7 +8,9 @@
 //! hidden size, a `phi3` one (fused tensors, LongRoPE), a `gemma3` one
 //! (scaled embedding, post-block norms, GELU gating, sliding-window layers
 //! with their own rotary base, linear scaling of the global ones) and a
-//! `gemma2` one (soft-capped attention and logits), all with weights
+//! `gemma2` one (soft-capped attention and logits), and two mixtures of
+//! experts: a Mixtral-style `llama` (stacked and per-expert tensors) and a
+//! `qwen3moe` one (experts narrower than the MLP), all with weights
 //! of every supported type, through both the dense path (dequantized at load)
 //! and the quantized one (matrices kept in the map, f32 activations, so
 //! held to the same tolerances), and repacked (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
@@ -35,8 +37,8 @@ const TOLERANCE_F32: f32 = 3e-5;
 const TOLERANCE_F16: f32 = 5e-3;
 /// The tiny models make_tiny_gguf.py writes, each checked against the
 /// reference.
-const ARCHS: [&str; 7] = [
-    "qwen2", "llama", "qwen3", "llama3", "phi3", "gemma3", "gemma2",
+const ARCHS: [&str; 9] = [
+    "qwen2", "llama", "qwen3", "llama3", "phi3", "gemma3", "gemma2", "mixtral", "qwen3moe",
 ];
 
 fn prompts() -> Vec<Vec<u32>> {
@@ -400,6 +402,23 @@ fn gemma2_with_soft_caps_matches_the_reference() {
 }
 
 #[test]
+fn mixtral_experts_stacked_and_per_expert_match_the_reference() {
+    // Two of four experts a row; layer 0 reads stacked tensors, layer 1
+    // one tensor per expert.
+    if let Some(c) = agrees_with_reference("mixtral") {
+        assert_eq!((c.q_heads, c.kv_heads, c.ffn), (4, 2, 256));
+    }
+}
+
+#[test]
+fn qwen3moe_with_narrow_experts_matches_the_reference() {
+    // Three of eight experts a row, each 128 wide.
+    if let Some(c) = agrees_with_reference("qwen3moe") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
+    }
+}
+
+#[test]
 fn each_architecture_loads_what_its_file_holds() {
     let Some(dir) = fixtures() else { return };
     for (name, load) in loaders() {
@@ -438,27 +457,30 @@ fn unsupported_or_malformed_files_are_refused_by_name() {
 }
 
 fn refused_by_name(dir: &Path, load: Loader) {
-    for arch in ["gpt2", "qwen3moe"] {
+    for arch in ["gpt2", "arctic"] {
         match load(&dir.join(format!("{arch}.gguf"))) {
             Err(e @ LoadError::UnsupportedArchitecture(_)) => {
                 let LoadError::UnsupportedArchitecture(a) = &e else {
                     unreachable!()
                 };
                 assert_eq!(a, arch);
-                assert!(e.to_string().contains("qwen3, phi3"), "{e}");
+                assert!(e.to_string().contains("qwen3moe, phi3"), "{e}");
             }
             other => panic!("{arch}: {other:?}"),
         }
     }
     // Architectures that run, with a feature that is not built: named.
-    for (file, feature) in [
-        ("experts", "mixture of experts"),
-        ("yarn", "RoPE scaling \"yarn\""),
+    for (file, arch, feature) in [
+        ("experts", "qwen2", "mixture of experts"),
+        ("yarn", "llama", "RoPE scaling \"yarn\""),
     ] {
         match load(&dir.join(format!("{file}.gguf"))) {
             Err(e @ LoadError::UnsupportedFeature { .. }) => {
                 assert!(e.to_string().contains(feature), "{file}: {e}");
-                assert!(e.to_string().starts_with("llama: "), "{file}: {e}");
+                assert!(
+                    e.to_string().starts_with(&format!("{arch}: ")),
+                    "{file}: {e}"
+                );
             }
             other => panic!("{file}: {other:?}"),
         }

@@ -296,10 +296,12 @@ fn biases_an_untied_head_and_rope_factors_step_on_the_device_as_on_the_cpu() {
 
 /// Every architecture's tiny file (make_tiny_gguf.py: llama, qwen2, qwen3
 /// with QK-norm, Llama 3 scaling with attention wider than the hidden size,
-/// phi3 with fused tensors and LongRoPE), its program lowered to the
-/// device, against the CPU backend (which the synthetic_gguf tests hold to
-/// the NumPy reference): a 12-token prompt (the prefill product) and two
-/// decode steps.
+/// phi3 with fused tensors and LongRoPE, Gemma 2 and 3), its program
+/// lowered to the device, against the CPU backend (which the
+/// synthetic_gguf tests hold to the NumPy reference): a 12-token prompt
+/// (the prefill product) and two decode steps. The mixtures of experts
+/// (Mixtral-style llama, qwen3moe) have no device lowering: their products
+/// run on the host, attention on the device, with the same logits.
 #[test]
 fn every_architecture_steps_on_the_device_as_on_the_cpu() {
     let Some(python) = support::require_python("vulkan_step") else {
@@ -310,7 +312,7 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
     let prompt: Vec<u32> = (0..12).map(|i| (i * 37 + 11) % 256).collect();
     // gemma3 and gemma2: the 12 tokens cross their 5-token window.
     for arch in [
-        "llama", "qwen2", "qwen3", "llama3", "phi3", "gemma3", "gemma2",
+        "llama", "qwen2", "qwen3", "llama3", "phi3", "gemma3", "gemma2", "mixtral", "qwen3moe",
     ] {
         // f32 activations: these random blocks are no test of 8-bit
         // rounding (see the SmolLM2 test of it).
@@ -329,7 +331,8 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
             2,
             TOLERANCE_COOPMAT_RANDOM,
         );
-        assert!(on_device, "{arch}");
+        let mixture = arch == "mixtral" || arch == "qwen3moe";
+        assert_eq!(on_device, !mixture, "{arch}");
         eprintln!("{arch}, F32 KV: worst logit difference / range {worst:.2e}");
     }
 }

@@ -26,7 +26,7 @@ use pagoda_cpu::{
 use super::config::{ModelConfig, ModelError};
 use super::input::{ForwardError, StepInput};
 use super::precision::ActPrecision;
-use super::program::{Buf, Gating, Op, Program, Proj};
+use super::program::{Buf, Experts, Gating, Op, Program, Proj};
 use super::rope::StepAngles;
 use super::tensors::Matrix;
 
@@ -61,6 +61,8 @@ pub struct Activations {
     qx: [QuantizedActivations; 4],
     /// This step's rotary angles under each of the program's tables.
     angles: Vec<StepAngles>,
+    /// A mixture of experts' routing and rows.
+    moe: Routing,
     /// Workers for the products; started on first use when built by
     /// [`Default`].
     team: Option<Team>,
@@ -85,6 +87,7 @@ impl Activations {
             last: Vec::new(),
             qx: Default::default(),
             angles: Vec::new(),
+            moe: Routing::default(),
             team: None,
             threads: threads.max(1),
             isa: Isa::detect(),
@@ -247,6 +250,7 @@ impl Run<'_> {
                         result.map_err(ForwardError::Backend)?;
                     }
                     Op::Glu(gating) => self.gate(*gating).map_err(model)?,
+                    Op::Experts(experts) => self.experts(experts).map_err(model)?,
                     Op::Residual { src } => {
                         let n = t * hidden;
                         let bufs = &mut self.act.bufs;
@@ -386,6 +390,20 @@ impl Run<'_> {
         result
     }
 
+    /// `Sum = Σ weight × expert(H)` over each row's chosen experts: the
+    /// router's scores (from f32 activations, so rounding never changes
+    /// which experts a row takes), the rows grouped by expert, then each
+    /// expert's products over its rows only, added into the rows' sums.
+    fn experts(&mut self, m: &Experts) -> Result<(), ModelError> {
+        let act = &mut *self.act;
+        let x = std::mem::take(&mut act.bufs[index(Buf::H)]);
+        let mut sum = std::mem::take(&mut act.bufs[index(Buf::Sum)]);
+        let result = mixture(self.team, act, self.c, self.feed, m, &x, &mut sum);
+        act.bufs[index(Buf::H)] = x;
+        act.bufs[index(Buf::Sum)] = sum;
+        result
+    }
+
     /// `Gate = act(Gate) × Up`.
     fn gate(&mut self, gating: Gating) -> Result<(), ModelError> {
         let n = self.t * self.c.ffn as usize;
@@ -400,6 +418,149 @@ impl Run<'_> {
         );
         bufs[index(Buf::Up)] = up;
         result
+    }
+}
+
+/// A mixture of experts' working space (grown to the largest step, never
+/// shrunk): the router's scores, then each expert's rows of the step
+/// grouped by expert, their inputs gathered and their outputs.
+#[derive(Debug, Default)]
+struct Routing {
+    /// `rows × experts` router scores, then probabilities.
+    scores: Vec<f32>,
+    /// Each row's chosen experts and weights, `rows × used`.
+    chosen: Vec<(u32, f32)>,
+    /// Where each expert's rows start in `rows` (`experts + 1` entries).
+    starts: Vec<usize>,
+    /// The step's rows grouped by expert, each with its weight.
+    rows: Vec<(u32, f32)>,
+    /// One expert's input rows, gathered.
+    input: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    out: Vec<f32>,
+}
+
+impl Routing {
+    /// Routes each of `t` rows of scores (`n` experts a row) to its `k`
+    /// most probable experts: softmax, the `k` best (ties to the lower
+    /// index; a NaN score is never best), their probabilities as weights
+    /// (renormalized where `normalize`), then the rows grouped by expert.
+    fn route(&mut self, t: usize, n: usize, k: usize, normalize: bool) {
+        self.chosen.clear();
+        for row in self.scores[..t * n].chunks_exact_mut(n) {
+            softmax(row);
+            let first = self.chosen.len();
+            for _ in 0..k {
+                let taken = &self.chosen[first..];
+                let best = (0..n)
+                    .filter(|e| !taken.iter().any(|&(c, _)| c as usize == *e))
+                    .reduce(|a, b| if row[b] > row[a] { b } else { a });
+                if let Some(e) = best {
+                    self.chosen.push((e as u32, row[e]));
+                }
+            }
+            let sum: f32 = self.chosen[first..].iter().map(|&(_, w)| w).sum();
+            if normalize && sum > 0.0 {
+                self.chosen[first..].iter_mut().for_each(|(_, w)| *w /= sum);
+            }
+        }
+        // Counting sort by expert: each expert's rows in step order.
+        self.starts.clear();
+        self.starts.resize(n + 1, 0);
+        for &(e, _) in &self.chosen {
+            self.starts[e as usize + 1] += 1;
+        }
+        for e in 0..n {
+            self.starts[e + 1] += self.starts[e];
+        }
+        self.rows.clear();
+        self.rows.resize(self.chosen.len(), (0, 0.0));
+        let mut next = self.starts.clone();
+        for (i, &(e, w)) in self.chosen.iter().enumerate() {
+            let row = (i / k.max(1)) as u32;
+            self.rows[next[e as usize]] = (row, w);
+            next[e as usize] += 1;
+        }
+    }
+}
+
+/// [`Run::experts`] over `x`'s rows (`feed.rows` of `hidden`) into `sum`.
+fn mixture(
+    team: &mut Team,
+    act: &mut Activations,
+    c: &ModelConfig,
+    feed: Feed,
+    m: &Experts,
+    x: &[f32],
+    sum: &mut [f32],
+) -> Result<(), ModelError> {
+    let (t, h, width) = (feed.rows, c.hidden as usize, m.width());
+    let (isa, qx, moe) = (act.isa, &mut act.qx, &mut act.moe);
+    sum[..t * h].fill(0.0);
+    let router = Feed {
+        precision: ActPrecision::F32,
+        ..feed
+    };
+    project(team, isa, qx, router, x, h, &[&m.router], [&mut moe.scores])?;
+    moe.route(t, m.experts.len(), m.used as usize, m.normalize);
+    for (e, expert) in m.experts.iter().enumerate() {
+        let rows = &moe.rows[moe.starts[e]..moe.starts[e + 1]];
+        if rows.is_empty() {
+            continue;
+        }
+        grow(&mut moe.input, rows.len() * h);
+        for (dst, &(r, _)) in moe.input.chunks_exact_mut(h).zip(rows) {
+            let r = r as usize;
+            dst.copy_from_slice(&x[r * h..(r + 1) * h]);
+        }
+        let feed = Feed {
+            rows: rows.len(),
+            ..feed
+        };
+        let ws = [&expert.gate, &expert.up];
+        project(
+            team,
+            isa,
+            qx,
+            feed,
+            &moe.input,
+            h,
+            &ws,
+            [&mut moe.gate, &mut moe.up],
+        )?;
+        let len = rows.len() * width;
+        gate(team, isa, m.gating, &mut moe.gate[..len], &moe.up[..len])?;
+        project(
+            team,
+            isa,
+            qx,
+            feed,
+            &moe.gate,
+            width,
+            &[&expert.down],
+            [&mut moe.out],
+        )?;
+        for (y, &(r, w)) in moe.out.chunks_exact(h).zip(rows) {
+            let r = r as usize;
+            for (s, v) in sum[r * h..(r + 1) * h].iter_mut().zip(y) {
+                *s += w * v;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `row = softmax(row)`, in place.
+fn softmax(row: &mut [f32]) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in row.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    if sum > 0.0 {
+        row.iter_mut().for_each(|v| *v /= sum);
     }
 }
 
@@ -665,6 +826,50 @@ fn gate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`Routing::route`] against a plain model on random scores: each
+    /// row's `k` experts are the `k` most probable (sorted by probability,
+    /// ties to the lower index), their weights the probabilities (summing
+    /// to 1 when renormalized), and the grouped rows hold every choice once,
+    /// expert by expert, rows in step order.
+    #[test]
+    fn routing_picks_the_most_probable_experts_and_groups_rows_by_expert() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        let mut routing = Routing::default();
+        for _ in 0..200 {
+            let (t, n) = (rng.usize(1..20), rng.usize(1..12));
+            let k = rng.usize(1..=n);
+            let normalize = rng.bool();
+            // Few distinct values, so that ties are common.
+            let scores: Vec<f32> = (0..t * n).map(|_| rng.u8(0..6) as f32 * 0.5).collect();
+            routing.scores.clear();
+            routing.scores.extend_from_slice(&scores);
+            routing.route(t, n, k, normalize);
+            let mut want_rows: Vec<Vec<(u32, f32)>> = vec![Vec::new(); n];
+            for (r, row) in scores.chunks_exact(n).enumerate() {
+                let exps: Vec<f64> = row.iter().map(|&v| f64::from(v).exp()).collect();
+                let total: f64 = exps.iter().sum();
+                let mut order: Vec<usize> = (0..n).collect();
+                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+                let top = &order[..k];
+                let chosen: f64 = top.iter().map(|&e| exps[e] / total).sum();
+                for &e in top {
+                    let p = exps[e] / total;
+                    let w = if normalize { p / chosen } else { p };
+                    want_rows[e].push((r as u32, w as f32));
+                }
+            }
+            for (e, want) in want_rows.iter().enumerate() {
+                let got = &routing.rows[routing.starts[e]..routing.starts[e + 1]];
+                assert_eq!(got.len(), want.len(), "expert {e} of {n}, top {k}");
+                for (&(gr, gw), &(wr, ww)) in got.iter().zip(want) {
+                    assert_eq!(gr, wr);
+                    assert!((gw - ww).abs() < 1e-5, "{gw} vs {ww}");
+                }
+            }
+            assert_eq!(routing.starts[n], t * k);
+        }
+    }
 
     /// `general_on_team` on 1 to 3 workers (3 also where threads outnumber
     /// cores) against a plain f64 triple loop, over weights stored as a GGUF

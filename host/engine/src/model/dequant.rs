@@ -35,15 +35,10 @@ pub(super) fn vector(g: &Gguf<'_>, name: &str, len: usize) -> Result<Vec<f32>, L
     rows(&tensor(g, name, &[len as u64])?)
 }
 
-/// A matrix tensor stored as `out` rows of `inp` elements, in f32, rows
-/// back to back.
-pub(super) fn matrix(
-    g: &Gguf<'_>,
-    name: &str,
-    inp: usize,
-    out: usize,
-) -> Result<Vec<f32>, LoadError> {
-    rows(&tensor(g, name, &[inp as u64, out as u64])?)
+/// Every row of tensor `name` of GGUF dimensions `dims` (row length first:
+/// a matrix, or a stack of them), in f32, rows back to back.
+pub(super) fn stacked(g: &Gguf<'_>, name: &str, dims: &[u64]) -> Result<Vec<f32>, LoadError> {
+    rows(&tensor(g, name, dims)?)
 }
 
 /// Dequantizes every row of `t`, with the rows split over the available

@@ -347,8 +347,9 @@ impl Model {
     }
 
     /// Bytes of weights a decode step reads: the matrices as held (the
-    /// embedding only as the output head when tied: lookups read a row)
-    /// plus the f32 vectors.
+    /// embedding only as the output head when tied: lookups read a row;
+    /// of a mixture of experts, the share a row goes through) plus the f32
+    /// vectors.
     pub fn weight_bytes(&self) -> u64 {
         let embed_lookup_only = if self.is_tied() {
             0
@@ -356,7 +357,10 @@ impl Model {
             self.program.embed.byte_len()
         };
         let vectors: usize = self.program.vectors().map(<[f32]>::len).sum();
-        self.matrices().map(Matrix::byte_len).sum::<u64>() - embed_lookup_only + 4 * vectors as u64
+        self.matrices().map(Matrix::byte_len).sum::<u64>()
+            - embed_lookup_only
+            - self.program.unread_expert_bytes()
+            + 4 * vectors as u64
     }
 
     /// Runs one step on the host (products on the CPU, the KV scatter and

@@ -8,10 +8,11 @@
 //! A layer is a list of [`Op`]s over the buffers of [`Buf`]: norms, linear
 //! products (with biases, over views of fused tensors), rotary positions,
 //! paged attention (with an optional sliding window, its own scale and a
-//! soft cap), gated MLP activations and residual adds. The helpers at the
-//! bottom ([`attention_block`], [`mlp_block`]) are the decoder block every
-//! architecture here shares (pre-norm, with Gemma's optional norms after
-//! each block), so it is written once.
+//! soft cap), gated MLP activations, a mixture of experts and residual
+//! adds. The helpers at the bottom ([`attention_block`], [`mlp_block`],
+//! [`experts_block`]) are the decoder block every architecture here shares
+//! (pre-norm, with Gemma's optional norms after each block), so it is
+//! written once.
 
 use super::config::ModelConfig;
 use super::rope::Rope;
@@ -113,8 +114,47 @@ pub(crate) enum Op {
     Attention(Attend),
     /// `Gate = act(Gate) × Up`.
     Glu(Gating),
+    /// A mixture of experts from [`Buf::H`] into [`Buf::Sum`].
+    Experts(Box<Experts>),
     /// `X += src`.
     Residual { src: Buf },
+}
+
+/// One expert of an [`Experts`] op: a gated MLP of its own width.
+#[derive(Debug, Clone)]
+pub(crate) struct Expert {
+    pub gate: Matrix,
+    pub up: Matrix,
+    pub down: Matrix,
+}
+
+/// A sparse MLP (Mixtral, Qwen3-MoE): a router scores each row against
+/// every expert; the row goes through its `used` best experts, and their
+/// outputs are summed weighted by the softmax of the scores (renormalized
+/// over the chosen ones where `normalize`).
+#[derive(Debug, Clone)]
+pub(crate) struct Experts {
+    /// One row of `hidden` weights per expert.
+    pub router: Matrix,
+    pub experts: Vec<Expert>,
+    /// Experts each row goes through (`expert_used_count`).
+    pub used: u32,
+    /// Whether the chosen experts' weights are renormalized to sum to 1.
+    pub normalize: bool,
+    pub gating: Gating,
+}
+
+impl Experts {
+    /// Width of each expert's hidden layer.
+    pub(crate) fn width(&self) -> usize {
+        self.experts.first().map_or(0, |e| e.gate.rows())
+    }
+
+    /// Every matrix the op reads: the router, then each expert's.
+    fn matrices(&self) -> impl Iterator<Item = &Matrix> {
+        let experts = self.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down]);
+        std::iter::once(&self.router).chain(experts)
+    }
 }
 
 /// A whole model as data: embedding, layers, final norm, head.
@@ -143,6 +183,7 @@ impl Program {
     pub(crate) fn matrices(&self) -> impl Iterator<Item = &Matrix> {
         let layers = self.layers.iter().flatten().flat_map(|op| match op {
             Op::Linear { projs, .. } => projs.iter().map(|p| &p.w).collect::<Vec<_>>(),
+            Op::Experts(e) => e.matrices().collect(),
             _ => Vec::new(),
         });
         let head = (!self.is_tied()).then_some(&self.head);
@@ -170,6 +211,31 @@ impl Program {
                 *v = cap * (*v / cap).tanh();
             }
         }
+    }
+
+    /// The mixtures of experts among the layers' ops.
+    pub(crate) fn experts(&self) -> impl Iterator<Item = &Experts> {
+        self.layers.iter().flatten().filter_map(|op| match op {
+            Op::Experts(e) => Some(&**e),
+            _ => None,
+        })
+    }
+
+    /// Bytes of expert weights a decode step does not read: each row goes
+    /// through `used` of an op's experts, so the rest of them stay unread.
+    pub(crate) fn unread_expert_bytes(&self) -> u64 {
+        self.experts()
+            .map(|e| {
+                let all: u64 = e
+                    .experts
+                    .iter()
+                    .flat_map(|x| [&x.gate, &x.up, &x.down])
+                    .map(Matrix::byte_len)
+                    .sum();
+                let n = e.experts.len().max(1) as u64;
+                all - all * u64::from(e.used).min(n) / n
+            })
+            .sum()
     }
 
     /// Whether the output head is the embedding.
@@ -321,4 +387,16 @@ pub(crate) fn mlp_block(ops: &mut Vec<Op>, norm: Vec<f32>, m: MlpBlock) {
         }],
     });
     residual(ops, m.post_norm);
+}
+
+/// Pushes `norm`, the mixture of experts and its residual add onto `ops`.
+pub(crate) fn experts_block(ops: &mut Vec<Op>, norm: Vec<f32>, experts: Experts) {
+    ops.push(Op::Norm {
+        src: Buf::X,
+        dst: Buf::H,
+        gain: norm,
+        per_head: None,
+    });
+    ops.push(Op::Experts(Box::new(experts)));
+    residual(ops, None);
 }

@@ -19,6 +19,8 @@ mod phi3;
 mod qwen2;
 mod qwen3;
 
+use std::ops::Range;
+
 use std::sync::Arc;
 
 use pagoda_core::gguf::Gguf;
@@ -28,9 +30,10 @@ use super::dequant;
 use super::file::ModelFile;
 use super::load_error::LoadError;
 pub(super) use super::meta::architecture as name;
-use super::meta::{bad, float, meta, uint};
+use super::meta::{bad, float, meta, required_uint, uint};
 use super::program::{
-    attention_block, mlp_block, Attend, AttentionBlock, Gating, MlpBlock, Program,
+    attention_block, experts_block, mlp_block, Attend, AttentionBlock, Expert, Experts, Gating,
+    MlpBlock, Program,
 };
 use super::repack_cache::RepackCache;
 use super::rope::{Rope, RopeMode, RopeSpec};
@@ -119,19 +122,37 @@ impl Loader<'_> {
 
     /// Matrix `name` as the file holds it (dequantized for a dense source).
     fn file_matrix(&self, name: &str, inp: usize, out: usize) -> Result<Matrix, LoadError> {
+        self.file_rows(name, &[inp as u64, out as u64])
+    }
+
+    /// Tensor `name` of GGUF dimensions `dims` (row length first) as one
+    /// matrix of all its rows, as the file holds it (dequantized for a
+    /// dense source): a matrix, or a stack of them (one per expert).
+    fn file_rows(&self, name: &str, dims: &[u64]) -> Result<Matrix, LoadError> {
+        let inp = dims.first().copied().unwrap_or(0) as usize;
+        let rows = dims
+            .iter()
+            .skip(1)
+            .try_fold(1usize, |n, &d| n.checked_mul(d as usize));
+        let shape = || LoadError::Shape {
+            tensor: name.to_string(),
+            expected: dims.to_vec(),
+            found: self
+                .g
+                .tensor(name)
+                .map(|t| t.dims().to_vec())
+                .unwrap_or_default(),
+        };
+        let out = rows.ok_or_else(shape)?;
         match &self.source {
             Source::Dense => {
-                let values = dequant::matrix(self.g, name, inp, out)?;
+                let values = dequant::stacked(self.g, name, dims)?;
                 Ok(Matrix::dense(values, out, inp)?)
             }
             Source::Mapped(file) | Source::Interleaved(file, _) => {
-                let t = dequant::tensor(self.g, name, &[inp as u64, out as u64])?;
+                let t = dequant::tensor(self.g, name, dims)?;
                 let Some(range) = map_range(file, t.data()) else {
-                    return Err(LoadError::Shape {
-                        tensor: name.to_string(),
-                        expected: vec![inp as u64, out as u64],
-                        found: t.dims().to_vec(),
-                    });
+                    return Err(shape());
                 };
                 Matrix::mapped(Arc::clone(file), range, t.kind(), out, inp).map_err(|source| {
                     LoadError::Matrix {
@@ -141,6 +162,32 @@ impl Loader<'_> {
                 })
             }
         }
+    }
+
+    /// Layer `i`'s stack `name` of `count` matrices of `out` rows of `inp`
+    /// (GGUF dimensions `[inp, out, count]`, one matrix per expert), held
+    /// as the source says (interleaved as one matrix), as views of each.
+    fn layer_stack(
+        &self,
+        i: u32,
+        name: &str,
+        (inp, out): (usize, usize),
+        count: usize,
+    ) -> Result<Vec<Matrix>, LoadError> {
+        let name = format!("blk.{i}.{name}.weight");
+        let dims = [inp as u64, out as u64, count as u64];
+        let mut whole = self.file_rows(&name, &dims)?;
+        if let Source::Interleaved(file, cache) = &self.source {
+            whole = Self::interleaved(file, cache, &name, whole)?;
+        }
+        let view = |rows: Range<usize>| {
+            whole.view(rows).ok_or_else(|| LoadError::Shape {
+                tensor: name.clone(),
+                expected: dims.to_vec(),
+                found: Vec::new(),
+            })
+        };
+        (0..count).map(|e| view(e * out..(e + 1) * out)).collect()
     }
 
     /// Layer `i`'s matrix `name` (`blk.{i}.{name}.weight`).
@@ -290,20 +337,79 @@ impl Loader<'_> {
         })
     }
 
+    /// Experts in each layer's mixture (`{arch}.expert_count`; 0 for a
+    /// dense file).
+    pub fn expert_count(&self) -> Result<u32, LoadError> {
+        Ok(uint(self.g, &self.key("expert_count"))?.unwrap_or(0))
+    }
+
+    /// Layer `i`'s mixture of SwiGLU experts, each `width` wide: the router
+    /// `ffn_gate_inp`, and the experts as stacks (`ffn_gate_exps`,
+    /// `ffn_up_exps`, `ffn_down_exps`) or, in files converted before
+    /// llama.cpp stacked them, one tensor each (`ffn_gate.{e}`, ...).
+    /// `normalize`: the chosen experts' weights are renormalized.
+    pub fn experts(&self, i: u32, width: usize, normalize: bool) -> Result<Experts, LoadError> {
+        let h = self.config.hidden as usize;
+        let count_key = self.key("expert_count");
+        let count = required_uint(self.g, &count_key)?;
+        let used_key = self.key("expert_used_count");
+        let used = required_uint(self.g, &used_key)?;
+        if count == 0 {
+            return Err(bad(&count_key, count, "a mixture needs experts"));
+        }
+        if used == 0 || used > count {
+            return Err(bad(&used_key, used, "must be between 1 and expert_count"));
+        }
+        if width == 0 {
+            return Err(super::config::ModelError::ZeroSize("expert width").into());
+        }
+        let n = count as usize;
+        let router = self.layer_matrix(i, "ffn_gate_inp", h, n)?;
+        let experts = if self.has(&format!("blk.{i}.ffn_gate_exps.weight")) {
+            let gates = self.layer_stack(i, "ffn_gate_exps", (h, width), n)?;
+            let ups = self.layer_stack(i, "ffn_up_exps", (h, width), n)?;
+            let downs = self.layer_stack(i, "ffn_down_exps", (width, h), n)?;
+            gates
+                .into_iter()
+                .zip(ups)
+                .zip(downs)
+                .map(|((gate, up), down)| Expert { gate, up, down })
+                .collect()
+        } else {
+            (0..count)
+                .map(|e| {
+                    Ok(Expert {
+                        gate: self.layer_matrix(i, &format!("ffn_gate.{e}"), h, width)?,
+                        up: self.layer_matrix(i, &format!("ffn_up.{e}"), h, width)?,
+                        down: self.layer_matrix(i, &format!("ffn_down.{e}"), width, h)?,
+                    })
+                })
+                .collect::<Result<_, LoadError>>()?
+        };
+        Ok(Experts {
+            router,
+            experts,
+            used,
+            normalize,
+            gating: Gating::Silu,
+        })
+    }
+
     /// A decoder of pre-norm layers (`attn_norm`, the attention block,
-    /// `ffn_norm`, the MLP block, each added to the residual stream) whose
-    /// blocks `layer` reads, with the file's embedding, final norm and head.
-    pub fn pre_norm_decoder(
+    /// `ffn_norm`, the MLP block or mixture of experts, each added to the
+    /// residual stream) whose blocks `layer` reads, with the file's
+    /// embedding, final norm and head.
+    pub fn pre_norm_decoder<F: Into<Ffn>>(
         &self,
         rope: &RopeSpec,
-        layer: impl Fn(u32) -> Result<(AttentionBlock, MlpBlock), LoadError>,
+        layer: impl Fn(u32) -> Result<(AttentionBlock, F), LoadError>,
     ) -> Result<Program, LoadError> {
         let c = &self.config;
         let h = c.hidden as usize;
         let (embed, head) = self.embedding_and_head()?;
         let mut layers = Vec::with_capacity(c.layers as usize);
         for i in 0..c.layers {
-            let (attention, mlp) = layer(i)?;
+            let (attention, ffn) = layer(i)?;
             let mut ops = Vec::new();
             attention_block(
                 &mut ops,
@@ -311,7 +417,11 @@ impl Loader<'_> {
                 self.layer_vector(i, "attn_norm.weight", h)?,
                 attention,
             );
-            mlp_block(&mut ops, self.layer_vector(i, "ffn_norm.weight", h)?, mlp);
+            let norm = self.layer_vector(i, "ffn_norm.weight", h)?;
+            match ffn.into() {
+                Ffn::Dense(mlp) => mlp_block(&mut ops, norm, mlp),
+                Ffn::Experts(experts) => experts_block(&mut ops, norm, experts),
+            }
             layers.push(ops);
         }
         Ok(Program {
@@ -333,13 +443,25 @@ impl Loader<'_> {
         }
     }
 
-    /// Refuses mixture-of-experts files (`{arch}.expert_count` above 0),
-    /// which reuse dense architectures' names (Mixtral is `llama`).
+    /// Refuses mixture-of-experts files (`{arch}.expert_count` above 0) of
+    /// an architecture whose mixture is not built.
     pub fn refuse_experts(&self) -> Result<(), LoadError> {
         match uint(self.g, &self.key("expert_count"))? {
             Some(n) if n > 0 => Err(self.unsupported(format!("mixture of experts ({n} experts)"))),
             _ => Ok(()),
         }
+    }
+}
+
+/// A layer's feed-forward half: one MLP, or a mixture of experts.
+pub(super) enum Ffn {
+    Dense(MlpBlock),
+    Experts(Experts),
+}
+
+impl From<MlpBlock> for Ffn {
+    fn from(mlp: MlpBlock) -> Self {
+        Ffn::Dense(mlp)
     }
 }
 
@@ -367,11 +489,15 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         config,
         arch,
     };
-    loader.refuse_experts()?;
+    // Mixtral is `llama` with experts; `qwen3moe` always has them.
+    if !matches!(arch, "llama" | "qwen3moe") {
+        loader.refuse_experts()?;
+    }
     let program = match arch {
         "llama" => llama::build(&loader)?,
         "qwen2" => qwen2::build(&loader)?,
-        "qwen3" => qwen3::build(&loader)?,
+        "qwen3" => qwen3::build(&loader, false)?,
+        "qwen3moe" => qwen3::build(&loader, true)?,
         "phi3" => phi3::build(&loader)?,
         "gemma2" => gemma::build(&loader, gemma::Gemma::Two)?,
         "gemma3" => gemma::build(&loader, gemma::Gemma::Three)?,

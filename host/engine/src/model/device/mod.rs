@@ -8,7 +8,8 @@
 //!
 //! A model whose weights do not fit one storage binding of the device
 //! (`maxStorageBufferRange`, 128 MiB on lavapipe) runs as before: the
-//! products on the CPU, attention on the device.
+//! products on the CPU, attention on the device. So does a mixture of
+//! experts, whose routing has no device lowering yet.
 
 mod image;
 mod program;
@@ -58,6 +59,10 @@ fn make_resident(
     }
     // The old model's weights go first, so both are never held at once.
     *device = DeviceModel::default();
+    if model.program().experts().next().is_some() {
+        device.model = Some(model.id());
+        return Ok(());
+    }
     let (image, bytes) = Image::new(model.program());
     // As many storage bindings as the weights need, split between tensors,
     // each filled from the model's own bytes a staging piece at a time.
