@@ -23,7 +23,9 @@
 #    extensions, and the pairs' median decode figures and median of
 #    per-pair ratios.
 #
-# Usage: bash scripts/compare-llama-cpp.sh [SHAPE:TYPE ...]
+# Usage: bash scripts/compare-llama-cpp.sh [SHAPE[@LAYERS]:TYPE ...]
+#   (@LAYERS: the shape's first LAYERS layers, `pagoda synth --layers`, e.g.
+#   qwen3-30b-a3b@12:q4_k_m, a quarter of the mixture of experts)
 #   default files: llama3.2-1b:q4_k_m llama3.2-1b:q4_0 llama3.2-1b:q8_0
 #                  llama3-8b:q4_k_m llama3-8b:q4_0
 #   THREADS (2), ROUNDS (3), PAIRS (5), DEPTH (4096: the speed suite's deepest decode,
@@ -96,7 +98,9 @@ fi
 for f in "${files[@]}"; do
   shape=${f%%:*} type=${f##*:}
   file=$models/$shape-$type.gguf
-  [[ -s $file ]] || "$pagoda" synth --shape "$shape" --type "$type" --out "$file"
+  layers=()
+  [[ $shape == *@* ]] && layers=(--layers "${shape#*@}")
+  [[ -s $file ]] || "$pagoda" synth --shape "${shape%@*}" ${layers[@]+"${layers[@]}"} --type "$type" --out "$file"
 done
 
 for round in $(seq "$rounds"); do

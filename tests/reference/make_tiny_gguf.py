@@ -55,6 +55,11 @@ blk.N.ffn_gate_inp [out experts, in hidden]:
   qwen3moe.gguf qwen3moe, 8 experts of which 3 are used, each
                 expert_feed_forward_length 128 wide (feed_forward_length
                 stays 256), QK-norm, untied output.weight
+and the mixtures each loader must refuse, qwen3moe.gguf's shape with
+metadata that lies: moe_used.gguf (expert_used_count 9 of 8 experts),
+moe_width.gguf (expert_feed_forward_length 64 for experts 128 wide),
+moe_count.gguf (no expert_count) and moe_fewer.gguf (expert_count 4 for
+stacks of 8).
 
 The Q/K rows are random, so they need no converter permutation: a `llama`
 file's rows are simply taken as already permuted for the interleaved-pair
@@ -125,9 +130,11 @@ def gain(n):
 def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
           key_length=False, types, skip=(), meta_heads=None, eps=None,
           base=None, qk_norm=False, qk_scale=1.0, fused=False, meta=None, extra=(),
-          post_norms=False, experts=None):
+          post_norms=False, experts=None, claimed=None):
     """experts: (count, used, width, stacked layers): a mixture in place of
     each MLP (stacked tensors on those layers, one per expert elsewhere);
+    claimed: the (count, used, width) the metadata says, where it lies
+    (a count of None: no expert_count key);
     qk_norm: per-layer attn_q_norm / attn_k_norm gains [HEAD_DIM];
     qk_scale: attn_q and attn_k values scaled by it (legacy and float types);
     fused: phi3's attn_qkv and gate+up ffn_up instead of separate matrices;
@@ -152,8 +159,9 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
     if rope_dim is not None:
         w.add_rope_dimension_count(rope_dim)
     if experts is not None:
-        count, used, width, stacked = experts
-        w.add_expert_count(count)
+        count, used, width = claimed or experts[:3]
+        if count is not None:
+            w.add_expert_count(count)
         w.add_expert_used_count(used)
         if width != FFN:
             w.add_expert_feed_forward_length(width)
@@ -415,6 +423,11 @@ def main() -> None:
           experts=(4, 2, FFN, {0}))
     write(out / "qwen3moe.gguf", "qwen3moe", 4, 2, biases=False, tied=False, key_length=True,
           qk_norm=True, qk_scale=4.0, types=QWEN3MOE_TYPES, experts=(8, 3, 128, {0, 1}))
+    moe = dict(biases=False, tied=False, key_length=True, qk_norm=True, types=QWEN3MOE_TYPES,
+               experts=(8, 3, 128, {0, 1}))
+    for name, claimed in [("moe_used", (8, 9, 128)), ("moe_width", (8, 3, 64)),
+                          ("moe_count", (None, 3, 128)), ("moe_fewer", (4, 3, 128))]:
+        write(out / f"{name}.gguf", "qwen3moe", 4, 2, claimed=claimed, **moe)
 
 
 if __name__ == "__main__":

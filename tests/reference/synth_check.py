@@ -30,20 +30,11 @@ for t in reader.tensors:
         entry["mean_abs"] = float(np.abs(w).mean())
     tensors[t.name] = entry
 
-keys = [
-    "general.architecture",
-    "llama.embedding_length",
-    "llama.block_count",
-    "llama.feed_forward_length",
-    "llama.attention.head_count",
-    "llama.attention.head_count_kv",
-    "llama.vocab_size",
-    "tokenizer.ggml.model",
-    "tokenizer.ggml.bos_token_id",
-    "tokenizer.ggml.eos_token_id",
-]
+# Every metadata value but the tokenizer's lists.
+scalars = {k: field(k) for k, f in reader.fields.items()
+           if not k.startswith("GGUF.") and len(f.data) == 1}
 summary = {
-    "metadata": {k: field(k) for k in keys},
+    "metadata": scalars,
     "tokens": len(field("tokenizer.ggml.tokens")),
     "byte_tokens": field("tokenizer.ggml.tokens")[:256],
     "tensors": tensors,

@@ -194,7 +194,9 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
         })
         .collect();
     let deep_decode_predicted_tokens_per_s = predict_deep_decode(&decode, &windows);
-    let params = model.parameters() as f64;
+    // A mixture of experts' prefill multiplies by the experts each row
+    // takes only.
+    let params = model.active_parameters() as f64;
     let integer_prefill = model.is_quantized() && args.weights.activations == ActivationsArg::Int8;
     let prefill_gflops = 2.0 * params * runs.prefill_512 / 1e9;
     let batch_1 = decode.first().map_or(0.0, |d| d.tokens_per_s);

@@ -20,8 +20,13 @@ fn pagoda(args: &[&str]) -> Output {
 }
 
 fn synth(dir: &Path, shape: &str, kind: &str) -> PathBuf {
-    let path = dir.join(format!("{shape}-{kind}.gguf"));
-    let out = pagoda(&[
+    synth_with(dir, shape, kind, &[])
+}
+
+/// [`synth`] with more options (`--layers N`).
+fn synth_with(dir: &Path, shape: &str, kind: &str, more: &[&str]) -> PathBuf {
+    let path = dir.join(format!("{shape}-{kind}{}.gguf", more.join("")));
+    let mut args = vec![
         "synth",
         "--shape",
         shape,
@@ -29,7 +34,9 @@ fn synth(dir: &Path, shape: &str, kind: &str) -> PathBuf {
         kind,
         "--out",
         path.to_str().unwrap(),
-    ]);
+    ];
+    args.extend_from_slice(more);
+    let out = pagoda(&args);
     assert!(
         out.status.success(),
         "pagoda synth failed: {}",
@@ -56,7 +63,9 @@ fn summary(python: &Path, file: &Path, values: bool) -> Value {
 }
 
 /// The shapes' hyper-parameters, written out independently of the tool.
+#[derive(Clone, Copy)]
 struct Expect {
+    arch: &'static str,
     hidden: u64,
     layers: u64,
     heads: u64,
@@ -64,9 +73,12 @@ struct Expect {
     ffn: u64,
     vocab: u64,
     tied: bool,
+    /// A mixture of experts: count, used, width.
+    experts: Option<(u64, u64, u64)>,
 }
 
 const TINY: Expect = Expect {
+    arch: "llama",
     hidden: 256,
     layers: 2,
     heads: 4,
@@ -74,9 +86,19 @@ const TINY: Expect = Expect {
     ffn: 768,
     vocab: 512,
     tied: false,
+    experts: None,
+};
+
+/// `tiny` with Qwen3-MoE's layer: QK-norm, eight experts of 128, two used.
+const TINY_MOE: Expect = Expect {
+    arch: "qwen3moe",
+    experts: Some((8, 2, 128)),
+    ..TINY
 };
 
 const SMOLLM2: Expect = Expect {
+    arch: "llama",
+    experts: None,
     hidden: 576,
     layers: 30,
     heads: 9,
@@ -87,7 +109,7 @@ const SMOLLM2: Expect = Expect {
 };
 
 /// Every tensor the shape has: name, GGUF dims (row length first), and
-/// whether it is a norm (f32, not the chosen type).
+/// whether it is f32 whatever the chosen type (norms, a router).
 fn expected_tensors(e: &Expect) -> Vec<(String, Vec<u64>, bool)> {
     let kv = e.hidden / e.heads * e.kv_heads;
     let mut t = vec![(
@@ -103,9 +125,23 @@ fn expected_tensors(e: &Expect) -> Vec<(String, Vec<u64>, bool)> {
         t.push((n("attn_v"), vec![e.hidden, kv], false));
         t.push((n("attn_output"), vec![e.hidden, e.hidden], false));
         t.push((n("ffn_norm"), vec![e.hidden], true));
-        t.push((n("ffn_gate"), vec![e.hidden, e.ffn], false));
-        t.push((n("ffn_up"), vec![e.hidden, e.ffn], false));
-        t.push((n("ffn_down"), vec![e.ffn, e.hidden], false));
+        match e.experts {
+            None => {
+                t.push((n("ffn_gate"), vec![e.hidden, e.ffn], false));
+                t.push((n("ffn_up"), vec![e.hidden, e.ffn], false));
+                t.push((n("ffn_down"), vec![e.ffn, e.hidden], false));
+            }
+            Some((count, _, width)) => {
+                let head = e.hidden / e.heads;
+                t.push((n("attn_q_norm"), vec![head], true));
+                t.push((n("attn_k_norm"), vec![head], true));
+                // The router stays f32, as llama.cpp's quantizer leaves it.
+                t.push((n("ffn_gate_inp"), vec![e.hidden, count], true));
+                t.push((n("ffn_gate_exps"), vec![e.hidden, width, count], false));
+                t.push((n("ffn_up_exps"), vec![e.hidden, width, count], false));
+                t.push((n("ffn_down_exps"), vec![width, e.hidden, count], false));
+            }
+        }
     }
     t.push(("output_norm.weight".to_string(), vec![e.hidden], true));
     if !e.tied {
@@ -157,13 +193,22 @@ fn expected_mix(base: &str, name: &str, layers: u64, row_len: u64, tied: bool) -
 
 fn check(summary: &Value, e: &Expect, kind: &str, values: bool) {
     let meta = &summary["metadata"];
-    assert_eq!(meta["general.architecture"], "llama");
-    assert_eq!(meta["llama.embedding_length"], e.hidden);
-    assert_eq!(meta["llama.block_count"], e.layers);
-    assert_eq!(meta["llama.feed_forward_length"], e.ffn);
-    assert_eq!(meta["llama.attention.head_count"], e.heads);
-    assert_eq!(meta["llama.attention.head_count_kv"], e.kv_heads);
-    assert_eq!(meta["llama.vocab_size"], e.vocab);
+    let key = |k: &str| &meta[format!("{}.{k}", e.arch)];
+    assert_eq!(meta["general.architecture"], e.arch);
+    assert_eq!(*key("embedding_length"), e.hidden);
+    assert_eq!(*key("block_count"), e.layers);
+    assert_eq!(*key("feed_forward_length"), e.ffn);
+    assert_eq!(*key("attention.head_count"), e.heads);
+    assert_eq!(*key("attention.head_count_kv"), e.kv_heads);
+    assert_eq!(*key("vocab_size"), e.vocab);
+    match e.experts {
+        Some((count, used, width)) => {
+            assert_eq!(*key("expert_count"), count);
+            assert_eq!(*key("expert_used_count"), used);
+            assert_eq!(*key("expert_feed_forward_length"), width);
+        }
+        None => assert!(key("expert_count").is_null()),
+    }
     assert_eq!(meta["tokenizer.ggml.model"], "gpt2");
     assert_eq!(meta["tokenizer.ggml.bos_token_id"], e.vocab - 2);
     assert_eq!(meta["tokenizer.ggml.eos_token_id"], e.vocab - 1);
@@ -200,7 +245,11 @@ fn check(summary: &Value, e: &Expect, kind: &str, values: bool) {
         if values {
             assert_eq!(t["finite"], true, "{name} has non-finite values");
             let mean = t["mean_abs"].as_f64().unwrap();
-            let (low, high) = if norm { (0.9, 1.1) } else { (1e-3, 0.5) };
+            let (low, high) = if name.ends_with("norm.weight") {
+                (0.9, 1.1)
+            } else {
+                (1e-3, 0.5)
+            };
             assert!(
                 (low..high).contains(&mean),
                 "{name}: mean |w| {mean} outside {low}..{high}"
@@ -235,11 +284,41 @@ fn synthetic_files_read_back_with_the_gguf_package() {
     }
 }
 
+/// The mixture of experts' shape, whole and cut to its first layer, in a
+/// uniform type and in llama.cpp's mix (its expert stacks typed as the
+/// dense tensors they replace).
+#[test]
+fn a_mixture_of_experts_shape_reads_back_with_the_gguf_package() {
+    let Some(python) = env::require_python("a_mixture_of_experts_shape_reads_back") else {
+        return;
+    };
+    let dir = env::scratch_dir("synth-gguf-moe");
+    for kind in ["q4_0", "q4_k_m"] {
+        let file = synth(&dir, "tiny-moe", kind);
+        check(&summary(&python, &file, true), &TINY_MOE, kind, true);
+        let file = synth_with(&dir, "tiny-moe", kind, &["--layers", "1"]);
+        let one = Expect {
+            layers: 1,
+            ..TINY_MOE
+        };
+        check(&summary(&python, &file, true), &one, kind, true);
+    }
+    let out = pagoda(&["synth", "--layers", "0", "--out", "/tmp/never.gguf"]);
+    assert_eq!(out.status.code(), Some(2), "--layers 0 is refused");
+}
+
 #[test]
 fn synthetic_models_generate_dense_and_quantized() {
     let dir = env::scratch_dir("synth-run");
-    for (kind, quantized) in [("q4_k", false), ("q4_0", true), ("q6_k", true)] {
-        let file = synth(&dir, "tiny", kind);
+    let runs = [
+        ("tiny", "q4_k", false),
+        ("tiny", "q4_0", true),
+        ("tiny", "q6_k", true),
+        ("tiny-moe", "q4_0", true),
+        ("tiny-moe", "q4_k_m", false),
+    ];
+    for (shape, kind, quantized) in runs {
+        let file = synth(&dir, shape, kind);
         let mut args = vec![
             "run",
             "--json",

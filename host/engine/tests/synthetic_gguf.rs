@@ -410,6 +410,25 @@ fn mixtral_experts_stacked_and_per_expert_match_the_reference() {
     }
 }
 
+/// Of the tiny Mixtral's four experts of 3 × 256 × 256 weights a layer, a
+/// token goes through two: the other half is neither active nor read.
+#[test]
+fn a_mixture_counts_only_the_experts_a_token_takes() {
+    let Some(dir) = fixtures() else { return };
+    for (name, load) in loaders() {
+        let m = load(&dir.join("mixtral.gguf")).unwrap();
+        let unused = 2 * 2 * 3 * 256 * 256;
+        assert_eq!(m.parameters() - m.active_parameters(), unused, "{name}");
+        // Embedding (the tied head), then q, k, v, output, the router and
+        // 4 × 3 expert matrices a layer.
+        assert_eq!(m.matrices().count(), 1 + 2 * (4 + 1 + 12), "{name}");
+        let all: u64 = m.matrices().map(|w| w.byte_len()).sum();
+        assert!(m.weight_bytes() < all, "{name}");
+    }
+    let dense = load(&dir.join("qwen3.gguf")).unwrap();
+    assert_eq!(dense.parameters(), dense.active_parameters());
+}
+
 #[test]
 fn qwen3moe_with_narrow_experts_matches_the_reference() {
     // Three of eight experts a row, each 128 wide.
@@ -514,6 +533,43 @@ fn refused_by_name(dir: &Path, load: Loader) {
             assert_eq!((expected, found), (vec![256, 64], vec![256, 128]));
         }
         other => panic!("shape: {other:?}"),
+    }
+    // Mixtures whose metadata does not match their tensors.
+    match load(&dir.join("moe_used.gguf")) {
+        Err(LoadError::HyperParameter { key, value, .. }) => {
+            assert_eq!(
+                (key.as_str(), value.as_str()),
+                ("qwen3moe.expert_used_count", "9")
+            );
+        }
+        other => panic!("moe_used: {other:?}"),
+    }
+    match load(&dir.join("moe_count.gguf")) {
+        Err(LoadError::Metadata { key, .. }) => assert_eq!(key, "qwen3moe.expert_count"),
+        other => panic!("moe_count: {other:?}"),
+    }
+    for (file, tensor, expected, found) in [
+        (
+            "moe_width",
+            "blk.0.ffn_gate_exps.weight",
+            vec![256, 64, 8],
+            vec![256, 128, 8],
+        ),
+        (
+            "moe_fewer",
+            "blk.0.ffn_gate_inp.weight",
+            vec![256, 4],
+            vec![256, 8],
+        ),
+    ] {
+        match load(&dir.join(format!("{file}.gguf"))) {
+            Err(LoadError::Shape {
+                tensor: t,
+                expected: e,
+                found: f,
+            }) => assert_eq!((t.as_str(), e, f), (tensor, expected, found), "{file}"),
+            other => panic!("{file}: {other:?}"),
+        }
     }
     match load(&dir.join("zero_heads.gguf")) {
         Err(LoadError::Model(ModelError::ZeroSize(what))) => assert_eq!(what, "q_heads"),

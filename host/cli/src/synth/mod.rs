@@ -4,9 +4,12 @@
 //! in seconds). The weights are random, so the text is meaningless; the
 //! bytes each step reads are the real model's.
 //!
-//! Each file is a `llama` model with a byte-level `gpt2` tokenizer (one
-//! token per byte, then filler tokens up to the vocabulary size), so
-//! `pagoda run`, `bench --model` and `serve --model` take it like any other.
+//! Each file is a `llama` model (a `qwen3moe` one for the mixture of
+//! experts' shape) with a byte-level `gpt2` tokenizer (one token per byte,
+//! then filler tokens up to the vocabulary size), so `pagoda run`,
+//! `bench --model` and `serve --model` take it like any other. `--layers`
+//! keeps the first layers of a shape only: a file that fits a small
+//! machine, each step's work per layer the real model's.
 
 mod blocks;
 mod writer;
@@ -41,6 +44,10 @@ pub(crate) struct SynthArgs {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Keep only the first N of the shape's layers (at least 1, at most
+    /// the shape's).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub layers: Option<u32>,
 }
 
 /// Model shapes `pagoda synth` writes.
@@ -48,6 +55,10 @@ pub(crate) struct SynthArgs {
 pub(crate) enum Shape {
     /// Two small layers, for tests (hidden 256, vocabulary 512).
     Tiny,
+    /// `tiny` with a mixture of eight experts of 128 (two a token) in
+    /// place of each MLP, as a `qwen3moe` file, for tests.
+    #[value(name = "tiny-moe")]
+    TinyMoe,
     /// SmolLM2-135M: 30 layers, hidden 576, 9 heads over 3 KV heads, tied.
     #[value(name = "smollm2-135m")]
     Smollm2_135m,
@@ -57,6 +68,10 @@ pub(crate) enum Shape {
     /// Llama 3 8B: 32 layers, hidden 4096, 32 heads over 8, FFN 14336.
     #[value(name = "llama3-8b")]
     Llama3_8b,
+    /// Qwen3-30B-A3B (`qwen3moe`): 48 layers, hidden 2048, 32 heads of 128
+    /// over 4, QK-norm, 128 experts of 768 of which 8 are used.
+    #[value(name = "qwen3-30b-a3b")]
+    Qwen3_30bA3b,
 }
 
 /// Weight block types `pagoda synth` writes.
@@ -196,6 +211,19 @@ pub(crate) struct Dims {
     pub context: u32,
     pub rope_base: f32,
     pub tied: bool,
+    /// Width of one head.
+    pub head_dim: u64,
+    /// A mixture of experts in place of each MLP.
+    pub experts: Option<ExpertDims>,
+}
+
+/// A mixture of experts' shape.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ExpertDims {
+    pub count: u32,
+    pub used: u32,
+    /// Width of one expert's MLP.
+    pub width: u64,
 }
 
 impl Shape {
@@ -203,9 +231,11 @@ impl Shape {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Tiny => "tiny",
+            Self::TinyMoe => "tiny-moe",
             Self::Smollm2_135m => "smollm2-135m",
             Self::Llama3_2_1b => "llama3.2-1b",
             Self::Llama3_8b => "llama3-8b",
+            Self::Qwen3_30bA3b => "qwen3-30b-a3b",
         }
     }
 
@@ -220,12 +250,31 @@ impl Shape {
             context,
             rope_base,
             tied,
+            head_dim: hidden / u64::from(heads),
+            experts: None,
         };
         match self {
             Self::Tiny => d(256, 2, 4, 2, 768, 512, 1024, 10_000.0, false),
+            Self::TinyMoe => Dims {
+                experts: Some(ExpertDims {
+                    count: 8,
+                    used: 2,
+                    width: 128,
+                }),
+                ..d(256, 2, 4, 2, 768, 512, 1024, 10_000.0, false)
+            },
             Self::Smollm2_135m => d(576, 30, 9, 3, 1536, 49_152, 8192, 100_000.0, true),
             Self::Llama3_2_1b => d(2048, 16, 32, 8, 8192, 128_256, 131_072, 500_000.0, true),
             Self::Llama3_8b => d(4096, 32, 32, 8, 14_336, 128_256, 8192, 500_000.0, false),
+            Self::Qwen3_30bA3b => Dims {
+                head_dim: 128,
+                experts: Some(ExpertDims {
+                    count: 128,
+                    used: 8,
+                    width: 768,
+                }),
+                ..d(2048, 48, 32, 4, 6144, 151_936, 40_960, 1_000_000.0, false)
+            },
         }
     }
 }
@@ -253,28 +302,45 @@ fn byte_token(byte: u8) -> char {
     char::from_u32(256 + moved).unwrap_or('?')
 }
 
-/// Describes the file: metadata, tokenizer and every tensor.
-pub(crate) fn describe(shape: Shape, weight: WeightType) -> GgufWriter {
-    let d = shape.dims();
-    let head_dim = d.hidden / u64::from(d.heads);
-    let kv_width = head_dim * u64::from(d.kv_heads);
+/// Describes the file: metadata, tokenizer and every tensor, of the
+/// shape's first `layers` layers.
+pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWriter {
+    let d = Dims {
+        layers: layers.min(shape.dims().layers),
+        ..shape.dims()
+    };
+    let arch = if d.experts.is_some() {
+        "qwen3moe"
+    } else {
+        "llama"
+    };
+    let q_width = d.head_dim * u64::from(d.heads);
+    let kv_width = d.head_dim * u64::from(d.kv_heads);
     let mut w = GgufWriter::default();
-    w.str("general.architecture", "llama");
+    let key = |k: &str| format!("{arch}.{k}");
+    w.str("general.architecture", arch);
     w.str(
         "general.name",
         &format!("pagoda synthetic {} {}", shape.name(), weight.name()),
     );
     w.u32("general.file_type", weight.file_type());
-    w.u32("llama.context_length", d.context);
-    w.u32("llama.embedding_length", d.hidden as u32);
-    w.u32("llama.block_count", d.layers);
-    w.u32("llama.feed_forward_length", d.ffn as u32);
-    w.u32("llama.attention.head_count", d.heads);
-    w.u32("llama.attention.head_count_kv", d.kv_heads);
-    w.u32("llama.rope.dimension_count", head_dim as u32);
-    w.f32("llama.rope.freq_base", d.rope_base);
-    w.f32("llama.attention.layer_norm_rms_epsilon", 1e-5);
-    w.u32("llama.vocab_size", d.vocab as u32);
+    w.u32(&key("context_length"), d.context);
+    w.u32(&key("embedding_length"), d.hidden as u32);
+    w.u32(&key("block_count"), d.layers);
+    w.u32(&key("feed_forward_length"), d.ffn as u32);
+    w.u32(&key("attention.head_count"), d.heads);
+    w.u32(&key("attention.head_count_kv"), d.kv_heads);
+    w.u32(&key("rope.dimension_count"), d.head_dim as u32);
+    w.f32(&key("rope.freq_base"), d.rope_base);
+    w.f32(&key("attention.layer_norm_rms_epsilon"), 1e-5);
+    w.u32(&key("vocab_size"), d.vocab as u32);
+    if let Some(e) = d.experts {
+        w.u32(&key("attention.key_length"), d.head_dim as u32);
+        w.u32(&key("attention.value_length"), d.head_dim as u32);
+        w.u32(&key("expert_count"), e.count);
+        w.u32(&key("expert_used_count"), e.used);
+        w.u32(&key("expert_feed_forward_length"), e.width as u32);
+    }
 
     let vocab = d.vocab as usize;
     let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_token(b).to_string()).collect();
@@ -292,64 +358,52 @@ pub(crate) fn describe(shape: Shape, weight: WeightType) -> GgufWriter {
     w.u32("tokenizer.ggml.eos_token_id", d.vocab as u32 - 1);
     w.bool("tokenizer.ggml.add_bos_token", true);
 
-    let mut tensor = |name: String, cols: u64, rows: u64, kind: QuantKind| {
-        let dims = if rows == 1 {
-            vec![cols]
-        } else {
-            vec![cols, rows]
-        };
+    let mut tensor = |name: String, dims: &[u64], kind: QuantKind| {
+        let dims = dims.to_vec();
         w.tensor(TensorSpec { name, dims, kind });
     };
-    let layers = d.layers;
-    let kind = |role, layer, cols| weight.matrix(role, layer, layers, cols, d.tied);
+    let n = d.layers;
+    let kind = |role, layer, cols| weight.matrix(role, layer, n, cols, d.tied);
+    let h = d.hidden;
     tensor(
         "token_embd.weight".into(),
-        d.hidden,
-        d.vocab,
-        kind(Role::TokenEmbd, 0, d.hidden),
+        &[h, d.vocab],
+        kind(Role::TokenEmbd, 0, h),
     );
-    for l in 0..d.layers {
+    for l in 0..n {
         let b = |n: &str| format!("blk.{l}.{n}.weight");
-        tensor(b("attn_norm"), d.hidden, 1, QuantKind::F32);
-        tensor(
-            b("attn_q"),
-            d.hidden,
-            d.hidden,
-            kind(Role::AttnQ, l, d.hidden),
-        );
-        tensor(
-            b("attn_k"),
-            d.hidden,
-            kv_width,
-            kind(Role::AttnK, l, d.hidden),
-        );
-        tensor(
-            b("attn_v"),
-            d.hidden,
-            kv_width,
-            kind(Role::AttnV, l, d.hidden),
-        );
-        let attn_output = kind(Role::AttnOutput, l, d.hidden);
-        tensor(b("attn_output"), d.hidden, d.hidden, attn_output);
-        tensor(b("ffn_norm"), d.hidden, 1, QuantKind::F32);
-        tensor(
-            b("ffn_gate"),
-            d.hidden,
-            d.ffn,
-            kind(Role::FfnGate, l, d.hidden),
-        );
-        tensor(b("ffn_up"), d.hidden, d.ffn, kind(Role::FfnUp, l, d.hidden));
-        tensor(
-            b("ffn_down"),
-            d.ffn,
-            d.hidden,
-            kind(Role::FfnDown, l, d.ffn),
-        );
+        tensor(b("attn_norm"), &[h], QuantKind::F32);
+        tensor(b("attn_q"), &[h, q_width], kind(Role::AttnQ, l, h));
+        tensor(b("attn_k"), &[h, kv_width], kind(Role::AttnK, l, h));
+        tensor(b("attn_v"), &[h, kv_width], kind(Role::AttnV, l, h));
+        let attn_output = kind(Role::AttnOutput, l, q_width);
+        tensor(b("attn_output"), &[q_width, h], attn_output);
+        tensor(b("ffn_norm"), &[h], QuantKind::F32);
+        match d.experts {
+            None => {
+                tensor(b("ffn_gate"), &[h, d.ffn], kind(Role::FfnGate, l, h));
+                tensor(b("ffn_up"), &[h, d.ffn], kind(Role::FfnUp, l, h));
+                tensor(b("ffn_down"), &[d.ffn, h], kind(Role::FfnDown, l, d.ffn));
+            }
+            Some(e) => {
+                // QK-norm, and the router, which llama.cpp's quantizer
+                // leaves in f32.
+                tensor(b("attn_q_norm"), &[d.head_dim], QuantKind::F32);
+                tensor(b("attn_k_norm"), &[d.head_dim], QuantKind::F32);
+                let count = u64::from(e.count);
+                tensor(b("ffn_gate_inp"), &[h, count], QuantKind::F32);
+                let (gate, up) = (kind(Role::FfnGate, l, h), kind(Role::FfnUp, l, h));
+                tensor(b("ffn_gate_exps"), &[h, e.width, count], gate);
+                tensor(b("ffn_up_exps"), &[h, e.width, count], up);
+                let down = kind(Role::FfnDown, l, e.width);
+                tensor(b("ffn_down_exps"), &[e.width, h, count], down);
+            }
+        }
     }
-    tensor("output_norm.weight".into(), d.hidden, 1, QuantKind::F32);
+    tensor("output_norm.weight".into(), &[h], QuantKind::F32);
     if !d.tied {
-        let output = kind(Role::Output, 0, d.hidden);
-        tensor("output.weight".into(), d.hidden, d.vocab, output);
+        let output = kind(Role::Output, 0, h);
+        tensor("output.weight".into(), &[h, d.vocab], output);
     }
     w
 }
@@ -369,7 +423,8 @@ pub(crate) fn synth(args: SynthArgs) -> Result<(), SynthError> {
         path: args.out.clone(),
         source,
     };
-    let writer = describe(args.shape, args.weight_type);
+    let layers = args.layers.unwrap_or(u32::MAX);
+    let writer = describe(args.shape, args.weight_type, layers);
     let params: u64 = writer
         .tensors()
         .iter()

@@ -346,6 +346,13 @@ impl Model {
         self.matrices().map(Matrix::elems).sum::<u64>() + vectors as u64
     }
 
+    /// Parameters one token goes through: [`parameters`](Self::parameters)
+    /// less the experts of each mixture a row does not take (a prefill's
+    /// arithmetic is two operations per active parameter).
+    pub fn active_parameters(&self) -> u64 {
+        self.parameters() - self.program.unused_expert_elems()
+    }
+
     /// Bytes of weights a decode step reads: the matrices as held (the
     /// embedding only as the output head when tied: lookups read a row;
     /// of a mixture of experts, the share a row goes through) plus the f32

@@ -144,6 +144,12 @@ pub(crate) struct Experts {
     pub gating: Gating,
 }
 
+impl Expert {
+    fn matrices(&self) -> [&Matrix; 3] {
+        [&self.gate, &self.up, &self.down]
+    }
+}
+
 impl Experts {
     /// Width of each expert's hidden layer.
     pub(crate) fn width(&self) -> usize {
@@ -152,7 +158,7 @@ impl Experts {
 
     /// Every matrix the op reads: the router, then each expert's.
     fn matrices(&self) -> impl Iterator<Item = &Matrix> {
-        let experts = self.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down]);
+        let experts = self.experts.iter().flat_map(Expert::matrices);
         std::iter::once(&self.router).chain(experts)
     }
 }
@@ -224,14 +230,21 @@ impl Program {
     /// Bytes of expert weights a decode step does not read: each row goes
     /// through `used` of an op's experts, so the rest of them stay unread.
     pub(crate) fn unread_expert_bytes(&self) -> u64 {
+        self.unused_share(Matrix::byte_len)
+    }
+
+    /// Expert weights a row does not go through (as
+    /// [`unread_expert_bytes`](Self::unread_expert_bytes), in elements).
+    pub(crate) fn unused_expert_elems(&self) -> u64 {
+        self.unused_share(Matrix::elems)
+    }
+
+    /// `size` summed over every mixture's experts, less the share of them
+    /// a row takes.
+    fn unused_share(&self, size: fn(&Matrix) -> u64) -> u64 {
         self.experts()
             .map(|e| {
-                let all: u64 = e
-                    .experts
-                    .iter()
-                    .flat_map(|x| [&x.gate, &x.up, &x.down])
-                    .map(Matrix::byte_len)
-                    .sum();
+                let all: u64 = e.experts.iter().flat_map(Expert::matrices).map(size).sum();
                 let n = e.experts.len().max(1) as u64;
                 all - all * u64::from(e.used).min(n) / n
             })
