@@ -1,5 +1,5 @@
 """An independent forward pass of a `llama` (Mixtral's mixture of experts
-included), `qwen2`, `qwen3`, `qwen3moe`, `phi3`, `gemma2` or `gemma3` GGUF
+included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2` or `gemma3` GGUF
 model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs and synthetic_gguf.rs.
 
@@ -64,12 +64,16 @@ Gemma2/Gemma3 decoder layers) as llama.cpp's files hold them:
     gemma2: logits = cap * tanh(logits / cap), cap final_logit_softcapping
 
 A mixture of experts (llama with {arch}.expert_count > 0, as Mixtral's
-files are, and qwen3moe), from HF's MixtralSparseMoeBlock and
-Qwen3MoeSparseMoeBlock (norm_topk_prob true, as Qwen3-30B-A3B's config has
-it), replaces the MLP:
+files are, qwen2moe and qwen3moe), from HF's MixtralSparseMoeBlock,
+Qwen2MoeSparseMoeBlock and Qwen3MoeSparseMoeBlock (norm_topk_prob true, as
+Qwen3-30B-A3B's config has it; false, Qwen2-MoE's default, for
+qwen2moe), replaces the MLP:
     p = softmax(h @ ffn_gate_inp.T)                 each row, over experts
     top = the expert_used_count largest of p; w = p[top] / sum(p[top])
+          (w = p[top] without the renormalization)
     x += sum over e in top of w_e * ((silu(h @ Wg_e.T) * (h @ Wu_e.T)) @ Wd_e.T)
+    qwen2moe: x += sigmoid(h @ ffn_gate_inp_shexp) * swiglu(h) of the
+          shared expert (ffn_{gate,up,down}_shexp)
 the experts' matrices the slices of ffn_{gate,up,down}_exps (or the older
 ffn_{gate,up,down}.E tensors, one per expert).
 
@@ -127,7 +131,7 @@ class Model:
     def __init__(self, path):
         r = GGUFReader(path)
         self.arch = field(r, "general.architecture")
-        if self.arch not in ("llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"):
+        if self.arch not in ("llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         self.layers = int(field(r, f"{a}.block_count"))
@@ -207,11 +211,19 @@ class Model:
         out = np.zeros_like(h)
         for r in range(h.shape[0]):
             top = np.argsort(-probs[r], kind="stable")[: self.experts_used]
-            weights = probs[r, top] / probs[r, top].sum()
+            weights = probs[r, top]
+            if self.arch != "qwen2moe":
+                weights = weights / weights.sum()
             for e, weight in zip(top, weights):
                 g = h[r] @ self.expert(p, "gate", e).T
                 u = h[r] @ self.expert(p, "up", e).T
                 out[r] += weight * ((g / (1.0 + np.exp(-g)) * u) @ self.expert(p, "down", e).T)
+        if p + "ffn_up_shexp.weight" in self.t:
+            g = h @ self.t[p + "ffn_gate_shexp.weight"].T
+            u = h @ self.t[p + "ffn_up_shexp.weight"].T
+            f = (g / (1.0 + np.exp(-g)) * u) @ self.t[p + "ffn_down_shexp.weight"].T
+            gate = h @ self.t[p + "ffn_gate_inp_shexp.weight"].reshape(-1)
+            out += f / (1.0 + np.exp(-gate))[:, None]
         return out
 
     def norm(self, x, gain):

@@ -55,6 +55,11 @@ blk.N.ffn_gate_inp [out experts, in hidden]:
   qwen3moe.gguf qwen3moe, 8 experts of which 3 are used, each
                 expert_feed_forward_length 128 wide (feed_forward_length
                 stays 256), QK-norm, untied output.weight
+  qwen2moe.gguf qwen2moe, q/k/v biases, 4 experts of 128 of which 2 are
+                used (weights not renormalized), a shared expert 192 wide
+                (expert_shared_feed_forward_length) scaled by the sigmoid
+                of blk.N.ffn_gate_inp_shexp, [hidden] on layer 0 and
+                [hidden, 1] on layer 1 (both as converters write it)
 and the mixtures each loader must refuse, qwen3moe.gguf's shape with
 metadata that lies: moe_used.gguf (expert_used_count 9 of 8 experts),
 moe_width.gguf (expert_feed_forward_length 64 for experts 128 wide),
@@ -130,11 +135,12 @@ def gain(n):
 def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
           key_length=False, types, skip=(), meta_heads=None, eps=None,
           base=None, qk_norm=False, qk_scale=1.0, fused=False, meta=None, extra=(),
-          post_norms=False, experts=None, claimed=None):
+          post_norms=False, experts=None, claimed=None, shared=0):
     """experts: (count, used, width, stacked layers): a mixture in place of
     each MLP (stacked tensors on those layers, one per expert elsewhere);
     claimed: the (count, used, width) the metadata says, where it lies
-    (a count of None: no expert_count key);
+    (a count of None: no expert_count key); shared: a shared expert's
+    width (0: none);
     qk_norm: per-layer attn_q_norm / attn_k_norm gains [HEAD_DIM];
     qk_scale: attn_q and attn_k values scaled by it (legacy and float types);
     fused: phi3's attn_qkv and gate+up ffn_up instead of separate matrices;
@@ -165,6 +171,8 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
         w.add_expert_used_count(used)
         if width != FFN:
             w.add_expert_feed_forward_length(width)
+        if shared:
+            w.add_expert_shared_feed_forward_length(shared)
     if meta is not None:
         meta(w)
     q, kv = heads * HEAD_DIM, kv_heads * HEAD_DIM
@@ -198,6 +206,14 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
                 ]
             else:
                 tensors += expert_tensors(p, t, experts, i in experts[3])
+            if shared:
+                gate_shape = (HIDDEN,) if i == 0 else (1, HIDDEN)
+                tensors += [
+                    (p + "ffn_gate_inp_shexp.weight", rng.normal(0.0, 0.2, size=gate_shape), Q.F32),
+                    (p + "ffn_gate_shexp.weight", matrix(shared, HIDDEN), t["gate"]),
+                    (p + "ffn_up_shexp.weight", matrix(shared, HIDDEN), t["up"]),
+                    (p + "ffn_down_shexp.weight", matrix(HIDDEN, shared), t["q"]),
+                ]
         if post_norms:
             tensors += [
                 (p + "post_attention_norm.weight", gain(HIDDEN), Q.F32),
@@ -335,6 +351,16 @@ QWEN3MOE_TYPES = {
     ],
 }
 
+# The shared expert's down product (rows of 192) takes the layer's q type.
+QWEN2MOE_TYPES = {
+    "embed": Q.Q6_K,
+    "output": Q.Q8_0,
+    "layers": [
+        dict(q=Q.Q8_0, k=Q.Q5_1, v=Q.Q6_K, o=Q.Q4_K, gate=Q.Q4_K, up=Q.Q5_0, down=Q.Q8_0),
+        dict(q=Q.Q4_0, k=Q.F16, v=Q.Q8_0, o=Q.Q5_K, gate=Q.Q6_K, up=Q.Q4_1, down=Q.Q5_0),
+    ],
+}
+
 
 def llama3_rope_freqs(head_dim, base, factor, low_freq_factor, high_freq_factor, old_context_len):
     """The divisors llama.cpp's convert_hf_to_gguf.py (LlamaModel) stores as
@@ -423,6 +449,8 @@ def main() -> None:
           experts=(4, 2, FFN, {0}))
     write(out / "qwen3moe.gguf", "qwen3moe", 4, 2, biases=False, tied=False, key_length=True,
           qk_norm=True, qk_scale=4.0, types=QWEN3MOE_TYPES, experts=(8, 3, 128, {0, 1}))
+    write(out / "qwen2moe.gguf", "qwen2moe", 4, 2, biases=True, tied=False, key_length=True,
+          types=QWEN2MOE_TYPES, experts=(4, 2, 128, {0, 1}), shared=192)
     moe = dict(biases=False, tied=False, key_length=True, qk_norm=True, types=QWEN3MOE_TYPES,
                experts=(8, 3, 128, {0, 1}))
     for name, claimed in [("moe_used", (8, 9, 128)), ("moe_width", (8, 3, 64)),

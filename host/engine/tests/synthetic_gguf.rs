@@ -9,8 +9,9 @@
 //! (scaled embedding, post-block norms, GELU gating, sliding-window layers
 //! with their own rotary base, linear scaling of the global ones) and a
 //! `gemma2` one (soft-capped attention and logits), and two mixtures of
-//! experts: a Mixtral-style `llama` (stacked and per-expert tensors) and a
-//! `qwen3moe` one (experts narrower than the MLP), all with weights
+//! experts: a Mixtral-style `llama` (stacked and per-expert tensors), a
+//! `qwen3moe` one (experts narrower than the MLP) and a `qwen2moe` one (a
+//! gated shared expert, weights not renormalized), all with weights
 //! of every supported type, through both the dense path (dequantized at load)
 //! and the quantized one (matrices kept in the map, f32 activations, so
 //! held to the same tolerances), and repacked (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
@@ -37,8 +38,9 @@ const TOLERANCE_F32: f32 = 3e-5;
 const TOLERANCE_F16: f32 = 5e-3;
 /// The tiny models make_tiny_gguf.py writes, each checked against the
 /// reference.
-const ARCHS: [&str; 9] = [
+const ARCHS: [&str; 10] = [
     "qwen2", "llama", "qwen3", "llama3", "phi3", "gemma3", "gemma2", "mixtral", "qwen3moe",
+    "qwen2moe",
 ];
 
 fn prompts() -> Vec<Vec<u32>> {
@@ -407,6 +409,15 @@ fn mixtral_experts_stacked_and_per_expert_match_the_reference() {
     // one tensor per expert.
     if let Some(c) = agrees_with_reference("mixtral") {
         assert_eq!((c.q_heads, c.kv_heads, c.ffn), (4, 2, 256));
+    }
+}
+
+#[test]
+fn qwen2moe_with_a_shared_expert_matches_the_reference() {
+    // Two of four experts a row plus the shared one, gated by a vector
+    // on layer 0 and a one-row matrix on layer 1.
+    if let Some(c) = agrees_with_reference("qwen2moe") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
     }
 }
 

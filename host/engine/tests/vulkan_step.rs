@@ -300,7 +300,7 @@ fn biases_an_untied_head_and_rope_factors_step_on_the_device_as_on_the_cpu() {
 /// lowered to the device, against the CPU backend (which the
 /// synthetic_gguf tests hold to the NumPy reference): a 12-token prompt
 /// (the prefill product) and two decode steps. The mixtures of experts
-/// (Mixtral-style llama, qwen3moe) have no device lowering: their products
+/// (Mixtral-style llama, qwen3moe, qwen2moe) have no device lowering: their products
 /// run on the host, attention on the device, with the same logits.
 #[test]
 fn every_architecture_steps_on_the_device_as_on_the_cpu() {
@@ -313,6 +313,7 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
     // gemma3 and gemma2: the 12 tokens cross their 5-token window.
     for arch in [
         "llama", "qwen2", "qwen3", "llama3", "phi3", "gemma3", "gemma2", "mixtral", "qwen3moe",
+        "qwen2moe",
     ] {
         // f32 activations: these random blocks are no test of 8-bit
         // rounding (see the SmolLM2 test of it).
@@ -331,7 +332,7 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
             2,
             TOLERANCE_COOPMAT_RANDOM,
         );
-        let mixture = arch == "mixtral" || arch == "qwen3moe";
+        let mixture = matches!(arch, "mixtral" | "qwen3moe" | "qwen2moe");
         assert_eq!(on_device, !mixture, "{arch}");
         eprintln!("{arch}, F32 KV: worst logit difference / range {worst:.2e}");
     }

@@ -26,7 +26,7 @@ use pagoda_cpu::{
 use super::config::{ModelConfig, ModelError};
 use super::input::{ForwardError, StepInput};
 use super::precision::ActPrecision;
-use super::program::{Buf, Experts, Gating, Op, Program, Proj};
+use super::program::{Buf, Expert, Experts, Gating, Op, Program, Proj};
 use super::rope::StepAngles;
 use super::tensors::Matrix;
 
@@ -495,7 +495,7 @@ fn mixture(
     x: &[f32],
     sum: &mut [f32],
 ) -> Result<(), ModelError> {
-    let (t, h, width) = (feed.rows, c.hidden as usize, m.width());
+    let (t, h) = (feed.rows, c.hidden as usize);
     let (isa, qx, moe) = (act.isa, &mut act.qx, &mut act.moe);
     sum[..t * h].fill(0.0);
     let router = Feed {
@@ -504,13 +504,23 @@ fn mixture(
     };
     project(team, isa, qx, router, x, h, &[&m.router], [&mut moe.scores])?;
     moe.route(t, m.experts.len(), m.used as usize, m.normalize);
+    let Routing {
+        rows: routed,
+        starts,
+        input,
+        gate,
+        up,
+        out,
+        ..
+    } = moe;
+    let mut bufs = ExpertBufs { gate, up, out };
     for (e, expert) in m.experts.iter().enumerate() {
-        let rows = &moe.rows[moe.starts[e]..moe.starts[e + 1]];
+        let rows = &routed[starts[e]..starts[e + 1]];
         if rows.is_empty() {
             continue;
         }
-        grow(&mut moe.input, rows.len() * h);
-        for (dst, &(r, _)) in moe.input.chunks_exact_mut(h).zip(rows) {
+        grow(input, rows.len() * h);
+        for (dst, &(r, _)) in input.chunks_exact_mut(h).zip(rows) {
             let r = r as usize;
             dst.copy_from_slice(&x[r * h..(r + 1) * h]);
         }
@@ -518,37 +528,82 @@ fn mixture(
             rows: rows.len(),
             ..feed
         };
-        let ws = [&expert.gate, &expert.up];
-        project(
-            team,
-            isa,
-            qx,
-            feed,
-            &moe.input,
-            h,
-            &ws,
-            [&mut moe.gate, &mut moe.up],
-        )?;
-        let len = rows.len() * width;
-        gate(team, isa, m.gating, &mut moe.gate[..len], &moe.up[..len])?;
-        project(
-            team,
-            isa,
-            qx,
-            feed,
-            &moe.gate,
-            width,
-            &[&expert.down],
-            [&mut moe.out],
-        )?;
-        for (y, &(r, w)) in moe.out.chunks_exact(h).zip(rows) {
+        let y = bufs.run(team, isa, qx, feed, expert, m.gating, input, h)?;
+        for (y, &(r, w)) in y.chunks_exact(h).zip(rows) {
             let r = r as usize;
             for (s, v) in sum[r * h..(r + 1) * h].iter_mut().zip(y) {
                 *s += w * v;
             }
         }
     }
+    if let Some(shared) = &m.shared {
+        let y = bufs.run(team, isa, qx, feed, &shared.expert, m.gating, x, h)?;
+        let rows = sum
+            .chunks_exact_mut(h)
+            .zip(y.chunks_exact(h))
+            .zip(x.chunks_exact(h));
+        for ((s, y), x) in rows.take(t) {
+            let scale = shared.gate.as_ref().map_or(1.0, |g| {
+                let dot: f32 = x.iter().zip(g).map(|(a, b)| a * b).sum();
+                1.0 / (1.0 + (-dot).exp())
+            });
+            for (s, v) in s.iter_mut().zip(y) {
+                *s += scale * v;
+            }
+        }
+    }
     Ok(())
+}
+
+/// The buffers one expert's products write.
+struct ExpertBufs<'a> {
+    gate: &'a mut Vec<f32>,
+    up: &'a mut Vec<f32>,
+    out: &'a mut Vec<f32>,
+}
+
+impl ExpertBufs<'_> {
+    /// `expert`'s gated MLP over `feed.rows` rows of `input` (`hidden`
+    /// wide): gate and up, gating, down; the output rows.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &mut self,
+        team: &mut Team,
+        isa: Isa,
+        qx: &mut [QuantizedActivations; 4],
+        feed: Feed,
+        expert: &Expert,
+        gating: Gating,
+        input: &[f32],
+        hidden: usize,
+    ) -> Result<&[f32], ModelError> {
+        let width = expert.gate.rows();
+        let ws = [&expert.gate, &expert.up];
+        project(
+            team,
+            isa,
+            qx,
+            feed,
+            input,
+            hidden,
+            &ws,
+            [&mut *self.gate, &mut *self.up],
+        )?;
+        let len = feed.rows * width;
+        gate(team, isa, gating, &mut self.gate[..len], &self.up[..len])?;
+        let down = [&expert.down];
+        project(
+            team,
+            isa,
+            qx,
+            feed,
+            self.gate,
+            width,
+            &down,
+            [&mut *self.out],
+        )?;
+        Ok(&self.out[..feed.rows * hidden])
+    }
 }
 
 /// `row = softmax(row)`, in place.

@@ -128,10 +128,11 @@ pub(crate) struct Expert {
     pub down: Matrix,
 }
 
-/// A sparse MLP (Mixtral, Qwen3-MoE): a router scores each row against
-/// every expert; the row goes through its `used` best experts, and their
-/// outputs are summed weighted by the softmax of the scores (renormalized
-/// over the chosen ones where `normalize`).
+/// A sparse MLP (Mixtral, Qwen3-MoE, Qwen2-MoE): a router scores each row
+/// against every expert; the row goes through its `used` best experts, and
+/// their outputs are summed weighted by the softmax of the scores
+/// (renormalized over the chosen ones where `normalize`), plus a shared
+/// expert every row goes through where there is one.
 #[derive(Debug, Clone)]
 pub(crate) struct Experts {
     /// One row of `hidden` weights per expert.
@@ -142,6 +143,17 @@ pub(crate) struct Experts {
     /// Whether the chosen experts' weights are renormalized to sum to 1.
     pub normalize: bool,
     pub gating: Gating,
+    /// An expert every row goes through (Qwen2-MoE).
+    pub shared: Option<SharedExpert>,
+}
+
+/// Qwen2-MoE's shared expert: its output joins the mixture's scaled by
+/// `sigmoid(row · gate)` (by 1 without a gate).
+#[derive(Debug, Clone)]
+pub(crate) struct SharedExpert {
+    pub expert: Expert,
+    /// `hidden` weights.
+    pub gate: Option<Vec<f32>>,
 }
 
 impl Expert {
@@ -151,15 +163,12 @@ impl Expert {
 }
 
 impl Experts {
-    /// Width of each expert's hidden layer.
-    pub(crate) fn width(&self) -> usize {
-        self.experts.first().map_or(0, |e| e.gate.rows())
-    }
-
-    /// Every matrix the op reads: the router, then each expert's.
+    /// Every matrix the op reads: the router, each expert's, the shared
+    /// expert's.
     fn matrices(&self) -> impl Iterator<Item = &Matrix> {
         let experts = self.experts.iter().flat_map(Expert::matrices);
-        std::iter::once(&self.router).chain(experts)
+        let shared = self.shared.iter().flat_map(|s| s.expert.matrices());
+        std::iter::once(&self.router).chain(experts).chain(shared)
     }
 }
 
@@ -201,6 +210,7 @@ impl Program {
         let layers = self.layers.iter().flatten().flat_map(|op| match op {
             Op::Norm { gain, .. } => vec![gain.as_slice()],
             Op::Linear { projs, .. } => projs.iter().filter_map(|p| p.bias.as_deref()).collect(),
+            Op::Experts(e) => e.shared.iter().filter_map(|s| s.gate.as_deref()).collect(),
             _ => Vec::new(),
         });
         layers.chain(std::iter::once(self.final_norm.as_slice()))
@@ -239,8 +249,8 @@ impl Program {
         self.unused_share(Matrix::elems)
     }
 
-    /// `size` summed over every mixture's experts, less the share of them
-    /// a row takes.
+    /// `size` summed over every mixture's routed experts, less the share
+    /// of them a row takes (a shared expert is always taken).
     fn unused_share(&self, size: fn(&Matrix) -> u64) -> u64 {
         self.experts()
             .map(|e| {

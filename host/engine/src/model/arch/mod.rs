@@ -33,7 +33,7 @@ pub(super) use super::meta::architecture as name;
 use super::meta::{bad, float, meta, required_uint, uint};
 use super::program::{
     attention_block, experts_block, mlp_block, Attend, AttentionBlock, Expert, Experts, Gating,
-    MlpBlock, Program,
+    MlpBlock, Program, SharedExpert,
 };
 use super::repack_cache::RepackCache;
 use super::rope::{Rope, RopeMode, RopeSpec};
@@ -343,6 +343,14 @@ impl Loader<'_> {
         Ok(uint(self.g, &self.key("expert_count"))?.unwrap_or(0))
     }
 
+    /// The width of each expert: `expert_feed_forward_length` where the
+    /// file has it, else `feed_forward_length` (Mixtral's experts are as
+    /// wide as a dense MLP would be).
+    pub fn expert_width(&self) -> Result<usize, LoadError> {
+        let key = self.key("expert_feed_forward_length");
+        Ok(uint(self.g, &key)?.unwrap_or(self.config.ffn) as usize)
+    }
+
     /// Layer `i`'s mixture of SwiGLU experts, each `width` wide: the router
     /// `ffn_gate_inp`, and the experts as stacks (`ffn_gate_exps`,
     /// `ffn_up_exps`, `ffn_down_exps`) or, in files converted before
@@ -392,7 +400,27 @@ impl Loader<'_> {
             used,
             normalize,
             gating: Gating::Silu,
+            shared: None,
         })
+    }
+
+    /// Layer `i`'s shared expert (`ffn_{gate,up,down}_shexp`), `width`
+    /// wide, with its gate `ffn_gate_inp_shexp` (`[hidden]`, or
+    /// `[hidden, 1]` as a converter may write it) where the file has one.
+    pub fn shared_expert(&self, i: u32, width: usize) -> Result<SharedExpert, LoadError> {
+        let h = self.config.hidden as usize;
+        let expert = Expert {
+            gate: self.layer_matrix(i, "ffn_gate_shexp", h, width)?,
+            up: self.layer_matrix(i, "ffn_up_shexp", h, width)?,
+            down: self.layer_matrix(i, "ffn_down_shexp", width, h)?,
+        };
+        let name = format!("blk.{i}.ffn_gate_inp_shexp.weight");
+        let gate = match self.g.tensor(&name).map(|t| t.dims().len()) {
+            None => None,
+            Some(2) => Some(dequant::stacked(self.g, &name, &[h as u64, 1])?),
+            Some(_) => Some(self.vector(&name, h)?),
+        };
+        Ok(SharedExpert { expert, gate })
     }
 
     /// A decoder of pre-norm layers (`attn_norm`, the attention block,
@@ -489,13 +517,15 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         config,
         arch,
     };
-    // Mixtral is `llama` with experts; `qwen3moe` always has them.
-    if !matches!(arch, "llama" | "qwen3moe") {
+    // Mixtral is `llama` with experts; the `moe` architectures always
+    // have them.
+    if !matches!(arch, "llama" | "qwen2moe" | "qwen3moe") {
         loader.refuse_experts()?;
     }
     let program = match arch {
         "llama" => llama::build(&loader)?,
-        "qwen2" => qwen2::build(&loader)?,
+        "qwen2" => qwen2::build(&loader, false)?,
+        "qwen2moe" => qwen2::build(&loader, true)?,
         "qwen3" => qwen3::build(&loader, false)?,
         "qwen3moe" => qwen3::build(&loader, true)?,
         "phi3" => phi3::build(&loader)?,

@@ -1,18 +1,35 @@
-//! `qwen2`: Qwen2 and Qwen2.5. The `llama` layer with query, key and value
-//! biases (required) and NeoX rotary.
+//! `qwen2` and `qwen2moe`: Qwen2 and Qwen2.5, and Qwen1.5-MoE and
+//! Qwen2-57B-A14B. The `llama` layer with query, key and value biases
+//! (required for `qwen2`; where the file has them for `qwen2moe`) and NeoX
+//! rotary. `qwen2moe` has a mixture of experts `expert_feed_forward_length`
+//! wide in place of each MLP, its weights not renormalized over the chosen
+//! ones (`norm_topk_prob` false, as llama.cpp builds it), plus a shared
+//! expert `expert_shared_feed_forward_length` wide that every token goes
+//! through, scaled by the sigmoid of its gate.
 
 use super::super::load_error::LoadError;
+use super::super::meta::uint;
 use super::super::program::{AttentionBlock, Program};
 use super::super::rope::RopeMode;
-use super::Loader;
+use super::{Ffn, Loader};
 
-/// The model of a `qwen2` file.
-pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
+/// The model of a `qwen2` file, or (`mixture`) of a `qwen2moe` one.
+pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError> {
+    let width = l.expert_width()?;
+    let shared_key = l.key("expert_shared_feed_forward_length");
+    let shared_width = uint(l.g, &shared_key)?.map_or(width, |w| w as usize);
     l.pre_norm_decoder(&l.rope(RopeMode::Neox)?, |i| {
         let attention = AttentionBlock {
-            biases: l.qkv_biases(i, true)?,
+            biases: l.qkv_biases(i, !mixture)?,
             ..l.attention(i)?
         };
-        Ok((attention, l.swiglu(i)?))
+        let ffn = if mixture {
+            let mut experts = l.experts(i, width, false)?;
+            experts.shared = Some(l.shared_expert(i, shared_width)?);
+            Ffn::Experts(experts)
+        } else {
+            Ffn::Dense(l.swiglu(i)?)
+        };
+        Ok((attention, ffn))
     })
 }

@@ -7,7 +7,6 @@
 //! llama.cpp builds it).
 
 use super::super::load_error::LoadError;
-use super::super::meta::uint;
 use super::super::program::{AttentionBlock, Program};
 use super::super::rope::RopeMode;
 use super::{Ffn, Loader};
@@ -15,10 +14,7 @@ use super::{Ffn, Loader};
 /// The model of a `qwen3` file, or (`mixture`) of a `qwen3moe` one.
 pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError> {
     let d = l.config.head_dim as usize;
-    let width = match uint(l.g, &l.key("expert_feed_forward_length"))? {
-        Some(w) => w as usize,
-        None => l.config.ffn as usize,
-    };
+    let width = l.expert_width()?;
     l.pre_norm_decoder(&l.rope(RopeMode::Neox)?, |i| {
         let attention = AttentionBlock {
             qk_norm: Some((
