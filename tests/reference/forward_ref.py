@@ -1,5 +1,6 @@
 """An independent forward pass of a `llama` (Mixtral's mixture of experts
-included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2` or `gemma3` GGUF
+included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
+`granite` or `granitemoe` GGUF
 model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs and synthetic_gguf.rs.
 
@@ -73,7 +74,13 @@ qwen2moe), replaces the MLP:
           (w = p[top] without the renormalization)
     x += sum over e in top of w_e * ((silu(h @ Wg_e.T) * (h @ Wu_e.T)) @ Wd_e.T)
     qwen2moe: x += sigmoid(h @ ffn_gate_inp_shexp) * swiglu(h) of the
-          shared expert (ffn_{gate,up,down}_shexp)
+          shared expert (ffn_{gate,up,down}_shexp); granitemoe's shared
+          expert has no gate (factor 1)
+granite and granitemoe, from HF's GraniteModel: the llama layer (its
+interleaved rotary) with muP's multipliers, x = embed * embedding_scale,
+the scores scaled by attention.scale (key_length^-0.5 without it), each
+block's output times residual_scale before it is added, and the logits
+divided by logit_scale; granitemoe's experts renormalized.
 the experts' matrices the slices of ffn_{gate,up,down}_exps (or the older
 ffn_{gate,up,down}.E tensors, one per expert).
 
@@ -131,7 +138,8 @@ class Model:
     def __init__(self, path):
         r = GGUFReader(path)
         self.arch = field(r, "general.architecture")
-        if self.arch not in ("llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"):
+        if self.arch not in ("llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
+                             "granite", "granitemoe"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         self.layers = int(field(r, f"{a}.block_count"))
@@ -148,6 +156,11 @@ class Model:
         self.orig_context = int(field(r, f"{a}.rope.scaling.original_context_length", self.context))
         self.attn_factor = float(field(r, f"{a}.rope.scaling.attn_factor", 1.0))
         self.gemma = a in ("gemma2", "gemma3")
+        self.granite = a in ("granite", "granitemoe")
+        self.embedding_scale = float(field(r, f"{a}.embedding_scale", 1.0))
+        self.residual_scale = float(field(r, f"{a}.residual_scale", 1.0))
+        self.logit_scale = float(field(r, f"{a}.logit_scale", 1.0))
+        self.attention_scale = float(field(r, f"{a}.attention.scale", 0.0))
         self.experts = int(field(r, f"{a}.expert_count", 0))
         self.experts_used = int(field(r, f"{a}.expert_used_count", 0))
         self.linear = 1.0
@@ -189,7 +202,7 @@ class Model:
         angle = positions[:, None].astype(np.float64) / linear * freq[None, :]
         cos = self.attn_factor * np.cos(angle)[:, None, :]
         sin = self.attn_factor * np.sin(angle)[:, None, :]
-        if self.arch == "llama":
+        if self.arch in ("llama", "granite", "granitemoe"):
             a, b = x[:, :, 0:n:2].copy(), x[:, :, 1:n:2].copy()
             x[:, :, 0:n:2] = a * cos - b * sin
             x[:, :, 1:n:2] = a * sin + b * cos
@@ -212,7 +225,7 @@ class Model:
         for r in range(h.shape[0]):
             top = np.argsort(-probs[r], kind="stable")[: self.experts_used]
             weights = probs[r, top]
-            if self.arch != "qwen2moe":
+            if self.arch != "qwen2moe":  # norm_topk_prob
                 weights = weights / weights.sum()
             for e, weight in zip(top, weights):
                 g = h[r] @ self.expert(p, "gate", e).T
@@ -222,8 +235,11 @@ class Model:
             g = h @ self.t[p + "ffn_gate_shexp.weight"].T
             u = h @ self.t[p + "ffn_up_shexp.weight"].T
             f = (g / (1.0 + np.exp(-g)) * u) @ self.t[p + "ffn_down_shexp.weight"].T
-            gate = h @ self.t[p + "ffn_gate_inp_shexp.weight"].reshape(-1)
-            out += f / (1.0 + np.exp(-gate))[:, None]
+            gate_inp = self.t.get(p + "ffn_gate_inp_shexp.weight")
+            if gate_inp is None:
+                out += f
+            else:
+                out += f / (1.0 + np.exp(-(h @ gate_inp.reshape(-1))))[:, None]
         return out
 
     def norm(self, x, gain):
@@ -238,6 +254,8 @@ class Model:
         x = w["token_embd.weight"][np.asarray(tokens)]
         if self.gemma:
             x = x * np.sqrt(self.hidden)
+        if self.granite:
+            x = x * self.embedding_scale
         start = cache.length if cache is not None else 0
         positions = np.arange(start, start + t)
         # Query at position p sees keys 0 ..= p; on local layers only
@@ -270,6 +288,8 @@ class Model:
                 k, v = cache.extend(i, k, v)
             out = np.empty((t, self.heads, d))
             scale = self.query_scale if self.gemma else 1.0 / np.sqrt(d)
+            if self.granite and self.attention_scale > 0:
+                scale = self.attention_scale
             for hq in range(self.heads):
                 hk = hq // group
                 s = q[:, hq, :] @ k[:, hk, :].T * scale
@@ -281,10 +301,13 @@ class Model:
             o = out.reshape(t, self.heads * d) @ w[p + "attn_output.weight"].T
             if self.gemma:
                 o = self.norm(o, w[p + "post_attention_norm.weight"])
+            if self.granite:
+                o = o * self.residual_scale
             x = x + o
             h = self.norm(x, w[p + "ffn_norm.weight"])
             if self.experts > 0:
-                x = x + self.mixture(p, h)
+                f = self.mixture(p, h)
+                x = x + (f * self.residual_scale if self.granite else f)
                 continue
             if self.arch == "phi3":
                 gu = h @ w[p + "ffn_up.weight"].T
@@ -298,6 +321,8 @@ class Model:
                 f = self.norm((act * u) @ w[p + "ffn_down.weight"].T, w[p + "post_ffw_norm.weight"])
             else:
                 f = (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
+            if self.granite:
+                f = f * self.residual_scale
             x = x + f
         if cache is not None:
             cache.length += t
@@ -306,6 +331,8 @@ class Model:
         elif tail > 0:
             x = x[-tail:]
         logits = self.norm(x, w["output_norm.weight"]) @ self.head.T
+        if self.granite:
+            logits = logits / self.logit_scale
         if self.final_cap > 0:
             logits = self.final_cap * np.tanh(logits / self.final_cap)
         return logits

@@ -31,8 +31,8 @@ and files each loader must refuse: gpt2.gguf (architecture), q2k.gguf (a
 Q2_K tensor), missing.gguf (no blk.1.ffn_up.weight), shape.gguf (attn_k
 with the wrong output width), zero_heads.gguf (attention.head_count 0),
 arctic.gguf (architecture; made as gpt2.gguf is), experts.gguf (a
-`qwen2` file with qwen2.expert_count 8: Qwen2-MoE's mixture, with shared
-experts, is not built) and yarn.gguf (llama.rope.scaling.type "yarn"). The files after
+`qwen2` file with qwen2.expert_count 8: `qwen2`'s layer has no mixture;
+Qwen2-MoE files are `qwen2moe`) and yarn.gguf (llama.rope.scaling.type "yarn"). The files after
 zero_heads.gguf are written last, so the earlier files do not change.
 Then the Gemma files:
   gemma3.gguf gemma3, tied embedding, 4 query heads of 64 over 2 KV heads
@@ -60,11 +60,19 @@ blk.N.ffn_gate_inp [out experts, in hidden]:
                 (expert_shared_feed_forward_length) scaled by the sigmoid
                 of blk.N.ffn_gate_inp_shexp, [hidden] on layer 0 and
                 [hidden, 1] on layer 1 (both as converters write it)
+Then Granite:
+  granite.gguf    granite, tied embedding, 4 query heads over 2 KV heads,
+                  embedding_scale 12, attention.scale 0.05 (not 1/8),
+                  residual_scale 0.22, logit_scale 8
+  granitemoe.gguf granitemoe with the same multipliers, 4 experts FFN
+                  wide of which 2 are used, and an ungated shared expert
+                  128 wide (expert_shared_feed_forward_length)
 and the mixtures each loader must refuse, qwen3moe.gguf's shape with
 metadata that lies: moe_used.gguf (expert_used_count 9 of 8 experts),
 moe_width.gguf (expert_feed_forward_length 64 for experts 128 wide),
 moe_count.gguf (no expert_count) and moe_fewer.gguf (expert_count 4 for
-stacks of 8).
+stacks of 8); and, after Granite's, llama_shexp.gguf (a `llama` mixture
+with shared experts).
 
 The Q/K rows are random, so they need no converter permutation: a `llama`
 file's rows are simply taken as already permuted for the interleaved-pair
@@ -135,12 +143,12 @@ def gain(n):
 def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
           key_length=False, types, skip=(), meta_heads=None, eps=None,
           base=None, qk_norm=False, qk_scale=1.0, fused=False, meta=None, extra=(),
-          post_norms=False, experts=None, claimed=None, shared=0):
+          post_norms=False, experts=None, claimed=None, shared=0, shared_gate=True):
     """experts: (count, used, width, stacked layers): a mixture in place of
     each MLP (stacked tensors on those layers, one per expert elsewhere);
     claimed: the (count, used, width) the metadata says, where it lies
     (a count of None: no expert_count key); shared: a shared expert's
-    width (0: none);
+    width (0: none), shared_gate: with ffn_gate_inp_shexp;
     qk_norm: per-layer attn_q_norm / attn_k_norm gains [HEAD_DIM];
     qk_scale: attn_q and attn_k values scaled by it (legacy and float types);
     fused: phi3's attn_qkv and gate+up ffn_up instead of separate matrices;
@@ -208,8 +216,10 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
                 tensors += expert_tensors(p, t, experts, i in experts[3])
             if shared:
                 gate_shape = (HIDDEN,) if i == 0 else (1, HIDDEN)
+                if shared_gate:
+                    tensors.append((p + "ffn_gate_inp_shexp.weight",
+                                    rng.normal(0.0, 0.2, size=gate_shape), Q.F32))
                 tensors += [
-                    (p + "ffn_gate_inp_shexp.weight", rng.normal(0.0, 0.2, size=gate_shape), Q.F32),
                     (p + "ffn_gate_shexp.weight", matrix(shared, HIDDEN), t["gate"]),
                     (p + "ffn_up_shexp.weight", matrix(shared, HIDDEN), t["up"]),
                     (p + "ffn_down_shexp.weight", matrix(HIDDEN, shared), t["q"]),
@@ -425,8 +435,8 @@ def main() -> None:
                  ("rope_factors_short.weight", short, Q.F32)])
     write(out / "arctic.gguf", "arctic", 2, 1, **qwen)
     # An architecture the engine runs with a feature it does not build: a
-    # mixture of experts under `qwen2` (Qwen2-MoE's, with shared experts,
-    # is not built), and a RoPE scaling other than linear (YaRN).
+    # mixture of experts under `qwen2` (whose layer has none; Qwen2-MoE
+    # files are `qwen2moe`), and a RoPE scaling other than linear (YaRN).
     write(out / "experts.gguf", "qwen2", 4, 2, biases=False, tied=True, types=LLAMA_TYPES,
           meta=lambda w: w.add_expert_count(8))
     write(out / "yarn.gguf", "llama", 4, 2, biases=False, tied=True, types=LLAMA_TYPES,
@@ -456,6 +466,22 @@ def main() -> None:
     for name, claimed in [("moe_used", (8, 9, 128)), ("moe_width", (8, 3, 64)),
                           ("moe_count", (None, 3, 128)), ("moe_fewer", (4, 3, 128))]:
         write(out / f"{name}.gguf", "qwen3moe", 4, 2, claimed=claimed, **moe)
+    def granite(arch):
+        def meta(w):
+            w.add_float32(f"{arch}.embedding_scale", 12.0)
+            w.add_float32(f"{arch}.attention.scale", 0.05)
+            w.add_float32(f"{arch}.residual_scale", 0.22)
+            w.add_float32(f"{arch}.logit_scale", 8.0)
+        return meta
+    write(out / "granite.gguf", "granite", 4, 2, biases=False, tied=True, base=10000.0,
+          meta=granite("granite"), types=LLAMA3_TYPES)
+    write(out / "granitemoe.gguf", "granitemoe", 4, 2, biases=False, tied=True, base=10000.0,
+          meta=granite("granitemoe"), types=MIXTRAL_TYPES, experts=(4, 2, FFN, {0, 1}),
+          shared=128, shared_gate=False)
+    # A `llama` mixture with shared experts, which llama.cpp's llama
+    # loader takes and Pagoda's refuses by name.
+    write(out / "llama_shexp.gguf", "llama", 4, 2, biases=False, tied=True, types=MIXTRAL_TYPES,
+          experts=(4, 2, FFN, {0, 1}), shared=128, shared_gate=False)
 
 
 if __name__ == "__main__":

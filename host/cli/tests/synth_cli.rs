@@ -303,8 +303,22 @@ fn a_mixture_of_experts_shape_reads_back_with_the_gguf_package() {
         };
         check(&summary(&python, &file, true), &one, kind, true);
     }
-    let out = pagoda(&["synth", "--layers", "0", "--out", "/tmp/never.gguf"]);
+    let never = dir.join("never.gguf");
+    let out = pagoda(&["synth", "--layers", "0", "--out", never.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "--layers 0 is refused");
+    let out = pagoda(&[
+        "synth",
+        "--shape",
+        "tiny-moe",
+        "--layers",
+        "3",
+        "--out",
+        never.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "more layers than the shape's");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the tiny-moe shape has 2"), "{err}");
+    assert!(!never.exists());
 }
 
 #[test]

@@ -11,7 +11,8 @@
 //! `gemma2` one (soft-capped attention and logits), and two mixtures of
 //! experts: a Mixtral-style `llama` (stacked and per-expert tensors), a
 //! `qwen3moe` one (experts narrower than the MLP) and a `qwen2moe` one (a
-//! gated shared expert, weights not renormalized), all with weights
+//! gated shared expert, weights not renormalized), and Granite's dense and
+//! mixture files (muP's multipliers; an ungated shared expert), all with weights
 //! of every supported type, through both the dense path (dequantized at load)
 //! and the quantized one (matrices kept in the map, f32 activations, so
 //! held to the same tolerances), and repacked (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
@@ -38,9 +39,19 @@ const TOLERANCE_F32: f32 = 3e-5;
 const TOLERANCE_F16: f32 = 5e-3;
 /// The tiny models make_tiny_gguf.py writes, each checked against the
 /// reference.
-const ARCHS: [&str; 10] = [
-    "qwen2", "llama", "qwen3", "llama3", "phi3", "gemma3", "gemma2", "mixtral", "qwen3moe",
+const ARCHS: [&str; 12] = [
+    "qwen2",
+    "llama",
+    "qwen3",
+    "llama3",
+    "phi3",
+    "gemma3",
+    "gemma2",
+    "mixtral",
+    "qwen3moe",
     "qwen2moe",
+    "granite",
+    "granitemoe",
 ];
 
 fn prompts() -> Vec<Vec<u32>> {
@@ -421,6 +432,21 @@ fn qwen2moe_with_a_shared_expert_matches_the_reference() {
     }
 }
 
+#[test]
+fn granite_with_its_multipliers_matches_the_reference() {
+    // Embedding, attention, residual and logit scales all away from 1.
+    if let Some(c) = agrees_with_reference("granite") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
+    }
+}
+
+#[test]
+fn granitemoe_with_an_ungated_shared_expert_matches_the_reference() {
+    if let Some(c) = agrees_with_reference("granitemoe") {
+        assert_eq!((c.q_heads, c.kv_heads, c.ffn), (4, 2, 256));
+    }
+}
+
 /// Of the tiny Mixtral's four experts of 3 × 256 × 256 weights a layer, a
 /// token goes through two: the other half is neither active nor read.
 #[test]
@@ -503,6 +529,7 @@ fn refused_by_name(dir: &Path, load: Loader) {
     for (file, arch, feature) in [
         ("experts", "qwen2", "mixture of experts"),
         ("yarn", "llama", "RoPE scaling \"yarn\""),
+        ("llama_shexp", "llama", "shared experts"),
     ] {
         match load(&dir.join(format!("{file}.gguf"))) {
             Err(e @ LoadError::UnsupportedFeature { .. }) => {

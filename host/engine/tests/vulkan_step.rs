@@ -300,8 +300,9 @@ fn biases_an_untied_head_and_rope_factors_step_on_the_device_as_on_the_cpu() {
 /// lowered to the device, against the CPU backend (which the
 /// synthetic_gguf tests hold to the NumPy reference): a 12-token prompt
 /// (the prefill product) and two decode steps. The mixtures of experts
-/// (Mixtral-style llama, qwen3moe, qwen2moe) have no device lowering: their products
-/// run on the host, attention on the device, with the same logits.
+/// (Mixtral-style llama, qwen3moe, qwen2moe, granitemoe) and Granite's
+/// scaled residual stream have no device lowering: their products run on
+/// the host, attention on the device, with the same logits.
 #[test]
 fn every_architecture_steps_on_the_device_as_on_the_cpu() {
     let Some(python) = support::require_python("vulkan_step") else {
@@ -312,8 +313,18 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
     let prompt: Vec<u32> = (0..12).map(|i| (i * 37 + 11) % 256).collect();
     // gemma3 and gemma2: the 12 tokens cross their 5-token window.
     for arch in [
-        "llama", "qwen2", "qwen3", "llama3", "phi3", "gemma3", "gemma2", "mixtral", "qwen3moe",
+        "llama",
+        "qwen2",
+        "qwen3",
+        "llama3",
+        "phi3",
+        "gemma3",
+        "gemma2",
+        "mixtral",
+        "qwen3moe",
         "qwen2moe",
+        "granite",
+        "granitemoe",
     ] {
         // f32 activations: these random blocks are no test of 8-bit
         // rounding (see the SmolLM2 test of it).
@@ -332,8 +343,12 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
             2,
             TOLERANCE_COOPMAT_RANDOM,
         );
-        let mixture = matches!(arch, "mixtral" | "qwen3moe" | "qwen2moe");
-        assert_eq!(on_device, !mixture, "{arch}");
+        // Granite's scaled residual adds are not lowered either.
+        let host = matches!(
+            arch,
+            "mixtral" | "qwen3moe" | "qwen2moe" | "granite" | "granitemoe"
+        );
+        assert_eq!(on_device, !host, "{arch}");
         eprintln!("{arch}, F32 KV: worst logit difference / range {worst:.2e}");
     }
 }

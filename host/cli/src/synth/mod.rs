@@ -423,7 +423,18 @@ pub(crate) fn synth(args: SynthArgs) -> Result<(), SynthError> {
         path: args.out.clone(),
         source,
     };
-    let layers = args.layers.unwrap_or(u32::MAX);
+    let most = args.shape.dims().layers;
+    let layers = args.layers.unwrap_or(most);
+    if layers > most {
+        let why = format!(
+            "--layers {layers}: the {} shape has {most}",
+            args.shape.name()
+        );
+        return Err(fail(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            why,
+        )));
+    }
     let writer = describe(args.shape, args.weight_type, layers);
     let params: u64 = writer
         .tensors()

@@ -6,7 +6,16 @@ use pagoda_core::{GeometryError, KvDtype, KvGeometry};
 /// The architectures the engine runs, as `general.architecture` names them
 /// (each built by its file in `model/arch/`).
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
-    "llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
+    "llama",
+    "qwen2",
+    "qwen2moe",
+    "qwen3",
+    "qwen3moe",
+    "phi3",
+    "gemma2",
+    "gemma3",
+    "granite",
+    "granitemoe",
 ];
 
 /// Hyper-parameters of a Llama-style decoder: token embedding, `layers` ×

@@ -255,8 +255,9 @@ impl Run<'_> {
                         let n = t * hidden;
                         let bufs = &mut self.act.bufs;
                         let y = std::mem::take(&mut bufs[index(*src)]);
+                        let scale = program.residual_scale;
                         for (a, b) in bufs[index(Buf::X)][..n].iter_mut().zip(&y[..n]) {
-                            *a += b;
+                            *a += if scale == 1.0 { *b } else { scale * b };
                         }
                         bufs[index(*src)] = y;
                     }
@@ -432,6 +433,10 @@ struct Routing {
     chosen: Vec<(u32, f32)>,
     /// Where each expert's rows start in `rows` (`experts + 1` entries).
     starts: Vec<usize>,
+    /// Where the counting sort puts each expert's next row.
+    next: Vec<usize>,
+    /// The experts a row has taken so far.
+    taken: Vec<bool>,
     /// The step's rows grouped by expert, each with its weight.
     rows: Vec<(u32, f32)>,
     /// One expert's input rows, gathered.
@@ -443,22 +448,32 @@ struct Routing {
 
 impl Routing {
     /// Routes each of `t` rows of scores (`n` experts a row) to its `k`
-    /// most probable experts: softmax, the `k` best (ties to the lower
-    /// index; a NaN score is never best), their probabilities as weights
+    /// most probable experts: softmax (a NaN score counts as -∞), the
+    /// `k` best (ties to the lower index), their probabilities as weights
     /// (renormalized where `normalize`), then the rows grouped by expert.
+    /// `k` is at most `n`.
     fn route(&mut self, t: usize, n: usize, k: usize, normalize: bool) {
+        let k = k.min(n);
         self.chosen.clear();
-        for row in self.scores[..t * n].chunks_exact_mut(n) {
+        self.taken.clear();
+        self.taken.resize(n, false);
+        for row in self.scores[..t * n].chunks_exact_mut(n.max(1)).take(t) {
             softmax(row);
             let first = self.chosen.len();
             for _ in 0..k {
-                let taken = &self.chosen[first..];
-                let best = (0..n)
-                    .filter(|e| !taken.iter().any(|&(c, _)| c as usize == *e))
-                    .reduce(|a, b| if row[b] > row[a] { b } else { a });
+                let mut best: Option<usize> = None;
+                for (e, &p) in row.iter().enumerate() {
+                    if !self.taken[e] && best.is_none_or(|b| p > row[b]) {
+                        best = Some(e);
+                    }
+                }
                 if let Some(e) = best {
+                    self.taken[e] = true;
                     self.chosen.push((e as u32, row[e]));
                 }
+            }
+            for &(e, _) in &self.chosen[first..] {
+                self.taken[e as usize] = false;
             }
             let sum: f32 = self.chosen[first..].iter().map(|&(_, w)| w).sum();
             if normalize && sum > 0.0 {
@@ -476,11 +491,12 @@ impl Routing {
         }
         self.rows.clear();
         self.rows.resize(self.chosen.len(), (0, 0.0));
-        let mut next = self.starts.clone();
+        self.next.clear();
+        self.next.extend_from_slice(&self.starts);
         for (i, &(e, w)) in self.chosen.iter().enumerate() {
             let row = (i / k.max(1)) as u32;
-            self.rows[next[e as usize]] = (row, w);
-            next[e as usize] += 1;
+            self.rows[self.next[e as usize]] = (row, w);
+            self.next[e as usize] += 1;
         }
     }
 }
@@ -606,9 +622,20 @@ impl ExpertBufs<'_> {
     }
 }
 
-/// `row = softmax(row)`, in place.
+/// `row = softmax(row)`, in place; a NaN counts as -∞ (probability 0).
 fn softmax(row: &mut [f32]) {
+    for v in row.iter_mut().filter(|v| v.is_nan()) {
+        *v = f32::NEG_INFINITY;
+    }
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max.is_infinite() {
+        // Nothing to weigh (all -∞), or an infinite score: the best
+        // scores share the weight.
+        let best = row.iter().filter(|&&v| v == max).count().max(1) as f32;
+        row.iter_mut()
+            .for_each(|v| *v = if *v == max { 1.0 / best } else { 0.0 });
+        return;
+    }
     let mut sum = 0.0;
     for v in row.iter_mut() {
         *v = (*v - max).exp();
@@ -924,6 +951,50 @@ mod tests {
             }
             assert_eq!(routing.starts[n], t * k);
         }
+    }
+
+    /// Scores that are not numbers never win a place, rows of nothing but
+    /// NaN or -∞ still take `k` distinct experts with equal weights, an
+    /// infinite score takes all the weight, and `k` past `n` takes every
+    /// expert once.
+    #[test]
+    fn routing_survives_scores_that_are_not_finite() {
+        let mut routing = Routing::default();
+        let inf = f32::INFINITY;
+        let rows = [
+            [f32::NAN, 1.0, f32::NAN, 0.5],
+            [f32::NAN; 4],
+            [-inf; 4],
+            [0.0, inf, 3.0, -inf],
+        ];
+        routing.scores = rows.concat();
+        routing.route(4, 4, 2, true);
+        let picks = |r: u32| -> Vec<(usize, f32)> {
+            (0..4)
+                .flat_map(|e| {
+                    let rows = &routing.rows[routing.starts[e]..routing.starts[e + 1]];
+                    rows.iter()
+                        .filter(|&&(row, _)| row == r)
+                        .map(move |&(_, w)| (e, w))
+                })
+                .collect()
+        };
+        let experts = |r| picks(r).into_iter().map(|(e, _)| e).collect::<Vec<_>>();
+        assert_eq!(experts(0), [1, 3]);
+        assert_eq!(experts(1), [0, 1]);
+        assert_eq!(experts(2), [0, 1]);
+        assert!(picks(1)
+            .iter()
+            .chain(&picks(2))
+            .all(|&(_, w)| (w - 0.5).abs() < 1e-6));
+        assert!(picks(3).contains(&(1, 1.0)), "{:?}", picks(3));
+        routing.scores = vec![0.3, 0.1, 0.2];
+        routing.route(1, 3, 7, false);
+        assert_eq!(routing.starts, [0, 1, 2, 3]);
+        assert!(routing
+            .rows
+            .iter()
+            .all(|&(row, w)| row == 0 && w.is_finite()));
     }
 
     /// `general_on_team` on 1 to 3 workers (3 also where threads outnumber

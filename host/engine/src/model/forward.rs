@@ -222,6 +222,8 @@ impl Model {
             final_norm: vec![1.0; h],
             head,
             head_softcap: 0.0,
+            logit_scale: 1.0,
+            residual_scale: 1.0,
             ropes: vec![Rope::new(&rope, config.max_context)],
         };
         Ok(Self::new(config, program, Holding::Dense, "llama"))

@@ -47,6 +47,9 @@ pub enum LoadError {
     /// A tensor the architecture needs is absent.
     #[error("missing tensor {0}")]
     MissingTensor(String),
+    /// No memory for the repacked copy of one expert of a stacked tensor.
+    #[error("{0}: no memory to repack an expert's rows")]
+    ExpertView(String),
     /// A metadata key is absent or holds another type.
     #[error("metadata {key}: {source}")]
     Metadata {

@@ -187,6 +187,11 @@ pub(crate) struct Program {
     pub head: Matrix,
     /// Soft cap of the logits, `cap × tanh(logit / cap)`; 0 for none.
     pub head_softcap: f32,
+    /// Divisor of the logits (Granite's `logit_scale`; 1 elsewhere).
+    pub logit_scale: f32,
+    /// Factor on each block's output before it joins the residual stream
+    /// (Granite's `residual_scale`; 1 elsewhere).
+    pub residual_scale: f32,
     /// The rotary tables the [`Op::Rope`]s read (Gemma 3's local layers
     /// have their own base: two tables).
     pub ropes: Vec<Rope>,
@@ -216,11 +221,15 @@ impl Program {
         layers.chain(std::iter::once(self.final_norm.as_slice()))
     }
 
-    /// Soft-caps the head's logits in place where the program says
-    /// (`cap × tanh(logit / cap)`; Gemma 2). Every backend applies it to
-    /// the logits it hands back: it keeps their order, so an argmax needs
-    /// none.
+    /// Divides the head's logits by the logit scale and soft-caps them in
+    /// place where the program says (Granite; `cap × tanh(logit / cap)`,
+    /// Gemma 2). Every backend applies it to the logits it hands back: it
+    /// keeps their order, so an argmax needs none.
     pub(crate) fn cap_logits(&self, logits: &mut [f32]) {
+        if self.logit_scale != 1.0 {
+            let inverse = 1.0 / self.logit_scale;
+            logits.iter_mut().for_each(|v| *v *= inverse);
+        }
         let cap = self.head_softcap;
         if cap > 0.0 {
             for v in logits {
@@ -237,8 +246,9 @@ impl Program {
         })
     }
 
-    /// Bytes of expert weights a decode step does not read: each row goes
-    /// through `used` of an op's experts, so the rest of them stay unread.
+    /// Bytes of expert weights a one-row step does not read: the row goes
+    /// through `used` of an op's experts, so the rest of them stay unread
+    /// (a batch reads more of them).
     pub(crate) fn unread_expert_bytes(&self) -> u64 {
         self.unused_share(Matrix::byte_len)
     }
@@ -255,8 +265,9 @@ impl Program {
         self.experts()
             .map(|e| {
                 let all: u64 = e.experts.iter().flat_map(Expert::matrices).map(size).sum();
-                let n = e.experts.len().max(1) as u64;
-                all - all * u64::from(e.used).min(n) / n
+                let n = e.experts.len().max(1) as u128;
+                let used = u128::from(e.used).min(n);
+                (u128::from(all) * (n - used) / n) as u64
             })
             .sum()
     }

@@ -107,6 +107,8 @@ pub(super) fn build(l: &Loader<'_>, gen: Gemma) -> Result<Program, LoadError> {
         final_norm: l.vector("output_norm.weight", h)?,
         head,
         head_softcap: softcap("final_logit_softcapping")?,
+        logit_scale: 1.0,
+        residual_scale: 1.0,
         ropes,
     })
 }

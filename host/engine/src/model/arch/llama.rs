@@ -16,13 +16,17 @@ pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
     // Mixtral's experts are as wide as the dense MLP would be, and their
     // weights renormalized over the chosen two (HF's MixtralSparseMoeBlock).
     let mixture = l.expert_count()? > 0;
+    if l.has("blk.0.ffn_up_shexp.weight") {
+        return Err(l.unsupported("shared experts".into()));
+    }
+    let width = l.expert_width(l.config.ffn)?;
     l.pre_norm_decoder(&l.rope(RopeMode::Interleaved)?, |i| {
         let attention = AttentionBlock {
             biases: l.qkv_biases(i, false)?,
             ..l.attention(i)?
         };
         let ffn = if mixture {
-            Ffn::Experts(l.experts(i, l.config.ffn as usize, true)?)
+            Ffn::Experts(l.experts(i, width, true)?)
         } else {
             Ffn::Dense(l.swiglu(i)?)
         };

@@ -14,6 +14,7 @@
 //! `make_tiny_gguf.py`; `docs/ARCHITECTURE.md` walks through it.
 
 mod gemma;
+mod granite;
 mod llama;
 mod phi3;
 mod qwen2;
@@ -177,15 +178,18 @@ impl Loader<'_> {
         let name = format!("blk.{i}.{name}.weight");
         let dims = [inp as u64, out as u64, count as u64];
         let mut whole = self.file_rows(&name, &dims)?;
-        if let Source::Interleaved(file, cache) = &self.source {
+        // Repacked as one matrix when each expert is whole groups of rows
+        // (every real model's), so each view is a range of the copy; an
+        // expert of a part group would be a copy of its own a view, so
+        // such a stack stays in the map's plain layout.
+        let groups = out.is_multiple_of(pagoda_cpu::quant::interleave::GROUP);
+        if let (Source::Interleaved(file, cache), true) = (&self.source, groups) {
             whole = Self::interleaved(file, cache, &name, whole)?;
         }
         let view = |rows: Range<usize>| {
-            whole.view(rows).ok_or_else(|| LoadError::Shape {
-                tensor: name.clone(),
-                expected: dims.to_vec(),
-                found: Vec::new(),
-            })
+            whole
+                .view(rows)
+                .ok_or_else(|| LoadError::ExpertView(name.clone()))
         };
         (0..count).map(|e| view(e * out..(e + 1) * out)).collect()
     }
@@ -344,11 +348,20 @@ impl Loader<'_> {
     }
 
     /// The width of each expert: `expert_feed_forward_length` where the
-    /// file has it, else `feed_forward_length` (Mixtral's experts are as
-    /// wide as a dense MLP would be).
-    pub fn expert_width(&self) -> Result<usize, LoadError> {
+    /// file has it, else `fallback` (as llama.cpp reads each architecture:
+    /// Mixtral's and Granite's experts are `feed_forward_length` wide,
+    /// Qwen's `feed_forward_length / expert_used_count`).
+    pub fn expert_width(&self, fallback: u32) -> Result<usize, LoadError> {
         let key = self.key("expert_feed_forward_length");
-        Ok(uint(self.g, &key)?.unwrap_or(self.config.ffn) as usize)
+        Ok(uint(self.g, &key)?.unwrap_or(fallback) as usize)
+    }
+
+    /// `feed_forward_length / expert_used_count`: Qwen's experts' width
+    /// where the file does not say it (0 without `expert_used_count`,
+    /// which [`experts`](Self::experts) then refuses).
+    pub fn ffn_per_used_expert(&self) -> Result<u32, LoadError> {
+        let used = uint(self.g, &self.key("expert_used_count"))?.unwrap_or(0);
+        Ok(self.config.ffn.checked_div(used).unwrap_or(0))
     }
 
     /// Layer `i`'s mixture of SwiGLU experts, each `width` wide: the router
@@ -362,8 +375,8 @@ impl Loader<'_> {
         let count = required_uint(self.g, &count_key)?;
         let used_key = self.key("expert_used_count");
         let used = required_uint(self.g, &used_key)?;
-        if count == 0 {
-            return Err(bad(&count_key, count, "a mixture needs experts"));
+        if count == 0 || count > MAX_EXPERTS {
+            return Err(bad(&count_key, count, "must be between 1 and 512"));
         }
         if used == 0 || used > count {
             return Err(bad(&used_key, used, "must be between 1 and expert_count"));
@@ -373,6 +386,9 @@ impl Loader<'_> {
         }
         let n = count as usize;
         let router = self.layer_matrix(i, "ffn_gate_inp", h, n)?;
+        if self.has(&format!("blk.{i}.ffn_gate_up_exps.weight")) {
+            return Err(self.unsupported("fused ffn_gate_up_exps experts".into()));
+        }
         let experts = if self.has(&format!("blk.{i}.ffn_gate_exps.weight")) {
             let gates = self.layer_stack(i, "ffn_gate_exps", (h, width), n)?;
             let ups = self.layer_stack(i, "ffn_up_exps", (h, width), n)?;
@@ -459,6 +475,8 @@ impl Loader<'_> {
             final_norm: self.vector("output_norm.weight", h)?,
             head,
             head_softcap: 0.0,
+            logit_scale: 1.0,
+            residual_scale: 1.0,
             ropes: vec![Rope::new(rope, c.max_context)],
         })
     }
@@ -480,6 +498,10 @@ impl Loader<'_> {
         }
     }
 }
+
+/// Most experts a mixture may have (llama.cpp's `LLAMA_MAX_EXPERTS`): a
+/// file cannot make the loader build millions of expert matrices.
+const MAX_EXPERTS: u32 = 512;
 
 /// A layer's feed-forward half: one MLP, or a mixture of experts.
 pub(super) enum Ffn {
@@ -519,7 +541,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
     };
     // Mixtral is `llama` with experts; the `moe` architectures always
     // have them.
-    if !matches!(arch, "llama" | "qwen2moe" | "qwen3moe") {
+    if !matches!(arch, "llama" | "qwen2moe" | "qwen3moe" | "granitemoe") {
         loader.refuse_experts()?;
     }
     let program = match arch {
@@ -529,6 +551,8 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "qwen3" => qwen3::build(&loader, false)?,
         "qwen3moe" => qwen3::build(&loader, true)?,
         "phi3" => phi3::build(&loader)?,
+        "granite" => granite::build(&loader, false)?,
+        "granitemoe" => granite::build(&loader, true)?,
         "gemma2" => gemma::build(&loader, gemma::Gemma::Two)?,
         "gemma3" => gemma::build(&loader, gemma::Gemma::Three)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),

@@ -15,9 +15,13 @@ use super::{Ffn, Loader};
 
 /// The model of a `qwen2` file, or (`mixture`) of a `qwen2moe` one.
 pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError> {
-    let width = l.expert_width()?;
-    let shared_key = l.key("expert_shared_feed_forward_length");
-    let shared_width = uint(l.g, &shared_key)?.map_or(width, |w| w as usize);
+    let (width, shared_width) = if mixture {
+        let width = l.expert_width(l.ffn_per_used_expert()?)?;
+        let shared_key = l.key("expert_shared_feed_forward_length");
+        (width, uint(l.g, &shared_key)?.map_or(width, |w| w as usize))
+    } else {
+        (0, 0)
+    };
     l.pre_norm_decoder(&l.rope(RopeMode::Neox)?, |i| {
         let attention = AttentionBlock {
             biases: l.qkv_biases(i, !mixture)?,

@@ -14,7 +14,11 @@ use super::{Ffn, Loader};
 /// The model of a `qwen3` file, or (`mixture`) of a `qwen3moe` one.
 pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError> {
     let d = l.config.head_dim as usize;
-    let width = l.expert_width()?;
+    let width = if mixture {
+        l.expert_width(l.ffn_per_used_expert()?)?
+    } else {
+        0
+    };
     l.pre_norm_decoder(&l.rope(RopeMode::Neox)?, |i| {
         let attention = AttentionBlock {
             qk_norm: Some((

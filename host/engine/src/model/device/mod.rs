@@ -9,7 +9,8 @@
 //! A model whose weights do not fit one storage binding of the device
 //! (`maxStorageBufferRange`, 128 MiB on lavapipe) runs as before: the
 //! products on the CPU, attention on the device. So does a mixture of
-//! experts, whose routing has no device lowering yet.
+//! experts, whose routing has no device lowering yet, and a model whose
+//! blocks are scaled before the residual add (Granite).
 
 mod image;
 mod program;
@@ -19,6 +20,7 @@ use pagoda_vulkan::{StepProgram, VulkanBackend, VulkanError, VulkanKvStore, Vulk
 use super::cpu::Activations;
 use super::forward::Model;
 use super::input::{ForwardError, StepInput};
+use super::program::Program;
 use crate::backend::{greedy_tokens, DeviceKernel, DeviceProgram, StepBackend};
 use image::Image;
 
@@ -28,7 +30,8 @@ use image::Image;
 pub struct DeviceModel {
     /// The [`Model`] they are of, once a step ran.
     model: Option<u64>,
-    /// `None`: too large for the device, steps run the host's forward pass.
+    /// `None`: too large for the device, or a program the step program does
+    /// not lower ([`lowers`]); steps run the host's forward pass.
     resident: Option<Box<Resident>>,
 }
 
@@ -41,8 +44,8 @@ struct Resident {
 impl DeviceModel {
     /// Whether the last model run runs whole steps on the device
     /// (`Some(true)`), runs only attention there because its weights do
-    /// not fit one buffer binding (`Some(false)`), or has not run yet
-    /// (`None`).
+    /// not fit one buffer binding or its program is not lowered, a mixture
+    /// of experts say (`Some(false)`), or has not run yet (`None`).
     pub fn whole_steps_on_device(&self) -> Option<bool> {
         self.model.map(|_| self.resident.is_some())
     }
@@ -59,7 +62,7 @@ fn make_resident(
     }
     // The old model's weights go first, so both are never held at once.
     *device = DeviceModel::default();
-    if model.program().experts().next().is_some() {
+    if !lowers(model.program()) {
         device.model = Some(model.id());
         return Ok(());
     }
@@ -77,6 +80,13 @@ fn make_resident(
         resident,
     };
     Ok(())
+}
+
+/// Whether the step program can run `program` whole: not a mixture of
+/// experts (the routing has no device lowering), not a residual stream
+/// whose blocks are scaled (Granite; the device's add does not scale).
+fn lowers(program: &Program) -> bool {
+    program.experts().next().is_none() && program.residual_scale == 1.0
 }
 
 /// Runs one step as one program: the logits come back, or with `tokens`

@@ -1,0 +1,69 @@
+//! `granite` and `granitemoe`: IBM's Granite 3.x (dense) and Granite MoE
+//! (3.0 1B-A400M, 3B-A800M). The `llama` layer (interleaved rotary,
+//! attention biases where a file has them) with four of muP's multipliers:
+//! the embedding scaled by `embedding_scale`, the attention scores by
+//! `attention.scale` in place of `1/√head_dim`, each block's output by
+//! `residual_scale` before it joins the residual stream, and the logits
+//! divided by `logit_scale` (llama.cpp's `granite.cpp`). `granitemoe` has a
+//! mixture of experts in place of each MLP, its weights renormalized, and a
+//! shared expert (ungated) where `expert_shared_feed_forward_length` is set.
+
+use super::super::load_error::LoadError;
+use super::super::meta::{bad, float, uint};
+use super::super::program::{Attend, AttentionBlock, Program};
+use super::super::rope::RopeMode;
+use super::{Ffn, Loader};
+
+/// The model of a `granite` file, or (`mixture`) of a `granitemoe` one.
+pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError> {
+    let multiplier = |key: &str, default: f32| -> Result<f32, LoadError> {
+        let key = l.key(key);
+        match float(l.g, &key)? {
+            None => Ok(default),
+            Some(v) if v.is_finite() && v > 0.0 => Ok(v),
+            Some(v) => Err(bad(&key, v, "a multiplier must be finite and positive")),
+        }
+    };
+    let embed_scale = multiplier("embedding_scale", 1.0)?;
+    let residual_scale = multiplier("residual_scale", 1.0)?;
+    let logit_scale = multiplier("logit_scale", 1.0)?;
+    let scale = multiplier("attention.scale", 1.0 / (l.config.head_dim as f32).sqrt())?;
+    // llama.cpp reads `rope.scaling.finetuned` false as "no rotary
+    // positions" (Granite 4's NoPE layers), which is not built.
+    let finetuned = l.key("rope.scaling.finetuned");
+    if matches!(l.g.get_bool(&finetuned), Ok(false)) {
+        return Err(l.unsupported("attention without rotary positions".into()));
+    }
+    if l.has("blk.0.ffn_up.bias") {
+        return Err(l.unsupported("MLP biases".into()));
+    }
+    let width = l.expert_width(l.config.ffn)?;
+    let shared_width = uint(l.g, &l.key("expert_shared_feed_forward_length"))?.unwrap_or(0);
+    let mut program = l.pre_norm_decoder(&l.rope(RopeMode::Interleaved)?, |i| {
+        let attention = AttentionBlock {
+            biases: l.qkv_biases(i, false)?,
+            attend: Attend {
+                scale,
+                ..Attend::full(&l.config)
+            },
+            ..l.attention(i)?
+        };
+        let ffn = if mixture {
+            let mut experts = l.experts(i, width, true)?;
+            if shared_width > 0 {
+                let mut shared = l.shared_expert(i, shared_width as usize)?;
+                // Granite's shared expert joins unscaled.
+                shared.gate = None;
+                experts.shared = Some(shared);
+            }
+            Ffn::Experts(experts)
+        } else {
+            Ffn::Dense(l.swiglu(i)?)
+        };
+        Ok((attention, ffn))
+    })?;
+    program.embed_scale = embed_scale;
+    program.residual_scale = residual_scale;
+    program.logit_scale = logit_scale;
+    Ok(program)
+}
