@@ -169,7 +169,8 @@ pub(crate) struct TemplateArgs {
 /// `pagoda run`'s options.
 #[derive(clap::Args)]
 pub(crate) struct RunArgs {
-    /// The model: a GGUF file (llama, qwen2, qwen3, phi3, gemma2 or gemma3 architecture).
+    /// The model: a GGUF file (llama (Mixtral included), qwen2, qwen2moe, qwen3, qwen3moe, phi3,
+    /// gemma2, gemma3, granite or granitemoe architecture).
     #[arg(long, value_name = "FILE.gguf")]
     pub(crate) model: PathBuf,
     #[command(flatten)]
