@@ -164,8 +164,15 @@ class Model:
         self.experts = int(field(r, f"{a}.expert_count", 0))
         self.experts_used = int(field(r, f"{a}.expert_used_count", 0))
         self.linear = 1.0
-        if field(r, f"{a}.rope.scaling.type", "none") == "linear":
+        self.yarn = None
+        scaling = field(r, f"{a}.rope.scaling.type", "none")
+        if scaling == "linear":
             self.linear = float(field(r, f"{a}.rope.scaling.factor"))
+        elif scaling == "yarn":
+            self.yarn = (float(field(r, f"{a}.rope.scaling.factor")),
+                         int(field(r, f"{a}.rope.scaling.original_context_length")),
+                         float(field(r, f"{a}.rope.scaling.yarn_beta_fast", 32.0)),
+                         float(field(r, f"{a}.rope.scaling.yarn_beta_slow", 1.0)))
         self.window = int(field(r, f"{a}.attention.sliding_window", 0))
         pattern = r.fields.get(f"{a}.attention.sliding_window_pattern")
         if pattern is not None and pattern.types[0] == GGUFValueType.ARRAY:
@@ -199,9 +206,25 @@ class Model:
         freq = base ** (-2.0 * j / n)
         if self.rope_factors is not None:
             freq = freq / self.rope_factors
+        magnitude = 1.0
+        if self.yarn is not None and not local:
+            # HF's _compute_yarn_parameters: find_correction_range (floor,
+            # ceil, clipped to the dimensions), linear_ramp_factor, the
+            # interpolated and extrapolated frequencies blended by it, and
+            # get_mscale's attention factor.
+            factor, original, beta_fast, beta_slow = self.yarn
+            def correction_dim(turns):
+                return n * np.log(original / (turns * 2 * np.pi)) / (2 * np.log(base))
+            low = max(np.floor(correction_dim(beta_fast)), 0)
+            high = min(np.ceil(correction_dim(beta_slow)), n - 1)
+            if low == high:
+                high += 0.001
+            extrapolation = 1.0 - np.clip((j - low) / (high - low), 0.0, 1.0)
+            freq = freq / factor * (1.0 - extrapolation) + freq * extrapolation
+            magnitude = 0.1 * np.log(factor) + 1.0
         angle = positions[:, None].astype(np.float64) / linear * freq[None, :]
-        cos = self.attn_factor * np.cos(angle)[:, None, :]
-        sin = self.attn_factor * np.sin(angle)[:, None, :]
+        cos = self.attn_factor * magnitude * np.cos(angle)[:, None, :]
+        sin = self.attn_factor * magnitude * np.sin(angle)[:, None, :]
         if self.arch in ("llama", "granite", "granitemoe"):
             a, b = x[:, :, 0:n:2].copy(), x[:, :, 1:n:2].copy()
             x[:, :, 0:n:2] = a * cos - b * sin

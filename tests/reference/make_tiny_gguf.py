@@ -32,7 +32,10 @@ Q2_K tensor), missing.gguf (no blk.1.ffn_up.weight), shape.gguf (attn_k
 with the wrong output width), zero_heads.gguf (attention.head_count 0),
 arctic.gguf (architecture; made as gpt2.gguf is), experts.gguf (a
 `qwen2` file with qwen2.expert_count 8: `qwen2`'s layer has no mixture;
-Qwen2-MoE files are `qwen2moe`) and yarn.gguf (llama.rope.scaling.type "yarn"). The files after
+Qwen2-MoE files are `qwen2moe`), then yarn.gguf, a file that runs: `llama`
+with YaRN (rope.scaling.type "yarn", factor 4 from an original context of
+128, yarn_beta_fast 16).
+The files after
 zero_heads.gguf are written last, so the earlier files do not change.
 Then the Gemma files:
   gemma3.gguf gemma3, tied embedding, 4 query heads of 64 over 2 KV heads
@@ -71,8 +74,8 @@ and the mixtures each loader must refuse, qwen3moe.gguf's shape with
 metadata that lies: moe_used.gguf (expert_used_count 9 of 8 experts),
 moe_width.gguf (expert_feed_forward_length 64 for experts 128 wide),
 moe_count.gguf (no expert_count) and moe_fewer.gguf (expert_count 4 for
-stacks of 8); and, after Granite's, llama_shexp.gguf (a `llama` mixture
-with shared experts).
+stacks of 8); and, after Granite's, scaling.gguf (rope.scaling.type
+"dynamic") and llama_shexp.gguf (a `llama` mixture with shared experts).
 
 The Q/K rows are random, so they need no converter permutation: a `llama`
 file's rows are simply taken as already permuted for the interleaved-pair
@@ -441,7 +444,9 @@ def main() -> None:
           meta=lambda w: w.add_expert_count(8))
     write(out / "yarn.gguf", "llama", 4, 2, biases=False, tied=True, types=LLAMA_TYPES,
           meta=lambda w: (w.add_string("llama.rope.scaling.type", "yarn"),
-                          w.add_float32("llama.rope.scaling.factor", 4.0)))
+                          w.add_float32("llama.rope.scaling.factor", 4.0),
+                          w.add_uint32("llama.rope.scaling.original_context_length", 128),
+                          w.add_float32("llama.rope.scaling.yarn_beta_fast", 16.0)))
     def gemma3(w):
         w.add_sliding_window(5)
         w.add_sliding_window_pattern(2)
@@ -478,6 +483,9 @@ def main() -> None:
     write(out / "granitemoe.gguf", "granitemoe", 4, 2, biases=False, tied=True, base=10000.0,
           meta=granite("granitemoe"), types=MIXTRAL_TYPES, experts=(4, 2, FFN, {0, 1}),
           shared=128, shared_gate=False)
+    # A RoPE scaling that is not built.
+    write(out / "scaling.gguf", "llama", 4, 2, biases=False, tied=True, types=LLAMA_TYPES,
+          meta=lambda w: w.add_string("llama.rope.scaling.type", "dynamic"))
     # A `llama` mixture with shared experts, which llama.cpp's llama
     # loader takes and Pagoda's refuses by name.
     write(out / "llama_shexp.gguf", "llama", 4, 2, biases=False, tied=True, types=MIXTRAL_TYPES,

@@ -39,7 +39,7 @@ const TOLERANCE_F32: f32 = 3e-5;
 const TOLERANCE_F16: f32 = 5e-3;
 /// The tiny models make_tiny_gguf.py writes, each checked against the
 /// reference.
-const ARCHS: [&str; 12] = [
+const ARCHS: [&str; 13] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -52,6 +52,7 @@ const ARCHS: [&str; 12] = [
     "qwen2moe",
     "granite",
     "granitemoe",
+    "yarn",
 ];
 
 fn prompts() -> Vec<Vec<u32>> {
@@ -433,6 +434,15 @@ fn qwen2moe_with_a_shared_expert_matches_the_reference() {
 }
 
 #[test]
+fn yarn_context_extension_matches_the_reference() {
+    // Factor 4 over an original context of 128: the ramp runs over the
+    // middle pairs, with the magnitude correction on every angle.
+    if let Some(c) = agrees_with_reference("yarn") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
+    }
+}
+
+#[test]
 fn granite_with_its_multipliers_matches_the_reference() {
     // Embedding, attention, residual and logit scales all away from 1.
     if let Some(c) = agrees_with_reference("granite") {
@@ -528,7 +538,7 @@ fn refused_by_name(dir: &Path, load: Loader) {
     // Architectures that run, with a feature that is not built: named.
     for (file, arch, feature) in [
         ("experts", "qwen2", "mixture of experts"),
-        ("yarn", "llama", "RoPE scaling \"yarn\""),
+        ("scaling", "llama", "RoPE scaling \"dynamic\""),
         ("llama_shexp", "llama", "shared experts"),
     ] {
         match load(&dir.join(format!("{file}.gguf"))) {

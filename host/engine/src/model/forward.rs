@@ -214,6 +214,7 @@ impl Model {
             factors: extra.rope_factors.clone(),
             scale: 1.0,
             attn_factor: 1.0,
+            yarn: None,
         };
         let program = Program {
             embed,

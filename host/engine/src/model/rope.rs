@@ -7,7 +7,9 @@
 //! (LongRoPE's magnitude correction; 1 elsewhere). Llama 3.x's scaling
 //! arrives as factors (`rope_freqs.weight`, which llama.cpp's converter
 //! computes from the `llama3` formula), Phi-3's LongRoPE as the long or short
-//! factors and an attention factor.
+//! factors and an attention factor. YaRN ([`Yarn`]) blends each frequency
+//! between itself and itself divided by the extension factor, and
+//! multiplies the attention factor by `1 + 0.1 ln factor`.
 
 /// Which dimensions of a head rotate together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +36,56 @@ pub struct RopeSpec {
     pub scale: f32,
     /// Cosines and sines are multiplied by this (1 for none).
     pub attn_factor: f32,
+    /// YaRN's context extension, if the file asks for it.
+    pub yarn: Option<Yarn>,
+}
+
+/// YaRN (Peng et al., 2023; "NTK-by-parts" with a magnitude correction),
+/// as llama.cpp's `rope_yarn` and Hugging Face's `_compute_yarn_parameters`
+/// compute it: pairs that turn more than `beta_fast` times over the
+/// original context keep their frequency, pairs that turn fewer than
+/// `beta_slow` times are divided by `factor` (interpolated), and the pairs
+/// between are blended along a linear ramp; cosines and sines are scaled by
+/// `1 + 0.1 ln factor`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Yarn {
+    /// How many times the trained context is extended (at least 1).
+    pub factor: f32,
+    /// The context the model was trained at.
+    pub original_context: u32,
+    /// Turns over the original context above which a pair extrapolates.
+    pub beta_fast: f32,
+    /// Turns below which a pair interpolates.
+    pub beta_slow: f32,
+}
+
+impl Yarn {
+    /// The first and last pair of the ramp for `dims` rotated dimensions
+    /// at `base` (llama.cpp's `ggml_rope_yarn_corr_dims`).
+    fn ramp(&self, dims: u32, base: f32) -> (f64, f64) {
+        let (dims, base) = (f64::from(dims), f64::from(base));
+        let original = f64::from(self.original_context);
+        let pair = |turns: f32| {
+            let turns = f64::from(turns) * 2.0 * std::f64::consts::PI;
+            dims * (original / turns).ln() / (2.0 * base.ln())
+        };
+        let low = pair(self.beta_fast).floor().max(0.0);
+        let high = pair(self.beta_slow).ceil().min(dims - 1.0);
+        (low, high)
+    }
+
+    /// Pair `i`'s frequency, from its unscaled one.
+    fn frequency(&self, i: usize, freq: f64, (low, high): (f64, f64)) -> f64 {
+        let y = (i as f64 - low) / (high - low).max(0.001);
+        let extrapolate = 1.0 - y.clamp(0.0, 1.0);
+        let interpolated = freq / f64::from(self.factor);
+        interpolated * (1.0 - extrapolate) + freq * extrapolate
+    }
+
+    /// The factor on cosines and sines.
+    fn magnitude(&self) -> f64 {
+        1.0 + 0.1 * f64::from(self.factor).ln()
+    }
 }
 
 /// One model's rotary: each pair's frequency, from which a step's cosines
@@ -67,21 +119,27 @@ impl Rope {
     /// The rotary of `spec` for positions `0..positions`.
     pub fn new(spec: &RopeSpec, positions: u32) -> Self {
         let half = (spec.dims / 2) as usize;
+        let ramp = spec.yarn.map(|y| y.ramp(spec.dims, spec.base));
         let freqs = (0..half)
             .map(|i| {
                 let freq = f64::from(spec.base).powf(-2.0 * i as f64 / f64::from(spec.dims));
-                match &spec.factors {
+                let freq = match &spec.factors {
                     Some(f) => freq / f64::from(f[i]),
                     None => freq,
+                };
+                match (spec.yarn, ramp) {
+                    (Some(y), Some(ramp)) => y.frequency(i, freq, ramp),
+                    _ => freq,
                 }
             })
             .collect();
+        let magnitude = spec.yarn.map_or(1.0, |y| y.magnitude());
         Self {
             mode: spec.mode,
             half,
             freqs,
             scale: f64::from(spec.scale),
-            attn_factor: f64::from(spec.attn_factor),
+            attn_factor: f64::from(spec.attn_factor) * magnitude,
             positions,
         }
     }
@@ -176,6 +234,7 @@ mod tests {
             factors: Some(vec![1.0, 2.0]),
             scale: 2.0,
             attn_factor: 1.5,
+            yarn: None,
         };
         let neox = Rope::new(&spec, 8);
         let inter = Rope::new(

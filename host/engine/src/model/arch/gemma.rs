@@ -63,6 +63,7 @@ pub(super) fn build(l: &Loader<'_>, gen: Gemma) -> Result<Program, LoadError> {
             base,
             factors: None,
             scale: 1.0,
+            yarn: None,
             ..global
         };
         ropes.push(Rope::new(&spec, c.max_context));

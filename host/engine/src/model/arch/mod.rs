@@ -37,7 +37,7 @@ use super::program::{
     MlpBlock, Program, SharedExpert,
 };
 use super::repack_cache::RepackCache;
-use super::rope::{Rope, RopeMode, RopeSpec};
+use super::rope::{Rope, RopeMode, RopeSpec, Yarn};
 use super::tensors::Matrix;
 
 /// How the loader holds the matrices.
@@ -257,12 +257,13 @@ impl Loader<'_> {
     }
 
     /// The rotary parameters the metadata gives (base, rotated dimensions,
-    /// linear scaling), pairs in `mode`, with `rope_freqs.weight` as the
-    /// frequency factors where the file has it (Llama 3.x). YaRN and other
+    /// linear scaling or YaRN), pairs in `mode`, with `rope_freqs.weight`
+    /// as the frequency factors where the file has it (Llama 3.x). Other
     /// scalings are refused by name.
     pub fn rope(&self, mode: RopeMode) -> Result<RopeSpec, LoadError> {
         let c = &self.config;
         let mut scale = 1.0;
+        let mut yarn = None;
         let scaling_key = self.key("rope.scaling.type");
         if self.g.get(&scaling_key).is_some() {
             let scaling = self
@@ -278,6 +279,7 @@ impl Loader<'_> {
                         return Err(bad(&key, scale, "a linear RoPE scale must be at least 1"));
                     }
                 }
+                "yarn" => yarn = Some(self.yarn()?),
                 other => return Err(self.unsupported(format!("RoPE scaling {other:?}"))),
             }
         }
@@ -290,6 +292,42 @@ impl Loader<'_> {
             factors,
             scale,
             attn_factor: 1.0,
+            yarn,
+        })
+    }
+
+    /// YaRN's parameters: `rope.scaling.factor` (at least 1),
+    /// `rope.scaling.original_context_length` (required) and the ramp's
+    /// `rope.scaling.yarn_beta_fast` and `yarn_beta_slow` (32 and 1 by
+    /// default, as llama.cpp and Hugging Face take them).
+    fn yarn(&self) -> Result<Yarn, LoadError> {
+        let factor_key = self.key("rope.scaling.factor");
+        let factor = float(self.g, &factor_key)?.unwrap_or(1.0);
+        if !(factor.is_finite() && factor >= 1.0) {
+            return Err(bad(&factor_key, factor, "a YaRN factor must be at least 1"));
+        }
+        let original_key = self.key("rope.scaling.original_context_length");
+        let original_context = required_uint(self.g, &original_key)?;
+        if original_context == 0 {
+            return Err(bad(&original_key, original_context, "must be positive"));
+        }
+        let beta = |name: &str, default: f32| -> Result<f32, LoadError> {
+            let key = self.key(name);
+            match float(self.g, &key)? {
+                None => Ok(default),
+                Some(b) if b.is_finite() && b > 0.0 => Ok(b),
+                Some(b) => Err(bad(&key, b, "must be finite and positive")),
+            }
+        };
+        let (beta_fast, beta_slow) = (
+            beta("rope.scaling.yarn_beta_fast", 32.0)?,
+            beta("rope.scaling.yarn_beta_slow", 1.0)?,
+        );
+        Ok(Yarn {
+            factor,
+            original_context,
+            beta_fast,
+            beta_slow,
         })
     }
 
