@@ -1,6 +1,6 @@
 """An independent forward pass of a `llama` (Mixtral's mixture of experts
 included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
-`granite` or `granitemoe` GGUF
+`granite`, `granitemoe`, `smollm3` or `olmo2` GGUF
 model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs and synthetic_gguf.rs.
 
@@ -81,6 +81,12 @@ interleaved rotary) with muP's multipliers, x = embed * embedding_scale,
 the scores scaled by attention.scale (key_length^-0.5 without it), each
 block's output times residual_scale before it is added, and the logits
 divided by logit_scale; granitemoe's experts renormalized.
+smollm3, from HF's SmolLM3Model: the llama layer, without rotary on layer
+i where (i + 1) % 4 == 0 (no_rope_layer_interval 4).
+olmo2, from HF's Olmo2DecoderLayer: no norm before either block; q and k
+RMS-normed over their whole width (q_norm of heads * head_dim, k_norm of
+kv_heads * head_dim) before NeoX rotary; each block's output normed
+(post_attention_norm, post_ffw_norm) before it is added.
 the experts' matrices the slices of ffn_{gate,up,down}_exps (or the older
 ffn_{gate,up,down}.E tensors, one per expert).
 
@@ -139,7 +145,7 @@ class Model:
         r = GGUFReader(path)
         self.arch = field(r, "general.architecture")
         if self.arch not in ("llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
-                             "granite", "granitemoe"):
+                             "granite", "granitemoe", "smollm3", "olmo2"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         self.layers = int(field(r, f"{a}.block_count"))
@@ -225,7 +231,7 @@ class Model:
         angle = positions[:, None].astype(np.float64) / linear * freq[None, :]
         cos = self.attn_factor * magnitude * np.cos(angle)[:, None, :]
         sin = self.attn_factor * magnitude * np.sin(angle)[:, None, :]
-        if self.arch in ("llama", "granite", "granitemoe"):
+        if self.arch in ("llama", "granite", "granitemoe", "smollm3"):
             a, b = x[:, :, 0:n:2].copy(), x[:, :, 1:n:2].copy()
             x[:, :, 0:n:2] = a * cos - b * sin
             x[:, :, 1:n:2] = a * sin + b * cos
@@ -290,7 +296,8 @@ class Model:
             local = self.local[i] if self.gemma else False
             mask = windowed if local else causal
             p = f"blk.{i}."
-            h = self.norm(x, w[p + "attn_norm.weight"])
+            olmo2 = self.arch == "olmo2"
+            h = x if olmo2 else self.norm(x, w[p + "attn_norm.weight"])
             if self.arch == "phi3":
                 qkv = h @ w[p + "attn_qkv.weight"].T
                 nq, nkv = self.heads * d, self.kv_heads * d
@@ -299,14 +306,18 @@ class Model:
                 q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0.0)
                 k = h @ w[p + "attn_k.weight"].T + w.get(p + "attn_k.bias", 0.0)
                 v = h @ w[p + "attn_v.weight"].T + w.get(p + "attn_v.bias", 0.0)
+            if olmo2:
+                q = self.norm(q, w[p + "attn_q_norm.weight"])
+                k = self.norm(k, w[p + "attn_k_norm.weight"])
             q = q.reshape(t, self.heads, d)
             k = k.reshape(t, self.kv_heads, d)
             v = v.reshape(t, self.kv_heads, d)
             if self.arch in ("qwen3", "qwen3moe", "gemma3"):
                 q = self.norm(q, w[p + "attn_q_norm.weight"])
                 k = self.norm(k, w[p + "attn_k_norm.weight"])
-            self.rope(q, positions, local)
-            self.rope(k, positions, local)
+            if not (self.arch == "smollm3" and (i + 1) % 4 == 0):
+                self.rope(q, positions, local)
+                self.rope(k, positions, local)
             if cache is not None:
                 k, v = cache.extend(i, k, v)
             out = np.empty((t, self.heads, d))
@@ -322,12 +333,12 @@ class Model:
                 s = np.exp(s - s.max(axis=1, keepdims=True))
                 out[:, hq, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, hk, :]
             o = out.reshape(t, self.heads * d) @ w[p + "attn_output.weight"].T
-            if self.gemma:
+            if self.gemma or olmo2:
                 o = self.norm(o, w[p + "post_attention_norm.weight"])
             if self.granite:
                 o = o * self.residual_scale
             x = x + o
-            h = self.norm(x, w[p + "ffn_norm.weight"])
+            h = x if olmo2 else self.norm(x, w[p + "ffn_norm.weight"])
             if self.experts > 0:
                 f = self.mixture(p, h)
                 x = x + (f * self.residual_scale if self.granite else f)
@@ -344,6 +355,8 @@ class Model:
                 f = self.norm((act * u) @ w[p + "ffn_down.weight"].T, w[p + "post_ffw_norm.weight"])
             else:
                 f = (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
+            if olmo2:
+                f = self.norm(f, w[p + "post_ffw_norm.weight"])
             if self.granite:
                 f = f * self.residual_scale
             x = x + f

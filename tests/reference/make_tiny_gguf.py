@@ -70,6 +70,10 @@ Then Granite:
   granitemoe.gguf granitemoe with the same multipliers, 4 experts FFN
                   wide of which 2 are used, and an ungated shared expert
                   128 wide (expert_shared_feed_forward_length)
+Then smollm3.gguf (smollm3, 4 layers, the fourth without rotary) and
+olmo2.gguf (olmo2: no attn_norm or ffn_norm, post_attention_norm and
+post_ffw_norm, attn_q_norm [heads * head_dim] and attn_k_norm [kv_heads *
+head_dim], attn_q and attn_k 4x larger so that the norms matter),
 and the mixtures each loader must refuse, qwen3moe.gguf's shape with
 metadata that lies: moe_used.gguf (expert_used_count 9 of 8 experts),
 moe_width.gguf (expert_feed_forward_length 64 for experts 128 wide),
@@ -146,19 +150,22 @@ def gain(n):
 def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
           key_length=False, types, skip=(), meta_heads=None, eps=None,
           base=None, qk_norm=False, qk_scale=1.0, fused=False, meta=None, extra=(),
-          post_norms=False, experts=None, claimed=None, shared=0, shared_gate=True):
+          post_norms=False, experts=None, claimed=None, shared=0, shared_gate=True,
+          layers=LAYERS):
     """experts: (count, used, width, stacked layers): a mixture in place of
     each MLP (stacked tensors on those layers, one per expert elsewhere);
     claimed: the (count, used, width) the metadata says, where it lies
     (a count of None: no expert_count key); shared: a shared expert's
     width (0: none), shared_gate: with ffn_gate_inp_shexp;
-    qk_norm: per-layer attn_q_norm / attn_k_norm gains [HEAD_DIM];
+    qk_norm: per-layer attn_q_norm / attn_k_norm gains [HEAD_DIM] (or,
+    "full", over every head: [heads * HEAD_DIM] and [kv_heads * HEAD_DIM]);
+    layers: how many (their types repeat every two);
     qk_scale: attn_q and attn_k values scaled by it (legacy and float types);
     fused: phi3's attn_qkv and gate+up ffn_up instead of separate matrices;
     meta: a function adding more metadata; extra: (name, values, type)
     tensors appended last."""
     w = GGUFWriter(str(path), arch)
-    w.add_block_count(LAYERS)
+    w.add_block_count(layers)
     w.add_context_length(512)
     w.add_embedding_length(HIDDEN)
     w.add_feed_forward_length(FFN)
@@ -188,9 +195,9 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
         meta(w)
     q, kv = heads * HEAD_DIM, kv_heads * HEAD_DIM
     tensors = [("token_embd.weight", rng.normal(0.0, 1.0, size=(VOCAB, HIDDEN)), types["embed"])]
-    for i in range(LAYERS):
+    for i in range(layers):
         p = f"blk.{i}."
-        t = types["layers"][i]
+        t = types["layers"][i % 2]
         if fused:
             tensors += [
                 (p + "attn_norm.weight", gain(HIDDEN), Q.F32),
@@ -232,7 +239,12 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
                 (p + "post_attention_norm.weight", gain(HIDDEN), Q.F32),
                 (p + "post_ffw_norm.weight", gain(HIDDEN), Q.F32),
             ]
-        if qk_norm:
+        if qk_norm == "full":
+            tensors += [
+                (p + "attn_q_norm.weight", gain(q), Q.F32),
+                (p + "attn_k_norm.weight", gain(kv), Q.F32),
+            ]
+        elif qk_norm:
             tensors += [
                 (p + "attn_q_norm.weight", gain(HEAD_DIM), Q.F32),
                 (p + "attn_k_norm.weight", gain(HEAD_DIM), Q.F32),
@@ -483,6 +495,13 @@ def main() -> None:
     write(out / "granitemoe.gguf", "granitemoe", 4, 2, biases=False, tied=True, base=10000.0,
           meta=granite("granitemoe"), types=MIXTRAL_TYPES, experts=(4, 2, FFN, {0, 1}),
           shared=128, shared_gate=False)
+    # SmolLM3 with its fourth layer unrotated, and OLMo 2 (post-norms only,
+    # q and k normed over every head), neither with pre-norm gains.
+    write(out / "smollm3.gguf", "smollm3", 4, 2, biases=False, tied=True, base=10000.0,
+          types=LLAMA3_TYPES, layers=4)
+    no_pre_norms = {f"blk.{i}.{n}.weight" for i in range(LAYERS) for n in ("attn_norm", "ffn_norm")}
+    write(out / "olmo2.gguf", "olmo2", 4, 2, biases=False, tied=False, key_length=True,
+          qk_norm="full", qk_scale=4.0, post_norms=True, skip=no_pre_norms, types=QWEN3_TYPES)
     # A RoPE scaling that is not built.
     write(out / "scaling.gguf", "llama", 4, 2, biases=False, tied=True, types=LLAMA_TYPES,
           meta=lambda w: w.add_string("llama.rope.scaling.type", "dynamic"))

@@ -170,7 +170,7 @@ pub(crate) struct TemplateArgs {
 #[derive(clap::Args)]
 pub(crate) struct RunArgs {
     /// The model: a GGUF file (llama (Mixtral included), qwen2, qwen2moe, qwen3, qwen3moe, phi3,
-    /// gemma2, gemma3, granite or granitemoe architecture).
+    /// gemma2, gemma3, granite, granitemoe, smollm3 or olmo2 architecture).
     #[arg(long, value_name = "FILE.gguf")]
     pub(crate) model: PathBuf,
     #[command(flatten)]

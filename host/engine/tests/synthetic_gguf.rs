@@ -12,7 +12,9 @@
 //! experts: a Mixtral-style `llama` (stacked and per-expert tensors), a
 //! `qwen3moe` one (experts narrower than the MLP) and a `qwen2moe` one (a
 //! gated shared expert, weights not renormalized), and Granite's dense and
-//! mixture files (muP's multipliers; an ungated shared expert), all with weights
+//! mixture files (muP's multipliers; an ungated shared expert), a `llama`
+//! with YaRN, a `smollm3` one (no rotary on every fourth layer) and an
+//! `olmo2` one (norms after the blocks only, q and k normed whole), all with weights
 //! of every supported type, through both the dense path (dequantized at load)
 //! and the quantized one (matrices kept in the map, f32 activations, so
 //! held to the same tolerances), and repacked (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
@@ -39,7 +41,7 @@ const TOLERANCE_F32: f32 = 3e-5;
 const TOLERANCE_F16: f32 = 5e-3;
 /// The tiny models make_tiny_gguf.py writes, each checked against the
 /// reference.
-const ARCHS: [&str; 13] = [
+const ARCHS: [&str; 15] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -53,6 +55,8 @@ const ARCHS: [&str; 13] = [
     "granite",
     "granitemoe",
     "yarn",
+    "smollm3",
+    "olmo2",
 ];
 
 fn prompts() -> Vec<Vec<u32>> {
@@ -438,6 +442,20 @@ fn yarn_context_extension_matches_the_reference() {
     // Factor 4 over an original context of 128: the ramp runs over the
     // middle pairs, with the magnitude correction on every angle.
     if let Some(c) = agrees_with_reference("yarn") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
+    }
+}
+
+#[test]
+fn smollm3_with_an_unrotated_fourth_layer_matches_the_reference() {
+    if let Some(c) = agrees_with_reference("smollm3") {
+        assert_eq!((c.layers, c.q_heads, c.kv_heads), (4, 4, 2));
+    }
+}
+
+#[test]
+fn olmo2_with_post_norms_and_whole_width_qk_norm_matches_the_reference() {
+    if let Some(c) = agrees_with_reference("olmo2") {
         assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
     }
 }

@@ -296,7 +296,8 @@ fn biases_an_untied_head_and_rope_factors_step_on_the_device_as_on_the_cpu() {
 
 /// Every architecture's tiny file (make_tiny_gguf.py: llama, qwen2, qwen3
 /// with QK-norm, Llama 3 scaling with attention wider than the hidden size,
-/// phi3 with fused tensors and LongRoPE, Gemma 2 and 3), its program
+/// phi3 with fused tensors and LongRoPE, Gemma 2 and 3, YaRN, SmolLM3's
+/// unrotated layers, OLMo 2's post-norms), its program
 /// lowered to the device, against the CPU backend (which the
 /// synthetic_gguf tests hold to the NumPy reference): a 12-token prompt
 /// (the prefill product) and two decode steps. The mixtures of experts
@@ -325,6 +326,9 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
         "qwen2moe",
         "granite",
         "granitemoe",
+        "yarn",
+        "smollm3",
+        "olmo2",
     ] {
         // f32 activations: these random blocks are no test of 8-bit
         // rounding (see the SmolLM2 test of it).

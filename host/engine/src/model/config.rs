@@ -16,6 +16,8 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "gemma3",
     "granite",
     "granitemoe",
+    "smollm3",
+    "olmo2",
 ];
 
 /// Hyper-parameters of a Llama-style decoder: token embedding, `layers` ×

@@ -190,7 +190,7 @@ impl Model {
                 qk_norm: None,
                 output: matrix(q, h)?,
                 post_norm: None,
-                rope: 0,
+                rope: Some(0),
                 attend: Attend::full(&config),
             };
             let (gate, up, down) = (matrix(h, f)?, matrix(h, f)?, matrix(f, h)?);

@@ -292,8 +292,9 @@ pub(crate) struct AttentionBlock {
     pub output: Matrix,
     /// RMS norm gain of the output before the residual add (gemma3).
     pub post_norm: Option<Vec<f32>>,
-    /// Which of the program's rotary tables the layer reads.
-    pub rope: usize,
+    /// Which of the program's rotary tables the layer reads; `None`: the
+    /// layer has no rotary positions (SmolLM3's every fourth).
+    pub rope: Option<usize>,
     /// How the layer attends.
     pub attend: Attend,
 }
@@ -342,16 +343,18 @@ pub(crate) fn attention_block(
             });
         }
     }
-    ops.push(Op::Rope {
-        buf: Buf::Q,
-        heads: c.q_heads,
-        table: a.rope,
-    });
-    ops.push(Op::Rope {
-        buf: Buf::K,
-        heads: c.kv_heads,
-        table: a.rope,
-    });
+    if let Some(table) = a.rope {
+        ops.push(Op::Rope {
+            buf: Buf::Q,
+            heads: c.q_heads,
+            table,
+        });
+        ops.push(Op::Rope {
+            buf: Buf::K,
+            heads: c.kv_heads,
+            table,
+        });
+    }
     ops.push(Op::Attention(a.attend));
     ops.push(Op::Linear {
         src: Buf::Attn,

@@ -82,7 +82,7 @@ pub(super) fn build(l: &Loader<'_>, gen: Gemma) -> Result<Program, LoadError> {
         let attention = AttentionBlock {
             qk_norm,
             post_norm: Some(l.layer_vector(i, "post_attention_norm.weight", h)?),
-            rope: usize::from(is_local && gen == Gemma::Three),
+            rope: Some(usize::from(is_local && gen == Gemma::Three)),
             attend: if is_local { local } else { full },
             ..l.attention(i)?
         };

@@ -16,9 +16,11 @@
 mod gemma;
 mod granite;
 mod llama;
+mod olmo2;
 mod phi3;
 mod qwen2;
 mod qwen3;
+mod smollm3;
 
 use std::ops::Range;
 
@@ -343,7 +345,7 @@ impl Loader<'_> {
             qk_norm: None,
             output: self.layer_matrix(i, "attn_output", q, h)?,
             post_norm: None,
-            rope: 0,
+            rope: Some(0),
             attend: Attend::full(c),
         })
     }
@@ -589,6 +591,8 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "qwen3" => qwen3::build(&loader, false)?,
         "qwen3moe" => qwen3::build(&loader, true)?,
         "phi3" => phi3::build(&loader)?,
+        "smollm3" => smollm3::build(&loader)?,
+        "olmo2" => olmo2::build(&loader)?,
         "granite" => granite::build(&loader, false)?,
         "granitemoe" => granite::build(&loader, true)?,
         "gemma2" => gemma::build(&loader, gemma::Gemma::Two)?,

@@ -51,7 +51,7 @@ pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
             qk_norm: None,
             output: l.layer_matrix(i, "attn_output", q, h)?,
             post_norm: None,
-            rope: 0,
+            rope: Some(0),
             attend: Attend::full(c),
         };
         let mlp = MlpBlock {
