@@ -41,23 +41,7 @@ const TOLERANCE_F32: f32 = 3e-5;
 const TOLERANCE_F16: f32 = 5e-3;
 /// The tiny models make_tiny_gguf.py writes, each checked against the
 /// reference.
-const ARCHS: [&str; 15] = [
-    "qwen2",
-    "llama",
-    "qwen3",
-    "llama3",
-    "phi3",
-    "gemma3",
-    "gemma2",
-    "mixtral",
-    "qwen3moe",
-    "qwen2moe",
-    "granite",
-    "granitemoe",
-    "yarn",
-    "smollm3",
-    "olmo2",
-];
+const ARCHS: [&str; 15] = support::TINY_MODELS;
 
 fn prompts() -> Vec<Vec<u32>> {
     vec![

@@ -313,23 +313,7 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
     support::run_reference(&python, "make_tiny_gguf.py", &[dir.as_os_str()]);
     let prompt: Vec<u32> = (0..12).map(|i| (i * 37 + 11) % 256).collect();
     // gemma3 and gemma2: the 12 tokens cross their 5-token window.
-    for arch in [
-        "llama",
-        "qwen2",
-        "qwen3",
-        "llama3",
-        "phi3",
-        "gemma3",
-        "gemma2",
-        "mixtral",
-        "qwen3moe",
-        "qwen2moe",
-        "granite",
-        "granitemoe",
-        "yarn",
-        "smollm3",
-        "olmo2",
-    ] {
+    for arch in support::TINY_MODELS {
         // f32 activations: these random blocks are no test of 8-bit
         // rounding (see the SmolLM2 test of it).
         let Some(gpu) = open_with(VulkanOptions {

@@ -66,6 +66,15 @@ pub(super) fn required_uint(g: &Gguf<'_>, key: &str) -> Result<u32, LoadError> {
     })
 }
 
+/// A finite, positive float under `key`, or `default` when absent.
+pub(super) fn positive_float(g: &Gguf<'_>, key: &str, default: f32) -> Result<f32, LoadError> {
+    match float(g, key)? {
+        None => Ok(default),
+        Some(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Some(v) => Err(bad(key, v, "must be finite and positive")),
+    }
+}
+
 /// A float under `key` (f32 or f64), or `None` when absent.
 pub(super) fn float(g: &Gguf<'_>, key: &str) -> Result<Option<f32>, LoadError> {
     match g.get(key) {

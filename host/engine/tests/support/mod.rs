@@ -17,6 +17,27 @@ use pagoda_engine::{Engine, EngineConfig, EngineStorage, Event, GenRequest, Step
 mod env;
 pub use env::*;
 
+/// The tiny models make_tiny_gguf.py writes that every backend must run
+/// as the NumPy reference does (`{name}.gguf`): one per architecture and
+/// per feature of one (Llama 3 scaling, YaRN).
+pub const TINY_MODELS: [&str; 15] = [
+    "qwen2",
+    "llama",
+    "qwen3",
+    "llama3",
+    "phi3",
+    "gemma3",
+    "gemma2",
+    "mixtral",
+    "qwen3moe",
+    "qwen2moe",
+    "granite",
+    "granitemoe",
+    "yarn",
+    "smollm3",
+    "olmo2",
+];
+
 /// Writes `prompts` for forward_ref.py (one line of ids each).
 pub fn write_prompts(path: &Path, prompts: &[Vec<u32>]) {
     let text: String = prompts

@@ -9,21 +9,14 @@
 //! shared expert (ungated) where `expert_shared_feed_forward_length` is set.
 
 use super::super::load_error::LoadError;
-use super::super::meta::{bad, float, uint};
+use super::super::meta::{positive_float, uint};
 use super::super::program::{Attend, AttentionBlock, Program};
 use super::super::rope::RopeMode;
 use super::{Ffn, Loader};
 
 /// The model of a `granite` file, or (`mixture`) of a `granitemoe` one.
 pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError> {
-    let multiplier = |key: &str, default: f32| -> Result<f32, LoadError> {
-        let key = l.key(key);
-        match float(l.g, &key)? {
-            None => Ok(default),
-            Some(v) if v.is_finite() && v > 0.0 => Ok(v),
-            Some(v) => Err(bad(&key, v, "a multiplier must be finite and positive")),
-        }
-    };
+    let multiplier = |key: &str, default: f32| positive_float(l.g, &l.key(key), default);
     let embed_scale = multiplier("embedding_scale", 1.0)?;
     let residual_scale = multiplier("residual_scale", 1.0)?;
     let logit_scale = multiplier("logit_scale", 1.0)?;

@@ -33,7 +33,7 @@ use super::dequant;
 use super::file::ModelFile;
 use super::load_error::LoadError;
 pub(super) use super::meta::architecture as name;
-use super::meta::{bad, float, meta, required_uint, uint};
+use super::meta::{bad, float, meta, positive_float, required_uint, uint};
 use super::program::{
     attention_block, experts_block, mlp_block, Attend, AttentionBlock, Expert, Experts, Gating,
     MlpBlock, Program, SharedExpert,
@@ -313,14 +313,7 @@ impl Loader<'_> {
         if original_context == 0 {
             return Err(bad(&original_key, original_context, "must be positive"));
         }
-        let beta = |name: &str, default: f32| -> Result<f32, LoadError> {
-            let key = self.key(name);
-            match float(self.g, &key)? {
-                None => Ok(default),
-                Some(b) if b.is_finite() && b > 0.0 => Ok(b),
-                Some(b) => Err(bad(&key, b, "must be finite and positive")),
-            }
-        };
+        let beta = |name: &str, default: f32| positive_float(self.g, &self.key(name), default);
         let (beta_fast, beta_slow) = (
             beta("rope.scaling.yarn_beta_fast", 32.0)?,
             beta("rope.scaling.yarn_beta_slow", 1.0)?,
