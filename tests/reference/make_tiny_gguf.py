@@ -34,7 +34,8 @@ arctic.gguf (architecture; made as gpt2.gguf is), experts.gguf (a
 `qwen2` file with qwen2.expert_count 8: `qwen2`'s layer has no mixture;
 Qwen2-MoE files are `qwen2moe`), then yarn.gguf, a file that runs: `llama`
 with YaRN (rope.scaling.type "yarn", factor 4 from an original context of
-128, yarn_beta_fast 16).
+128, yarn_beta_fast 16, and rope.scaling.attn_factor 0.9 on top of YaRN's
+own magnitude).
 The files after
 zero_heads.gguf are written last, so the earlier files do not change.
 Then the Gemma files:
@@ -78,8 +79,10 @@ and the mixtures each loader must refuse, qwen3moe.gguf's shape with
 metadata that lies: moe_used.gguf (expert_used_count 9 of 8 experts),
 moe_width.gguf (expert_feed_forward_length 64 for experts 128 wide),
 moe_count.gguf (no expert_count) and moe_fewer.gguf (expert_count 4 for
-stacks of 8); and, after Granite's, scaling.gguf (rope.scaling.type
-"dynamic") and llama_shexp.gguf (a `llama` mixture with shared experts).
+stacks of 8); and, after Granite's, olmo3.gguf (`olmo2` with
+attention.sliding_window 4, as OLMo 3 is written), scaling.gguf
+(rope.scaling.type "dynamic") and llama_shexp.gguf (a `llama` mixture with
+shared experts).
 
 The Q/K rows are random, so they need no converter permutation: a `llama`
 file's rows are simply taken as already permuted for the interleaved-pair
@@ -458,7 +461,8 @@ def main() -> None:
           meta=lambda w: (w.add_string("llama.rope.scaling.type", "yarn"),
                           w.add_float32("llama.rope.scaling.factor", 4.0),
                           w.add_uint32("llama.rope.scaling.original_context_length", 128),
-                          w.add_float32("llama.rope.scaling.yarn_beta_fast", 16.0)))
+                          w.add_float32("llama.rope.scaling.yarn_beta_fast", 16.0),
+                          w.add_float32("llama.rope.scaling.attn_factor", 0.9)))
     def gemma3(w):
         w.add_sliding_window(5)
         w.add_sliding_window_pattern(2)
@@ -502,6 +506,10 @@ def main() -> None:
     no_pre_norms = {f"blk.{i}.{n}.weight" for i in range(LAYERS) for n in ("attn_norm", "ffn_norm")}
     write(out / "olmo2.gguf", "olmo2", 4, 2, biases=False, tied=False, key_length=True,
           qk_norm="full", qk_scale=4.0, post_norms=True, skip=no_pre_norms, types=QWEN3_TYPES)
+    # OLMo 3, written as `olmo2` with sliding-window layers: refused.
+    write(out / "olmo3.gguf", "olmo2", 4, 2, biases=False, tied=False, key_length=True,
+          qk_norm="full", post_norms=True, skip=no_pre_norms, types=QWEN3_TYPES,
+          meta=lambda w: w.add_sliding_window(4))
     # A RoPE scaling that is not built.
     write(out / "scaling.gguf", "llama", 4, 2, biases=False, tied=True, types=LLAMA_TYPES,
           meta=lambda w: w.add_string("llama.rope.scaling.type", "dynamic"))

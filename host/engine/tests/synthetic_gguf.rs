@@ -542,6 +542,7 @@ fn refused_by_name(dir: &Path, load: Loader) {
         ("experts", "qwen2", "mixture of experts"),
         ("scaling", "llama", "RoPE scaling \"dynamic\""),
         ("llama_shexp", "llama", "shared experts"),
+        ("olmo3", "olmo2", "sliding-window layers"),
     ] {
         match load(&dir.join(format!("{file}.gguf"))) {
             Err(e @ LoadError::UnsupportedFeature { .. }) => {

@@ -20,6 +20,10 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "olmo2",
 ];
 
+/// The widest row (hidden size, MLP width, all query heads) a model may
+/// have: 2^24 values, hundreds of times the widest real model's.
+pub const MAX_WIDTH: u64 = 1 << 24;
+
 /// Hyper-parameters of a Llama-style decoder: token embedding, `layers` ×
 /// (RMSNorm, grouped-query attention with rotary positions, RMSNorm, SwiGLU
 /// MLP), final RMSNorm, output head.
@@ -87,6 +91,20 @@ impl ModelConfig {
                 return Err(ModelError::ZeroSize(name));
             }
         }
+        // The widest real models' rows are tens of thousands of values; a
+        // width past this is a damaged file, and would overflow the
+        // 32-bit sizes the backends compute with.
+        let widths = [
+            ("hidden", u64::from(self.hidden)),
+            ("ffn", u64::from(self.ffn)),
+            ("q_heads × head_dim", self.q_dim() as u64),
+            ("kv_heads × head_dim", self.kv_dim() as u64),
+        ];
+        for (name, width) in widths {
+            if width > MAX_WIDTH {
+                return Err(ModelError::TooWide { name, width });
+            }
+        }
         if !self.q_heads.is_multiple_of(self.kv_heads) {
             return Err(ModelError::HeadsDoNotGroup {
                 q_heads: self.q_heads,
@@ -113,12 +131,12 @@ impl ModelConfig {
 
     /// Width of all query heads together.
     pub const fn q_dim(&self) -> usize {
-        (self.q_heads * self.head_dim) as usize
+        self.q_heads as usize * self.head_dim as usize
     }
 
     /// Width of all key (or value) heads together.
     pub const fn kv_dim(&self) -> usize {
-        (self.kv_heads * self.head_dim) as usize
+        self.kv_heads as usize * self.head_dim as usize
     }
 
     /// The KV cache's geometry for this model.
@@ -151,6 +169,16 @@ pub enum ModelError {
     /// A size in the configuration is zero.
     #[error("invalid model configuration: {0} must be positive")]
     ZeroSize(&'static str),
+    /// A row of the model is wider than [`MAX_WIDTH`] values.
+    #[error(
+        "invalid model configuration: {name} is {width} values wide, past the limit of {MAX_WIDTH}"
+    )]
+    TooWide {
+        /// Which width.
+        name: &'static str,
+        /// Its values.
+        width: u64,
+    },
     /// Query heads do not split evenly over key/value heads.
     #[error("invalid model configuration: q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads})")]
     HeadsDoNotGroup {

@@ -163,6 +163,17 @@ impl Expert {
 }
 
 impl Experts {
+    /// The widest expert's hidden layer (the shared one included).
+    pub(crate) fn width(&self) -> usize {
+        let shared = self.shared.iter().map(|s| &s.expert);
+        self.experts
+            .iter()
+            .chain(shared)
+            .map(|e| e.gate.rows())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Every matrix the op reads: the router, each expert's, the shared
     /// expert's.
     fn matrices(&self) -> impl Iterator<Item = &Matrix> {

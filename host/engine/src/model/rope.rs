@@ -100,7 +100,7 @@ pub struct Rope {
     pub(crate) mode: RopeMode,
     pub(crate) half: usize,
     /// Pair `i`'s angle per unit of scaled position: `base^(−2i/dims) /
-    /// factor[i]`.
+    /// factor[i]`, blended by YaRN where the spec has it.
     freqs: Vec<f64>,
     scale: f64,
     attn_factor: f64,

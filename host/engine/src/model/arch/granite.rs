@@ -9,14 +9,21 @@
 //! shared expert (ungated) where `expert_shared_feed_forward_length` is set.
 
 use super::super::load_error::LoadError;
-use super::super::meta::{positive_float, uint};
+use super::super::meta::{float, positive_float, uint};
 use super::super::program::{Attend, AttentionBlock, Program};
 use super::super::rope::RopeMode;
 use super::{Ffn, Loader};
 
 /// The model of a `granite` file, or (`mixture`) of a `granitemoe` one.
 pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError> {
-    let multiplier = |key: &str, default: f32| positive_float(l.g, &l.key(key), default);
+    // 0 reads as unset, as llama.cpp reads these keys.
+    let multiplier = |key: &str, default: f32| -> Result<f32, LoadError> {
+        let key = l.key(key);
+        match float(l.g, &key)? {
+            Some(v) if v == 0.0 => Ok(default),
+            _ => positive_float(l.g, &key, default),
+        }
+    };
     let embed_scale = multiplier("embedding_scale", 1.0)?;
     let residual_scale = multiplier("residual_scale", 1.0)?;
     let logit_scale = multiplier("logit_scale", 1.0)?;
@@ -27,8 +34,14 @@ pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError>
     if matches!(l.g.get_bool(&finetuned), Ok(false)) {
         return Err(l.unsupported("attention without rotary positions".into()));
     }
-    if l.has("blk.0.ffn_up.bias") {
-        return Err(l.unsupported("MLP biases".into()));
+    // llama.cpp's granite reads these biases where present; they are not
+    // built here, so a file with any is refused rather than run wrong.
+    for i in 0..l.config.layers {
+        for tensor in ["attn_output", "ffn_gate", "ffn_up", "ffn_down"] {
+            if l.has(&format!("blk.{i}.{tensor}.bias")) {
+                return Err(l.unsupported(format!("{tensor} biases")));
+            }
+        }
     }
     let width = l.expert_width(l.config.ffn)?;
     let shared_width = uint(l.g, &l.key("expert_shared_feed_forward_length"))?.unwrap_or(0);
@@ -44,7 +57,7 @@ pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError>
         let ffn = if mixture {
             let mut experts = l.experts(i, width, true)?;
             if shared_width > 0 {
-                let mut shared = l.shared_expert(i, shared_width as usize)?;
+                let mut shared = l.shared_expert(i, shared_width as usize, false)?;
                 // Granite's shared expert joins unscaled.
                 shared.gate = None;
                 experts.shared = Some(shared);

@@ -35,8 +35,8 @@ use super::load_error::LoadError;
 pub(super) use super::meta::architecture as name;
 use super::meta::{bad, float, meta, positive_float, required_uint, uint};
 use super::program::{
-    attention_block, experts_block, mlp_block, Attend, AttentionBlock, Expert, Experts, Gating,
-    MlpBlock, Program, SharedExpert,
+    attention_block, experts_block, mlp_block, Attend, AttentionBlock, Buf, Expert, Experts,
+    Gating, MlpBlock, Op, Program, SharedExpert,
 };
 use super::repack_cache::RepackCache;
 use super::rope::{Rope, RopeMode, RopeSpec, Yarn};
@@ -182,7 +182,7 @@ impl Loader<'_> {
         let mut whole = self.file_rows(&name, &dims)?;
         // Repacked as one matrix when each expert is whole groups of rows
         // (every real model's), so each view is a range of the copy; an
-        // expert of a part group would be a copy of its own a view, so
+        // expert of a part group would be a copy of its own, so
         // such a stack stays in the map's plain layout.
         let groups = out.is_multiple_of(pagoda_cpu::quant::interleave::GROUP);
         if let (Source::Interleaved(file, cache), true) = (&self.source, groups) {
@@ -293,15 +293,19 @@ impl Loader<'_> {
             dims: c.rope_dim,
             factors,
             scale,
-            attn_factor: 1.0,
+            // llama.cpp multiplies it in for every architecture (Phi-3's
+            // LongRoPE, an OLMo 3 or other YaRN file's).
+            attn_factor: positive_float(self.g, &self.key("rope.scaling.attn_factor"), 1.0)?,
             yarn,
         })
     }
 
     /// YaRN's parameters: `rope.scaling.factor` (at least 1),
-    /// `rope.scaling.original_context_length` (required) and the ramp's
+    /// `rope.scaling.original_context_length` (the context length where it
+    /// is absent or 0, as llama.cpp takes it) and the ramp's
     /// `rope.scaling.yarn_beta_fast` and `yarn_beta_slow` (32 and 1 by
-    /// default, as llama.cpp and Hugging Face take them).
+    /// default; Hugging Face's config may set them and the converter
+    /// writes them, which llama.cpp ignores for these architectures).
     fn yarn(&self) -> Result<Yarn, LoadError> {
         let factor_key = self.key("rope.scaling.factor");
         let factor = float(self.g, &factor_key)?.unwrap_or(1.0);
@@ -309,10 +313,9 @@ impl Loader<'_> {
             return Err(bad(&factor_key, factor, "a YaRN factor must be at least 1"));
         }
         let original_key = self.key("rope.scaling.original_context_length");
-        let original_context = required_uint(self.g, &original_key)?;
-        if original_context == 0 {
-            return Err(bad(&original_key, original_context, "must be positive"));
-        }
+        let original_context = uint(self.g, &original_key)?
+            .filter(|&n| n > 0)
+            .unwrap_or(self.config.max_context);
         let beta = |name: &str, default: f32| positive_float(self.g, &self.key(name), default);
         let (beta_fast, beta_slow) = (
             beta("rope.scaling.yarn_beta_fast", 32.0)?,
@@ -381,12 +384,13 @@ impl Loader<'_> {
     }
 
     /// The width of each expert: `expert_feed_forward_length` where the
-    /// file has it, else `fallback` (as llama.cpp reads each architecture:
-    /// Mixtral's and Granite's experts are `feed_forward_length` wide,
-    /// Qwen's `feed_forward_length / expert_used_count`).
+    /// file has it (0 counts as absent, as llama.cpp reads it), else
+    /// `fallback` (Qwen's `feed_forward_length / expert_used_count`, as
+    /// llama.cpp takes it; llama.cpp reads no such key for Mixtral and
+    /// Granite, whose experts are `feed_forward_length` wide).
     pub fn expert_width(&self, fallback: u32) -> Result<usize, LoadError> {
         let key = self.key("expert_feed_forward_length");
-        Ok(uint(self.g, &key)?.unwrap_or(fallback) as usize)
+        Ok(uint(self.g, &key)?.filter(|&w| w > 0).unwrap_or(fallback) as usize)
     }
 
     /// `feed_forward_length / expert_used_count`: Qwen's experts' width
@@ -455,8 +459,14 @@ impl Loader<'_> {
 
     /// Layer `i`'s shared expert (`ffn_{gate,up,down}_shexp`), `width`
     /// wide, with its gate `ffn_gate_inp_shexp` (`[hidden]`, or
-    /// `[hidden, 1]` as a converter may write it) where the file has one.
-    pub fn shared_expert(&self, i: u32, width: usize) -> Result<SharedExpert, LoadError> {
+    /// `[hidden, 1]` as a converter may write it; required where `gated`,
+    /// else read where the file has one).
+    pub fn shared_expert(
+        &self,
+        i: u32,
+        width: usize,
+        gated: bool,
+    ) -> Result<SharedExpert, LoadError> {
         let h = self.config.hidden as usize;
         let expert = Expert {
             gate: self.layer_matrix(i, "ffn_gate_shexp", h, width)?,
@@ -465,6 +475,7 @@ impl Loader<'_> {
         };
         let name = format!("blk.{i}.ffn_gate_inp_shexp.weight");
         let gate = match self.g.tensor(&name).map(|t| t.dims().len()) {
+            None if gated => return Err(LoadError::MissingTensor(name)),
             None => None,
             Some(2) => Some(dequant::stacked(self.g, &name, &[h as u64, 1])?),
             Some(_) => Some(self.vector(&name, h)?),
@@ -561,6 +572,17 @@ pub(super) fn check_factors(factors: &Option<Vec<f32>>) -> Result<(), LoadError>
 /// The program of `g`'s architecture, its matrices held as `source` says.
 pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Program), LoadError> {
     let config = ModelConfig::from_gguf(g)?;
+    // Every layer has tensors of its own: a block count past the file's
+    // tensors is a lie, and the builders size their lists by it.
+    let tensors = g.tensors().count();
+    if config.layers as usize > tensors {
+        let key = format!("{}.block_count", name(g).unwrap_or_default());
+        return Err(bad(
+            &key,
+            config.layers,
+            "more layers than the file has tensors",
+        ));
+    }
     let arch = SUPPORTED
         .iter()
         .copied()
@@ -577,6 +599,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
     if !matches!(arch, "llama" | "qwen2moe" | "qwen3moe" | "granitemoe") {
         loader.refuse_experts()?;
     }
+    let mut config = config;
     let program = match arch {
         "llama" => llama::build(&loader)?,
         "qwen2" => qwen2::build(&loader, false)?,
@@ -602,6 +625,18 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
             if let Some(range) = m.copied_from() {
                 file.release(range);
             }
+        }
+    }
+    // A program of mixtures only reads no matrix `feed_forward_length`
+    // wide (Qwen's is the dense MLP the experts replace, and no shape
+    // checks it), yet the activations' gate and up rows are that wide:
+    // they take the experts' width instead.
+    let dense_mlp = program.layers.iter().flatten().any(
+        |op| matches!(op, Op::Linear { projs, .. } if projs.iter().any(|p| p.out == Buf::Gate)),
+    );
+    if !dense_mlp {
+        if let Some(width) = program.experts().map(Experts::width).max() {
+            config.ffn = width as u32;
         }
     }
     Ok((config, program))

@@ -6,6 +6,7 @@
 //! width) before NeoX rotary (llama.cpp's `olmo2.cpp`).
 
 use super::super::load_error::LoadError;
+use super::super::meta::uint;
 use super::super::program::{Buf, Op, Program, Proj};
 use super::super::rope::{Rope, RopeMode};
 use super::Loader;
@@ -14,6 +15,12 @@ use super::Loader;
 pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
     let c = &l.config;
     let h = c.hidden as usize;
+    // OLMo 3 is written as `olmo2` with sliding-window layers that rotate
+    // without the file's YaRN: not built, so refused rather than run wrong.
+    let window_key = l.key("attention.sliding_window");
+    if uint(l.g, &window_key)?.is_some_and(|w| w > 0) {
+        return Err(l.unsupported("sliding-window layers (OLMo 3)".into()));
+    }
     let rope = l.rope(RopeMode::Neox)?;
     let (embed, head) = l.embedding_and_head()?;
     let proj = |w, out| Proj { w, out, bias: None };

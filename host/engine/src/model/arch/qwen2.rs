@@ -17,8 +17,10 @@ use super::{Ffn, Loader};
 pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError> {
     let (width, shared_width) = if mixture {
         let width = l.expert_width(l.ffn_per_used_expert()?)?;
+        // As llama.cpp reads it: `feed_forward_length` where absent or 0.
         let shared_key = l.key("expert_shared_feed_forward_length");
-        (width, uint(l.g, &shared_key)?.map_or(width, |w| w as usize))
+        let shared = uint(l.g, &shared_key)?.filter(|&w| w > 0);
+        (width, shared.unwrap_or(l.config.ffn) as usize)
     } else {
         (0, 0)
     };
@@ -29,7 +31,7 @@ pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError>
         };
         let ffn = if mixture {
             let mut experts = l.experts(i, width, false)?;
-            experts.shared = Some(l.shared_expert(i, shared_width)?);
+            experts.shared = Some(l.shared_expert(i, shared_width, true)?);
             Ffn::Experts(experts)
         } else {
             Ffn::Dense(l.swiglu(i)?)
