@@ -20,7 +20,7 @@ pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError>
     let multiplier = |key: &str, default: f32| -> Result<f32, LoadError> {
         let key = l.key(key);
         match float(l.g, &key)? {
-            Some(v) if v == 0.0 => Ok(default),
+            Some(0.0) => Ok(default),
             _ => positive_float(l.g, &key, default),
         }
     };
