@@ -76,12 +76,16 @@ def write_outputs(outdir, texts, runs):
 def pre_tokenizer(pre):
     """The pre-tokenizer of the original tokenizer.json behind each name."""
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if pre == "smollm":
+    # SmolLM's and StarCoder's (and Refact's) tokenizer.json: digits split
+    # one by one, then byte-level with the GPT-2 pattern.
+    if pre in ("smollm", "starcoder", "refact"):
         return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-    if pre in ("gpt-2", "default"):
+    # GPT-2's and GPT-NeoX's (MPT, OLMo 1).
+    if pre in ("gpt-2", "default", "mpt", "olmo"):
         return byte_level
-    if pre in ("llama-bpe", "qwen2"):
-        pattern = LLAMA3_PATTERN if pre == "llama-bpe" else QWEN2_PATTERN
+    # Llama 3's and DBRX's (tiktoken's cl100k pattern), Qwen2's.
+    if pre in ("llama-bpe", "dbrx", "qwen2"):
+        pattern = QWEN2_PATTERN if pre == "qwen2" else LLAMA3_PATTERN
         return pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
@@ -93,7 +97,8 @@ def pre(outdir):
     """Each pre-tokenizer's pieces of every text, as substrings of it."""
     texts = corpus()
     runs = {}
-    for name in ("smollm", "gpt-2", "llama-bpe", "qwen2"):
+    for name in ("smollm", "gpt-2", "llama-bpe", "qwen2", "starcoder", "refact", "mpt",
+                 "olmo", "dbrx"):
         p = pre_tokenizer(name)
         rows = []
         for t in texts:

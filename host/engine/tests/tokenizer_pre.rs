@@ -21,7 +21,17 @@ fn pieces_match_reference() {
     let dir = scratch_dir("tokenizer_pre");
     run_reference(&python, &["pre", dir.to_str().unwrap()]);
     let texts = read_hex_lines(&dir.join("texts.hex"));
-    for name in ["smollm", "gpt-2", "llama-bpe", "qwen2"] {
+    for name in [
+        "smollm",
+        "gpt-2",
+        "llama-bpe",
+        "qwen2",
+        "starcoder",
+        "refact",
+        "mpt",
+        "olmo",
+        "dbrx",
+    ] {
         let pre = PreTokenizer::from_name(name).unwrap();
         let want = std::fs::read_to_string(dir.join(format!("pieces_{name}.txt"))).unwrap();
         let want: Vec<&str> = want.lines().collect();

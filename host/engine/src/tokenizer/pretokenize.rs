@@ -11,19 +11,25 @@
 use super::chars::{class, Class};
 use super::error::TokenizerError;
 
-/// A pre-tokenizer llama.cpp knows by name.
+/// A pre-tokenizer llama.cpp knows by name (the names llama.cpp's
+/// `llm_tokenizer_bpe` gives one pattern map to one variant).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum PreTokenizer {
-    /// `gpt-2`, `default`: the GPT-2 pattern
+    /// `gpt-2`, `default`, `mpt`, `olmo`: the GPT-2 pattern
     /// `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
     Gpt2,
-    /// `smollm`: every digit on its own, then the GPT-2 pattern.
+    /// `smollm`, `starcoder`, `refact`, `command-r`, `codeshell`,
+    /// `exaone`, `minerva`: every digit on its own, then the GPT-2
+    /// pattern.
     SmolLm,
-    /// `llama-bpe`: the Llama 3 pattern (case-insensitive contractions,
-    /// digits in groups of up to three); whole words in the vocabulary skip
-    /// merging.
+    /// `llama-bpe`, `llama3`, `llama-v3`, `falcon3`: the Llama 3 pattern
+    /// (case-insensitive contractions, digits in groups of up to three);
+    /// whole words in the vocabulary skip merging.
     Llama3,
-    /// `qwen2`: the Llama 3 pattern with single digits.
+    /// `dbrx`, `smaug-bpe`: the Llama 3 pattern, every word merged (no
+    /// whole-word shortcut).
+    Dbrx,
+    /// `qwen2`, `stablelm2`: the Llama 3 pattern with single digits.
     Qwen2,
 }
 
@@ -32,10 +38,12 @@ impl PreTokenizer {
     /// error rather than a guess.
     pub fn from_name(name: &str) -> Result<PreTokenizer, TokenizerError> {
         Ok(match name {
-            "default" | "gpt-2" | "gpt2" => PreTokenizer::Gpt2,
-            "smollm" => PreTokenizer::SmolLm,
-            "llama-bpe" | "llama3" => PreTokenizer::Llama3,
-            "qwen2" => PreTokenizer::Qwen2,
+            "default" | "gpt-2" | "gpt2" | "mpt" | "olmo" => PreTokenizer::Gpt2,
+            "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone"
+            | "minerva" => PreTokenizer::SmolLm,
+            "llama-bpe" | "llama3" | "llama-v3" | "falcon3" => PreTokenizer::Llama3,
+            "dbrx" | "smaug-bpe" => PreTokenizer::Dbrx,
+            "qwen2" | "stablelm2" => PreTokenizer::Qwen2,
             other => return Err(TokenizerError::UnsupportedPre(other.to_owned())),
         })
     }
@@ -53,7 +61,9 @@ impl PreTokenizer {
             text.char_indices().map(|(i, c)| (i, c, class(c))).collect();
         match self {
             PreTokenizer::Gpt2 => scan(text, &chars, gpt2_match, word),
-            PreTokenizer::Llama3 => scan(text, &chars, |c, i| llama3_match(c, i, 3), word),
+            PreTokenizer::Llama3 | PreTokenizer::Dbrx => {
+                scan(text, &chars, |c, i| llama3_match(c, i, 3), word)
+            }
             PreTokenizer::Qwen2 => scan(text, &chars, |c, i| llama3_match(c, i, 1), word),
             PreTokenizer::SmolLm => {
                 // Digits(individual_digits) first: each digit is a piece of
