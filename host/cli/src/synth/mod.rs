@@ -4,8 +4,8 @@
 //! in seconds). The weights are random, so the text is meaningless; the
 //! bytes each step reads are the real model's.
 //!
-//! Each file is a `llama` model (a `qwen3moe` one for the mixture of
-//! experts' shape) with a byte-level `gpt2` tokenizer (one token per byte,
+//! Each file is a `llama` model (Mixtral's mixture included; a `qwen3moe`
+//! one for Qwen3's) with a byte-level `gpt2` tokenizer (one token per byte,
 //! then filler tokens up to the vocabulary size), so `pagoda run`,
 //! `bench --model` and `serve --model` take it like any other. `--layers`
 //! keeps the first layers of a shape only: a file that fits a small
@@ -72,6 +72,10 @@ pub(crate) enum Shape {
     /// over 4, QK-norm, 128 experts of 768 of which 8 are used.
     #[value(name = "qwen3-30b-a3b")]
     Qwen3_30bA3b,
+    /// Mixtral 8x7B (`llama` with experts): 32 layers, hidden 4096, 32
+    /// heads over 8, 8 experts of 14336 of which 2 are used.
+    #[value(name = "mixtral-8x7b")]
+    Mixtral8x7b,
 }
 
 /// Weight block types `pagoda synth` writes.
@@ -224,6 +228,9 @@ pub(crate) struct ExpertDims {
     pub used: u32,
     /// Width of one expert's MLP.
     pub width: u64,
+    /// Qwen3's layer (`qwen3moe`: QK-norm, its own expert width and head
+    /// width keys) rather than Mixtral's (`llama`).
+    pub qwen3: bool,
 }
 
 impl Shape {
@@ -236,6 +243,7 @@ impl Shape {
             Self::Llama3_2_1b => "llama3.2-1b",
             Self::Llama3_8b => "llama3-8b",
             Self::Qwen3_30bA3b => "qwen3-30b-a3b",
+            Self::Mixtral8x7b => "mixtral-8x7b",
         }
     }
 
@@ -260,6 +268,7 @@ impl Shape {
                     count: 8,
                     used: 2,
                     width: 128,
+                    qwen3: true,
                 }),
                 ..d(256, 2, 4, 2, 768, 512, 1024, 10_000.0, false)
             },
@@ -272,8 +281,18 @@ impl Shape {
                     count: 128,
                     used: 8,
                     width: 768,
+                    qwen3: true,
                 }),
                 ..d(2048, 48, 32, 4, 6144, 151_936, 40_960, 1_000_000.0, false)
+            },
+            Self::Mixtral8x7b => Dims {
+                experts: Some(ExpertDims {
+                    count: 8,
+                    used: 2,
+                    width: 14_336,
+                    qwen3: false,
+                }),
+                ..d(4096, 32, 32, 8, 14_336, 32_000, 32_768, 1_000_000.0, false)
             },
         }
     }
@@ -309,11 +328,8 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
         layers: layers.min(shape.dims().layers),
         ..shape.dims()
     };
-    let arch = if d.experts.is_some() {
-        "qwen3moe"
-    } else {
-        "llama"
-    };
+    let qwen3 = d.experts.is_some_and(|e| e.qwen3);
+    let arch = if qwen3 { "qwen3moe" } else { "llama" };
     let q_width = d.head_dim * u64::from(d.heads);
     let kv_width = d.head_dim * u64::from(d.kv_heads);
     let mut w = GgufWriter::default();
@@ -335,10 +351,12 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
     w.f32(&key("attention.layer_norm_rms_epsilon"), 1e-5);
     w.u32(&key("vocab_size"), d.vocab as u32);
     if let Some(e) = d.experts {
-        w.u32(&key("attention.key_length"), d.head_dim as u32);
-        w.u32(&key("attention.value_length"), d.head_dim as u32);
         w.u32(&key("expert_count"), e.count);
         w.u32(&key("expert_used_count"), e.used);
+    }
+    if let (Some(e), true) = (d.experts, qwen3) {
+        w.u32(&key("attention.key_length"), d.head_dim as u32);
+        w.u32(&key("attention.value_length"), d.head_dim as u32);
         w.u32(&key("expert_feed_forward_length"), e.width as u32);
     }
 
@@ -386,10 +404,12 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
                 tensor(b("ffn_down"), &[d.ffn, h], kind(Role::FfnDown, l, d.ffn));
             }
             Some(e) => {
-                // QK-norm, and the router, which llama.cpp's quantizer
-                // leaves in f32.
-                tensor(b("attn_q_norm"), &[d.head_dim], QuantKind::F32);
-                tensor(b("attn_k_norm"), &[d.head_dim], QuantKind::F32);
+                // Qwen3's QK-norm, and the router, which llama.cpp's
+                // quantizer leaves in f32.
+                if e.qwen3 {
+                    tensor(b("attn_q_norm"), &[d.head_dim], QuantKind::F32);
+                    tensor(b("attn_k_norm"), &[d.head_dim], QuantKind::F32);
+                }
                 let count = u64::from(e.count);
                 tensor(b("ffn_gate_inp"), &[h, count], QuantKind::F32);
                 let (gate, up) = (kind(Role::FfnGate, l, h), kind(Role::FfnUp, l, h));
