@@ -487,3 +487,51 @@ pub(crate) fn synth(args: SynthArgs) -> Result<(), SynthError> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Mixtral's shape is `llama`'s layer with stacked experts as wide as
+    /// its MLP and an f32 router, no QK-norm (the file is too large to
+    /// write in a test: its tensors are checked as described).
+    #[test]
+    fn mixtral_layers_hold_stacked_experts_and_no_qk_norm() {
+        let w = describe(Shape::Mixtral8x7b, WeightType::Q4_0, 1);
+        let find = |name: &str| w.tensors().iter().find(|t| t.name == name);
+        let dims = |name: &str| find(name).map(|t| t.dims.clone());
+        assert_eq!(
+            dims("blk.0.ffn_gate_exps.weight"),
+            Some(vec![4096, 14_336, 8])
+        );
+        assert_eq!(
+            dims("blk.0.ffn_up_exps.weight"),
+            Some(vec![4096, 14_336, 8])
+        );
+        assert_eq!(
+            dims("blk.0.ffn_down_exps.weight"),
+            Some(vec![14_336, 4096, 8])
+        );
+        assert_eq!(dims("blk.0.attn_k.weight"), Some(vec![4096, 1024]));
+        let router = find("blk.0.ffn_gate_inp.weight").map(|t| (t.dims.clone(), t.kind));
+        assert_eq!(router, Some((vec![4096, 8], QuantKind::F32)));
+        assert!(find("blk.0.attn_q_norm.weight").is_none());
+        assert!(find("blk.0.ffn_gate.weight").is_none());
+        assert!(find("blk.1.attn_q.weight").is_none(), "one layer asked for");
+        // Embedding and head, attention, experts, router, norms.
+        let params: u64 = w
+            .tensors()
+            .iter()
+            .map(|t| t.dims.iter().product::<u64>())
+            .sum();
+        assert_eq!(
+            params,
+            2 * 4096 * 32_000
+                + 2 * 4096 * 4096
+                + 2 * 4096 * 1024
+                + 3 * 8 * 4096 * 14_336
+                + 4096 * 8
+                + 3 * 4096
+        );
+    }
+}
