@@ -75,6 +75,8 @@ Then smollm3.gguf (smollm3, 4 layers, the fourth without rotary) and
 olmo2.gguf (olmo2: no attn_norm or ffn_norm, post_attention_norm and
 post_ffw_norm, attn_q_norm [heads * head_dim] and attn_k_norm [kv_heads *
 head_dim], attn_q and attn_k 4x larger so that the norms matter),
+qwen2moe_defaults.gguf is qwen2moe.gguf's shape without the width keys
+(experts FFN / 2 = 128 wide, the shared expert FFN),
 and the mixtures each loader must refuse, qwen3moe.gguf's shape with
 metadata that lies: moe_used.gguf (expert_used_count 9 of 8 experts),
 moe_width.gguf (expert_feed_forward_length 64 for experts 128 wide),
@@ -154,7 +156,7 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
           key_length=False, types, skip=(), meta_heads=None, eps=None,
           base=None, qk_norm=False, qk_scale=1.0, fused=False, meta=None, extra=(),
           post_norms=False, experts=None, claimed=None, shared=0, shared_gate=True,
-          layers=LAYERS):
+          layers=LAYERS, width_keys=True):
     """experts: (count, used, width, stacked layers): a mixture in place of
     each MLP (stacked tensors on those layers, one per expert elsewhere);
     claimed: the (count, used, width) the metadata says, where it lies
@@ -162,7 +164,9 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
     width (0: none), shared_gate: with ffn_gate_inp_shexp;
     qk_norm: per-layer attn_q_norm / attn_k_norm gains [HEAD_DIM] (or,
     "full", over every head: [heads * HEAD_DIM] and [kv_heads * HEAD_DIM]);
-    layers: how many (their types repeat every two);
+    layers: how many (their types repeat every two); width_keys: the
+    experts' and shared expert's widths written as metadata (else left to
+    the loader's defaults);
     qk_scale: attn_q and attn_k values scaled by it (legacy and float types);
     fused: phi3's attn_qkv and gate+up ffn_up instead of separate matrices;
     meta: a function adding more metadata; extra: (name, values, type)
@@ -190,9 +194,9 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
         if count is not None:
             w.add_expert_count(count)
         w.add_expert_used_count(used)
-        if width != FFN:
+        if width != FFN and width_keys:
             w.add_expert_feed_forward_length(width)
-        if shared:
+        if shared and width_keys:
             w.add_expert_shared_feed_forward_length(shared)
     if meta is not None:
         meta(w)
@@ -510,6 +514,11 @@ def main() -> None:
     write(out / "olmo3.gguf", "olmo2", 4, 2, biases=False, tied=False, key_length=True,
           qk_norm="full", post_norms=True, skip=no_pre_norms, types=QWEN3_TYPES,
           meta=lambda w: w.add_sliding_window(4))
+    # Qwen2-MoE without its width keys: experts feed_forward_length /
+    # expert_used_count wide (128), the shared expert feed_forward_length.
+    write(out / "qwen2moe_defaults.gguf", "qwen2moe", 4, 2, biases=True, tied=False,
+          key_length=True, types=QWEN2MOE_TYPES, experts=(4, 2, 128, {0, 1}), shared=FFN,
+          width_keys=False)
     # A RoPE scaling that is not built.
     write(out / "scaling.gguf", "llama", 4, 2, biases=False, tied=True, types=LLAMA_TYPES,
           meta=lambda w: w.add_string("llama.rope.scaling.type", "dynamic"))

@@ -41,7 +41,7 @@ const TOLERANCE_F32: f32 = 3e-5;
 const TOLERANCE_F16: f32 = 5e-3;
 /// The tiny models make_tiny_gguf.py writes, each checked against the
 /// reference.
-const ARCHS: [&str; 15] = support::TINY_MODELS;
+const ARCHS: [&str; 16] = support::TINY_MODELS;
 
 fn prompts() -> Vec<Vec<u32>> {
     vec![
@@ -441,6 +441,15 @@ fn smollm3_with_an_unrotated_fourth_layer_matches_the_reference() {
 fn olmo2_with_post_norms_and_whole_width_qk_norm_matches_the_reference() {
     if let Some(c) = agrees_with_reference("olmo2") {
         assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
+    }
+}
+
+#[test]
+fn qwen2moe_without_width_keys_takes_llama_cpp_s_defaults() {
+    // Experts feed_forward_length / expert_used_count wide, the shared
+    // expert feed_forward_length.
+    if let Some(c) = agrees_with_reference("qwen2moe_defaults") {
+        assert_eq!((c.q_heads, c.kv_heads, c.ffn), (4, 2, 256));
     }
 }
 

@@ -20,7 +20,7 @@ pub use env::*;
 /// The tiny models make_tiny_gguf.py writes that every backend must run
 /// as the NumPy reference does (`{name}.gguf`): one per architecture and
 /// per feature of one (Llama 3 scaling, YaRN).
-pub const TINY_MODELS: [&str; 15] = [
+pub const TINY_MODELS: [&str; 16] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -36,6 +36,7 @@ pub const TINY_MODELS: [&str; 15] = [
     "yarn",
     "smollm3",
     "olmo2",
+    "qwen2moe_defaults",
 ];
 
 /// Writes `prompts` for forward_ref.py (one line of ids each).
