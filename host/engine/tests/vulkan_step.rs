@@ -306,11 +306,9 @@ fn biases_an_untied_head_and_rope_factors_step_on_the_device_as_on_the_cpu() {
 /// the host, attention on the device, with the same logits.
 #[test]
 fn every_architecture_steps_on_the_device_as_on_the_cpu() {
-    let Some(python) = support::require_python("vulkan_step") else {
+    let Some(dir) = support::tiny_models("vulkan_step_archs") else {
         return;
     };
-    let dir = support::scratch_dir("vulkan_step_archs");
-    support::run_reference(&python, "make_tiny_gguf.py", &[dir.as_os_str()]);
     let prompt: Vec<u32> = (0..12).map(|i| (i * 37 + 11) % 256).collect();
     // gemma3 and gemma2: the 12 tokens cross their 5-token window.
     for arch in support::TINY_MODELS {

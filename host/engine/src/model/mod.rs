@@ -1,7 +1,7 @@
 //! A decoder model: its shape, its architecture as data (a layer program
 //! built once at load by one file per architecture in `arch/`, over
 //! matrices whose format is a property of the tensor), the CPU backend's
-//! interpreter of that program (`cpu.rs`), the Vulkan lowering (`device/`),
+//! interpreter of that program (`cpu/`), the Vulkan lowering (`device/`),
 //! and sampling.
 //!
 //! Supported: `llama` (Llama 1-3.x, Mistral, Mistral-Nemo, SmolLM,

@@ -1,6 +1,6 @@
 //! The architecture as data: a [`Program`] says what one step computes,
 //! layer by layer, over a few named activation buffers, and every backend
-//! runs it (the CPU interpreter in `cpu.rs`, the Vulkan lowering in
+//! runs it (the CPU interpreter in `cpu/`, the Vulkan lowering in
 //! `device/program.rs`). An architecture file (`arch/*.rs`) builds it once
 //! at load from the GGUF metadata and tensors; nothing else knows which
 //! architecture a model is.

@@ -39,6 +39,16 @@ pub const TINY_MODELS: [&str; 16] = [
     "qwen2moe_defaults",
 ];
 
+/// A scratch folder named `name` holding every file make_tiny_gguf.py
+/// writes, or `None` (the test skipped, with one line) without the Python
+/// reference.
+pub fn tiny_models(name: &str) -> Option<std::path::PathBuf> {
+    let python = require_python(name)?;
+    let dir = scratch_dir(name);
+    run_reference(&python, "make_tiny_gguf.py", &[dir.as_os_str()]);
+    Some(dir)
+}
+
 /// Writes `prompts` for forward_ref.py (one line of ids each).
 pub fn write_prompts(path: &Path, prompts: &[Vec<u32>]) {
     let text: String = prompts

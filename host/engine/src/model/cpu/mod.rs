@@ -26,9 +26,13 @@ use pagoda_cpu::{
 use super::config::{ModelConfig, ModelError};
 use super::input::{ForwardError, StepInput};
 use super::precision::ActPrecision;
-use super::program::{Buf, Expert, Experts, Gating, Op, Program, Proj};
+use super::program::{Buf, Experts, Gating, Op, Program, Proj};
 use super::rope::StepAngles;
 use super::tensors::Matrix;
+
+mod experts;
+
+use experts::{mixture, Routing};
 
 /// Every [`Buf`], in declaration order (so `b as usize` is its place).
 const BUFS: [Buf; 9] = [
@@ -255,9 +259,10 @@ impl Run<'_> {
                         let n = t * hidden;
                         let bufs = &mut self.act.bufs;
                         let y = std::mem::take(&mut bufs[index(*src)]);
+                        // × 1 is exact: unscaled streams add the same sums.
                         let scale = program.residual_scale;
                         for (a, b) in bufs[index(Buf::X)][..n].iter_mut().zip(&y[..n]) {
-                            *a += if scale == 1.0 { *b } else { scale * b };
+                            *a += scale * b;
                         }
                         bufs[index(*src)] = y;
                     }
@@ -419,230 +424,6 @@ impl Run<'_> {
         );
         bufs[index(Buf::Up)] = up;
         result
-    }
-}
-
-/// A mixture of experts' working space (grown to the largest step, never
-/// shrunk): the router's scores, then each expert's rows of the step
-/// grouped by expert, their inputs gathered and their outputs.
-#[derive(Debug, Default)]
-struct Routing {
-    /// `rows × experts` router scores, then probabilities.
-    scores: Vec<f32>,
-    /// Each row's chosen experts and weights, `rows × used`.
-    chosen: Vec<(u32, f32)>,
-    /// Where each expert's rows start in `rows` (`experts + 1` entries).
-    starts: Vec<usize>,
-    /// Where the counting sort puts each expert's next row.
-    next: Vec<usize>,
-    /// The experts a row has taken so far.
-    taken: Vec<bool>,
-    /// The step's rows grouped by expert, each with its weight.
-    rows: Vec<(u32, f32)>,
-    /// One expert's input rows, gathered.
-    input: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    out: Vec<f32>,
-}
-
-impl Routing {
-    /// Routes each of `t` rows of scores (`n` experts a row) to its `k`
-    /// most probable experts: softmax (a NaN score counts as -∞), the
-    /// `k` best (ties to the lower index), their probabilities as weights
-    /// (renormalized where `normalize`), then the rows grouped by expert.
-    /// `k` is at most `n`.
-    fn route(&mut self, t: usize, n: usize, k: usize, normalize: bool) {
-        let k = k.min(n);
-        self.chosen.clear();
-        self.taken.clear();
-        self.taken.resize(n, false);
-        for row in self.scores[..t * n].chunks_exact_mut(n.max(1)).take(t) {
-            softmax(row);
-            let first = self.chosen.len();
-            for _ in 0..k {
-                let mut best: Option<usize> = None;
-                for (e, &p) in row.iter().enumerate() {
-                    if !self.taken[e] && best.is_none_or(|b| p > row[b]) {
-                        best = Some(e);
-                    }
-                }
-                if let Some(e) = best {
-                    self.taken[e] = true;
-                    self.chosen.push((e as u32, row[e]));
-                }
-            }
-            for &(e, _) in &self.chosen[first..] {
-                self.taken[e as usize] = false;
-            }
-            let sum: f32 = self.chosen[first..].iter().map(|&(_, w)| w).sum();
-            if normalize && sum > 0.0 {
-                self.chosen[first..].iter_mut().for_each(|(_, w)| *w /= sum);
-            }
-        }
-        // Counting sort by expert: each expert's rows in step order.
-        self.starts.clear();
-        self.starts.resize(n + 1, 0);
-        for &(e, _) in &self.chosen {
-            self.starts[e as usize + 1] += 1;
-        }
-        for e in 0..n {
-            self.starts[e + 1] += self.starts[e];
-        }
-        self.rows.clear();
-        self.rows.resize(self.chosen.len(), (0, 0.0));
-        self.next.clear();
-        self.next.extend_from_slice(&self.starts);
-        for (i, &(e, w)) in self.chosen.iter().enumerate() {
-            let row = (i / k.max(1)) as u32;
-            self.rows[self.next[e as usize]] = (row, w);
-            self.next[e as usize] += 1;
-        }
-    }
-}
-
-/// [`Run::experts`] over `x`'s rows (`feed.rows` of `hidden`) into `sum`.
-fn mixture(
-    team: &mut Team,
-    act: &mut Activations,
-    c: &ModelConfig,
-    feed: Feed,
-    m: &Experts,
-    x: &[f32],
-    sum: &mut [f32],
-) -> Result<(), ModelError> {
-    let (t, h) = (feed.rows, c.hidden as usize);
-    let (isa, qx, moe) = (act.isa, &mut act.qx, &mut act.moe);
-    sum[..t * h].fill(0.0);
-    let router = Feed {
-        precision: ActPrecision::F32,
-        ..feed
-    };
-    project(team, isa, qx, router, x, h, &[&m.router], [&mut moe.scores])?;
-    moe.route(t, m.experts.len(), m.used as usize, m.normalize);
-    let Routing {
-        rows: routed,
-        starts,
-        input,
-        gate,
-        up,
-        out,
-        ..
-    } = moe;
-    let mut bufs = ExpertBufs { gate, up, out };
-    for (e, expert) in m.experts.iter().enumerate() {
-        let rows = &routed[starts[e]..starts[e + 1]];
-        if rows.is_empty() {
-            continue;
-        }
-        grow(input, rows.len() * h);
-        for (dst, &(r, _)) in input.chunks_exact_mut(h).zip(rows) {
-            let r = r as usize;
-            dst.copy_from_slice(&x[r * h..(r + 1) * h]);
-        }
-        let feed = Feed {
-            rows: rows.len(),
-            ..feed
-        };
-        let y = bufs.run(team, isa, qx, feed, expert, m.gating, input, h)?;
-        for (y, &(r, w)) in y.chunks_exact(h).zip(rows) {
-            let r = r as usize;
-            for (s, v) in sum[r * h..(r + 1) * h].iter_mut().zip(y) {
-                *s += w * v;
-            }
-        }
-    }
-    if let Some(shared) = &m.shared {
-        let y = bufs.run(team, isa, qx, feed, &shared.expert, m.gating, x, h)?;
-        let rows = sum
-            .chunks_exact_mut(h)
-            .zip(y.chunks_exact(h))
-            .zip(x.chunks_exact(h));
-        for ((s, y), x) in rows.take(t) {
-            let scale = shared.gate.as_ref().map_or(1.0, |g| {
-                let dot: f32 = x.iter().zip(g).map(|(a, b)| a * b).sum();
-                1.0 / (1.0 + (-dot).exp())
-            });
-            for (s, v) in s.iter_mut().zip(y) {
-                *s += scale * v;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The buffers one expert's products write.
-struct ExpertBufs<'a> {
-    gate: &'a mut Vec<f32>,
-    up: &'a mut Vec<f32>,
-    out: &'a mut Vec<f32>,
-}
-
-impl ExpertBufs<'_> {
-    /// `expert`'s gated MLP over `feed.rows` rows of `input` (`hidden`
-    /// wide): gate and up, gating, down; the output rows.
-    #[allow(clippy::too_many_arguments)]
-    fn run(
-        &mut self,
-        team: &mut Team,
-        isa: Isa,
-        qx: &mut [QuantizedActivations; 4],
-        feed: Feed,
-        expert: &Expert,
-        gating: Gating,
-        input: &[f32],
-        hidden: usize,
-    ) -> Result<&[f32], ModelError> {
-        let width = expert.gate.rows();
-        let ws = [&expert.gate, &expert.up];
-        project(
-            team,
-            isa,
-            qx,
-            feed,
-            input,
-            hidden,
-            &ws,
-            [&mut *self.gate, &mut *self.up],
-        )?;
-        let len = feed.rows * width;
-        gate(team, isa, gating, &mut self.gate[..len], &self.up[..len])?;
-        let down = [&expert.down];
-        project(
-            team,
-            isa,
-            qx,
-            feed,
-            self.gate,
-            width,
-            &down,
-            [&mut *self.out],
-        )?;
-        Ok(&self.out[..feed.rows * hidden])
-    }
-}
-
-/// `row = softmax(row)`, in place; a NaN counts as -∞ (probability 0).
-fn softmax(row: &mut [f32]) {
-    for v in row.iter_mut().filter(|v| v.is_nan()) {
-        *v = f32::NEG_INFINITY;
-    }
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    if max.is_infinite() {
-        // Nothing to weigh (all -∞), or an infinite score: the best
-        // scores share the weight.
-        let best = row.iter().filter(|&&v| v == max).count().max(1) as f32;
-        row.iter_mut()
-            .for_each(|v| *v = if *v == max { 1.0 / best } else { 0.0 });
-        return;
-    }
-    let mut sum = 0.0;
-    for v in row.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    if sum > 0.0 {
-        row.iter_mut().for_each(|v| *v /= sum);
     }
 }
 
@@ -908,94 +689,6 @@ fn gate(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// [`Routing::route`] against a plain model on random scores: each
-    /// row's `k` experts are the `k` most probable (sorted by probability,
-    /// ties to the lower index), their weights the probabilities (summing
-    /// to 1 when renormalized), and the grouped rows hold every choice once,
-    /// expert by expert, rows in step order.
-    #[test]
-    fn routing_picks_the_most_probable_experts_and_groups_rows_by_expert() {
-        let mut rng = fastrand::Rng::with_seed(11);
-        let mut routing = Routing::default();
-        for _ in 0..200 {
-            let (t, n) = (rng.usize(1..20), rng.usize(1..12));
-            let k = rng.usize(1..=n);
-            let normalize = rng.bool();
-            // Few distinct values, so that ties are common.
-            let scores: Vec<f32> = (0..t * n).map(|_| rng.u8(0..6) as f32 * 0.5).collect();
-            routing.scores.clear();
-            routing.scores.extend_from_slice(&scores);
-            routing.route(t, n, k, normalize);
-            let mut want_rows: Vec<Vec<(u32, f32)>> = vec![Vec::new(); n];
-            for (r, row) in scores.chunks_exact(n).enumerate() {
-                let exps: Vec<f64> = row.iter().map(|&v| f64::from(v).exp()).collect();
-                let total: f64 = exps.iter().sum();
-                let mut order: Vec<usize> = (0..n).collect();
-                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
-                let top = &order[..k];
-                let chosen: f64 = top.iter().map(|&e| exps[e] / total).sum();
-                for &e in top {
-                    let p = exps[e] / total;
-                    let w = if normalize { p / chosen } else { p };
-                    want_rows[e].push((r as u32, w as f32));
-                }
-            }
-            for (e, want) in want_rows.iter().enumerate() {
-                let got = &routing.rows[routing.starts[e]..routing.starts[e + 1]];
-                assert_eq!(got.len(), want.len(), "expert {e} of {n}, top {k}");
-                for (&(gr, gw), &(wr, ww)) in got.iter().zip(want) {
-                    assert_eq!(gr, wr);
-                    assert!((gw - ww).abs() < 1e-5, "{gw} vs {ww}");
-                }
-            }
-            assert_eq!(routing.starts[n], t * k);
-        }
-    }
-
-    /// Scores that are not numbers never win a place, rows of nothing but
-    /// NaN or -∞ still take `k` distinct experts with equal weights, an
-    /// infinite score takes all the weight, and `k` past `n` takes every
-    /// expert once.
-    #[test]
-    fn routing_survives_scores_that_are_not_finite() {
-        let mut routing = Routing::default();
-        let inf = f32::INFINITY;
-        let rows = [
-            [f32::NAN, 1.0, f32::NAN, 0.5],
-            [f32::NAN; 4],
-            [-inf; 4],
-            [0.0, inf, 3.0, -inf],
-        ];
-        routing.scores = rows.concat();
-        routing.route(4, 4, 2, true);
-        let picks = |r: u32| -> Vec<(usize, f32)> {
-            (0..4)
-                .flat_map(|e| {
-                    let rows = &routing.rows[routing.starts[e]..routing.starts[e + 1]];
-                    rows.iter()
-                        .filter(|&&(row, _)| row == r)
-                        .map(move |&(_, w)| (e, w))
-                })
-                .collect()
-        };
-        let experts = |r| picks(r).into_iter().map(|(e, _)| e).collect::<Vec<_>>();
-        assert_eq!(experts(0), [1, 3]);
-        assert_eq!(experts(1), [0, 1]);
-        assert_eq!(experts(2), [0, 1]);
-        assert!(picks(1)
-            .iter()
-            .chain(&picks(2))
-            .all(|&(_, w)| (w - 0.5).abs() < 1e-6));
-        assert!(picks(3).contains(&(1, 1.0)), "{:?}", picks(3));
-        routing.scores = vec![0.3, 0.1, 0.2];
-        routing.route(1, 3, 7, false);
-        assert_eq!(routing.starts, [0, 1, 2, 3]);
-        assert!(routing
-            .rows
-            .iter()
-            .all(|&(row, w)| row == 0 && w.is_finite()));
-    }
 
     /// `general_on_team` on 1 to 3 workers (3 also where threads outnumber
     /// cores) against a plain f64 triple loop, over weights stored as a GGUF
