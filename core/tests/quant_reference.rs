@@ -10,8 +10,14 @@ use pagoda_core::{dequantize_row, QuantError, QuantKind};
 /// Byte offsets of a block's f16 scale fields.
 fn scale_fields(kind: QuantKind) -> &'static [usize] {
     match kind {
-        QuantKind::Q8_0 | QuantKind::Q4_0 | QuantKind::Q5_0 => &[0],
+        QuantKind::Q8_0
+        | QuantKind::Q4_0
+        | QuantKind::Q5_0
+        | QuantKind::IQ4_NL
+        | QuantKind::IQ4_XS => &[0],
         QuantKind::Q4_1 | QuantKind::Q5_1 | QuantKind::Q4_K | QuantKind::Q5_K => &[0, 2],
+        QuantKind::Q2_K => &[80, 82],
+        QuantKind::Q3_K => &[108],
         QuantKind::Q6_K => &[208],
         QuantKind::F32 | QuantKind::F16 | QuantKind::BF16 => &[],
     }

@@ -1,5 +1,5 @@
-//! The 256-element "K" super-block formats (Q4_K, Q5_K, Q6_K). Each function
-//! takes exactly one block and its 256 outputs.
+//! The 256-element "K" super-block formats (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K).
+//! Each function takes exactly one block and its 256 outputs.
 
 use super::scale;
 
@@ -16,6 +16,59 @@ pub fn scale_min(s: &[u8], j: usize) -> (u8, u8) {
             (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4),
             (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
         )
+    }
+}
+
+/// The 6-bit scale of Q3_K sub-block `j` (0..16, stored plus 32) from the
+/// block's 12 scale bytes `s`: its low four bits are the low (`j < 8`) or
+/// high nibble of byte `j % 8`, its top two bits pair `j / 4` of byte
+/// `8 + j % 4`. Public for the SIMD kernels, as [`scale_min`].
+pub fn q3_k_scale(s: &[u8], j: usize) -> u8 {
+    let low = if j < 8 { s[j] & 0x0f } else { s[j - 8] >> 4 };
+    let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    low | (high << 4)
+}
+
+/// Q2_K: 16 bytes of scales (low nibble) and minimums (high nibble), 64
+/// bytes of 2-bit values, f16 `d`, f16 `dmin`. Each 128 outputs take 32
+/// bytes, four 2-bit planes of them (plane `p` is bits `2p..2p + 2`), each
+/// plane 32 outputs of two sub-blocks; `x = (d × sc) × q − dmin × m`.
+pub(super) fn q2_k(b: &[u8], out: &mut [f32]) {
+    let scales = &b[0..16];
+    let qs = &b[16..80];
+    let d = scale(b, 80);
+    let dmin = scale(b, 82);
+    for (g, y) in out.chunks_exact_mut(16).enumerate() {
+        let (half, plane, second) = (g / 8, (g / 2) % 4, g % 2);
+        let sc = scales[g];
+        let dl = d * f32::from(sc & 0x0f);
+        let ml = dmin * f32::from(sc >> 4);
+        let q = &qs[32 * half + 16 * second..][..16];
+        for (o, &v) in y.iter_mut().zip(q) {
+            *o = dl * f32::from((v >> (2 * plane)) & 3) - ml;
+        }
+    }
+}
+
+/// Q3_K: 32 bytes of high bits, 64 bytes of 2-bit values laid out as
+/// Q2_K's, 12 bytes of 6-bit scales ([`q3_k_scale`]), f16 `d`. Output
+/// `e`'s high bit is bit `e / 32` of byte `e % 32`, and a clear high bit
+/// takes 4 off: `x = (d × (sc − 32)) × (q − 4 × !h)`.
+pub(super) fn q3_k(b: &[u8], out: &mut [f32]) {
+    let hmask = &b[0..32];
+    let qs = &b[32..96];
+    let scales = &b[96..108];
+    let d = scale(b, 108);
+    for (g, y) in out.chunks_exact_mut(16).enumerate() {
+        let (half, plane, second) = (g / 8, (g / 2) % 4, g % 2);
+        let dl = d * f32::from(i16::from(q3_k_scale(scales, g)) - 32);
+        let q = &qs[32 * half + 16 * second..][..16];
+        let h = &hmask[16 * second..][..16];
+        for ((o, &v), &hb) in y.iter_mut().zip(q).zip(h) {
+            let low = i16::from((v >> (2 * plane)) & 3);
+            let high = (hb >> (4 * half + plane)) & 1;
+            *o = dl * f32::from(low - if high == 0 { 4 } else { 0 });
+        }
     }
 }
 

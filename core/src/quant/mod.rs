@@ -8,13 +8,15 @@
 //! as the reference), so its output is the exact value the format encodes.
 
 mod half;
+mod iquants;
 mod kquants;
 mod legacy;
 
 use core::fmt;
 
 pub use half::{bf16_to_f32, f16_to_f32};
-pub use kquants::scale_min as k_scale_min;
+pub use iquants::{iq4_xs_scale, IQ4_VALUES};
+pub use kquants::{q3_k_scale, scale_min as k_scale_min};
 
 /// A weight type this crate can lay out and dequantize, by its GGML name.
 // GGML's names (`Q4_K`), so they read as in every other tool.
@@ -38,17 +40,26 @@ pub enum QuantKind {
     Q5_0,
     /// 32 5-bit values with an f16 scale and an f16 minimum.
     Q5_1,
+    /// 256 2-bit values in 16 sub-blocks with 4-bit scales and minimums.
+    Q2_K,
+    /// 256 3-bit values in 16 sub-blocks with 6-bit signed scales.
+    Q3_K,
     /// 256 4-bit values in 8 sub-blocks with 6-bit scales and minimums.
     Q4_K,
     /// 256 5-bit values in 8 sub-blocks with 6-bit scales and minimums.
     Q5_K,
     /// 256 6-bit values in 16 sub-blocks with 8-bit scales.
     Q6_K,
+    /// 32 4-bit indices into a fixed non-linear table, one f16 scale.
+    IQ4_NL,
+    /// 256 4-bit indices into IQ4_NL's table, 8 sub-blocks with 6-bit
+    /// signed scales.
+    IQ4_XS,
 }
 
 impl QuantKind {
     /// Every kind, in GGML id order.
-    pub const ALL: [QuantKind; 11] = [
+    pub const ALL: [QuantKind; 15] = [
         QuantKind::F32,
         QuantKind::F16,
         QuantKind::Q4_0,
@@ -56,9 +67,13 @@ impl QuantKind {
         QuantKind::Q5_0,
         QuantKind::Q5_1,
         QuantKind::Q8_0,
+        QuantKind::Q2_K,
+        QuantKind::Q3_K,
         QuantKind::Q4_K,
         QuantKind::Q5_K,
         QuantKind::Q6_K,
+        QuantKind::IQ4_NL,
+        QuantKind::IQ4_XS,
         QuantKind::BF16,
     ];
 
@@ -73,9 +88,13 @@ impl QuantKind {
             6 => QuantKind::Q5_0,
             7 => QuantKind::Q5_1,
             8 => QuantKind::Q8_0,
+            10 => QuantKind::Q2_K,
+            11 => QuantKind::Q3_K,
             12 => QuantKind::Q4_K,
             13 => QuantKind::Q5_K,
             14 => QuantKind::Q6_K,
+            20 => QuantKind::IQ4_NL,
+            23 => QuantKind::IQ4_XS,
             30 => QuantKind::BF16,
             _ => return None,
         })
@@ -91,9 +110,13 @@ impl QuantKind {
             QuantKind::Q5_0 => 6,
             QuantKind::Q5_1 => 7,
             QuantKind::Q8_0 => 8,
+            QuantKind::Q2_K => 10,
+            QuantKind::Q3_K => 11,
             QuantKind::Q4_K => 12,
             QuantKind::Q5_K => 13,
             QuantKind::Q6_K => 14,
+            QuantKind::IQ4_NL => 20,
+            QuantKind::IQ4_XS => 23,
             QuantKind::BF16 => 30,
         }
     }
@@ -109,9 +132,13 @@ impl QuantKind {
             QuantKind::Q4_1 => "Q4_1",
             QuantKind::Q5_0 => "Q5_0",
             QuantKind::Q5_1 => "Q5_1",
+            QuantKind::Q2_K => "Q2_K",
+            QuantKind::Q3_K => "Q3_K",
             QuantKind::Q4_K => "Q4_K",
             QuantKind::Q5_K => "Q5_K",
             QuantKind::Q6_K => "Q6_K",
+            QuantKind::IQ4_NL => "IQ4_NL",
+            QuantKind::IQ4_XS => "IQ4_XS",
         }
     }
 
@@ -123,8 +150,14 @@ impl QuantKind {
             | QuantKind::Q4_0
             | QuantKind::Q4_1
             | QuantKind::Q5_0
-            | QuantKind::Q5_1 => 32,
-            QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K => 256,
+            | QuantKind::Q5_1
+            | QuantKind::IQ4_NL => 32,
+            QuantKind::Q2_K
+            | QuantKind::Q3_K
+            | QuantKind::Q4_K
+            | QuantKind::Q5_K
+            | QuantKind::Q6_K
+            | QuantKind::IQ4_XS => 256,
         }
     }
 
@@ -138,9 +171,13 @@ impl QuantKind {
             QuantKind::Q4_1 => 20,
             QuantKind::Q5_0 => 22,
             QuantKind::Q5_1 => 24,
+            QuantKind::Q2_K => 84,
+            QuantKind::Q3_K => 110,
             QuantKind::Q4_K => 144,
             QuantKind::Q5_K => 176,
             QuantKind::Q6_K => 210,
+            QuantKind::IQ4_NL => 18,
+            QuantKind::IQ4_XS => 136,
         }
     }
 
@@ -242,9 +279,13 @@ pub fn dequantize_row(kind: QuantKind, bytes: &[u8], out: &mut [f32]) -> Result<
         QuantKind::Q4_1 => blocks.for_each(|(b, o)| legacy::q4_1(b, o)),
         QuantKind::Q5_0 => blocks.for_each(|(b, o)| legacy::q5_0(b, o)),
         QuantKind::Q5_1 => blocks.for_each(|(b, o)| legacy::q5_1(b, o)),
+        QuantKind::Q2_K => blocks.for_each(|(b, o)| kquants::q2_k(b, o)),
+        QuantKind::Q3_K => blocks.for_each(|(b, o)| kquants::q3_k(b, o)),
         QuantKind::Q4_K => blocks.for_each(|(b, o)| kquants::q4_k(b, o)),
         QuantKind::Q5_K => blocks.for_each(|(b, o)| kquants::q5_k(b, o)),
         QuantKind::Q6_K => blocks.for_each(|(b, o)| kquants::q6_k(b, o)),
+        QuantKind::IQ4_NL => blocks.for_each(|(b, o)| iquants::iq4_nl(b, o)),
+        QuantKind::IQ4_XS => blocks.for_each(|(b, o)| iquants::iq4_xs(b, o)),
     }
     Ok(())
 }
