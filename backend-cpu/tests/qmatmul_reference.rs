@@ -124,6 +124,8 @@ fn many_rows_equal_one_row_at_a_time() {
                         QuantKind::Q4_0
                             | QuantKind::Q4_1
                             | QuantKind::Q8_0
+                            | QuantKind::Q2_K
+                            | QuantKind::Q3_K
                             | QuantKind::Q4_K
                             | QuantKind::Q5_K
                             | QuantKind::Q6_K

@@ -27,8 +27,8 @@ Usage: make_tiny_gguf.py OUT. Writes into OUT:
               in [1, 1.5], each [32], rope.scaling.original_context_length
               256 < context_length 512 (so the long factors apply),
               rope.scaling.attn_factor sqrt(1 + ln 2 / ln 256)
-and files each loader must refuse: gpt2.gguf (architecture), q2k.gguf (a
-Q2_K tensor), missing.gguf (no blk.1.ffn_up.weight), shape.gguf (attn_k
+and files each loader must refuse: gpt2.gguf (architecture), iq2xxs.gguf
+(an IQ2_XXS tensor), missing.gguf (no blk.1.ffn_up.weight), shape.gguf (attn_k
 with the wrong output width), zero_heads.gguf (attention.head_count 0),
 arctic.gguf (architecture; made as gpt2.gguf is), experts.gguf (a
 `qwen2` file with qwen2.expert_count 8: `qwen2`'s layer has no mixture;
@@ -84,16 +84,18 @@ moe_count.gguf (no expert_count) and moe_fewer.gguf (expert_count 4 for
 stacks of 8); and, after Granite's, olmo3.gguf (`olmo2` with
 attention.sliding_window 4, as OLMo 3 is written), scaling.gguf
 (rope.scaling.type "dynamic") and llama_shexp.gguf (a `llama` mixture with
-shared experts).
+shared experts). Last, lowbits.gguf: `llama`, untied, every matrix Q2_K,
+Q3_K, IQ4_NL or IQ4_XS (each type on both layers), as Q2_K, Q3_K_M and
+IQ4_XS files hold them.
 
 The Q/K rows are random, so they need no converter permutation: a `llama`
 file's rows are simply taken as already permuted for the interleaved-pair
 rotary, which is how llama.cpp and forward_ref.py read them.
 
 Weights use every type the engine loads: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
-Q5_0, Q5_1 through `gguf.quants.quantize`, and Q4_K, Q5_K, Q6_K (which the
-package does not quantize) as random valid blocks with a small random f16
-scale. Rows of 64 or 128 elements (not multiples of 256) use legacy types,
+Q5_0, Q5_1 through `gguf.quants.quantize`, and Q2_K, Q3_K, Q4_K, Q5_K,
+Q6_K, IQ4_NL and IQ4_XS (which the package does not quantize) as random
+valid blocks with small random f16 scales. Rows of 64 or 128 elements (not multiples of 256) use legacy types,
 as llama.cpp's fallback does.
 """
 import math
@@ -121,8 +123,26 @@ def kquant_blocks(rows, cols, qtype):
     if qtype in (Q.Q4_K, Q.Q5_K):
         blocks[:, :, 0:2] = f16(2e-4, 5e-4)  # d
         blocks[:, :, 2:4] = f16(2e-4, 5e-4)  # dmin
-    else:  # Q6_K: d is the last two bytes
+    elif qtype == Q.Q6_K:  # d is the last two bytes
         blocks[:, :, 208:210] = f16(3e-5, 1e-4)
+    elif qtype == Q.Q2_K:  # d and dmin are the last four bytes
+        blocks[:, :, 80:82] = f16(3e-3, 6e-3)
+        blocks[:, :, 82:84] = f16(3e-3, 6e-3)
+    elif qtype == Q.Q3_K:  # d is the last two bytes
+        blocks[:, :, 108:110] = f16(1e-3, 2e-3)
+    else:  # IQ4_XS: d first
+        blocks[:, :, 0:2] = f16(3e-5, 6e-5)
+    return data
+
+
+def iq4_nl_blocks(rows, cols):
+    """Random IQ4_NL blocks (the `gguf` package has no quantizer for it)
+    with each block's f16 scale set small."""
+    shape = quant_shape_to_byte_shape((rows, cols), Q.IQ4_NL)
+    data = rng.integers(0, 256, size=shape, dtype=np.uint8)
+    blocks = data.reshape(rows, cols // 32, -1)
+    d = rng.uniform(5e-4, 1e-3, size=(rows, cols // 32)).astype(np.float16)
+    blocks[:, :, 0:2] = d.view(np.uint8).reshape(rows, cols // 32, 2)
     return data
 
 
@@ -134,9 +154,12 @@ def add(w, name, values, qtype):
         w.add_tensor(name, values)
     elif qtype == Q.F16:
         w.add_tensor(name, values.astype(np.float16))
-    elif qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
+    elif qtype in (Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS, Q.IQ4_NL):
         cols = values.shape[-1]
-        data = kquant_blocks(values.size // cols, cols, qtype)
+        if qtype == Q.IQ4_NL:
+            data = iq4_nl_blocks(values.size // cols, cols)
+        else:
+            data = kquant_blocks(values.size // cols, cols, qtype)
         data = data.reshape(values.shape[:-1] + (-1,))
         w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=qtype)
     else:
@@ -384,6 +407,18 @@ QWEN3MOE_TYPES = {
 }
 
 # The shared expert's down product (rows of 192) takes the layer's q type.
+# The low-bit types of Q2_K, Q3_K and IQ4_XS files, every one on both
+# layers. Random Q2_K blocks have a nonzero mean (their minimums), so they
+# stay off attn_q and attn_k (see LLAMA3_TYPES).
+LOWBIT_TYPES = {
+    "embed": Q.IQ4_XS,
+    "output": Q.Q2_K,
+    "layers": [
+        dict(q=Q.IQ4_NL, k=Q.Q3_K, v=Q.Q2_K, o=Q.IQ4_XS, gate=Q.Q2_K, up=Q.Q3_K, down=Q.IQ4_NL),
+        dict(q=Q.Q3_K, k=Q.IQ4_XS, v=Q.IQ4_NL, o=Q.Q2_K, gate=Q.IQ4_XS, up=Q.IQ4_NL, down=Q.Q3_K),
+    ],
+}
+
 QWEN2MOE_TYPES = {
     "embed": Q.Q6_K,
     "output": Q.Q8_0,
@@ -415,11 +450,15 @@ def llama3_rope_freqs(head_dim, base, factor, low_freq_factor, high_freq_factor,
     return np.array(factors)
 
 
-def q2k(w, name, values):
+def iq2xxs(w, name, values):
+    """An IQ2_XXS tensor, a type the loader does not take. The generator
+    draws the bytes of the Q2_K tensor this file once held and keeps the
+    first IQ2_XXS's worth, so every later file stays as it was."""
     rows, cols = values.shape
-    shape = quant_shape_to_byte_shape((rows, cols), Q.Q2_K)
-    data = rng.integers(0, 256, size=shape, dtype=np.uint8)
-    w.add_tensor(name, data, raw_shape=shape, raw_dtype=Q.Q2_K)
+    drawn = rng.integers(0, 256, size=quant_shape_to_byte_shape((rows, cols), Q.Q2_K), dtype=np.uint8)
+    shape = quant_shape_to_byte_shape((rows, cols), Q.IQ2_XXS)
+    data = np.ascontiguousarray(drawn[:, : shape[1]])
+    w.add_tensor(name, data, raw_shape=shape, raw_dtype=Q.IQ2_XXS)
 
 
 def main() -> None:
@@ -428,8 +467,8 @@ def main() -> None:
     write(out / "qwen2.gguf", "qwen2", 2, 1, **qwen)
     write(out / "llama.gguf", "llama", 4, 2, biases=False, tied=True, rope_dim=32, types=LLAMA_TYPES)
     write(out / "gpt2.gguf", "gpt2", 2, 1, **qwen)
-    q2_types = {**QWEN_TYPES, "layers": [dict(QWEN_TYPES["layers"][0], gate=q2k), QWEN_TYPES["layers"][1]]}
-    write(out / "q2k.gguf", "qwen2", 2, 1, **dict(qwen, types=q2_types))
+    iq2_types = {**QWEN_TYPES, "layers": [dict(QWEN_TYPES["layers"][0], gate=iq2xxs), QWEN_TYPES["layers"][1]]}
+    write(out / "iq2xxs.gguf", "qwen2", 2, 1, **dict(qwen, types=iq2_types))
     write(out / "missing.gguf", "qwen2", 2, 1, skip={"blk.1.ffn_up.weight"}, **qwen)
     # attn_k written 2 KV heads wide while the metadata says 1.
     def wide_k(w, name, values):
@@ -526,6 +565,9 @@ def main() -> None:
     # loader takes and Pagoda's refuses by name.
     write(out / "llama_shexp.gguf", "llama", 4, 2, biases=False, tied=True, types=MIXTRAL_TYPES,
           experts=(4, 2, FFN, {0, 1}), shared=128, shared_gate=False)
+    # Q2_K, Q3_K, IQ4_NL and IQ4_XS matrices, as Q2_K, Q3_K_M and IQ4_XS
+    # files hold them.
+    write(out / "lowbits.gguf", "llama", 4, 2, biases=False, tied=False, types=LOWBIT_TYPES)
 
 
 if __name__ == "__main__":

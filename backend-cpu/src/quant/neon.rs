@@ -133,9 +133,7 @@ unsafe fn dots_with<const SDOT: bool>(
         // Quantized weights with f32 activations: the portable path (a NEON
         // one is left for later).
         _ if x.format() == super::act::ActFormat::F32 => scalar::widened(kind, w, x, first, res),
-        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K => {
-            kquants::<SDOT>(kind, w, x, first, res)
-        }
+        _ if unpack::is_super_block(kind) => kquants::<SDOT>(kind, w, x, first, res),
         _ => legacy::<SDOT>(kind, w, x, first, res),
     }
 }
@@ -179,7 +177,7 @@ unsafe fn kquants<const SDOT: bool>(
         let blk = unpack::kquant(kind, wb);
         let mut q = [vdupq_n_s8(0); KB / KSUM];
         for (g, v) in q.iter_mut().enumerate() {
-            // Values are 0..=63, so the bytes read the same as i8.
+            // The values' bits as i8 (see `unpack::KBlock`).
             *v = vreinterpretq_s8_u8(vld1q_u8(blk.q[g * KSUM..(g + 1) * KSUM].as_ptr()));
         }
         for (j, r) in res.iter_mut().enumerate() {
@@ -300,7 +298,7 @@ pub(super) unsafe fn pairs(
                     paired: &paired[p0 * 2 * cols..(p0 + n) * 2 * cols],
                     rows: (first + 2 * p0, m - 2 * p0),
                 };
-                if matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K) {
+                if unpack::is_super_block(kind) {
                     kquant_pairs(kind, [w0, w1], &pass, &mut sums[..n]);
                 } else {
                     legacy_pairs(kind, [w0, w1], &pass, &mut sums[..n]);
@@ -397,7 +395,7 @@ unsafe fn kquant_pairs(kind: QuantKind, w: [&[u8]; 2], pass: &Pass<'_>, sums: &m
         .enumerate()
     {
         let (k0, k1) = (unpack::kquant(kind, b0), unpack::kquant(kind, b1));
-        // Values are 0..=63, so the bytes read the same as i8.
+        // The values' bits as i8 (see `unpack::KBlock`).
         let wv: [int8x16_t; KB / 8] = std::array::from_fn(|c| {
             let at = 8 * c..8 * c + 8;
             vreinterpretq_s8_u8(vcombine_u8(

@@ -20,7 +20,7 @@ pub(super) fn dots(
     match kind {
         QuantKind::F32 | QuantKind::F16 | QuantKind::BF16 => floats(kind, w, x, first, res),
         _ if x.format() == ActFormat::F32 => widened(kind, w, x, first, res),
-        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K => kquants(kind, w, x, first, res),
+        _ if unpack::is_super_block(kind) => kquants(kind, w, x, first, res),
         _ => legacy(kind, w, x, first, res),
     }
 }
@@ -108,7 +108,7 @@ fn kquants(kind: QuantKind, w: &[u8], x: &QuantizedActivations, first: usize, re
                 let dot: i32 = blk.q[g * KSUM..(g + 1) * KSUM]
                     .iter()
                     .zip(&qx[g * KSUM..(g + 1) * KSUM])
-                    .map(|(&a, &c)| i32::from(a) * i32::from(c))
+                    .map(|(&a, &c)| i32::from(a as i8) * i32::from(c))
                     .sum();
                 isum += blk.sc[g] * dot;
                 corr += blk.c[g] * i32::from(bs[g]);

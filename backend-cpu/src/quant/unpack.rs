@@ -3,7 +3,7 @@
 //! AVX2 path unpacks the same way in registers. Bit layouts are as in
 //! `pagoda_core::quant` (whose dequantization the tests check against).
 
-use pagoda_core::quant::f16_to_f32;
+use pagoda_core::quant::{f16_to_f32, iq4_xs_scale, q3_k_scale, IQ4_VALUES};
 use pagoda_core::QuantKind;
 
 /// A 32-element block: `w = d × q + m` (`m` is 0 for the symmetric types,
@@ -15,7 +15,9 @@ pub(super) struct Legacy {
 }
 
 /// A 256-element block: `w = d × sc[k] × q − dc × c[k]` for element `e` in
-/// group `k = e / 16`; `q` is 0..=63.
+/// group `k = e / 16`. `q` holds each value's bits as an `i8`: 0..=63 for
+/// the K types (so they read the same unsigned), IQ4_XS's table values
+/// (−127..=113, no correction) for it.
 pub(super) struct KBlock {
     pub q: [u8; 256],
     pub sc: [i32; 16],
@@ -28,6 +30,20 @@ pub(super) struct KBlock {
 #[inline]
 pub(super) fn half(b: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// Whether `kind` is a 256-element super-block type, multiplied with Q8_K
+/// activations and unpacked to a [`KBlock`].
+pub(super) fn is_super_block(kind: QuantKind) -> bool {
+    matches!(
+        kind,
+        QuantKind::Q2_K
+            | QuantKind::Q3_K
+            | QuantKind::Q4_K
+            | QuantKind::Q5_K
+            | QuantKind::Q6_K
+            | QuantKind::IQ4_XS
+    )
 }
 
 /// Whether the type's values carry a minimum (Q4_1, Q5_1).
@@ -44,6 +60,13 @@ pub(super) fn legacy(kind: QuantKind, b: &[u8]) -> Legacy {
         QuantKind::Q8_0 => {
             for (o, &v) in q.iter_mut().zip(&b[2..34]) {
                 *o = v as i8;
+            }
+        }
+        QuantKind::IQ4_NL => {
+            for j in 0..16 {
+                let v = b[2 + j];
+                q[j] = IQ4_VALUES[usize::from(v & 0x0f)];
+                q[j + 16] = IQ4_VALUES[usize::from(v >> 4)];
             }
         }
         QuantKind::Q4_0 | QuantKind::Q4_1 => {
@@ -98,6 +121,33 @@ pub(super) fn k_scales(kind: QuantKind, b: &[u8]) -> ([i32; 16], [i32; 16], f32,
 pub(super) fn k_scale_bits(kind: QuantKind, b: &[u8]) -> ([i32; 16], [i32; 16], u16, u16) {
     let (mut sc, mut c) = ([0i32; 16], [0i32; 16]);
     let bits = |at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+    match kind {
+        QuantKind::Q2_K => {
+            // One byte per 16: the scale's nibble, then the minimum's.
+            for g in 0..16 {
+                sc[g] = i32::from(b[g] & 0x0f);
+                c[g] = i32::from(b[g] >> 4);
+            }
+            return (sc, c, bits(80), bits(82));
+        }
+        QuantKind::Q3_K => {
+            // 6-bit scales stored plus 32; values stored plus 4.
+            for g in 0..16 {
+                sc[g] = i32::from(q3_k_scale(&b[96..108], g)) - 32;
+                c[g] = 4 * sc[g];
+            }
+            return (sc, c, bits(108), bits(108));
+        }
+        QuantKind::IQ4_XS => {
+            // One 6-bit scale (plus 32) per 32 values; signed values, no
+            // correction.
+            for g in 0..16 {
+                sc[g] = i32::from(iq4_xs_scale(b, g / 2)) - 32;
+            }
+            return (sc, c, bits(0), bits(0));
+        }
+        _ => {}
+    }
     if kind == QuantKind::Q6_K {
         for g in 0..16 {
             sc[g] = i32::from(b[192 + g] as i8);
@@ -153,6 +203,37 @@ pub(super) fn kquant(kind: QuantKind, b: &[u8]) -> KBlock {
         d,
         dc,
     };
+    match kind {
+        QuantKind::Q2_K | QuantKind::Q3_K => {
+            // Two halves of 32 bytes of 2-bit values (four planes of 32
+            // values each); Q3_K's third bits, one plane of 32 bytes per 32
+            // values, before them.
+            let (qs, three) = if kind == QuantKind::Q3_K {
+                (&b[32..96], true)
+            } else {
+                (&b[16..80], false)
+            };
+            for (e, q) in k.q.iter_mut().enumerate() {
+                let (half, plane, l) = (e / 128, (e / 32) % 4, e % 32);
+                let mut v = (qs[32 * half + l] >> (2 * plane)) & 3;
+                if three {
+                    v |= ((b[l] >> (e / 32)) & 1) << 2;
+                }
+                *q = v;
+            }
+            return k;
+        }
+        QuantKind::IQ4_XS => {
+            for (e, q) in k.q.iter_mut().enumerate() {
+                let (sub, l) = (e / 32, e % 32);
+                let byte = b[8 + 16 * sub + l % 16];
+                let index = if l < 16 { byte & 0x0f } else { byte >> 4 };
+                *q = IQ4_VALUES[usize::from(index)] as u8;
+            }
+            return k;
+        }
+        _ => {}
+    }
     if kind == QuantKind::Q6_K {
         // 128 bytes of low nibbles, 64 of high 2-bit pairs.
         let (ql, qh) = (&b[0..128], &b[128..192]);

@@ -9,7 +9,7 @@ use pagoda_core::{dequantize_row, QuantKind};
 use pagoda_cpu::Isa;
 
 /// Every weight type the loader takes.
-pub const KINDS: [QuantKind; 11] = QuantKind::ALL;
+pub const KINDS: [QuantKind; 15] = QuantKind::ALL;
 
 /// Every SIMD path this CPU can run, best first; prints the paths built
 /// for this architecture that it cannot (machines of one kind come with
@@ -65,6 +65,8 @@ pub fn random_weights(
             for b in data.chunks_exact_mut(kind.block_bytes()) {
                 let (d_at, m_at) = match kind {
                     QuantKind::Q6_K => (208, None),
+                    QuantKind::Q3_K => (108, None),
+                    QuantKind::Q2_K => (80, Some((82, 0.0005))),
                     QuantKind::Q4_1 | QuantKind::Q5_1 => (0, Some((2, -0.005))),
                     QuantKind::Q4_K | QuantKind::Q5_K => (0, Some((2, 0.0005))),
                     _ => (0, None),
@@ -114,7 +116,12 @@ pub fn dot64(w: &[f32], x: &[f32]) -> (f64, f64) {
 pub fn act_block(kind: QuantKind) -> usize {
     match kind {
         QuantKind::F32 | QuantKind::F16 | QuantKind::BF16 => 1,
-        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K => 256,
+        QuantKind::Q2_K
+        | QuantKind::Q3_K
+        | QuantKind::Q4_K
+        | QuantKind::Q5_K
+        | QuantKind::Q6_K
+        | QuantKind::IQ4_XS => 256,
         _ => 32,
     }
 }

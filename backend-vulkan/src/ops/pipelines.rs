@@ -150,7 +150,13 @@ pub fn matmul_kernels(kind: QuantKind) -> Option<MatmulKernels> {
         QuantKind::Q4_K => (K::MatmulQ4K, K::MatmulQ4KSubgroup, K::MatmulTiledQ4K, K::MatmulCoopQ4K),
         QuantKind::Q5_K => (K::MatmulQ5K, K::MatmulQ5KSubgroup, K::MatmulTiledQ5K, K::MatmulCoopQ5K),
         QuantKind::Q6_K => (K::MatmulQ6K, K::MatmulQ6KSubgroup, K::MatmulTiledQ6K, K::MatmulCoopQ6K),
-        QuantKind::BF16 => return None,
+        // No kernel reads these (BF16 is widened on upload; the others'
+        // matrices stay on the host).
+        QuantKind::BF16
+        | QuantKind::Q2_K
+        | QuantKind::Q3_K
+        | QuantKind::IQ4_NL
+        | QuantKind::IQ4_XS => return None,
     };
     Some(MatmulKernels {
         decode,

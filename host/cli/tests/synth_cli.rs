@@ -158,6 +158,8 @@ fn expected_type(kind: &str, row_len: u64) -> String {
         "Q4_K" if !row_len.is_multiple_of(256) => "Q5_0".into(),
         "Q5_K" if !row_len.is_multiple_of(256) => "Q5_1".into(),
         "Q6_K" if !row_len.is_multiple_of(256) => "Q8_0".into(),
+        "Q2_K" | "Q3_K" if !row_len.is_multiple_of(256) => "Q4_0".into(),
+        "IQ4_XS" if !row_len.is_multiple_of(256) => "IQ4_NL".into(),
         _ => upper,
     }
 }
@@ -167,7 +169,9 @@ fn expected_type(kind: &str, row_len: u64) -> String {
 /// (the embedding when tied) Q6_K, or Q8_0 on rows that are no multiple
 /// of 256; `attn_v` and `ffn_down` Q6_K on the first and last eighth of the
 /// layers and every third between; the base type elsewhere; then the
-/// K-quant fallbacks.
+/// K-quant fallbacks. A Q3_K_M file (`base` Q3_K) instead gives `attn_v`
+/// Q5_K on its first two layers, `ffn_down` Q5_K on the first sixteenth,
+/// both Q4_K elsewhere, and `attn_output` Q4_K.
 fn expected_mix(base: &str, name: &str, layers: u64, row_len: u64, tied: bool) -> String {
     let layer: Option<u64> = name
         .strip_prefix("blk.")
@@ -181,6 +185,19 @@ fn expected_mix(base: &str, name: &str, layers: u64, row_len: u64, tied: bool) -
             "Q8_0"
         }
         .into();
+    }
+    if base == "q3_k" {
+        let l = layer.unwrap_or(0);
+        let bumped = if name.contains("attn_v") {
+            Some(if l < 2 { "q5_k" } else { "q4_k" })
+        } else if name.contains("ffn_down") {
+            Some(if l < layers / 16 { "q5_k" } else { "q4_k" })
+        } else if name.contains("attn_output") {
+            Some("q4_k")
+        } else {
+            None
+        };
+        return expected_type(bumped.unwrap_or(base), row_len);
     }
     let more_bits = |i: u64| {
         let n = layers;
@@ -266,7 +283,8 @@ fn synthetic_files_read_back_with_the_gguf_package() {
     };
     let dir = env::scratch_dir("synth-gguf");
     for kind in [
-        "f16", "q4_0", "q4_1", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k",
+        "f16", "q4_0", "q4_1", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl",
+        "iq4_xs",
     ] {
         let file = synth(&dir, "tiny", kind);
         check(&summary(&python, &file, true), &TINY, kind, true);
@@ -276,7 +294,7 @@ fn synthetic_files_read_back_with_the_gguf_package() {
     let file = synth(&dir, "smollm2-135m", "q4_k");
     check(&summary(&python, &file, false), &SMOLLM2, "q4_k", false);
     // llama.cpp's mixes, as users download them.
-    for kind in ["q4_k_m", "q5_k_m"] {
+    for kind in ["q3_k_m", "q4_k_m", "q5_k_m"] {
         let file = synth(&dir, "tiny", kind);
         check(&summary(&python, &file, true), &TINY, kind, true);
         let file = synth(&dir, "smollm2-135m", kind);

@@ -41,7 +41,7 @@ const TOLERANCE_F32: f32 = 3e-5;
 const TOLERANCE_F16: f32 = 5e-3;
 /// The tiny models make_tiny_gguf.py writes, each checked against the
 /// reference.
-const ARCHS: [&str; 16] = support::TINY_MODELS;
+const ARCHS: [&str; 17] = support::TINY_MODELS;
 
 fn prompts() -> Vec<Vec<u32>> {
     vec![
@@ -143,6 +143,14 @@ fn agrees_with_reference(arch: &str) -> Option<ModelConfig> {
 /// A wrong kernel moves logits by a good part of their range.
 const TOLERANCE_REPACKED: f32 = 1e-2;
 
+/// Whether the CPU multiplies any of `model`'s matrix types interleaved
+/// in place (then the loader repacks them).
+fn repacks(model: &Model) -> bool {
+    model
+        .matrices()
+        .any(|m| multiplies_in_place(Isa::detect(), m.kind()))
+}
+
 /// The repacked model: with f32 activations (every interleaved row copied
 /// back out to the plain layout) against the reference, and with 8-bit
 /// activations (the interleaved kernels) against the plain layout's.
@@ -155,12 +163,9 @@ fn repacked_agrees(arch: &str, path: &Path, reference: &Path) {
     let interleaved = packed.matrices().filter(|m| m.is_interleaved()).count();
     // Only where the CPU multiplies interleaved rows in place: elsewhere the
     // loader keeps every matrix plain.
-    let repacks = QuantKind::ALL
-        .into_iter()
-        .any(|k| multiplies_in_place(Isa::detect(), k));
     assert_eq!(
         interleaved > 0,
-        repacks,
+        repacks(&plain),
         "{arch}: {interleaved} matrices interleaved"
     );
     assert_eq!(packed.parameters(), plain.parameters());
@@ -198,9 +203,6 @@ fn repack_cache_round_trips_and_refuses_damaged_files() {
     let cache = dir.join("repack-cache");
     let _ = std::fs::remove_dir_all(&cache);
     let mut rng = fastrand::Rng::with_seed(2026);
-    let repacks = QuantKind::ALL
-        .into_iter()
-        .any(|k| multiplies_in_place(Isa::detect(), k));
     let tokens = &prompts()[1];
     for arch in ARCHS {
         let path = dir.join(format!("{arch}.gguf"));
@@ -244,6 +246,7 @@ fn repack_cache_round_trips_and_refuses_damaged_files() {
             support::logits_every_position(&second, tokens, KvDtype::F32, 7),
             want
         );
+        let repacks = repacks(&plain);
         drop((first, second));
         if !repacks {
             continue;
@@ -454,6 +457,25 @@ fn qwen2moe_without_width_keys_takes_llama_cpp_s_defaults() {
 }
 
 #[test]
+fn q2_k_q3_k_and_iq4_matrices_match_the_reference() {
+    // Every matrix of the file Q2_K, Q3_K, IQ4_NL or IQ4_XS, the types of
+    // Q2_K, Q3_K_M and IQ4_XS files: each through both layers' products.
+    if agrees_with_reference("lowbits").is_some() {
+        let model = Model::load(&fixtures().unwrap().join("lowbits.gguf")).unwrap();
+        let mut kinds: Vec<QuantKind> = model.matrices().map(|m| m.kind()).collect();
+        kinds.sort_by_key(|k| k.ggml_id());
+        kinds.dedup();
+        let expected = [
+            QuantKind::Q2_K,
+            QuantKind::Q3_K,
+            QuantKind::IQ4_NL,
+            QuantKind::IQ4_XS,
+        ];
+        assert_eq!(kinds, expected);
+    }
+}
+
+#[test]
 fn granite_with_its_multipliers_matches_the_reference() {
     // Embedding, attention, residual and logit scales all away from 1.
     if let Some(c) = agrees_with_reference("granite") {
@@ -564,20 +586,21 @@ fn refused_by_name(dir: &Path, load: Loader) {
             other => panic!("{file}: {other:?}"),
         }
     }
-    match load(&dir.join("q2k.gguf")) {
+    match load(&dir.join("iq2xxs.gguf")) {
         Err(e @ LoadError::UnsupportedTensorType { .. }) => {
             let LoadError::UnsupportedTensorType { tensor, kind } = &e else {
                 unreachable!()
             };
             assert_eq!(
                 (tensor.as_str(), kind.as_str()),
-                ("blk.0.ffn_gate.weight", "Q2_K")
+                ("blk.0.ffn_gate.weight", "IQ2_XXS")
             );
             assert!(
-                e.to_string().contains("Q2_K") && e.to_string().contains("blk.0.ffn_gate.weight")
+                e.to_string().contains("IQ2_XXS")
+                    && e.to_string().contains("blk.0.ffn_gate.weight")
             );
         }
-        other => panic!("q2k: {other:?}"),
+        other => panic!("iq2xxs: {other:?}"),
     }
     match load(&dir.join("missing.gguf")) {
         Err(LoadError::MissingTensor(t)) => assert_eq!(t, "blk.1.ffn_up.weight"),

@@ -34,7 +34,7 @@ pub(super) fn fixed_hints(kind: QuantKind) -> bool {
         let (vendor, family, model) = cpu_model();
         is_zen4(&vendor, family, model)
     });
-    !(zen4 && matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K))
+    !(zen4 && kind.block_elems() == 256)
 }
 
 /// The CPU's vendor string and its family and model as `cpuid` leaf 1

@@ -275,7 +275,7 @@ pub(super) unsafe fn legacy(
     }
 }
 
-/// K-quant weights (Q4_K, Q5_K, Q6_K) against Q8_K activation rows, in
+/// K-quant weights (Q2_K to Q6_K, and IQ4_XS) against Q8_K activation rows, in
 /// groups of up to four rows: each super-block's scales are unpacked in
 /// registers ([`k_scale_vectors`]: a widening and one shuffle per 32
 /// values, no scalar scale arrays) and its values once per group, then
@@ -293,21 +293,26 @@ pub(super) unsafe fn kquants(
     res: &mut [f32],
 ) {
     let m = res.len();
+    /// The kernel for one weight type, by the group's row count.
+    macro_rules! by_rows {
+        ($kind:ident, $out:expr, $first:expr) => {
+            match $out.len() {
+                1 => kquant_rows::<$kind, 1>(w, x, $first, $out),
+                2 => kquant_rows::<$kind, 2>(w, x, $first, $out),
+                3 => kquant_rows::<$kind, 3>(w, x, $first, $out),
+                _ => kquant_rows::<$kind, 4>(w, x, $first, $out),
+            }
+        };
+    }
     for g in (0..m).step_by(4) {
         let out = &mut res[g..(g + 4).min(m)];
-        match (kind, out.len()) {
-            (QuantKind::Q4_K, 1) => kquant_rows::<Q4K, 1>(w, x, first + g, out),
-            (QuantKind::Q4_K, 2) => kquant_rows::<Q4K, 2>(w, x, first + g, out),
-            (QuantKind::Q4_K, 3) => kquant_rows::<Q4K, 3>(w, x, first + g, out),
-            (QuantKind::Q4_K, _) => kquant_rows::<Q4K, 4>(w, x, first + g, out),
-            (QuantKind::Q5_K, 1) => kquant_rows::<Q5K, 1>(w, x, first + g, out),
-            (QuantKind::Q5_K, 2) => kquant_rows::<Q5K, 2>(w, x, first + g, out),
-            (QuantKind::Q5_K, 3) => kquant_rows::<Q5K, 3>(w, x, first + g, out),
-            (QuantKind::Q5_K, _) => kquant_rows::<Q5K, 4>(w, x, first + g, out),
-            (_, 1) => kquant_rows::<Q6K, 1>(w, x, first + g, out),
-            (_, 2) => kquant_rows::<Q6K, 2>(w, x, first + g, out),
-            (_, 3) => kquant_rows::<Q6K, 3>(w, x, first + g, out),
-            (_, _) => kquant_rows::<Q6K, 4>(w, x, first + g, out),
+        match kind {
+            QuantKind::Q2_K => by_rows!(Q2K, out, first + g),
+            QuantKind::Q3_K => by_rows!(Q3K, out, first + g),
+            QuantKind::Q4_K => by_rows!(Q4K, out, first + g),
+            QuantKind::Q5_K => by_rows!(Q5K, out, first + g),
+            QuantKind::IQ4_XS => by_rows!(IQ4XS, out, first + g),
+            _ => by_rows!(Q6K, out, first + g),
         }
     }
 }
@@ -316,6 +321,9 @@ pub(super) unsafe fn kquants(
 const Q4K: u8 = 0;
 const Q5K: u8 = 1;
 const Q6K: u8 = 2;
+const Q2K: u8 = 3;
+const Q3K: u8 = 4;
+const IQ4XS: u8 = 5;
 
 /// [`kquants`] for exactly `N` activation rows from `first`. A function of
 /// its own, not inlined: in the shared row kernel its registers spilled.
@@ -330,6 +338,9 @@ unsafe fn kquant_rows<const KIND: u8, const N: usize>(
     let kind = match KIND {
         Q4K => QuantKind::Q4_K,
         Q5K => QuantKind::Q5_K,
+        Q2K => QuantKind::Q2_K,
+        Q3K => QuantKind::Q3_K,
+        IQ4XS => QuantKind::IQ4_XS,
         _ => QuantKind::Q6_K,
     };
     let bytes = kind.block_bytes();
@@ -358,9 +369,21 @@ unsafe fn kquant_rows<const KIND: u8, const N: usize>(
         let mut isum = [_mm256_setzero_si256(); N];
         for k in 0..8 {
             let q = k_value(kind, wb, k);
+            // IQ4_XS's values are signed: `maddubs` takes |q|, and the
+            // activation takes q's sign (|q| ≤ 127, so no pair saturates).
+            let aq = if KIND == IQ4XS {
+                _mm256_sign_epi8(q, q)
+            } else {
+                q
+            };
             for j in 0..N {
                 let vx = load32(&xb[j][32 * k..32 * k + 32]);
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, vx), sc.s[k]);
+                let vx = if KIND == IQ4XS {
+                    _mm256_sign_epi8(vx, q)
+                } else {
+                    vx
+                };
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, vx), sc.s[k]);
                 isum[j] = _mm256_add_epi32(isum[j], p);
             }
         }
@@ -371,6 +394,10 @@ unsafe fn kquant_rows<const KIND: u8, const N: usize>(
                 _mm256_set1_ps(sc.d * dx),
                 acc[j],
             );
+            if KIND == IQ4XS {
+                // No minimums to pay.
+                continue;
+            }
             let sums = load32(&bs[j][b * (KB / KSUM)..(b + 1) * (KB / KSUM)]);
             let cs = _mm256_madd_epi16(sums, sc.c);
             corr[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(cs), _mm256_set1_ps(sc.dc * dx), corr[j]);

@@ -7,6 +7,7 @@
 
 use std::arch::x86_64::*;
 
+use pagoda_core::quant::IQ4_VALUES;
 use pagoda_core::QuantKind;
 
 use super::act::{ActFormat, QuantizedActivations, QUAD_MIN_ROWS};
@@ -97,6 +98,28 @@ pub(super) struct KScales {
 /// and its corrections the same way (see [`KScales`]).
 #[inline(always)]
 unsafe fn k_scale_lanes(kind: QuantKind, b: &[u8]) -> (__m256i, __m256i) {
+    match kind {
+        QuantKind::Q2_K => {
+            // A byte per 16: the scale's nibble, then the minimum's.
+            let v = _mm256_cvtepu8_epi16(_mm_loadu_si128(b[..16].as_ptr().cast()));
+            let low = _mm256_set1_epi16(0x0f);
+            return (
+                _mm256_and_si256(v, low),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+            );
+        }
+        QuantKind::Q3_K | QuantKind::IQ4_XS => {
+            // Scales spread over bit fields: unpacked in scalar code (12
+            // or 6 bytes), then loaded.
+            let (sc, c, _, _) = unpack::k_scale_bits(kind, b);
+            let (sc, c): ([i16; 16], [i16; 16]) = (
+                std::array::from_fn(|g| sc[g] as i16),
+                std::array::from_fn(|g| c[g] as i16),
+            );
+            return (load32(&sc), load32(&c));
+        }
+        _ => {}
+    }
     if kind == QuantKind::Q6_K {
         let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(b[192..208].as_ptr().cast()));
         // Q6_K's values are stored plus 32: the correction is 32 × scale
@@ -161,11 +184,12 @@ unsafe fn scale_pick(k: usize) -> __m256i {
 #[inline(always)]
 unsafe fn k_scale_vectors(kind: QuantKind, b: &[u8]) -> KScales {
     let (sc, c) = k_scale_lanes(kind, b);
-    let (d, dc) = if kind == QuantKind::Q6_K {
-        let d = half(b, 208);
-        (d, d)
-    } else {
-        (half(b, 0), half(b, 2))
+    let (d, dc) = match kind {
+        QuantKind::Q6_K => (half(b, 208), half(b, 208)),
+        QuantKind::Q3_K => (half(b, 108), half(b, 108)),
+        QuantKind::Q2_K => (half(b, 80), half(b, 82)),
+        QuantKind::IQ4_XS => (half(b, 0), 0.0),
+        _ => (half(b, 0), half(b, 2)),
     };
     // Each lane's groups 0–7 (first four vectors) or 8–15 (last four) in
     // both lanes, then one shuffle per vector picks its two i16s. (Plain
@@ -195,6 +219,7 @@ unsafe fn legacy_block(kind: QuantKind, b: &[u8]) -> (__m256i, f32, f32) {
             0.0,
         ),
         QuantKind::Q4_1 => (nibbles(&b[4..20]), d, half(b, 2)),
+        QuantKind::IQ4_NL => (iq4_values(nibbles(&b[2..18])), d, 0.0),
         QuantKind::Q5_0 => {
             let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
             let q = _mm256_or_si256(nibbles(&b[6..22]), fifth_bits(qh));
@@ -206,6 +231,14 @@ unsafe fn legacy_block(kind: QuantKind, b: &[u8]) -> (__m256i, f32, f32) {
             (q, d, half(b, 2))
         }
     }
+}
+
+/// The IQ4 table values (`pagoda_core::quant::IQ4_VALUES`) that the 4-bit
+/// indices in the bytes of `indices` name: one byte shuffle.
+#[inline(always)]
+unsafe fn iq4_values(indices: __m256i) -> __m256i {
+    let table = _mm_loadu_si128(IQ4_VALUES.as_ptr().cast());
+    _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), indices)
 }
 
 /// `res[k × m + j] = w_k · x_{first + j}` for the weight rows `w_k` of
@@ -255,12 +288,14 @@ pub(super) unsafe fn dots(
 }
 
 /// Whether [`kquads`] takes a tile of `kind` rows against `x`, `m`
-/// activation rows of it at a time: K-quants against interleaved Q8_K rows.
+/// activation rows of it at a time: K-quants against interleaved Q8_K rows
+/// (not IQ4_XS, whose signed values `maddubs` cannot take as they are).
 /// It is called apart from [`dots`] (see `kernel::rows`): with the call
 /// inside `dots`, the code generated for the other kernels changed and
 /// Q4_1 at four rows fell from 3.7 to 1.8 GiB/s.
 pub(super) fn takes_kquads(kind: QuantKind, x: &QuantizedActivations, m: usize) -> bool {
-    matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K)
+    unpack::is_super_block(kind)
+        && kind != QuantKind::IQ4_XS
         && x.format() == ActFormat::Q8_K
         && x.has_quads()
         && m >= QUAD_MIN_ROWS
@@ -278,14 +313,21 @@ unsafe fn row_dots(
 ) {
     match kind {
         QuantKind::F32 | QuantKind::F16 | QuantKind::BF16 => floats(kind, w, x, first, res),
-        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K if x.format() == ActFormat::F32 => {
+        // Signed table values: the portable widening (f32 activations
+        // are the `--precision f32` path; decode rounds IQ4_XS to 8 bits).
+        QuantKind::IQ4_XS if x.format() == ActFormat::F32 => {
+            // (It adds to `res`.)
+            res.fill(0.0);
+            super::scalar::widened(kind, w, x, first, res)
+        }
+        _ if unpack::is_super_block(kind) && x.format() == ActFormat::F32 => {
             widened_k(kind, w, x, first, res)
         }
         QuantKind::Q4_0 if x.format() == ActFormat::F32 => shifted::<Q4_0>(w, x, first, res),
         QuantKind::Q4_1 if x.format() == ActFormat::F32 => shifted::<Q4_1>(w, x, first, res),
         QuantKind::Q8_0 if x.format() == ActFormat::F32 => shifted::<Q8_0>(w, x, first, res),
         _ if x.format() == ActFormat::F32 => widened(kind, w, x, first, res),
-        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K => kquants(kind, w, x, first, res),
+        _ if unpack::is_super_block(kind) => kquants(kind, w, x, first, res),
         _ => legacy(kind, w, x, first, res),
     }
 }
@@ -380,13 +422,37 @@ unsafe fn k_values(kind: QuantKind, b: &[u8], q: &mut [__m256i; 8]) {
     }
 }
 
-/// Values `32k..32k + 32` of a K block (0..=63, unsigned), unpacked alone
+/// Values `32k..32k + 32` of a K block (0..=63, unsigned; IQ4_XS's signed
+/// table values), unpacked alone
 /// (`k < 8`): a kernel that multiplies each vector as soon as it has it
 /// keeps a few registers live, not eight. Inlined into a loop over `k`,
 /// the loads that neighbouring vectors share are made once.
 #[inline(always)]
 unsafe fn k_value(kind: QuantKind, b: &[u8], k: usize) -> __m256i {
     let low = _mm256_set1_epi8(0x0f);
+    match kind {
+        QuantKind::Q2_K | QuantKind::Q3_K => {
+            // Plane `k % 4` of half `k / 4` of the 2-bit values; Q3_K's
+            // third bit is bit `k` of its 32 high-bit bytes.
+            let at = if kind == QuantKind::Q3_K { 32 } else { 16 } + 32 * (k / 4);
+            let v = _mm256_srl_epi16(
+                load32(&b[at..at + 32]),
+                _mm_cvtsi32_si128(2 * (k % 4) as i32),
+            );
+            let v = _mm256_and_si256(v, _mm256_set1_epi8(3));
+            if kind == QuantKind::Q2_K {
+                return v;
+            }
+            let h = _mm256_srl_epi16(load32(&b[..32]), _mm_cvtsi32_si128(k as i32));
+            let h = _mm256_slli_epi16::<2>(_mm256_and_si256(h, _mm256_set1_epi8(1)));
+            return _mm256_or_si256(v, h);
+        }
+        QuantKind::IQ4_XS => {
+            // Sub-block `k`'s 16 index bytes: signed table values.
+            return iq4_values(nibbles(&b[8 + 16 * k..24 + 16 * k]));
+        }
+        _ => {}
+    }
     if kind == QuantKind::Q6_K {
         // Half `n` of the block: 64 bytes of low nibbles (two vectors, each
         // giving its low then its high nibbles) and 32 of 2-bit pairs.

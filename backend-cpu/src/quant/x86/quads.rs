@@ -318,7 +318,8 @@ pub(in super::super) unsafe fn kquads(
     first: usize,
     res: &mut [f32],
 ) {
-    let six = kind == QuantKind::Q6_K;
+    // Scales per 16 values (Q2_K, Q3_K and Q6_K) take the Q6_K path.
+    let six = matches!(kind, QuantKind::Q2_K | QuantKind::Q3_K | QuantKind::Q6_K);
     for (pass, groups) in passes(w.len() / row_bytes, first, res.len()) {
         match (groups, six) {
             (1, false) => kquads_pass::<1, false>(kind, w, row_bytes, x, pass, res),

@@ -42,6 +42,10 @@ const Q5_1: [ScaleField; 2] = [field(0, 2e-3, 4e-3), min_field(2, 16.0)];
 const Q8_0: [ScaleField; 1] = [field(0, 2e-4, 4e-4)];
 const K_SCALES: [ScaleField; 2] = [field(0, 2e-4, 5e-4), field(2, 2e-4, 5e-4)];
 const Q6_K: [ScaleField; 1] = [field(208, 3e-5, 1e-4)];
+const Q2_K: [ScaleField; 2] = [field(80, 1e-3, 3e-3), field(82, 1e-3, 3e-3)];
+const Q3_K: [ScaleField; 1] = [field(108, 5e-4, 1e-3)];
+const IQ4_NL: [ScaleField; 1] = [field(0, 1e-4, 5e-4)];
+const IQ4_XS: [ScaleField; 1] = [field(0, 5e-6, 2e-5)];
 
 /// The scale fields of one block of `kind` (empty for float kinds).
 fn scale_fields(kind: QuantKind) -> &'static [ScaleField] {
@@ -54,6 +58,10 @@ fn scale_fields(kind: QuantKind) -> &'static [ScaleField] {
         K::Q8_0 => &Q8_0,
         K::Q4_K | K::Q5_K => &K_SCALES,
         K::Q6_K => &Q6_K,
+        K::Q2_K => &Q2_K,
+        K::Q3_K => &Q3_K,
+        K::IQ4_NL => &IQ4_NL,
+        K::IQ4_XS => &IQ4_XS,
         K::F32 | K::F16 | K::BF16 => &[],
     }
 }

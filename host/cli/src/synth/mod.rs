@@ -31,11 +31,14 @@ pub(crate) struct SynthArgs {
     #[arg(long, value_enum, default_value = "tiny")]
     pub shape: Shape,
     /// Block type of the weight matrices (norms stay f32), or llama.cpp's
-    /// mix for a `Q4_K_M` / `Q5_K_M` file: Q6_K for the output (the
-    /// embedding when tied) and for `attn_v` and `ffn_down` on the layers
-    /// llama.cpp's quantizer picks, the base K-quant elsewhere. A K-quant
-    /// on rows that are not a multiple of 256 falls back as llama.cpp
-    /// does: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0 (an output to Q8_0).
+    /// mix for a `Q4_K_M` / `Q5_K_M` file (Q6_K for the output, the
+    /// embedding when tied, and for `attn_v` and `ffn_down` on the layers
+    /// llama.cpp's quantizer picks, the base K-quant elsewhere) or a
+    /// `Q3_K_M` file (Q6_K output, Q5_K or Q4_K `attn_v`, `ffn_down` and
+    /// `attn_output`, Q3_K elsewhere). A super-block type on rows that are
+    /// not a multiple of 256 falls back as llama.cpp does: Q2_K and Q3_K to
+    /// Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, IQ4_XS to IQ4_NL (an
+    /// output to Q8_0).
     #[arg(long = "type", value_enum, default_value = "q4_0", ignore_case = true)]
     pub weight_type: WeightType,
     /// Where to write the file.
@@ -100,6 +103,16 @@ pub(crate) enum WeightType {
     Q5_K,
     #[value(name = "q6_k", alias = "Q6_K")]
     Q6_K,
+    #[value(name = "q2_k", alias = "Q2_K")]
+    Q2_K,
+    #[value(name = "q3_k", alias = "Q3_K")]
+    Q3_K,
+    #[value(name = "iq4_nl", alias = "IQ4_NL")]
+    IQ4_NL,
+    #[value(name = "iq4_xs", alias = "IQ4_XS")]
+    IQ4_XS,
+    #[value(name = "q3_k_m", alias = "Q3_K_M")]
+    Q3_K_M,
     #[value(name = "q4_k_m", alias = "Q4_K_M")]
     Q4_K_M,
     #[value(name = "q5_k_m", alias = "Q5_K_M")]
@@ -125,6 +138,7 @@ impl WeightType {
     /// The name `--type` takes.
     pub(crate) fn name(self) -> &'static str {
         match self {
+            Self::Q3_K_M => "q3_k_m",
             Self::Q4_K_M => "q4_k_m",
             Self::Q5_K_M => "q5_k_m",
             other => other.kind().name(),
@@ -146,6 +160,11 @@ impl WeightType {
             Self::Q5_K => 16,
             Self::Q5_K_M => 17,
             Self::Q6_K => 18,
+            Self::Q2_K => 10,
+            Self::Q3_K => 11,
+            Self::Q3_K_M => 12,
+            Self::IQ4_NL => 25,
+            Self::IQ4_XS => 30,
         }
     }
 
@@ -162,6 +181,7 @@ impl WeightType {
         tied: bool,
     ) -> QuantKind {
         let base = match self {
+            Self::Q3_K_M => QuantKind::Q3_K,
             Self::Q4_K_M => QuantKind::Q4_K,
             Self::Q5_K_M => QuantKind::Q5_K,
             uniform => return matrix_kind(uniform.kind(), cols),
@@ -178,8 +198,15 @@ impl WeightType {
                 QuantKind::Q8_0
             };
         }
-        let kind = match role {
-            Role::AttnV | Role::FfnDown if more_bits(layer, layers) => QuantKind::Q6_K,
+        let kind = match (self, role) {
+            // Q3_K_M: Q5_K for the first two `attn_v` and the first
+            // sixteenth of `ffn_down`, Q4_K for the rest of both and for
+            // `attn_output`.
+            (Self::Q3_K_M, Role::AttnV) if layer < 2 => QuantKind::Q5_K,
+            (Self::Q3_K_M, Role::FfnDown) if layer < layers / 16 => QuantKind::Q5_K,
+            (Self::Q3_K_M, Role::AttnV | Role::FfnDown | Role::AttnOutput) => QuantKind::Q4_K,
+            (Self::Q3_K_M, _) => base,
+            (_, Role::AttnV | Role::FfnDown) if more_bits(layer, layers) => QuantKind::Q6_K,
             _ => base,
         };
         matrix_kind(kind, cols)
@@ -197,6 +224,11 @@ impl WeightType {
             Self::Q4_K => QuantKind::Q4_K,
             Self::Q5_K => QuantKind::Q5_K,
             Self::Q6_K => QuantKind::Q6_K,
+            Self::Q2_K => QuantKind::Q2_K,
+            Self::Q3_K => QuantKind::Q3_K,
+            Self::IQ4_NL => QuantKind::IQ4_NL,
+            Self::IQ4_XS => QuantKind::IQ4_XS,
+            Self::Q3_K_M => QuantKind::Q3_K,
             Self::Q4_K_M => QuantKind::Q4_K,
             Self::Q5_K_M => QuantKind::Q5_K,
         }
@@ -304,8 +336,10 @@ pub(crate) fn matrix_kind(kind: QuantKind, cols: u64) -> QuantKind {
         return kind;
     }
     match kind {
+        QuantKind::Q2_K | QuantKind::Q3_K => QuantKind::Q4_0,
         QuantKind::Q4_K => QuantKind::Q5_0,
         QuantKind::Q5_K => QuantKind::Q5_1,
+        QuantKind::IQ4_XS => QuantKind::IQ4_NL,
         _ => QuantKind::Q8_0,
     }
 }

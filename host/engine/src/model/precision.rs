@@ -71,6 +71,10 @@ impl ActPrecision {
                     && match weights {
                         QuantKind::Q4_0
                         | QuantKind::Q4_1
+                        | QuantKind::IQ4_NL
+                        | QuantKind::Q2_K
+                        | QuantKind::Q3_K
+                        | QuantKind::IQ4_XS
                         | QuantKind::Q4_K
                         | QuantKind::Q5_K
                         | QuantKind::Q6_K => true,

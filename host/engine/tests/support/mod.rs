@@ -20,7 +20,7 @@ pub use env::*;
 /// The tiny models make_tiny_gguf.py writes that every backend must run
 /// as the NumPy reference does (`{name}.gguf`): one per architecture and
 /// per feature of one (Llama 3 scaling, YaRN).
-pub const TINY_MODELS: [&str; 16] = [
+pub const TINY_MODELS: [&str; 17] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -37,6 +37,7 @@ pub const TINY_MODELS: [&str; 16] = [
     "smollm3",
     "olmo2",
     "qwen2moe_defaults",
+    "lowbits",
 ];
 
 /// A scratch folder named `name` holding every file make_tiny_gguf.py

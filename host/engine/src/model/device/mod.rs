@@ -15,6 +15,7 @@
 mod image;
 mod program;
 
+use pagoda_core::QuantKind;
 use pagoda_vulkan::{StepProgram, VulkanBackend, VulkanError, VulkanKvStore, VulkanWeights};
 
 use super::cpu::Activations;
@@ -84,9 +85,15 @@ fn make_resident(
 
 /// Whether the step program can run `program` whole: not a mixture of
 /// experts (the routing has no device lowering), not a residual stream
-/// whose blocks are scaled (Granite; the device's add does not scale).
+/// whose blocks are scaled (Granite; the device's add does not scale), and
+/// every matrix of a type the device reads (BF16 is widened on upload;
+/// Q2_K, Q3_K and the IQ4 types have no device kernels yet).
 fn lowers(program: &Program) -> bool {
-    program.experts().next().is_none() && program.residual_scale == 1.0
+    program.experts().next().is_none()
+        && program.residual_scale == 1.0
+        && program.matrices().all(|m| {
+            m.kind() == QuantKind::BF16 || pagoda_vulkan::matmul_kernels(m.kind()).is_some()
+        })
 }
 
 /// Runs one step as one program: the logits come back, or with `tokens`
