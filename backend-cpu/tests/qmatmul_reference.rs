@@ -112,8 +112,8 @@ fn many_rows_equal_one_row_at_a_time() {
                 let mut single = vec![0.0f32; rows];
                 matmul(isa, &w, &one, &mut single, 0..rows).unwrap();
                 // Float weights with 24 or more rows take the dense panel
-                // product, and on AVX2 Q4_0, Q4_1, Q8_0 and the K-quants
-                // from 5 rows take the interleaved kernels; both add in
+                // product, and on AVX2 Q4_0, Q4_1, Q8_0, the K-quants and
+                // IQ4_XS from 5 rows take the interleaved kernels; both add in
                 // another order: within f32 summation error there, bit for
                 // bit everywhere else.
                 let panel = acts.format() == ActFormat::F32 && n >= 24;
@@ -129,6 +129,7 @@ fn many_rows_equal_one_row_at_a_time() {
                             | QuantKind::Q4_K
                             | QuantKind::Q5_K
                             | QuantKind::Q6_K
+                            | QuantKind::IQ4_XS
                     )
                     && n >= 5;
                 if isa != Isa::Scalar && (panel || interleaved) {

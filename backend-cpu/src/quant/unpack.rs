@@ -3,7 +3,7 @@
 //! AVX2 path unpacks the same way in registers. Bit layouts are as in
 //! `pagoda_core::quant` (whose dequantization the tests check against).
 
-use pagoda_core::quant::{f16_to_f32, iq4_xs_scale, q3_k_scale, IQ4_VALUES};
+use pagoda_core::quant::{f16_to_f32, IQ4_VALUES};
 use pagoda_core::QuantKind;
 
 /// A 32-element block: `w = d × q + m` (`m` is 0 for the symmetric types,
@@ -132,8 +132,9 @@ pub(super) fn k_scale_bits(kind: QuantKind, b: &[u8]) -> ([i32; 16], [i32; 16], 
         }
         QuantKind::Q3_K => {
             // 6-bit scales stored plus 32; values stored plus 4.
+            let scales = q3_k_scale_bytes(&b[96..108]);
             for g in 0..16 {
-                sc[g] = i32::from(q3_k_scale(&b[96..108], g)) - 32;
+                sc[g] = i32::from(scales[g]) - 32;
                 c[g] = 4 * sc[g];
             }
             return (sc, c, bits(108), bits(108));
@@ -141,8 +142,9 @@ pub(super) fn k_scale_bits(kind: QuantKind, b: &[u8]) -> ([i32; 16], [i32; 16], 
         QuantKind::IQ4_XS => {
             // One 6-bit scale (plus 32) per 32 values; signed values, no
             // correction.
+            let scales = iq4_xs_scale_bytes(b);
             for g in 0..16 {
-                sc[g] = i32::from(iq4_xs_scale(b, g / 2)) - 32;
+                sc[g] = i32::from(scales[g / 2]) - 32;
             }
             return (sc, c, bits(0), bits(0));
         }
@@ -191,6 +193,43 @@ pub(super) fn k4_scale_words(p: &[u8]) -> (u64, u64) {
     let mins_hi = ((c >> 4) & LOW4) | (((b >> 6) & TOP2) << 4);
     let join = |lo: u32, hi: u32| u64::from(lo) | (u64::from(hi) << 32);
     (join(a & LOW6, scales_hi), join(b & LOW6, mins_hi))
+}
+
+/// The sixteen 6-bit scales (stored plus 32) of a Q3_K block from its 12
+/// packed bytes (`p`), by masks on 32-bit words: bytes 0–7 give the low
+/// four bits (low nibbles for scales 0–7, high for 8–15), and bit pair
+/// `j / 4` of byte `8 + j % 4` the top two. The test checks it against
+/// `pagoda_core::quant::q3_k_scale`.
+#[inline(always)]
+pub(super) fn q3_k_scale_bytes(p: &[u8]) -> [u8; 16] {
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const TOP2: u32 = 0x0303_0303;
+    let word = |i: usize| u32::from_le_bytes([p[4 * i], p[4 * i + 1], p[4 * i + 2], p[4 * i + 3]]);
+    let (a, b, t) = (word(0), word(1), word(2));
+    let words = [
+        (a & LOW4) | ((t & TOP2) << 4),
+        (b & LOW4) | (((t >> 2) & TOP2) << 4),
+        ((a >> 4) & LOW4) | (((t >> 4) & TOP2) << 4),
+        ((b >> 4) & LOW4) | (((t >> 6) & TOP2) << 4),
+    ];
+    let mut out = [0u8; 16];
+    for (o, w) in out.chunks_exact_mut(4).zip(words) {
+        o.copy_from_slice(&w.to_le_bytes());
+    }
+    out
+}
+
+/// The eight 6-bit scales (stored plus 32) of an IQ4_XS block (`b` the
+/// whole block): the low nibbles from bytes 4–7 in turn, the top two bits
+/// from the u16 at bytes 2–3. Checked against
+/// `pagoda_core::quant::iq4_xs_scale`.
+#[inline(always)]
+pub(super) fn iq4_xs_scale_bytes(b: &[u8]) -> [u8; 8] {
+    let high = u16::from_le_bytes([b[2], b[3]]);
+    let low = [b[4], b[5], b[6], b[7]];
+    std::array::from_fn(|j| {
+        ((low[j / 2] >> (4 * (j % 2))) & 0x0f) | ((((high >> (2 * j)) & 3) as u8) << 4)
+    })
 }
 
 /// Unpacks one K block (`b` starts at the block).
@@ -272,6 +311,28 @@ pub(super) fn kquant(kind: QuantKind, b: &[u8]) -> KBlock {
 mod tests {
     use super::*;
     use pagoda_core::quant::k_scale_min;
+
+    #[test]
+    fn q3_k_and_iq4_xs_scales_agree_with_the_core_unpacking() {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..10_000 {
+            let mut b = [0u8; 136];
+            for byte in &mut b {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                *byte = (rng >> 56) as u8;
+            }
+            let q3 = q3_k_scale_bytes(&b[..12]);
+            for (j, &s) in q3.iter().enumerate() {
+                assert_eq!(s, pagoda_core::quant::q3_k_scale(&b[..12], j), "Q3_K {j}");
+            }
+            let iq4 = iq4_xs_scale_bytes(&b);
+            for (j, &s) in iq4.iter().enumerate() {
+                assert_eq!(s, pagoda_core::quant::iq4_xs_scale(&b, j), "IQ4_XS {j}");
+            }
+        }
+    }
 
     #[test]
     fn k4_scales_mins_agree_with_the_pairwise_unpacking() {

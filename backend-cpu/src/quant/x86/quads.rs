@@ -318,21 +318,39 @@ pub(in super::super) unsafe fn kquads(
     first: usize,
     res: &mut [f32],
 ) {
-    // Scales per 16 values (Q2_K, Q3_K and Q6_K) take the Q6_K path.
-    let six = matches!(kind, QuantKind::Q2_K | QuantKind::Q3_K | QuantKind::Q6_K);
+    let scales = match kind {
+        QuantKind::Q2_K | QuantKind::Q3_K | QuantKind::Q6_K => PER_16,
+        QuantKind::IQ4_XS => SIGNED,
+        _ => PER_32,
+    };
+    /// The pass for one scale layout, by its group count.
+    macro_rules! by_groups {
+        ($scales:ident, $groups:expr, $pass:expr) => {
+            match $groups {
+                1 => kquads_pass::<1, $scales>(kind, w, row_bytes, x, $pass, res),
+                2 => kquads_pass::<2, $scales>(kind, w, row_bytes, x, $pass, res),
+                3 => kquads_pass::<3, $scales>(kind, w, row_bytes, x, $pass, res),
+                _ => kquads_pass::<4, $scales>(kind, w, row_bytes, x, $pass, res),
+            }
+        };
+    }
     for (pass, groups) in passes(w.len() / row_bytes, first, res.len()) {
-        match (groups, six) {
-            (1, false) => kquads_pass::<1, false>(kind, w, row_bytes, x, pass, res),
-            (2, false) => kquads_pass::<2, false>(kind, w, row_bytes, x, pass, res),
-            (3, false) => kquads_pass::<3, false>(kind, w, row_bytes, x, pass, res),
-            (_, false) => kquads_pass::<4, false>(kind, w, row_bytes, x, pass, res),
-            (1, true) => kquads_pass::<1, true>(kind, w, row_bytes, x, pass, res),
-            (2, true) => kquads_pass::<2, true>(kind, w, row_bytes, x, pass, res),
-            (3, true) => kquads_pass::<3, true>(kind, w, row_bytes, x, pass, res),
-            (_, true) => kquads_pass::<4, true>(kind, w, row_bytes, x, pass, res),
+        match scales {
+            PER_32 => by_groups!(PER_32, groups, pass),
+            PER_16 => by_groups!(PER_16, groups, pass),
+            _ => by_groups!(SIGNED, groups, pass),
         }
     }
 }
+
+/// [`k_block_products`]' scale layouts, as const parameters: one unsigned
+/// value scale per 32 values (Q4_K, Q5_K), one per 16 (Q2_K, Q3_K, Q6_K),
+/// or one per 32 of signed values (IQ4_XS's table values, up to 127 in
+/// size, which `maddubs` takes as their magnitude with the activation
+/// taking their sign).
+const PER_32: u8 = 0;
+const PER_16: u8 = 1;
+const SIGNED: u8 = 2;
 
 /// One K block unpacked for [`kquads`]: values in element order, the
 /// scales and the minimum corrections per 16 values, and the two f32
@@ -356,9 +374,10 @@ impl KBlock {
     };
 }
 
-/// [`kquads`] for `G` groups of activation rows (`SIX`: Q6_K).
+/// [`kquads`] for `G` groups of activation rows, scales laid out as
+/// `SCALES` says.
 #[inline(always)]
-unsafe fn kquads_pass<const G: usize, const SIX: bool>(
+unsafe fn kquads_pass<const G: usize, const SCALES: u8>(
     kind: QuantKind,
     w: &[u8],
     row_bytes: usize,
@@ -391,7 +410,7 @@ unsafe fn kquads_pass<const G: usize, const SIX: bool>(
             }
             for (b, blk) in span[..n].iter().enumerate() {
                 let at = si * K_SPAN + b;
-                k_block_products::<G, SIX>(blk, &qs, &ss, &bs, at, &mut acc);
+                k_block_products::<G, SCALES>(blk, &qs, &ss, &bs, at, &mut acc);
             }
         }
         store_groups::<G, false>(&acc, pass, k, res);
@@ -473,7 +492,11 @@ unsafe fn unpacked_pass<const G: usize, const SIX: bool>(
                 q5k_group_blocks(wb, &mut rows);
             }
             for (blk, acc) in rows.iter().zip(acc.iter_mut()) {
-                k_block_products::<G, SIX>(blk, &qs, &ss, &bs, b, acc);
+                if SIX {
+                    k_block_products::<G, PER_16>(blk, &qs, &ss, &bs, b, acc);
+                } else {
+                    k_block_products::<G, PER_32>(blk, &qs, &ss, &bs, b, acc);
+                }
             }
         }
         for (lane, acc) in acc.iter().enumerate() {
@@ -503,7 +526,7 @@ fn k_quad_rows<const G: usize>(
 /// One unpacked K block (`blk`) against `G` groups' block `at`, added to
 /// `acc`.
 #[inline(always)]
-unsafe fn k_block_products<const G: usize, const SIX: bool>(
+unsafe fn k_block_products<const G: usize, const SCALES: u8>(
     blk: &KBlock,
     qs: &[&[i8]; G],
     ss: &[&[f32]; G],
@@ -531,33 +554,61 @@ unsafe fn k_block_products<const G: usize, const SIX: bool>(
                     .read_unaligned(),
             )
         });
-        // Q4_K and Q5_K: one scale for the 32 values (both of its 16s).
+        // Signed values go in as their magnitude (the activations take
+        // their sign below).
+        let aw: [__m256i; 4] = if SCALES == SIGNED {
+            std::array::from_fn(|c| _mm256_sign_epi8(wv[c], wv[c]))
+        } else {
+            wv
+        };
+        // Q4_K, Q5_K and IQ4_XS: one scale for the 32 values (both of its
+        // 16s).
         let low = _mm256_set1_epi16(blk.scales[2 * j]);
         let high = _mm256_set1_epi16(blk.scales[2 * j + 1]);
         for (g, xg) in xq.iter().enumerate() {
             let xs = &xg[32 * j * QUAD..32 * (j + 1) * QUAD];
             let p: [__m256i; 4] = std::array::from_fn(|c| {
                 let xc = _mm256_loadu_si256(xs[c * QB..(c + 1) * QB].as_ptr().cast());
-                _mm256_maddubs_epi16(wv[c], xc)
+                let xc = if SCALES == SIGNED {
+                    _mm256_sign_epi8(xc, wv[c])
+                } else {
+                    xc
+                };
+                _mm256_maddubs_epi16(aw[c], xc)
             });
-            let (first, second) = (_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
-            let widened = if SIX {
-                _mm256_add_epi32(
-                    _mm256_madd_epi16(first, low),
-                    _mm256_madd_epi16(second, high),
-                )
-            } else {
-                _mm256_madd_epi16(_mm256_add_epi16(first, second), low)
+            let widened = match SCALES {
+                PER_16 => _mm256_add_epi32(
+                    _mm256_madd_epi16(_mm256_add_epi16(p[0], p[1]), low),
+                    _mm256_madd_epi16(_mm256_add_epi16(p[2], p[3]), high),
+                ),
+                // Pairs of up to 2 × 127 × 127: no two chunks add in i16.
+                SIGNED => _mm256_add_epi32(
+                    _mm256_add_epi32(_mm256_madd_epi16(p[0], low), _mm256_madd_epi16(p[1], low)),
+                    _mm256_add_epi32(_mm256_madd_epi16(p[2], low), _mm256_madd_epi16(p[3], low)),
+                ),
+                _ => {
+                    let (first, second) =
+                        (_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
+                    _mm256_madd_epi16(_mm256_add_epi16(first, second), low)
+                }
             };
             isum[g] = _mm256_add_epi32(isum[g], widened);
         }
+    }
+    let (d, dmin) = (_mm256_set1_ps(blk.d), _mm256_set1_ps(blk.dmin));
+    if SCALES == SIGNED {
+        // No minimums to pay.
+        for g in 0..G {
+            let dx = _mm256_loadu_ps(ss[g][at * LINE..][..QUAD * 2].as_ptr());
+            acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[g]), _mm256_mul_ps(d, dx), acc[g]);
+        }
+        return;
     }
     let cp = blk.corrections.as_ptr();
     // SAFETY: `c < 4`, so each four corrections are inside the sixteen.
     let cv: [__m256i; 4] = std::array::from_fn(|c| unsafe {
         _mm256_set1_epi64x(cp.add(4 * c).cast::<i64>().read_unaligned())
     });
-    let (d, dmin) = (_mm256_set1_ps(blk.d), _mm256_set1_ps(blk.dmin));
     for g in 0..G {
         let sums = &bs[g][at * QUAD * (KB / KSUM)..][..QUAD * (KB / KSUM)];
         let mut corr = _mm256_setzero_si256();
