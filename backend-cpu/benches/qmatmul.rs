@@ -18,7 +18,10 @@ fn weights(kind: QuantKind, rows: usize, cols: usize) -> Vec<u8> {
     let bytes = kind.bytes_for(cols).expect("whole blocks") * rows;
     let mut data: Vec<u8> = (0..bytes).map(|_| rng.u8(..)).collect();
     let scale_at: &[usize] = match kind {
-        QuantKind::Q8_0 => &[0],
+        QuantKind::Q8_0 | QuantKind::IQ4_NL | QuantKind::IQ4_XS => &[0],
+        QuantKind::Q6_K => &[208],
+        QuantKind::Q3_K => &[108],
+        QuantKind::Q2_K => &[80, 82],
         _ => &[0, 2], // Q4_1: d and m; Q4_K: d and dmin
     };
     for block in data.chunks_exact_mut(kind.block_bytes()) {
@@ -33,8 +36,9 @@ fn weights(kind: QuantKind, rows: usize, cols: usize) -> Vec<u8> {
 fn bench(c: &mut Criterion) {
     let isa = Isa::detect();
     // SmolLM2-135M's Q4_1 layer shapes and its Q8_0 head; a K-quant needs
-    // rows of whole 256-blocks, so Q4_K, Q5_K and Q6_K take a 1536-square matrix.
-    let cases: [(QuantKind, &[(usize, usize)]); 8] = [
+    // rows of whole 256-blocks, so Q2_K to Q6_K and IQ4_XS take a
+    // 1536-square matrix.
+    let cases: [(QuantKind, &[(usize, usize)]); 12] = [
         (QuantKind::Q4_1, &[(1536, 576), (576, 1536)]),
         (QuantKind::Q8_0, &[(49152, 576), (2048, 2048)]),
         (QuantKind::Q4_0, &[(2048, 2048)]),
@@ -43,6 +47,10 @@ fn bench(c: &mut Criterion) {
         (QuantKind::Q4_K, &[(1536, 1536)]),
         (QuantKind::Q5_K, &[(1536, 1536)]),
         (QuantKind::Q6_K, &[(1536, 1536)]),
+        (QuantKind::Q2_K, &[(1536, 1536)]),
+        (QuantKind::Q3_K, &[(1536, 1536)]),
+        (QuantKind::IQ4_NL, &[(2048, 2048)]),
+        (QuantKind::IQ4_XS, &[(1536, 1536)]),
     ];
     for (kind, shapes) in cases {
         let mut group = c.benchmark_group(format!("qmatmul/{kind}"));

@@ -461,7 +461,7 @@ fn q2_k_q3_k_and_iq4_matrices_match_the_reference() {
     // Every matrix of the file Q2_K, Q3_K, IQ4_NL or IQ4_XS, the types of
     // Q2_K, Q3_K_M and IQ4_XS files: each through both layers' products.
     if agrees_with_reference("lowbits").is_some() {
-        let model = Model::load(&fixtures().unwrap().join("lowbits.gguf")).unwrap();
+        let model = Model::load(fixtures().unwrap().join("lowbits.gguf")).unwrap();
         let mut kinds: Vec<QuantKind> = model.matrices().map(|m| m.kind()).collect();
         kinds.sort_by_key(|k| k.ggml_id());
         kinds.dedup();
