@@ -27,7 +27,7 @@
 
 #if defined(F32) || defined(F16)
 #define CHUNK 1u
-#elif defined(Q4_K) || defined(Q5_K) || defined(Q6_K)
+#elif defined(Q2_K) || defined(Q3_K) || defined(Q4_K) || defined(Q5_K) || defined(Q6_K) || defined(IQ4_XS)
 #define CHUNK 16u
 #else
 #define CHUNK 8u

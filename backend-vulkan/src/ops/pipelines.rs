@@ -150,13 +150,12 @@ pub fn matmul_kernels(kind: QuantKind) -> Option<MatmulKernels> {
         QuantKind::Q4_K => (K::MatmulQ4K, K::MatmulQ4KSubgroup, K::MatmulTiledQ4K, K::MatmulCoopQ4K),
         QuantKind::Q5_K => (K::MatmulQ5K, K::MatmulQ5KSubgroup, K::MatmulTiledQ5K, K::MatmulCoopQ5K),
         QuantKind::Q6_K => (K::MatmulQ6K, K::MatmulQ6KSubgroup, K::MatmulTiledQ6K, K::MatmulCoopQ6K),
-        // No kernel reads these (BF16 is widened on upload; the others'
-        // matrices stay on the host).
-        QuantKind::BF16
-        | QuantKind::Q2_K
-        | QuantKind::Q3_K
-        | QuantKind::IQ4_NL
-        | QuantKind::IQ4_XS => return None,
+        QuantKind::Q2_K => (K::MatmulQ2K, K::MatmulQ2KSubgroup, K::MatmulTiledQ2K, K::MatmulCoopQ2K),
+        QuantKind::Q3_K => (K::MatmulQ3K, K::MatmulQ3KSubgroup, K::MatmulTiledQ3K, K::MatmulCoopQ3K),
+        QuantKind::IQ4_NL => (K::MatmulIq4Nl, K::MatmulIq4NlSubgroup, K::MatmulTiledIq4Nl, K::MatmulCoopIq4Nl),
+        QuantKind::IQ4_XS => (K::MatmulIq4Xs, K::MatmulIq4XsSubgroup, K::MatmulTiledIq4Xs, K::MatmulCoopIq4Xs),
+        // No kernel reads BF16: the host widens it to f32 on upload.
+        QuantKind::BF16 => return None,
     };
     Some(MatmulKernels {
         decode,

@@ -8,7 +8,7 @@
 use half::f16;
 use pagoda_conformance::{dot_and_magnitude, rounding_bound, Rng};
 use pagoda_core::{dequantize_row, QuantKind};
-use pagoda_vulkan::{matmul_kernel, VulkanBackend, VulkanOptions};
+use pagoda_vulkan::{matmul_kernel, matmul_kernels, VulkanBackend, VulkanOptions};
 
 pub fn open() -> Option<VulkanBackend> {
     open_with(VulkanOptions::from_env())
@@ -45,6 +45,10 @@ pub fn scale_fields(kind: QuantKind) -> &'static [(usize, f32, f32)] {
         QuantKind::Q8_0 => &[(0, 1e-4, 5e-4)],
         QuantKind::Q4_K | QuantKind::Q5_K => &[(0, 2e-4, 5e-4), (2, 2e-4, 5e-4)],
         QuantKind::Q6_K => &[(208, 3e-5, 1e-4)],
+        QuantKind::Q2_K => &[(80, 1e-3, 3e-3), (82, 1e-3, 3e-3)],
+        QuantKind::Q3_K => &[(108, 5e-4, 1e-3)],
+        QuantKind::IQ4_NL => &[(0, 1e-4, 5e-4)],
+        QuantKind::IQ4_XS => &[(0, 5e-6, 2e-5)],
         _ => &[],
     }
 }
@@ -85,7 +89,7 @@ pub fn random_weights(rng: &mut Rng, kind: QuantKind, rows: usize, cols: usize) 
 }
 
 /// Every block type the product takes.
-pub const KINDS: [QuantKind; 10] = [
+pub const KINDS: [QuantKind; 14] = [
     QuantKind::F32,
     QuantKind::F16,
     QuantKind::Q4_0,
@@ -96,7 +100,20 @@ pub const KINDS: [QuantKind; 10] = [
     QuantKind::Q4_K,
     QuantKind::Q5_K,
     QuantKind::Q6_K,
+    QuantKind::Q2_K,
+    QuantKind::Q3_K,
+    QuantKind::IQ4_NL,
+    QuantKind::IQ4_XS,
 ];
+
+/// The block types with a GPU decode product (matrix-vector kernels):
+/// the quantized ones but Q2_K, Q3_K and the IQ4 types.
+pub fn matvec_kinds() -> Vec<QuantKind> {
+    KINDS
+        .into_iter()
+        .filter(|&k| matmul_kernels(k).is_some_and(|m| m.vector.is_some()))
+        .collect()
+}
 
 pub fn dequantized(kind: QuantKind, weights: &[u8], rows: usize, cols: usize) -> Vec<f32> {
     let row_bytes = kind.bytes_for(cols).unwrap();
@@ -167,7 +184,8 @@ pub fn check_products_of(
         assert!(matmul_kernel(kind).is_some());
         for (rows, cols, batch) in product_shapes(kind, prefill) {
             let info = backend.info();
-            let vector = batch as u32 <= info.matvec_batch && kind.block_elems() > 1;
+            let vector = batch as u32 <= info.matvec_batch
+                && matmul_kernels(kind).is_some_and(|k| k.vector.is_some());
             let rounded = vector && info.use_integer_dot;
             let tolerance = if batch > 8 && info.use_coopmat && !vector {
                 COOPMAT_TOLERANCE

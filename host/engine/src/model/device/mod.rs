@@ -86,8 +86,8 @@ fn make_resident(
 /// Whether the step program can run `program` whole: not a mixture of
 /// experts (the routing has no device lowering), not a residual stream
 /// whose blocks are scaled (Granite; the device's add does not scale), and
-/// every matrix of a type the device reads (BF16 is widened on upload;
-/// Q2_K, Q3_K and the IQ4 types have no device kernels yet).
+/// every matrix of a type the device's products read (BF16 is widened on
+/// upload).
 fn lowers(program: &Program) -> bool {
     program.experts().next().is_none()
         && program.residual_scale == 1.0
