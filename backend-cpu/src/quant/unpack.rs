@@ -220,16 +220,27 @@ pub(super) fn q3_k_scale_bytes(p: &[u8]) -> [u8; 16] {
 }
 
 /// The eight 6-bit scales (stored plus 32) of an IQ4_XS block (`b` the
-/// whole block): the low nibbles from bytes 4–7 in turn, the top two bits
-/// from the u16 at bytes 2–3. Checked against
-/// `pagoda_core::quant::iq4_xs_scale`.
+/// whole block) as the bytes of a little-endian word: the low nibbles of
+/// bytes 4–7 in turn and the 2-bit fields of the u16 at bytes 2–3, each
+/// spread to a byte of its own by shifts and masks (no per-scale loop).
+/// Checked against `pagoda_core::quant::iq4_xs_scale`.
+#[inline(always)]
+pub(super) fn iq4_xs_scale_word(b: &[u8]) -> u64 {
+    let low = u64::from(u32::from_le_bytes([b[4], b[5], b[6], b[7]]));
+    let low = (low | (low << 16)) & 0x0000_ffff_0000_ffff;
+    let low = (low | (low << 8)) & 0x00ff_00ff_00ff_00ff;
+    let low = (low | (low << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+    let high = u64::from(u16::from_le_bytes([b[2], b[3]]));
+    let high = (high | (high << 24)) & 0x0000_00ff_0000_00ff;
+    let high = (high | (high << 12)) & 0x000f_000f_000f_000f;
+    let high = (high | (high << 6)) & 0x0303_0303_0303_0303;
+    low | (high << 4)
+}
+
+/// [`iq4_xs_scale_word`]'s eight scales.
 #[inline(always)]
 pub(super) fn iq4_xs_scale_bytes(b: &[u8]) -> [u8; 8] {
-    let high = u16::from_le_bytes([b[2], b[3]]);
-    let low = [b[4], b[5], b[6], b[7]];
-    std::array::from_fn(|j| {
-        ((low[j / 2] >> (4 * (j % 2))) & 0x0f) | ((((high >> (2 * j)) & 3) as u8) << 4)
-    })
+    iq4_xs_scale_word(b).to_le_bytes()
 }
 
 /// Unpacks one K block (`b` starts at the block).

@@ -119,8 +119,8 @@ unsafe fn k_scale_lanes(kind: QuantKind, b: &[u8]) -> (__m256i, __m256i) {
         QuantKind::IQ4_XS => {
             // One scale per 32 values, each taken for both of its 16s; the
             // signed values pay no correction.
-            let bytes = unpack::iq4_xs_scale_bytes(b);
-            let v = _mm_sub_epi8(_mm_loadl_epi64(bytes.as_ptr().cast()), _mm_set1_epi8(32));
+            let word = unpack::iq4_xs_scale_word(b);
+            let v = _mm_sub_epi8(_mm_cvtsi64_si128(word as i64), _mm_set1_epi8(32));
             let v = _mm_cvtepi8_epi16(v);
             let sc = _mm256_set_m128i(_mm_unpackhi_epi16(v, v), _mm_unpacklo_epi16(v, v));
             return (sc, _mm256_setzero_si256());
