@@ -323,17 +323,22 @@ mod tests {
     use super::*;
     use pagoda_core::quant::k_scale_min;
 
+    /// Fills `bytes` from the xorshift state `rng`.
+    fn random_bytes(rng: &mut u64, bytes: &mut [u8]) {
+        for byte in bytes {
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            *byte = (*rng >> 56) as u8;
+        }
+    }
+
     #[test]
     fn q3_k_and_iq4_xs_scales_agree_with_the_core_unpacking() {
         let mut rng = 0x2545_f491_4f6c_dd1du64;
         for _ in 0..10_000 {
             let mut b = [0u8; 136];
-            for byte in &mut b {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                *byte = (rng >> 56) as u8;
-            }
+            random_bytes(&mut rng, &mut b);
             let q3 = q3_k_scale_bytes(&b[..12]);
             for (j, &s) in q3.iter().enumerate() {
                 assert_eq!(s, pagoda_core::quant::q3_k_scale(&b[..12], j), "Q3_K {j}");
@@ -350,12 +355,7 @@ mod tests {
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..10_000 {
             let mut p = [0u8; 12];
-            for byte in &mut p {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                *byte = (rng >> 56) as u8;
-            }
+            random_bytes(&mut rng, &mut p);
             let (scales, mins) = k4_scales_mins(&p);
             for j in 0..8 {
                 assert_eq!(

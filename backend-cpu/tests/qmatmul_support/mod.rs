@@ -112,18 +112,10 @@ pub fn dot64(w: &[f32], x: &[f32]) -> (f64, f64) {
 }
 
 /// Elements per activation block for `kind` weights, as llama.cpp pairs
-/// them (1: activations stay f32).
+/// them: the weights' own block (32 or 256; 1 for float weights, whose
+/// activations stay f32).
 pub fn act_block(kind: QuantKind) -> usize {
-    match kind {
-        QuantKind::F32 | QuantKind::F16 | QuantKind::BF16 => 1,
-        QuantKind::Q2_K
-        | QuantKind::Q3_K
-        | QuantKind::Q4_K
-        | QuantKind::Q5_K
-        | QuantKind::Q6_K
-        | QuantKind::IQ4_XS => 256,
-        _ => 32,
-    }
+    kind.block_elems()
 }
 
 /// A random row length for `kind`: for the 32-element types, whole blocks

@@ -321,9 +321,7 @@ unsafe fn row_dots(
         // Signed table values: the portable widening (f32 activations
         // are the `--precision f32` path; decode rounds IQ4_XS to 8 bits).
         QuantKind::IQ4_XS if x.format() == ActFormat::F32 => {
-            // (It adds to `res`.)
-            res.fill(0.0);
-            super::scalar::widened(kind, w, x, first, res)
+            super::scalar::dots(kind, w, x, first, res)
         }
         _ if unpack::is_super_block(kind) && x.format() == ActFormat::F32 => {
             widened_k(kind, w, x, first, res)

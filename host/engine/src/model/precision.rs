@@ -13,8 +13,8 @@ pub enum ActPrecision {
     F32,
     /// 8-bit activations on decode steps, where the integer kernels are
     /// the faster ones: products of fewer than
-    /// [`INT8_DECODE_ROWS`](Self::INT8_DECODE_ROWS) rows with Q4_0, Q4_1
-    /// or K-quant weights, and with Q8_0 weights from
+    /// [`INT8_DECODE_ROWS`](Self::INT8_DECODE_ROWS) rows with Q4_0, Q4_1,
+    /// K-quant or IQ4 weights, and with Q8_0 weights from
     /// [`INT8_Q8_0_ROWS`](Self::INT8_Q8_0_ROWS) rows (from one when
     /// interleaved); f32 for everything else. Steps that hold any prompt
     /// rows keep f32, so a prompt's keys and values, which serve every
@@ -71,13 +71,13 @@ impl ActPrecision {
                     && match weights {
                         QuantKind::Q4_0
                         | QuantKind::Q4_1
-                        | QuantKind::IQ4_NL
                         | QuantKind::Q2_K
                         | QuantKind::Q3_K
-                        | QuantKind::IQ4_XS
                         | QuantKind::Q4_K
                         | QuantKind::Q5_K
-                        | QuantKind::Q6_K => true,
+                        | QuantKind::Q6_K
+                        | QuantKind::IQ4_NL
+                        | QuantKind::IQ4_XS => true,
                         QuantKind::Q8_0 => interleaved || rows >= Self::INT8_Q8_0_ROWS,
                         _ => false,
                     }
