@@ -310,7 +310,17 @@ pub fn generic_history(messages: impl IntoIterator<Item = Value>) -> Vec<Value> 
                     })
                 })
                 .collect();
-            m["content"] = json!(json!({"tool_calls": calls}).to_string());
+            // Text the assistant wrote beside its calls stays, under
+            // `content` (as minja's tool-call polyfill writes it).
+            let mut written = json!({"tool_calls": calls});
+            if let Some(text) = m
+                .get("content")
+                .and_then(Value::as_str)
+                .filter(|t| !t.trim().is_empty())
+            {
+                written["content"] = json!(text);
+            }
+            m["content"] = json!(written.to_string());
             if let Some(o) = m.as_object_mut() {
                 o.remove("tool_calls");
             }
@@ -392,7 +402,10 @@ pub fn parse_output(format: ToolFormat, text: &str) -> (Option<String>, Vec<Tool
                 if calls.is_empty() {
                     (content(text), calls)
                 } else {
-                    (None, calls)
+                    (
+                        v.get("content").and_then(Value::as_str).and_then(content),
+                        calls,
+                    )
                 }
             }
             Ok(v) if v.get("response").is_some_and(Value::is_string) => {
@@ -482,6 +495,22 @@ mod tests {
             json!({"role": "user", "content": r#"{"tool_response":{"tool_call_id":"c1","content":"12 C"}}"#}),
         ];
         assert_eq!(generic_history(history.clone()), want);
+        // Text beside the calls is kept, and read back from an answer.
+        let spoken = vec![
+            json!({"role": "assistant", "content": "Checking.", "tool_calls": [
+                {"id": "c2", "type": "function", "function": {"name": "w", "arguments": "{}"}},
+            ]}),
+        ];
+        let written = generic_history(spoken)[0]["content"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            written,
+            r#"{"tool_calls":[{"name":"w","arguments":{}}],"content":"Checking."}"#
+        );
+        let (content, calls) = parse_output(ToolFormat::Generic, &written);
+        assert_eq!((content.as_deref(), calls.len()), (Some("Checking."), 1));
         let off = Tools {
             list: vec![json!({"type": "function", "function": {"name": "w"}})],
             choice: ToolChoice::None,
