@@ -10,7 +10,8 @@
 //! compiled once per instruction set (see `instances!`): AVX2 takes
 //! `maddubs` and `madd`, the VNNI sets `vpdpbusd`.
 //!
-//! Q4_K's and Q5_K's group kernel lives in [`qk`], Q6_K's in [`q6k`];
+//! Q4_K's and Q5_K's group kernel lives in [`qk`], Q6_K's in [`q6k`],
+//! IQ4_XS's (and its wide form) in [`iq4`];
 //! [`unpack`] turns Q5_K and Q6_K group blocks into plain K blocks for the
 //! quad kernel on many rows.
 
@@ -28,6 +29,7 @@ use super::super::interleave::{
 };
 use super::dot::{Avx2Dot, Dot, EvexVnni, VexVnni};
 
+mod iq4;
 mod q6k;
 mod q8_0;
 mod qk;
@@ -35,6 +37,7 @@ mod unpack;
 mod wide;
 
 use super::{load32, prefetch_block_at};
+use iq4::group_iq4_xs;
 use q6k::group_q6k;
 use q8_0::{group_q8_0, Backs, SIGN_TRICK_MAX_ROWS, TILE_BACKS};
 use qk::group_qk;
@@ -49,7 +52,9 @@ pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivati
     match kind {
         QuantKind::Q4_0 | QuantKind::Q5_0 | QuantKind::Q8_0 => x.format() == ActFormat::Q8_0,
         QuantKind::Q4_1 | QuantKind::Q5_1 => x.format() == ActFormat::Q8_1,
-        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K => x.format() == ActFormat::Q8_K,
+        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K | QuantKind::IQ4_XS => {
+            x.format() == ActFormat::Q8_K
+        }
         _ => false,
     }
 }
@@ -192,6 +197,7 @@ macro_rules! instances {
                     QuantKind::Q4_K => by_rows!(n, group_qk, false; w, x, at, ahead, sums),
                     QuantKind::Q5_K => by_rows!(n, group_qk, true; w, x, at, ahead, sums),
                     QuantKind::Q6_K => by_rows!(n, group_q6k; w, x, at, ahead, sums),
+                    QuantKind::IQ4_XS => by_rows!(n, group_iq4_xs; w, x, at, ahead, sums),
                     QuantKind::Q4_0 => by_rows!(n, group_q4, false, false; w, x, at, ahead, sums),
                     QuantKind::Q4_1 => by_rows!(n, group_q4, true, false; w, x, at, ahead, sums),
                     QuantKind::Q5_0 => by_rows!(n, group_q4, false, true; w, x, at, ahead, sums),
@@ -235,6 +241,18 @@ macro_rules! instances {
                 sums: &mut GroupSums,
             ) {
                 super::group_q6k::<$dot, N>(w, x, first, ahead, sums)
+            }
+
+            #[target_feature(enable = $features)]
+            #[inline(never)]
+            unsafe fn group_iq4_xs<const N: usize>(
+                w: &[u8],
+                x: &QuantizedActivations,
+                first: usize,
+                ahead: usize,
+                sums: &mut GroupSums,
+            ) {
+                super::group_iq4_xs::<$dot, N>(w, x, first, ahead, sums)
             }
 
             #[target_feature(enable = $features)]

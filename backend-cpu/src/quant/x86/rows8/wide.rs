@@ -32,6 +32,7 @@ use pagoda_core::QuantKind;
 use super::super::super::act::{QuantizedActivations, KB, KSUM, QB};
 use super::super::super::interleave::{K6_D, K6_GROUP_BLOCK, K6_PAIRS, K6_QS, K6_SCALES};
 use super::super::{prefetch_block_at, prefetch_line_at};
+use super::iq4::pair_iq4_xs;
 use super::{
     hint_distance, interleaved_len, store_lanes, unroll8, Range, GROUP, K4_DMIN, K4_GROUP_BLOCK,
     K4_MINS, K4_QS, K4_SCALES, K5_GROUP_BLOCK, K5_QH, K5_QS, ROWS_PER_CALL,
@@ -152,6 +153,7 @@ unsafe fn pair(
         QuantKind::Q4_K => rows!(pair_qk, false),
         QuantKind::Q5_K => rows!(pair_qk, true),
         QuantKind::Q6_K => rows!(pair_q6k),
+        QuantKind::IQ4_XS => rows!(pair_iq4_xs),
         _ => rows8!(pair_q8_0),
     }
 }
@@ -159,7 +161,7 @@ unsafe fn pair(
 /// Chunk `at..at + 32` of both groups: `w0`'s in the low half, `w1`'s in
 /// the high half.
 #[inline(always)]
-unsafe fn both(w0: &[u8], w1: &[u8], at: usize) -> __m512i {
+pub(super) unsafe fn both(w0: &[u8], w1: &[u8], at: usize) -> __m512i {
     let (a, b) = (&w0[at..at + 32], &w1[at..at + 32]);
     _mm512_inserti64x4::<1>(
         _mm512_castsi256_si512(_mm256_loadu_si256(a.as_ptr().cast())),
@@ -169,7 +171,7 @@ unsafe fn both(w0: &[u8], w1: &[u8], at: usize) -> __m512i {
 
 /// The 16 f16 values at `at..at + 16` of both groups (eight each) as f32.
 #[inline(always)]
-unsafe fn halves(w0: &[u8], w1: &[u8], at: usize) -> __m512 {
+pub(super) unsafe fn halves(w0: &[u8], w1: &[u8], at: usize) -> __m512 {
     let (a, b) = (&w0[at..at + 16], &w1[at..at + 16]);
     _mm512_cvtph_ps(_mm256_set_m128i(
         _mm_loadu_si128(b.as_ptr().cast()),
@@ -179,7 +181,7 @@ unsafe fn halves(w0: &[u8], w1: &[u8], at: usize) -> __m512 {
 
 /// The four bytes of `x` from `at` in every 32-bit lane.
 #[inline(always)]
-unsafe fn broadcast4(x: &[i8], at: usize) -> __m512i {
+pub(super) unsafe fn broadcast4(x: &[i8], at: usize) -> __m512i {
     let b = &x[at..at + 4];
     _mm512_set1_epi32(i32::from_le_bytes([
         b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8,
@@ -330,7 +332,7 @@ unsafe fn pair_q8_0<const N: usize>(
 /// blocks: their values, scales and sums of 16.
 #[allow(clippy::type_complexity)]
 #[inline(always)]
-fn k_rows<const N: usize>(
+pub(super) fn k_rows<const N: usize>(
     x: &QuantizedActivations,
     first: usize,
     blocks: usize,
