@@ -14,6 +14,10 @@ conversation gets (the same prompt, so the same greedy answer and usage):
 - a required function tool comes back as a `function_call` item whose
   arguments validate against its parameters, streamed and not, and its
   output goes back in as a `function_call_output` item;
+- `include: ["message.output_text.logprobs"]` with `top_logprobs` gives
+  the chat completion's log probabilities token for token, in the answer,
+  in the stream's deltas and in its `done` event; an unknown `include` is a
+  400 naming it;
 - what needs stored responses (`previous_response_id`) is a 400 naming it.
 """
 
@@ -69,6 +73,34 @@ def main():
     assert len(done) == 1 and done[0].text == text, done
     assert final.usage.output_tokens >= 1, final.usage
     print(f"ok responses streamed: {len(events)} events, the same text")
+
+    # Log probabilities: the chat completion's, token for token, streamed
+    # and not; none unless `include` asks.
+    chat = client.chat.completions.create(model=model, max_tokens=16, temperature=0, logprobs=True,
+                                          top_logprobs=3,
+                                          messages=[{"role": "user", "content": question}])
+    want = chat.choices[0].logprobs.content
+    kw = dict(model=model, input=question, max_output_tokens=16, temperature=0, top_logprobs=3,
+              include=["message.output_text.logprobs"])
+    r = client.responses.create(**kw)
+    events = list(client.responses.create(stream=True, **kw))
+    streamed = [lp for e in events if e.type == "response.output_text.delta" for lp in e.logprobs]
+    done = [e for e in events if e.type == "response.output_text.done"][0].logprobs
+    for got in (r.output[0].content[0].logprobs, streamed, done):
+        assert [g.token for g in got] == [w.token for w in want], (got, want)
+        for g, w in zip(got, want):
+            assert list(g.bytes) == list(w.bytes) and abs(g.logprob - w.logprob) < 1e-4, (g, w)
+            assert len(g.top_logprobs) == 3, g
+            assert [t.token for t in g.top_logprobs] == [t.token for t in w.top_logprobs], (g, w)
+    assert r.top_logprobs == 3, r
+    plain = client.responses.create(model=model, input=question, max_output_tokens=4, temperature=0)
+    assert not plain.output[0].content[0].logprobs, plain.output
+    try:
+        client.responses.create(model=model, input=question, include=["no.such.field"])
+        raise AssertionError("an unknown include")
+    except openai.BadRequestError as e:
+        assert e.status_code == 400 and e.body["param"] == "include", e.body
+    print(f"ok responses: logprobs as the chat completion's, {len(want)} tokens, streamed and not")
 
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}},
               "required": ["city"], "additionalProperties": False}

@@ -224,6 +224,7 @@ fn api_references_and_an_agent_library_against_smollm2() {
     for check in [
         "ok responses: the chat completion's answer and usage",
         "ok responses streamed",
+        "ok responses: logprobs as the chat completion's",
         "ok responses: text.format json_schema",
         "ok responses: a required function call, streamed and not",
         "ok responses: the call's output goes back in",

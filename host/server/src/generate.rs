@@ -103,6 +103,10 @@ pub fn rejection_error(rejection: &Rejection) -> ApiError {
     }
 }
 
+/// A one-choice generation's whole text, how it ended and its tokens' log
+/// probabilities.
+pub type Answer = (String, Option<&'static str>, Vec<(u32, TokenLogprobs)>);
+
 /// The most choices one request may ask for: its prompts times `n`.
 pub const MAX_CHOICES: usize = 128;
 
@@ -326,14 +330,24 @@ impl Generation {
     /// The whole text of a one-choice generation and how it ended: every
     /// delta, awaited (the first error ends it).
     pub async fn text(&mut self) -> Result<(String, Option<&'static str>), ApiError> {
+        self.text_and_logprobs()
+            .await
+            .map(|(text, reason, _)| (text, reason))
+    }
+
+    /// [`Generation::text`] with its tokens' log probabilities (empty unless
+    /// the request asked for them).
+    pub async fn text_and_logprobs(&mut self) -> Result<Answer, ApiError> {
         let mut text = String::new();
         let mut reason = None;
+        let mut logprobs = Vec::new();
         while let Some(delta) = self.next().await {
             let delta = delta?;
             text.push_str(&delta.text);
             reason = delta.finish_reason.or(reason);
+            logprobs.extend(delta.logprobs);
         }
-        Ok((text, reason))
+        Ok((text, reason, logprobs))
     }
 
     /// Tokens generated so far, over all choices.

@@ -91,7 +91,14 @@ pub fn prompt_text(vocab: &Vocab, prompt: &[u32]) -> String {
 
 /// The chat API's `logprobs` for `entries`.
 pub fn chat(vocab: &Vocab, entries: &[(u32, TokenLogprobs)]) -> Value {
-    let content: Vec<Value> = entries
+    json!({"content": entries_of(vocab, entries), "refusal": null})
+}
+
+/// Per token its text, `logprob`, UTF-8 `bytes` and `top_logprobs`: the
+/// chat API's `logprobs.content`, and the Responses API's `output_text`
+/// `logprobs`.
+pub fn entries_of(vocab: &Vocab, entries: &[(u32, TokenLogprobs)]) -> Vec<Value> {
+    entries
         .iter()
         .map(|(id, lp)| {
             let (token, bytes) = text(vocab, *id);
@@ -105,6 +112,5 @@ pub fn chat(vocab: &Vocab, entries: &[(u32, TokenLogprobs)]) -> Value {
                 .collect();
             json!({"token": token, "logprob": finite(lp.logprob), "bytes": bytes, "top_logprobs": top})
         })
-        .collect();
-    json!({"content": content, "refusal": null})
+        .collect()
 }

@@ -49,8 +49,9 @@ pub(crate) async fn responses(
         if chat.params.stream {
             return Ok(stream::response(generation, shell, chat.tools));
         }
-        let (text, reason) = generation.text().await?;
-        let output = output_items(&shell, chat.tools, &text, reason);
+        let (text, reason, logprobs) = generation.text_and_logprobs().await?;
+        let logprobs = crate::logprobs::entries_of(generation.vocab(), &logprobs);
+        let output = output_items(&shell, chat.tools, &text, &logprobs, reason);
         Ok(Json(shell.object(status(reason), output, Some(&generation))).into_response())
     }
     .await;

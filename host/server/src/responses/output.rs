@@ -41,6 +41,7 @@ impl Shell {
             "text".into(),
             or("text", json!({"format": {"type": "text"}})),
         );
+        fields.insert("top_logprobs".into(), get("top_logprobs"));
         fields.insert("previous_response_id".into(), Value::Null);
         fields.insert("store".into(), json!(false));
         fields.insert("metadata".into(), or("metadata", json!({})));
@@ -107,32 +108,38 @@ pub(super) fn status(reason: Option<&str>) -> &'static str {
     }
 }
 
-/// The message item holding `text` in `status`.
-fn message(shell: &Shell, text: &str, status: &str) -> Value {
+/// The message item holding `text` (its tokens' `logprobs`) in `status`.
+fn message(shell: &Shell, text: &str, logprobs: &[Value], status: &str) -> Value {
     json!({
         "type": "message",
         "id": shell.message_id(),
         "status": status,
         "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}],
     })
 }
 
 /// The answer as output items: with tools, the calls parsed out of it (and
-/// the text around them as a message); otherwise one message.
+/// the text around them as a message); otherwise one message. `logprobs`
+/// are the answer's tokens' (empty unless asked for); a message holds them
+/// where its text is the tokens' text (not where calls were taken out of
+/// it, or a format's wrapping).
 pub(super) fn output_items(
     shell: &Shell,
     format: Option<ToolFormat>,
     text: &str,
+    logprobs: &[Value],
     reason: Option<&str>,
 ) -> Vec<Value> {
     let done = status(reason);
     let Some(format) = format else {
-        return vec![message(shell, text, done)];
+        return vec![message(shell, text, logprobs, done)];
     };
     let (content, calls) = tools::parse_output(format, text);
+    let whole = calls.is_empty() && content.as_deref() == Some(text.trim());
+    let kept = if whole { logprobs } else { &[] };
     let mut items: Vec<Value> = content
-        .map(|c| message(shell, &c, done))
+        .map(|c| message(shell, &c, kept, done))
         .into_iter()
         .collect();
     let ids = tools::calls_json(&calls, false);
@@ -151,7 +158,7 @@ pub(super) fn output_items(
         }));
     }
     if items.is_empty() {
-        items.push(message(shell, "", done));
+        items.push(message(shell, "", &[], done));
     }
     items
 }

@@ -108,6 +108,48 @@ fn push_item(i: usize, item: &Value, messages: &mut Vec<Value>) -> Result<(), Ap
     Ok(())
 }
 
+/// What `include` may name: the API's list. Only the output text's log
+/// probabilities are something this server makes; the others name
+/// outputs of tools it does not run (or encrypted reasoning it has not),
+/// so there is nothing to add for them.
+const INCLUDABLE: [&str; 8] = [
+    "message.output_text.logprobs",
+    "reasoning.encrypted_content",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "code_interpreter_call.outputs",
+];
+
+/// Whether `include` asks for the output text's log probabilities (as
+/// vLLM reads it, `top_logprobs` counts only then); a value off the API's
+/// list is refused.
+fn wants_logprobs(include: Option<&Value>) -> Result<bool, ApiError> {
+    let Some(include) = include else {
+        return Ok(false);
+    };
+    let bad = |m: String| ApiError::invalid("include", m);
+    let list = include
+        .as_array()
+        .ok_or_else(|| bad("`include` must be a list of strings".into()))?;
+    let mut logprobs = false;
+    for v in list {
+        let name = v
+            .as_str()
+            .ok_or_else(|| bad("`include` must be a list of strings".into()))?;
+        if !INCLUDABLE.contains(&name) {
+            return Err(bad(format!(
+                "`include` names {name:?}, which is none of {}",
+                INCLUDABLE.join(", ")
+            )));
+        }
+        logprobs |= name == INCLUDABLE[0];
+    }
+    Ok(logprobs)
+}
+
 /// The chat completion fields a Responses request stands for.
 pub(super) fn chat_fields(request: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
     let present = |key: &str| request.get(key).filter(|v| !v.is_null());
@@ -166,6 +208,12 @@ pub(super) fn chat_fields(request: &Map<String, Value>) -> Result<Map<String, Va
     }
     if let Some(v) = present("max_output_tokens") {
         map.insert("max_tokens".into(), v.clone());
+    }
+    if wants_logprobs(present("include"))? {
+        map.insert("logprobs".into(), json!(true));
+        if let Some(v) = present("top_logprobs") {
+            map.insert("top_logprobs".into(), v.clone());
+        }
     }
     if let Some(v) = present("tools") {
         let Value::Array(list) = v else {
@@ -295,6 +343,17 @@ mod tests {
             fields(json!({"input": "hi"})).unwrap()["messages"],
             json!([{"role": "user", "content": "hi"}])
         );
+        // Log probabilities when `include` names them; `top_logprobs`
+        // only then.
+        let asked = fields(json!({"input": "hi", "top_logprobs": 3,
+            "include": ["reasoning.encrypted_content", "message.output_text.logprobs"]}))
+        .unwrap();
+        assert_eq!(
+            (&asked["logprobs"], &asked["top_logprobs"]),
+            (&json!(true), &json!(3))
+        );
+        let not = fields(json!({"input": "hi", "top_logprobs": 3, "include": []})).unwrap();
+        assert!(!not.contains_key("logprobs") && !not.contains_key("top_logprobs"));
     }
 
     #[test]
@@ -331,6 +390,9 @@ mod tests {
             ),
             (json!({"input": "a", "tools": {}}), "tools"),
             (json!({"input": "a", "tool_choice": 1}), "tool_choice"),
+            (json!({"input": "a", "include": "x"}), "include"),
+            (json!({"input": "a", "include": [1]}), "include"),
+            (json!({"input": "a", "include": ["usage"]}), "include"),
             (
                 json!({"input": "a", "text": {"format": {"type": "yaml"}}}),
                 "text.format",

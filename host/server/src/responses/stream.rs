@@ -46,13 +46,15 @@ impl Events {
         let id = item["id"].clone();
         if item["type"] == "message" {
             let text = item["content"][0]["text"].clone();
-            let part = json!({"type": "output_text", "text": "", "annotations": []});
+            let logprobs = item["content"][0]["logprobs"].clone();
+            let part =
+                json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []});
             self.push(
                 "response.content_part.added",
                 json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
             );
-            self.push("response.output_text.delta", json!({"item_id": id, "output_index": index, "content_index": 0, "delta": text, "logprobs": []}));
-            self.text_done(index, &id, &text);
+            self.push("response.output_text.delta", json!({"item_id": id, "output_index": index, "content_index": 0, "delta": text, "logprobs": logprobs}));
+            self.text_done(index, &id, &text, &logprobs);
         } else {
             let args = item["arguments"].clone();
             self.push(
@@ -67,9 +69,10 @@ impl Events {
         );
     }
 
-    fn text_done(&mut self, index: usize, id: &Value, text: &Value) {
-        let part = json!({"type": "output_text", "text": text, "annotations": []});
-        self.push("response.output_text.done", json!({"item_id": id, "output_index": index, "content_index": 0, "text": text, "logprobs": []}));
+    fn text_done(&mut self, index: usize, id: &Value, text: &Value, logprobs: &Value) {
+        let part =
+            json!({"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs});
+        self.push("response.output_text.done", json!({"item_id": id, "output_index": index, "content_index": 0, "text": text, "logprobs": logprobs}));
         self.push(
             "response.content_part.done",
             json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
@@ -86,6 +89,8 @@ struct Streaming {
     tools: Option<ToolFormat>,
     events: Events,
     text: String,
+    /// The answer's tokens' log probabilities so far (when asked for).
+    logprobs: Vec<Value>,
     ended: bool,
 }
 
@@ -99,9 +104,12 @@ impl Streaming {
         match self.generation.next().await {
             Some(Ok(delta)) => {
                 self.text.push_str(&delta.text);
-                if self.tools.is_none() && !delta.text.is_empty() {
+                let logprobs =
+                    crate::logprobs::entries_of(self.generation.vocab(), &delta.logprobs);
+                self.logprobs.extend(logprobs.iter().cloned());
+                if self.tools.is_none() && !(delta.text.is_empty() && logprobs.is_empty()) {
                     let item_id = self.shell.message_id();
-                    self.events.push("response.output_text.delta", json!({"item_id": item_id, "output_index": 0, "content_index": 0, "delta": delta.text, "logprobs": []}));
+                    self.events.push("response.output_text.delta", json!({"item_id": item_id, "output_index": 0, "content_index": 0, "delta": delta.text, "logprobs": logprobs}));
                 }
                 if let Some(reason) = delta.finish_reason {
                     self.finish(Some(reason));
@@ -133,7 +141,7 @@ impl Streaming {
             return;
         }
         self.ended = true;
-        let items = output_items(&self.shell, self.tools, &self.text, reason);
+        let items = output_items(&self.shell, self.tools, &self.text, &self.logprobs, reason);
         if self.tools.is_some() {
             for (index, item) in items.iter().enumerate() {
                 self.events.whole_item(index, item);
@@ -141,7 +149,8 @@ impl Streaming {
         } else {
             let id = json!(self.shell.message_id());
             let text = json!(self.text);
-            self.events.text_done(0, &id, &text);
+            let logprobs = json!(self.logprobs);
+            self.events.text_done(0, &id, &text, &logprobs);
             self.events.push(
                 "response.output_item.done",
                 json!({"output_index": 0, "item": items[0]}),
@@ -181,7 +190,7 @@ pub(super) fn response(
             "response.output_item.added",
             json!({"output_index": 0, "item": item}),
         );
-        let part = json!({"type": "output_text", "text": "", "annotations": []});
+        let part = json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []});
         events.push(
             "response.content_part.added",
             json!({"item_id": id, "output_index": 0, "content_index": 0, "part": part}),
@@ -193,6 +202,7 @@ pub(super) fn response(
         tools,
         events,
         text: String::new(),
+        logprobs: Vec::new(),
         ended: false,
     };
     let body = futures_util::stream::unfold(state, |mut s| async move {
