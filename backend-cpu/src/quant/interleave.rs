@@ -39,8 +39,8 @@ use pagoda_core::QuantKind;
 use super::{unpack, QMatError};
 use crate::Isa;
 
-#[cfg(target_arch = "x86_64")]
-pub(super) use i4::{BLOCK as I4_GROUP_BLOCK, QS as I4_QS, SCALES as I4_SCALES};
+mod low_bits;
+
 #[cfg(target_arch = "x86_64")] // the AVX2 kernels read the layout
 pub(super) use k4::{
     BLOCK as K4_GROUP_BLOCK, DMIN as K4_DMIN, MINS as K4_MINS, QS as K4_QS, SCALES as K4_SCALES,
@@ -51,6 +51,17 @@ pub(super) use k5::{BLOCK as K5_GROUP_BLOCK, QH as K5_QH, QS as K5_QS};
 pub(super) use k6::{
     BLOCK as K6_GROUP_BLOCK, D as K6_D, QS as K6_QS, SCALES as K6_SCALES, SCALE_PAIRS as K6_PAIRS,
 };
+#[cfg(target_arch = "x86_64")]
+pub(super) use low_bits::i4::{BLOCK as I4_GROUP_BLOCK, QS as I4_QS, SCALES as I4_SCALES};
+#[cfg(target_arch = "x86_64")]
+pub(super) use low_bits::k2::{
+    BLOCK as K2_GROUP_BLOCK, DMIN as K2_DMIN, QS as K2_QS, SCALES as K2_SCALES,
+};
+#[cfg(target_arch = "x86_64")]
+pub(super) use low_bits::k3::{
+    BLOCK as K3_GROUP_BLOCK, HM as K3_HM, QS as K3_QS, SCALES as K3_SCALES,
+};
+use low_bits::{i4, k2, k3};
 
 /// Weight rows interleaved together.
 pub const GROUP: usize = 8;
@@ -73,11 +84,15 @@ pub enum WeightLayout {
 /// fifth bits; Q4_K, whose 6-bit scales and minimums are unpacked to
 /// bytes, and Q5_K, which adds its fifth bits; Q6_K, whose six bits a value
 /// are regrouped so that three masks and three shifts unpack them; IQ4_XS,
-/// whose indices are laid out as Q4_K's nibbles and its scales as bytes).
+/// whose indices are laid out as Q4_K's nibbles and its scales as bytes;
+/// Q2_K and Q3_K, whose per-16 scales are spread to bytes, see
+/// `low_bits`).
 pub fn interleaves(kind: QuantKind) -> bool {
     matches!(
         kind,
         QuantKind::IQ4_XS
+            | QuantKind::Q2_K
+            | QuantKind::Q3_K
             | QuantKind::Q4_0
             | QuantKind::Q4_1
             | QuantKind::Q5_0
@@ -227,26 +242,12 @@ mod k6 {
     ];
 }
 
-/// A group's IQ4_XS block: the eight rows' `d` (f16, 16 bytes), their
-/// 6-bit scales as bytes, stored plus 32 as in the file (64: sub-block
-/// `j`'s eight at `16 + 8j`), then their indices four bytes at a time
-/// (1,024), each row's 128 bytes laid out as Q4_K's nibbles: byte `32i +
-/// k` holds index `64i + k` in its low nibble and `64i + 32 + k` in its
-/// high one (the file holds sub-block `j`'s as IQ4_NL's, `32j + k` and
-/// `32j + 16 + k`). The kernels then read it as Q4_K's group block, with
-/// one table lookup per nibble vector; 16 bytes a group more than the
-/// file (1.5%).
-mod i4 {
-    pub const D: usize = 0;
-    pub const SCALES: usize = 16;
-    pub const QS: usize = SCALES + 64;
-    pub const BLOCK: usize = QS + 8 * 128;
-}
-
 /// Bytes of one group's block: eight rows' blocks of the same columns.
 fn group_block(kind: QuantKind) -> usize {
     match kind {
         QuantKind::IQ4_XS => i4::BLOCK,
+        QuantKind::Q2_K => k2::BLOCK,
+        QuantKind::Q3_K => k3::BLOCK,
         QuantKind::Q4_K => k4::BLOCK,
         QuantKind::Q5_K => k5::BLOCK,
         QuantKind::Q6_K => k6::BLOCK,
@@ -311,7 +312,11 @@ pub fn interleave(
             if kind == QuantKind::Q6_K {
                 k6_to_group(src, dst, lane);
             } else if kind == QuantKind::IQ4_XS {
-                iq4_xs_to_group(src, dst, lane);
+                low_bits::iq4_xs_to_group(src, dst, lane);
+            } else if kind == QuantKind::Q2_K {
+                low_bits::q2_k_to_group(src, dst, lane);
+            } else if kind == QuantKind::Q3_K {
+                low_bits::q3_k_to_group(src, dst, lane);
             } else if matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K) {
                 k_to_group(src, dst, lane, kind == QuantKind::Q5_K);
             } else {
@@ -388,46 +393,6 @@ fn k_from_group(src: &[u8], dst: &mut [u8], lane: usize, five: bool) {
         gather(&src[k5::QS..], &mut dst[48..176], lane);
     } else {
         gather(&src[k4::QS..], &mut dst[16..144], lane);
-    }
-}
-
-/// One IQ4_XS block (136 bytes) of row `lane` into its group's block (see
-/// [`i4`]).
-fn iq4_xs_to_group(src: &[u8], dst: &mut [u8], lane: usize) {
-    let (src, dst, lane) = (&src[..136], &mut dst[..i4::BLOCK], lane % GROUP);
-    dst[i4::D + 2 * lane..i4::D + 2 * lane + 2].copy_from_slice(&src[0..2]);
-    for (j, scale) in unpack::iq4_xs_scale_bytes(src).into_iter().enumerate() {
-        dst[i4::SCALES + 8 * j + lane] = scale;
-    }
-    // Index `v` of the file's sub-block `v / 32` sits in nibble
-    // `(v % 32) / 16` of byte `16 (v / 32) + v % 16`.
-    let index = |v: usize| (src[8 + 16 * (v / 32) + v % 16] >> (4 * ((v % 32) / 16))) & 0x0f;
-    let nibbles: [u8; 128] = std::array::from_fn(|at| {
-        let (i, k) = (at / 32, at % 32);
-        index(64 * i + k) | (index(64 * i + 32 + k) << 4)
-    });
-    spread(&nibbles, &mut dst[i4::QS..], lane);
-}
-
-/// [`iq4_xs_to_group`] undone (`dst`: the row's block).
-fn iq4_xs_from_group(src: &[u8], dst: &mut [u8], lane: usize) {
-    let (src, dst, lane) = (&src[..i4::BLOCK], &mut dst[..136], lane % GROUP);
-    dst[0..2].copy_from_slice(&src[i4::D + 2 * lane..i4::D + 2 * lane + 2]);
-    let scales: [u8; 8] = std::array::from_fn(|j| src[i4::SCALES + 8 * j + lane]);
-    let mut high = 0u16;
-    for (j, &s) in scales.iter().enumerate() {
-        high |= u16::from(s >> 4 & 3) << (2 * j);
-    }
-    dst[2..4].copy_from_slice(&high.to_le_bytes());
-    for k in 0..4 {
-        dst[4 + k] = (scales[2 * k] & 0x0f) | ((scales[2 * k + 1] & 0x0f) << 4);
-    }
-    let mut nibbles = [0u8; 128];
-    gather(&src[i4::QS..], &mut nibbles, lane);
-    let index = |v: usize| (nibbles[32 * (v / 64) + v % 32] >> (4 * ((v % 64) / 32))) & 0x0f;
-    for (at, byte) in dst[8..136].iter_mut().enumerate() {
-        let (j, k) = (at / 16, at % 16);
-        *byte = index(32 * j + k) | (index(32 * j + 16 + k) << 4);
     }
 }
 
@@ -559,7 +524,11 @@ pub fn plain_row(kind: QuantKind, cols: usize, data: &[u8], r: usize, out: &mut 
         if kind == QuantKind::Q6_K {
             k6_from_group(src, dst, lane);
         } else if kind == QuantKind::IQ4_XS {
-            iq4_xs_from_group(src, dst, lane);
+            low_bits::iq4_xs_from_group(src, dst, lane);
+        } else if kind == QuantKind::Q2_K {
+            low_bits::q2_k_from_group(src, dst, lane);
+        } else if kind == QuantKind::Q3_K {
+            low_bits::q3_k_from_group(src, dst, lane);
         } else if matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K) {
             k_from_group(src, dst, lane, kind == QuantKind::Q5_K);
         } else {

@@ -30,6 +30,7 @@ use super::super::interleave::{
 use super::dot::{Avx2Dot, Dot, EvexVnni, VexVnni};
 
 mod iq4;
+mod k16;
 mod q6k;
 mod q8_0;
 mod qk;
@@ -38,6 +39,7 @@ mod wide;
 
 use super::{load32, prefetch_block_at};
 use iq4::group_iq4_xs;
+use k16::group_k16;
 use q6k::group_q6k;
 use q8_0::{group_q8_0, Backs, SIGN_TRICK_MAX_ROWS, TILE_BACKS};
 use qk::group_qk;
@@ -52,9 +54,12 @@ pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivati
     match kind {
         QuantKind::Q4_0 | QuantKind::Q5_0 | QuantKind::Q8_0 => x.format() == ActFormat::Q8_0,
         QuantKind::Q4_1 | QuantKind::Q5_1 => x.format() == ActFormat::Q8_1,
-        QuantKind::Q4_K | QuantKind::Q5_K | QuantKind::Q6_K | QuantKind::IQ4_XS => {
-            x.format() == ActFormat::Q8_K
-        }
+        QuantKind::Q2_K
+        | QuantKind::Q3_K
+        | QuantKind::Q4_K
+        | QuantKind::Q5_K
+        | QuantKind::Q6_K
+        | QuantKind::IQ4_XS => x.format() == ActFormat::Q8_K,
         _ => false,
     }
 }
@@ -198,6 +203,8 @@ macro_rules! instances {
                     QuantKind::Q5_K => by_rows!(n, group_qk, true; w, x, at, ahead, sums),
                     QuantKind::Q6_K => by_rows!(n, group_q6k; w, x, at, ahead, sums),
                     QuantKind::IQ4_XS => by_rows!(n, group_iq4_xs; w, x, at, ahead, sums),
+                    QuantKind::Q2_K => by_rows!(n, group_k16, false; w, x, at, ahead, sums),
+                    QuantKind::Q3_K => by_rows!(n, group_k16, true; w, x, at, ahead, sums),
                     QuantKind::Q4_0 => by_rows!(n, group_q4, false, false; w, x, at, ahead, sums),
                     QuantKind::Q4_1 => by_rows!(n, group_q4, true, false; w, x, at, ahead, sums),
                     QuantKind::Q5_0 => by_rows!(n, group_q4, false, true; w, x, at, ahead, sums),
@@ -241,6 +248,18 @@ macro_rules! instances {
                 sums: &mut GroupSums,
             ) {
                 super::group_q6k::<$dot, N>(w, x, first, ahead, sums)
+            }
+
+            #[target_feature(enable = $features)]
+            #[inline(never)]
+            unsafe fn group_k16<const N: usize, const THREE: bool>(
+                w: &[u8],
+                x: &QuantizedActivations,
+                first: usize,
+                ahead: usize,
+                sums: &mut GroupSums,
+            ) {
+                super::group_k16::<$dot, N, THREE>(w, x, first, ahead, sums)
             }
 
             #[target_feature(enable = $features)]

@@ -22,7 +22,9 @@ use std::arch::x86_64::*;
 use super::super::super::act::{QuantizedActivations, KB, KSUM};
 use super::super::super::interleave::{I4_GROUP_BLOCK, I4_QS, I4_SCALES};
 use super::super::{load32, prefetch_line_at};
-use super::wide::{both, broadcast4 as broadcast4_wide, halves, k_rows, PAIR, WIDE_ROWS};
+use super::wide::{
+    both, broadcast4 as broadcast4_wide, bytes_as_i32, halves, k_rows, PAIR, WIDE_ROWS,
+};
 use super::{broadcast4, unroll8, Dot, GroupSums};
 use pagoda_core::quant::IQ4_VALUES;
 
@@ -194,17 +196,8 @@ pub(super) unsafe fn pair_iq4_xs<const N: usize>(
         }
         let mut isum = [_mm512_setzero_si512(); N];
         for i in 0..4 {
-            let scales = |at: usize| {
-                let (a, b) = (&wb0[at..at + 8], &wb1[at..at + 8]);
-                _mm512_sub_epi32(
-                    _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(
-                        _mm_loadl_epi64(a.as_ptr().cast()),
-                        _mm_loadl_epi64(b.as_ptr().cast()),
-                    )),
-                    bias,
-                )
-            };
-            let (se, so) = (scales(I4_SCALES + 16 * i), scales(I4_SCALES + 16 * i + 8));
+            let se = _mm512_sub_epi32(bytes_as_i32(wb0, wb1, I4_SCALES + 16 * i), bias);
+            let so = _mm512_sub_epi32(bytes_as_i32(wb0, wb1, I4_SCALES + 16 * i + 8), bias);
             let mut slo = [_mm512_setzero_si512(); N];
             let mut shi = [_mm512_setzero_si512(); N];
             for j in 0..N {

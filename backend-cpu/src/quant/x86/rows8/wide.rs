@@ -33,6 +33,7 @@ use super::super::super::act::{QuantizedActivations, KB, KSUM, QB};
 use super::super::super::interleave::{K6_D, K6_GROUP_BLOCK, K6_PAIRS, K6_QS, K6_SCALES};
 use super::super::{prefetch_block_at, prefetch_line_at};
 use super::iq4::pair_iq4_xs;
+use super::k16::pair_k16;
 use super::{
     hint_distance, interleaved_len, store_lanes, unroll8, Range, GROUP, K4_DMIN, K4_GROUP_BLOCK,
     K4_MINS, K4_QS, K4_SCALES, K5_GROUP_BLOCK, K5_QH, K5_QS, ROWS_PER_CALL,
@@ -154,6 +155,8 @@ unsafe fn pair(
         QuantKind::Q5_K => rows!(pair_qk, true),
         QuantKind::Q6_K => rows!(pair_q6k),
         QuantKind::IQ4_XS => rows!(pair_iq4_xs),
+        QuantKind::Q2_K => rows!(pair_k16, false),
+        QuantKind::Q3_K => rows!(pair_k16, true),
         _ => rows8!(pair_q8_0),
     }
 }
@@ -349,7 +352,7 @@ pub(super) fn k_rows<const N: usize>(
 /// Eight bytes at `at` of both groups, widened to i32: `w0`'s in lanes
 /// 0..8, `w1`'s in lanes 8..16.
 #[inline(always)]
-unsafe fn bytes_as_i32(w0: &[u8], w1: &[u8], at: usize) -> __m512i {
+pub(super) unsafe fn bytes_as_i32(w0: &[u8], w1: &[u8], at: usize) -> __m512i {
     let (a, b) = (&w0[at..at + 8], &w1[at..at + 8]);
     _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(
         _mm_loadl_epi64(a.as_ptr().cast()),
