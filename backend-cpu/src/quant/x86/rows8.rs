@@ -11,7 +11,8 @@
 //! `maddubs` and `madd`, the VNNI sets `vpdpbusd`.
 //!
 //! Q4_K's and Q5_K's group kernel lives in [`qk`], Q6_K's in [`q6k`],
-//! IQ4_XS's (and its wide form) in [`iq4`];
+//! IQ4_XS's (and its wide form) in [`iq4`], Q2_K's and Q3_K's (and
+//! theirs) in [`k16`];
 //! [`unpack`] turns Q5_K and Q6_K group blocks into plain K blocks for the
 //! quad kernel on many rows.
 
