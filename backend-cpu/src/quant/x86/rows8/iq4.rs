@@ -67,14 +67,7 @@ pub(super) unsafe fn group_iq4_xs<D: Dot, const N: usize>(
     sums: &mut GroupSums,
 ) {
     let blocks = w.len() / I4_GROUP_BLOCK;
-    let mut qs: [&[i8]; N] = [&[]; N];
-    let mut ds: [&[f32]; N] = [&[]; N];
-    let mut bs: [&[i16]; N] = [&[]; N];
-    for j in 0..N {
-        qs[j] = &x.q_row(first + j)[..blocks * KB];
-        ds[j] = &x.d_row(first + j)[..blocks];
-        bs[j] = &x.bsums_row(first + j)[..blocks * (KB / KSUM)];
-    }
+    let (qs, ds, bs) = k_rows::<N>(x, first, blocks);
     let low = _mm256_set1_epi8(0x0f);
     let table = if D::FUSED {
         _mm256_broadcastsi128_si256(_mm_loadu_si128(offset_values().as_ptr().cast()))

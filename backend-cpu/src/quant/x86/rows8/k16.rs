@@ -131,14 +131,7 @@ pub(super) unsafe fn group_k16<D: Dot, const N: usize, const THREE: bool>(
 ) {
     let (block, scales_at, qs_at) = layout(THREE);
     let blocks = w.len() / block;
-    let mut qs: [&[i8]; N] = [&[]; N];
-    let mut ds: [&[f32]; N] = [&[]; N];
-    let mut bs: [&[i16]; N] = [&[]; N];
-    for j in 0..N {
-        qs[j] = &x.q_row(first + j)[..blocks * KB];
-        ds[j] = &x.d_row(first + j)[..blocks];
-        bs[j] = &x.bsums_row(first + j)[..blocks * SUMS];
-    }
+    let (qs, ds, bs) = k_rows::<N>(x, first, blocks);
     let (three, bit2) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
     let mut acc = [_mm256_setzero_ps(); N];
     let mut accm = [_mm256_setzero_ps(); N];
