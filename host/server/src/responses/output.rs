@@ -162,3 +162,33 @@ pub(super) fn output_items(
     }
     items
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The answer's log probabilities go with a message whose text is the
+    /// tokens' text, and with no message that calls were taken out of.
+    #[test]
+    fn a_message_holds_logprobs_only_where_its_text_is_the_tokens() {
+        let shell = Shell::new(&Map::new(), "m", 1);
+        let lp = [json!({"token": "Hi", "logprob": -0.5, "bytes": [72, 105], "top_logprobs": []})];
+        let logprobs_of = |items: &[Value]| items[0]["content"][0]["logprobs"].clone();
+        let plain = output_items(&shell, None, "Hi", &lp, Some("stop"));
+        assert_eq!(logprobs_of(&plain), json!(lp));
+        let no_call = output_items(&shell, Some(ToolFormat::Hermes), "Hi", &lp, Some("stop"));
+        assert_eq!(logprobs_of(&no_call), json!(lp));
+        let text = "Sure. <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+        let called = output_items(&shell, Some(ToolFormat::Hermes), text, &lp, Some("stop"));
+        assert_eq!(
+            (called.len(), called[1]["type"].as_str()),
+            (2, Some("function_call"))
+        );
+        assert_eq!(called[0]["content"][0]["text"], "Sure.");
+        assert_eq!(logprobs_of(&called), json!([]));
+        // The generic format's `response` unwrapped is not the tokens' text.
+        let wrapped = r#"{"response": "Hi"}"#;
+        let generic = output_items(&shell, Some(ToolFormat::Generic), wrapped, &lp, None);
+        assert_eq!(logprobs_of(&generic), json!([]));
+    }
+}
