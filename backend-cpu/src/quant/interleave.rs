@@ -309,33 +309,37 @@ pub fn interleave(
         for (b, src) in row.chunks_exact(block).enumerate() {
             let at = (g * blocks + b) * gblock;
             let dst = &mut out[at..at + gblock];
-            if kind == QuantKind::Q6_K {
-                k6_to_group(src, dst, lane);
-            } else if kind == QuantKind::IQ4_XS {
-                low_bits::iq4_xs_to_group(src, dst, lane);
-            } else if kind == QuantKind::Q2_K {
-                low_bits::q2_k_to_group(src, dst, lane);
-            } else if kind == QuantKind::Q3_K {
-                low_bits::q3_k_to_group(src, dst, lane);
-            } else if matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K) {
-                k_to_group(src, dst, lane, kind == QuantKind::Q5_K);
-            } else {
-                let heads = heads(kind);
-                for h in 0..heads {
-                    let at = 2 * (GROUP * h + lane);
-                    dst[at..at + 2].copy_from_slice(&src[2 * h..2 * h + 2]);
+            match kind {
+                QuantKind::Q6_K => k6_to_group(src, dst, lane),
+                QuantKind::IQ4_XS => low_bits::iq4_xs_to_group(src, dst, lane),
+                QuantKind::Q2_K => low_bits::q2_k_to_group(src, dst, lane),
+                QuantKind::Q3_K => low_bits::q3_k_to_group(src, dst, lane),
+                QuantKind::Q4_K | QuantKind::Q5_K => {
+                    k_to_group(src, dst, lane, kind == QuantKind::Q5_K)
                 }
-                let (mut src, mut dst) = (&src[2 * heads..], &mut dst[2 * GROUP * heads..]);
-                if has_fifth_bits(kind) {
-                    let qh = u32::from_le_bytes([src[0], src[1], src[2], src[3]]);
-                    dst[LANE * lane..LANE * lane + LANE].copy_from_slice(&q5_lane_bits(qh));
-                    (src, dst) = (&src[LANE..], &mut dst[GROUP * LANE..]);
-                }
-                spread(src, dst, lane);
+                _ => legacy_to_group(kind, src, dst, lane),
             }
         }
     }
     Ok(())
+}
+
+/// One legacy block (an f16 scale, Q4_1's and Q5_1's minimum, Q5_0's and
+/// Q5_1's fifth bits, then the payload) of row `lane` into its group's
+/// block.
+fn legacy_to_group(kind: QuantKind, src: &[u8], dst: &mut [u8], lane: usize) {
+    let heads = heads(kind);
+    for h in 0..heads {
+        let at = 2 * (GROUP * h + lane);
+        dst[at..at + 2].copy_from_slice(&src[2 * h..2 * h + 2]);
+    }
+    let (mut src, mut dst) = (&src[2 * heads..], &mut dst[2 * GROUP * heads..]);
+    if has_fifth_bits(kind) {
+        let qh = u32::from_le_bytes([src[0], src[1], src[2], src[3]]);
+        dst[LANE * lane..LANE * lane + LANE].copy_from_slice(&q5_lane_bits(qh));
+        (src, dst) = (&src[LANE..], &mut dst[GROUP * LANE..]);
+    }
+    spread(src, dst, lane);
 }
 
 /// Places a row's payload four bytes at a time in its lane of the group's.
@@ -521,32 +525,34 @@ pub fn plain_row(kind: QuantKind, cols: usize, data: &[u8], r: usize, out: &mut 
     for (b, dst) in out.chunks_exact_mut(block).enumerate().take(blocks) {
         let at = (g * blocks + b) * gblock;
         let src = &data[at..at + gblock];
-        if kind == QuantKind::Q6_K {
-            k6_from_group(src, dst, lane);
-        } else if kind == QuantKind::IQ4_XS {
-            low_bits::iq4_xs_from_group(src, dst, lane);
-        } else if kind == QuantKind::Q2_K {
-            low_bits::q2_k_from_group(src, dst, lane);
-        } else if kind == QuantKind::Q3_K {
-            low_bits::q3_k_from_group(src, dst, lane);
-        } else if matches!(kind, QuantKind::Q4_K | QuantKind::Q5_K) {
-            k_from_group(src, dst, lane, kind == QuantKind::Q5_K);
-        } else {
-            let heads = heads(kind);
-            for h in 0..heads {
-                let at = 2 * (GROUP * h + lane);
-                dst[2 * h..2 * h + 2].copy_from_slice(&src[at..at + 2]);
+        match kind {
+            QuantKind::Q6_K => k6_from_group(src, dst, lane),
+            QuantKind::IQ4_XS => low_bits::iq4_xs_from_group(src, dst, lane),
+            QuantKind::Q2_K => low_bits::q2_k_from_group(src, dst, lane),
+            QuantKind::Q3_K => low_bits::q3_k_from_group(src, dst, lane),
+            QuantKind::Q4_K | QuantKind::Q5_K => {
+                k_from_group(src, dst, lane, kind == QuantKind::Q5_K)
             }
-            let (mut src, mut dst) = (&src[2 * GROUP * heads..], &mut dst[2 * heads..]);
-            if has_fifth_bits(kind) {
-                let mut bits = [0u8; LANE];
-                bits.copy_from_slice(&src[LANE * lane..LANE * lane + LANE]);
-                dst[..LANE].copy_from_slice(&q5_plain_bits(bits).to_le_bytes());
-                (src, dst) = (&src[GROUP * LANE..], &mut dst[LANE..]);
-            }
-            gather(src, dst, lane);
+            _ => legacy_from_group(kind, src, dst, lane),
         }
     }
+}
+
+/// [`legacy_to_group`] undone (`dst`: the row's block).
+fn legacy_from_group(kind: QuantKind, src: &[u8], dst: &mut [u8], lane: usize) {
+    let heads = heads(kind);
+    for h in 0..heads {
+        let at = 2 * (GROUP * h + lane);
+        dst[2 * h..2 * h + 2].copy_from_slice(&src[at..at + 2]);
+    }
+    let (mut src, mut dst) = (&src[2 * GROUP * heads..], &mut dst[2 * heads..]);
+    if has_fifth_bits(kind) {
+        let mut bits = [0u8; LANE];
+        bits.copy_from_slice(&src[LANE * lane..LANE * lane + LANE]);
+        dst[..LANE].copy_from_slice(&q5_plain_bits(bits).to_le_bytes());
+        (src, dst) = (&src[GROUP * LANE..], &mut dst[LANE..]);
+    }
+    gather(src, dst, lane);
 }
 
 #[cfg(test)]

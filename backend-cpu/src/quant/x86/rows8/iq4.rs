@@ -29,9 +29,15 @@ use super::{broadcast4, unroll8, Dot, GroupSums};
 use pagoda_core::quant::IQ4_VALUES;
 
 /// The IQ4 values plus 128, as bytes: what the VNNI kernels multiply.
-fn offset_values() -> [u8; 16] {
-    IQ4_VALUES.map(|v| (i16::from(v) + 128) as u8)
-}
+const OFFSET_VALUES: [u8; 16] = {
+    let mut out = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        out[i] = (IQ4_VALUES[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    out
+};
 
 /// `−128 × Σ x` of each 32 activation values of Q8_K row block `b`, in
 /// lane `s` for sub-block `s`, from its sums of 16 (`bs`, 16 of them):
@@ -70,7 +76,7 @@ pub(super) unsafe fn group_iq4_xs<D: Dot, const N: usize>(
     let (qs, ds, bs) = k_rows::<N>(x, first, blocks);
     let low = _mm256_set1_epi8(0x0f);
     let table = if D::FUSED {
-        _mm256_broadcastsi128_si256(_mm_loadu_si128(offset_values().as_ptr().cast()))
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(OFFSET_VALUES.as_ptr().cast()))
     } else {
         _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_VALUES.as_ptr().cast()))
     };
@@ -173,7 +179,7 @@ pub(super) unsafe fn pair_iq4_xs<const N: usize>(
     let blocks = w0.len().min(w1.len()) / I4_GROUP_BLOCK;
     let (qs, ds, bs) = k_rows::<N>(x, first, blocks);
     let low = _mm512_set1_epi8(0x0f);
-    let table = _mm512_broadcast_i32x4(_mm_loadu_si128(offset_values().as_ptr().cast()));
+    let table = _mm512_broadcast_i32x4(_mm_loadu_si128(OFFSET_VALUES.as_ptr().cast()));
     let bias = _mm512_set1_epi32(32);
     let mut acc = [_mm512_setzero_ps(); N];
     for b in 0..blocks {
