@@ -19,7 +19,7 @@ fn scale_fields(kind: QuantKind) -> &'static [usize] {
         QuantKind::Q2_K => &[80, 82],
         QuantKind::Q3_K => &[108],
         QuantKind::Q6_K => &[208],
-        QuantKind::F32 | QuantKind::F16 | QuantKind::BF16 => &[],
+        QuantKind::F32 | QuantKind::F16 | QuantKind::BF16 | QuantKind::MXFP4 => &[],
     }
 }
 

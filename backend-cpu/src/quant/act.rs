@@ -39,7 +39,8 @@ pub enum ActFormat {
     /// accuracy ([`QuantizedActivations::keep_f32`]): their blocks are then
     /// widened to f32 in registers.
     F32,
-    /// Blocks of 32 `i8` with an f32 scale (Q8_0, Q4_0, Q5_0, IQ4_NL weights).
+    /// Blocks of 32 `i8` with an f32 scale (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4
+    /// weights).
     Q8_0,
     /// Q8_0 plus each block's `scale × Σ q` (Q4_1, Q5_1 weights).
     Q8_1,
@@ -52,7 +53,11 @@ impl ActFormat {
     pub fn for_weights(kind: QuantKind) -> Self {
         match kind {
             QuantKind::F32 | QuantKind::F16 | QuantKind::BF16 => Self::F32,
-            QuantKind::Q8_0 | QuantKind::Q4_0 | QuantKind::Q5_0 | QuantKind::IQ4_NL => Self::Q8_0,
+            QuantKind::Q8_0
+            | QuantKind::Q4_0
+            | QuantKind::Q5_0
+            | QuantKind::IQ4_NL
+            | QuantKind::MXFP4 => Self::Q8_0,
             QuantKind::Q4_1 | QuantKind::Q5_1 => Self::Q8_1,
             QuantKind::Q2_K
             | QuantKind::Q3_K

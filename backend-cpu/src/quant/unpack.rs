@@ -3,7 +3,7 @@
 //! AVX2 path unpacks the same way in registers. Bit layouts are as in
 //! `pagoda_core::quant` (whose dequantization the tests check against).
 
-use pagoda_core::quant::{f16_to_f32, IQ4_VALUES};
+use pagoda_core::quant::{e8m0_half_to_f32, f16_to_f32, IQ4_VALUES, MXFP4_VALUES};
 use pagoda_core::QuantKind;
 
 /// A 32-element block: `w = d × q + m` (`m` is 0 for the symmetric types,
@@ -54,6 +54,15 @@ pub(super) fn has_min(kind: QuantKind) -> bool {
 /// Unpacks one legacy block (`b` starts at the block).
 pub(super) fn legacy(kind: QuantKind, b: &[u8]) -> Legacy {
     let mut q = [0i8; 32];
+    if kind == QuantKind::MXFP4 {
+        for j in 0..16 {
+            let v = b[1 + j];
+            q[j] = MXFP4_VALUES[usize::from(v & 0x0f)];
+            q[j + 16] = MXFP4_VALUES[usize::from(v >> 4)];
+        }
+        let d = e8m0_half_to_f32(b[0]);
+        return Legacy { q, d, m: 0.0 };
+    }
     let d = half(b, 0);
     let mut m = 0.0;
     match kind {

@@ -9,7 +9,7 @@ use pagoda_core::{dequantize_row, QuantKind};
 use pagoda_cpu::Isa;
 
 /// Every weight type the loader takes.
-pub const KINDS: [QuantKind; 15] = QuantKind::ALL;
+pub const KINDS: [QuantKind; 16] = QuantKind::ALL;
 
 /// Every SIMD path this CPU can run, best first; prints the paths built
 /// for this architecture that it cannot (machines of one kind come with
@@ -63,6 +63,11 @@ pub fn random_weights(
             let bytes = kind.bytes_for(cols).unwrap() * rows;
             let mut data: Vec<u8> = (0..bytes).map(|_| rng.u8(..)).collect();
             for b in data.chunks_exact_mut(kind.block_bytes()) {
+                if kind == QuantKind::MXFP4 {
+                    // An exponent byte: scales of 2^-12..2^-6.
+                    b[0] = rng.u8(116..123);
+                    continue;
+                }
                 let (d_at, m_at) = match kind {
                     QuantKind::Q6_K => (208, None),
                     QuantKind::Q3_K => (108, None),

@@ -156,6 +156,9 @@ pub fn matmul_kernels(kind: QuantKind) -> Option<MatmulKernels> {
         QuantKind::IQ4_XS => (K::MatmulIq4Xs, K::MatmulIq4XsSubgroup, K::MatmulTiledIq4Xs, K::MatmulCoopIq4Xs),
         // No kernel reads BF16: the host widens it to f32 on upload.
         QuantKind::BF16 => return None,
+        // No kernel reads MXFP4 (gpt-oss's experts, whose mixture runs on
+        // the host): its products stay on the host.
+        QuantKind::MXFP4 => return None,
     };
     Some(MatmulKernels {
         decode,

@@ -29,6 +29,19 @@ pub fn bf16_to_f32(h: u16) -> f32 {
     f32::from_bits(u32::from(h) << 16)
 }
 
+/// Half the value of an E8M0 scale byte (a bare exponent, bias 127):
+/// `2^(e − 128)`, exact, subnormal for `e < 2` (llama.cpp's
+/// `GGML_E8M0_TO_FP32_HALF`; MXFP4's values are stored doubled).
+#[inline]
+pub fn e8m0_half_to_f32(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        u32::from(e - 1) << 23
+    };
+    f32::from_bits(bits)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -44,5 +57,16 @@ mod tests {
         assert_eq!(f16_to_f32(0x7c00), f32::INFINITY);
         assert!(f16_to_f32(0x7e00).is_nan());
         assert_eq!(bf16_to_f32(0x3f80), 1.0);
+    }
+
+    #[test]
+    fn e8m0_half_is_two_to_the_exponent_less_128() {
+        for e in 0..=255u8 {
+            assert_eq!(
+                e8m0_half_to_f32(e),
+                2f64.powi(i32::from(e) - 128) as f32,
+                "{e}"
+            );
+        }
     }
 }

@@ -14,8 +14,8 @@ mod legacy;
 
 use core::fmt;
 
-pub use half::{bf16_to_f32, f16_to_f32};
-pub use iquants::{iq4_xs_scale, IQ4_VALUES};
+pub use half::{bf16_to_f32, e8m0_half_to_f32, f16_to_f32};
+pub use iquants::{iq4_xs_scale, IQ4_VALUES, MXFP4_VALUES};
 pub use kquants::{q3_k_scale, scale_min as k_scale_min};
 
 /// A weight type this crate can lay out and dequantize, by its GGML name.
@@ -55,11 +55,14 @@ pub enum QuantKind {
     /// 256 4-bit indices into IQ4_NL's table, 8 sub-blocks with 6-bit
     /// signed scales.
     IQ4_XS,
+    /// 32 4-bit E2M1 floats with one power-of-two (E8M0) scale: OCP's
+    /// microscaling format, gpt-oss's experts.
+    MXFP4,
 }
 
 impl QuantKind {
     /// Every kind, in GGML id order.
-    pub const ALL: [QuantKind; 15] = [
+    pub const ALL: [QuantKind; 16] = [
         QuantKind::F32,
         QuantKind::F16,
         QuantKind::Q4_0,
@@ -75,6 +78,7 @@ impl QuantKind {
         QuantKind::IQ4_NL,
         QuantKind::IQ4_XS,
         QuantKind::BF16,
+        QuantKind::MXFP4,
     ];
 
     /// The kind a GGML type id names, or `None` for ids this crate does not
@@ -96,6 +100,7 @@ impl QuantKind {
             20 => QuantKind::IQ4_NL,
             23 => QuantKind::IQ4_XS,
             30 => QuantKind::BF16,
+            39 => QuantKind::MXFP4,
             _ => return None,
         })
     }
@@ -118,6 +123,7 @@ impl QuantKind {
             QuantKind::IQ4_NL => 20,
             QuantKind::IQ4_XS => 23,
             QuantKind::BF16 => 30,
+            QuantKind::MXFP4 => 39,
         }
     }
 
@@ -139,6 +145,7 @@ impl QuantKind {
             QuantKind::Q6_K => "Q6_K",
             QuantKind::IQ4_NL => "IQ4_NL",
             QuantKind::IQ4_XS => "IQ4_XS",
+            QuantKind::MXFP4 => "MXFP4",
         }
     }
 
@@ -151,7 +158,8 @@ impl QuantKind {
             | QuantKind::Q4_1
             | QuantKind::Q5_0
             | QuantKind::Q5_1
-            | QuantKind::IQ4_NL => 32,
+            | QuantKind::IQ4_NL
+            | QuantKind::MXFP4 => 32,
             QuantKind::Q2_K
             | QuantKind::Q3_K
             | QuantKind::Q4_K
@@ -178,6 +186,7 @@ impl QuantKind {
             QuantKind::Q6_K => 210,
             QuantKind::IQ4_NL => 18,
             QuantKind::IQ4_XS => 136,
+            QuantKind::MXFP4 => 17,
         }
     }
 
@@ -286,6 +295,7 @@ pub fn dequantize_row(kind: QuantKind, bytes: &[u8], out: &mut [f32]) -> Result<
         QuantKind::Q6_K => blocks.for_each(|(b, o)| kquants::q6_k(b, o)),
         QuantKind::IQ4_NL => blocks.for_each(|(b, o)| iquants::iq4_nl(b, o)),
         QuantKind::IQ4_XS => blocks.for_each(|(b, o)| iquants::iq4_xs(b, o)),
+        QuantKind::MXFP4 => blocks.for_each(|(b, o)| iquants::mxfp4(b, o)),
     }
     Ok(())
 }

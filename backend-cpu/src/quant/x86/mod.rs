@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use pagoda_core::quant::IQ4_VALUES;
+use pagoda_core::quant::{e8m0_half_to_f32, IQ4_VALUES, MXFP4_VALUES};
 use pagoda_core::QuantKind;
 
 use super::act::{ActFormat, QuantizedActivations, QUAD_MIN_ROWS};
@@ -217,6 +217,11 @@ unsafe fn k_scale_vectors(kind: QuantKind, b: &[u8]) -> KScales {
 /// its scale and its minimum.
 #[inline(always)]
 unsafe fn legacy_block(kind: QuantKind, b: &[u8]) -> (__m256i, f32, f32) {
+    if kind == QuantKind::MXFP4 {
+        let table = _mm_loadu_si128(MXFP4_VALUES.as_ptr().cast());
+        let q = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), nibbles(&b[1..17]));
+        return (q, e8m0_half_to_f32(b[0]), 0.0);
+    }
     let d = half(b, 0);
     match kind {
         QuantKind::Q8_0 => (load32(&b[2..34]), d, 0.0),

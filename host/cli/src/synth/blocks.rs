@@ -62,7 +62,8 @@ fn scale_fields(kind: QuantKind) -> &'static [ScaleField] {
         K::Q3_K => &Q3_K,
         K::IQ4_NL => &IQ4_NL,
         K::IQ4_XS => &IQ4_XS,
-        K::F32 | K::F16 | K::BF16 => &[],
+        // MXFP4's scale is an exponent byte, drawn in `write_random`.
+        K::F32 | K::F16 | K::BF16 | K::MXFP4 => &[],
     }
 }
 
@@ -108,6 +109,10 @@ pub(crate) fn write_random(
             _ => {
                 rng.fill(chunk);
                 for block in chunk.chunks_exact_mut(block_bytes) {
+                    if kind == QuantKind::MXFP4 {
+                        // 2^-10..2^-7 times values up to 12: |w| to about 0.1.
+                        block[0] = rng.u8(118..122);
+                    }
                     let mut d = 0.0f32;
                     for f in scale_fields(kind) {
                         let v = match f.min_of_d {

@@ -77,7 +77,8 @@ impl ActPrecision {
                         | QuantKind::Q5_K
                         | QuantKind::Q6_K
                         | QuantKind::IQ4_NL
-                        | QuantKind::IQ4_XS => true,
+                        | QuantKind::IQ4_XS
+                        | QuantKind::MXFP4 => true,
                         QuantKind::Q8_0 => interleaved || rows >= Self::INT8_Q8_0_ROWS,
                         _ => false,
                     }
