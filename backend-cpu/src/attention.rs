@@ -323,8 +323,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Runs attention for a validated batch, writing every output row. Fails
-/// only if a kernel panicked on a worker (a bug; the team survives it).
+/// Runs attention for a validated batch, writing every output row; with
+/// `sinks` (one finite logit per query head) each head's softmax also
+/// counts `exp(sink)`, in the final merge: the sink is a key with no value.
+/// Fails only if a kernel panicked on a worker (a bug; the team survives
+/// it).
 #[allow(clippy::too_many_arguments)]
 pub fn attention<E: KvElement>(
     team: &mut Team,
@@ -334,6 +337,7 @@ pub fn attention<E: KvElement>(
     layout: &Layout,
     layer: u32,
     shape: &AttentionShape,
+    sinks: Option<&[f32]>,
     batch: &[SeqAttention<'_>],
     queries: &[f32],
     out: &mut [f32],
@@ -400,14 +404,17 @@ pub fn attention<E: KvElement>(
         let head_rows = t.tokens as usize * group;
         let seq = &batch[t.seq as usize];
         for r in 0..t.heads as usize * head_rows {
-            let max = partials[i..j]
-                .iter()
-                .map(|p| p.max[r])
-                .fold(f32::NEG_INFINITY, f32::max);
-            let mut total = 0.0f32;
             let (h, in_head) = (r / head_rows, r % head_rows);
             let token = seq.query_start as usize + t.first_token as usize + in_head / group;
             let head = (t.head as usize + h) * group + in_head % group;
+            let sink = sinks.map_or(f32::NEG_INFINITY, |s| s[head]);
+            let max = partials[i..j].iter().map(|p| p.max[r]).fold(sink, f32::max);
+            // The sink's share of the denominator (none without sinks).
+            let mut total = if sinks.is_some() {
+                (sink - max).exp()
+            } else {
+                0.0
+            };
             let dst = &mut out[token * shape.q_row() + head * dim..][..dim];
             dst.fill(0.0);
             for p in &partials[i..j] {

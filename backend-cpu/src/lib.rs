@@ -51,8 +51,8 @@ pub mod team;
 use std::fmt;
 
 use pagoda_core::backend::{
-    validate_attention, validate_copies, validate_scatter, AttentionShape, Backend, BackendError,
-    BackendErrorKind, InputError, SeqAttention, SUPPORTED_HEAD_DIMS,
+    validate_attention, validate_copies, validate_scatter, validate_sinks, AttentionShape, Backend,
+    BackendError, BackendErrorKind, InputError, SeqAttention, SUPPORTED_HEAD_DIMS,
 };
 use pagoda_core::{KvGeometry, PageCopy, Slot, PAGE_SIZE};
 
@@ -376,7 +376,45 @@ impl Backend for CpuBackend {
         let (team, buffers, isa, layout) =
             (&mut self.team, &mut self.buffers, self.isa, &store.layout);
         with_elements!(&store.data, |d| attention::attention(
-            team, buffers, isa, d, layout, layer, &shape, batch, queries, out
+            team, buffers, isa, d, layout, layer, &shape, None, batch, queries, out
+        ))
+        .map_err(|e| CpuError::Worker(e.to_string()))
+    }
+
+    fn attention_with_sinks(
+        &mut self,
+        store: &CpuKvStore,
+        layer: u32,
+        shape: AttentionShape,
+        sinks: &[f32],
+        batch: &[SeqAttention<'_>],
+        queries: &[f32],
+        out: &mut [f32],
+    ) -> Result<(), CpuError> {
+        validate_attention(
+            &store.geometry,
+            store.pages,
+            layer,
+            &shape,
+            batch,
+            queries.len(),
+            out.len(),
+        )?;
+        validate_sinks(&shape, sinks)?;
+        let (team, buffers, isa, layout) =
+            (&mut self.team, &mut self.buffers, self.isa, &store.layout);
+        with_elements!(&store.data, |d| attention::attention(
+            team,
+            buffers,
+            isa,
+            d,
+            layout,
+            layer,
+            &shape,
+            Some(sinks),
+            batch,
+            queries,
+            out
         ))
         .map_err(|e| CpuError::Worker(e.to_string()))
     }

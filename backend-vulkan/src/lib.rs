@@ -548,6 +548,22 @@ impl Backend for VulkanBackend {
         self.run(store, &[], staged, &[scatter], 0)
     }
 
+    fn attention_with_sinks(
+        &mut self,
+        store: &VulkanKvStore,
+        layer: u32,
+        shape: AttentionShape,
+        sinks: &[f32],
+        batch: &[SeqAttention<'_>],
+        queries: &[f32],
+        out: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        let _ = (store, layer, shape, sinks, batch, queries, out);
+        Err(VulkanError::Unsupported(
+            "attention sinks (gpt-oss) have no device kernel yet".into(),
+        ))
+    }
+
     fn attention(
         &mut self,
         store: &VulkanKvStore,

@@ -147,6 +147,13 @@ pub enum InputError {
     },
     /// A copy-on-write copy names too many slots.
     CopySlots(u32),
+    /// Attention sinks are not one finite logit per query head.
+    Sinks {
+        /// Sinks given.
+        len: usize,
+        /// Query heads.
+        q_heads: u32,
+    },
 }
 
 impl fmt::Display for InputError {
@@ -177,8 +184,23 @@ impl fmt::Display for InputError {
                 write!(f, "tensor has {actual} floats, the batch needs {expected}")
             }
             Self::CopySlots(n) => write!(f, "page copy of {n} slots exceeds a page"),
+            Self::Sinks { len, q_heads } => write!(
+                f,
+                "attention sinks must be {q_heads} finite logits, one per query head (got {len})"
+            ),
         }
     }
+}
+
+/// Checks attention sinks for `shape`: one finite logit per query head.
+pub fn validate_sinks(shape: &AttentionShape, sinks: &[f32]) -> Result<(), InputError> {
+    if sinks.len() != shape.q_heads as usize || !sinks.iter().all(|s| s.is_finite()) {
+        return Err(InputError::Sinks {
+            len: sinks.len(),
+            q_heads: shape.q_heads,
+        });
+    }
+    Ok(())
 }
 
 /// A paged-attention backend.
@@ -220,6 +242,23 @@ pub trait Backend {
         store: &Self::KvStore,
         layer: u32,
         shape: AttentionShape,
+        batch: &[SeqAttention<'_>],
+        queries: &[f32],
+        out: &mut [f32],
+    ) -> Result<(), Self::Error>;
+
+    /// [`attention`](Self::attention) where each query head's softmax also
+    /// counts a learned sink logit, `sinks[head]` (`q_heads` values;
+    /// gpt-oss): a key with no value behind it, so a head may give a query
+    /// less than all of its attention. A backend without it refuses with an
+    /// [`Unsupported`](BackendErrorKind::Unsupported) error.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_with_sinks(
+        &mut self,
+        store: &Self::KvStore,
+        layer: u32,
+        shape: AttentionShape,
+        sinks: &[f32],
         batch: &[SeqAttention<'_>],
         queries: &[f32],
         out: &mut [f32],

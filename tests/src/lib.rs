@@ -122,6 +122,20 @@ pub fn reference_attention(
     queries: &[f32],
     query_len: usize,
 ) -> Vec<f32> {
+    reference_attention_with_sinks(shape, None, keys, values, context_len, queries, query_len)
+}
+
+/// [`reference_attention`] where each head's softmax denominator also
+/// counts `exp(sinks[head])` when `sinks` is given (gpt-oss).
+pub fn reference_attention_with_sinks(
+    shape: &AttentionShape,
+    sinks: Option<&[f32]>,
+    keys: &[f32],
+    values: &[f32],
+    context_len: usize,
+    queries: &[f32],
+    query_len: usize,
+) -> Vec<f32> {
     let (dim, group) = (shape.head_dim as usize, shape.group() as usize);
     let kv_row = shape.kv_row();
     let mut out = vec![0.0f32; query_len * shape.q_row()];
@@ -152,9 +166,14 @@ pub fn reference_attention(
                     }
                 })
                 .collect();
-            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let sink = sinks.map(|s| f64::from(s[h]));
+            let max = scores
+                .iter()
+                .copied()
+                .chain(sink)
+                .fold(f64::NEG_INFINITY, f64::max);
             let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-            let total: f64 = weights.iter().sum();
+            let total: f64 = weights.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - max).exp());
             for d in 0..dim {
                 let v: f64 = (first..=pos)
                     .zip(&weights)
@@ -207,6 +226,39 @@ pub fn check_batch<B: Backend>(
     check_batch_with(backend, dtype, head_dim, gqa, kv_heads, seqs, seed, 0, 0.0)
 }
 
+/// [`check_batch_with`] through
+/// [`attention_with_sinks`](Backend::attention_with_sinks), with random
+/// sinks of about the scores' size (some far above them, so a head may
+/// attend to almost nothing).
+#[allow(clippy::too_many_arguments)]
+pub fn check_batch_with_sinks<B: Backend>(
+    backend: &mut B,
+    dtype: KvDtype,
+    head_dim: u32,
+    gqa: u32,
+    kv_heads: u32,
+    seqs: &[(u32, u32)],
+    seed: u64,
+    window: u32,
+) -> f64 {
+    let mut rng = Rng::new(seed ^ 0x5111);
+    let sinks: Vec<f32> = (0..kv_heads * gqa)
+        .map(|h| if h % 5 == 4 { 6.0 } else { 3.0 * rng.value() })
+        .collect();
+    check_batch_inner(
+        backend,
+        dtype,
+        head_dim,
+        gqa,
+        kv_heads,
+        seqs,
+        seed,
+        window,
+        0.0,
+        Some(&sinks),
+    )
+}
+
 /// [`check_batch`] with a sliding `window` and a `softcap` (0: none). The
 /// pages wholly before every query's window are poisoned with NaN after
 /// the scatter, so a backend that reads them fails.
@@ -221,6 +273,24 @@ pub fn check_batch_with<B: Backend>(
     seed: u64,
     window: u32,
     softcap: f32,
+) -> f64 {
+    check_batch_inner(
+        backend, dtype, head_dim, gqa, kv_heads, seqs, seed, window, softcap, None,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_batch_inner<B: Backend>(
+    backend: &mut B,
+    dtype: KvDtype,
+    head_dim: u32,
+    gqa: u32,
+    kv_heads: u32,
+    seqs: &[(u32, u32)],
+    seed: u64,
+    window: u32,
+    softcap: f32,
+    sinks: Option<&[f32]>,
 ) -> f64 {
     let mut rng = Rng::new(seed);
     let layers = 2;
@@ -313,15 +383,21 @@ pub fn check_batch_with<B: Backend>(
         })
         .collect();
     let mut out = vec![f32::NAN; queries.len()];
-    backend
-        .attention(&store, layer, shape, &batch, &queries, &mut out)
-        .unwrap();
+    match sinks {
+        Some(sinks) => backend
+            .attention_with_sinks(&store, layer, shape, sinks, &batch, &queries, &mut out)
+            .unwrap(),
+        None => backend
+            .attention(&store, layer, shape, &batch, &queries, &mut out)
+            .unwrap(),
+    }
     let mut worst = 0.0f64;
     for (s, b) in case.iter().zip(&batch) {
         let row = shape.q_row();
         let q = &queries[b.query_start as usize * row..][..b.query_len as usize * row];
-        let want = reference_attention(
+        let want = reference_attention_with_sinks(
             &shape,
+            sinks,
             &s.keys,
             &s.values,
             s.context_len as usize,

@@ -47,3 +47,65 @@ fn a_store_with_an_unsupported_head_dim_is_refused() {
     let geometry = KvGeometry::new(1, 2, 80, KvDtype::F16).unwrap();
     assert!(backend.create_kv_store(geometry, 4).is_ok());
 }
+
+#[test]
+fn attention_sinks_match_the_reference() {
+    // gpt-oss's sinks: decodes, prefills, a window (its local layers'),
+    // and long contexts whose KV splits are merged with the sink.
+    let seqs = [(1, 1), (17, 17), (40, 3), (100, 30), (700, 1), (1000, 64)];
+    for (label, mut backend) in backends() {
+        for (dtype, dim, gqa, window) in [
+            (KvDtype::F32, 64, 8, 0),
+            (KvDtype::F16, 64, 8, 37),
+            (KvDtype::Bf16, 128, 1, 0),
+        ] {
+            let err = check_batch_with_sinks(&mut backend, dtype, dim, gqa, 2, &seqs, 7, window);
+            assert!(
+                err < tolerance(dtype),
+                "{label} {dtype:?} dim {dim} gqa {gqa} window {window}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn sinks_that_are_not_one_finite_logit_per_head_are_refused() {
+    use pagoda_core::backend::{AttentionShape, Backend, InputError, SeqAttention};
+    use pagoda_core::{KvGeometry, PageId};
+    use pagoda_cpu::CpuError;
+    let mut backend = CpuBackend::new();
+    let geometry = KvGeometry::new(1, 2, 64, KvDtype::F32).unwrap();
+    let store = backend.create_kv_store(geometry, 2).unwrap();
+    let shape = AttentionShape {
+        q_heads: 4,
+        kv_heads: 2,
+        head_dim: 64,
+        scale: 0.125,
+        window: 0,
+        softcap: 0.0,
+    };
+    let pages = [PageId::from_index(0)];
+    let batch = [SeqAttention {
+        pages: &pages,
+        context_len: 1,
+        query_start: 0,
+        query_len: 1,
+    }];
+    let q = vec![0.5; 256];
+    for sinks in [
+        &[0.0; 3][..],
+        &[0.0; 5],
+        &[0.0, f32::NAN, 0.0, 0.0],
+        &[f32::INFINITY; 4],
+    ] {
+        let mut out = vec![7.0; 256];
+        let err = backend
+            .attention_with_sinks(&store, 0, shape, sinks, &batch, &q, &mut out)
+            .unwrap_err();
+        assert!(
+            matches!(err, CpuError::Input(InputError::Sinks { q_heads: 4, .. })),
+            "{sinks:?}: {err}"
+        );
+        assert!(out.iter().all(|&v| v == 7.0), "a refusal wrote nothing");
+    }
+}
