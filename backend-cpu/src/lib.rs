@@ -58,7 +58,7 @@ use pagoda_core::{KvGeometry, PageCopy, Slot, PAGE_SIZE};
 
 use data::{with_elements, KvData};
 pub use element::KvElement;
-pub use kernels::{gelu_tanh_mul, silu_mul, Isa};
+pub use kernels::{gelu_tanh_mul, silu_mul, swiglu_oai_mul, Isa};
 pub use quant::{
     matmul, matmul_team, matmul_team_each, ActFormat, QMatError, QuantMatrix, QuantizedActivations,
 };

@@ -1,6 +1,6 @@
 """An independent forward pass of a `llama` (Mixtral's mixture of experts
 included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
-`granite`, `granitemoe`, `smollm3` or `olmo2` GGUF
+`granite`, `granitemoe`, `smollm3`, `olmo2` or `gpt-oss` GGUF
 model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs and synthetic_gguf.rs.
 
@@ -89,6 +89,18 @@ kv_heads * head_dim) before NeoX rotary; each block's output normed
 (post_attention_norm, post_ffw_norm) before it is added.
 the experts' matrices the slices of ffn_{gate,up,down}_exps (or the older
 ffn_{gate,up,down}.E tensors, one per expert).
+gpt-oss, from HF's GptOssModel (its converter splits gate_up_proj into
+ffn_gate_exps and ffn_up_exps): the pre-norm layer with a bias on every
+projection (attn_output.bias too), NeoX rotary with YaRN on every layer,
+the MLP's norm stored as post_attention_norm; sliding-window layers as
+Gemma's (default pattern 2: even layers local); each head's softmax with
+its sink logit s (attn_sinks) as one more column, dropped after the
+softmax: p_j = e^(x_j) / (sum e^(x) + e^s). The mixture (GptOssTopKRouter,
+GptOssExperts): l = h @ ffn_gate_inp.T + bias, top = the expert_used_count
+largest of l, w = softmax(l[top]); each expert g = h @ Wg.T + bg, u =
+h @ Wu.T + bu, g = min(g, 7), u = clamp(u, -7, 7), f = ((u + 1) * g *
+sigmoid(1.702 g)) @ Wd.T + bd. YaRN's correction range is truncated
+(floor, ceil) as llama.cpp computes it, not HF's truncate=False.
 
 The norm gains are used as the file stores them (llama.cpp's converter
 stores Gemma's 1 + w). Local layers: attention.sliding_window_pattern, a
@@ -145,7 +157,7 @@ class Model:
         r = GGUFReader(path)
         self.arch = field(r, "general.architecture")
         if self.arch not in ("llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
-                             "granite", "granitemoe", "smollm3", "olmo2"):
+                             "granite", "granitemoe", "smollm3", "olmo2", "gpt-oss"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         self.layers = int(field(r, f"{a}.block_count"))
@@ -162,6 +174,7 @@ class Model:
         self.orig_context = int(field(r, f"{a}.rope.scaling.original_context_length", self.context))
         self.attn_factor = float(field(r, f"{a}.rope.scaling.attn_factor", 1.0))
         self.gemma = a in ("gemma2", "gemma3")
+        self.oss = a == "gpt-oss"
         self.granite = a in ("granite", "granitemoe")
         self.embedding_scale = float(field(r, f"{a}.embedding_scale", 1.0))
         self.residual_scale = float(field(r, f"{a}.residual_scale", 1.0))
@@ -184,9 +197,11 @@ class Model:
         if pattern is not None and pattern.types[0] == GGUFValueType.ARRAY:
             self.local = [bool(pattern.parts[i][0]) for i in pattern.data]
         else:
-            n = int(field(r, f"{a}.attention.sliding_window_pattern", 2 if a == "gemma2" else 6))
+            default = 6 if a == "gemma3" else 2
+            n = int(field(r, f"{a}.attention.sliding_window_pattern", default))
             self.local = [i % n < n - 1 for i in range(self.layers)]
-        self.local = [self.gemma and self.window > 0 and l for l in self.local]
+        windowed = self.gemma or self.oss
+        self.local = [windowed and self.window > 0 and l for l in self.local]
         self.attn_cap = float(field(r, f"{a}.attn_logit_softcapping", 0.0))
         self.final_cap = float(field(r, f"{a}.final_logit_softcapping", 0.0))
         scalar = self.hidden // self.heads if self.layers in (62, 46) and self.gemma else self.head_dim
@@ -245,8 +260,28 @@ class Model:
         stacked = self.t.get(p + f"ffn_{name}_exps.weight")
         return stacked[e] if stacked is not None else self.t[p + f"ffn_{name}.{e}.weight"]
 
+    def oss_mixture(self, p, h):
+        """gpt-oss's mixture for normed rows h [tokens, hidden]."""
+        w = self.t
+        logits = h @ w[p + "ffn_gate_inp.weight"].T + w[p + "ffn_gate_inp.bias"]
+        out = np.zeros_like(h)
+        for r in range(h.shape[0]):
+            top = np.argsort(-logits[r], kind="stable")[: self.experts_used]
+            weights = np.exp(logits[r, top] - logits[r, top].max())
+            weights /= weights.sum()
+            for e, weight in zip(top, weights):
+                g = h[r] @ self.expert(p, "gate", e).T + w[p + "ffn_gate_exps.bias"][e]
+                u = h[r] @ self.expert(p, "up", e).T + w[p + "ffn_up_exps.bias"][e]
+                g, u = np.minimum(g, 7.0), np.clip(u, -7.0, 7.0)
+                glu = g / (1.0 + np.exp(-1.702 * g))
+                f = ((u + 1.0) * glu) @ self.expert(p, "down", e).T + w[p + "ffn_down_exps.bias"][e]
+                out[r] += weight * f
+        return out
+
     def mixture(self, p, h):
         """The mixture of experts' output for normed rows h [tokens, hidden]."""
+        if self.oss:
+            return self.oss_mixture(p, h)
         logits = h @ self.t[p + "ffn_gate_inp.weight"].T
         probs = np.exp(logits - logits.max(axis=1, keepdims=True))
         probs /= probs.sum(axis=1, keepdims=True)
@@ -293,7 +328,7 @@ class Model:
         causal = np.where(key <= query, 0.0, -np.inf)
         windowed = np.where((key <= query) & (key > query - self.window), 0.0, -np.inf)
         for i in range(self.layers):
-            local = self.local[i] if self.gemma else False
+            local = self.local[i]
             mask = windowed if local else causal
             p = f"blk.{i}."
             olmo2 = self.arch == "olmo2"
@@ -316,8 +351,9 @@ class Model:
                 q = self.norm(q, w[p + "attn_q_norm.weight"])
                 k = self.norm(k, w[p + "attn_k_norm.weight"])
             if not (self.arch == "smollm3" and (i + 1) % 4 == 0):
-                self.rope(q, positions, local)
-                self.rope(k, positions, local)
+                # Only Gemma 3's local layers rotate differently.
+                self.rope(q, positions, local and self.gemma)
+                self.rope(k, positions, local and self.gemma)
             if cache is not None:
                 k, v = cache.extend(i, k, v)
             out = np.empty((t, self.heads, d))
@@ -330,15 +366,24 @@ class Model:
                 if self.attn_cap > 0:
                     s = self.attn_cap * np.tanh(s / self.attn_cap)
                 s = s + mask
+                sinks = w.get(p + "attn_sinks.weight")
+                if sinks is not None:
+                    # The sink: one more column, dropped after the softmax.
+                    s = np.concatenate([s, np.full((t, 1), sinks[hq])], axis=1)
                 s = np.exp(s - s.max(axis=1, keepdims=True))
-                out[:, hq, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, hk, :]
+                s = s / s.sum(axis=1, keepdims=True)
+                if sinks is not None:
+                    s = s[:, :-1]
+                out[:, hq, :] = s @ v[:, hk, :]
             o = out.reshape(t, self.heads * d) @ w[p + "attn_output.weight"].T
+            o = o + w.get(p + "attn_output.bias", 0.0)
             if self.gemma or olmo2:
                 o = self.norm(o, w[p + "post_attention_norm.weight"])
             if self.granite:
                 o = o * self.residual_scale
             x = x + o
-            h = x if olmo2 else self.norm(x, w[p + "ffn_norm.weight"])
+            ffn_norm = "post_attention_norm.weight" if self.oss else "ffn_norm.weight"
+            h = x if olmo2 else self.norm(x, w[p + ffn_norm])
             if self.experts > 0:
                 f = self.mixture(p, h)
                 x = x + (f * self.residual_scale if self.granite else f)

@@ -84,9 +84,17 @@ moe_count.gguf (no expert_count) and moe_fewer.gguf (expert_count 4 for
 stacks of 8); and, after Granite's, olmo3.gguf (`olmo2` with
 attention.sliding_window 4, as OLMo 3 is written), scaling.gguf
 (rope.scaling.type "dynamic") and llama_shexp.gguf (a `llama` mixture with
-shared experts). Last, lowbits.gguf: `llama`, untied, every matrix Q2_K,
+shared experts). Then lowbits.gguf: `llama`, untied, every matrix Q2_K,
 Q3_K, IQ4_NL or IQ4_XS (each type on both layers), as Q2_K, Q3_K_M and
-IQ4_XS files hold them.
+IQ4_XS files hold them. Last, gpt_oss.gguf: `gpt-oss`, untied, 4 query
+heads of 64 over 2 KV heads, q/k/v and attn_output biases, attn_sinks
+[heads] (N(0, 1): about the scores' size), the MLP's norm named
+post_attention_norm (no ffn_norm), sliding window 5 on layer 0 (the default
+pattern 2), YaRN (factor 4 from an original context of 128), and 4 experts
+128 wide of which 2 are used, stacked, in MXFP4 (layer 1's down in Q8_0),
+with a router bias [experts] and expert biases ffn_{gate,up}_exps.bias
+[experts, 128] and ffn_down_exps.bias [experts, hidden]; the gate and up
+values scaled by 8 so that the SwiGLU's clamp at 7 bites.
 
 The Q/K rows are random, so they need no converter permutation: a `llama`
 file's rows are simply taken as already permuted for the interleaved-pair
@@ -154,6 +162,12 @@ def add(w, name, values, qtype):
         w.add_tensor(name, values)
     elif qtype == Q.F16:
         w.add_tensor(name, values.astype(np.float16))
+    elif qtype == Q.MXFP4:
+        # The package quantizes MXFP4 (round to the nearest of the
+        # scaled values), as the converter stores gpt-oss's experts.
+        data = quantize(values.reshape(-1, values.shape[-1]), qtype)
+        data = data.reshape(values.shape[:-1] + (-1,))
+        w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=qtype)
     elif qtype in (Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS, Q.IQ4_NL):
         cols = values.shape[-1]
         if qtype == Q.IQ4_NL:
@@ -429,6 +443,17 @@ QWEN2MOE_TYPES = {
 }
 
 
+# gpt-oss's experts ship in MXFP4, the rest of its matrices in 8 or 16 bits.
+GPT_OSS_TYPES = {
+    "embed": Q.Q8_0,
+    "output": Q.Q8_0,
+    "layers": [
+        dict(q=Q.F16, k=Q.Q8_0, v=Q.BF16, o=Q.Q8_0, gate=Q.MXFP4, up=Q.MXFP4, down=Q.MXFP4),
+        dict(q=Q.Q8_0, k=Q.BF16, v=Q.F16, o=Q.F16, gate=Q.MXFP4, up=Q.MXFP4, down=Q.Q8_0),
+    ],
+}
+
+
 def llama3_rope_freqs(head_dim, base, factor, low_freq_factor, high_freq_factor, old_context_len):
     """The divisors llama.cpp's convert_hf_to_gguf.py (LlamaModel) stores as
     rope_freqs.weight for HF's rope_scaling {"rope_type": "llama3", ...}:
@@ -568,6 +593,35 @@ def main() -> None:
     # Q2_K, Q3_K, IQ4_NL and IQ4_XS matrices, as Q2_K, Q3_K_M and IQ4_XS
     # files hold them.
     write(out / "lowbits.gguf", "llama", 4, 2, biases=False, tied=False, types=LOWBIT_TYPES)
+    # gpt-oss: every projection biased, sinks, alternating windows, YaRN,
+    # and a mixture with biases gated by the clamped SwiGLU.
+    count, width = 4, 128
+    oss = []
+    for i in range(LAYERS):
+        p = f"blk.{i}."
+        oss += [
+            (p + "post_attention_norm.weight", gain(HIDDEN), Q.F32),
+            (p + "attn_output.bias", rng.normal(0.0, 0.5, size=HIDDEN), Q.F32),
+            (p + "attn_sinks.weight", rng.normal(0.0, 1.0, size=4), Q.F32),
+            (p + "ffn_gate_inp.bias", rng.normal(0.0, 0.5, size=count), Q.F32),
+            (p + "ffn_gate_exps.bias", rng.normal(0.0, 0.5, size=(count, width)), Q.F32),
+            (p + "ffn_up_exps.bias", rng.normal(0.0, 0.5, size=(count, width)), Q.F32),
+            (p + "ffn_down_exps.bias", rng.normal(0.0, 0.5, size=(count, HIDDEN)), Q.F32),
+        ]
+    def gpt_oss(w):
+        w.add_sliding_window(5)
+        w.add_string("gpt-oss.rope.scaling.type", "yarn")
+        w.add_float32("gpt-oss.rope.scaling.factor", 4.0)
+        w.add_uint32("gpt-oss.rope.scaling.original_context_length", 128)
+    def scaled(qtype):
+        # Gate and up values 8x larger, so that the clamp at 7 matters.
+        return lambda w, name, values: add(w, name, values * 8.0, qtype)
+    oss_types = {**GPT_OSS_TYPES, "layers": [
+        dict(t, gate=scaled(t["gate"]), up=scaled(t["up"])) for t in GPT_OSS_TYPES["layers"]]}
+    no_ffn_norms = {f"blk.{i}.ffn_norm.weight" for i in range(LAYERS)}
+    write(out / "gpt_oss.gguf", "gpt-oss", 4, 2, biases=True, tied=False, key_length=True,
+          eps=1e-5, base=150000.0, meta=gpt_oss, types=oss_types, experts=(count, 2, width, {0, 1}),
+          skip=no_ffn_norms, extra=oss)
 
 
 if __name__ == "__main__":

@@ -289,9 +289,59 @@ pub fn gelu_tanh_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// gpt-oss's clamped SwiGLU, `gate[i] = x σ(αx) (y + 1)` with `x =
+/// min(gate[i], limit)` and `y = clamp(up[i], −limit, limit)`, over the
+/// common length, through [`silu_mul`]: `x σ(αx)` is `silu(αx) / α`, so
+/// the gate becomes `αx` and the up `(y + 1) / α` (which is why `up` is
+/// overwritten) and the vector exponential does the rest.
+#[inline]
+pub fn swiglu_oai_mul(isa: Isa, gate: &mut [f32], up: &mut [f32], alpha: f32, limit: f32) {
+    let n = gate.len().min(up.len());
+    let (gate, up) = (&mut gate[..n], &mut up[..n]);
+    for g in gate.iter_mut() {
+        *g = alpha * g.min(limit);
+    }
+    for u in up.iter_mut() {
+        *u = (u.clamp(-limit, limit) + 1.0) / alpha;
+    }
+    silu_mul(isa, gate, up);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both paths against `x / (1 + e^(−1.702x)) (y + 1)` in f64 with
+    /// gpt-oss's clamps, on values from 1e-6 to 100 in magnitude (so both
+    /// clamps bite), within 2e-6 relative plus 1e-12 (the far negative
+    /// tail, ~1e-17, is where the f32 rounding of `αx` alone moves it by
+    /// 2e-6 relative).
+    #[test]
+    fn swiglu_oai_mul_matches_f64_reference() {
+        let mut seed = 13;
+        for len in [0usize, 1, 7, 8, 9, 31, 1000] {
+            let gate: Vec<f32> = (0..len)
+                .map(|i| rng(&mut seed) * [1e-6, 1.0, 5.0, 30.0, 100.0][i % 5])
+                .collect();
+            let up: Vec<f32> = (0..len)
+                .map(|i| rng(&mut seed) * [0.5, 3.0, 12.0][i % 3])
+                .collect();
+            for isa in [Isa::Scalar, Isa::detect()] {
+                let (mut g, mut u) = (gate.clone(), up.clone());
+                swiglu_oai_mul(isa, &mut g, &mut u, 1.702, 7.0);
+                for ((&got, &x), &y) in g.iter().zip(&gate).zip(&up) {
+                    let x = f64::from(x).min(7.0);
+                    let y = f64::from(y).clamp(-7.0, 7.0);
+                    let want = x / (1.0 + (-1.702 * x).exp()) * (y + 1.0);
+                    let err = (f64::from(got) - want).abs();
+                    assert!(
+                        err <= 2e-6 * want.abs() + 1e-12,
+                        "{isa:?} swiglu_oai({x}, {y}): {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
 
     /// Both paths against `0.5·g·(1 + tanh(√(2/π)(g + 0.044715 g³)))·u`
     /// in f64, on values from 1e-6 to 100 in magnitude, within 2e-6

@@ -31,6 +31,12 @@ pub trait StepBackend: Backend + Sized {
     /// every layer paged together.
     const KV_GROUPS: bool = true;
 
+    /// Whether the backend runs
+    /// [`attention_with_sinks`](Backend::attention_with_sinks) (gpt-oss):
+    /// an engine of a model with sinks on a backend without it is refused
+    /// when it is built, not at its first step.
+    const ATTENTION_SINKS: bool = true;
+
     /// Fresh activation buffers for an engine on this backend. The default
     /// starts its own thread team on the first step; the CPU backend lends
     /// its team, so attention and the products run on the same threads.

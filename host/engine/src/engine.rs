@@ -115,6 +115,13 @@ impl<'s, B: StepBackend> Engine<'s, B> {
             },
             layout,
         ) = storage.split()?;
+        if model.program().has_sinks() && !B::ATTENTION_SINKS {
+            return Err(ModelError::BackendLacks {
+                backend: backend.name(),
+                feature: "attention sinks (gpt-oss); run it with --backend cpu",
+            }
+            .into());
+        }
         if layout.per_group().is_some() && !B::KV_GROUPS {
             return Err(EngineError::Invariant(
                 "this backend pages every layer together: build the storage without groups",

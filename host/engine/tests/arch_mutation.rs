@@ -16,7 +16,7 @@ use pagoda_engine::model::Model;
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 9] = [
+const FILES: [&str; 10] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -26,6 +26,7 @@ const FILES: [&str; 9] = [
     "olmo2",
     "gemma3",
     "phi3",
+    "gpt_oss",
 ];
 
 /// Mutants of each file.

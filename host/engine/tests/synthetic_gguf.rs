@@ -42,6 +42,9 @@ const TOLERANCE_F16: f32 = 5e-3;
 /// The tiny models make_tiny_gguf.py writes, each checked against the
 /// reference.
 const ARCHS: [&str; 17] = support::TINY_MODELS;
+/// Tiny models only the CPU backend runs (Vulkan has no attention sinks),
+/// checked against the reference here only.
+const CPU_ONLY: [&str; 1] = ["gpt_oss"];
 
 fn prompts() -> Vec<Vec<u32>> {
     vec![
@@ -60,7 +63,7 @@ fn fixtures() -> Option<&'static PathBuf> {
         support::run_reference(&python, "make_tiny_gguf.py", &[dir.as_os_str()]);
         let prompts_file = dir.join("prompts.txt");
         support::write_prompts(&prompts_file, &prompts());
-        for arch in ARCHS {
+        for arch in ARCHS.into_iter().chain(CPU_ONLY) {
             let out = dir.join(arch);
             std::fs::create_dir_all(&out).unwrap();
             let model = dir.join(format!("{arch}.gguf"));
@@ -472,6 +475,20 @@ fn q2_k_q3_k_and_iq4_matrices_match_the_reference() {
             QuantKind::IQ4_XS,
         ];
         assert_eq!(kinds, expected);
+    }
+}
+
+#[test]
+fn gpt_oss_with_sinks_windows_and_biased_mxfp4_experts_matches_the_reference() {
+    // Sinks on every head, layer 0 over a 5-token window, YaRN, biases on
+    // every projection, router and expert; the experts MXFP4 (but layer
+    // 1's down), gated by the clamped SwiGLU, whose clamp the file's
+    // gate and up values reach.
+    if let Some(c) = agrees_with_reference("gpt_oss") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim, c.ffn), (4, 2, 64, 128));
+        let model = Model::load(fixtures().unwrap().join("gpt_oss.gguf")).unwrap();
+        let mxfp4 = model.matrices().filter(|m| m.kind() == QuantKind::MXFP4);
+        assert_eq!(mxfp4.count(), 2 * 4 * 3 - 4);
     }
 }
 

@@ -18,6 +18,7 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "granitemoe",
     "smollm3",
     "olmo2",
+    "gpt-oss",
 ];
 
 /// The widest row (hidden size, MLP width, all query heads) a model may
@@ -277,6 +278,14 @@ pub enum ModelError {
         position: u32,
         /// The context length.
         max_context: u32,
+    },
+    /// The model needs something the backend does not have.
+    #[error("the {backend} backend cannot run this model: {feature}")]
+    BackendLacks {
+        /// The backend's name.
+        backend: &'static str,
+        /// What it lacks.
+        feature: &'static str,
     },
     /// A weight row of the quantized model could not be dequantized.
     #[error("dequantizing a weight row: {0}")]

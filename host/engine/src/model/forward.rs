@@ -189,6 +189,7 @@ impl Model {
                 biases: biases(),
                 qk_norm: None,
                 output: matrix(q, h)?,
+                output_bias: None,
                 post_norm: None,
                 rope: Some(0),
                 attend: Attend::full(&config),

@@ -69,10 +69,21 @@ pub(crate) enum Gating {
     Silu,
     /// `gelu(gate) × up` with GELU's tanh approximation (GeGLU; Gemma).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU: `g = min(gate, 7)`, `u = clamp(up, −7, 7)`,
+    /// `g × sigmoid(1.702 g) × (u + 1)` (the constants llama.cpp and the
+    /// reference implementation fix).
+    SwigluOai,
+}
+
+impl Gating {
+    /// gpt-oss's clamp of the gate and up values.
+    pub(crate) const OAI_LIMIT: f32 = 7.0;
+    /// gpt-oss's sigmoid slope.
+    pub(crate) const OAI_ALPHA: f32 = 1.702;
 }
 
 /// How one layer's attention reads the cache.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Attend {
     /// Softmax scale of the scores.
     pub scale: f32,
@@ -80,6 +91,9 @@ pub(crate) struct Attend {
     pub window: u32,
     /// Soft cap of the scaled scores; 0 for none.
     pub softcap: f32,
+    /// A learned logit per query head that each head's softmax also counts
+    /// (gpt-oss's sinks); `None` for none.
+    pub sinks: Option<Vec<f32>>,
 }
 
 impl Attend {
@@ -89,6 +103,7 @@ impl Attend {
             scale: 1.0 / (c.head_dim as f32).sqrt(),
             window: 0,
             softcap: 0.0,
+            sinks: None,
         }
     }
 }
@@ -126,6 +141,16 @@ pub(crate) struct Expert {
     pub gate: Matrix,
     pub up: Matrix,
     pub down: Matrix,
+    /// Biases of the gate, up and down products (gpt-oss).
+    pub biases: Option<Box<ExpertBiases>>,
+}
+
+/// An expert's biases: `width`, `width` and `hidden` values.
+#[derive(Debug, Clone)]
+pub(crate) struct ExpertBiases {
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    pub down: Vec<f32>,
 }
 
 /// A sparse MLP (Mixtral, Qwen3-MoE, Qwen2-MoE): a router scores each row
@@ -137,6 +162,8 @@ pub(crate) struct Expert {
 pub(crate) struct Experts {
     /// One row of `hidden` weights per expert.
     pub router: Matrix,
+    /// A bias per expert added to the router's scores (gpt-oss).
+    pub router_bias: Option<Vec<f32>>,
     pub experts: Vec<Expert>,
     /// Experts each row goes through (`expert_used_count`).
     pub used: u32,
@@ -226,7 +253,14 @@ impl Program {
         let layers = self.layers.iter().flatten().flat_map(|op| match op {
             Op::Norm { gain, .. } => vec![gain.as_slice()],
             Op::Linear { projs, .. } => projs.iter().filter_map(|p| p.bias.as_deref()).collect(),
-            Op::Experts(e) => e.shared.iter().filter_map(|s| s.gate.as_deref()).collect(),
+            Op::Attention(a) => a.sinks.as_deref().into_iter().collect(),
+            Op::Experts(e) => {
+                let shared = e.shared.iter().filter_map(|s| s.gate.as_deref());
+                let biases = e.experts.iter().filter_map(|x| x.biases.as_deref());
+                let biases = biases.flat_map(|b| [&b.gate[..], &b.up[..], &b.down[..]]);
+                let router = e.router_bias.as_deref();
+                shared.chain(biases).chain(router).collect()
+            }
             _ => Vec::new(),
         });
         layers.chain(std::iter::once(self.final_norm.as_slice()))
@@ -283,6 +317,14 @@ impl Program {
             .sum()
     }
 
+    /// Whether any layer's attention has sinks.
+    pub(crate) fn has_sinks(&self) -> bool {
+        self.layers
+            .iter()
+            .flatten()
+            .any(|op| matches!(op, Op::Attention(a) if a.sinks.is_some()))
+    }
+
     /// Whether the output head is the embedding.
     pub(crate) fn is_tied(&self) -> bool {
         self.head.same_as(&self.embed)
@@ -301,6 +343,8 @@ pub(crate) struct AttentionBlock {
     /// Per-head RMS norm gains of q and k (qwen3, gemma3).
     pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     pub output: Matrix,
+    /// The output product's bias (gpt-oss).
+    pub output_bias: Option<Vec<f32>>,
     /// RMS norm gain of the output before the residual add (gemma3).
     pub post_norm: Option<Vec<f32>>,
     /// Which of the program's rotary tables the layer reads; `None`: the
@@ -372,7 +416,7 @@ pub(crate) fn attention_block(
         projs: vec![Proj {
             w: a.output,
             out: Buf::Sum,
-            bias: None,
+            bias: a.output_bias,
         }],
     });
     residual(ops, a.post_norm);

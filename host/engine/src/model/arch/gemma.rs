@@ -20,7 +20,6 @@ use super::super::program::{
 };
 use super::super::rope::{Rope, RopeMode, RopeSpec};
 use super::Loader;
-use pagoda_core::gguf::Value;
 
 /// Which generation a file is.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -35,7 +34,11 @@ pub(super) fn build(l: &Loader<'_>, gen: Gemma) -> Result<Program, LoadError> {
     let (h, d) = (c.hidden as usize, c.head_dim as usize);
     let window_key = l.key("attention.sliding_window");
     let window = uint(l.g, &window_key)?.unwrap_or(0);
-    let local_layers = local_layers(l, gen)?;
+    // Absent, the pattern is Gemma 2's even layers, Gemma 3's five of six.
+    let local_layers = l.local_layers(match gen {
+        Gemma::Two => 2,
+        Gemma::Three => 6,
+    })?;
     let softcap = |name: &str| -> Result<f32, LoadError> {
         let key = l.key(name);
         let cap = float(l.g, &key)?.unwrap_or(0.0);
@@ -53,8 +56,12 @@ pub(super) fn build(l: &Loader<'_>, gen: Gemma) -> Result<Program, LoadError> {
         scale: 1.0 / (head_dim as f32).sqrt(),
         window: 0,
         softcap: softcap("attn_logit_softcapping")?,
+        sinks: None,
     };
-    let local = Attend { window, ..full };
+    let local = Attend {
+        window,
+        ..full.clone()
+    };
     let global = l.rope(RopeMode::Neox)?;
     let mut ropes = vec![Rope::new(&global, c.max_context)];
     if gen == Gemma::Three {
@@ -83,7 +90,11 @@ pub(super) fn build(l: &Loader<'_>, gen: Gemma) -> Result<Program, LoadError> {
             qk_norm,
             post_norm: Some(l.layer_vector(i, "post_attention_norm.weight", h)?),
             rope: Some(usize::from(is_local && gen == Gemma::Three)),
-            attend: if is_local { local } else { full },
+            attend: if is_local {
+                local.clone()
+            } else {
+                full.clone()
+            },
             ..l.attention(i)?
         };
         let mlp = MlpBlock {
@@ -112,35 +123,4 @@ pub(super) fn build(l: &Loader<'_>, gen: Gemma) -> Result<Program, LoadError> {
         residual_scale: 1.0,
         ropes,
     })
-}
-
-/// Which layers attend over the window: `attention.sliding_window_pattern`
-/// as llama.cpp reads it, a number `n` (layer `i` is local unless
-/// `i % n == n - 1`) or one bool per layer; absent, Gemma 2's `n` is 2
-/// (even layers local) and Gemma 3's 6 (five of every six).
-fn local_layers(l: &Loader<'_>, gen: Gemma) -> Result<Vec<bool>, LoadError> {
-    let layers = l.config.layers as usize;
-    let key = l.key("attention.sliding_window_pattern");
-    if let Some(Value::Array(flags)) = l.g.get(&key) {
-        let flags: Vec<bool> = flags
-            .iter()
-            .map(|v| match v {
-                Value::Bool(b) => Ok(b),
-                _ => Err(bad(&key, "an array", "must hold one bool per layer")),
-            })
-            .collect::<Result<_, _>>()?;
-        if flags.len() != layers {
-            return Err(bad(&key, flags.len(), "must hold one bool per layer"));
-        }
-        return Ok(flags);
-    }
-    let n = match (uint(l.g, &key)?, gen) {
-        (Some(n), _) => n,
-        (None, Gemma::Two) => 2,
-        (None, Gemma::Three) => 6,
-    };
-    if n == 0 {
-        return Err(bad(&key, n, "must be positive"));
-    }
-    Ok((0..layers as u32).map(|i| i % n < n - 1).collect())
 }

@@ -14,6 +14,7 @@
 //! `make_tiny_gguf.py`; `docs/ARCHITECTURE.md` walks through it.
 
 mod gemma;
+mod gpt_oss;
 mod granite;
 mod llama;
 mod olmo2;
@@ -26,7 +27,7 @@ use std::ops::Range;
 
 use std::sync::Arc;
 
-use pagoda_core::gguf::Gguf;
+use pagoda_core::gguf::{Gguf, Value};
 
 use super::config::{ModelConfig, SUPPORTED_ARCHITECTURES as SUPPORTED};
 use super::dequant;
@@ -35,8 +36,8 @@ use super::load_error::LoadError;
 pub(super) use super::meta::architecture as name;
 use super::meta::{bad, float, meta, positive_float, required_uint, uint};
 use super::program::{
-    attention_block, experts_block, mlp_block, Attend, AttentionBlock, Buf, Expert, Experts,
-    Gating, MlpBlock, Op, Program, SharedExpert,
+    attention_block, experts_block, mlp_block, Attend, AttentionBlock, Buf, Expert, ExpertBiases,
+    Experts, Gating, MlpBlock, Op, Program, SharedExpert,
 };
 use super::repack_cache::RepackCache;
 use super::rope::{Rope, RopeMode, RopeSpec, Yarn};
@@ -340,6 +341,7 @@ impl Loader<'_> {
             biases: [None, None, None],
             qk_norm: None,
             output: self.layer_matrix(i, "attn_output", q, h)?,
+            output_bias: None,
             post_norm: None,
             rope: Some(0),
             attend: Attend::full(c),
@@ -434,7 +436,12 @@ impl Loader<'_> {
                 .into_iter()
                 .zip(ups)
                 .zip(downs)
-                .map(|((gate, up), down)| Expert { gate, up, down })
+                .map(|((gate, up), down)| Expert {
+                    gate,
+                    up,
+                    down,
+                    biases: None,
+                })
                 .collect()
         } else {
             (0..count)
@@ -443,12 +450,14 @@ impl Loader<'_> {
                         gate: self.layer_matrix(i, &format!("ffn_gate.{e}"), h, width)?,
                         up: self.layer_matrix(i, &format!("ffn_up.{e}"), h, width)?,
                         down: self.layer_matrix(i, &format!("ffn_down.{e}"), width, h)?,
+                        biases: None,
                     })
                 })
                 .collect::<Result<_, LoadError>>()?
         };
         Ok(Experts {
             router,
+            router_bias: None,
             experts,
             used,
             normalize,
@@ -472,6 +481,7 @@ impl Loader<'_> {
             gate: self.layer_matrix(i, "ffn_gate_shexp", h, width)?,
             up: self.layer_matrix(i, "ffn_up_shexp", h, width)?,
             down: self.layer_matrix(i, "ffn_down_shexp", width, h)?,
+            biases: None,
         };
         let name = format!("blk.{i}.ffn_gate_inp_shexp.weight");
         let gate = match self.g.tensor(&name).map(|t| t.dims().len()) {
@@ -523,6 +533,67 @@ impl Loader<'_> {
             residual_scale: 1.0,
             ropes: vec![Rope::new(rope, c.max_context)],
         })
+    }
+
+    /// Which layers attend over the sliding window:
+    /// `attention.sliding_window_pattern` as llama.cpp reads it, a number
+    /// `n` (layer `i` is local unless `i % n == n - 1`) or one bool per
+    /// layer; absent, the architecture's `default` `n`.
+    pub fn local_layers(&self, default: u32) -> Result<Vec<bool>, LoadError> {
+        let layers = self.config.layers as usize;
+        let key = self.key("attention.sliding_window_pattern");
+        if let Some(Value::Array(flags)) = self.g.get(&key) {
+            let flags: Vec<bool> = flags
+                .iter()
+                .map(|v| match v {
+                    Value::Bool(b) => Ok(b),
+                    _ => Err(bad(&key, "an array", "must hold one bool per layer")),
+                })
+                .collect::<Result<_, _>>()?;
+            if flags.len() != layers {
+                return Err(bad(&key, flags.len(), "must hold one bool per layer"));
+            }
+            return Ok(flags);
+        }
+        let n = uint(self.g, &key)?.unwrap_or(default);
+        if n == 0 {
+            return Err(bad(&key, n, "must be positive"));
+        }
+        Ok((0..layers as u32).map(|i| i % n < n - 1).collect())
+    }
+
+    /// Layer `i`'s stack `name` of `count` vectors of `len` values (GGUF
+    /// dimensions `[len, count]`, one per expert: an expert's biases).
+    fn layer_vector_stack(
+        &self,
+        i: u32,
+        name: &str,
+        len: usize,
+        count: usize,
+    ) -> Result<Vec<Vec<f32>>, LoadError> {
+        let name = format!("blk.{i}.{name}");
+        let values = dequant::stacked(self.g, &name, &[len as u64, count as u64])?;
+        Ok(values
+            .chunks_exact(len.max(1))
+            .map(<[f32]>::to_vec)
+            .collect())
+    }
+
+    /// Layer `i`'s experts' biases (`ffn_{gate,up,down}_exps.bias`), given
+    /// to each of `experts` (`width` wide), and its router's
+    /// (`ffn_gate_inp.bias`).
+    pub fn expert_biases(&self, i: u32, experts: &mut Experts) -> Result<(), LoadError> {
+        let (h, n) = (self.config.hidden as usize, experts.experts.len());
+        let width = experts.width();
+        let gates = self.layer_vector_stack(i, "ffn_gate_exps.bias", width, n)?;
+        let ups = self.layer_vector_stack(i, "ffn_up_exps.bias", width, n)?;
+        let downs = self.layer_vector_stack(i, "ffn_down_exps.bias", h, n)?;
+        let biases = gates.into_iter().zip(ups).zip(downs);
+        for (expert, ((gate, up), down)) in experts.experts.iter_mut().zip(biases) {
+            expert.biases = Some(Box::new(ExpertBiases { gate, up, down }));
+        }
+        experts.router_bias = Some(self.layer_vector(i, "ffn_gate_inp.bias", n)?);
+        Ok(())
     }
 
     /// A refusal naming a feature of this architecture that is not built.
@@ -596,7 +667,10 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
     };
     // Mixtral is `llama` with experts; the `moe` architectures always
     // have them.
-    if !matches!(arch, "llama" | "qwen2moe" | "qwen3moe" | "granitemoe") {
+    if !matches!(
+        arch,
+        "llama" | "qwen2moe" | "qwen3moe" | "granitemoe" | "gpt-oss"
+    ) {
         loader.refuse_experts()?;
     }
     let mut config = config;
@@ -613,6 +687,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "granitemoe" => granite::build(&loader, true)?,
         "gemma2" => gemma::build(&loader, gemma::Gemma::Two)?,
         "gemma3" => gemma::build(&loader, gemma::Gemma::Three)?,
+        "gpt-oss" => gpt_oss::build(&loader)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
     if let Source::Interleaved(file, _) = &loader.source {

@@ -50,6 +50,7 @@ pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
             biases: [None, None, None],
             qk_norm: None,
             output: l.layer_matrix(i, "attn_output", q, h)?,
+            output_bias: None,
             post_norm: None,
             rope: Some(0),
             attend: Attend::full(c),

@@ -107,6 +107,9 @@ pub(super) fn mixture(
         ..feed
     };
     project(team, isa, qx, router, x, h, &[&m.router], [&mut moe.scores])?;
+    if let Some(bias) = &m.router_bias {
+        add_rows(&mut moe.scores[..t * bias.len()], bias);
+    }
     moe.route(t, m.experts.len(), m.used as usize, m.normalize);
     let Routing {
         rows: routed,
@@ -194,7 +197,17 @@ impl ExpertBufs<'_> {
             [&mut *self.gate, &mut *self.up],
         )?;
         let len = feed.rows * width;
-        gate(team, isa, gating, &mut self.gate[..len], &self.up[..len])?;
+        if let Some(b) = &expert.biases {
+            add_rows(&mut self.gate[..len], &b.gate);
+            add_rows(&mut self.up[..len], &b.up);
+        }
+        gate(
+            team,
+            isa,
+            gating,
+            &mut self.gate[..len],
+            &mut self.up[..len],
+        )?;
         let down = [&expert.down];
         project(
             team,
@@ -206,7 +219,20 @@ impl ExpertBufs<'_> {
             &down,
             [&mut *self.out],
         )?;
-        Ok(&self.out[..feed.rows * hidden])
+        let out = &mut self.out[..feed.rows * hidden];
+        if let Some(b) = &expert.biases {
+            add_rows(out, &b.down);
+        }
+        Ok(out)
+    }
+}
+
+/// `rows += bias` for each row (`bias.len()` wide) of `rows`.
+fn add_rows(rows: &mut [f32], bias: &[f32]) {
+    for row in rows.chunks_exact_mut(bias.len().max(1)) {
+        for (v, b) in row.iter_mut().zip(bias) {
+            *v += b;
+        }
     }
 }
 

@@ -19,8 +19,8 @@ use ndarray::{s, ArrayView2, ArrayViewMut2, Axis};
 use pagoda_core::backend::{AttentionShape, Backend};
 use pagoda_cpu::quant::MAX_ROWS_PER_PASS;
 use pagoda_cpu::{
-    gelu_tanh_mul, matmul_team, matmul_team_each, silu_mul, ActFormat, Isa, QMatError, QuantMatrix,
-    QuantizedActivations, Team, TeamError,
+    gelu_tanh_mul, matmul_team, matmul_team_each, silu_mul, swiglu_oai_mul, ActFormat, Isa,
+    QMatError, QuantMatrix, QuantizedActivations, Team, TeamError,
 };
 
 use super::config::{ModelConfig, ModelError};
@@ -237,19 +237,32 @@ impl Run<'_> {
                             )
                             .map_err(ForwardError::Backend)?;
                         let mut out = std::mem::take(&mut bufs[index(Buf::Attn)]);
-                        let result = backend.attention(
-                            store,
-                            kv_layer,
-                            AttentionShape {
-                                scale: attend.scale,
-                                window: attend.window,
-                                softcap: attend.softcap,
-                                ..c.attention_shape()
-                            },
-                            seqs,
-                            &bufs[index(Buf::Q)][..q],
-                            &mut out[..q],
-                        );
+                        let shape = AttentionShape {
+                            scale: attend.scale,
+                            window: attend.window,
+                            softcap: attend.softcap,
+                            ..c.attention_shape()
+                        };
+                        let queries = &bufs[index(Buf::Q)][..q];
+                        let result = match &attend.sinks {
+                            Some(sinks) => backend.attention_with_sinks(
+                                store,
+                                kv_layer,
+                                shape,
+                                sinks,
+                                seqs,
+                                queries,
+                                &mut out[..q],
+                            ),
+                            None => backend.attention(
+                                store,
+                                kv_layer,
+                                shape,
+                                seqs,
+                                queries,
+                                &mut out[..q],
+                            ),
+                        };
                         bufs[index(Buf::Attn)] = out;
                         result.map_err(ForwardError::Backend)?;
                     }
@@ -414,13 +427,13 @@ impl Run<'_> {
     fn gate(&mut self, gating: Gating) -> Result<(), ModelError> {
         let n = self.t * self.c.ffn as usize;
         let bufs = &mut self.act.bufs;
-        let up = std::mem::take(&mut bufs[index(Buf::Up)]);
+        let mut up = std::mem::take(&mut bufs[index(Buf::Up)]);
         let result = gate(
             self.team,
             self.act.isa,
             gating,
             &mut bufs[index(Buf::Gate)][..n],
-            &up[..n],
+            &mut up[..n],
         );
         bufs[index(Buf::Up)] = up;
         result
@@ -666,7 +679,8 @@ fn rms_norm_in_place(row: &mut [f32], gain: &[f32], eps: f32) {
 /// (SmolLM2: 1,536) still splits.
 const GATE_PIECE: usize = 256;
 
-/// `gate = act(gate) × up` ([`silu_mul`], [`gelu_tanh_mul`]), in pieces
+/// `gate = act(gate) × up` ([`silu_mul`], [`gelu_tanh_mul`],
+/// [`swiglu_oai_mul`], which overwrites `up`), in pieces
 /// across the team: with `f32::exp` on the caller alone, the gating cost a
 /// batch-16 SmolLM2 step about 7% of its time.
 fn gate(
@@ -674,16 +688,25 @@ fn gate(
     isa: Isa,
     gating: Gating,
     gate: &mut [f32],
-    up: &[f32],
+    up: &mut [f32],
 ) -> Result<(), ModelError> {
+    let team_error = |e| ModelError::Kernel(QMatError::Team(e));
     let kernel = match gating {
         Gating::Silu => silu_mul,
         Gating::GeluTanh => gelu_tanh_mul,
+        Gating::SwigluOai => {
+            // Only gpt-oss's experts gate this way: a few rows of a few
+            // thousand values, on this thread.
+            let (alpha, limit) = (Gating::OAI_ALPHA, Gating::OAI_LIMIT);
+            swiglu_oai_mul(isa, gate, up, alpha, limit);
+            return Ok(());
+        }
     };
+    let up = &*up;
     team.for_each_chunk(gate, GATE_PIECE, &|i, g| {
         kernel(isa, g, &up[i * GATE_PIECE..])
     })
-    .map_err(|e| ModelError::Kernel(QMatError::Team(e)))
+    .map_err(team_error)
 }
 
 #[cfg(test)]

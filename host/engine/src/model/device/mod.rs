@@ -90,6 +90,7 @@ fn make_resident(
 /// upload).
 fn lowers(program: &Program) -> bool {
     program.experts().next().is_none()
+        && !program.has_sinks()
         && program.residual_scale == 1.0
         && program.matrices().all(|m| {
             m.kind() == QuantKind::BF16 || pagoda_vulkan::matmul_kernels(m.kind()).is_some()
@@ -145,6 +146,7 @@ impl StepBackend for VulkanBackend {
 
     /// Whole steps on the device read one page table for every layer.
     const KV_GROUPS: bool = false;
+    const ATTENTION_SINKS: bool = false;
 
     fn forward_step(
         &mut self,

@@ -369,6 +369,8 @@ fn lower(
             activation: match gating {
                 Gating::Silu => GluActivation::Silu,
                 Gating::GeluTanh => GluActivation::GeluTanh,
+                // Only gpt-oss's experts gate so, and mixtures do not lower.
+                Gating::SwigluOai => return Err(misplaced()),
             },
             cols: c.ffn,
             batch: t,
