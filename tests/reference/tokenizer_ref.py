@@ -37,6 +37,13 @@ LLAMA3_PATTERN = (
     r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+# tiktoken's o200k pattern, as gpt-oss's (and Llama 4's) tokenizer.json
+# states it.
+GPT4O_PATTERN = (
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"""
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"""
+    r"""\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 
 def corpus():
@@ -48,9 +55,16 @@ def corpus():
         "日", "本", "😀", "👍🏽", "\u200d", "ا", "ه", "١", "२", "\u0301", "\u093f", "\u00a0", "\u3000",
         "½", "Ⅻ", "<|im_end|>", "<|im_start|>", "<|endoftext|>", "  ", "\n\n", " 's", "'LL",
     ]
+    # Then the classes the GPT-4o pattern adds: a slash, non-ASCII capitals
+    # and small letters, a titlecase and a modifier letter, a mark after a
+    # capital (its strings come after the others', which stay the same).
+    more = pool + ["/", "É", "Ω", "ω", "ǅ", "ʰ", "A\u0301", "McD", "iPhone", "HTTPServer"]
+    more_rng = random.Random(20261202)
     rng = random.Random(20261123)
     for _ in range(300):
         texts.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 40))))
+    for _ in range(200):
+        texts.append("".join(more_rng.choice(more) for _ in range(more_rng.randint(1, 40))))
     # One long text for the timing note (about 10k tokens).
     texts.append("\n".join(texts[:40]) * 12)
     return texts
@@ -84,8 +98,8 @@ def pre_tokenizer(pre):
     if pre in ("gpt-2", "default", "mpt", "olmo"):
         return byte_level
     # Llama 3's and DBRX's (tiktoken's cl100k pattern), Qwen2's.
-    if pre in ("llama-bpe", "dbrx", "qwen2"):
-        pattern = QWEN2_PATTERN if pre == "qwen2" else LLAMA3_PATTERN
+    if pre in ("llama-bpe", "dbrx", "qwen2", "gpt-4o"):
+        pattern = {"qwen2": QWEN2_PATTERN, "gpt-4o": GPT4O_PATTERN}.get(pre, LLAMA3_PATTERN)
         return pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
@@ -98,7 +112,7 @@ def pre(outdir):
     texts = corpus()
     runs = {}
     for name in ("smollm", "gpt-2", "llama-bpe", "qwen2", "starcoder", "refact", "mpt",
-                 "olmo", "dbrx"):
+                 "olmo", "dbrx", "gpt-4o"):
         p = pre_tokenizer(name)
         rows = []
         for t in texts:

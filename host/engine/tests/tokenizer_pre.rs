@@ -31,6 +31,7 @@ fn pieces_match_reference() {
         "mpt",
         "olmo",
         "dbrx",
+        "gpt-4o",
     ] {
         let pre = PreTokenizer::from_name(name).unwrap();
         let want = std::fs::read_to_string(dir.join(format!("pieces_{name}.txt"))).unwrap();

@@ -5,6 +5,8 @@
 //! exact ranges come from `regex-syntax`'s Unicode tables, parsed once.
 //! `\p{N}` is `char::is_numeric` (Nd, Nl, No) and `\s` is
 //! `char::is_whitespace` (White_Space), as in the reference's regex engine.
+//! The GPT-4o pattern also splits letters by case: [`is_upperish`] and
+//! [`is_lowerish`] are its two classes, from the same tables.
 
 use std::sync::OnceLock;
 
@@ -21,28 +23,56 @@ pub(crate) enum Class {
     Other,
 }
 
-/// Sorted, disjoint `(start, end)` ranges of `\p{L}`.
-fn letters() -> &'static [(char, char)] {
-    static RANGES: OnceLock<Vec<(char, char)>> = OnceLock::new();
-    RANGES.get_or_init(|| {
-        use regex_syntax::hir::{Class as HirClass, HirKind};
-        // A fixed, valid pattern: parsing it cannot fail at run time.
-        match regex_syntax::parse(r"\p{L}").map(|h| h.kind().clone()) {
-            Ok(HirKind::Class(HirClass::Unicode(c))) => {
-                c.ranges().iter().map(|r| (r.start(), r.end())).collect()
-            }
-            _ => Vec::new(),
+/// Sorted, disjoint `(start, end)` ranges of the character class
+/// `pattern` (a fixed, valid pattern: parsing it cannot fail at run time).
+fn class_ranges(pattern: &str) -> Vec<(char, char)> {
+    use regex_syntax::hir::{Class as HirClass, HirKind};
+    match regex_syntax::parse(pattern).map(|h| h.kind().clone()) {
+        Ok(HirKind::Class(HirClass::Unicode(c))) => {
+            c.ranges().iter().map(|r| (r.start(), r.end())).collect()
         }
-    })
+        _ => Vec::new(),
+    }
+}
+
+/// Whether `c` lies in one of `ranges`.
+fn within(ranges: &[(char, char)], c: char) -> bool {
+    let i = ranges.partition_point(|&(_, end)| end < c);
+    ranges.get(i).is_some_and(|&(start, _)| start <= c)
 }
 
 fn is_letter(c: char) -> bool {
+    static LETTERS: OnceLock<Vec<(char, char)>> = OnceLock::new();
     if c.is_ascii() {
         return c.is_ascii_alphabetic();
     }
-    let ranges = letters();
-    let i = ranges.partition_point(|&(_, end)| end < c);
-    ranges.get(i).is_some_and(|&(start, _)| start <= c)
+    within(LETTERS.get_or_init(|| class_ranges(r"\p{L}")), c)
+}
+
+/// `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]`: the GPT-4o pattern's capitals (with
+/// the caseless letters and the marks).
+pub(crate) fn is_upperish(c: char) -> bool {
+    static RANGES: OnceLock<Vec<(char, char)>> = OnceLock::new();
+    if c.is_ascii() {
+        return c.is_ascii_uppercase();
+    }
+    within(
+        RANGES.get_or_init(|| class_ranges(r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]")),
+        c,
+    )
+}
+
+/// `[\p{Ll}\p{Lm}\p{Lo}\p{M}]`: the GPT-4o pattern's small letters (with
+/// the caseless letters and the marks).
+pub(crate) fn is_lowerish(c: char) -> bool {
+    static RANGES: OnceLock<Vec<(char, char)>> = OnceLock::new();
+    if c.is_ascii() {
+        return c.is_ascii_lowercase();
+    }
+    within(
+        RANGES.get_or_init(|| class_ranges(r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]")),
+        c,
+    )
 }
 
 /// The class of `c`.

@@ -8,7 +8,7 @@
 //! state directly. Each function below mirrors its pattern's alternatives in
 //! order, including the backtracking the lookahead implies.
 
-use super::chars::{class, Class};
+use super::chars::{class, is_lowerish, is_upperish, Class};
 use super::error::TokenizerError;
 
 /// A pre-tokenizer llama.cpp knows by name (the names llama.cpp's
@@ -31,6 +31,12 @@ pub enum PreTokenizer {
     Dbrx,
     /// `qwen2`, `stablelm2`: the Llama 3 pattern with single digits.
     Qwen2,
+    /// `gpt-4o`, `llama4`: tiktoken's o200k pattern (gpt-oss, Llama 4),
+    /// which splits words at a change from small letters to capitals and
+    /// keeps a `/` or line break after punctuation. As its tokenizer.json
+    /// states it (marks and non-ASCII case included), not llama.cpp's
+    /// ASCII-case approximation of it.
+    Gpt4o,
 }
 
 impl PreTokenizer {
@@ -44,6 +50,7 @@ impl PreTokenizer {
             "llama-bpe" | "llama3" | "llama-v3" | "falcon3" => PreTokenizer::Llama3,
             "dbrx" | "smaug-bpe" => PreTokenizer::Dbrx,
             "qwen2" | "stablelm2" => PreTokenizer::Qwen2,
+            "gpt-4o" | "llama4" => PreTokenizer::Gpt4o,
             other => return Err(TokenizerError::UnsupportedPre(other.to_owned())),
         })
     }
@@ -65,6 +72,7 @@ impl PreTokenizer {
                 scan(text, &chars, |c, i| llama3_match(c, i, 3), word)
             }
             PreTokenizer::Qwen2 => scan(text, &chars, |c, i| llama3_match(c, i, 1), word),
+            PreTokenizer::Gpt4o => scan(text, &chars, gpt4o_match, word),
             PreTokenizer::SmolLm => {
                 // Digits(individual_digits) first: each digit is a piece of
                 // its own and the GPT-2 pattern runs on what lies between.
@@ -213,6 +221,70 @@ fn llama3_match(chars: &[(usize, char, Class)], i: usize, digits: usize) -> usiz
         let tail = chars[i + n..]
             .iter()
             .take_while(|&&(_, c, _)| c == '\r' || c == '\n')
+            .count();
+        return n + tail;
+    }
+    if c == Some(Class::Space) {
+        // \s*[\r\n]+: through the last CR or LF of the whitespace run.
+        let n = run(chars, i, Class::Space);
+        if let Some(last) = (i..i + n).rev().find(|&k| is_crlf(ch(chars, k))) {
+            return last + 1 - i;
+        }
+        return whitespace(chars, i);
+    }
+    1
+}
+
+/// Length of the run from `i` of characters that pass `test`.
+fn run_of(chars: &[(usize, char, Class)], i: usize, test: fn(char) -> bool) -> usize {
+    chars[i.min(chars.len())..]
+        .iter()
+        .take_while(|&&(_, c, _)| test(c))
+        .count()
+}
+
+/// `U*L+` at `j` (U: [`is_upperish`], L: [`is_lowerish`]), as a
+/// backtracking engine finds it: the most capitals that still leave a
+/// small letter after them, then every small letter.
+fn capitals_then_smalls(chars: &[(usize, char, Class)], j: usize) -> Option<usize> {
+    let capitals = run_of(chars, j, is_upperish);
+    (0..=capitals).rev().find_map(|k| {
+        let smalls = run_of(chars, j + k, is_lowerish);
+        (smalls > 0).then_some(k + smalls)
+    })
+}
+
+/// `U+L*` at `j`.
+fn capitals_and_smalls(chars: &[(usize, char, Class)], j: usize) -> Option<usize> {
+    let capitals = run_of(chars, j, is_upperish);
+    (capitals > 0).then(|| capitals + run_of(chars, j + capitals, is_lowerish))
+}
+
+/// `[^\r\n\p{L}\p{N}]?U*L+C?|[^\r\n\p{L}\p{N}]?U+L*C?|\p{N}{1,3}|
+/// ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`, with C the
+/// case-insensitive contractions and U, L as in [`capitals_then_smalls`].
+fn gpt4o_match(chars: &[(usize, char, Class)], i: usize) -> usize {
+    let c = cls(chars, i);
+    // The optional lead: a character that is no letter, digit, CR or LF.
+    let lead = !matches!(c, Some(Class::Letter | Class::Number)) && !is_crlf(ch(chars, i));
+    let starts = [(lead && i + 1 < chars.len()).then_some(i + 1), Some(i)];
+    for word in [capitals_then_smalls, capitals_and_smalls] {
+        for j in starts.into_iter().flatten() {
+            if let Some(n) = word(chars, j) {
+                let end = j + n;
+                return end - i + contraction(chars, end, true);
+            }
+        }
+    }
+    if c == Some(Class::Number) {
+        return run(chars, i, Class::Number).min(3);
+    }
+    // ?[^\s\p{L}\p{N}]+[\r\n/]*
+    let n = space_then(chars, i, Class::Other);
+    if n > 0 {
+        let tail = chars[i + n..]
+            .iter()
+            .take_while(|&&(_, c, _)| matches!(c, '\r' | '\n' | '/'))
             .count();
         return n + tail;
     }
