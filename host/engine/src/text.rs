@@ -228,6 +228,15 @@ impl TextStream {
         }
     }
 
+    /// [`TextStream::new`] with special tokens written out (a harmony
+    /// answer's structure is in them).
+    pub fn with_special_tokens(stops: &[String]) -> Self {
+        Self {
+            decoder: StreamDecoder::continuing(false),
+            ..Self::new(stops)
+        }
+    }
+
     /// The text that `token` completes.
     pub fn push(&mut self, tokenizer: &Tokenizer, token: u32) -> TextPiece {
         if self.stopped || tokenizer.end_of_generation().contains(&token) {

@@ -284,7 +284,7 @@ impl Generation {
                 Ok(Ok(canceller)) => {
                     generation.choices.push(Choice {
                         prompt: p,
-                        detok: state.vocab.detokenizer(&params.stop),
+                        detok: state.vocab.detokenizer(&params.stop, params.special_tokens),
                         canceller,
                         tokens: 0,
                         last_token: None,

@@ -217,6 +217,7 @@ pub(crate) fn chat_request(
         // written as the generic format writes them, for a template
         // without tools.
         (None, ToolFormat::Generic) => (tools::generic_history(messages), None),
+        (None, ToolFormat::Harmony) => (tools::harmony_history(messages), None),
         (None, _) => (messages, None),
     };
     let active = tools.as_ref().filter(|t| t.active());
@@ -234,10 +235,18 @@ pub(crate) fn chat_request(
     let text = template
         .render_with(&messages, tool_list.as_ref(), true)
         .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
+    // A harmony answer is parsed for its channels whether or not tools
+    // are offered, from its text with the special tokens written out.
+    let harmony = format == ToolFormat::Harmony;
+    params.special_tokens = harmony;
     Ok(ChatRequest {
         prompt: state.vocab.encode(&text, false),
         params,
-        tools: active.map(|_| format),
+        tools: if harmony {
+            Some(format)
+        } else {
+            active.map(|_| format)
+        },
     })
 }
 
@@ -331,6 +340,9 @@ async fn generate(
             if let Some(format) = tools {
                 let (content, calls) = tools::parse_output(format, &text);
                 let mut message = json!({"role": "assistant", "content": content});
+                if let Some(r) = tools::reasoning_of(format, &text) {
+                    message["reasoning_content"] = json!(r);
+                }
                 let reason = if calls.is_empty() {
                     reason
                 } else {

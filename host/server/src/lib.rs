@@ -13,6 +13,7 @@ pub mod access;
 pub mod error;
 pub mod generate;
 pub mod handlers;
+pub mod harmony;
 pub mod kv_events;
 pub mod kv_wire;
 pub mod logprobs;

@@ -67,6 +67,9 @@ pub struct Params {
     /// `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`
     /// and `structured_outputs`.
     pub output: Option<(OutputSpec, &'static str)>,
+    /// Special tokens written out in the text (set by the chat handler for
+    /// a harmony answer, whose structure is in them; no request field).
+    pub special_tokens: bool,
 }
 
 /// The prompt of `/v1/completions` or the messages of `/v1/chat/completions`.
@@ -390,6 +393,7 @@ pub fn params(map: &Map<String, Value>, chat: bool) -> Result<Params, ApiError> 
         logprobs_processed,
         echo,
         output: output_spec(map)?,
+        special_tokens: false,
     })
 }
 

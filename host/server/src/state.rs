@@ -76,13 +76,17 @@ impl Vocab {
         }
     }
 
-    /// A decoder for one choice that ends at the first of `stops`.
-    pub fn detokenizer(&self, stops: &[String]) -> Detokenizer {
+    /// A decoder for one choice that ends at the first of `stops`, with
+    /// special tokens written out where `special`.
+    pub fn detokenizer(&self, stops: &[String], special: bool) -> Detokenizer {
         match self {
             Self::Bytes => Detokenizer::Bytes {
                 pending: Vec::new(),
                 stops: StopStrings::new(stops),
             },
+            Self::Model { .. } if special => {
+                Detokenizer::Model(TextStream::with_special_tokens(stops))
+            }
             Self::Model { .. } => Detokenizer::Model(TextStream::new(stops)),
         }
     }

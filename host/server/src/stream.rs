@@ -95,6 +95,9 @@ fn chunk(reply: &Reply, delta: &Delta, prompt: &[u32], vocab: &Vocab, lp: &mut L
         };
         let (content, calls) = crate::tools::parse_output(format, text);
         let mut body = json!({"content": content});
+        if let Some(r) = crate::tools::reasoning_of(format, text) {
+            body["reasoning_content"] = json!(r);
+        }
         let reason = if calls.is_empty() {
             reason
         } else {

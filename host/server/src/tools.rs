@@ -12,6 +12,9 @@
 //! - **Llama 3.x** (templates that print `<|python_tag|>` or ask for
 //!   `"parameters"`): the whole answer one JSON object `{"name": ...,
 //!   "parameters": {...}}`.
+//! - **Harmony** (gpt-oss; templates that write `<|channel|>`): each call a
+//!   message to `functions.NAME` whose body is the arguments, read with
+//!   the answer's reasoning and content by [`crate::harmony`].
 //! - **Generic**, for templates that know no tools (llama.cpp's fallback):
 //!   the tools are described in a system message, and the answer is
 //!   constrained to JSON, `{"tool_calls": [{"name", "arguments"}]}` or
@@ -58,12 +61,17 @@ pub enum ToolFormat {
     Llama3,
     /// JSON with `tool_calls` or `response`, described in a system message.
     Generic,
+    /// OpenAI's harmony messages (gpt-oss): every answer is parsed, for
+    /// its channels, tools or not.
+    Harmony,
 }
 
 impl ToolFormat {
     /// The format a chat template's source writes.
     pub fn of(template: &str) -> Self {
-        if template.contains("<tool_call>") {
+        if crate::harmony::is_harmony(template) {
+            Self::Harmony
+        } else if template.contains("<tool_call>") {
             Self::Hermes
         } else if template.contains("<|python_tag|>")
             || (template.contains("tools") && template.contains("\"parameters\""))
@@ -236,6 +244,9 @@ impl Tools {
                 };
                 Some(OutputSpec::JsonSchema(schema))
             }
+            // Harmony's calls are headers of special tokens, which no
+            // grammar here writes: a required call is asked, not forced.
+            ToolFormat::Harmony => None,
             _ if !forced => None,
             ToolFormat::Llama3 => Some(OutputSpec::JsonSchema(self.call_schema("parameters"))),
             ToolFormat::Hermes => {
@@ -255,8 +266,15 @@ impl Tools {
         if !self.active() {
             return match format {
                 ToolFormat::Generic => (generic_history(messages), None),
+                ToolFormat::Harmony => (harmony_history(messages), None),
                 _ => (messages, None),
             };
+        }
+        if format == ToolFormat::Harmony {
+            return (
+                harmony_history(messages),
+                Some(Value::Array(self.list.clone())),
+            );
         }
         if format != ToolFormat::Generic {
             return (messages, Some(Value::Array(self.list.clone())));
@@ -286,6 +304,31 @@ impl Tools {
         out.extend(generic_history(messages));
         (out, None)
     }
+}
+
+/// A conversation as gpt-oss's template reads it: a missing content is
+/// empty (the template searches it), and a call's arguments, which OpenAI
+/// clients send as JSON text, are the object the template writes out.
+pub fn harmony_history(messages: impl IntoIterator<Item = Value>) -> Vec<Value> {
+    let mut out = Vec::new();
+    for mut m in messages {
+        if m.get("content").is_none_or(Value::is_null) {
+            m["content"] = json!("");
+        }
+        if let Some(calls) = m.get_mut("tool_calls").and_then(Value::as_array_mut) {
+            for call in calls {
+                let parsed = call
+                    .pointer("/function/arguments")
+                    .and_then(Value::as_str)
+                    .and_then(|a| serde_json::from_str::<Value>(a).ok());
+                if let Some(args) = parsed {
+                    call["function"]["arguments"] = args;
+                }
+            }
+        }
+        out.push(m);
+    }
+    out
 }
 
 /// A conversation's earlier calls and results as a template that knows no
@@ -358,6 +401,10 @@ pub fn parse_output(format: ToolFormat, text: &str) -> (Option<String>, Vec<Tool
         (!s.is_empty()).then(|| s.to_string())
     };
     match format {
+        ToolFormat::Harmony => {
+            let answer = crate::harmony::parse(text);
+            (answer.content, answer.calls)
+        }
         ToolFormat::Hermes => {
             let (mut rest, mut calls, mut outside) = (text, Vec::new(), String::new());
             while let Some(start) = rest.find("<tool_call>") {
@@ -413,6 +460,15 @@ pub fn parse_output(format: ToolFormat, text: &str) -> (Option<String>, Vec<Tool
             }
             _ => (content(text), Vec::new()),
         },
+    }
+}
+
+/// The reasoning of a model's answer in `format`, where the format
+/// separates it (harmony's `analysis` channel).
+pub fn reasoning_of(format: ToolFormat, text: &str) -> Option<String> {
+    match format {
+        ToolFormat::Harmony => crate::harmony::parse(text).reasoning,
+        _ => None,
     }
 }
 
@@ -637,5 +693,44 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// gpt-oss's template is read as harmony; its history gets empty
+    /// contents for null ones and argument objects for JSON texts, and an
+    /// answer's calls and content come out of its messages.
+    #[test]
+    fn harmony_templates_histories_and_answers() {
+        let template = "{{- '<|start|>assistant<|channel|>final<|message|>' }}";
+        assert_eq!(ToolFormat::of(template), ToolFormat::Harmony);
+        let history =
+            harmony_history(
+                [json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}},
+                    {"type": "function", "function": {"name": "g", "arguments": "not json"}}
+                ]})],
+            );
+        assert_eq!(history[0]["content"], json!(""));
+        assert_eq!(
+            history[0]["tool_calls"][0]["function"]["arguments"],
+            json!({"x": 1})
+        );
+        assert_eq!(
+            history[0]["tool_calls"][1]["function"]["arguments"],
+            json!("not json")
+        );
+        let answer = "<|channel|>analysis<|message|>Call f.<|end|><|start|>assistant\
+                      <|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\": 2}<|call|>";
+        let (content, calls) = parse_output(ToolFormat::Harmony, answer);
+        assert_eq!(content, None);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(
+            (calls[0].name.as_str(), calls[0].arguments.as_str()),
+            ("f", "{\"x\": 2}")
+        );
+        assert_eq!(
+            reasoning_of(ToolFormat::Harmony, answer).as_deref(),
+            Some("Call f.")
+        );
+        assert_eq!(reasoning_of(ToolFormat::Hermes, answer), None);
     }
 }

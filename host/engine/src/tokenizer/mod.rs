@@ -53,6 +53,23 @@ const EOG_TEXTS: &[&str] = &[
     "<｜end▁of▁sentence｜>",
 ];
 
+/// The tokens that end a generation: the file's end tokens and those of
+/// [`EOG_TEXTS`] the vocabulary has. A harmony vocabulary (gpt-oss: it has
+/// `<|return|>` and `<|call|>`) ends on those two, not on `<|end|>`, which
+/// closes its reasoning message before the answer (llama.cpp's rule).
+fn end_of_generation(vocab: &Vocab, ids: [Option<u32>; 3]) -> Vec<u32> {
+    let mut eog: Vec<u32> = ids.into_iter().flatten().collect();
+    eog.extend(EOG_TEXTS.iter().filter_map(|t| vocab.id(t)));
+    if let (Some(ret), Some(call)) = (vocab.id("<|return|>"), vocab.id("<|call|>")) {
+        let end = vocab.id("<|end|>");
+        eog.retain(|&id| Some(id) != end);
+        eog.extend([ret, call]);
+    }
+    eog.sort_unstable();
+    eog.dedup();
+    eog
+}
+
 #[derive(Debug, Clone)]
 enum Model {
     Bpe(Box<Bpe>),
@@ -107,10 +124,7 @@ impl Tokenizer {
         };
         let add_bos = optional_bool(gguf, "tokenizer.ggml.add_bos_token", bos_default)?;
         let add_eos = optional_bool(gguf, "tokenizer.ggml.add_eos_token", false)?;
-        let mut eog: Vec<u32> = [eos, eot, eom].into_iter().flatten().collect();
-        eog.extend(EOG_TEXTS.iter().filter_map(|t| vocab.id(t)));
-        eog.sort_unstable();
-        eog.dedup();
+        let eog = end_of_generation(&vocab, [eos, eot, eom]);
         Ok(Tokenizer {
             specials: Specials::new(&vocab),
             vocab,
@@ -249,5 +263,27 @@ impl Tokenizer {
     /// The kind of `id`, if it is a token.
     pub fn token_type(&self, id: u32) -> Option<TokenType> {
         (id < self.vocab.len()).then(|| self.vocab.ty(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eog_of(texts: &[&str], eos: Option<u32>) -> Vec<u32> {
+        let texts: Vec<String> = texts.iter().map(|t| t.to_string()).collect();
+        let file = vocab::tests::tokens_file(&texts);
+        let vocab = Vocab::from_gguf(&Gguf::parse(&file).unwrap()).unwrap();
+        end_of_generation(&vocab, [eos, None, None])
+    }
+
+    /// A harmony vocabulary ends on `<|return|>` and `<|call|>`, not on
+    /// `<|end|>` (it closes the reasoning); any other keeps `<|end|>`.
+    #[test]
+    fn harmony_vocabularies_end_on_return_and_call_not_end() {
+        let harmony = ["a", "<|end|>", "<|return|>", "<|call|>", "<|endoftext|>"];
+        assert_eq!(eog_of(&harmony, Some(2)), [2, 3, 4]);
+        assert_eq!(eog_of(&["a", "<|end|>", "<|endoftext|>"], None), [1, 2]);
+        assert_eq!(eog_of(&["a", "<|end|>", "<|return|>"], None), [1]);
     }
 }

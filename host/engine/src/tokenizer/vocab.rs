@@ -203,13 +203,13 @@ pub(crate) fn optional_bool(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::HashMap;
 
     use super::*;
 
     /// A GGUF v3 file whose one key is `tokenizer.ggml.tokens`.
-    fn tokens_file(tokens: &[String]) -> Vec<u8> {
+    pub(crate) fn tokens_file(tokens: &[String]) -> Vec<u8> {
         let put = |out: &mut Vec<u8>, s: &str| {
             out.extend((s.len() as u64).to_le_bytes());
             out.extend(s.as_bytes());
