@@ -32,12 +32,6 @@ pub fn is_harmony(template: &str) -> bool {
     template.contains(CHANNEL) && template.contains(MESSAGE)
 }
 
-/// `body` cut at its first end marker.
-fn until_end(body: &str) -> &str {
-    let end = ENDS.iter().filter_map(|e| body.find(e)).min();
-    &body[..end.unwrap_or(body.len())]
-}
-
 /// The header's channel name and recipient (`to=...`), where it has them.
 fn channel_and_recipient(header: &str) -> (Option<&str>, Option<&str>) {
     let channel = header.find(CHANNEL).map(|at| {
@@ -53,38 +47,168 @@ fn channel_and_recipient(header: &str) -> (Option<&str>, Option<&str>) {
     (channel, recipient)
 }
 
-fn joined(parts: Vec<&str>) -> Option<String> {
-    let text = parts.concat();
-    let text = text.trim();
-    (!text.is_empty()).then(|| text.to_string())
+/// Where a message's body goes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Channel {
+    Reasoning,
+    Content,
+    Call,
 }
 
-/// Reads a harmony answer. Text outside any message (a model that wrote
-/// no header) is content; a message cut short by the token limit keeps
-/// what it has.
-pub fn parse(text: &str) -> Answer {
-    let (mut content, mut reasoning, mut calls) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, segment) in text.split(START).enumerate() {
-        let Some(at) = segment.find(MESSAGE) else {
-            // A header cut short, or (before any header) plain text.
-            if i == 0 && !segment.contains(CHANNEL) {
-                content.push(until_end(segment));
+/// A piece of an answer's text as it streams.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Piece {
+    /// Text of the `analysis` channel.
+    Reasoning(String),
+    /// Text of the answer itself.
+    Content(String),
+}
+
+/// Splits a harmony answer as its text arrives: headers are held until
+/// their `<|message|>`, bodies go out as they come (but a trailing `<|`
+/// that may start a marker), calls are kept whole for the end.
+#[derive(Debug, Default)]
+pub struct Splitter {
+    buffer: String,
+    /// The body being read, if past its header.
+    body: Option<Channel>,
+    /// Whether any header was read (else text without one is content).
+    headed: bool,
+    /// Finished calls, and the one being read.
+    calls: Vec<ToolCall>,
+    call: Option<ToolCall>,
+}
+
+impl Splitter {
+    /// The pieces `text` completes.
+    pub fn push(&mut self, text: &str) -> Vec<Piece> {
+        self.buffer.push_str(text);
+        let mut out = Vec::new();
+        loop {
+            let Some(channel) = self.body else {
+                let Some(at) = self.buffer.find(MESSAGE) else {
+                    break;
+                };
+                let channel = match channel_and_recipient(&self.buffer[..at]) {
+                    (_, Some(to)) if to.starts_with("functions.") => {
+                        self.call = Some(ToolCall {
+                            name: to["functions.".len()..].to_string(),
+                            arguments: String::new(),
+                        });
+                        Channel::Call
+                    }
+                    (Some("analysis"), _) => Channel::Reasoning,
+                    _ => Channel::Content,
+                };
+                self.body = Some(channel);
+                self.headed = true;
+                self.buffer.drain(..at + MESSAGE.len());
+                continue;
+            };
+            let end = ENDS
+                .iter()
+                .chain([&START])
+                .filter_map(|m| self.buffer.find(m).map(|at| (at, m.len())))
+                .min();
+            let Some((at, len)) = end else {
+                let keep = partial_marker(&self.buffer);
+                let text: String = self.buffer.drain(..self.buffer.len() - keep).collect();
+                self.emit(channel, text, &mut out);
+                break;
+            };
+            let text: String = self.buffer.drain(..at).collect();
+            self.buffer.drain(..len);
+            self.emit(channel, text, &mut out);
+            self.body = None;
+            self.calls.extend(self.call.take());
+        }
+        out
+    }
+
+    /// The pieces left at the end of the answer: a body cut short keeps
+    /// its text, a header cut short is dropped, and text that never had
+    /// a header is content.
+    pub fn finish(&mut self) -> Vec<Piece> {
+        let mut out = Vec::new();
+        let rest = std::mem::take(&mut self.buffer);
+        match self.body.take() {
+            Some(channel) => self.emit(channel, rest, &mut out),
+            None if !self.headed && !rest.contains(CHANNEL) => {
+                let end = ENDS.iter().filter_map(|e| rest.find(e)).min();
+                let text = rest[..end.unwrap_or(rest.len())].to_string();
+                self.emit(Channel::Content, text, &mut out);
             }
-            continue;
-        };
-        let (header, body) = (&segment[..at], until_end(&segment[at + MESSAGE.len()..]));
-        match channel_and_recipient(header) {
-            (_, Some(to)) if to.starts_with("functions.") => calls.push(ToolCall {
-                name: to["functions.".len()..].to_string(),
-                arguments: body.trim().to_string(),
-            }),
-            (Some("analysis"), _) => reasoning.push(body),
-            _ => content.push(body),
+            None => {}
+        }
+        self.calls.extend(self.call.take());
+        out
+    }
+
+    /// The calls read so far (all of them after [`finish`](Self::finish)).
+    pub fn calls(&self) -> &[ToolCall] {
+        &self.calls
+    }
+
+    fn emit(&mut self, channel: Channel, text: String, out: &mut Vec<Piece>) {
+        if text.is_empty() {
+            return;
+        }
+        match channel {
+            Channel::Reasoning => out.push(Piece::Reasoning(text)),
+            Channel::Content => out.push(Piece::Content(text)),
+            Channel::Call => {
+                if let Some(call) = &mut self.call {
+                    call.arguments.push_str(&text);
+                }
+            }
         }
     }
+}
+
+/// The length of the longest end of `text` that a marker starts with
+/// (held back: the marker's next piece may follow).
+fn partial_marker(text: &str) -> usize {
+    let markers = [START, MESSAGE, CHANNEL].into_iter().chain(ENDS);
+    let longest = markers.map(str::len).max().unwrap_or(0);
+    let from = text.len().saturating_sub(longest);
+    text.char_indices()
+        .filter(|&(at, c)| at >= from && c == '<')
+        .map(|(at, _)| &text[at..])
+        .find(|tail| {
+            [START, MESSAGE, CHANNEL]
+                .into_iter()
+                .chain(ENDS)
+                .any(|m| m.starts_with(tail))
+        })
+        .map_or(0, str::len)
+}
+
+/// Reads a whole harmony answer (as [`Splitter`] streams it). Text outside
+/// any message (a model that wrote no header) is content; a message cut
+/// short by the token limit keeps what it has.
+pub fn parse(text: &str) -> Answer {
+    let mut splitter = Splitter::default();
+    let mut pieces = splitter.push(text);
+    pieces.extend(splitter.finish());
+    let (mut content, mut reasoning) = (String::new(), String::new());
+    for piece in pieces {
+        match piece {
+            Piece::Reasoning(r) => reasoning.push_str(&r),
+            Piece::Content(c) => content.push_str(&c),
+        }
+    }
+    let trimmed = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_string());
+    let calls = splitter
+        .calls
+        .into_iter()
+        .map(|c| ToolCall {
+            arguments: c.arguments.trim().to_string(),
+            ..c
+        })
+        .collect();
     Answer {
-        content: joined(content),
-        reasoning: joined(reasoning),
+        content: trimmed(&content),
+        reasoning: trimmed(&reasoning),
         calls,
     }
 }
@@ -140,5 +264,60 @@ mod tests {
         // No harmony at all.
         assert_eq!(parse("Just text.").content.as_deref(), Some("Just text."));
         assert_eq!(parse(""), Answer::default());
+    }
+
+    /// Streamed in pieces of every size (special tokens arrive whole, but
+    /// text may split anywhere), an answer gives the same reasoning,
+    /// content and calls as read whole, and no marker leaks into the text.
+    #[test]
+    fn streaming_in_any_pieces_matches_the_whole() {
+        let answers = [
+            "<|channel|>analysis<|message|>Think <b>|hard|</b>.<|end|><|start|>assistant\
+             <|channel|>final<|message|>Done: a<|b and <|x|>.<|return|>",
+            "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>commentary \
+             to=functions.f <|constrain|>json<|message|>{\"a\": \"<|\"}<|call|>",
+            "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant<|channel|>final<|message|>Cut sh",
+            "plain text < | without headers",
+        ];
+        let mut rng = fastrand::Rng::with_seed(5);
+        for answer in answers {
+            let whole = parse(answer);
+            for _ in 0..50 {
+                let mut splitter = Splitter::default();
+                let (mut reasoning, mut content) = (String::new(), String::new());
+                let mut rest = answer;
+                while !rest.is_empty() {
+                    let mut cut = rng.usize(1..=rest.len().min(12));
+                    while !rest.is_char_boundary(cut) {
+                        cut += 1;
+                    }
+                    let (piece, tail) = rest.split_at(cut);
+                    rest = tail;
+                    for p in splitter.push(piece) {
+                        match p {
+                            Piece::Reasoning(r) => reasoning.push_str(&r),
+                            Piece::Content(c) => content.push_str(&c),
+                        }
+                    }
+                }
+                for p in splitter.finish() {
+                    match p {
+                        Piece::Reasoning(r) => reasoning.push_str(&r),
+                        Piece::Content(c) => content.push_str(&c),
+                    }
+                }
+                let trimmed = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_string());
+                assert_eq!(trimmed(&reasoning), whole.reasoning, "{answer}");
+                assert_eq!(trimmed(&content), whole.content, "{answer}");
+                assert_eq!(splitter.calls().len(), whole.calls.len());
+                for marker in ["<|message|>", "<|channel|>", "<|end|>", "<|start|>"] {
+                    assert!(!content.contains(marker) && !reasoning.contains(marker));
+                }
+            }
+        }
+        let calls = parse(answers[1]).calls;
+        assert_eq!(calls[0].arguments, "{\"a\": \"<|\"}");
+        let cut = parse(answers[2]);
+        assert_eq!(cut.content.as_deref(), Some("Checking.Cut sh"));
     }
 }

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use crate::generate::{Delta, Generation};
 use crate::handlers::{usage, Reply};
+use crate::harmony::{Piece, Splitter};
 use crate::state::Vocab;
 use crate::tools::ToolFormat;
 
@@ -40,6 +41,8 @@ struct Logprobs {
     held: Vec<Vec<(u32, TokenLogprobs)>>,
     /// `echo`: the prompt is each choice's first text.
     echo: bool,
+    /// A harmony answer's channels, each choice's as it streams.
+    splitters: Vec<Splitter>,
 }
 
 /// The echoed prompt of choice `index` as a chunk (its scores, when
@@ -77,6 +80,9 @@ fn chunk(reply: &Reply, delta: &Delta, prompt: &[u32], vocab: &Vocab, lp: &mut L
             return Value::Null;
         }
         return echo_chunk(reply, delta.index, prompt, Some(scores), vocab, lp);
+    }
+    if lp.tools == Some(ToolFormat::Harmony) {
+        return harmony_chunk(reply, delta, vocab, lp);
     }
     if let Some(format) = lp.tools {
         let i = delta.index as usize;
@@ -128,6 +134,49 @@ fn chunk(reply: &Reply, delta: &Delta, prompt: &[u32], vocab: &Vocab, lp: &mut L
     reply.envelope(true, vec![choice])
 }
 
+/// A harmony answer's delta: its reasoning and content as they come
+/// (`reasoning_content`, `content`), its calls once it ends; null when a
+/// delta adds nothing to send (a header being read).
+fn harmony_chunk(reply: &Reply, delta: &Delta, vocab: &Vocab, lp: &mut Logprobs) -> Value {
+    let Some(splitter) = lp.splitters.get_mut(delta.index as usize) else {
+        return Value::Null;
+    };
+    let mut pieces = splitter.push(&delta.text);
+    if delta.finish_reason.is_some() {
+        pieces.extend(splitter.finish());
+    }
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    for piece in pieces {
+        match piece {
+            Piece::Reasoning(r) => reasoning.push_str(&r),
+            Piece::Content(c) => content.push_str(&c),
+        }
+    }
+    let mut body = json!({});
+    if !reasoning.is_empty() {
+        body["reasoning_content"] = json!(reasoning);
+    }
+    if !content.is_empty() {
+        body["content"] = json!(content);
+    }
+    let mut reason = delta.finish_reason;
+    if reason.is_some() && !splitter.calls().is_empty() {
+        body["tool_calls"] = crate::tools::calls_json(splitter.calls(), true);
+        reason = Some("tool_calls");
+    }
+    let logprobs = if lp.wanted {
+        crate::logprobs::chat(vocab, &delta.logprobs)
+    } else {
+        Value::Null
+    };
+    if body.as_object().is_some_and(|b| b.is_empty()) && reason.is_none() && logprobs.is_null() {
+        return Value::Null;
+    }
+    let choice =
+        json!({"index": delta.index, "delta": body, "logprobs": logprobs, "finish_reason": reason});
+    reply.envelope(true, vec![choice])
+}
+
 /// The streaming response for a started generation.
 pub fn response(
     generation: Generation,
@@ -146,6 +195,7 @@ pub fn response(
         texts: vec![String::new(); count],
         held: vec![Vec::new(); count],
         echo,
+        splitters: (0..count).map(|_| Splitter::default()).collect(),
     };
     let stream = futures_util::stream::unfold(
         (generation, reply, Phase::Start, lp),
