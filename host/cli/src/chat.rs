@@ -19,6 +19,7 @@ use pagoda_engine::{
     Engine, EngineConfig, EngineStorage, Event, GenRequest, Priority, SchedulerConfig, StepBackend,
     TextModel, TextStream, WithBackend,
 };
+use pagoda_server::harmony::{is_harmony, Piece, Splitter};
 
 use crate::args::{BackendKind, TemplateArgs, WeightArgs};
 use crate::error::CliError;
@@ -229,7 +230,16 @@ impl WithBackend for ChatJob<'_> {
             let handle = engine
                 .submit(request, Priority::Normal, engine.now())
                 .map_err(CliError::Rejected)?;
-            let mut stream = TextStream::new(&[]);
+            // A harmony answer (gpt-oss) is read by its channels: the
+            // reasoning goes to stderr, the answer to stdout and the
+            // conversation.
+            let harmony = is_harmony(template.source());
+            let mut stream = if harmony {
+                TextStream::with_special_tokens(&[])
+            } else {
+                TextStream::new(&[])
+            };
+            let mut splitter = Splitter::default();
             let (mut answer, mut first, mut tokens, mut cached) = (String::new(), None, 0, 0);
             let mut stopped = false;
             while !engine.is_idle() {
@@ -244,16 +254,26 @@ impl WithBackend for ChatJob<'_> {
                             first.get_or_insert_with(Instant::now);
                             tokens += 1;
                             let piece = stream.push(tokenizer, token);
-                            answer.push_str(&piece.text);
-                            write!(stdout, "{}", piece.text).map_err(CliError::Stdout)?;
-                            stdout.flush().map_err(CliError::Stdout)?;
+                            let pieces = if harmony {
+                                splitter.push(&piece.text)
+                            } else {
+                                vec![Piece::Content(piece.text)]
+                            };
+                            show(pieces, &mut answer, &mut stdout)?;
                         }
                         Event::PromptLogprobs(_) => {}
                         Event::Finished(done) => {
                             cached = done.cached_tokens;
                             let rest = stream.finish();
-                            answer.push_str(&rest);
-                            write!(stdout, "{rest}").map_err(CliError::Stdout)?;
+                            let mut pieces = if harmony {
+                                splitter.push(&rest)
+                            } else {
+                                vec![Piece::Content(rest)]
+                            };
+                            if harmony {
+                                pieces.extend(splitter.finish());
+                            }
+                            show(pieces, &mut answer, &mut stdout)?;
                         }
                         Event::Cancelled => {}
                         Event::Rejected(reason) => return Err(CliError::Rejected(reason)),
@@ -277,4 +297,19 @@ impl WithBackend for ChatJob<'_> {
         }
         Ok(())
     }
+}
+
+/// Prints an answer's pieces as they come: its text to `out` (and the
+/// answer), a harmony answer's reasoning to stderr.
+fn show(pieces: Vec<Piece>, answer: &mut String, out: &mut impl Write) -> Result<(), CliError> {
+    for piece in pieces {
+        match piece {
+            Piece::Content(text) => {
+                answer.push_str(&text);
+                write!(out, "{text}").map_err(CliError::Stdout)?;
+            }
+            Piece::Reasoning(text) => eprint!("{text}"),
+        }
+    }
+    out.flush().map_err(CliError::Stdout)
 }

@@ -12,6 +12,7 @@ use pagoda_engine::{
     Engine, EngineConfig, EngineStorage, Event, GenRequest, Priority, SchedulerConfig, StepBackend,
     StopReason, TextModel, TextStream, WithBackend,
 };
+use pagoda_server::harmony::{Piece, Splitter};
 use serde::Serialize;
 
 use crate::args::RunArgs;
@@ -77,6 +78,8 @@ struct Timings {
 /// One request's generation: its text so far, its tokens and its times.
 struct Generation {
     stream: TextStream,
+    /// A harmony answer's channels (`RunJob::harmony`).
+    splitter: Option<Splitter>,
     text: String,
     output: Vec<u32>,
     submitted: Instant,
@@ -175,6 +178,9 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         seed: args.seed,
         stops: &args.stop,
         stream: prepared.len() == 1 && !args.json,
+        harmony: args.chat
+            && crate::template_of(&model)
+                .is_ok_and(|t| pagoda_server::harmony::is_harmony(t.source())),
     };
     let backend = args.backend.choice(args.threads);
     let (results, kv_pool_bytes) = backend.open(job).map_err(|error| CliError::Backend {
@@ -294,6 +300,9 @@ struct RunJob<'a> {
     stops: &'a [String],
     /// Print text to stdout as it is sampled (one prompt, not `--json`).
     stream: bool,
+    /// A chat answer in harmony (gpt-oss): read by its channels, its
+    /// reasoning on stderr and out of the text.
+    harmony: bool,
 }
 
 impl Generation {
@@ -352,7 +361,12 @@ impl WithBackend for RunJob<'_> {
                 .map_err(CliError::Rejected)?;
             handles.push(Some(handle));
             running.push(Generation {
-                stream: TextStream::new(self.stops),
+                stream: if self.harmony {
+                    TextStream::with_special_tokens(self.stops)
+                } else {
+                    TextStream::new(self.stops)
+                },
+                splitter: self.harmony.then(Splitter::default),
                 text: String::new(),
                 output: Vec::new(),
                 submitted: Instant::now(),
@@ -398,10 +412,33 @@ impl RunJob<'_> {
         text: &str,
         out: &mut impl Write,
     ) -> Result<(), CliError> {
-        state.text.push_str(text);
-        if self.stream && !text.is_empty() {
-            write!(out, "{text}").map_err(CliError::Stdout)?;
-            out.flush().map_err(CliError::Stdout)?;
+        let pieces = match &mut state.splitter {
+            Some(splitter) => splitter.push(text),
+            None => vec![Piece::Content(text.to_string())],
+        };
+        self.show(state, pieces, out)
+    }
+
+    /// Adds pieces of the answer to the request's text (and prints them
+    /// when streaming); a harmony answer's reasoning goes to stderr.
+    fn show(
+        &self,
+        state: &mut Generation,
+        pieces: Vec<Piece>,
+        out: &mut impl Write,
+    ) -> Result<(), CliError> {
+        for piece in pieces {
+            match piece {
+                Piece::Content(text) => {
+                    state.text.push_str(&text);
+                    if self.stream && !text.is_empty() {
+                        write!(out, "{text}").map_err(CliError::Stdout)?;
+                        out.flush().map_err(CliError::Stdout)?;
+                    }
+                }
+                Piece::Reasoning(text) if self.stream => eprint!("{text}"),
+                Piece::Reasoning(_) => {}
+            }
         }
         Ok(())
     }
@@ -417,6 +454,10 @@ impl RunJob<'_> {
             Event::Finished(done) if state.finished.is_none() => {
                 let rest = state.stream.finish();
                 self.emit(state, &rest, out)?;
+                if let Some(splitter) = &mut state.splitter {
+                    let pieces = splitter.finish();
+                    self.show(state, pieces, out)?;
+                }
                 let why = match done.stop {
                     StopReason::StopToken => "end_of_generation",
                     StopReason::Length => "length",
