@@ -5,7 +5,7 @@
 //! bytes each step reads are the real model's.
 //!
 //! Each file is a `llama` model (Mixtral's mixture included; a `qwen3moe`
-//! one for Qwen3's) with a byte-level `gpt2` tokenizer (one token per byte,
+//! one for Qwen3's, a `gpt-oss` one for gpt-oss) with a byte-level `gpt2` tokenizer (one token per byte,
 //! then filler tokens up to the vocabulary size), so `pagoda run`,
 //! `bench --model` and `serve --model` take it like any other. `--layers`
 //! keeps the first layers of a shape only: a file that fits a small
@@ -79,6 +79,12 @@ pub(crate) enum Shape {
     /// heads over 8, 8 experts of 14336 of which 2 are used.
     #[value(name = "mixtral-8x7b")]
     Mixtral8x7b,
+    /// gpt-oss-20b (`gpt-oss`): 24 layers, hidden 2880, 64 heads of 64
+    /// over 8 (sinks; a 128-token window on even layers), 32 experts of
+    /// 2880 of which 4 are used, biases everywhere; with `--type
+    /// mxfp4_moe` as OpenAI ships it.
+    #[value(name = "gpt-oss-20b")]
+    GptOss20b,
 }
 
 /// Weight block types `pagoda synth` writes.
@@ -115,6 +121,9 @@ pub(crate) enum WeightType {
     Q3_K_M,
     #[value(name = "q4_k_m", alias = "Q4_K_M")]
     Q4_K_M,
+    /// llama.cpp's `MXFP4_MOE`: experts MXFP4, every other matrix Q8_0.
+    #[value(name = "mxfp4_moe", alias = "MXFP4_MOE")]
+    MXFP4_MOE,
     #[value(name = "q5_k_m", alias = "Q5_K_M")]
     Q5_K_M,
 }
@@ -141,6 +150,7 @@ impl WeightType {
             Self::Q3_K_M => "q3_k_m",
             Self::Q4_K_M => "q4_k_m",
             Self::Q5_K_M => "q5_k_m",
+            Self::MXFP4_MOE => "mxfp4_moe",
             other => other.kind().name(),
         }
     }
@@ -165,6 +175,7 @@ impl WeightType {
             Self::Q3_K_M => 12,
             Self::IQ4_NL => 25,
             Self::IQ4_XS => 30,
+            Self::MXFP4_MOE => 38,
         }
     }
 
@@ -184,6 +195,7 @@ impl WeightType {
             Self::Q3_K_M => QuantKind::Q3_K,
             Self::Q4_K_M => QuantKind::Q4_K,
             Self::Q5_K_M => QuantKind::Q5_K,
+            Self::MXFP4_MOE => return matrix_kind(QuantKind::Q8_0, cols),
             uniform => return matrix_kind(uniform.kind(), cols),
         };
         // Layers that get more bits: the first and last eighths, and every
@@ -212,8 +224,18 @@ impl WeightType {
         matrix_kind(kind, cols)
     }
 
+    /// The block type of an expert stack of `role`: MXFP4 in an
+    /// `MXFP4_MOE` file, else as [`matrix`](Self::matrix) gives it.
+    pub(crate) fn expert_matrix(self, role: Role, layer: u32, layers: u32, cols: u64) -> QuantKind {
+        match self {
+            Self::MXFP4_MOE => matrix_kind(QuantKind::MXFP4, cols),
+            _ => self.matrix(role, layer, layers, cols, false),
+        }
+    }
+
     fn kind(self) -> QuantKind {
         match self {
+            Self::MXFP4_MOE => QuantKind::Q8_0,
             Self::F32 => QuantKind::F32,
             Self::F16 => QuantKind::F16,
             Self::Q4_0 => QuantKind::Q4_0,
@@ -260,9 +282,19 @@ pub(crate) struct ExpertDims {
     pub used: u32,
     /// Width of one expert's MLP.
     pub width: u64,
-    /// Qwen3's layer (`qwen3moe`: QK-norm, its own expert width and head
-    /// width keys) rather than Mixtral's (`llama`).
-    pub qwen3: bool,
+    /// Whose layer: Mixtral's (`llama`), Qwen3's (`qwen3moe`: QK-norm,
+    /// its own expert width and head width keys) or gpt-oss's.
+    pub layer: ExpertLayer,
+}
+
+/// The layer a mixture of experts sits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExpertLayer {
+    Mixtral,
+    Qwen3,
+    /// `gpt-oss`: biases on every projection, router and expert,
+    /// attention sinks, sliding windows on even layers, YaRN.
+    GptOss,
 }
 
 impl Shape {
@@ -276,6 +308,7 @@ impl Shape {
             Self::Llama3_8b => "llama3-8b",
             Self::Qwen3_30bA3b => "qwen3-30b-a3b",
             Self::Mixtral8x7b => "mixtral-8x7b",
+            Self::GptOss20b => "gpt-oss-20b",
         }
     }
 
@@ -300,7 +333,7 @@ impl Shape {
                     count: 8,
                     used: 2,
                     width: 128,
-                    qwen3: true,
+                    layer: ExpertLayer::Qwen3,
                 }),
                 ..d(256, 2, 4, 2, 768, 512, 1024, 10_000.0, false)
             },
@@ -313,7 +346,7 @@ impl Shape {
                     count: 128,
                     used: 8,
                     width: 768,
-                    qwen3: true,
+                    layer: ExpertLayer::Qwen3,
                 }),
                 ..d(2048, 48, 32, 4, 6144, 151_936, 40_960, 1_000_000.0, false)
             },
@@ -322,9 +355,19 @@ impl Shape {
                     count: 8,
                     used: 2,
                     width: 14_336,
-                    qwen3: false,
+                    layer: ExpertLayer::Mixtral,
                 }),
                 ..d(4096, 32, 32, 8, 14_336, 32_000, 32_768, 1_000_000.0, false)
+            },
+            Self::GptOss20b => Dims {
+                head_dim: 64,
+                experts: Some(ExpertDims {
+                    count: 32,
+                    used: 4,
+                    width: 2880,
+                    layer: ExpertLayer::GptOss,
+                }),
+                ..d(2880, 24, 64, 8, 2880, 201_088, 131_072, 150_000.0, false)
             },
         }
     }
@@ -362,8 +405,14 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
         layers: layers.min(shape.dims().layers),
         ..shape.dims()
     };
-    let qwen3 = d.experts.is_some_and(|e| e.qwen3);
-    let arch = if qwen3 { "qwen3moe" } else { "llama" };
+    let layer = d.experts.map(|e| e.layer);
+    let qwen3 = layer == Some(ExpertLayer::Qwen3);
+    let oss = layer == Some(ExpertLayer::GptOss);
+    let arch = match layer {
+        Some(ExpertLayer::Qwen3) => "qwen3moe",
+        Some(ExpertLayer::GptOss) => "gpt-oss",
+        _ => "llama",
+    };
     let q_width = d.head_dim * u64::from(d.heads);
     let kv_width = d.head_dim * u64::from(d.kv_heads);
     let mut w = GgufWriter::default();
@@ -388,7 +437,13 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
         w.u32(&key("expert_count"), e.count);
         w.u32(&key("expert_used_count"), e.used);
     }
-    if let (Some(e), true) = (d.experts, qwen3) {
+    if oss {
+        w.u32(&key("attention.sliding_window"), 128);
+        w.str(&key("rope.scaling.type"), "yarn");
+        w.f32(&key("rope.scaling.factor"), 32.0);
+        w.u32(&key("rope.scaling.original_context_length"), 4096);
+    }
+    if let (Some(e), true) = (d.experts, qwen3 || oss) {
         w.u32(&key("attention.key_length"), d.head_dim as u32);
         w.u32(&key("attention.value_length"), d.head_dim as u32);
         w.u32(&key("expert_feed_forward_length"), e.width as u32);
@@ -430,7 +485,22 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
         tensor(b("attn_v"), &[h, kv_width], kind(Role::AttnV, l, h));
         let attn_output = kind(Role::AttnOutput, l, q_width);
         tensor(b("attn_output"), &[q_width, h], attn_output);
-        tensor(b("ffn_norm"), &[h], QuantKind::F32);
+        if oss {
+            let bias = |n: &str| format!("blk.{l}.{n}.bias");
+            for (name, len) in [
+                ("attn_q", q_width),
+                ("attn_k", kv_width),
+                ("attn_v", kv_width),
+                ("attn_output", h),
+            ] {
+                tensor(bias(name), &[len], QuantKind::F32);
+            }
+            tensor(b("attn_sinks"), &[u64::from(d.heads)], QuantKind::F32);
+            // gpt-oss names the MLP's norm after the attention.
+            tensor(b("post_attention_norm"), &[h], QuantKind::F32);
+        } else {
+            tensor(b("ffn_norm"), &[h], QuantKind::F32);
+        }
         match d.experts {
             None => {
                 tensor(b("ffn_gate"), &[h, d.ffn], kind(Role::FfnGate, l, h));
@@ -440,17 +510,25 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
             Some(e) => {
                 // Qwen3's QK-norm, and the router, which llama.cpp's
                 // quantizer leaves in f32.
-                if e.qwen3 {
+                if e.layer == ExpertLayer::Qwen3 {
                     tensor(b("attn_q_norm"), &[d.head_dim], QuantKind::F32);
                     tensor(b("attn_k_norm"), &[d.head_dim], QuantKind::F32);
                 }
                 let count = u64::from(e.count);
                 tensor(b("ffn_gate_inp"), &[h, count], QuantKind::F32);
-                let (gate, up) = (kind(Role::FfnGate, l, h), kind(Role::FfnUp, l, h));
+                let expert = |role, cols| weight.expert_matrix(role, l, n, cols);
+                let (gate, up) = (expert(Role::FfnGate, h), expert(Role::FfnUp, h));
                 tensor(b("ffn_gate_exps"), &[h, e.width, count], gate);
                 tensor(b("ffn_up_exps"), &[h, e.width, count], up);
-                let down = kind(Role::FfnDown, l, e.width);
+                let down = expert(Role::FfnDown, e.width);
                 tensor(b("ffn_down_exps"), &[e.width, h, count], down);
+                if oss {
+                    let bias = |n: &str| format!("blk.{l}.{n}.bias");
+                    tensor(bias("ffn_gate_inp"), &[count], QuantKind::F32);
+                    tensor(bias("ffn_gate_exps"), &[e.width, count], QuantKind::F32);
+                    tensor(bias("ffn_up_exps"), &[e.width, count], QuantKind::F32);
+                    tensor(bias("ffn_down_exps"), &[h, count], QuantKind::F32);
+                }
             }
         }
     }
@@ -525,6 +603,33 @@ pub(crate) fn synth(args: SynthArgs) -> Result<(), SynthError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// gpt-oss-20b in `MXFP4_MOE`: MXFP4 experts and Q8_0 elsewhere (as
+    /// llama.cpp's quantizer writes it), biases, sinks and the MLP's norm
+    /// named `post_attention_norm` (checked as described: the file is
+    /// 12 GiB).
+    #[test]
+    fn gpt_oss_layers_hold_mxfp4_experts_biases_and_sinks() {
+        let w = describe(Shape::GptOss20b, WeightType::MXFP4_MOE, 2);
+        let find = |name: &str| w.tensors().iter().find(|t| t.name == name);
+        let spec = |name: &str| find(name).map(|t| (t.dims.clone(), t.kind));
+        use QuantKind::{F32, MXFP4, Q8_0};
+        assert_eq!(
+            spec("blk.1.ffn_down_exps.weight"),
+            Some((vec![2880, 2880, 32], MXFP4))
+        );
+        assert_eq!(spec("blk.1.attn_q.weight"), Some((vec![2880, 4096], Q8_0)));
+        assert_eq!(spec("output.weight"), Some((vec![2880, 201_088], Q8_0)));
+        assert_eq!(spec("token_embd.weight"), Some((vec![2880, 201_088], Q8_0)));
+        assert_eq!(spec("blk.0.attn_sinks.weight"), Some((vec![64], F32)));
+        assert_eq!(spec("blk.0.attn_output.bias"), Some((vec![2880], F32)));
+        assert_eq!(spec("blk.0.ffn_up_exps.bias"), Some((vec![2880, 32], F32)));
+        assert_eq!(spec("blk.0.ffn_gate_inp.bias"), Some((vec![32], F32)));
+        assert!(find("blk.0.post_attention_norm.weight").is_some());
+        assert!(find("blk.0.ffn_norm.weight").is_none());
+        let experts = w.tensors().iter().filter(|t| t.kind == MXFP4).count();
+        assert_eq!(experts, 2 * 3);
+    }
 
     /// Mixtral's shape is `llama`'s layer with stacked experts as wide as
     /// its MLP and an f32 router, no QK-norm (the file is too large to
