@@ -91,6 +91,7 @@ pub fn interleaves(kind: QuantKind) -> bool {
     matches!(
         kind,
         QuantKind::IQ4_XS
+            | QuantKind::MXFP4
             | QuantKind::Q2_K
             | QuantKind::Q3_K
             | QuantKind::Q4_0
@@ -317,11 +318,26 @@ pub fn interleave(
                 QuantKind::Q4_K | QuantKind::Q5_K => {
                     k_to_group(src, dst, lane, kind == QuantKind::Q5_K)
                 }
+                QuantKind::MXFP4 => mxfp4_to_group(src, dst, lane),
                 _ => legacy_to_group(kind, src, dst, lane),
             }
         }
     }
     Ok(())
+}
+
+/// One MXFP4 block (an E8M0 byte, then Q4_0's nibbles) of row `lane` into
+/// its group's block: the eight rows' exponent bytes, then their nibbles
+/// four bytes at a time as Q4_0's (the group block is eight plain ones').
+fn mxfp4_to_group(src: &[u8], dst: &mut [u8], lane: usize) {
+    dst[lane] = src[0];
+    spread(&src[1..17], &mut dst[GROUP..], lane);
+}
+
+/// [`mxfp4_to_group`] undone (`dst`: the row's block).
+fn mxfp4_from_group(src: &[u8], dst: &mut [u8], lane: usize) {
+    dst[0] = src[lane];
+    gather(&src[GROUP..], &mut dst[1..17], lane);
 }
 
 /// One legacy block (an f16 scale, Q4_1's and Q5_1's minimum, Q5_0's and
@@ -533,6 +549,7 @@ pub fn plain_row(kind: QuantKind, cols: usize, data: &[u8], r: usize, out: &mut 
             QuantKind::Q4_K | QuantKind::Q5_K => {
                 k_from_group(src, dst, lane, kind == QuantKind::Q5_K)
             }
+            QuantKind::MXFP4 => mxfp4_from_group(src, dst, lane),
             _ => legacy_from_group(kind, src, dst, lane),
         }
     }

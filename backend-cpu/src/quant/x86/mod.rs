@@ -245,6 +245,39 @@ unsafe fn legacy_block(kind: QuantKind, b: &[u8]) -> (__m256i, f32, f32) {
     }
 }
 
+/// What the interleaved kernels add to MXFP4's values to make them
+/// unsigned (for `maddubs` and `vpdpbusd`): each block's sum then opens at
+/// −12 × Σx, from the activation block's integer sum.
+pub(super) const MXFP4_OFFSET: i32 = 12;
+
+/// MXFP4's sixteen values plus [`MXFP4_OFFSET`] (0 to 24), for one byte
+/// shuffle.
+#[inline(always)]
+pub(super) unsafe fn mxfp4_unsigned() -> __m256i {
+    const TABLE: [u8; 16] = {
+        let mut t = [0u8; 16];
+        let mut i = 0;
+        while i < 16 {
+            t[i] = (MXFP4_VALUES[i] as i32 + MXFP4_OFFSET) as u8;
+            i += 1;
+        }
+        t
+    };
+    _mm256_broadcastsi128_si256(_mm_loadu_si128(TABLE.as_ptr().cast()))
+}
+
+/// Eight E8M0 bytes as the f32 halves MXFP4 scales by, `2^(e − 128)`,
+/// exactly (`pagoda_core::quant::e8m0_half_to_f32`: the exponent field
+/// `e − 1`, or for `e` below 2 the subnormal `2^21 << e`).
+#[inline(always)]
+pub(super) unsafe fn e8m0_halves(bytes: &[u8]) -> __m256 {
+    let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(bytes[..8].as_ptr().cast()));
+    let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+    let tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+    let below_two = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    _mm256_castsi256_ps(_mm256_blendv_epi8(normal, tiny, below_two))
+}
+
 /// The IQ4 table values (`pagoda_core::quant::IQ4_VALUES`) that the 4-bit
 /// indices in the bytes of `indices` name: one byte shuffle.
 #[inline(always)]

@@ -38,7 +38,7 @@ mod qk;
 mod unpack;
 mod wide;
 
-use super::{load32, prefetch_block_at};
+use super::{e8m0_halves, load32, mxfp4_unsigned, prefetch_block_at, MXFP4_OFFSET};
 use iq4::group_iq4_xs;
 use k16::group_k16;
 use q6k::group_q6k;
@@ -53,7 +53,9 @@ pub(super) use unpack::{q5k_group_blocks, q6k_group_blocks};
 /// 0.65× the plain layout at 16 rows, 0.88-0.91× at 64, one thread, 2048²).
 pub(in super::super) fn takes_interleaved(kind: QuantKind, x: &QuantizedActivations) -> bool {
     match kind {
-        QuantKind::Q4_0 | QuantKind::Q5_0 | QuantKind::Q8_0 => x.format() == ActFormat::Q8_0,
+        QuantKind::Q4_0 | QuantKind::Q5_0 | QuantKind::Q8_0 | QuantKind::MXFP4 => {
+            x.format() == ActFormat::Q8_0
+        }
         QuantKind::Q4_1 | QuantKind::Q5_1 => x.format() == ActFormat::Q8_1,
         QuantKind::Q2_K
         | QuantKind::Q3_K
@@ -206,24 +208,25 @@ macro_rules! instances {
                     QuantKind::IQ4_XS => by_rows!(n, group_iq4_xs; w, x, at, ahead, sums),
                     QuantKind::Q2_K => by_rows!(n, group_k16, false; w, x, at, ahead, sums),
                     QuantKind::Q3_K => by_rows!(n, group_k16, true; w, x, at, ahead, sums),
-                    QuantKind::Q4_0 => by_rows!(n, group_q4, false, false; w, x, at, ahead, sums),
-                    QuantKind::Q4_1 => by_rows!(n, group_q4, true, false; w, x, at, ahead, sums),
-                    QuantKind::Q5_0 => by_rows!(n, group_q4, false, true; w, x, at, ahead, sums),
-                    QuantKind::Q5_1 => by_rows!(n, group_q4, true, true; w, x, at, ahead, sums),
+                    QuantKind::Q4_0 => by_rows!(n, group_q4, false, false, false; w, x, at, ahead, sums),
+                    QuantKind::Q4_1 => by_rows!(n, group_q4, true, false, false; w, x, at, ahead, sums),
+                    QuantKind::Q5_0 => by_rows!(n, group_q4, false, true, false; w, x, at, ahead, sums),
+                    QuantKind::Q5_1 => by_rows!(n, group_q4, true, true, false; w, x, at, ahead, sums),
+                    QuantKind::MXFP4 => by_rows!(n, group_q4, false, false, true; w, x, at, ahead, sums),
                     _ => by_rows8!(n, group_q8_0; w, x, at, ahead, backs, sums),
                 }
             }
 
             #[target_feature(enable = $features)]
             #[inline(never)]
-            unsafe fn group_q4<const N: usize, const MIN: bool, const FIVE: bool>(
+            unsafe fn group_q4<const N: usize, const MIN: bool, const FIVE: bool, const TABLE: bool>(
                 w: &[u8],
                 x: &QuantizedActivations,
                 first: usize,
                 ahead: usize,
                 sums: &mut GroupSums,
             ) {
-                super::group_q4::<$dot, N, MIN, FIVE>(w, x, first, ahead, sums)
+                super::group_q4::<$dot, N, MIN, FIVE, TABLE>(w, x, first, ahead, sums)
             }
 
             #[target_feature(enable = $features)]
@@ -514,18 +517,28 @@ use unroll8;
 /// or with fifth bits 2 × 31 × 127 = 7,874 (four add to 31,496, so the low
 /// and high nibbles' sums are kept apart).
 #[inline(always)]
-unsafe fn group_q4<D: Dot, const N: usize, const MIN: bool, const FIVE: bool>(
+unsafe fn group_q4<D: Dot, const N: usize, const MIN: bool, const FIVE: bool, const TABLE: bool>(
     w: &[u8],
     x: &QuantizedActivations,
     first: usize,
     ahead: usize,
     sums: &mut GroupSums,
 ) {
-    // The scales (and minimums, and fifth bits), then the nibbles.
-    let head = if MIN { 32 } else { 16 };
+    // The scales (and minimums, and fifth bits; MXFP4's exponent bytes),
+    // then the nibbles.
+    let head = match (TABLE, MIN) {
+        (true, _) => GROUP,
+        (false, true) => 32,
+        (false, false) => 16,
+    };
     let qs_at = if FIVE { head + 32 } else { head };
     let block = qs_at + GROUP * 16;
-    let offset = if FIVE { 16 } else { 8 };
+    let offset = match (TABLE, FIVE) {
+        (true, _) => MXFP4_OFFSET,
+        (false, true) => 16,
+        (false, false) => 8,
+    };
+    let table = mxfp4_unsigned();
     let blocks = w.len() / block;
     let mut qs: [&[i8]; N] = [&[]; N];
     let mut ds: [&[f32]; N] = [&[]; N];
@@ -547,7 +560,11 @@ unsafe fn group_q4<D: Dot, const N: usize, const MIN: bool, const FIVE: bool>(
     for b in 0..blocks {
         let wb = &w[b * block..b * block + block];
         prefetch_block_at(wb, ahead);
-        let dw = _mm256_cvtph_ps(_mm_loadu_si128(wb[..16].as_ptr().cast()));
+        let dw = if TABLE {
+            e8m0_halves(&wb[..GROUP])
+        } else {
+            _mm256_cvtph_ps(_mm_loadu_si128(wb[..16].as_ptr().cast()))
+        };
         let mw = if MIN {
             _mm256_cvtph_ps(_mm_loadu_si128(wb[16..32].as_ptr().cast()))
         } else {
@@ -569,6 +586,11 @@ unsafe fn group_q4<D: Dot, const N: usize, const MIN: bool, const FIVE: bool>(
                 lo[c] = _mm256_or_si256(lo[c], _mm256_and_si256(_mm256_slli_epi16::<4>(h), fifth));
                 hi[c] = _mm256_or_si256(hi[c], _mm256_and_si256(_mm256_slli_epi16::<3>(h), fifth));
             }
+            if TABLE {
+                // The index's value plus 12: unsigned, 0 to 24.
+                lo[c] = _mm256_shuffle_epi8(table, lo[c]);
+                hi[c] = _mm256_shuffle_epi8(table, hi[c]);
+            }
         }
         for j in 0..N {
             let xb = &qs[j][b * QB..b * QB + QB];
@@ -582,7 +604,9 @@ unsafe fn group_q4<D: Dot, const N: usize, const MIN: bool, const FIVE: bool>(
                     sh = D::dot(sh, hi[c], broadcast4(xb, 16 + 4 * c));
                 }
                 _mm256_add_epi32(sl, sh)
-            } else if FIVE {
+            } else if FIVE || TABLE {
+                // Values to 31 (or 24): four pairs of `maddubs` fill an
+                // i16, eight would overflow it.
                 let (mut sl, mut sh) = (_mm256_setzero_si256(), _mm256_setzero_si256());
                 for c in 0..4 {
                     let (l, h) = (broadcast4(xb, 4 * c), broadcast4(xb, 16 + 4 * c));
@@ -637,6 +661,16 @@ pub(super) mod tests {
             .map(|_| rng.u8(..))
             .collect();
         for b in data.chunks_exact_mut(block) {
+            if kind == QuantKind::MXFP4 {
+                // An exponent byte: 2^-12 to 2^-6, the subnormal and
+                // smallest ones now and then (their own path).
+                b[0] = if rng.u8(..16) == 0 {
+                    rng.u8(0..3)
+                } else {
+                    rng.u8(116..123)
+                };
+                continue;
+            }
             for at in [0, 2] {
                 let h = half::f16::from_f32(0.001 + 0.009 * rng.f32());
                 b[at..at + 2].copy_from_slice(&h.to_bits().to_le_bytes());

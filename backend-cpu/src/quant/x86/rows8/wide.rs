@@ -31,7 +31,9 @@ use pagoda_core::QuantKind;
 
 use super::super::super::act::{QuantizedActivations, KB, KSUM, QB};
 use super::super::super::interleave::{K6_D, K6_GROUP_BLOCK, K6_PAIRS, K6_QS, K6_SCALES};
-use super::super::{prefetch_block_at, prefetch_line_at};
+use super::super::{
+    e8m0_halves, mxfp4_unsigned, prefetch_block_at, prefetch_line_at, MXFP4_OFFSET,
+};
 use super::iq4::pair_iq4_xs;
 use super::k16::pair_k16;
 use super::{
@@ -147,10 +149,11 @@ unsafe fn pair(
         };
     }
     match kind {
-        QuantKind::Q4_0 => rows!(pair_q4, false, false),
-        QuantKind::Q4_1 => rows!(pair_q4, true, false),
-        QuantKind::Q5_0 => rows!(pair_q4, false, true),
-        QuantKind::Q5_1 => rows!(pair_q4, true, true),
+        QuantKind::Q4_0 => rows!(pair_q4, false, false, false),
+        QuantKind::Q4_1 => rows!(pair_q4, true, false, false),
+        QuantKind::Q5_0 => rows!(pair_q4, false, true, false),
+        QuantKind::Q5_1 => rows!(pair_q4, true, true, false),
+        QuantKind::MXFP4 => rows!(pair_q4, false, false, true),
         QuantKind::Q4_K => rows!(pair_qk, false),
         QuantKind::Q5_K => rows!(pair_qk, true),
         QuantKind::Q6_K => rows!(pair_q6k),
@@ -196,7 +199,7 @@ pub(super) unsafe fn broadcast4(x: &[i8], at: usize) -> __m512i {
 /// activation rows, the same sums in the same order per lane.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline(never)]
-unsafe fn pair_q4<const N: usize, const MIN: bool, const FIVE: bool>(
+unsafe fn pair_q4<const N: usize, const MIN: bool, const FIVE: bool, const TABLE: bool>(
     w0: &[u8],
     w1: &[u8],
     x: &QuantizedActivations,
@@ -204,10 +207,19 @@ unsafe fn pair_q4<const N: usize, const MIN: bool, const FIVE: bool>(
     ahead: usize,
     sums: &mut [[f32; PAIR]; WIDE_ROWS],
 ) {
-    let head = if MIN { 32 } else { 16 };
+    let head = match (TABLE, MIN) {
+        (true, _) => GROUP,
+        (false, true) => 32,
+        (false, false) => 16,
+    };
     let qs_at = if FIVE { head + 32 } else { head };
     let block = qs_at + GROUP * 16;
-    let offset = if FIVE { 16 } else { 8 };
+    let offset = match (TABLE, FIVE) {
+        (true, _) => MXFP4_OFFSET,
+        (false, true) => 16,
+        (false, false) => 8,
+    };
+    let table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(mxfp4_unsigned()));
     let blocks = w0.len().min(w1.len()) / block;
     let mut qs: [&[i8]; N] = [&[]; N];
     let mut ds: [&[f32]; N] = [&[]; N];
@@ -232,7 +244,13 @@ unsafe fn pair_q4<const N: usize, const MIN: bool, const FIVE: bool>(
         );
         prefetch_block_at(wb0, ahead);
         prefetch_block_at(wb1, ahead);
-        let dw = halves(wb0, wb1, 0);
+        let dw = if TABLE {
+            let (d0, d1) = (e8m0_halves(&wb0[..GROUP]), e8m0_halves(&wb1[..GROUP]));
+            let (d0, d1) = (_mm256_castps_si256(d0), _mm256_castps_si256(d1));
+            _mm512_castsi512_ps(_mm512_inserti64x4::<1>(_mm512_castsi256_si512(d0), d1))
+        } else {
+            halves(wb0, wb1, 0)
+        };
         let mw = if MIN {
             halves(wb0, wb1, 16)
         } else {
@@ -253,6 +271,10 @@ unsafe fn pair_q4<const N: usize, const MIN: bool, const FIVE: bool>(
                 let h = _mm512_srl_epi16(bits, _mm_cvtsi32_si128(2 * c as i32));
                 lo[c] = _mm512_or_si512(lo[c], _mm512_and_si512(_mm512_slli_epi16::<4>(h), fifth));
                 hi[c] = _mm512_or_si512(hi[c], _mm512_and_si512(_mm512_slli_epi16::<3>(h), fifth));
+            }
+            if TABLE {
+                lo[c] = _mm512_shuffle_epi8(table, lo[c]);
+                hi[c] = _mm512_shuffle_epi8(table, hi[c]);
             }
         }
         for j in 0..N {
