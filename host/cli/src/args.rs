@@ -47,8 +47,8 @@ pub(crate) enum Command {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum WeightsArg {
-    /// As quantized, with Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K matrices
-    /// repacked at load into rows interleaved eight at a time (their pages of the map let
+    /// As quantized, with Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+    /// IQ4_XS and MXFP4 matrices repacked at load into rows interleaved eight at a time (their pages of the map let
     /// go, so memory stays about the file's size), for the CPU kernels that
     /// multiply eight rows per vector: the fastest on the CPU. The Vulkan
     /// backend reads the plain layout, so there it is `quantized`.
@@ -170,7 +170,8 @@ pub(crate) struct TemplateArgs {
 #[derive(clap::Args)]
 pub(crate) struct RunArgs {
     /// The model: a GGUF file (llama (Mixtral included), qwen2, qwen2moe, qwen3, qwen3moe, phi3,
-    /// gemma2, gemma3, granite, granitemoe, smollm3 or olmo2 architecture).
+    /// gemma2, gemma3, granite, granitemoe, smollm3, olmo2 or gpt-oss
+    /// architecture).
     #[arg(long, value_name = "FILE.gguf")]
     pub(crate) model: PathBuf,
     #[command(flatten)]

@@ -340,6 +340,31 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
     }
 }
 
+/// gpt-oss's attention sinks have no device kernel: an engine of the tiny
+/// gpt-oss model on the device is refused by name when it is built, not
+/// at its first step, while the CPU backend's runs it.
+#[test]
+fn a_model_with_attention_sinks_is_refused_on_the_device_when_built() {
+    let Some(dir) = support::tiny_models("vulkan_step_sinks") else {
+        return;
+    };
+    let model = Model::load(dir.join("gpt_oss.gguf")).unwrap();
+    let Some(gpu) = open_with(VulkanOptions::from_env()) else {
+        return;
+    };
+    let config = EngineConfig {
+        kv_pages: 16,
+        ..EngineConfig::default()
+    };
+    let mut storage = EngineStorage::new(&config, model.config().max_context);
+    match Engine::new(&model, gpu, &config, &mut storage) {
+        Err(e) => assert!(e.to_string().contains("attention sinks"), "{e}"),
+        Ok(_) => panic!("an engine of a model with sinks was built on the device"),
+    }
+    let (tokens, _) = continuations(&model, CpuBackend::new());
+    assert!(tokens.iter().all(|t| t.len() == 4), "{tokens:?}");
+}
+
 /// SmolLM2 with the GPU decode product forced onto 8-bit activations (its
 /// integer dot-product variant), wherever the device has the extension,
 /// accelerated or not: an 8-token prompt (within the decode product's
