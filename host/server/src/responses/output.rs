@@ -138,10 +138,19 @@ pub(super) fn output_items(
     let (content, calls) = tools::parse_output(format, text);
     let whole = calls.is_empty() && content.as_deref() == Some(text.trim());
     let kept = if whole { logprobs } else { &[] };
-    let mut items: Vec<Value> = content
-        .map(|c| message(shell, &c, kept, done))
-        .into_iter()
-        .collect();
+    // A harmony answer's reasoning first, as a reasoning item (vLLM's
+    // shape for gpt-oss: its text as `reasoning_text` content).
+    let reasoning = tools::reasoning_of(format, text).map(|r| {
+        json!({
+            "type": "reasoning",
+            "id": format!("rs_{}", &shell.id["resp_".len()..]),
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": r}],
+            "status": done,
+        })
+    });
+    let mut items: Vec<Value> = reasoning.into_iter().collect();
+    items.extend(content.map(|c| message(shell, &c, kept, done)));
     let ids = tools::calls_json(&calls, false);
     for (k, (call, listed)) in calls
         .iter()
@@ -190,5 +199,25 @@ mod tests {
         let wrapped = r#"{"response": "Hi"}"#;
         let generic = output_items(&shell, Some(ToolFormat::Generic), wrapped, &lp, None);
         assert_eq!(logprobs_of(&generic), json!([]));
+    }
+
+    /// A harmony answer: its reasoning as a reasoning item, then its
+    /// answer as a message, or its call.
+    #[test]
+    fn a_harmony_answer_gives_a_reasoning_item_then_its_message_or_call() {
+        let shell = Shell::new(&Map::new(), "m", 1);
+        let answer = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant\
+                      <|channel|>final<|message|>4<|return|>";
+        let items = output_items(&shell, Some(ToolFormat::Harmony), answer, &[], Some("stop"));
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0]["type"], "reasoning");
+        assert_eq!(items[0]["content"][0]["text"], "Easy.");
+        assert_eq!(items[1]["content"][0]["text"], "4");
+        let call = "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant\
+                    <|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>";
+        let items = output_items(&shell, Some(ToolFormat::Harmony), call, &[], Some("stop"));
+        let kinds: Vec<&str> = items.iter().filter_map(|i| i["type"].as_str()).collect();
+        assert_eq!(kinds, ["reasoning", "function_call"]);
+        assert_eq!(items[1]["name"], "f");
     }
 }
