@@ -33,8 +33,10 @@ pub fn is_harmony(template: &str) -> bool {
 }
 
 /// The header's channel name and recipient (`to=...`), where it has them.
+/// The last channel counts: gpt-oss-20b at times writes a stray
+/// `<|channel|>commentary` before the one it means.
 fn channel_and_recipient(header: &str) -> (Option<&str>, Option<&str>) {
-    let channel = header.find(CHANNEL).map(|at| {
+    let channel = header.rfind(CHANNEL).map(|at| {
         let rest = &header[at + CHANNEL.len()..];
         let end = rest
             .find(|c: char| c.is_whitespace() || c == '<')
@@ -53,6 +55,9 @@ enum Channel {
     Reasoning,
     Content,
     Call,
+    /// A message to a recipient that is no function offered (a built-in
+    /// tool: `browser.search`, `python`): dropped, as llama.cpp does.
+    Dropped,
 }
 
 /// A piece of an answer's text as it streams.
@@ -74,6 +79,8 @@ pub struct Splitter {
     body: Option<Channel>,
     /// Whether any header was read (else text without one is content).
     headed: bool,
+    /// How far a header has been searched for its `<|message|>`.
+    scanned: usize,
     /// Finished calls, and the one being read.
     calls: Vec<ToolCall>,
     call: Option<ToolCall>,
@@ -86,7 +93,24 @@ impl Splitter {
         let mut out = Vec::new();
         loop {
             let Some(channel) = self.body else {
-                let Some(at) = self.buffer.find(MESSAGE) else {
+                // An answer that opens with no header (a constrained one,
+                // or a model that skips them) is content as it comes.
+                let b = self.buffer.as_bytes();
+                let may_be_header =
+                    b.first().is_none_or(|&c| c == b'<') && b.get(1).is_none_or(|&c| c == b'|');
+                if !self.headed && !may_be_header {
+                    self.body = Some(Channel::Content);
+                    self.headed = true;
+                    continue;
+                }
+                // Search on from where the last push stopped (less a
+                // marker's length, which may straddle the two).
+                let mut from = self.scanned.saturating_sub(MESSAGE.len());
+                while !self.buffer.is_char_boundary(from) {
+                    from -= 1;
+                }
+                let Some(at) = self.buffer[from..].find(MESSAGE).map(|at| from + at) else {
+                    self.scanned = self.buffer.len();
                     break;
                 };
                 let channel = match channel_and_recipient(&self.buffer[..at]) {
@@ -97,18 +121,25 @@ impl Splitter {
                         });
                         Channel::Call
                     }
+                    (_, Some(to)) if to != "assistant" => Channel::Dropped,
                     (Some("analysis"), _) => Channel::Reasoning,
                     _ => Channel::Content,
                 };
                 self.body = Some(channel);
                 self.headed = true;
+                self.scanned = 0;
                 self.buffer.drain(..at + MESSAGE.len());
                 continue;
             };
+            // A body ends at its end marker, at the next message's start,
+            // or at a channel marker of a model that skipped both (which
+            // then opens the next header).
             let end = ENDS
                 .iter()
                 .chain([&START])
-                .filter_map(|m| self.buffer.find(m).map(|at| (at, m.len())))
+                .map(|m| (*m, m.len()))
+                .chain([(CHANNEL, 0)])
+                .filter_map(|(m, len)| self.buffer.find(m).map(|at| (at, len)))
                 .min();
             let Some((at, len)) = end else {
                 let keep = partial_marker(&self.buffer);
@@ -161,6 +192,7 @@ impl Splitter {
                     call.arguments.push_str(&text);
                 }
             }
+            Channel::Dropped => {}
         }
     }
 }
@@ -264,6 +296,34 @@ mod tests {
         // No harmony at all.
         assert_eq!(parse("Just text.").content.as_deref(), Some("Just text."));
         assert_eq!(parse(""), Answer::default());
+    }
+
+    /// The stray channel gpt-oss-20b writes, a built-in tool's message
+    /// (dropped), a body that runs into the next channel, and text with no
+    /// header, streamed at once.
+    #[test]
+    fn strays_built_in_tools_and_headerless_text() {
+        let answer = parse(
+            "<|channel|>commentary to=assistant<|channel|>analysis<|message|>Hmm.<|end|>\
+             <|start|>assistant<|channel|>commentary to=browser.search json<|message|>{\"q\": 1}<|call|>\
+             <|start|>assistant<|channel|>analysis<|message|>More.<|channel|>final<|message|>Yes.",
+        );
+        assert_eq!(answer.reasoning.as_deref(), Some("Hmm.More."));
+        assert_eq!(answer.content.as_deref(), Some("Yes."));
+        assert!(answer.calls.is_empty());
+        let mut splitter = Splitter::default();
+        assert_eq!(
+            splitter.push("Ünïcode first"),
+            [Piece::Content("Ünïcode first".into())]
+        );
+        assert_eq!(splitter.push("<b>"), [Piece::Content("<b>".into())]);
+        let mut splitter = Splitter::default();
+        assert!(splitter.push("<").is_empty());
+        assert!(splitter.push("|channel|>final").is_empty());
+        assert_eq!(
+            splitter.push("<|message|>ok"),
+            [Piece::Content("ok".into())]
+        );
     }
 
     /// Streamed in pieces of every size (special tokens arrive whole, but

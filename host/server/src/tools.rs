@@ -307,12 +307,33 @@ impl Tools {
 }
 
 /// A conversation as gpt-oss's template reads it: a missing content is
-/// empty (the template searches it), and a call's arguments, which OpenAI
-/// clients send as JSON text, are the object the template writes out.
+/// empty (the template searches it); the reasoning an answer came with
+/// (`reasoning_content`, as this server returns it, or `reasoning`) is its
+/// `thinking`, which the template writes back before a call (and then a
+/// call's content goes: the template takes one or the other); a null or
+/// empty `tool_calls` is none (the template tests for the key); and a
+/// call's arguments, which OpenAI clients send as JSON text, are the object
+/// the template writes out.
 pub fn harmony_history(messages: impl IntoIterator<Item = Value>) -> Vec<Value> {
     let mut out = Vec::new();
     for mut m in messages {
         if m.get("content").is_none_or(Value::is_null) {
+            m["content"] = json!("");
+        }
+        let no_calls = m
+            .get("tool_calls")
+            .is_some_and(|c| c.is_null() || c.as_array().is_some_and(Vec::is_empty));
+        if let (true, Some(map)) = (no_calls, m.as_object_mut()) {
+            map.remove("tool_calls");
+        }
+        let reasoning = ["reasoning_content", "reasoning"]
+            .iter()
+            .find_map(|k| m.get(*k).and_then(Value::as_str).filter(|r| !r.is_empty()))
+            .map(str::to_string);
+        if let (Some(r), None) = (reasoning, m.get("thinking")) {
+            m["thinking"] = json!(r);
+        }
+        if m.get("tool_calls").is_some() && m.get("thinking").is_some() {
             m["content"] = json!("");
         }
         if let Some(calls) = m.get_mut("tool_calls").and_then(Value::as_array_mut) {
@@ -710,6 +731,17 @@ mod tests {
                 ]})],
             );
         assert_eq!(history[0]["content"], json!(""));
+        let reasoned = harmony_history([
+            json!({"role": "assistant", "content": "Let me look.", "reasoning_content": "Use f.",
+                   "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]}),
+            json!({"role": "assistant", "content": "Done.", "tool_calls": null, "reasoning": "ok"}),
+        ]);
+        let text = |m: &Value, k: &str| m[k].as_str().map(str::to_string);
+        assert_eq!(text(&reasoned[0], "thinking").as_deref(), Some("Use f."));
+        assert_eq!(text(&reasoned[0], "content").as_deref(), Some(""));
+        assert!(reasoned[1].get("tool_calls").is_none());
+        assert_eq!(text(&reasoned[1], "thinking").as_deref(), Some("ok"));
+        assert_eq!(text(&reasoned[1], "content").as_deref(), Some("Done."));
         assert_eq!(
             history[0]["tool_calls"][0]["function"]["arguments"],
             json!({"x": 1})

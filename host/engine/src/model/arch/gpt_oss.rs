@@ -10,6 +10,7 @@
 //! renormalized softmax of all of them), each expert gated by the clamped
 //! SwiGLU ([`Gating::SwigluOai`]). The experts ship in MXFP4.
 
+use super::super::config::ModelError;
 use super::super::load_error::LoadError;
 use super::super::meta::{float, required_uint};
 use super::super::program::{
@@ -40,13 +41,18 @@ pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
     let mut layers = Vec::with_capacity(c.layers as usize);
     for i in 0..c.layers {
         let local = window > 0 && local_layers[i as usize];
+        // Checked here, not at every step: a sink is a logit.
+        let sinks = l.layer_vector(i, "attn_sinks.weight", heads)?;
+        if !sinks.iter().all(|s| s.is_finite()) {
+            return Err(ModelError::NonFinite.into());
+        }
         let attention = AttentionBlock {
             biases: l.qkv_biases(i, false)?,
             output_bias: Some(l.layer_vector(i, "attn_output.bias", h)?),
             rope: Some(if local { local_rope } else { 0 }),
             attend: Attend {
                 window: if local { window } else { 0 },
-                sinks: Some(l.layer_vector(i, "attn_sinks.weight", heads)?),
+                sinks: Some(sinks),
                 ..Attend::full(c)
             },
             ..l.attention(i)?

@@ -201,13 +201,7 @@ impl ExpertBufs<'_> {
             add_rows(&mut self.gate[..len], &b.gate);
             add_rows(&mut self.up[..len], &b.up);
         }
-        gate(
-            team,
-            isa,
-            gating,
-            &mut self.gate[..len],
-            &mut self.up[..len],
-        )?;
+        gate(team, isa, gating, &mut self.gate[..len], &self.up[..len])?;
         let down = [&expert.down];
         project(
             team,
