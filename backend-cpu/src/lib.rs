@@ -302,6 +302,38 @@ fn copy_within<E: KvElement>(data: &mut [E], layout: &Layout, copies: &[PageCopy
     }
 }
 
+impl CpuBackend {
+    /// Attention of a batch, checked, with `sinks` where given (checked by
+    /// the caller).
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &mut self,
+        store: &CpuKvStore,
+        layer: u32,
+        shape: AttentionShape,
+        sinks: Option<&[f32]>,
+        batch: &[SeqAttention<'_>],
+        queries: &[f32],
+        out: &mut [f32],
+    ) -> Result<(), CpuError> {
+        validate_attention(
+            &store.geometry,
+            store.pages,
+            layer,
+            &shape,
+            batch,
+            queries.len(),
+            out.len(),
+        )?;
+        let (team, buffers, isa, layout) =
+            (&mut self.team, &mut self.buffers, self.isa, &store.layout);
+        with_elements!(&store.data, |d| attention::attention(
+            team, buffers, isa, d, layout, layer, &shape, sinks, batch, queries, out
+        ))
+        .map_err(|e| CpuError::Worker(e.to_string()))
+    }
+}
+
 impl Backend for CpuBackend {
     type KvStore = CpuKvStore;
     type Error = CpuError;
@@ -364,21 +396,7 @@ impl Backend for CpuBackend {
         queries: &[f32],
         out: &mut [f32],
     ) -> Result<(), CpuError> {
-        validate_attention(
-            &store.geometry,
-            store.pages,
-            layer,
-            &shape,
-            batch,
-            queries.len(),
-            out.len(),
-        )?;
-        let (team, buffers, isa, layout) =
-            (&mut self.team, &mut self.buffers, self.isa, &store.layout);
-        with_elements!(&store.data, |d| attention::attention(
-            team, buffers, isa, d, layout, layer, &shape, None, batch, queries, out
-        ))
-        .map_err(|e| CpuError::Worker(e.to_string()))
+        self.attend(store, layer, shape, None, batch, queries, out)
     }
 
     fn attention_with_sinks(
@@ -391,32 +409,8 @@ impl Backend for CpuBackend {
         queries: &[f32],
         out: &mut [f32],
     ) -> Result<(), CpuError> {
-        validate_attention(
-            &store.geometry,
-            store.pages,
-            layer,
-            &shape,
-            batch,
-            queries.len(),
-            out.len(),
-        )?;
         validate_sinks(&shape, sinks)?;
-        let (team, buffers, isa, layout) =
-            (&mut self.team, &mut self.buffers, self.isa, &store.layout);
-        with_elements!(&store.data, |d| attention::attention(
-            team,
-            buffers,
-            isa,
-            d,
-            layout,
-            layer,
-            &shape,
-            Some(sinks),
-            batch,
-            queries,
-            out
-        ))
-        .map_err(|e| CpuError::Worker(e.to_string()))
+        self.attend(store, layer, shape, Some(sinks), batch, queries, out)
     }
 
     fn gather(

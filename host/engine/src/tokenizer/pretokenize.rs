@@ -215,16 +215,23 @@ fn llama3_match(chars: &[(usize, char, Class)], i: usize, digits: usize) -> usiz
     if c == Some(Class::Number) {
         return run(chars, i, Class::Number).min(digits);
     }
-    // ?[^\s\p{L}\p{N}]+[\r\n]*
+    punctuation_or_space(chars, i, |c| c == '\r' || c == '\n')
+}
+
+/// The alternatives the Llama 3 and GPT-4o patterns end with, at `i`:
+/// ` ?[^\s\p{L}\p{N}]+` then the characters `tail` takes (`[\r\n]*`,
+/// GPT-4o's `[\r\n/]*`), `\s*[\r\n]+`, `\s+(?!\S)`, `\s+`, else the
+/// one character.
+fn punctuation_or_space(chars: &[(usize, char, Class)], i: usize, tail: fn(char) -> bool) -> usize {
     let n = space_then(chars, i, Class::Other);
     if n > 0 {
-        let tail = chars[i + n..]
+        let more = chars[i + n..]
             .iter()
-            .take_while(|&&(_, c, _)| c == '\r' || c == '\n')
+            .take_while(|&&(_, c, _)| tail(c))
             .count();
-        return n + tail;
+        return n + more;
     }
-    if c == Some(Class::Space) {
+    if cls(chars, i) == Some(Class::Space) {
         // \s*[\r\n]+: through the last CR or LF of the whitespace run.
         let n = run(chars, i, Class::Space);
         if let Some(last) = (i..i + n).rev().find(|&k| is_crlf(ch(chars, k))) {
@@ -279,22 +286,5 @@ fn gpt4o_match(chars: &[(usize, char, Class)], i: usize) -> usize {
     if c == Some(Class::Number) {
         return run(chars, i, Class::Number).min(3);
     }
-    // ?[^\s\p{L}\p{N}]+[\r\n/]*
-    let n = space_then(chars, i, Class::Other);
-    if n > 0 {
-        let tail = chars[i + n..]
-            .iter()
-            .take_while(|&&(_, c, _)| matches!(c, '\r' | '\n' | '/'))
-            .count();
-        return n + tail;
-    }
-    if c == Some(Class::Space) {
-        // \s*[\r\n]+: through the last CR or LF of the whitespace run.
-        let n = run(chars, i, Class::Space);
-        if let Some(last) = (i..i + n).rev().find(|&k| is_crlf(ch(chars, k))) {
-            return last + 1 - i;
-        }
-        return whitespace(chars, i);
-    }
-    1
+    punctuation_or_space(chars, i, |c| matches!(c, '\r' | '\n' | '/'))
 }
