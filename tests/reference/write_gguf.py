@@ -31,7 +31,7 @@ def main() -> None:
     w.add_array("t.arr_str", ["a", "", "ccc"])
     w.add_array("t.nested", [["x", "yz"], ["w"]])
     rng = np.random.default_rng(7)
-    for name in ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"]:
+    for name in ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4"]:
         qtype = Q[name]
         shape = quant_shape_to_byte_shape((3, 512), qtype)
         data = rng.integers(0, 256, size=shape, dtype=np.uint8)
