@@ -8,7 +8,7 @@ use pagoda_cpu::{Isa, QuantizedActivations, Team};
 use super::super::config::{ModelConfig, ModelError};
 use super::super::precision::ActPrecision;
 use super::super::program::{Expert, Experts, Gating};
-use super::{gate, grow, project, Activations, Feed};
+use super::{add_rows, gate, grow, project, Activations, Feed};
 
 /// A mixture of experts' working space (grown to the largest step, never
 /// shrunk): the router's scores, then each expert's rows of the step
@@ -218,15 +218,6 @@ impl ExpertBufs<'_> {
             add_rows(out, &b.down);
         }
         Ok(out)
-    }
-}
-
-/// `rows += bias` for each row (`bias.len()` wide) of `rows`.
-fn add_rows(rows: &mut [f32], bias: &[f32]) {
-    for row in rows.chunks_exact_mut(bias.len().max(1)) {
-        for (v, b) in row.iter_mut().zip(bias) {
-            *v += b;
-        }
     }
 }
 

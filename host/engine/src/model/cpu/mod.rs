@@ -395,11 +395,7 @@ impl Run<'_> {
         };
         for (p, out) in projs.iter().zip(outs.iter_mut()).filter(|_| result.is_ok()) {
             if let Some(bias) = &p.bias {
-                for row in out[..t * p.w.rows()].chunks_exact_mut(bias.len()) {
-                    for (v, b) in row.iter_mut().zip(bias) {
-                        *v += b;
-                    }
-                }
+                add_rows(&mut out[..t * p.w.rows()], bias);
             }
         }
         act.bufs[index(src)] = x;
@@ -672,6 +668,15 @@ fn rms_norm_in_place(row: &mut [f32], gain: &[f32], eps: f32) {
     let inv = inverse_rms(row, eps);
     for (v, g) in row.iter_mut().zip(gain) {
         *v *= inv * g;
+    }
+}
+
+/// `rows += bias` for each row (`bias.len()` wide) of `rows`.
+pub(super) fn add_rows(rows: &mut [f32], bias: &[f32]) {
+    for row in rows.chunks_exact_mut(bias.len().max(1)) {
+        for (v, b) in row.iter_mut().zip(bias) {
+            *v += b;
+        }
     }
 }
 
