@@ -157,10 +157,12 @@ class Model:
         r = GGUFReader(path)
         self.arch = field(r, "general.architecture")
         if self.arch not in ("llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
-                             "granite", "granitemoe", "smollm3", "olmo2", "gpt-oss"):
+                             "granite", "granitemoe", "smollm3", "olmo2", "gpt-oss", "glm4", "glm4moe"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
-        self.layers = int(field(r, f"{a}.block_count"))
+        # GLM-4.5's multi-token-prediction block follows the trunk (HF's
+        # Glm4MoeModel runs num_hidden_layers and ignores its weights).
+        self.layers = int(field(r, f"{a}.block_count")) - int(field(r, f"{a}.nextn_predict_layers", 0))
         self.hidden = int(field(r, f"{a}.embedding_length"))
         self.heads = int(field(r, f"{a}.attention.head_count"))
         self.kv_heads = int(field(r, f"{a}.attention.head_count_kv", self.heads))
@@ -182,6 +184,9 @@ class Model:
         self.attention_scale = float(field(r, f"{a}.attention.scale", 0.0))
         self.experts = int(field(r, f"{a}.expert_count", 0))
         self.experts_used = int(field(r, f"{a}.expert_used_count", 0))
+        self.dense_lead = int(field(r, f"{a}.leading_dense_block_count", 0))
+        self.weights_norm = bool(field(r, f"{a}.expert_weights_norm", False))
+        self.weights_scale = float(field(r, f"{a}.expert_weights_scale", 1.0))
         self.linear = 1.0
         self.yarn = None
         scaling = field(r, f"{a}.rope.scaling.type", "none")
@@ -246,7 +251,7 @@ class Model:
         angle = positions[:, None].astype(np.float64) / linear * freq[None, :]
         cos = self.attn_factor * magnitude * np.cos(angle)[:, None, :]
         sin = self.attn_factor * magnitude * np.sin(angle)[:, None, :]
-        if self.arch in ("llama", "granite", "granitemoe", "smollm3"):
+        if self.arch in ("llama", "granite", "granitemoe", "smollm3", "glm4"):
             a, b = x[:, :, 0:n:2].copy(), x[:, :, 1:n:2].copy()
             x[:, :, 0:n:2] = a * cos - b * sin
             x[:, :, 1:n:2] = a * sin + b * cos
@@ -278,10 +283,31 @@ class Model:
                 out[r] += weight * f
         return out
 
+    def glm_mixture(self, p, h):
+        """GLM-4.5's mixture (HF's Glm4MoeMoE) for normed rows h."""
+        w = self.t
+        scores = 1.0 / (1.0 + np.exp(-(h @ w[p + "ffn_gate_inp.weight"].T)))
+        choice = scores + w[p + "exp_probs_b.bias"]
+        out = np.zeros_like(h)
+        for r in range(h.shape[0]):
+            top = np.argsort(-choice[r], kind="stable")[: self.experts_used]
+            weights = scores[r, top]
+            if self.weights_norm:
+                weights = weights / (weights.sum() + 1e-20)
+            for e, weight in zip(top, weights * self.weights_scale):
+                g = h[r] @ self.expert(p, "gate", e).T
+                u = h[r] @ self.expert(p, "up", e).T
+                out[r] += weight * ((g / (1.0 + np.exp(-g)) * u) @ self.expert(p, "down", e).T)
+        g = h @ w[p + "ffn_gate_shexp.weight"].T
+        u = h @ w[p + "ffn_up_shexp.weight"].T
+        return out + (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down_shexp.weight"].T
+
     def mixture(self, p, h):
         """The mixture of experts' output for normed rows h [tokens, hidden]."""
         if self.oss:
             return self.oss_mixture(p, h)
+        if self.arch == "glm4moe":
+            return self.glm_mixture(p, h)
         logits = h @ self.t[p + "ffn_gate_inp.weight"].T
         probs = np.exp(logits - logits.max(axis=1, keepdims=True))
         probs /= probs.sum(axis=1, keepdims=True)
@@ -333,8 +359,8 @@ class Model:
             p = f"blk.{i}."
             olmo2 = self.arch == "olmo2"
             h = x if olmo2 else self.norm(x, w[p + "attn_norm.weight"])
-            if self.arch == "phi3":
-                qkv = h @ w[p + "attn_qkv.weight"].T
+            if p + "attn_qkv.weight" in w:
+                qkv = h @ w[p + "attn_qkv.weight"].T + w.get(p + "attn_qkv.bias", 0.0)
                 nq, nkv = self.heads * d, self.kv_heads * d
                 q, k, v = qkv[:, :nq], qkv[:, nq : nq + nkv], qkv[:, nq + nkv :]
             else:
@@ -347,7 +373,7 @@ class Model:
             q = q.reshape(t, self.heads, d)
             k = k.reshape(t, self.kv_heads, d)
             v = v.reshape(t, self.kv_heads, d)
-            if self.arch in ("qwen3", "qwen3moe", "gemma3"):
+            if self.arch in ("qwen3", "qwen3moe", "gemma3") or p + "attn_q_norm.weight" in w and self.arch == "glm4moe":
                 q = self.norm(q, w[p + "attn_q_norm.weight"])
                 k = self.norm(k, w[p + "attn_k_norm.weight"])
             if not (self.arch == "smollm3" and (i + 1) % 4 == 0):
@@ -377,18 +403,18 @@ class Model:
                 out[:, hq, :] = s @ v[:, hk, :]
             o = out.reshape(t, self.heads * d) @ w[p + "attn_output.weight"].T
             o = o + w.get(p + "attn_output.bias", 0.0)
-            if self.gemma or olmo2:
+            if self.gemma or olmo2 or self.arch == "glm4":
                 o = self.norm(o, w[p + "post_attention_norm.weight"])
             if self.granite:
                 o = o * self.residual_scale
             x = x + o
-            ffn_norm = "post_attention_norm.weight" if self.oss else "ffn_norm.weight"
+            ffn_norm = "post_attention_norm.weight" if self.oss or self.arch == "glm4moe" else "ffn_norm.weight"
             h = x if olmo2 else self.norm(x, w[p + ffn_norm])
-            if self.experts > 0:
+            if self.experts > 0 and i >= self.dense_lead:
                 f = self.mixture(p, h)
                 x = x + (f * self.residual_scale if self.granite else f)
                 continue
-            if self.arch == "phi3":
+            if p + "ffn_gate.weight" not in w:  # phi3's and GLM-4's fused gate and up
                 gu = h @ w[p + "ffn_up.weight"].T
                 g, u = gu[:, : gu.shape[1] // 2], gu[:, gu.shape[1] // 2 :]
             else:
@@ -400,7 +426,7 @@ class Model:
                 f = self.norm((act * u) @ w[p + "ffn_down.weight"].T, w[p + "post_ffw_norm.weight"])
             else:
                 f = (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
-            if olmo2:
+            if olmo2 or self.arch == "glm4":
                 f = self.norm(f, w[p + "post_ffw_norm.weight"])
             if self.granite:
                 f = f * self.residual_scale

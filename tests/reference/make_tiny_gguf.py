@@ -622,6 +622,75 @@ def main() -> None:
     write(out / "gpt_oss.gguf", "gpt-oss", 4, 2, biases=True, tied=False, key_length=True,
           eps=1e-5, base=150000.0, meta=gpt_oss, types=oss_types, experts=(count, 2, width, {0, 1}),
           skip=no_ffn_norms, extra=oss)
+    # GLM-4: q/k/v biases, norms after both blocks, one fused ffn_up
+    # (gate rows, then up), interleaved rotary on half of each head; then
+    # the same with the projections fused too (attn_qkv and its bias).
+    def fused_up(qtype):
+        # ffn_up written twice as tall: the gate's rows, then the up's.
+        return lambda w, name, values: add(w, name, matrix(2 * FFN, HIDDEN), qtype)
+    glm4_types = {**GLM4_TYPES, "layers": [dict(t, up=fused_up(t["up"])) for t in GLM4_TYPES["layers"]]}
+    write(out / "glm4.gguf", "glm4", 4, 2, biases=True, tied=False, key_length=True, rope_dim=32,
+          post_norms=True, types=glm4_types, skip={f"blk.{i}.ffn_gate.weight" for i in range(LAYERS)})
+    qkv_bias = [(f"blk.{i}.attn_qkv.bias", rng.normal(0.0, 0.5, size=(4 + 2 * 2) * HEAD_DIM), Q.F32)
+                for i in range(LAYERS)]
+    write(out / "glm4_fused.gguf", "glm4", 4, 2, biases=False, tied=True, key_length=True,
+          rope_dim=32, post_norms=True, fused=True, types=PHI3_TYPES, extra=qkv_bias)
+    # GLM-4.5: three trunk layers and a multi-token-prediction block after
+    # them (nextn_predict_layers 1, its tensors present and unread); layer
+    # 0 dense, the others 8 experts 128 wide of which 3 are used, scored
+    # by sigmoids and chosen with exp_probs_b added, renormalized and
+    # scaled by 2.5, plus one ungated shared expert; QK-norm, NeoX rotary
+    # on half of each head, the MLP's norm named post_attention_norm.
+    count, glm_layers = 8, 4
+    def glm4moe(w):
+        w.add_uint32("glm4moe.nextn_predict_layers", 1)
+        w.add_uint32("glm4moe.leading_dense_block_count", 1)
+        w.add_uint32("glm4moe.expert_shared_count", 1)
+        w.add_float32("glm4moe.expert_weights_scale", 2.5)
+        w.add_bool("glm4moe.expert_weights_norm", True)
+        w.add_uint32("glm4moe.expert_gating_func", 2)
+    layer0_experts = {"blk.0." + n for n in ("ffn_gate_inp.weight", "ffn_gate_exps.weight",
+                                             "ffn_up_exps.weight", "ffn_down_exps.weight",
+                                             "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
+                                             "ffn_down_shexp.weight")}
+    norms = {f"blk.{i}.ffn_norm.weight" for i in range(glm_layers)}
+    t0 = GLM4MOE_TYPES["layers"][0]
+    moe_extra = [("blk.0.ffn_gate.weight", matrix(FFN, HIDDEN), t0["gate"]),
+                 ("blk.0.ffn_up.weight", matrix(FFN, HIDDEN), t0["up"]),
+                 ("blk.0.ffn_down.weight", matrix(HIDDEN, FFN), t0["down"])]
+    for i in range(glm_layers):
+        moe_extra.append((f"blk.{i}.post_attention_norm.weight", gain(HIDDEN), Q.F32))
+        if i > 0:
+            moe_extra.append((f"blk.{i}.exp_probs_b.bias", rng.normal(0.0, 0.3, size=count), Q.F32))
+    last = f"blk.{glm_layers - 1}.nextn."
+    moe_extra += [(last + "eh_proj.weight", matrix(HIDDEN, 2 * HIDDEN), Q.F16),
+                  (last + "enorm.weight", gain(HIDDEN), Q.F32),
+                  (last + "hnorm.weight", gain(HIDDEN), Q.F32),
+                  (last + "shared_head_norm.weight", gain(HIDDEN), Q.F32)]
+    write(out / "glm4moe.gguf", "glm4moe", 4, 2, biases=True, tied=False, key_length=True,
+          rope_dim=32, qk_norm=True, qk_scale=4.0, types=GLM4MOE_TYPES,
+          experts=(count, 3, 128, set(range(glm_layers))), shared=128, shared_gate=False,
+          layers=glm_layers, meta=glm4moe, skip=layer0_experts | norms, extra=moe_extra)
+
+# GLM-4's fused ffn_up rows are 256 wide: any type; its q/k take K-quants
+# on one layer only (see LLAMA3_TYPES).
+GLM4_TYPES = {
+    "embed": Q.Q6_K,
+    "output": Q.Q5_K,
+    "layers": [
+        dict(q=Q.Q8_0, k=Q.Q5_1, v=Q.Q4_K, o=Q.Q6_K, gate=Q.F32, up=Q.Q4_K, down=Q.Q8_0),
+        dict(q=Q.Q5_K, k=Q.F16, v=Q.Q8_0, o=Q.Q4_0, gate=Q.F32, up=Q.Q6_K, down=Q.Q5_0),
+    ],
+}
+# GLM-4.5's q and k are scaled up for the QK-norm: no K-quant there.
+GLM4MOE_TYPES = {
+    "embed": Q.Q8_0,
+    "output": Q.Q6_K,
+    "layers": [
+        dict(q=Q.Q8_0, k=Q.Q5_0, v=Q.Q6_K, o=Q.Q4_K, gate=Q.Q5_K, up=Q.Q4_0, down=Q.Q8_0),
+        dict(q=Q.F16, k=Q.Q4_1, v=Q.Q5_K, o=Q.Q8_0, gate=Q.Q4_K, up=Q.Q6_K, down=Q.Q5_1),
+    ],
+}
 
 
 if __name__ == "__main__":

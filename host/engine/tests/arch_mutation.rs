@@ -16,7 +16,7 @@ use pagoda_engine::model::Model;
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 10] = [
+const FILES: [&str; 12] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -27,6 +27,8 @@ const FILES: [&str; 10] = [
     "gemma3",
     "phi3",
     "gpt_oss",
+    "glm4",
+    "glm4moe",
 ];
 
 /// Mutants of each file.

@@ -41,7 +41,7 @@ const TOLERANCE_F32: f32 = 3e-5;
 const TOLERANCE_F16: f32 = 5e-3;
 /// The tiny models make_tiny_gguf.py writes, each checked against the
 /// reference.
-const ARCHS: [&str; 17] = support::TINY_MODELS;
+const ARCHS: [&str; 20] = support::TINY_MODELS;
 /// Tiny models only the CPU backend runs (Vulkan has no attention sinks),
 /// checked against the reference here only.
 const CPU_ONLY: [&str; 1] = ["gpt_oss"];
@@ -489,6 +489,41 @@ fn gpt_oss_with_sinks_windows_and_biased_mxfp4_experts_matches_the_reference() {
         let model = Model::load(fixtures().unwrap().join("gpt_oss.gguf")).unwrap();
         let mxfp4 = model.matrices().filter(|m| m.kind() == QuantKind::MXFP4);
         assert_eq!(mxfp4.count(), 2 * 4 * 3 - 4);
+    }
+}
+
+#[test]
+fn glm4_with_post_norms_biases_and_a_fused_mlp_matches_the_reference() {
+    // q/k/v biases, norms after both blocks, interleaved rotary on half
+    // of each head, the gate and up rows in one ffn_up.
+    if let Some(c) = agrees_with_reference("glm4") {
+        assert_eq!(
+            (c.q_heads, c.kv_heads, c.head_dim, c.rope_dim),
+            (4, 2, 64, 32)
+        );
+    }
+    // The same layer with the projections fused too, with one fused bias.
+    if let Some(c) = agrees_with_reference("glm4_fused") {
+        assert_eq!((c.q_heads, c.kv_heads, c.rope_dim), (4, 2, 32));
+    }
+}
+
+#[test]
+fn glm4moe_with_sigmoid_routing_a_selection_bias_and_a_prediction_block_matches_the_reference() {
+    // A dense first layer, then experts chosen by sigmoid scores plus
+    // exp_probs_b, weighed by the unbiased scores renormalized and scaled
+    // by 2.5, with a shared expert; the fourth block predicts further
+    // tokens and is not part of the trunk.
+    if let Some(c) = agrees_with_reference("glm4moe") {
+        assert_eq!((c.layers, c.q_heads, c.kv_heads, c.ffn), (3, 4, 2, 256));
+        let model = Model::load(fixtures().unwrap().join("glm4moe.gguf")).unwrap();
+        // Embedding, head, then per trunk layer q, k, v and output; layer
+        // 0's three MLP matrices; layers 1 and 2's router, 8 × 3 experts
+        // and 3 shared.
+        assert_eq!(
+            model.matrices().count(),
+            2 + 3 * 4 + 3 + 2 * (1 + 8 * 3 + 3)
+        );
     }
 }
 

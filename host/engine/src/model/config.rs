@@ -19,6 +19,8 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "smollm3",
     "olmo2",
     "gpt-oss",
+    "glm4",
+    "glm4moe",
 ];
 
 /// The widest row (hidden size, MLP width, all query heads) a model may

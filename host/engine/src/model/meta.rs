@@ -66,6 +66,14 @@ pub(super) fn required_uint(g: &Gguf<'_>, key: &str) -> Result<u32, LoadError> {
     })
 }
 
+/// A bool under `key`, or `None` when absent.
+pub(super) fn boolean(g: &Gguf<'_>, key: &str) -> Result<Option<bool>, LoadError> {
+    match g.get(key) {
+        None => Ok(None),
+        Some(_) => g.get_bool(key).map(Some).map_err(|e| meta(key, e)),
+    }
+}
+
 /// A finite, positive float under `key`, or `default` when absent.
 pub(super) fn positive_float(g: &Gguf<'_>, key: &str, default: f32) -> Result<f32, LoadError> {
     match float(g, key)? {
@@ -92,7 +100,16 @@ impl ModelConfig {
     pub fn from_gguf(g: &Gguf<'_>) -> Result<ModelConfig, LoadError> {
         let a = architecture(g)?;
         let key = |k: &str| format!("{a}.{k}");
-        let layers = required_uint(g, &key("block_count"))?;
+        let blocks = required_uint(g, &key("block_count"))?;
+        // The last `nextn_predict_layers` blocks (GLM-4.5's, DeepSeek-V3's)
+        // predict further tokens for speculative decoding; the trunk that
+        // gives the logits is the blocks before them, as llama.cpp runs it.
+        let nextn_key = key("nextn_predict_layers");
+        let nextn = uint(g, &nextn_key)?.unwrap_or(0);
+        if nextn >= blocks && blocks > 0 {
+            return Err(bad(&nextn_key, nextn, "must be fewer than block_count"));
+        }
+        let layers = blocks - nextn.min(blocks);
         let hidden = required_uint(g, &key("embedding_length"))?;
         let ffn = required_uint(g, &key("feed_forward_length"))?;
         let q_heads = required_uint(g, &key("attention.head_count"))?;

@@ -153,11 +153,22 @@ pub(crate) struct ExpertBiases {
     pub down: Vec<f32>,
 }
 
-/// A sparse MLP (Mixtral, Qwen3-MoE, Qwen2-MoE): a router scores each row
-/// against every expert; the row goes through its `used` best experts, and
-/// their outputs are summed weighted by the softmax of the scores
-/// (renormalized over the chosen ones where `normalize`), plus a shared
-/// expert every row goes through where there is one.
+/// How a router's scores become each expert's probability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scoring {
+    /// The softmax over the experts (Mixtral, Qwen, gpt-oss).
+    Softmax,
+    /// Each score's sigmoid, on its own (GLM-4.5, DeepSeek-V3).
+    Sigmoid,
+}
+
+/// A sparse MLP (Mixtral, Qwen3-MoE, Qwen2-MoE, GLM-4.5): a router scores
+/// each row against every expert; the row goes through its `used` most
+/// probable experts (by probability plus `selection_bias` where there is
+/// one), and their outputs are summed weighted by their probabilities
+/// (renormalized over the chosen ones where `normalize`) times
+/// `weight_scale`, plus a shared expert every row goes through where there
+/// is one.
 #[derive(Debug, Clone)]
 pub(crate) struct Experts {
     /// One row of `hidden` weights per expert.
@@ -167,8 +178,17 @@ pub(crate) struct Experts {
     pub experts: Vec<Expert>,
     /// Experts each row goes through (`expert_used_count`).
     pub used: u32,
+    /// How the scores become probabilities.
+    pub scoring: Scoring,
+    /// A bias per expert added to the probabilities to choose the experts
+    /// but not to weigh them (DeepSeek-V3's and GLM-4.5's
+    /// `exp_probs_b`, which balances the experts' load).
+    pub selection_bias: Option<Vec<f32>>,
     /// Whether the chosen experts' weights are renormalized to sum to 1.
     pub normalize: bool,
+    /// Factor on the chosen experts' weights (`expert_weights_scale`,
+    /// GLM-4.5's `routed_scaling_factor`; 1 elsewhere).
+    pub weight_scale: f32,
     pub gating: Gating,
     /// An expert every row goes through (Qwen2-MoE).
     pub shared: Option<SharedExpert>,
@@ -258,8 +278,11 @@ impl Program {
                 let shared = e.shared.iter().filter_map(|s| s.gate.as_deref());
                 let biases = e.experts.iter().filter_map(|x| x.biases.as_deref());
                 let biases = biases.flat_map(|b| [&b.gate[..], &b.up[..], &b.down[..]]);
-                let router = e.router_bias.as_deref();
-                shared.chain(biases).chain(router).collect()
+                let router = e.router_bias.iter().chain(&e.selection_bias);
+                shared
+                    .chain(biases)
+                    .chain(router.map(Vec::as_slice))
+                    .collect()
             }
             _ => Vec::new(),
         });

@@ -103,6 +103,7 @@ impl Tokenizer {
         let unk = id("tokenizer.ggml.unknown_token_id")?;
         let eot = id("tokenizer.ggml.eot_token_id")?;
         let eom = id("tokenizer.ggml.eom_token_id")?;
+        let mut never_bos = false;
         let (model, bos_default) = match kind {
             "gpt2" => {
                 let pre = if gguf.get("tokenizer.ggml.pre").is_some() {
@@ -110,6 +111,10 @@ impl Tokenizer {
                 } else {
                     "default"
                 };
+                // GLM's chat template writes its own `[gMASK]<sop>`, and
+                // llama.cpp never adds a BOS for its files whatever they
+                // say (their BOS is `[gMASK]`).
+                never_bos = pre == "glm4";
                 let pre = PreTokenizer::from_name(pre)?;
                 (
                     Model::Bpe(Box::new(Bpe::from_gguf(gguf, &vocab, pre)?)),
@@ -122,7 +127,8 @@ impl Tokenizer {
             }
             other => return Err(TokenizerError::UnsupportedModel(other.to_owned())),
         };
-        let add_bos = optional_bool(gguf, "tokenizer.ggml.add_bos_token", bos_default)?;
+        let add_bos =
+            !never_bos && optional_bool(gguf, "tokenizer.ggml.add_bos_token", bos_default)?;
         let add_eos = optional_bool(gguf, "tokenizer.ggml.add_eos_token", false)?;
         let eog = end_of_generation(&vocab, [eos, eot, eom]);
         Ok(Tokenizer {

@@ -22,7 +22,7 @@ pub enum PreTokenizer {
     /// `exaone`, `minerva`: every digit on its own, then the GPT-2
     /// pattern.
     SmolLm,
-    /// `llama-bpe`, `llama3`, `llama-v3`, `falcon3`: the Llama 3 pattern
+    /// `llama-bpe`, `llama3`, `llama-v3`, `falcon3`, `glm4`: the Llama 3 pattern
     /// (case-insensitive contractions, digits in groups of up to three);
     /// whole words in the vocabulary skip merging.
     Llama3,
@@ -47,7 +47,7 @@ impl PreTokenizer {
             "default" | "gpt-2" | "gpt2" | "mpt" | "olmo" => PreTokenizer::Gpt2,
             "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone"
             | "minerva" => PreTokenizer::SmolLm,
-            "llama-bpe" | "llama3" | "llama-v3" | "falcon3" => PreTokenizer::Llama3,
+            "llama-bpe" | "llama3" | "llama-v3" | "falcon3" | "glm4" => PreTokenizer::Llama3,
             "dbrx" | "smaug-bpe" => PreTokenizer::Dbrx,
             "qwen2" | "stablelm2" => PreTokenizer::Qwen2,
             "gpt-4o" | "llama4" => PreTokenizer::Gpt4o,

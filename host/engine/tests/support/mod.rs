@@ -20,7 +20,7 @@ pub use env::*;
 /// The tiny models make_tiny_gguf.py writes that every backend must run
 /// as the NumPy reference does (`{name}.gguf`): one per architecture and
 /// per feature of one (Llama 3 scaling, YaRN).
-pub const TINY_MODELS: [&str; 17] = [
+pub const TINY_MODELS: [&str; 20] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -38,6 +38,9 @@ pub const TINY_MODELS: [&str; 17] = [
     "olmo2",
     "qwen2moe_defaults",
     "lowbits",
+    "glm4",
+    "glm4_fused",
+    "glm4moe",
 ];
 
 /// A scratch folder named `name` holding every file make_tiny_gguf.py

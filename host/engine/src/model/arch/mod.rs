@@ -14,6 +14,7 @@
 //! `make_tiny_gguf.py`; `docs/ARCHITECTURE.md` walks through it.
 
 mod gemma;
+mod glm4;
 mod gpt_oss;
 mod granite;
 mod llama;
@@ -37,7 +38,7 @@ pub(super) use super::meta::architecture as name;
 use super::meta::{bad, float, meta, positive_float, required_uint, uint};
 use super::program::{
     attention_block, experts_block, mlp_block, Attend, AttentionBlock, Buf, Expert, ExpertBiases,
-    Experts, Gating, MlpBlock, Op, Program, SharedExpert,
+    Experts, Gating, MlpBlock, Op, Program, Scoring, SharedExpert,
 };
 use super::repack_cache::RepackCache;
 use super::rope::{Rope, RopeMode, RopeSpec, Yarn};
@@ -348,6 +349,41 @@ impl Loader<'_> {
         })
     }
 
+    /// Layer `i`'s projections from one fused `attn_qkv` tensor (query
+    /// rows, then key, then value, read as views of it) and its biases
+    /// (one fused `attn_qkv.bias`, else each of q, k and v where the file
+    /// has it); `None` where the file has no fused tensor.
+    pub fn fused_attention(&self, i: u32) -> Result<Option<AttentionBlock>, LoadError> {
+        let c = &self.config;
+        let (h, q, kv) = (c.hidden as usize, c.q_dim(), c.kv_dim());
+        let name = format!("blk.{i}.attn_qkv.weight");
+        if !self.has(&name) {
+            return Ok(None);
+        }
+        let qkv = self.matrix(&name, h, q + 2 * kv)?;
+        let parts = [0..q, q..q + kv, q + kv..q + 2 * kv];
+        let [wq, wk, wv] = parts.clone().map(|rows| qkv.view(rows));
+        let (Some(wq), Some(wk), Some(wv)) = (wq, wk, wv) else {
+            return Err(LoadError::MissingTensor(name));
+        };
+        let biases = match self.optional_vector(&format!("blk.{i}.attn_qkv.bias"), q + 2 * kv)? {
+            Some(b) => parts.map(|rows| Some(b[rows].to_vec())),
+            None => self.qkv_biases(i, false)?,
+        };
+        Ok(Some(AttentionBlock {
+            q: wq,
+            k: wk,
+            v: wv,
+            biases,
+            qk_norm: None,
+            output: self.layer_matrix(i, "attn_output", q, h)?,
+            output_bias: None,
+            post_norm: None,
+            rope: Some(0),
+            attend: Attend::full(c),
+        }))
+    }
+
     /// Layer `i`'s q, k and v biases (`blk.{i}.attn_{q,k,v}.bias`): all
     /// required, or (`required` false) each where the file has it.
     pub fn qkv_biases(&self, i: u32, required: bool) -> Result<[Option<Vec<f32>>; 3], LoadError> {
@@ -373,6 +409,22 @@ impl Loader<'_> {
         Ok(MlpBlock {
             gate: self.layer_matrix(i, "ffn_gate", h, f)?,
             up: self.layer_matrix(i, "ffn_up", h, f)?,
+            down: self.layer_matrix(i, "ffn_down", f, h)?,
+            gating: Gating::Silu,
+            post_norm: None,
+        })
+    }
+
+    /// Layer `i`'s SwiGLU MLP from one fused `ffn_up` tensor (the gate's
+    /// rows, then the up projection's, read as views of it: llama.cpp's
+    /// `LLM_FFN_SWIGLU` over the fused product) and `ffn_down`.
+    pub fn fused_swiglu(&self, i: u32) -> Result<MlpBlock, LoadError> {
+        let (h, f) = (self.config.hidden as usize, self.config.ffn as usize);
+        let up = self.layer_matrix(i, "ffn_up", h, 2 * f)?;
+        let missing = || LoadError::MissingTensor(format!("blk.{i}.ffn_up.weight"));
+        Ok(MlpBlock {
+            gate: up.view(0..f).ok_or_else(missing)?,
+            up: up.view(f..2 * f).ok_or_else(missing)?,
             down: self.layer_matrix(i, "ffn_down", f, h)?,
             gating: Gating::Silu,
             post_norm: None,
@@ -460,7 +512,10 @@ impl Loader<'_> {
             router_bias: None,
             experts,
             used,
+            scoring: Scoring::Softmax,
+            selection_bias: None,
             normalize,
+            weight_scale: 1.0,
             gating: Gating::Silu,
             shared: None,
         })
@@ -502,6 +557,18 @@ impl Loader<'_> {
         rope: &RopeSpec,
         layer: impl Fn(u32) -> Result<(AttentionBlock, F), LoadError>,
     ) -> Result<Program, LoadError> {
+        self.decoder("ffn_norm.weight", rope, layer)
+    }
+
+    /// [`pre_norm_decoder`](Self::pre_norm_decoder) with the MLP's norm
+    /// named `blk.{i}.{ffn_norm}` (gpt-oss and GLM-4.5 name it
+    /// `post_attention_norm`, after the block it follows).
+    pub fn decoder<F: Into<Ffn>>(
+        &self,
+        ffn_norm: &str,
+        rope: &RopeSpec,
+        layer: impl Fn(u32) -> Result<(AttentionBlock, F), LoadError>,
+    ) -> Result<Program, LoadError> {
         let c = &self.config;
         let h = c.hidden as usize;
         let (embed, head) = self.embedding_and_head()?;
@@ -515,7 +582,7 @@ impl Loader<'_> {
                 self.layer_vector(i, "attn_norm.weight", h)?,
                 attention,
             );
-            let norm = self.layer_vector(i, "ffn_norm.weight", h)?;
+            let norm = self.layer_vector(i, ffn_norm, h)?;
             match ffn.into() {
                 Ffn::Dense(mlp) => mlp_block(&mut ops, norm, mlp),
                 Ffn::Experts(experts) => experts_block(&mut ops, norm, experts),
@@ -669,7 +736,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
     // have them.
     if !matches!(
         arch,
-        "llama" | "qwen2moe" | "qwen3moe" | "granitemoe" | "gpt-oss"
+        "llama" | "qwen2moe" | "qwen3moe" | "granitemoe" | "gpt-oss" | "glm4moe"
     ) {
         loader.refuse_experts()?;
     }
@@ -688,6 +755,8 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "gemma2" => gemma::build(&loader, gemma::Gemma::Two)?,
         "gemma3" => gemma::build(&loader, gemma::Gemma::Three)?,
         "gpt-oss" => gpt_oss::build(&loader)?,
+        "glm4" => glm4::build(&loader)?,
+        "glm4moe" => glm4::build_moe(&loader)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
     if let Source::Interleaved(file, _) = &loader.source {

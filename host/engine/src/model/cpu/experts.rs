@@ -7,7 +7,7 @@ use pagoda_cpu::{Isa, QuantizedActivations, Team};
 
 use super::super::config::{ModelConfig, ModelError};
 use super::super::precision::ActPrecision;
-use super::super::program::{Expert, Experts, Gating};
+use super::super::program::{Expert, Experts, Gating, Scoring};
 use super::{add_rows, gate, grow, project, Activations, Feed};
 
 /// A mixture of experts' working space (grown to the largest step, never
@@ -34,24 +34,51 @@ pub(super) struct Routing {
     out: Vec<f32>,
 }
 
+/// How [`Routing::route`] picks and weighs a row's experts: an
+/// [`Experts`] op's scoring, selection bias, renormalization and scale.
+#[derive(Debug, Clone, Copy)]
+struct Rule<'a> {
+    scoring: Scoring,
+    selection_bias: Option<&'a [f32]>,
+    normalize: bool,
+    scale: f32,
+}
+
+impl<'a> Rule<'a> {
+    fn of(m: &'a Experts) -> Self {
+        Self {
+            scoring: m.scoring,
+            selection_bias: m.selection_bias.as_deref(),
+            normalize: m.normalize,
+            scale: m.weight_scale,
+        }
+    }
+}
+
 impl Routing {
     /// Routes each of `t` rows of scores (`n` experts a row) to its `k`
-    /// most probable experts: softmax (a NaN score counts as -∞), the
-    /// `k` best (ties to the lower index), their probabilities as weights
-    /// (renormalized where `normalize`), then the rows grouped by expert.
-    /// `k` is at most `n`.
-    fn route(&mut self, t: usize, n: usize, k: usize, normalize: bool) {
+    /// most probable experts: the probabilities (softmax or sigmoids; a
+    /// NaN score counts as -∞), the `k` best by probability plus the
+    /// rule's selection bias (ties to the lower index), their
+    /// probabilities as weights (renormalized where the rule says, then
+    /// scaled), then the rows grouped by expert. `k` is at most `n`.
+    fn route(&mut self, t: usize, n: usize, k: usize, rule: Rule<'_>) {
         let k = k.min(n);
         self.chosen.clear();
         self.taken.clear();
         self.taken.resize(n, false);
+        let bias = |e: usize| rule.selection_bias.and_then(|b| b.get(e)).copied();
         for row in self.scores[..t * n].chunks_exact_mut(n.max(1)).take(t) {
-            softmax(row);
+            match rule.scoring {
+                Scoring::Softmax => softmax(row),
+                Scoring::Sigmoid => sigmoid(row),
+            }
+            let key = |row: &[f32], e: usize| row[e] + bias(e).unwrap_or(0.0);
             let first = self.chosen.len();
             for _ in 0..k {
                 let mut best: Option<usize> = None;
-                for (e, &p) in row.iter().enumerate() {
-                    if !self.taken[e] && best.is_none_or(|b| p > row[b]) {
+                for e in 0..row.len() {
+                    if !self.taken[e] && best.is_none_or(|b| key(row, e) > key(row, b)) {
                         best = Some(e);
                     }
                 }
@@ -64,8 +91,15 @@ impl Routing {
                 self.taken[e as usize] = false;
             }
             let sum: f32 = self.chosen[first..].iter().map(|&(_, w)| w).sum();
-            if normalize && sum > 0.0 {
-                self.chosen[first..].iter_mut().for_each(|(_, w)| *w /= sum);
+            let scale = if rule.normalize && sum > 0.0 {
+                rule.scale / sum
+            } else {
+                rule.scale
+            };
+            if scale != 1.0 {
+                self.chosen[first..]
+                    .iter_mut()
+                    .for_each(|(_, w)| *w *= scale);
             }
         }
         // Counting sort by expert: each expert's rows in step order.
@@ -110,7 +144,7 @@ pub(super) fn mixture(
     if let Some(bias) = &m.router_bias {
         add_rows(&mut moe.scores[..t * bias.len()], bias);
     }
-    moe.route(t, m.experts.len(), m.used as usize, m.normalize);
+    moe.route(t, m.experts.len(), m.used as usize, Rule::of(m));
     let Routing {
         rows: routed,
         starts,
@@ -221,6 +255,17 @@ impl ExpertBufs<'_> {
     }
 }
 
+/// Each value's sigmoid, in place; a NaN counts as -∞ (probability 0).
+fn sigmoid(row: &mut [f32]) {
+    for v in row.iter_mut() {
+        *v = if v.is_nan() {
+            0.0
+        } else {
+            1.0 / (1.0 + (-*v).exp())
+        };
+    }
+}
+
 /// `row = softmax(row)`, in place; a NaN counts as -∞ (probability 0).
 fn softmax(row: &mut [f32]) {
     for v in row.iter_mut().filter(|v| v.is_nan()) {
@@ -249,44 +294,75 @@ fn softmax(row: &mut [f32]) {
 mod tests {
     use super::*;
 
-    /// [`Routing::route`] against a plain model on random scores: each
-    /// row's `k` experts are the `k` most probable (sorted by probability,
-    /// ties to the lower index), their weights the probabilities (summing
-    /// to 1 when renormalized), and the grouped rows hold every choice once,
-    /// expert by expert, rows in step order.
+    /// [`Routing::route`] against a plain model on random scores, under
+    /// every rule (softmax or sigmoids, with and without a selection bias,
+    /// renormalized or not, scaled or not): each row's `k` experts are the
+    /// `k` best by probability plus bias (ties to the lower index), their
+    /// weights the unbiased probabilities (summing to the scale when
+    /// renormalized), and the grouped rows hold every choice once, expert
+    /// by expert, rows in step order.
     #[test]
     fn routing_picks_the_most_probable_experts_and_groups_rows_by_expert() {
         let mut rng = fastrand::Rng::with_seed(11);
         let mut routing = Routing::default();
-        for _ in 0..200 {
+        for _ in 0..400 {
             let (t, n) = (rng.usize(1..20), rng.usize(1..12));
             let k = rng.usize(1..=n);
             let normalize = rng.bool();
+            let scoring = if rng.bool() {
+                Scoring::Softmax
+            } else {
+                Scoring::Sigmoid
+            };
+            let bias: Option<Vec<f32>> = rng.bool().then(|| {
+                (0..n)
+                    .map(|_| f32::from(rng.u8(0..4)) * 0.25 - 0.5)
+                    .collect()
+            });
+            let scale = if rng.bool() { 1.0 } else { 2.5 };
+            let rule = Rule {
+                scoring,
+                selection_bias: bias.as_deref(),
+                normalize,
+                scale,
+            };
             // Few distinct values, so that ties are common.
             let scores: Vec<f32> = (0..t * n).map(|_| rng.u8(0..6) as f32 * 0.5).collect();
             routing.scores.clear();
             routing.scores.extend_from_slice(&scores);
-            routing.route(t, n, k, normalize);
+            routing.route(t, n, k, rule);
             let mut want_rows: Vec<Vec<(u32, f32)>> = vec![Vec::new(); n];
             for (r, row) in scores.chunks_exact(n).enumerate() {
                 let exps: Vec<f64> = row.iter().map(|&v| f64::from(v).exp()).collect();
                 let total: f64 = exps.iter().sum();
+                let probs: Vec<f64> = match scoring {
+                    Scoring::Softmax => exps.iter().map(|e| e / total).collect(),
+                    Scoring::Sigmoid => row
+                        .iter()
+                        .map(|&v| 1.0 / (1.0 + (-f64::from(v)).exp()))
+                        .collect(),
+                };
+                let key = |e: usize| probs[e] + bias.as_ref().map_or(0.0, |b| f64::from(b[e]));
                 let mut order: Vec<usize> = (0..n).collect();
-                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+                order.sort_by(|&a, &b| key(b).total_cmp(&key(a)).then(a.cmp(&b)));
                 let top = &order[..k];
-                let chosen: f64 = top.iter().map(|&e| exps[e] / total).sum();
+                let chosen: f64 = top.iter().map(|&e| probs[e]).sum();
                 for &e in top {
-                    let p = exps[e] / total;
+                    let p = probs[e];
                     let w = if normalize { p / chosen } else { p };
-                    want_rows[e].push((r as u32, w as f32));
+                    want_rows[e].push((r as u32, (w * f64::from(scale)) as f32));
                 }
             }
             for (e, want) in want_rows.iter().enumerate() {
                 let got = &routing.rows[routing.starts[e]..routing.starts[e + 1]];
-                assert_eq!(got.len(), want.len(), "expert {e} of {n}, top {k}");
+                assert_eq!(
+                    got.len(),
+                    want.len(),
+                    "expert {e} of {n}, top {k}, {rule:?}"
+                );
                 for (&(gr, gw), &(wr, ww)) in got.iter().zip(want) {
-                    assert_eq!(gr, wr);
-                    assert!((gw - ww).abs() < 1e-5, "{gw} vs {ww}");
+                    assert_eq!(gr, wr, "{rule:?}");
+                    assert!((gw - ww).abs() < 1e-5, "{gw} vs {ww}, {rule:?}");
                 }
             }
             assert_eq!(routing.starts[n], t * k);
@@ -307,10 +383,17 @@ mod tests {
             [-inf; 4],
             [0.0, inf, 3.0, -inf],
         ];
+        let rule = |scoring, normalize| Rule {
+            scoring,
+            selection_bias: None,
+            normalize,
+            scale: 1.0,
+        };
         routing.scores = rows.concat();
-        routing.route(4, 4, 2, true);
-        let picks = |r: u32| -> Vec<(usize, f32)> {
-            (0..4)
+        routing.route(4, 4, 2, rule(Scoring::Softmax, true));
+        // Row r's chosen experts and weights, expert by expert.
+        fn picks(routing: &Routing, r: u32) -> Vec<(usize, f32)> {
+            (0..routing.starts.len() - 1)
                 .flat_map(|e| {
                     let rows = &routing.rows[routing.starts[e]..routing.starts[e + 1]];
                     rows.iter()
@@ -318,18 +401,28 @@ mod tests {
                         .map(move |&(_, w)| (e, w))
                 })
                 .collect()
+        }
+        let experts = |routing: &Routing, r| {
+            let picks = picks(routing, r).into_iter();
+            picks.map(|(e, _)| e).collect::<Vec<_>>()
         };
-        let experts = |r| picks(r).into_iter().map(|(e, _)| e).collect::<Vec<_>>();
-        assert_eq!(experts(0), [1, 3]);
-        assert_eq!(experts(1), [0, 1]);
-        assert_eq!(experts(2), [0, 1]);
-        assert!(picks(1)
+        assert_eq!(experts(&routing, 0), [1, 3]);
+        assert_eq!(experts(&routing, 1), [0, 1]);
+        assert_eq!(experts(&routing, 2), [0, 1]);
+        assert!(picks(&routing, 1)
             .iter()
-            .chain(&picks(2))
+            .chain(&picks(&routing, 2))
             .all(|&(_, w)| (w - 0.5).abs() < 1e-6));
-        assert!(picks(3).contains(&(1, 1.0)), "{:?}", picks(3));
+        let third = picks(&routing, 3);
+        assert!(third.contains(&(1, 1.0)), "{third:?}");
+        // Sigmoids: a NaN is probability 0, below every number.
+        routing.scores = vec![f32::NAN, 1.0, -inf, 0.5];
+        routing.route(1, 4, 2, rule(Scoring::Sigmoid, true));
+        assert_eq!(experts(&routing, 0), [1, 3]);
+        let sum: f32 = picks(&routing, 0).iter().map(|&(_, w)| w).sum();
+        assert!((sum - 1.0).abs() < 1e-6, "{:?}", picks(&routing, 0));
         routing.scores = vec![0.3, 0.1, 0.2];
-        routing.route(1, 3, 7, false);
+        routing.route(1, 3, 7, rule(Scoring::Softmax, false));
         assert_eq!(routing.starts, [0, 1, 2, 3]);
         assert!(routing
             .rows
