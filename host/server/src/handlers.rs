@@ -18,7 +18,7 @@ use crate::generate::Generation;
 use crate::openai::{self, Params, Prompt};
 use crate::state::{AppState, Vocab};
 use crate::stream;
-use crate::tools::{self, ToolFormat};
+use crate::tools::{self, CallReader, ToolFormat};
 
 /// Tokens in a KV page (`vllm:cache_config_info`'s `block_size`).
 pub(crate) const PAGE_SIZE: u32 = 16;
@@ -182,7 +182,7 @@ async fn chat_completions(
 pub(crate) struct ChatRequest {
     pub prompt: Vec<u32>,
     pub params: Params,
-    pub tools: Option<ToolFormat>,
+    pub tools: Option<CallReader>,
 }
 
 /// Reads a chat completion's fields (`messages`, `tools` and the sampling
@@ -218,6 +218,7 @@ pub(crate) fn chat_request(
         // without tools.
         (None, ToolFormat::Generic) => (tools::generic_history(messages), None),
         (None, ToolFormat::Harmony) => (tools::harmony_history(messages), None),
+        (None, ToolFormat::Glm) => (tools::object_arguments(messages), None),
         (None, _) => (messages, None),
     };
     let active = tools.as_ref().filter(|t| t.active());
@@ -243,9 +244,9 @@ pub(crate) fn chat_request(
         prompt: state.vocab.encode(&text, false),
         params,
         tools: if harmony {
-            Some(format)
+            Some(CallReader::new(format, tools.as_ref()))
         } else {
-            active.map(|_| format)
+            active.map(|t| CallReader::new(format, Some(t)))
         },
     })
 }
@@ -259,7 +260,7 @@ async fn generate(
     prompts: Vec<Vec<u32>>,
     params: Params,
     chat: bool,
-    tools: Option<ToolFormat>,
+    tools: Option<CallReader>,
 ) -> Result<Response, ApiError> {
     let reply = Reply {
         chat,
@@ -337,10 +338,10 @@ async fn generate(
                     crate::logprobs::completion_rows(vocab, &rows, &mut 0)
                 }
             };
-            if let Some(format) = tools {
-                let (content, calls) = tools::parse_output(format, &text);
+            if let Some(reader) = &tools {
+                let (content, calls) = reader.parse(&text);
                 let mut message = json!({"role": "assistant", "content": content});
-                if let Some(r) = tools::reasoning_of(format, &text) {
+                if let Some(r) = tools::reasoning_of(reader.format, &text) {
                     message["reasoning_content"] = json!(r);
                 }
                 let reason = if calls.is_empty() {

@@ -14,7 +14,7 @@ use crate::generate::{Delta, Generation};
 use crate::handlers::{usage, Reply};
 use crate::harmony::{Piece, Splitter};
 use crate::state::Vocab;
-use crate::tools::ToolFormat;
+use crate::tools::{CallReader, ToolFormat};
 
 enum Phase {
     Start,
@@ -35,7 +35,7 @@ fn event(value: &Value) -> Bytes {
 struct Logprobs {
     wanted: bool,
     offsets: Vec<usize>,
-    tools: Option<ToolFormat>,
+    tools: Option<CallReader>,
     texts: Vec<String>,
     /// With tools, each choice's log probabilities until it ends.
     held: Vec<Vec<(u32, TokenLogprobs)>>,
@@ -81,10 +81,10 @@ fn chunk(reply: &Reply, delta: &Delta, prompt: &[u32], vocab: &Vocab, lp: &mut L
         }
         return echo_chunk(reply, delta.index, prompt, Some(scores), vocab, lp);
     }
-    if lp.tools == Some(ToolFormat::Harmony) {
+    if lp.tools.as_ref().map(|r| r.format) == Some(ToolFormat::Harmony) {
         return harmony_chunk(reply, delta, vocab, lp);
     }
-    if let Some(format) = lp.tools {
+    if let Some(reader) = lp.tools.clone() {
         let i = delta.index as usize;
         let (Some(text), Some(held)) = (lp.texts.get_mut(i), lp.held.get_mut(i)) else {
             return Value::Null;
@@ -99,9 +99,9 @@ fn chunk(reply: &Reply, delta: &Delta, prompt: &[u32], vocab: &Vocab, lp: &mut L
         } else {
             Value::Null
         };
-        let (content, calls) = crate::tools::parse_output(format, text);
+        let (content, calls) = reader.parse(text);
         let mut body = json!({"content": content});
-        if let Some(r) = crate::tools::reasoning_of(format, text) {
+        if let Some(r) = crate::tools::reasoning_of(reader.format, text) {
             body["reasoning_content"] = json!(r);
         }
         let reason = if calls.is_empty() {
@@ -184,7 +184,7 @@ pub fn response(
     include_usage: bool,
     logprobs: bool,
     echo: bool,
-    tools: Option<ToolFormat>,
+    tools: Option<CallReader>,
 ) -> Response {
     let count = generation.choice_count();
     let n = u32::try_from(count).unwrap_or(u32::MAX);

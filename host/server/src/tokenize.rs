@@ -65,6 +65,7 @@ pub(crate) async fn tokenize(
             let messages = match crate::tools::ToolFormat::of(template.source()) {
                 crate::tools::ToolFormat::Generic => crate::tools::generic_history(messages),
                 crate::tools::ToolFormat::Harmony => crate::tools::harmony_history(messages),
+                crate::tools::ToolFormat::Glm => crate::tools::object_arguments(messages),
                 _ => messages,
             };
             let opening = flag(&map, &["add_generation_prompt"], true)?;

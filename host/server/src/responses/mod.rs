@@ -51,7 +51,7 @@ pub(crate) async fn responses(
         }
         let (text, reason, logprobs) = generation.text_and_logprobs().await?;
         let logprobs = crate::logprobs::entries_of(generation.vocab(), &logprobs);
-        let output = output_items(&shell, chat.tools, &text, &logprobs, reason);
+        let output = output_items(&shell, chat.tools.as_ref(), &text, &logprobs, reason);
         Ok(Json(shell.object(status(reason), output, Some(&generation))).into_response())
     }
     .await;

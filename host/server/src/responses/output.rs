@@ -5,7 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{json, Map, Value};
 
 use crate::generate::Generation;
-use crate::tools::{self, ToolFormat};
+use crate::tools::{self, CallReader};
 
 /// What every response object of one request repeats: its id, creation
 /// time, model and the settings it was asked with.
@@ -126,21 +126,21 @@ fn message(shell: &Shell, text: &str, logprobs: &[Value], status: &str) -> Value
 /// it, or a format's wrapping).
 pub(super) fn output_items(
     shell: &Shell,
-    format: Option<ToolFormat>,
+    reader: Option<&CallReader>,
     text: &str,
     logprobs: &[Value],
     reason: Option<&str>,
 ) -> Vec<Value> {
     let done = status(reason);
-    let Some(format) = format else {
+    let Some(reader) = reader else {
         return vec![message(shell, text, logprobs, done)];
     };
-    let (content, calls) = tools::parse_output(format, text);
+    let (content, calls) = reader.parse(text);
     let whole = calls.is_empty() && content.as_deref() == Some(text.trim());
     let kept = if whole { logprobs } else { &[] };
     // A harmony answer's reasoning first, as a reasoning item (vLLM's
     // shape for gpt-oss: its text as `reasoning_text` content).
-    let reasoning = tools::reasoning_of(format, text).map(|r| {
+    let reasoning = tools::reasoning_of(reader.format, text).map(|r| {
         json!({
             "type": "reasoning",
             "id": format!("rs_{}", &shell.id["resp_".len()..]),
@@ -175,6 +175,7 @@ pub(super) fn output_items(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::ToolFormat;
 
     /// The answer's log probabilities go with a message whose text is the
     /// tokens' text, and with no message that calls were taken out of.
@@ -185,10 +186,22 @@ mod tests {
         let logprobs_of = |items: &[Value]| items[0]["content"][0]["logprobs"].clone();
         let plain = output_items(&shell, None, "Hi", &lp, Some("stop"));
         assert_eq!(logprobs_of(&plain), json!(lp));
-        let no_call = output_items(&shell, Some(ToolFormat::Hermes), "Hi", &lp, Some("stop"));
+        let no_call = output_items(
+            &shell,
+            Some(&CallReader::new(ToolFormat::Hermes, None)),
+            "Hi",
+            &lp,
+            Some("stop"),
+        );
         assert_eq!(logprobs_of(&no_call), json!(lp));
         let text = "Sure. <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
-        let called = output_items(&shell, Some(ToolFormat::Hermes), text, &lp, Some("stop"));
+        let called = output_items(
+            &shell,
+            Some(&CallReader::new(ToolFormat::Hermes, None)),
+            text,
+            &lp,
+            Some("stop"),
+        );
         assert_eq!(
             (called.len(), called[1]["type"].as_str()),
             (2, Some("function_call"))
@@ -197,7 +210,13 @@ mod tests {
         assert_eq!(logprobs_of(&called), json!([]));
         // The generic format's `response` unwrapped is not the tokens' text.
         let wrapped = r#"{"response": "Hi"}"#;
-        let generic = output_items(&shell, Some(ToolFormat::Generic), wrapped, &lp, None);
+        let generic = output_items(
+            &shell,
+            Some(&CallReader::new(ToolFormat::Generic, None)),
+            wrapped,
+            &lp,
+            None,
+        );
         assert_eq!(logprobs_of(&generic), json!([]));
     }
 
@@ -208,14 +227,26 @@ mod tests {
         let shell = Shell::new(&Map::new(), "m", 1);
         let answer = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant\
                       <|channel|>final<|message|>4<|return|>";
-        let items = output_items(&shell, Some(ToolFormat::Harmony), answer, &[], Some("stop"));
+        let items = output_items(
+            &shell,
+            Some(&CallReader::new(ToolFormat::Harmony, None)),
+            answer,
+            &[],
+            Some("stop"),
+        );
         assert_eq!(items.len(), 2);
         assert_eq!(items[0]["type"], "reasoning");
         assert_eq!(items[0]["content"][0]["text"], "Easy.");
         assert_eq!(items[1]["content"][0]["text"], "4");
         let call = "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant\
                     <|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>";
-        let items = output_items(&shell, Some(ToolFormat::Harmony), call, &[], Some("stop"));
+        let items = output_items(
+            &shell,
+            Some(&CallReader::new(ToolFormat::Harmony, None)),
+            call,
+            &[],
+            Some("stop"),
+        );
         let kinds: Vec<&str> = items.iter().filter_map(|i| i["type"].as_str()).collect();
         assert_eq!(kinds, ["reasoning", "function_call"]);
         assert_eq!(items[1]["name"], "f");

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::output::{output_items, status, Shell};
 use crate::generate::Generation;
-use crate::tools::ToolFormat;
+use crate::tools::CallReader;
 
 /// The events of a streamed response, numbered as they are sent.
 struct Events {
@@ -86,7 +86,7 @@ impl Events {
 struct Streaming {
     generation: Generation,
     shell: Shell,
-    tools: Option<ToolFormat>,
+    tools: Option<CallReader>,
     events: Events,
     text: String,
     /// The answer's tokens' log probabilities so far (when asked for).
@@ -141,7 +141,13 @@ impl Streaming {
             return;
         }
         self.ended = true;
-        let items = output_items(&self.shell, self.tools, &self.text, &self.logprobs, reason);
+        let items = output_items(
+            &self.shell,
+            self.tools.as_ref(),
+            &self.text,
+            &self.logprobs,
+            reason,
+        );
         if self.tools.is_some() {
             for (index, item) in items.iter().enumerate() {
                 self.events.whole_item(index, item);
@@ -174,7 +180,7 @@ impl Streaming {
 pub(super) fn response(
     generation: Generation,
     shell: Shell,
-    tools: Option<ToolFormat>,
+    tools: Option<CallReader>,
 ) -> Response {
     let mut events = Events {
         queue: VecDeque::new(),

@@ -125,7 +125,7 @@ impl Router {
         let scale_key = l.key("expert_weights_scale");
         // 0 (llama.cpp's default) scales nothing, as 1 does.
         let scale = match float(l.g, &scale_key)?.unwrap_or(0.0) {
-            s if s == 0.0 => 1.0,
+            0.0 => 1.0,
             s if s.is_finite() && s > 0.0 => s,
             s => return Err(bad(&scale_key, s, "must be finite and positive")),
         };
