@@ -301,7 +301,7 @@ fn biases_an_untied_head_and_rope_factors_step_on_the_device_as_on_the_cpu() {
 /// lowered to the device, against the CPU backend (which the
 /// synthetic_gguf tests hold to the NumPy reference): a 12-token prompt
 /// (the prefill product) and two decode steps. The mixtures of experts
-/// (Mixtral-style llama, qwen3moe, qwen2moe, granitemoe) and Granite's
+/// (Mixtral-style llama, qwen3moe, qwen2moe, granitemoe, glm4moe) and Granite's
 /// scaled residual stream have no device lowering: their products run on
 /// the host, attention on the device, with the same logits. The Q2_K, Q3_K
 /// and IQ4 matrices (lowbits) run on the device's products.
@@ -333,7 +333,13 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
         // Granite's scaled residual adds are not lowered either.
         let host = matches!(
             arch,
-            "mixtral" | "qwen3moe" | "qwen2moe" | "qwen2moe_defaults" | "granite" | "granitemoe"
+            "mixtral"
+                | "qwen3moe"
+                | "qwen2moe"
+                | "qwen2moe_defaults"
+                | "granite"
+                | "granitemoe"
+                | "glm4moe"
         );
         assert_eq!(on_device, !host, "{arch}");
         eprintln!("{arch}, F32 KV: worst logit difference / range {worst:.2e}");
