@@ -1,6 +1,6 @@
 """An independent forward pass of a `llama` (Mixtral's mixture of experts
 included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
-`granite`, `granitemoe`, `smollm3`, `olmo2` or `gpt-oss` GGUF
+`granite`, `granitemoe`, `smollm3`, `olmo2`, `gpt-oss`, `glm4` or `glm4moe` GGUF
 model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs and synthetic_gguf.rs.
 
@@ -101,6 +101,22 @@ largest of l, w = softmax(l[top]); each expert g = h @ Wg.T + bg, u =
 h @ Wu.T + bu, g = min(g, 7), u = clamp(u, -7, 7), f = ((u + 1) * g *
 sigmoid(1.702 g)) @ Wd.T + bd. YaRN's correction range is truncated
 (floor, ceil) as llama.cpp computes it, not HF's truncate=False.
+
+glm4, from HF's Glm4DecoderLayer: q/k/v biases (attn_qkv and its bias
+split as phi3's where the file fuses them), interleaved-pair rotary
+(Glm4's rotate_half over the first rope.dimension_count dims), x +=
+rmsnorm(attention @ Wo.T) * post_attention_norm, h = rmsnorm(x) *
+ffn_norm, x += rmsnorm((silu(gate) * up) @ Wd.T) * post_ffw_norm with gate
+and up the halves of the fused ffn_up. glm4moe, from HF's
+Glm4MoeDecoderLayer and Glm4MoeMoE: block_count - nextn_predict_layers
+layers (the model runs num_hidden_layers; the prediction block after them
+is ignored), q/k/v biases, attn_q_norm / attn_k_norm per head where the
+file has them, NeoX rotary over the first rope.dimension_count dims, the
+MLP's norm post_attention_norm; layers below leading_dense_block_count a
+SwiGLU MLP, the rest: s = sigmoid(h @ ffn_gate_inp.T), top = the
+expert_used_count largest of s + exp_probs_b, w = s[top] (divided by
+their sum + 1e-20 where expert_weights_norm), times expert_weights_scale;
+x += sum of w_e * swiglu_e(h) + the shared expert's swiglu(h).
 
 The norm gains are used as the file stores them (llama.cpp's converter
 stores Gemma's 1 + w). Local layers: attention.sliding_window_pattern, a

@@ -94,7 +94,17 @@ pattern 2), YaRN (factor 4 from an original context of 128), and 4 experts
 128 wide of which 2 are used, stacked, in MXFP4 (layer 1's down in Q8_0),
 with a router bias [experts] and expert biases ffn_{gate,up}_exps.bias
 [experts, 128] and ffn_down_exps.bias [experts, hidden]; the gate and up
-values scaled by 8 so that the SwiGLU's clamp at 7 bites.
+values scaled by 8 so that the SwiGLU's clamp at 7 bites. After it,
+glm4.gguf (`glm4`: q/k/v biases, post_attention_norm and post_ffw_norm
+after the blocks, one fused ffn_up [2 * FFN, hidden], rotary on 32 of 64
+dims), glm4_fused.gguf (the same with a fused attn_qkv and its one bias,
+tied) and glm4moe.gguf (`glm4moe`: block_count 4 with
+nextn_predict_layers 1, the fourth block's tensors and its nextn.*
+tensors present and unread; layer 0 dense (leading_dense_block_count 1);
+8 experts 128 wide of which 3 are used, sigmoid-scored
+(expert_gating_func 2) with exp_probs_b.bias [experts], renormalized and
+scaled by 2.5, one ungated shared expert 128 wide (expert_shared_count
+1); QK-norm, q/k/v biases, the MLP's norm named post_attention_norm).
 
 The Q/K rows are random, so they need no converter permutation: a `llama`
 file's rows are simply taken as already permuted for the interleaved-pair

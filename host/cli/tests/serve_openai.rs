@@ -351,3 +351,109 @@ fn a_chat_template_file_serves_chat_for_a_base_model() {
     assert_eq!(models["data"][0]["id"], "gemma-qa");
     stop(server);
 }
+
+/// SmolLM2 served with a template that opens `<think>` at the end of its
+/// prompt (as DeepSeek-R1's does) unless `chat_template_kwargs` turns
+/// thinking off: the answer is reasoning until `</think>`, so a short one
+/// is all `reasoning_content`, the same text the raw prompt completes to,
+/// streamed or not; with thinking off there is none, and the content is
+/// the completion of the prompt the template closed.
+#[test]
+fn think_tags_split_reasoning_from_content_streamed_or_not() {
+    let test = "think_tags_split_reasoning_from_content_streamed_or_not";
+    let Some(model) = env::require_model(test) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("pagoda-think-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let template = dir.join("think.jinja");
+    std::fs::write(
+        &template,
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+         <|im_start|>assistant\n{% if enable_thinking is defined and not enable_thinking %}\
+         <think></think>\n{% else %}<think>\n{% endif %}",
+    )
+    .unwrap();
+    let server = start(&[
+        "--model",
+        &model.to_string_lossy(),
+        "--kv-pages",
+        "256",
+        "--chat-template",
+        &template.to_string_lossy(),
+    ]);
+    let ask = |extra: &str| {
+        format!(
+            r#"{{"messages": [{{"role": "user", "content": "Why is the sky blue?"}}], "max_tokens": 12, "temperature": 0{extra}}}"#
+        )
+    };
+    // The completion of exactly the tokens the chat request's messages
+    // render to (`/tokenize` of them, with the same template variables).
+    let complete = |extra: &str| {
+        let (status, tokens) = http(&server.base, "POST", "/tokenize", &ask(extra));
+        assert_eq!(status, 200, "{tokens}");
+        let body =
+            serde_json::json!({"prompt": tokens["tokens"], "max_tokens": 12, "temperature": 0});
+        let (status, v) = http(&server.base, "POST", "/v1/completions", &body.to_string());
+        assert_eq!(status, 200, "{v}");
+        v["choices"][0]["text"].as_str().unwrap().to_string()
+    };
+    let raw = complete("");
+    let (status, v) = http(&server.base, "POST", "/v1/chat/completions", &ask(""));
+    assert_eq!(status, 200, "{v}");
+    let message = &v["choices"][0]["message"];
+    assert!(
+        !raw.contains("</think>"),
+        "the test needs an unclosed answer: {raw:?}"
+    );
+    assert_eq!(
+        message["reasoning_content"].as_str(),
+        Some(raw.trim()),
+        "{v}"
+    );
+    assert_eq!(message["content"], "", "{v}");
+    // Streamed: the reasoning deltas make the same text, and no content.
+    let streamed = std::process::Command::new("curl")
+        .args(["-sN", "-H", "Content-Type: application/json", "-d"])
+        .arg(ask(r#", "stream": true"#))
+        .arg(format!("{}/chat/completions", server.base))
+        .output()
+        .expect("curl runs");
+    assert!(streamed.status.success(), "curl failed");
+    {
+        let out = streamed;
+        let (mut reasoning, mut content) = (String::new(), String::new());
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let Some(chunk) = line.strip_prefix("data: ").filter(|c| *c != "[DONE]") else {
+                continue;
+            };
+            let chunk: serde_json::Value = serde_json::from_str(chunk).unwrap();
+            let delta = &chunk["choices"][0]["delta"];
+            reasoning.push_str(delta["reasoning_content"].as_str().unwrap_or(""));
+            content.push_str(delta["content"].as_str().unwrap_or(""));
+        }
+        assert_eq!(reasoning.trim(), raw.trim());
+        assert_eq!(content, "");
+    }
+    // Thinking off: the template closes the tags, so all is content.
+    let off = complete(r#", "chat_template_kwargs": {"enable_thinking": false}"#);
+    let (status, v) = http(
+        &server.base,
+        "POST",
+        "/v1/chat/completions",
+        &ask(r#", "chat_template_kwargs": {"enable_thinking": false}"#),
+    );
+    assert_eq!(status, 200, "{v}");
+    let message = &v["choices"][0]["message"];
+    assert!(message.get("reasoning_content").is_none(), "{v}");
+    assert_eq!(message["content"].as_str(), Some(off.as_str()), "{v}");
+    let (status, v) = http(
+        &server.base,
+        "POST",
+        "/v1/chat/completions",
+        &ask(r#", "chat_template_kwargs": "off""#),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["param"], "chat_template_kwargs");
+    stop(server);
+}

@@ -461,3 +461,23 @@ fn template_is_shareable() {
     shareable::<pagoda_engine::chat::StopStrings>();
     shareable::<ChatTemplateError>();
 }
+
+/// A request's `chat_template_kwargs` reach the template as variables
+/// (Qwen3's `enable_thinking`), and cannot replace the ones the renderer
+/// sets.
+#[test]
+fn template_kwargs_are_variables_that_cannot_replace_the_renderers() {
+    let source = "{% for m in messages %}{{ m.content }}{% endfor %}\
+                  {% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}";
+    let t = ChatTemplate::new(source, "<s>", "</s>").unwrap();
+    let messages = [msg("user", "Hi")];
+    let kwargs = |v: Value| v.as_object().cloned().unwrap();
+    let off = kwargs(json!({"enable_thinking": false, "messages": []}));
+    let on = kwargs(json!({"enable_thinking": true}));
+    let render = |k: Option<&serde_json::Map<String, Value>>| {
+        t.render_with_kwargs(&messages, None, false, k).unwrap()
+    };
+    assert_eq!(render(None), "Hi");
+    assert_eq!(render(Some(&on)), "Hi");
+    assert_eq!(render(Some(&off)), "Hi<think></think>");
+}

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use crate::error::ApiError;
 use crate::generate::Generation;
 use crate::openai::{self, Params, Prompt};
+use crate::reasoning::ThinkTags;
 use crate::state::{AppState, Vocab};
 use crate::stream;
 use crate::tools::{self, CallReader, ToolFormat};
@@ -138,7 +139,7 @@ async fn completions(
             }
             one => vec![tokens(&state, one)],
         };
-        generate(state.clone(), prompts, params, false, None).await
+        generate(state.clone(), prompts, params, false, None, None).await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
@@ -168,6 +169,7 @@ async fn chat_completions(
             chat.params,
             true,
             chat.tools,
+            chat.think,
         )
         .await
     }
@@ -183,6 +185,8 @@ pub(crate) struct ChatRequest {
     pub prompt: Vec<u32>,
     pub params: Params,
     pub tools: Option<CallReader>,
+    /// Where the answer's reasoning is, for a template with think tags.
+    pub think: Option<ThinkTags>,
 }
 
 /// Reads a chat completion's fields (`messages`, `tools` and the sampling
@@ -234,13 +238,20 @@ pub(crate) fn chat_request(
         }
     }
     let text = template
-        .render_with(&messages, tool_list.as_ref(), true)
+        .render_with_kwargs(
+            &messages,
+            tool_list.as_ref(),
+            true,
+            openai::template_kwargs(map)?,
+        )
         .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
     // A harmony answer is parsed for its channels whether or not tools
     // are offered, from its text with the special tokens written out.
     let harmony = format == ToolFormat::Harmony;
     params.special_tokens = harmony;
+    let think = ThinkTags::of(template.source(), &text).filter(|_| !harmony);
     Ok(ChatRequest {
+        think,
         prompt: state.vocab.encode(&text, false),
         params,
         tools: if harmony {
@@ -261,6 +272,7 @@ async fn generate(
     params: Params,
     chat: bool,
     tools: Option<CallReader>,
+    think: Option<ThinkTags>,
 ) -> Result<Response, ApiError> {
     let reply = Reply {
         chat,
@@ -277,6 +289,8 @@ async fn generate(
             .clone()
             .unwrap_or_else(|| state.model_name.clone()),
     };
+    // An echoed prompt comes before the answer: no reasoning to split.
+    let think = think.filter(|_| !params.echo);
     let mut generation = Generation::start(state, prompts, &params).await?;
     let n = generation.choice_count();
     if params.stream {
@@ -287,6 +301,7 @@ async fn generate(
             params.logprobs.is_some(),
             params.echo,
             tools,
+            think,
         ));
     }
     let mut texts = vec![String::new(); n];
@@ -338,10 +353,14 @@ async fn generate(
                     crate::logprobs::completion_rows(vocab, &rows, &mut 0)
                 }
             };
+            let (reasoning, answer) = match think {
+                Some(tags) => tags.split(&text),
+                None => (None, text),
+            };
             if let Some(reader) = &tools {
-                let (content, calls) = reader.parse(&text);
+                let (content, calls) = reader.parse(&answer);
                 let mut message = json!({"role": "assistant", "content": content});
-                if let Some(r) = tools::reasoning_of(reader.format, &text) {
+                if let Some(r) = reasoning.or_else(|| tools::reasoning_of(reader.format, &answer)) {
                     message["reasoning_content"] = json!(r);
                 }
                 let reason = if calls.is_empty() {
@@ -352,9 +371,13 @@ async fn generate(
                 };
                 json!({"index": index, "message": message, "logprobs": lp, "finish_reason": reason})
             } else if chat {
-                json!({"index": index, "message": {"role": "assistant", "content": text}, "logprobs": lp, "finish_reason": reason})
+                let mut message = json!({"role": "assistant", "content": answer});
+                if let Some(r) = reasoning {
+                    message["reasoning_content"] = json!(r);
+                }
+                json!({"index": index, "message": message, "logprobs": lp, "finish_reason": reason})
             } else {
-                json!({"index": index, "text": text, "logprobs": lp, "finish_reason": reason})
+                json!({"index": index, "text": answer, "logprobs": lp, "finish_reason": reason})
             }
         })
         .collect();

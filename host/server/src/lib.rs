@@ -19,6 +19,7 @@ pub mod kv_wire;
 pub mod logprobs;
 pub mod metrics;
 pub mod openai;
+pub mod reasoning;
 pub mod responses;
 pub mod sglang;
 pub mod state;

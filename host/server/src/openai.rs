@@ -617,6 +617,20 @@ fn text_of_parts(parts: &[Value]) -> Result<String, Option<String>> {
     Ok(texts.join("\n"))
 }
 
+/// A request's `chat_template_kwargs`: more variables for the chat
+/// template (Qwen3's and GLM-4.5's `enable_thinking`), as vLLM and
+/// llama.cpp's server take them.
+pub fn template_kwargs(map: &Map<String, Value>) -> Result<Option<&Map<String, Value>>, ApiError> {
+    match map.get("chat_template_kwargs") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(kwargs)) => Ok(Some(kwargs)),
+        Some(_) => Err(ApiError::invalid(
+            "chat_template_kwargs",
+            "`chat_template_kwargs` must be an object",
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use crate::generate::{Delta, Generation};
 use crate::handlers::{usage, Reply};
 use crate::harmony::{Piece, Splitter};
+use crate::reasoning::{ThinkSplitter, ThinkTags};
 use crate::state::Vocab;
 use crate::tools::{CallReader, ToolFormat};
 
@@ -43,6 +44,10 @@ struct Logprobs {
     echo: bool,
     /// A harmony answer's channels, each choice's as it streams.
     splitters: Vec<Splitter>,
+    /// Where the answer's reasoning is, for a template with think tags.
+    think: Option<ThinkTags>,
+    /// Each choice's reasoning and content as they stream (no tools).
+    thinkers: Vec<ThinkSplitter>,
 }
 
 /// The echoed prompt of choice `index` as a chunk (its scores, when
@@ -99,9 +104,13 @@ fn chunk(reply: &Reply, delta: &Delta, prompt: &[u32], vocab: &Vocab, lp: &mut L
         } else {
             Value::Null
         };
-        let (content, calls) = reader.parse(text);
+        let (reasoning, answer) = match lp.think {
+            Some(tags) => tags.split(text),
+            None => (None, text.clone()),
+        };
+        let (content, calls) = reader.parse(&answer);
         let mut body = json!({"content": content});
-        if let Some(r) = crate::tools::reasoning_of(reader.format, text) {
+        if let Some(r) = reasoning.or_else(|| crate::tools::reasoning_of(reader.format, &answer)) {
             body["reasoning_content"] = json!(r);
         }
         let reason = if calls.is_empty() {
@@ -112,6 +121,13 @@ fn chunk(reply: &Reply, delta: &Delta, prompt: &[u32], vocab: &Vocab, lp: &mut L
         };
         let choice = json!({"index": delta.index, "delta": body, "logprobs": logprobs, "finish_reason": reason});
         return reply.envelope(true, vec![choice]);
+    }
+    if let (true, Some(thinker)) = (reply.chat, lp.thinkers.get_mut(delta.index as usize)) {
+        let mut pieces = thinker.push(&delta.text);
+        if delta.finish_reason.is_some() {
+            pieces.extend(thinker.finish());
+        }
+        return pieces_chunk(reply, delta, vocab, lp.wanted, pieces, &[]);
     }
     let logprobs = if !lp.wanted {
         Value::Null
@@ -145,6 +161,20 @@ fn harmony_chunk(reply: &Reply, delta: &Delta, vocab: &Vocab, lp: &mut Logprobs)
     if delta.finish_reason.is_some() {
         pieces.extend(splitter.finish());
     }
+    pieces_chunk(reply, delta, vocab, lp.wanted, pieces, splitter.calls())
+}
+
+/// A delta's reasoning and content (`reasoning_content`, `content`), and
+/// `calls` once it ends; null when it adds nothing to send (a tag or a
+/// header being read).
+fn pieces_chunk(
+    reply: &Reply,
+    delta: &Delta,
+    vocab: &Vocab,
+    wanted: bool,
+    pieces: Vec<Piece>,
+    calls: &[crate::tools::ToolCall],
+) -> Value {
     let (mut reasoning, mut content) = (String::new(), String::new());
     for piece in pieces {
         match piece {
@@ -160,11 +190,11 @@ fn harmony_chunk(reply: &Reply, delta: &Delta, vocab: &Vocab, lp: &mut Logprobs)
         body["content"] = json!(content);
     }
     let mut reason = delta.finish_reason;
-    if reason.is_some() && !splitter.calls().is_empty() {
-        body["tool_calls"] = crate::tools::calls_json(splitter.calls(), true);
+    if reason.is_some() && !calls.is_empty() {
+        body["tool_calls"] = crate::tools::calls_json(calls, true);
         reason = Some("tool_calls");
     }
-    let logprobs = if lp.wanted {
+    let logprobs = if wanted {
         crate::logprobs::chat(vocab, &delta.logprobs)
     } else {
         Value::Null
@@ -185,9 +215,15 @@ pub fn response(
     logprobs: bool,
     echo: bool,
     tools: Option<CallReader>,
+    think: Option<ThinkTags>,
 ) -> Response {
     let count = generation.choice_count();
     let n = u32::try_from(count).unwrap_or(u32::MAX);
+    // With tools the answer is held and split when it ends.
+    let thinkers = match (think, &tools) {
+        (Some(tags), None) => (0..count).map(|_| ThinkSplitter::new(tags)).collect(),
+        _ => Vec::new(),
+    };
     let lp = Logprobs {
         wanted: logprobs,
         offsets: vec![0; count],
@@ -196,6 +232,8 @@ pub fn response(
         held: vec![Vec::new(); count],
         echo,
         splitters: (0..count).map(|_| Splitter::default()).collect(),
+        think,
+        thinkers,
     };
     let stream = futures_util::stream::unfold(
         (generation, reply, Phase::Start, lp),

@@ -70,7 +70,7 @@ pub(crate) async fn tokenize(
             };
             let opening = flag(&map, &["add_generation_prompt"], true)?;
             let text = template
-                .render_with(&messages, None, opening)
+                .render_with_kwargs(&messages, None, opening, openai::template_kwargs(&map)?)
                 .map_err(|e| {
                     ApiError::invalid("messages", format!("the chat template failed: {e}"))
                 })?;

@@ -139,6 +139,8 @@ impl CallReader {
     /// (and nothing else).
     fn is_string(&self, name: &str, key: &str) -> bool {
         let schema = self.schemas.iter().find(|(n, _)| n == name);
+        // A JSON pointer escapes `~` and `/` in the key.
+        let key = key.replace('~', "~0").replace('/', "~1");
         let ty = schema.and_then(|(_, p)| p.pointer(&format!("/properties/{key}/type")));
         match ty {
             Some(Value::String(t)) => t == "string",

@@ -85,6 +85,12 @@ pub(crate) enum Shape {
     /// mxfp4_moe` as OpenAI ships it.
     #[value(name = "gpt-oss-20b")]
     GptOss20b,
+    /// GLM-4.5-Air (`glm4moe`): 46 layers, hidden 4096, 96 heads of 128
+    /// over 8 with q/k/v biases, rotary on half of each head; layer 0 a
+    /// dense MLP of 10944, the others 128 experts of 1408 of which 8 are
+    /// used (sigmoid-scored, with `exp_probs_b`) and one shared expert.
+    #[value(name = "glm-4.5-air")]
+    Glm45Air,
 }
 
 /// Weight block types `pagoda synth` writes.
@@ -295,6 +301,9 @@ pub(crate) enum ExpertLayer {
     /// `gpt-oss`: biases on every projection, router and expert,
     /// attention sinks, sliding windows on even layers, YaRN.
     GptOss,
+    /// `glm4moe`: q/k/v biases, half-head rotary, a dense first layer,
+    /// sigmoid routing with a selection bias, one shared expert.
+    Glm45,
 }
 
 impl Shape {
@@ -309,6 +318,7 @@ impl Shape {
             Self::Qwen3_30bA3b => "qwen3-30b-a3b",
             Self::Mixtral8x7b => "mixtral-8x7b",
             Self::GptOss20b => "gpt-oss-20b",
+            Self::Glm45Air => "glm-4.5-air",
         }
     }
 
@@ -369,6 +379,26 @@ impl Shape {
                 }),
                 ..d(2880, 24, 64, 8, 2880, 201_088, 131_072, 150_000.0, false)
             },
+            Self::Glm45Air => Dims {
+                head_dim: 128,
+                experts: Some(ExpertDims {
+                    count: 128,
+                    used: 8,
+                    width: 1408,
+                    layer: ExpertLayer::Glm45,
+                }),
+                ..d(
+                    4096,
+                    46,
+                    96,
+                    8,
+                    10_944,
+                    151_552,
+                    131_072,
+                    1_000_000.0,
+                    false,
+                )
+            },
         }
     }
 }
@@ -408,9 +438,11 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
     let layer = d.experts.map(|e| e.layer);
     let qwen3 = layer == Some(ExpertLayer::Qwen3);
     let oss = layer == Some(ExpertLayer::GptOss);
+    let glm = layer == Some(ExpertLayer::Glm45);
     let arch = match layer {
         Some(ExpertLayer::Qwen3) => "qwen3moe",
         Some(ExpertLayer::GptOss) => "gpt-oss",
+        Some(ExpertLayer::Glm45) => "glm4moe",
         _ => "llama",
     };
     let q_width = d.head_dim * u64::from(d.heads);
@@ -429,7 +461,9 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
     w.u32(&key("feed_forward_length"), d.ffn as u32);
     w.u32(&key("attention.head_count"), d.heads);
     w.u32(&key("attention.head_count_kv"), d.kv_heads);
-    w.u32(&key("rope.dimension_count"), d.head_dim as u32);
+    // GLM rotates half of each head.
+    let rope_dim = if glm { d.head_dim / 2 } else { d.head_dim };
+    w.u32(&key("rope.dimension_count"), rope_dim as u32);
     w.f32(&key("rope.freq_base"), d.rope_base);
     w.f32(&key("attention.layer_norm_rms_epsilon"), 1e-5);
     w.u32(&key("vocab_size"), d.vocab as u32);
@@ -443,7 +477,14 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
         w.f32(&key("rope.scaling.factor"), 32.0);
         w.u32(&key("rope.scaling.original_context_length"), 4096);
     }
-    if let (Some(e), true) = (d.experts, qwen3 || oss) {
+    if glm {
+        w.u32(&key("leading_dense_block_count"), 1);
+        w.u32(&key("expert_shared_count"), 1);
+        w.bool(&key("expert_weights_norm"), true);
+        w.f32(&key("expert_weights_scale"), 1.0);
+        w.u32(&key("expert_gating_func"), 2);
+    }
+    if let (Some(e), true) = (d.experts, qwen3 || oss || glm) {
         w.u32(&key("attention.key_length"), d.head_dim as u32);
         w.u32(&key("attention.value_length"), d.head_dim as u32);
         w.u32(&key("expert_feed_forward_length"), e.width as u32);
@@ -485,23 +526,28 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
         tensor(b("attn_v"), &[h, kv_width], kind(Role::AttnV, l, h));
         let attn_output = kind(Role::AttnOutput, l, q_width);
         tensor(b("attn_output"), &[q_width, h], attn_output);
-        if oss {
+        if oss || glm {
             let bias = |n: &str| format!("blk.{l}.{n}.bias");
-            for (name, len) in [
+            let mut biased = vec![
                 ("attn_q", q_width),
                 ("attn_k", kv_width),
                 ("attn_v", kv_width),
-                ("attn_output", h),
-            ] {
+            ];
+            if oss {
+                biased.push(("attn_output", h));
+                tensor(b("attn_sinks"), &[u64::from(d.heads)], QuantKind::F32);
+            }
+            for (name, len) in biased {
                 tensor(bias(name), &[len], QuantKind::F32);
             }
-            tensor(b("attn_sinks"), &[u64::from(d.heads)], QuantKind::F32);
-            // gpt-oss names the MLP's norm after the attention.
+            // gpt-oss and GLM-4.5 name the MLP's norm after the attention.
             tensor(b("post_attention_norm"), &[h], QuantKind::F32);
         } else {
             tensor(b("ffn_norm"), &[h], QuantKind::F32);
         }
-        match d.experts {
+        // GLM-4.5's first layer has a dense MLP.
+        let experts = d.experts.filter(|_| !(glm && l == 0));
+        match experts {
             None => {
                 tensor(b("ffn_gate"), &[h, d.ffn], kind(Role::FfnGate, l, h));
                 tensor(b("ffn_up"), &[h, d.ffn], kind(Role::FfnUp, l, h));
@@ -522,6 +568,19 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
                 tensor(b("ffn_up_exps"), &[h, e.width, count], up);
                 let down = expert(Role::FfnDown, e.width);
                 tensor(b("ffn_down_exps"), &[e.width, h, count], down);
+                if glm {
+                    tensor(
+                        format!("blk.{l}.exp_probs_b.bias"),
+                        &[count],
+                        QuantKind::F32,
+                    );
+                    let shared = |role, cols| kind(role, l, cols);
+                    let (gate, up) = (shared(Role::FfnGate, h), shared(Role::FfnUp, h));
+                    tensor(b("ffn_gate_shexp"), &[h, e.width], gate);
+                    tensor(b("ffn_up_shexp"), &[h, e.width], up);
+                    let down = shared(Role::FfnDown, e.width);
+                    tensor(b("ffn_down_shexp"), &[e.width, h], down);
+                }
                 if oss {
                     let bias = |n: &str| format!("blk.{l}.{n}.bias");
                     tensor(bias("ffn_gate_inp"), &[count], QuantKind::F32);
@@ -629,6 +688,29 @@ mod tests {
         assert!(find("blk.0.ffn_norm.weight").is_none());
         let experts = w.tensors().iter().filter(|t| t.kind == MXFP4).count();
         assert_eq!(experts, 2 * 3);
+    }
+
+    /// GLM-4.5-Air's shape: a dense first layer, then sigmoid-routed
+    /// experts with their selection bias and a shared expert, q/k/v
+    /// biases, rotary on half of each head (checked as described: the
+    /// file is 60 GiB).
+    #[test]
+    fn glm_layers_hold_a_dense_lead_biased_experts_and_a_shared_one() {
+        let w = describe(Shape::Glm45Air, WeightType::Q4_K_M, 3);
+        let find = |name: &str| w.tensors().iter().find(|t| t.name == name);
+        let dims = |name: &str| find(name).map(|t| t.dims.clone());
+        assert_eq!(dims("blk.0.ffn_gate.weight"), Some(vec![4096, 10_944]));
+        assert!(find("blk.0.ffn_gate_inp.weight").is_none());
+        assert_eq!(
+            dims("blk.1.ffn_down_exps.weight"),
+            Some(vec![1408, 4096, 128])
+        );
+        assert_eq!(dims("blk.1.exp_probs_b.bias"), Some(vec![128]));
+        assert_eq!(dims("blk.2.ffn_up_shexp.weight"), Some(vec![4096, 1408]));
+        assert_eq!(dims("blk.1.attn_q.bias"), Some(vec![12_288]));
+        assert!(find("blk.1.attn_output.bias").is_none());
+        assert!(find("blk.1.post_attention_norm.weight").is_some());
+        assert!(find("blk.1.ffn_norm.weight").is_none());
     }
 
     /// Mixtral's shape is `llama`'s layer with stacked experts as wide as

@@ -130,6 +130,21 @@ impl ChatTemplate {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String, ChatTemplateError> {
+        self.render_with_kwargs(messages, tools, add_generation_prompt, None)
+    }
+
+    /// Like [`render_with`](Self::render_with), with more variables for
+    /// the template (a request's `chat_template_kwargs`, such as Qwen3's
+    /// and GLM-4.5's `enable_thinking`); they cannot replace the ones
+    /// this sets (`messages`, `tools`, the special tokens...).
+    pub fn render_with_kwargs<M: Serialize>(
+        &self,
+        messages: &[M],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<String, ChatTemplateError> {
+        let kwargs = Value::from(Serde(kwargs.cloned().unwrap_or_default()));
         let ctx = context! {
             messages => alias_reasoning(Value::from(Serde(messages))),
             tools => tools.map(|t| Value::from(Serde(t))),
@@ -137,6 +152,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+            ..kwargs
         };
         // Values a template builds can nest as deep as its fuel allows, and
         // dropping them recurses once per level: a thread with room for that

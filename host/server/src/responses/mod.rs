@@ -47,11 +47,18 @@ pub(crate) async fn responses(
             .await
             .map_err(request_param)?;
         if chat.params.stream {
-            return Ok(stream::response(generation, shell, chat.tools));
+            return Ok(stream::response(generation, shell, chat.tools, chat.think));
         }
         let (text, reason, logprobs) = generation.text_and_logprobs().await?;
         let logprobs = crate::logprobs::entries_of(generation.vocab(), &logprobs);
-        let output = output_items(&shell, chat.tools.as_ref(), &text, &logprobs, reason);
+        let output = output_items(
+            &shell,
+            chat.tools.as_ref(),
+            chat.think,
+            &text,
+            &logprobs,
+            reason,
+        );
         Ok(Json(shell.object(status(reason), output, Some(&generation))).into_response())
     }
     .await;

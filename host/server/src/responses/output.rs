@@ -5,6 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{json, Map, Value};
 
 use crate::generate::Generation;
+use crate::reasoning::ThinkTags;
 use crate::tools::{self, CallReader};
 
 /// What every response object of one request repeats: its id, creation
@@ -119,28 +120,39 @@ fn message(shell: &Shell, text: &str, logprobs: &[Value], status: &str) -> Value
     })
 }
 
-/// The answer as output items: with tools, the calls parsed out of it (and
-/// the text around them as a message); otherwise one message. `logprobs`
+/// The answer as output items: its reasoning (between think tags, or
+/// harmony's) as a reasoning item; with tools, the calls parsed out of it
+/// (and the text around them as a message); otherwise one message. `logprobs`
 /// are the answer's tokens' (empty unless asked for); a message holds them
 /// where its text is the tokens' text (not where calls were taken out of
 /// it, or a format's wrapping).
 pub(super) fn output_items(
     shell: &Shell,
     reader: Option<&CallReader>,
+    think: Option<ThinkTags>,
     text: &str,
     logprobs: &[Value],
     reason: Option<&str>,
 ) -> Vec<Value> {
     let done = status(reason);
-    let Some(reader) = reader else {
-        return vec![message(shell, text, logprobs, done)];
+    let (thought, answer) = match think {
+        Some(tags) => tags.split(text),
+        None => (None, text.to_string()),
     };
-    let (content, calls) = reader.parse(text);
+    let (content, calls) = match reader {
+        Some(reader) => reader.parse(&answer),
+        None if thought.is_none() => return vec![message(shell, text, logprobs, done)],
+        None => (
+            (!answer.trim().is_empty()).then(|| answer.trim().to_string()),
+            Vec::new(),
+        ),
+    };
     let whole = calls.is_empty() && content.as_deref() == Some(text.trim());
     let kept = if whole { logprobs } else { &[] };
-    // A harmony answer's reasoning first, as a reasoning item (vLLM's
-    // shape for gpt-oss: its text as `reasoning_text` content).
-    let reasoning = tools::reasoning_of(reader.format, text).map(|r| {
+    // The reasoning first, as a reasoning item (vLLM's shape: its text as
+    // `reasoning_text` content).
+    let harmony = reader.and_then(|r| tools::reasoning_of(r.format, text));
+    let reasoning = thought.or(harmony).map(|r| {
         json!({
             "type": "reasoning",
             "id": format!("rs_{}", &shell.id["resp_".len()..]),
@@ -184,11 +196,12 @@ mod tests {
         let shell = Shell::new(&Map::new(), "m", 1);
         let lp = [json!({"token": "Hi", "logprob": -0.5, "bytes": [72, 105], "top_logprobs": []})];
         let logprobs_of = |items: &[Value]| items[0]["content"][0]["logprobs"].clone();
-        let plain = output_items(&shell, None, "Hi", &lp, Some("stop"));
+        let plain = output_items(&shell, None, None, "Hi", &lp, Some("stop"));
         assert_eq!(logprobs_of(&plain), json!(lp));
         let no_call = output_items(
             &shell,
             Some(&CallReader::new(ToolFormat::Hermes, None)),
+            None,
             "Hi",
             &lp,
             Some("stop"),
@@ -198,6 +211,7 @@ mod tests {
         let called = output_items(
             &shell,
             Some(&CallReader::new(ToolFormat::Hermes, None)),
+            None,
             text,
             &lp,
             Some("stop"),
@@ -213,6 +227,7 @@ mod tests {
         let generic = output_items(
             &shell,
             Some(&CallReader::new(ToolFormat::Generic, None)),
+            None,
             wrapped,
             &lp,
             None,
@@ -230,6 +245,7 @@ mod tests {
         let items = output_items(
             &shell,
             Some(&CallReader::new(ToolFormat::Harmony, None)),
+            None,
             answer,
             &[],
             Some("stop"),
@@ -243,6 +259,7 @@ mod tests {
         let items = output_items(
             &shell,
             Some(&CallReader::new(ToolFormat::Harmony, None)),
+            None,
             call,
             &[],
             Some("stop"),
@@ -250,5 +267,31 @@ mod tests {
         let kinds: Vec<&str> = items.iter().filter_map(|i| i["type"].as_str()).collect();
         assert_eq!(kinds, ["reasoning", "function_call"]);
         assert_eq!(items[1]["name"], "f");
+    }
+
+    /// An answer with think tags: its reasoning as a reasoning item, then
+    /// the rest as the message (without tools), or the call (with them).
+    #[test]
+    fn think_tags_give_a_reasoning_item_before_the_message_or_call() {
+        let shell = Shell::new(&Map::new(), "m", 1);
+        let tags = Some(ThinkTags { open: false });
+        let items = output_items(
+            &shell,
+            None,
+            tags,
+            "<think>Easy.</think>\n\n4",
+            &[],
+            Some("stop"),
+        );
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0]["type"], "reasoning");
+        assert_eq!(items[0]["content"][0]["text"], "Easy.");
+        assert_eq!(items[1]["content"][0]["text"], "4");
+        let call =
+            "<think>Call f.</think><tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+        let reader = CallReader::new(ToolFormat::Hermes, None);
+        let items = output_items(&shell, Some(&reader), tags, call, &[], Some("stop"));
+        let kinds: Vec<&str> = items.iter().filter_map(|i| i["type"].as_str()).collect();
+        assert_eq!(kinds, ["reasoning", "function_call"]);
     }
 }

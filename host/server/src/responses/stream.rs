@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::output::{output_items, status, Shell};
 use crate::generate::Generation;
+use crate::reasoning::ThinkTags;
 use crate::tools::CallReader;
 
 /// The events of a streamed response, numbered as they are sent.
@@ -87,6 +88,8 @@ struct Streaming {
     generation: Generation,
     shell: Shell,
     tools: Option<CallReader>,
+    /// Where the answer's reasoning is, for a template with think tags.
+    think: Option<ThinkTags>,
     events: Events,
     text: String,
     /// The answer's tokens' log probabilities so far (when asked for).
@@ -107,7 +110,8 @@ impl Streaming {
                 let logprobs =
                     crate::logprobs::entries_of(self.generation.vocab(), &delta.logprobs);
                 self.logprobs.extend(logprobs.iter().cloned());
-                if self.tools.is_none() && !(delta.text.is_empty() && logprobs.is_empty()) {
+                let something = !(delta.text.is_empty() && logprobs.is_empty());
+                if something && !self.holds() {
                     let item_id = self.shell.message_id();
                     self.events.push("response.output_text.delta", json!({"item_id": item_id, "output_index": 0, "content_index": 0, "delta": delta.text, "logprobs": logprobs}));
                 }
@@ -136,6 +140,13 @@ impl Streaming {
         true
     }
 
+    /// Whether the answer is held until it ends, then sent as whole items:
+    /// with tools (a call is parsed once it is whole) or reasoning (its
+    /// item comes before the message's).
+    fn holds(&self) -> bool {
+        self.tools.is_some() || self.think.is_some()
+    }
+
     fn finish(&mut self, reason: Option<&str>) {
         if self.ended {
             return;
@@ -144,11 +155,12 @@ impl Streaming {
         let items = output_items(
             &self.shell,
             self.tools.as_ref(),
+            self.think,
             &self.text,
             &self.logprobs,
             reason,
         );
-        if self.tools.is_some() {
+        if self.holds() {
             for (index, item) in items.iter().enumerate() {
                 self.events.whole_item(index, item);
             }
@@ -181,6 +193,7 @@ pub(super) fn response(
     generation: Generation,
     shell: Shell,
     tools: Option<CallReader>,
+    think: Option<ThinkTags>,
 ) -> Response {
     let mut events = Events {
         queue: VecDeque::new(),
@@ -189,7 +202,7 @@ pub(super) fn response(
     let opening = shell.object("in_progress", Vec::new(), None);
     events.push("response.created", json!({"response": opening}));
     events.push("response.in_progress", json!({"response": opening}));
-    if tools.is_none() {
+    if tools.is_none() && think.is_none() {
         let id = json!(shell.message_id());
         let item = json!({"type": "message", "id": id, "status": "in_progress", "role": "assistant", "content": []});
         events.push(
@@ -206,6 +219,7 @@ pub(super) fn response(
         generation,
         shell,
         tools,
+        think,
         events,
         text: String::new(),
         logprobs: Vec::new(),
