@@ -12,6 +12,7 @@
 pub mod access;
 pub mod error;
 pub mod generate;
+pub mod glm;
 pub mod handlers;
 pub mod harmony;
 pub mod kv_events;

@@ -335,13 +335,28 @@ impl Loader<'_> {
     pub fn attention(&self, i: u32) -> Result<AttentionBlock, LoadError> {
         let c = &self.config;
         let (h, q, kv) = (c.hidden as usize, c.q_dim(), c.kv_dim());
+        let [wq, wk, wv] = [("attn_q", q), ("attn_k", kv), ("attn_v", kv)]
+            .map(|(name, rows)| self.layer_matrix(i, name, h, rows));
+        self.attention_of(i, [wq?, wk?, wv?], [None, None, None])
+    }
+
+    /// Layer `i`'s attention block of the projections `qkv` with their
+    /// `biases`, its output projection, rotary by table 0, and attention
+    /// over the whole context: the block the architectures then amend.
+    fn attention_of(
+        &self,
+        i: u32,
+        [q, k, v]: [Matrix; 3],
+        biases: [Option<Vec<f32>>; 3],
+    ) -> Result<AttentionBlock, LoadError> {
+        let c = &self.config;
         Ok(AttentionBlock {
-            q: self.layer_matrix(i, "attn_q", h, q)?,
-            k: self.layer_matrix(i, "attn_k", h, kv)?,
-            v: self.layer_matrix(i, "attn_v", h, kv)?,
-            biases: [None, None, None],
+            q,
+            k,
+            v,
+            biases,
             qk_norm: None,
-            output: self.layer_matrix(i, "attn_output", q, h)?,
+            output: self.layer_matrix(i, "attn_output", c.q_dim(), c.hidden as usize)?,
             output_bias: None,
             post_norm: None,
             rope: Some(0),
@@ -370,18 +385,7 @@ impl Loader<'_> {
             Some(b) => parts.map(|rows| Some(b[rows].to_vec())),
             None => self.qkv_biases(i, false)?,
         };
-        Ok(Some(AttentionBlock {
-            q: wq,
-            k: wk,
-            v: wv,
-            biases,
-            qk_norm: None,
-            output: self.layer_matrix(i, "attn_output", q, h)?,
-            output_bias: None,
-            post_norm: None,
-            rope: Some(0),
-            attend: Attend::full(c),
-        }))
+        self.attention_of(i, [wq, wk, wv], biases).map(Some)
     }
 
     /// Layer `i`'s q, k and v biases (`blk.{i}.attn_{q,k,v}.bias`): all
