@@ -50,17 +50,28 @@ fn cpu_model() -> ([u8; 12], u32, u32) {
     for (at, reg) in [zero.ebx, zero.edx, zero.ecx].into_iter().enumerate() {
         vendor[4 * at..4 * at + 4].copy_from_slice(&reg.to_le_bytes());
     }
-    let base_family = (one.eax >> 8) & 0xf;
-    let base_model = (one.eax >> 4) & 0xf;
-    let (family, model) = if base_family == 0xf {
-        (
-            base_family + ((one.eax >> 20) & 0xff),
-            base_model | ((one.eax >> 12) & 0xf0),
-        )
-    } else {
-        (base_family, base_model)
-    };
+    let (family, model) = family_and_model(one.eax);
     (vendor, family, model)
+}
+
+/// The family and model `cpuid` leaf 1's `eax` gives: the extended family
+/// is added to family 0xf, and the extended model prefixed for families
+/// 0x6 and 0xf (Intel's rule for 0x6: a Sapphire Rapids is model 0x8f,
+/// not 0xf; AMD's families are all 0xf and above).
+fn family_and_model(eax: u32) -> (u32, u32) {
+    let base_family = (eax >> 8) & 0xf;
+    let base_model = (eax >> 4) & 0xf;
+    let family = if base_family == 0xf {
+        base_family + ((eax >> 20) & 0xff)
+    } else {
+        base_family
+    };
+    let model = if matches!(base_family, 0x6 | 0xf) {
+        base_model | ((eax >> 12) & 0xf0)
+    } else {
+        base_model
+    };
+    (family, model)
 }
 
 /// Whether this vendor, family and model is AMD's Zen 4 (family 0x19,
@@ -91,6 +102,22 @@ mod tests {
         }
         assert!(!is_zen4(amd, 0x1a, 0x02));
         assert!(!is_zen4(b"GenuineIntel", 0x19, 0x11));
+    }
+
+    /// Leaf 1's `eax` of known CPUs (their family, model and stepping as
+    /// the vendors publish them).
+    #[test]
+    fn family_and_model_follow_the_vendors_rules() {
+        // AMD EPYC Genoa: family 0x19 model 0x11; Zen 2 Rome 0x17/0x31.
+        assert_eq!(family_and_model(0x00a1_0f11), (0x19, 0x11));
+        assert_eq!(family_and_model(0x0083_0f10), (0x17, 0x31));
+        // Intel Sapphire Rapids 0x6/0x8f, Emerald Rapids 0x6/0xcf, and a
+        // Pentium 4 (family 0xf, model 0x2) with no extended fields.
+        assert_eq!(family_and_model(0x0008_06f8), (0x6, 0x8f));
+        assert_eq!(family_and_model(0x000c_06f2), (0x6, 0xcf));
+        assert_eq!(family_and_model(0x0000_0f29), (0xf, 0x2));
+        // Family 0x5 (Pentium) takes no extended model.
+        assert_eq!(family_and_model(0x0000_0543), (0x5, 0x4));
     }
 
     #[test]
