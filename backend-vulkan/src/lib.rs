@@ -75,9 +75,14 @@ use gpu_allocator::MemoryLocation;
 use half::{bf16, f16};
 use pagoda_core::backend::{
     validate_attention, validate_copies, validate_scatter, AttentionShape, Backend, SeqAttention,
-    SUPPORTED_HEAD_DIMS,
+    LATENT_HEAD_DIM,
 };
 use pagoda_core::{KvDtype, KvGeometry, PageCopy, Slot, PAGE_SIZE};
+
+/// The head dimensions the device's attention kernels run: the core's
+/// but latent attention's 576, past the 256 their shared memory is sized
+/// for.
+pub const DEVICE_HEAD_DIMS: [u32; 6] = [64, 80, 96, 128, 192, 256];
 
 pub use commands::KernelTime;
 pub use context::{
@@ -511,9 +516,9 @@ impl Backend for VulkanBackend {
     ) -> Result<VulkanKvStore, VulkanError> {
         // The kernels pack 16-bit values in pairs and size shared memory for
         // these dims; refuse others here rather than lose data later.
-        if !SUPPORTED_HEAD_DIMS.contains(&geometry.head_dim()) {
+        if !DEVICE_HEAD_DIMS.contains(&geometry.head_dim()) {
             return Err(VulkanError::Unsupported(format!(
-                "head dimension {} (supported: {SUPPORTED_HEAD_DIMS:?})",
+                "head dimension {} (supported: {DEVICE_HEAD_DIMS:?}; latent attention's {LATENT_HEAD_DIM} runs on the CPU backend)",
                 geometry.head_dim()
             )));
         }

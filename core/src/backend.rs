@@ -40,8 +40,15 @@ pub trait BackendError: fmt::Debug + fmt::Display {
     fn kind(&self) -> BackendErrorKind;
 }
 
-/// Head dimensions every backend supports.
-pub const SUPPORTED_HEAD_DIMS: [u32; 6] = [64, 80, 96, 128, 192, 256];
+/// Head dimensions the core accepts, each a multiple of 16. The CPU
+/// backend runs them all; the last, 576, is multi-head latent attention's
+/// cached row (DeepSeek's 512-wide latent and its 64 rotary dimensions, one
+/// "head" every query head reads), which Vulkan, whose kernels size shared
+/// memory for at most 256, refuses.
+pub const SUPPORTED_HEAD_DIMS: [u32; 7] = [64, 80, 96, 128, 192, 256, 576];
+
+/// The head dimension of multi-head latent attention's cached row.
+pub const LATENT_HEAD_DIM: u32 = 576;
 
 /// The attention's head layout: grouped-query when `q_heads` is a multiple of
 /// `kv_heads` (multi-query when `kv_heads` is 1).

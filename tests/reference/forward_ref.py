@@ -1,6 +1,7 @@
 """An independent forward pass of a `llama` (Mixtral's mixture of experts
 included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
-`granite`, `granitemoe`, `smollm3`, `olmo2`, `gpt-oss`, `glm4` or `glm4moe` GGUF
+`granite`, `granitemoe`, `smollm3`, `olmo2`, `gpt-oss`, `glm4`, `glm4moe` or
+`deepseek2` GGUF
 model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs and synthetic_gguf.rs.
 
@@ -118,6 +119,29 @@ expert_used_count largest of s + exp_probs_b, w = s[top] (divided by
 their sum + 1e-20 where expert_weights_norm), times expert_weights_scale;
 x += sum of w_e * swiglu_e(h) + the shared expert's swiglu(h).
 
+deepseek2, from DeepSeek's reference model (DeepSeek-V2/V3 modeling,
+MLA written decompressed, as multi-head attention, not as the engine's
+absorbed multi-query form): per layer h = rmsnorm(x) * attn_norm; q =
+h @ attn_q.T, or rmsnorm(h @ attn_q_a.T) * attn_q_a_norm @ attn_q_b.T;
+each head [key_length_mla] split into q_nope and q_pe (the last
+rope.dimension_count); c, k_pe = split(h @ attn_kv_a_mqa.T, [kv_lora_rank,
+rope]); c = rmsnorm(c) * attn_kv_a_norm; each head's k_nope and value =
+c @ its rows of attn_kv_b.T (the file's attn_k_b transposed back and
+attn_v_b where it splits them); rotary (interleaved pairs, as llama.cpp
+reads these files; YaRN's ramp without its magnitude, which moves to the
+scale) on q_pe and the one k_pe every head shares; key = [k_nope, k_pe],
+query = [q_nope, q_pe]; scores scaled by key_length_mla^-0.5 * mscale^2,
+mscale = 1 + yarn_log_multiplier * ln(factor) with YaRN (else 1); x +=
+(softmax(scores) @ value) @ attn_output.T; then ffn_norm and a SwiGLU MLP
+on layers below leading_dense_block_count, else the gate: s = softmax or
+sigmoid (expert_gating_func 2) of h @ ffn_gate_inp.T, choice = s +
+exp_probs_b where the file has it; with expert_group_count groups, each
+scored by the sum of its two best choices (by its best without
+exp_probs_b), the others' experts masked to -inf outside the
+expert_group_used_count best; top = the expert_used_count best choices;
+w = s[top] (renormalized where expert_weights_norm) * expert_weights_scale;
+x += sum w_e * swiglu_e(h) + the shared experts' swiglu(h).
+
 The norm gains are used as the file stores them (llama.cpp's converter
 stores Gemma's 1 + w). Local layers: attention.sliding_window_pattern, a
 number n (layer i local unless i % n == n - 1) or a bool per layer;
@@ -173,7 +197,8 @@ class Model:
         r = GGUFReader(path)
         self.arch = field(r, "general.architecture")
         if self.arch not in ("llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
-                             "granite", "granitemoe", "smollm3", "olmo2", "gpt-oss", "glm4", "glm4moe"):
+                             "granite", "granitemoe", "smollm3", "olmo2", "gpt-oss", "glm4", "glm4moe",
+                             "deepseek2"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         # GLM-4.5's multi-token-prediction block follows the trunk (HF's
@@ -183,7 +208,17 @@ class Model:
         self.heads = int(field(r, f"{a}.attention.head_count"))
         self.kv_heads = int(field(r, f"{a}.attention.head_count_kv", self.heads))
         self.head_dim = int(field(r, f"{a}.attention.key_length", self.hidden // self.heads))
-        if int(field(r, f"{a}.attention.value_length", self.head_dim)) != self.head_dim:
+        self.deepseek = a == "deepseek2"
+        if self.deepseek:
+            self.kv_rank = int(field(r, f"{a}.attention.kv_lora_rank"))
+            self.q_head = int(field(r, f"{a}.attention.key_length_mla", self.head_dim))
+            self.v_head = int(field(r, f"{a}.attention.value_length_mla",
+                                    field(r, f"{a}.attention.value_length", 0)))
+            self.log_mul = float(field(r, f"{a}.rope.scaling.yarn_log_multiplier", 0.0))
+            self.gating = int(field(r, f"{a}.expert_gating_func", 1))
+            self.groups = int(field(r, f"{a}.expert_group_count", 0))
+            self.groups_used = int(field(r, f"{a}.expert_group_used_count", 0))
+        elif int(field(r, f"{a}.attention.value_length", self.head_dim)) != self.head_dim:
             sys.exit("value_length != key_length is not supported")
         self.rope_dim = int(field(r, f"{a}.rope.dimension_count", self.head_dim))
         self.base = float(field(r, f"{a}.rope.freq_base", 10000.0))
@@ -263,11 +298,12 @@ class Model:
                 high += 0.001
             extrapolation = 1.0 - np.clip((j - low) / (high - low), 0.0, 1.0)
             freq = freq / factor * (1.0 - extrapolation) + freq * extrapolation
-            magnitude = 0.1 * np.log(factor) + 1.0
+            # DeepSeek's magnitude goes to the scores' scale instead.
+            magnitude = 1.0 if self.deepseek else 0.1 * np.log(factor) + 1.0
         angle = positions[:, None].astype(np.float64) / linear * freq[None, :]
         cos = self.attn_factor * magnitude * np.cos(angle)[:, None, :]
         sin = self.attn_factor * magnitude * np.sin(angle)[:, None, :]
-        if self.arch in ("llama", "granite", "granitemoe", "smollm3", "glm4"):
+        if self.arch in ("llama", "granite", "granitemoe", "smollm3", "glm4", "deepseek2"):
             a, b = x[:, :, 0:n:2].copy(), x[:, :, 1:n:2].copy()
             x[:, :, 0:n:2] = a * cos - b * sin
             x[:, :, 1:n:2] = a * sin + b * cos
@@ -317,6 +353,81 @@ class Model:
         g = h @ w[p + "ffn_gate_shexp.weight"].T
         u = h @ w[p + "ffn_up_shexp.weight"].T
         return out + (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down_shexp.weight"].T
+
+    def deepseek_mixture(self, p, h):
+        """DeepSeek's gate and experts (V2's and V3's) for normed rows h."""
+        w = self.t
+        logits = h @ w[p + "ffn_gate_inp.weight"].T
+        if self.gating == 2:
+            scores = 1.0 / (1.0 + np.exp(-logits))
+        else:
+            scores = np.exp(logits - logits.max(axis=1, keepdims=True))
+            scores /= scores.sum(axis=1, keepdims=True)
+        bias = w.get(p + "exp_probs_b.bias")
+        choice = scores + (bias if bias is not None else 0.0)
+        out = np.zeros_like(h)
+        for r in range(h.shape[0]):
+            row = choice[r].copy()
+            if self.groups > 1:
+                grouped = row.reshape(self.groups, -1)
+                best = 2 if bias is not None else 1
+                group_scores = -np.sort(-grouped, axis=1)[:, :best].sum(axis=1)
+                keep = np.argsort(-group_scores, kind="stable")[: self.groups_used]
+                mask = np.full(self.groups, True)
+                mask[keep] = False
+                grouped[mask] = -np.inf
+                row = grouped.reshape(-1)
+            top = np.argsort(-row, kind="stable")[: self.experts_used]
+            weights = scores[r, top]
+            if self.weights_norm:
+                weights = weights / weights.sum()
+            for e, weight in zip(top, weights * self.weights_scale):
+                g = h[r] @ self.expert(p, "gate", e).T
+                u = h[r] @ self.expert(p, "up", e).T
+                out[r] += weight * ((g / (1.0 + np.exp(-g)) * u) @ self.expert(p, "down", e).T)
+        g = h @ w[p + "ffn_gate_shexp.weight"].T
+        u = h @ w[p + "ffn_up_shexp.weight"].T
+        return out + (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down_shexp.weight"].T
+
+    def deepseek_attention(self, p, h, positions, mask, cache, i):
+        """Latent attention (decompressed) of normed rows h; the output
+        projection's rows."""
+        w, t = self.t, h.shape[0]
+        heads, rope, rank = self.heads, self.rope_dim, self.kv_rank
+        nope, v = self.q_head - rope, self.v_head
+        if p + "attn_q_a.weight" in w:
+            q = self.norm(h @ w[p + "attn_q_a.weight"].T, w[p + "attn_q_a_norm.weight"])
+            q = q @ w[p + "attn_q_b.weight"].T
+        else:
+            q = h @ w[p + "attn_q.weight"].T
+        q = q.reshape(t, heads, nope + rope)
+        q_nope, q_pe = q[:, :, :nope], q[:, :, nope:].copy()
+        ckv = h @ w[p + "attn_kv_a_mqa.weight"].T
+        c, k_pe = ckv[:, :rank], ckv[:, rank:].reshape(t, 1, rope).copy()
+        c = self.norm(c, w[p + "attn_kv_a_norm.weight"])
+        if p + "attn_kv_b.weight" in w:
+            kv_b = w[p + "attn_kv_b.weight"].reshape(heads, nope + v, rank)
+        else:
+            k_b = w[p + "attn_k_b.weight"]  # [heads, rank, nope]
+            kv_b = np.concatenate([k_b.transpose(0, 2, 1), w[p + "attn_v_b.weight"]], axis=1)
+        kv = np.einsum("tr,hdr->thd", c, kv_b)
+        k_nope, value = kv[:, :, :nope], kv[:, :, nope:]
+        self.rope(q_pe, positions)
+        self.rope(k_pe, positions)
+        query = np.concatenate([q_nope, q_pe], axis=2)
+        key = np.concatenate([k_nope, np.repeat(k_pe, heads, axis=1)], axis=2)
+        if cache is not None:
+            key, value = cache.extend(i, key, value)
+        scale = self.q_head ** -0.5
+        if self.yarn is not None:
+            mscale = self.attn_factor * (1.0 + self.log_mul * np.log(self.yarn[0]))
+            scale *= mscale * mscale
+        out = np.empty((t, heads, v))
+        for hq in range(heads):
+            s = query[:, hq, :] @ key[:, hq, :].T * scale + mask
+            s = np.exp(s - s.max(axis=1, keepdims=True))
+            out[:, hq, :] = (s / s.sum(axis=1, keepdims=True)) @ value[:, hq, :]
+        return out.reshape(t, heads * v) @ w[p + "attn_output.weight"].T
 
     def mixture(self, p, h):
         """The mixture of experts' output for normed rows h [tokens, hidden]."""
@@ -373,6 +484,17 @@ class Model:
             local = self.local[i]
             mask = windowed if local else causal
             p = f"blk.{i}."
+            if self.deepseek:
+                x = x + self.deepseek_attention(p, self.norm(x, w[p + "attn_norm.weight"]),
+                                                positions, causal, cache, i)
+                h = self.norm(x, w[p + "ffn_norm.weight"])
+                if i >= self.dense_lead:
+                    x = x + self.deepseek_mixture(p, h)
+                else:
+                    g = h @ w[p + "ffn_gate.weight"].T
+                    u = h @ w[p + "ffn_up.weight"].T
+                    x = x + (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
+                continue
             olmo2 = self.arch == "olmo2"
             h = x if olmo2 else self.norm(x, w[p + "attn_norm.weight"])
             if p + "attn_qkv.weight" in w:

@@ -681,6 +681,133 @@ def main() -> None:
           rope_dim=32, qk_norm=True, qk_scale=4.0, types=GLM4MOE_TYPES,
           experts=(count, 3, 128, set(range(glm_layers))), shared=128, shared_gate=False,
           layers=glm_layers, meta=glm4moe, skip=layer0_experts | norms, extra=moe_extra)
+    write_deepseek2_files(out)
+
+def write_deepseek2(path, *, q_rank, legacy, yarn, router, types):
+    """A `deepseek2` file: 4 heads of latent attention (a 512-wide latent
+    and 64 rotary dims cached, key parts of 64, values of 64), layer 0 a
+    dense MLP, layers 1 and 2 a mixture of 8 experts 128 wide of which 3
+    are used, plus one ungated shared expert. q_rank: the low-rank query's
+    width (0: attn_q); legacy: one attn_kv_b and the old key lengths in
+    place of attn_k_b / attn_v_b; yarn: (factor, original context,
+    yarn_log_multiplier) or None; router: metadata (gating function,
+    normalization, scale, groups) and whether exp_probs_b is present."""
+    a, heads, rank, rope, nope, v, count, width = "deepseek2", 4, 512, 64, 64, 64, 8, 128
+    w = GGUFWriter(str(path), a)
+    w.add_block_count(3)
+    w.add_context_length(512)
+    w.add_embedding_length(HIDDEN)
+    w.add_feed_forward_length(FFN)
+    w.add_head_count(heads)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(rope)
+    w.add_uint32(f"{a}.attention.kv_lora_rank", rank)
+    if q_rank:
+        w.add_uint32(f"{a}.attention.q_lora_rank", q_rank)
+    if legacy:
+        # The converter before the split: a decompressed head's lengths.
+        w.add_head_count_kv(heads)
+        w.add_key_length(nope + rope)
+        w.add_value_length(v)
+    else:
+        w.add_head_count_kv(1)
+        w.add_key_length(rank + rope)
+        w.add_value_length(rank)
+        w.add_uint32(f"{a}.attention.key_length_mla", nope + rope)
+        w.add_uint32(f"{a}.attention.value_length_mla", v)
+    w.add_uint32(f"{a}.leading_dense_block_count", 1)
+    w.add_expert_count(count)
+    w.add_expert_used_count(3)
+    w.add_expert_feed_forward_length(width)
+    w.add_uint32(f"{a}.expert_shared_count", 1)
+    for key, value in router["meta"].items():
+        if isinstance(value, bool):
+            w.add_bool(f"{a}.{key}", value)
+        elif isinstance(value, float):
+            w.add_float32(f"{a}.{key}", value)
+        else:
+            w.add_uint32(f"{a}.{key}", value)
+    if yarn is not None:
+        factor, original, log_mul = yarn
+        w.add_string(f"{a}.rope.scaling.type", "yarn")
+        w.add_float32(f"{a}.rope.scaling.factor", factor)
+        w.add_uint32(f"{a}.rope.scaling.original_context_length", original)
+        w.add_float32(f"{a}.rope.scaling.yarn_log_multiplier", log_mul)
+    tensors = [("token_embd.weight", rng.normal(0.0, 1.0, size=(VOCAB, HIDDEN)), types["embed"])]
+    for i in range(3):
+        p, t = f"blk.{i}.", types["layers"][i % 2]
+        tensors.append((p + "attn_norm.weight", gain(HIDDEN), Q.F32))
+        if q_rank:
+            tensors += [(p + "attn_q_a.weight", matrix(q_rank, HIDDEN), t["q"]),
+                        (p + "attn_q_a_norm.weight", gain(q_rank), Q.F32),
+                        (p + "attn_q_b.weight", matrix(heads * (nope + rope), q_rank), t["qb"])]
+        else:
+            tensors.append((p + "attn_q.weight", matrix(heads * (nope + rope), HIDDEN), t["q"]))
+        tensors += [(p + "attn_kv_a_mqa.weight", matrix(rank + rope, HIDDEN), t["kv"]),
+                    (p + "attn_kv_a_norm.weight", gain(rank), Q.F32)]
+        kv_b = matrix(heads * (nope + v), rank).reshape(heads, nope + v, rank)
+        if legacy:
+            tensors.append((p + "attn_kv_b.weight", kv_b.reshape(-1, rank), t["kb"]))
+        else:
+            # As the converter splits it: the key rows transposed.
+            k_b = np.ascontiguousarray(kv_b[:, :nope, :].transpose(0, 2, 1))
+            tensors += [(p + "attn_k_b.weight", k_b, t["kb"]),
+                        (p + "attn_v_b.weight", np.ascontiguousarray(kv_b[:, nope:, :]), t["vb"])]
+        tensors += [(p + "attn_output.weight", matrix(HIDDEN, heads * v), t["o"]),
+                    (p + "ffn_norm.weight", gain(HIDDEN), Q.F32)]
+        if i == 0:
+            tensors += [(p + "ffn_gate.weight", matrix(FFN, HIDDEN), t["gate"]),
+                        (p + "ffn_up.weight", matrix(FFN, HIDDEN), t["up"]),
+                        (p + "ffn_down.weight", matrix(HIDDEN, FFN), t["down"])]
+            continue
+        tensors += expert_tensors(p, t, (count, 3, width, None), True)
+        if router["bias"]:
+            tensors.append((p + "exp_probs_b.bias", rng.normal(0.0, 0.3, size=count), Q.F32))
+        tensors += [(p + "ffn_gate_shexp.weight", matrix(width, HIDDEN), t["gate"]),
+                    (p + "ffn_up_shexp.weight", matrix(width, HIDDEN), t["up"]),
+                    (p + "ffn_down_shexp.weight", matrix(HIDDEN, width), t["kb"])]
+    tensors += [("output_norm.weight", gain(HIDDEN), Q.F32),
+                ("output.weight", matrix(VOCAB, HIDDEN), types["output"])]
+    for name, values, qtype in tensors:
+        add(w, name, values, qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# DeepSeek's: rows of 64 (attn_k_b, kb) and 128 (attn_q_b's, qb; the
+# experts' down) take legacy types; attn_v_b's (512) and the rest any.
+DEEPSEEK2_TYPES = {
+    "embed": Q.Q8_0,
+    "output": Q.Q6_K,
+    "layers": [
+        dict(q=Q.Q8_0, qb=Q.Q8_0, kv=Q.F16, kb=Q.Q8_0, vb=Q.Q6_K, o=Q.Q4_K,
+             gate=Q.Q5_K, up=Q.Q4_0, down=Q.Q8_0),
+        dict(q=Q.BF16, qb=Q.Q5_0, kv=Q.Q8_0, kb=Q.F16, vb=Q.Q8_0, o=Q.Q6_K,
+             gate=Q.Q4_K, up=Q.Q6_K, down=Q.Q5_1),
+    ],
+}
+
+
+def write_deepseek2_files(out):
+    """deepseek2_lite.gguf (V2-Lite's: attn_q, softmax routing, weights not
+    renormalized, YaRN with V2's mscale_all_dim 0.707), deepseek2_v3.gguf
+    (V3's: low-rank queries, sigmoids with exp_probs_b, 4 groups of which 2
+    are used, renormalized, scaled by 2.5, no rope scaling) and
+    deepseek2_legacy.gguf (the lite file's shape with one attn_kv_b)."""
+    softmax = dict(meta={}, bias=False)
+    write_deepseek2(out / "deepseek2_lite.gguf", q_rank=0, legacy=False, yarn=(4.0, 128, 0.0707),
+                    router=softmax, types=DEEPSEEK2_TYPES)
+    v3 = dict(meta={"expert_gating_func": 2, "expert_weights_norm": True,
+                    "expert_weights_scale": 2.5, "expert_group_count": 4,
+                    "expert_group_used_count": 2}, bias=True)
+    write_deepseek2(out / "deepseek2_v3.gguf", q_rank=128, legacy=False, yarn=None,
+                    router=v3, types=DEEPSEEK2_TYPES)
+    write_deepseek2(out / "deepseek2_legacy.gguf", q_rank=0, legacy=True, yarn=None,
+                    router=softmax, types=DEEPSEEK2_TYPES)
+
 
 # GLM-4's fused ffn_up rows are 256 wide: any type; its q/k take K-quants
 # on one layer only (see LLAMA3_TYPES).

@@ -31,6 +31,34 @@ fn split_kv_on_one_thread_and_many_agree() {
 }
 
 #[test]
+fn latent_attention_rows_match_the_reference() {
+    // Multi-head latent attention (DeepSeek) reads one cached row of 576
+    // values (512 latent, 64 rotary) with every query head: multi-query at
+    // head dim 576, 16 and 128 heads (V2-Lite's and V3's).
+    for (label, mut backend) in backends() {
+        for (i, (dtype, gqa, seqs)) in [
+            (KvDtype::F16, 16, &[(1, 1), (17, 5), (40, 40)][..]),
+            (KvDtype::Bf16, 16, &[(33, 1), (16, 16)][..]),
+            (KvDtype::F32, 128, &[(20, 1), (9, 9)][..]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            assert_batch_matches(
+                &mut backend,
+                &label,
+                dtype,
+                576,
+                gqa,
+                1,
+                seqs,
+                40 + i as u64,
+            );
+        }
+    }
+}
+
+#[test]
 fn a_store_with_an_unsupported_head_dim_is_refused() {
     use pagoda_core::backend::{Backend, BackendError, BackendErrorKind, InputError};
     use pagoda_core::KvGeometry;

@@ -412,7 +412,7 @@ mod tests {
     fn check<E: KvElement>() {
         let isa = Isa::detect();
         let mut seed = 7;
-        for dim in [64, 80, 96, 128, 192, 256] {
+        for dim in [64, 80, 96, 128, 192, 256, 576] {
             for rows in [1, 3, 8, 13] {
                 for keys in [1, 7, 16] {
                     let q: Vec<f32> = (0..rows * dim).map(|_| rng(&mut seed)).collect();

@@ -21,6 +21,7 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "gpt-oss",
     "glm4",
     "glm4moe",
+    "deepseek2",
 ];
 
 /// The widest row (hidden size, MLP width, all query heads) a model may
@@ -204,6 +205,10 @@ pub enum ModelError {
     /// The RoPE base is not a finite number above 1.
     #[error("invalid model configuration: rope_theta {0} must be above 1")]
     RopeTheta(f32),
+    /// An op's spans do not fit its buffers' heads, or its per-head
+    /// matrices do not fit its spans.
+    #[error("the model's program has spans that do not fit its buffers")]
+    Span,
     /// An op names a rotary table the program does not have.
     #[error("the model's program names rotary table {0}, which it does not have")]
     RopeTable(usize),

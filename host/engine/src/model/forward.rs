@@ -227,6 +227,7 @@ impl Model {
             logit_scale: 1.0,
             residual_scale: 1.0,
             ropes: vec![Rope::new(&rope, config.max_context)],
+            latent: None,
         };
         Ok(Self::new(config, program, Holding::Dense, "llama"))
     }

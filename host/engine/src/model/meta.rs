@@ -116,8 +116,8 @@ impl ModelConfig {
         if q_heads == 0 {
             return Err(super::config::ModelError::ZeroSize("q_heads").into());
         }
-        let kv_heads = uint(g, &key("attention.head_count_kv"))?.unwrap_or(q_heads);
-        let head_dim = match uint(g, &key("attention.key_length"))? {
+        let mut kv_heads = uint(g, &key("attention.head_count_kv"))?.unwrap_or(q_heads);
+        let mut head_dim = match uint(g, &key("attention.key_length"))? {
             Some(d) => d,
             None if hidden % q_heads == 0 => hidden / q_heads,
             None => {
@@ -128,7 +128,18 @@ impl ModelConfig {
                 ))
             }
         };
-        if let Some(v) = uint(g, &key("attention.value_length"))? {
+        // DeepSeek's latent attention caches one row a token that every
+        // query head reads: the latent (`kv_lora_rank`) then the rotary
+        // part, whatever the key and value lengths say (the latent's in
+        // files converted for it, a decompressed head's in older ones).
+        let latent = a == "deepseek2";
+        if latent {
+            let rank = required_uint(g, &key("attention.kv_lora_rank"))?;
+            let rope = required_uint(g, &key("rope.dimension_count"))?;
+            kv_heads = 1;
+            head_dim = rank.saturating_add(rope);
+        }
+        if let Some(v) = uint(g, &key("attention.value_length"))?.filter(|_| !latent) {
             if v != head_dim {
                 return Err(bad(
                     &key("attention.value_length"),

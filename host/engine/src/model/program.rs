@@ -40,18 +40,78 @@ pub(crate) enum Buf {
     Up,
     /// A product before it joins the residual stream, `hidden` wide.
     Sum,
+    /// Latent attention's low-rank query rows, [`Latent::q_rank`] wide
+    /// (DeepSeek's `q_lora_rank`).
+    QLatent,
+    /// Latent attention's queries as the file projects them, before the
+    /// key part of each head is absorbed: `q_heads ×` [`Latent::q_head`].
+    QHeads,
+    /// Latent attention's values, each head's taken out of the latent:
+    /// `q_heads ×` [`Latent::v_head`].
+    VHeads,
 }
 
 impl Buf {
-    /// Values per row.
-    pub(crate) fn width(self, c: &ModelConfig) -> usize {
+    /// Every buffer, in declaration order (so `b as usize` is its place).
+    pub(crate) const ALL: [Buf; 12] = [
+        Buf::X,
+        Buf::H,
+        Buf::Q,
+        Buf::K,
+        Buf::V,
+        Buf::Attn,
+        Buf::Gate,
+        Buf::Up,
+        Buf::Sum,
+        Buf::QLatent,
+        Buf::QHeads,
+        Buf::VHeads,
+    ];
+
+    /// Values per row of a model of shape `c` whose program has `latent`
+    /// attention (0 for a latent buffer of a program without).
+    pub(crate) fn width(self, c: &ModelConfig, latent: Option<&Latent>) -> usize {
+        let heads = c.q_heads as usize;
         match self {
             Buf::X | Buf::H | Buf::Sum => c.hidden as usize,
             Buf::Q | Buf::Attn => c.q_dim(),
             Buf::K | Buf::V => c.kv_dim(),
             Buf::Gate | Buf::Up => c.ffn as usize,
+            Buf::QLatent => latent.map_or(0, |l| l.q_rank as usize),
+            Buf::QHeads => latent.map_or(0, |l| heads * l.q_head as usize),
+            Buf::VHeads => latent.map_or(0, |l| heads * l.v_head as usize),
         }
     }
+}
+
+/// The widths of multi-head latent attention (DeepSeek-V2 and V3, Kimi
+/// K2), which caches one latent row per token that every head reads
+/// instead of keys and values per head: the model's `head_dim` is the
+/// latent's width plus the rotary part (512 + 64), `kv_heads` is 1, and
+/// each head's queries take the latent's side by an absorbed product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Latent {
+    /// The low-rank query's width; 0 when queries are projected directly
+    /// (DeepSeek-V2-Lite).
+    pub q_rank: u32,
+    /// The cached latent's width (`kv_lora_rank`): the leading part of each
+    /// cached row, which the rotary part follows.
+    pub kv_rank: u32,
+    /// A query head as the file projects it: its key part then its rotary
+    /// part (`key_length_mla`, 128 + 64).
+    pub q_head: u32,
+    /// A head's value out of the latent (`value_length_mla`, 128).
+    pub v_head: u32,
+}
+
+/// The same run of values in every head of a buffer's rows: `width`
+/// values from `offset` of each `stride`-wide head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub buf: Buf,
+    pub stride: u32,
+    pub offset: u32,
+    pub width: u32,
 }
 
 /// One product of a [`Op::Linear`]: `out = src · wᵀ (+ bias)`.
@@ -121,9 +181,16 @@ pub(crate) enum Op {
     },
     /// Products that read the same rows, run together.
     Linear { src: Buf, projs: Vec<Proj> },
-    /// Rotary positions on each of `heads` heads of `buf`, from the
+    /// Rotary positions on each of `heads` heads of `buf` (the rotary
+    /// dimensions from `offset` of each `head_dim`-wide head: 0 but for
+    /// latent attention, whose rotary part follows the latent), from the
     /// program's rotary tables number `table`.
-    Rope { buf: Buf, heads: u32, table: usize },
+    Rope {
+        buf: Buf,
+        heads: u32,
+        table: usize,
+        offset: u32,
+    },
     /// Keys and values into the paged cache, then attention of the queries
     /// over it into [`Buf::Attn`].
     Attention(Attend),
@@ -133,6 +200,19 @@ pub(crate) enum Op {
     Experts(Box<Experts>),
     /// `X += src`.
     Residual { src: Buf },
+    /// Each span of `span` RMS-normed in place by `gain` (`span.width`
+    /// values): latent attention's latent, before the rotary part.
+    NormSpan { span: Span, gain: Vec<f32> },
+    /// Each head's span of `from` copied to the same head's span of `to`.
+    Copy { from: Span, to: Span },
+    /// Head `h`'s span of `to` = `heads[h] · (head h's span of from)`: a
+    /// product per head, each of its own matrix (latent attention's
+    /// absorbed key products and its values out of the latent).
+    HeadLinear {
+        from: Span,
+        to: Span,
+        heads: Vec<Matrix>,
+    },
 }
 
 /// One expert of an [`Experts`] op: a gated MLP of its own width.
@@ -184,6 +264,9 @@ pub(crate) struct Experts {
     /// but not to weigh them (DeepSeek-V3's and GLM-4.5's
     /// `exp_probs_b`, which balances the experts' load).
     pub selection_bias: Option<Vec<f32>>,
+    /// Group-limited routing (DeepSeek-V3's): a row chooses among the
+    /// experts of its best groups only; `None` for every expert.
+    pub groups: Option<ExpertGroups>,
     /// Whether the chosen experts' weights are renormalized to sum to 1.
     pub normalize: bool,
     /// Factor on the chosen experts' weights (`expert_weights_scale`,
@@ -192,6 +275,18 @@ pub(crate) struct Experts {
     pub gating: Gating,
     /// An expert every row goes through (Qwen2-MoE).
     pub shared: Option<SharedExpert>,
+}
+
+/// Group-limited routing: the experts split into `count` groups of
+/// consecutive experts, each scored by the sum of its two best selection
+/// scores (probability plus selection bias; DeepSeek-V3's), or by its best
+/// probability where there is no selection bias (DeepSeek-V2's); a row's
+/// experts come from its `used` best groups (llama.cpp's `expert_group_count` and
+/// `expert_group_used_count`, DeepSeek-V3's `n_group` and `topk_group`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ExpertGroups {
+    pub count: u32,
+    pub used: u32,
 }
 
 /// Qwen2-MoE's shared expert: its output joins the mixture's scaled by
@@ -253,6 +348,8 @@ pub(crate) struct Program {
     /// The rotary tables the [`Op::Rope`]s read (Gemma 3's local layers
     /// have their own base: two tables).
     pub ropes: Vec<Rope>,
+    /// The widths of latent attention, for a program that has it.
+    pub latent: Option<Latent>,
 }
 
 impl Program {
@@ -261,6 +358,7 @@ impl Program {
     pub(crate) fn matrices(&self) -> impl Iterator<Item = &Matrix> {
         let layers = self.layers.iter().flatten().flat_map(|op| match op {
             Op::Linear { projs, .. } => projs.iter().map(|p| &p.w).collect::<Vec<_>>(),
+            Op::HeadLinear { heads, .. } => heads.iter().collect(),
             Op::Experts(e) => e.matrices().collect(),
             _ => Vec::new(),
         });
@@ -271,7 +369,7 @@ impl Program {
     /// Every f32 vector the program holds (norm gains, biases).
     pub(crate) fn vectors(&self) -> impl Iterator<Item = &[f32]> {
         let layers = self.layers.iter().flatten().flat_map(|op| match op {
-            Op::Norm { gain, .. } => vec![gain.as_slice()],
+            Op::Norm { gain, .. } | Op::NormSpan { gain, .. } => vec![gain.as_slice()],
             Op::Linear { projs, .. } => projs.iter().filter_map(|p| p.bias.as_deref()).collect(),
             Op::Attention(a) => a.sinks.as_deref().into_iter().collect(),
             Op::Experts(e) => {
@@ -346,6 +444,11 @@ impl Program {
             .iter()
             .flatten()
             .any(|op| matches!(op, Op::Attention(a) if a.sinks.is_some()))
+    }
+
+    /// Values per row of buffer `b` for a model of shape `c`.
+    pub(crate) fn width(&self, b: Buf, c: &ModelConfig) -> usize {
+        b.width(c, self.latent.as_ref())
     }
 
     /// Whether the output head is the embedding.
@@ -426,11 +529,13 @@ pub(crate) fn attention_block(
             buf: Buf::Q,
             heads: c.q_heads,
             table,
+            offset: 0,
         });
         ops.push(Op::Rope {
             buf: Buf::K,
             heads: c.kv_heads,
             table,
+            offset: 0,
         });
     }
     ops.push(Op::Attention(a.attend));
@@ -446,7 +551,7 @@ pub(crate) fn attention_block(
 }
 
 /// `X += Sum`, the sum RMS-normed first where `post_norm` is given.
-fn residual(ops: &mut Vec<Op>, post_norm: Option<Vec<f32>>) {
+pub(crate) fn residual(ops: &mut Vec<Op>, post_norm: Option<Vec<f32>>) {
     if let Some(gain) = post_norm {
         ops.push(Op::Norm {
             src: Buf::Sum,

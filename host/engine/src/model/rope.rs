@@ -182,11 +182,24 @@ impl Rope {
         }
     }
 
-    /// Rotates the first `dims` values of each `head_dim`-wide head of each
-    /// row (`heads` heads a row) by its row's angles (from
-    /// [`step_angles`](Self::step_angles) of the rows' positions).
-    pub fn apply(&self, rows: &mut [f32], heads: u32, head_dim: u32, angles: &StepAngles) {
-        let (d, half) = (head_dim as usize, self.half);
+    /// Rotates the `dims` values from `offset` of each `head_dim`-wide
+    /// head of each row (`heads` heads a row; `offset` 0 but for latent
+    /// attention, whose rotary part follows its latent) by its row's angles
+    /// (from [`step_angles`](Self::step_angles) of the rows' positions). A
+    /// head too narrow for them is left as it is (the program's builder
+    /// checks they fit).
+    pub fn apply(
+        &self,
+        rows: &mut [f32],
+        heads: u32,
+        head_dim: u32,
+        offset: u32,
+        angles: &StepAngles,
+    ) {
+        let (d, half, at) = (head_dim as usize, self.half, offset as usize);
+        if at + 2 * half > d {
+            return;
+        }
         let width = heads as usize * d;
         let per_row = angles
             .cos
@@ -194,6 +207,7 @@ impl Rope {
             .zip(angles.sin.chunks_exact(half.max(1)));
         for (row, (cos, sin)) in rows.chunks_exact_mut(width).zip(per_row) {
             for head in row.chunks_exact_mut(d) {
+                let head = &mut head[at..];
                 match self.mode {
                     RopeMode::Interleaved => {
                         for (i, pair) in head[..2 * half].chunks_exact_mut(2).enumerate() {
@@ -250,8 +264,8 @@ mod tests {
         let mut b = [1.0, 3.0, 2.0, 4.0, 9.0];
         let mut step = StepAngles::default();
         neox.step_angles(&[6], &mut step);
-        neox.apply(&mut a[..4], 1, 4, &step);
-        inter.apply(&mut b[..4], 1, 4, &step);
+        neox.apply(&mut a[..4], 1, 4, 0, &step);
+        inter.apply(&mut b[..4], 1, 4, 0, &step);
         for (i, &t) in angles.iter().enumerate() {
             let (x1, x2) = ([1.0, 2.0][i], [3.0, 4.0][i]);
             let (c, s) = (1.5 * t.cos(), 1.5 * t.sin());
@@ -273,7 +287,7 @@ mod tests {
         let positions = [5, 0, 7, 5];
         neox.step_angles(&positions, &mut step);
         let mut units = [1.0, 1.0, 0.0, 0.0].repeat(positions.len());
-        neox.apply(&mut units, 1, 4, &step);
+        neox.apply(&mut units, 1, 4, 0, &step);
         for (unit, &pos) in units.chunks_exact(4).zip(&positions) {
             let at = pos as usize * 2;
             assert_eq!([unit[0], unit[1]], [cos[at], cos[at + 1]]);

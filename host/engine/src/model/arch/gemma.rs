@@ -122,5 +122,6 @@ pub(super) fn build(l: &Loader<'_>, gen: Gemma) -> Result<Program, LoadError> {
         logit_scale: 1.0,
         residual_scale: 1.0,
         ropes,
+        latent: None,
     })
 }

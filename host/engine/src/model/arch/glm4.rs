@@ -15,7 +15,8 @@
 //! of experts scored by sigmoids (`expert_gating_func`), chosen with the
 //! load-balancing bias `exp_probs_b` added, weighted by their unbiased
 //! scores renormalized (`expert_weights_norm`) and scaled
-//! (`expert_weights_scale`), plus `expert_shared_count` shared experts as
+//! (`expert_weights_scale`; groups where the file has them, as
+//! DeepSeek-V3's), plus `expert_shared_count` shared experts as
 //! one ungated MLP that many experts wide. The multi-token-prediction block
 //! at the end (`nextn_predict_layers`) is not part of the trunk: the
 //! configuration leaves it out and nothing reads it.
@@ -24,9 +25,10 @@ use pagoda_core::gguf::Value;
 
 use super::super::config::ModelError;
 use super::super::load_error::LoadError;
-use super::super::meta::{bad, boolean, float, uint};
+use super::super::meta::uint;
 use super::super::program::{AttentionBlock, Program, Scoring};
 use super::super::rope::RopeMode;
+use super::router::Router;
 use super::{Ffn, Loader};
 
 /// The model of a `glm4` file.
@@ -48,7 +50,7 @@ pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
 pub(super) fn build_moe(l: &Loader<'_>) -> Result<Program, LoadError> {
     refuse_mrope(l)?;
     let d = l.config.head_dim as usize;
-    let router = Router::read(l)?;
+    let router = Router::read(l, Scoring::Sigmoid)?;
     let width = l.expert_width(l.ffn_per_used_expert()?)?;
     let shared_count = uint(l.g, &l.key("expert_shared_count"))?.unwrap_or(0) as usize;
     let dense_lead = uint(l.g, &l.key("leading_dense_block_count"))?.unwrap_or(0);
@@ -70,9 +72,8 @@ pub(super) fn build_moe(l: &Loader<'_>) -> Result<Program, LoadError> {
             if i < dense_lead {
                 return Ok((attention, Ffn::Dense(l.swiglu(i)?)));
             }
-            let mut experts = l.experts(i, width, router.normalize)?;
-            experts.scoring = router.scoring;
-            experts.weight_scale = router.scale;
+            let mut experts = l.experts(i, width, false)?;
+            router.apply(&mut experts);
             let n = experts.experts.len();
             let bias = l.layer_vector(i, "exp_probs_b.bias", n)?;
             if !bias.iter().all(|b| b.is_finite()) {
@@ -97,44 +98,6 @@ fn attention(l: &Loader<'_>, i: u32) -> Result<AttentionBlock, LoadError> {
         biases: l.qkv_biases(i, false)?,
         ..l.attention(i)?
     })
-}
-
-/// How a `glm4moe` file's routers score and weigh their experts.
-struct Router {
-    scoring: Scoring,
-    normalize: bool,
-    scale: f32,
-}
-
-impl Router {
-    fn read(l: &Loader<'_>) -> Result<Self, LoadError> {
-        // llama.cpp's `llama_expert_gating_func_type`: 0 (absent) is
-        // GLM-4.5's sigmoid, 1 the softmax, 2 the sigmoid.
-        let gating_key = l.key("expert_gating_func");
-        let scoring = match uint(l.g, &gating_key)?.unwrap_or(0) {
-            0 | 2 => Scoring::Sigmoid,
-            1 => Scoring::Softmax,
-            other => {
-                return Err(l.unsupported(format!("expert gating function {other}")));
-            }
-        };
-        let groups = uint(l.g, &l.key("expert_group_count"))?.unwrap_or(0);
-        if groups > 1 {
-            return Err(l.unsupported(format!("grouped expert routing ({groups} groups)")));
-        }
-        let scale_key = l.key("expert_weights_scale");
-        // 0 (llama.cpp's default) scales nothing, as 1 does.
-        let scale = match float(l.g, &scale_key)?.unwrap_or(0.0) {
-            0.0 => 1.0,
-            s if s.is_finite() && s > 0.0 => s,
-            s => return Err(bad(&scale_key, s, "must be finite and positive")),
-        };
-        Ok(Self {
-            scoring,
-            normalize: boolean(l.g, &l.key("expert_weights_norm"))?.unwrap_or(false),
-            scale,
-        })
-    }
 }
 
 /// Refuses GLM-4V's multimodal rotary (`rope.dimension_sections`, M-RoPE),

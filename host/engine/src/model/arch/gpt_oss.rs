@@ -81,5 +81,6 @@ pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
         logit_scale: 1.0,
         residual_scale: 1.0,
         ropes,
+        latent: None,
     })
 }

@@ -13,6 +13,7 @@
 //! (`tests/reference/forward_ref.py`) and a tiny file in
 //! `make_tiny_gguf.py`; `docs/ARCHITECTURE.md` walks through it.
 
+mod deepseek2;
 mod gemma;
 mod glm4;
 mod gpt_oss;
@@ -22,6 +23,7 @@ mod olmo2;
 mod phi3;
 mod qwen2;
 mod qwen3;
+mod router;
 mod smollm3;
 
 use std::ops::Range;
@@ -518,6 +520,7 @@ impl Loader<'_> {
             used,
             scoring: Scoring::Softmax,
             selection_bias: None,
+            groups: None,
             normalize,
             weight_scale: 1.0,
             gating: Gating::Silu,
@@ -603,6 +606,7 @@ impl Loader<'_> {
             logit_scale: 1.0,
             residual_scale: 1.0,
             ropes: vec![Rope::new(rope, c.max_context)],
+            latent: None,
         })
     }
 
@@ -740,7 +744,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
     // have them.
     if !matches!(
         arch,
-        "llama" | "qwen2moe" | "qwen3moe" | "granitemoe" | "gpt-oss" | "glm4moe"
+        "llama" | "qwen2moe" | "qwen3moe" | "granitemoe" | "gpt-oss" | "glm4moe" | "deepseek2"
     ) {
         loader.refuse_experts()?;
     }
@@ -761,6 +765,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "gpt-oss" => gpt_oss::build(&loader)?,
         "glm4" => glm4::build(&loader)?,
         "glm4moe" => glm4::build_moe(&loader)?,
+        "deepseek2" => deepseek2::build(&loader)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
     if let Source::Interleaved(file, _) = &loader.source {

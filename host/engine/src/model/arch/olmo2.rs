@@ -45,11 +45,13 @@ pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
                 buf: Buf::Q,
                 heads: c.q_heads,
                 table: 0,
+                offset: 0,
             },
             Op::Rope {
                 buf: Buf::K,
                 heads: c.kv_heads,
                 table: 0,
+                offset: 0,
             },
             Op::Attention(a.attend),
             Op::Linear {
@@ -85,5 +87,6 @@ pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
         logit_scale: 1.0,
         residual_scale: 1.0,
         ropes: vec![Rope::new(&rope, c.max_context)],
+        latent: None,
     })
 }

@@ -7,7 +7,7 @@ use pagoda_cpu::{Isa, QuantizedActivations, Team};
 
 use super::super::config::{ModelConfig, ModelError};
 use super::super::precision::ActPrecision;
-use super::super::program::{Expert, Experts, Gating, Scoring};
+use super::super::program::{Expert, ExpertGroups, Experts, Gating, Scoring};
 use super::{add_rows, gate, grow, project, Activations, Feed};
 
 /// A mixture of experts' working space (grown to the largest step, never
@@ -40,6 +40,7 @@ pub(super) struct Routing {
 struct Rule<'a> {
     scoring: Scoring,
     selection_bias: Option<&'a [f32]>,
+    groups: Option<ExpertGroups>,
     normalize: bool,
     scale: f32,
 }
@@ -49,6 +50,7 @@ impl<'a> Rule<'a> {
         Self {
             scoring: m.scoring,
             selection_bias: m.selection_bias.as_deref(),
+            groups: m.groups,
             normalize: m.normalize,
             scale: m.weight_scale,
         }
@@ -59,7 +61,8 @@ impl Routing {
     /// Routes each of `t` rows of scores (`n` experts a row) to its `k`
     /// most probable experts: the probabilities (softmax or sigmoids; a
     /// NaN score counts as -∞), the `k` best by probability plus the
-    /// rule's selection bias (ties to the lower index), their
+    /// rule's selection bias (ties to the lower index), among the experts
+    /// of the row's best groups where the rule has groups, their
     /// probabilities as weights (renormalized where the rule says, then
     /// scaled), then the rows grouped by expert. `k` is at most `n`.
     fn route(&mut self, t: usize, n: usize, k: usize, rule: Rule<'_>) {
@@ -68,12 +71,26 @@ impl Routing {
         self.taken.clear();
         self.taken.resize(n, false);
         let bias = |e: usize| rule.selection_bias.and_then(|b| b.get(e)).copied();
+        // Groups that split the experts evenly and hold `k` of them (the
+        // loader refuses others; here they would route nothing).
+        let groups = rule.groups.filter(|g| {
+            let (count, used) = (g.count as usize, g.used as usize);
+            (2..=MAX_GROUPS).contains(&count)
+                && n.is_multiple_of(count)
+                && used <= count
+                && used * (n / count) >= k
+        });
         for row in self.scores[..t * n].chunks_exact_mut(n.max(1)).take(t) {
             match rule.scoring {
                 Scoring::Softmax => softmax(row),
                 Scoring::Sigmoid => sigmoid(row),
             }
             let key = |row: &[f32], e: usize| row[e] + bias(e).unwrap_or(0.0);
+            if let Some(g) = groups {
+                // The experts outside the row's best groups count as taken.
+                let pairs = rule.selection_bias.is_some();
+                exclude_groups(row, g, pairs, &key, &mut self.taken);
+            }
             let first = self.chosen.len();
             for _ in 0..k {
                 let mut best: Option<usize> = None;
@@ -86,6 +103,9 @@ impl Routing {
                     self.taken[e] = true;
                     self.chosen.push((e as u32, row[e]));
                 }
+            }
+            if groups.is_some() {
+                self.taken.fill(false);
             }
             for &(e, _) in &self.chosen[first..] {
                 self.taken[e as usize] = false;
@@ -119,6 +139,59 @@ impl Routing {
             let row = (i / k.max(1)) as u32;
             self.rows[self.next[e as usize]] = (row, w);
             self.next[e as usize] += 1;
+        }
+    }
+}
+
+/// Most expert groups a rule may have: the chosen ones are a 64-bit mask
+/// (DeepSeek-V3 has 8).
+pub(crate) const MAX_GROUPS: usize = 64;
+
+/// Marks in `taken` the experts of every group but the row's `g.used`
+/// best: each group of `n / g.count` consecutive experts scored by the sum
+/// of its two best selection keys where the rule has a selection bias
+/// (DeepSeek-V3's) and by its best key where it has none (DeepSeek-V2's
+/// group-limited greedy routing), as DeepSeek's reference gate scores them;
+/// the best taken first, ties to the lower group. A key that is not a
+/// number counts as -∞.
+fn exclude_groups(
+    row: &[f32],
+    g: ExpertGroups,
+    pairs: bool,
+    key: &dyn Fn(&[f32], usize) -> f32,
+    taken: &mut [bool],
+) {
+    let size = row.len() / g.count as usize;
+    let score = |group: usize| {
+        let (mut first, mut second) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+        for e in group * size..(group + 1) * size {
+            let v = key(row, e);
+            if v > first {
+                second = first;
+                first = v;
+            } else if v > second {
+                second = v;
+            }
+        }
+        if size == 1 || !pairs {
+            first
+        } else {
+            first + second
+        }
+    };
+    taken.fill(true);
+    let mut chosen = 0u64;
+    for _ in 0..g.used {
+        let mut best: Option<(usize, f32)> = None;
+        for group in (0..g.count as usize).filter(|&i| chosen & (1 << i) == 0) {
+            let s = score(group);
+            if best.is_none_or(|(_, b)| s > b) {
+                best = Some((group, s));
+            }
+        }
+        if let Some((group, _)) = best {
+            chosen |= 1 << group;
+            taken[group * size..(group + 1) * size].fill(false);
         }
     }
 }
@@ -296,7 +369,7 @@ mod tests {
 
     /// [`Routing::route`] against a plain model on random scores, under
     /// every rule (softmax or sigmoids, with and without a selection bias,
-    /// renormalized or not, scaled or not): each row's `k` experts are the
+    /// with and without groups, renormalized or not, scaled or not): each row's `k` experts are the
     /// `k` best by probability plus bias (ties to the lower index), their
     /// weights the unbiased probabilities (summing to the scale when
     /// renormalized), and the grouped rows hold every choice once, expert
@@ -320,14 +393,34 @@ mod tests {
                     .collect()
             });
             let scale = if rng.bool() { 1.0 } else { 2.5 };
+            // Groups: a divisor of n above 1, enough of them used to hold k.
+            let counts: Vec<usize> = (2..=n).filter(|c| n % c == 0).collect();
+            let groups = (rng.bool() && !counts.is_empty())
+                .then(|| counts[rng.usize(..counts.len())])
+                .and_then(|count| {
+                    let least = k.div_ceil(n / count);
+                    (least <= count).then(|| ExpertGroups {
+                        count: count as u32,
+                        used: rng.usize(least..=count) as u32,
+                    })
+                });
             let rule = Rule {
                 scoring,
                 selection_bias: bias.as_deref(),
+                groups,
                 normalize,
                 scale,
             };
-            // Few distinct values, so that ties are common.
-            let scores: Vec<f32> = (0..t * n).map(|_| rng.u8(0..6) as f32 * 0.5).collect();
+            // Few distinct values, so that ties are common; with groups,
+            // values of all sorts, so that no two groups' sums of
+            // different keys tie (f32 and f64 could break such a tie
+            // differently).
+            let scores: Vec<f32> = (0..t * n)
+                .map(|_| match groups {
+                    None => rng.u8(0..6) as f32 * 0.5,
+                    Some(_) => rng.f32() * 3.0,
+                })
+                .collect();
             routing.scores.clear();
             routing.scores.extend_from_slice(&scores);
             routing.route(t, n, k, rule);
@@ -343,7 +436,28 @@ mod tests {
                         .collect(),
                 };
                 let key = |e: usize| probs[e] + bias.as_ref().map_or(0.0, |b| f64::from(b[e]));
-                let mut order: Vec<usize> = (0..n).collect();
+                // With groups: each scored by its two best keys with a
+                // bias (one for groups of one), its best without, the best
+                // `used` kept, ties to the lower.
+                let allowed: Vec<bool> = match groups {
+                    None => vec![true; n],
+                    Some(g) => {
+                        let size = n / g.count as usize;
+                        let group_score = |i: usize| {
+                            let mut keys: Vec<f64> = (i * size..(i + 1) * size).map(key).collect();
+                            keys.sort_by(|a, b| b.total_cmp(a));
+                            let best = if bias.is_some() { 2 } else { 1 };
+                            keys.iter().take(best).sum::<f64>()
+                        };
+                        let mut order: Vec<usize> = (0..g.count as usize).collect();
+                        order.sort_by(|&a, &b| {
+                            group_score(b).total_cmp(&group_score(a)).then(a.cmp(&b))
+                        });
+                        let kept = &order[..g.used as usize];
+                        (0..n).map(|e| kept.contains(&(e / size))).collect()
+                    }
+                };
+                let mut order: Vec<usize> = (0..n).filter(|&e| allowed[e]).collect();
                 order.sort_by(|&a, &b| key(b).total_cmp(&key(a)).then(a.cmp(&b)));
                 let top = &order[..k];
                 let chosen: f64 = top.iter().map(|&e| probs[e]).sum();
@@ -386,6 +500,7 @@ mod tests {
         let rule = |scoring, normalize| Rule {
             scoring,
             selection_bias: None,
+            groups: None,
             normalize,
             scale: 1.0,
         };

@@ -26,26 +26,13 @@ use pagoda_cpu::{
 use super::config::{ModelConfig, ModelError};
 use super::input::{ForwardError, StepInput};
 use super::precision::ActPrecision;
-use super::program::{Buf, Experts, Gating, Op, Program, Proj};
+use super::program::{Buf, Experts, Gating, Op, Program, Proj, Span};
 use super::rope::StepAngles;
 use super::tensors::Matrix;
 
 mod experts;
 
 use experts::{mixture, Routing};
-
-/// Every [`Buf`], in declaration order (so `b as usize` is its place).
-const BUFS: [Buf; 9] = [
-    Buf::X,
-    Buf::H,
-    Buf::Q,
-    Buf::K,
-    Buf::V,
-    Buf::Attn,
-    Buf::Gate,
-    Buf::Up,
-    Buf::Sum,
-];
 
 fn index(b: Buf) -> usize {
     b as usize
@@ -57,7 +44,10 @@ fn index(b: Buf) -> usize {
 /// own team, so attention and products share its threads).
 #[derive(Debug)]
 pub struct Activations {
-    bufs: [Vec<f32>; 9],
+    bufs: [Vec<f32>; Buf::ALL.len()],
+    /// A head's rows gathered for a per-head product, and its output.
+    head_in: Vec<f32>,
+    head_out: Vec<f32>,
     /// The sampled rows of the residual stream, then normed.
     rows: Vec<f32>,
     last: Vec<f32>,
@@ -87,6 +77,8 @@ impl Activations {
     fn empty(threads: usize) -> Self {
         Self {
             bufs: Default::default(),
+            head_in: Vec::new(),
+            head_out: Vec::new(),
             rows: Vec::new(),
             last: Vec::new(),
             qx: Default::default(),
@@ -134,6 +126,8 @@ impl Activations {
 struct Run<'a> {
     c: &'a ModelConfig,
     t: usize,
+    /// Each buffer's values per row, by [`index`].
+    widths: [usize; Buf::ALL.len()],
     feed: Feed,
     act: &'a mut Activations,
     team: &'a mut Team,
@@ -166,6 +160,7 @@ pub(super) fn forward<B: Backend>(
     let mut run = Run {
         c,
         t,
+        widths: Buf::ALL.map(|b| program.width(b, c)),
         feed,
         act,
         team: &mut team,
@@ -187,8 +182,8 @@ impl Run<'_> {
         let (c, t) = (self.c, self.t);
         let hidden = c.hidden as usize;
         let model = ForwardError::Model;
-        for b in BUFS {
-            grow(&mut self.act.bufs[index(b)], t * b.width(c));
+        for b in Buf::ALL {
+            grow(&mut self.act.bufs[index(b)], t * self.widths[index(b)]);
         }
         let x = &mut self.act.bufs[index(Buf::X)];
         for (row, &token) in x.chunks_exact_mut(hidden).zip(input.tokens) {
@@ -212,14 +207,24 @@ impl Run<'_> {
                         per_head,
                     } => self.norm(*src, *dst, gain, *per_head).map_err(model)?,
                     Op::Linear { src, projs } => self.linear(*src, projs).map_err(model)?,
-                    Op::Rope { buf, heads, table } => {
-                        let rows = &mut self.act.bufs[index(*buf)][..t * buf.width(c)];
+                    Op::Rope {
+                        buf,
+                        heads,
+                        table,
+                        offset,
+                    } => {
+                        let rows = &mut self.act.bufs[index(*buf)][..t * self.widths[index(*buf)]];
                         let (rope, angles) = program
                             .ropes
                             .get(*table)
                             .zip(self.act.angles.get(*table))
                             .ok_or(model(ModelError::RopeTable(*table)))?;
-                        rope.apply(rows, *heads, c.head_dim, angles);
+                        rope.apply(rows, *heads, c.head_dim, *offset, angles);
+                    }
+                    Op::NormSpan { span, gain } => self.norm_span(*span, gain).map_err(model)?,
+                    Op::Copy { from, to } => self.copy(*from, *to).map_err(model)?,
+                    Op::HeadLinear { from, to, heads } => {
+                        self.head_linear(*from, *to, heads).map_err(model)?
                     }
                     Op::Attention(attend) => {
                         let (kv_layer, slots, seqs) = input
@@ -345,9 +350,10 @@ impl Run<'_> {
         per_head: Option<u32>,
     ) -> Result<(), ModelError> {
         let eps = self.c.rms_eps;
+        let src_width = self.widths[index(src)];
         let (width, rows) = match per_head {
-            Some(d) => (d as usize, self.t * src.width(self.c) / d as usize),
-            None => (src.width(self.c), self.t),
+            Some(d) => (d as usize, self.t * src_width / d as usize),
+            None => (src_width, self.t),
         };
         let bufs = &mut self.act.bufs;
         if src == dst {
@@ -365,8 +371,8 @@ impl Run<'_> {
 
     /// Every projection of `projs` from `src`'s rows, then their biases.
     fn linear(&mut self, src: Buf, projs: &[Proj]) -> Result<(), ModelError> {
-        let (c, t) = (self.c, self.t);
-        let cols = src.width(c);
+        let t = self.t;
+        let cols = self.widths[index(src)];
         let act = &mut *self.act;
         if projs.is_empty() || projs.len() > 3 {
             return Err(ModelError::Kernel(QMatError::Overflow));
@@ -419,6 +425,105 @@ impl Run<'_> {
         result
     }
 
+    /// Where the spans of `span` lie in its buffer: head `i` (row by row,
+    /// each row's heads in order) starts at `i × stride + offset`. Returns
+    /// the heads of a row, or an error where the span does not fit them.
+    fn heads_of(&self, span: Span) -> Result<usize, ModelError> {
+        let width = self.widths[index(span.buf)];
+        let stride = span.stride as usize;
+        if stride == 0
+            || !width.is_multiple_of(stride)
+            || (span.offset + span.width) as usize > stride
+        {
+            return Err(ModelError::Span);
+        }
+        Ok(width / stride)
+    }
+
+    /// Each span of `span` RMS-normed in place.
+    fn norm_span(&mut self, span: Span, gain: &[f32]) -> Result<(), ModelError> {
+        let heads = self.t * self.heads_of(span)?;
+        let (stride, offset, len) = span_range(span);
+        let eps = self.c.rms_eps;
+        let buf = &mut self.act.bufs[index(span.buf)];
+        for i in 0..heads {
+            let start = i * stride + offset;
+            rms_norm_in_place(&mut buf[start..start + len], gain, eps);
+        }
+        Ok(())
+    }
+
+    /// Each head's span of `from` into the same head's span of `to`.
+    fn copy(&mut self, from: Span, to: Span) -> Result<(), ModelError> {
+        let heads = self.heads_of(from)?;
+        if heads != self.heads_of(to)? || from.width != to.width {
+            return Err(ModelError::Span);
+        }
+        let ((s_stride, s_off, len), (d_stride, d_off, _)) = (span_range(from), span_range(to));
+        let at = |i: usize| (i * s_stride + s_off, i * d_stride + d_off);
+        let bufs = &mut self.act.bufs;
+        if from.buf == to.buf {
+            let buf = &mut bufs[index(from.buf)];
+            for i in 0..self.t * heads {
+                let (s, d) = at(i);
+                buf.copy_within(s..s + len, d);
+            }
+            return Ok(());
+        }
+        let x = std::mem::take(&mut bufs[index(from.buf)]);
+        let y = &mut bufs[index(to.buf)];
+        for i in 0..self.t * heads {
+            let (s, d) = at(i);
+            y[d..d + len].copy_from_slice(&x[s..s + len]);
+        }
+        bufs[index(from.buf)] = x;
+        Ok(())
+    }
+
+    /// Head `h`'s span of `to` = `heads[h] · (head h's span of from)`, for
+    /// every row: each head's rows gathered, one product, scattered back.
+    fn head_linear(&mut self, from: Span, to: Span, heads: &[Matrix]) -> Result<(), ModelError> {
+        let n = heads.len();
+        let fits = |w: &Matrix| w.cols() == from.width as usize && w.rows() == to.width as usize;
+        if self.heads_of(from)? != n || self.heads_of(to)? != n || !heads.iter().all(fits) {
+            return Err(ModelError::Span);
+        }
+        let t = self.t;
+        let ((s_stride, s_off, cols), (d_stride, d_off, rows)) = (span_range(from), span_range(to));
+        let act = &mut *self.act;
+        for (h, w) in heads.iter().enumerate() {
+            grow(&mut act.head_in, t * cols);
+            let x = &act.bufs[index(from.buf)];
+            for (r, chunk) in act.head_in.chunks_exact_mut(cols).take(t).enumerate() {
+                let start = (r * n + h) * s_stride + s_off;
+                chunk.copy_from_slice(&x[start..start + cols]);
+            }
+            let input = std::mem::take(&mut act.head_in);
+            let mut out = std::mem::take(&mut act.head_out);
+            let result = project(
+                self.team,
+                act.isa,
+                &mut act.qx,
+                self.feed,
+                &input,
+                cols,
+                &[w],
+                [&mut out],
+            );
+            act.head_in = input;
+            if result.is_ok() {
+                let y = &mut act.bufs[index(to.buf)];
+                for (r, chunk) in out.chunks_exact(rows).take(t).enumerate() {
+                    let start = (r * n + h) * d_stride + d_off;
+                    y[start..start + rows].copy_from_slice(chunk);
+                }
+            }
+            act.head_out = out;
+            result?;
+        }
+        Ok(())
+    }
+
     /// `Gate = act(Gate) × Up`.
     fn gate(&mut self, gating: Gating) -> Result<(), ModelError> {
         let n = self.t * self.c.ffn as usize;
@@ -434,6 +539,15 @@ impl Run<'_> {
         bufs[index(Buf::Up)] = up;
         result
     }
+}
+
+/// A span's stride, offset and width, as indices.
+fn span_range(span: Span) -> (usize, usize, usize) {
+    (
+        span.stride as usize,
+        span.offset as usize,
+        span.width as usize,
+    )
 }
 
 /// How one step's activations reach its products: the model's precision,

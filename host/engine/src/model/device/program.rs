@@ -104,6 +104,8 @@ impl Regions {
             Buf::V => (self.kv + kv, 2 * kv),
             Buf::Gate => (self.gate, ffn),
             Buf::Up => (self.up, ffn),
+            // No regions: `build` refuses a program with latent attention.
+            Buf::QLatent | Buf::QHeads | Buf::VHeads => (self.end, 0),
         }
     }
 }
@@ -158,6 +160,13 @@ pub(crate) fn build(
     input: &StepInput<'_>,
     greedy: bool,
 ) -> Result<Lowered, VulkanError> {
+    if program.latent.is_some() {
+        // `lowers` keeps such a program off the device: its buffers have
+        // no regions here.
+        return Err(VulkanError::Unsupported(
+            "latent attention has no device lowering".into(),
+        ));
+    }
     let t = input.tokens.len() as u32;
     let samples = input.sample_rows.len() as u32;
     let r =
@@ -284,7 +293,7 @@ fn lower(
             Placement::Gains(gains),
         ) => {
             let ((x, x_stride), (y, y_stride)) = (r.of(*src, c), r.of(*dst, c));
-            let width = src.width(c) as u32;
+            let width = src.width(c, None) as u32;
             match per_head {
                 None => ops.push(StepOp::Op(DeviceOp::RmsNorm {
                     gains: *gains,
@@ -337,7 +346,15 @@ fn lower(
                 }
             }
         }
-        (Op::Rope { buf, heads, table }, Placement::None) => {
+        (
+            Op::Rope {
+                buf,
+                heads,
+                table,
+                offset: 0,
+            },
+            Placement::None,
+        ) => {
             let (x, x_stride) = r.of(*buf, c);
             let rope = image.ropes.get(*table).ok_or_else(misplaced)?;
             ops.push(StepOp::Op(DeviceOp::Rope {
