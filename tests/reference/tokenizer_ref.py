@@ -5,7 +5,8 @@ GGUF's own vocabulary and merges, with the pre-tokenizer the named model's
 original tokenizer.json uses, and writes the corpus (plus seeded random
 strings) and its ids with and without special-token parsing.
 
-pre OUTDIR: writes each pre-tokenizer's pieces of the corpus (pieces_*.txt,
+pre OUTDIR: writes each pre-tokenizer's pieces of the corpus, plus seeded
+random strings over the characters DeepSeek's steps tell apart (pieces_*.txt,
 hex pieces separated by spaces).
 
 gemma GGUF OUTDIR: a Gemma file's tokenizer as transformers converts the
@@ -44,6 +45,24 @@ GPT4O_PATTERN = (
     r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"""
     r"""\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
+# DeepSeek-V3's (and R1's) tokenizer.json: three Split steps, as its JSON
+# strings read (so "[\r\n]" holds a real CR and LF).
+DEEPSEEK_V3_SPLITS = [
+    "\\p{N}{1,3}",
+    "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+    " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+]
+# DeepSeek LLM's (deepseek-llm-7b-base): five Split steps, then Digits with
+# individual digits. The letters are its list of ranges; the six characters
+# NFC would change are escaped so that no tool normalizes them.
+DEEPSEEK_LLM_SPLITS = [
+    "[\r\n]",
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\u1F7Dᾀ-ᾴᾶ-ᾼ\u1FBEῂ-ῄῆ-ῌῐ-\u1FD3ῖ-\u1FDBῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\u2126ℨ\u212A-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+    "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+",
+    "\\s+$",
+    "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+",
+]
 
 
 def corpus():
@@ -104,15 +123,44 @@ def pre_tokenizer(pre):
             pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ])
+    # DeepSeek's: Split steps in sequence, each splitting every piece the
+    # one before it left, then byte-level without a pattern of its own.
+    if pre in ("deepseek-v3", "deepseek-llm"):
+        steps = [pre_tokenizers.Split(Regex(p), behavior="isolated", invert=False)
+                 for p in (DEEPSEEK_V3_SPLITS if pre == "deepseek-v3" else DEEPSEEK_LLM_SPLITS)]
+        if pre == "deepseek-llm":
+            steps.append(pre_tokenizers.Digits(individual_digits=True))
+        steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
+        return pre_tokenizers.Sequence(steps)
     raise SystemExit(f"unknown pre {pre}")
+
+
+def deepseek_texts():
+    """Seeded random strings over the classes DeepSeek's steps tell apart:
+    digit runs, Han inside and past U+9FA5, kana with its marks, `゠`, `・`
+    and `ー`, Hangul, fullwidth and CJK punctuation, curly quotes, Greek
+    letters at the ends of DeepSeek LLM's ranges, a script from U+0800 on,
+    marks, ASCII punctuation before letters, controls and an unassigned
+    character, symbols, emoji."""
+    pool = list("aZ é'sl0123456789 \t\n\r.,!?-_()$#@/") + [
+        "123", "4567890", "٣٤٥", "１２３", "½", "Ⅻ", "日本", "漢字", "龥", "龦", "\u9fff", "ひらがな",
+        "カタカナ", "゠", "・", "ー", "\u3099", "ゝ", "\u3040", "한국어", "！", "，", "（", "）", "：",
+        "、", "。", "　", "「", "」", "‘", "’", "“", "”", "…", "—", "\u1f7d", "\u1fd3", "\u1fdb",
+        "\u1fbe", "\u2126", "\u212a", "Ωmega", "ß", "ǅ", "ʰ", "ﬁ", "ࠀ", "हिन्दी", "ไทย", "עברית",
+        "العربية", "Русский", "\u0301", "e\u0301", ".Net", "$HOME", "#tag", "'s", "'LL", "\x00",
+        "\x07", "\u00a0", "\u2028", "\u200b", "€", "±", "→", "∑", "😀", "👍🏽", "🇯🇵", "  ", "\n\n",
+        "\r\n", " \n ", "<|im_end|>",
+    ]
+    rng = random.Random(20261215)
+    return ["".join(rng.choice(pool) for _ in range(rng.randint(1, 30))) for _ in range(300)]
 
 
 def pre(outdir):
     """Each pre-tokenizer's pieces of every text, as substrings of it."""
-    texts = corpus()
+    texts = corpus() + deepseek_texts()
     runs = {}
     for name in ("smollm", "gpt-2", "llama-bpe", "qwen2", "starcoder", "refact", "mpt",
-                 "olmo", "dbrx", "gpt-4o"):
+                 "olmo", "dbrx", "gpt-4o", "deepseek-v3", "deepseek-llm"):
         p = pre_tokenizer(name)
         rows = []
         for t in texts:

@@ -2,7 +2,7 @@
 //! of the tiny models make_tiny_gguf.py writes (bytes of their
 //! `{arch}.*` metadata values flipped, zeroed or saturated: expert counts and
 //! widths, Granite's multipliers, YaRN's parameters, windows, soft caps,
-//! rotary bases) go through the loader, and every model that loads runs a
+//! rotary bases, latent ranks, expert groups) go through the loader, and every model that loads runs a
 //! short prompt through the paged forward pass. None may panic: each load
 //! builds a model or returns its typed error, and a model that loads runs.
 
@@ -16,7 +16,7 @@ use pagoda_engine::model::Model;
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 12] = [
+const FILES: [&str; 15] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -29,6 +29,9 @@ const FILES: [&str; 12] = [
     "gpt_oss",
     "glm4",
     "glm4moe",
+    "deepseek2_lite",
+    "deepseek2_v3",
+    "deepseek2_legacy",
 ];
 
 /// Mutants of each file.

@@ -133,7 +133,14 @@ fn other_pre_tokenizers_match_reference() {
         return;
     };
     // `dbrx`: Llama 3's split without its whole-word shortcut.
-    for pre in ["gpt-2", "llama-bpe", "qwen2", "dbrx"] {
+    for pre in [
+        "gpt-2",
+        "llama-bpe",
+        "qwen2",
+        "dbrx",
+        "deepseek-v3",
+        "deepseek-llm",
+    ] {
         check_pre(&model, &python, pre);
     }
 }

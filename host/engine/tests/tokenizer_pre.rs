@@ -32,6 +32,8 @@ fn pieces_match_reference() {
         "olmo",
         "dbrx",
         "gpt-4o",
+        "deepseek-v3",
+        "deepseek-llm",
     ] {
         let pre = PreTokenizer::from_name(name).unwrap();
         let want = std::fs::read_to_string(dir.join(format!("pieces_{name}.txt"))).unwrap();

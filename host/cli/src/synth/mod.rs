@@ -5,13 +5,15 @@
 //! bytes each step reads are the real model's.
 //!
 //! Each file is a `llama` model (Mixtral's mixture included; a `qwen3moe`
-//! one for Qwen3's, a `gpt-oss` one for gpt-oss) with a byte-level `gpt2` tokenizer (one token per byte,
+//! one for Qwen3's, a `gpt-oss` one for gpt-oss, `glm4moe` and `deepseek2`
+//! ones for GLM-4.5's and DeepSeek's) with a byte-level `gpt2` tokenizer (one token per byte,
 //! then filler tokens up to the vocabulary size), so `pagoda run`,
 //! `bench --model` and `serve --model` take it like any other. `--layers`
 //! keeps the first layers of a shape only: a file that fits a small
 //! machine, each step's work per layer the real model's.
 
 mod blocks;
+mod latent;
 mod writer;
 
 use std::fs::File;
@@ -91,6 +93,13 @@ pub(crate) enum Shape {
     /// used (sigmoid-scored, with `exp_probs_b`) and one shared expert.
     #[value(name = "glm-4.5-air")]
     Glm45Air,
+    /// DeepSeek-V2-Lite (`deepseek2`): 27 layers, hidden 2048, 16 heads of
+    /// latent attention (a 512-wide latent and 64 rotary dims cached, key
+    /// parts of 128, values of 128), YaRN; layer 0 a dense MLP of 10944,
+    /// the others 64 experts of 1408 of which 6 are used (softmax) and two
+    /// shared experts.
+    #[value(name = "deepseek-v2-lite")]
+    DeepseekV2Lite,
 }
 
 /// Weight block types `pagoda synth` writes.
@@ -304,6 +313,9 @@ pub(crate) enum ExpertLayer {
     /// `glm4moe`: q/k/v biases, half-head rotary, a dense first layer,
     /// sigmoid routing with a selection bias, one shared expert.
     Glm45,
+    /// `deepseek2`: latent attention, a dense first layer, softmax
+    /// routing, two shared experts.
+    DeepSeek2,
 }
 
 impl Shape {
@@ -319,6 +331,7 @@ impl Shape {
             Self::Mixtral8x7b => "mixtral-8x7b",
             Self::GptOss20b => "gpt-oss-20b",
             Self::Glm45Air => "glm-4.5-air",
+            Self::DeepseekV2Lite => "deepseek-v2-lite",
         }
     }
 
@@ -399,6 +412,17 @@ impl Shape {
                     false,
                 )
             },
+            Self::DeepseekV2Lite => Dims {
+                // The cached row: the latent and the rotary part.
+                head_dim: latent::ROW,
+                experts: Some(ExpertDims {
+                    count: 64,
+                    used: 6,
+                    width: 1408,
+                    layer: ExpertLayer::DeepSeek2,
+                }),
+                ..d(2048, 27, 16, 1, 10_944, 102_400, 163_840, 10_000.0, false)
+            },
         }
     }
 }
@@ -439,10 +463,12 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
     let qwen3 = layer == Some(ExpertLayer::Qwen3);
     let oss = layer == Some(ExpertLayer::GptOss);
     let glm = layer == Some(ExpertLayer::Glm45);
+    let deepseek = layer == Some(ExpertLayer::DeepSeek2);
     let arch = match layer {
         Some(ExpertLayer::Qwen3) => "qwen3moe",
         Some(ExpertLayer::GptOss) => "gpt-oss",
         Some(ExpertLayer::Glm45) => "glm4moe",
+        Some(ExpertLayer::DeepSeek2) => "deepseek2",
         _ => "llama",
     };
     let q_width = d.head_dim * u64::from(d.heads);
@@ -461,8 +487,12 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
     w.u32(&key("feed_forward_length"), d.ffn as u32);
     w.u32(&key("attention.head_count"), d.heads);
     w.u32(&key("attention.head_count_kv"), d.kv_heads);
-    // GLM rotates half of each head.
-    let rope_dim = if glm { d.head_dim / 2 } else { d.head_dim };
+    // GLM rotates half of each head, DeepSeek 64 dims.
+    let rope_dim = match () {
+        _ if glm => d.head_dim / 2,
+        _ if deepseek => latent::ROPE,
+        _ => d.head_dim,
+    };
     w.u32(&key("rope.dimension_count"), rope_dim as u32);
     w.f32(&key("rope.freq_base"), d.rope_base);
     w.f32(&key("attention.layer_norm_rms_epsilon"), 1e-5);
@@ -483,6 +513,12 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
         w.bool(&key("expert_weights_norm"), true);
         w.f32(&key("expert_weights_scale"), 1.0);
         w.u32(&key("expert_gating_func"), 2);
+    }
+    if deepseek {
+        latent::metadata(&mut w, &key);
+    }
+    if let (Some(e), true) = (d.experts, deepseek) {
+        w.u32(&key("expert_feed_forward_length"), e.width as u32);
     }
     if let (Some(e), true) = (d.experts, qwen3 || oss || glm) {
         w.u32(&key("attention.key_length"), d.head_dim as u32);
@@ -521,11 +557,15 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
     for l in 0..n {
         let b = |n: &str| format!("blk.{l}.{n}.weight");
         tensor(b("attn_norm"), &[h], QuantKind::F32);
-        tensor(b("attn_q"), &[h, q_width], kind(Role::AttnQ, l, h));
-        tensor(b("attn_k"), &[h, kv_width], kind(Role::AttnK, l, h));
-        tensor(b("attn_v"), &[h, kv_width], kind(Role::AttnV, l, h));
-        let attn_output = kind(Role::AttnOutput, l, q_width);
-        tensor(b("attn_output"), &[q_width, h], attn_output);
+        if deepseek {
+            latent::tensors(&mut tensor, l, u64::from(d.heads), h, &kind);
+        } else {
+            tensor(b("attn_q"), &[h, q_width], kind(Role::AttnQ, l, h));
+            tensor(b("attn_k"), &[h, kv_width], kind(Role::AttnK, l, h));
+            tensor(b("attn_v"), &[h, kv_width], kind(Role::AttnV, l, h));
+            let attn_output = kind(Role::AttnOutput, l, q_width);
+            tensor(b("attn_output"), &[q_width, h], attn_output);
+        }
         if oss || glm {
             let bias = |n: &str| format!("blk.{l}.{n}.bias");
             let mut biased = vec![
@@ -545,8 +585,8 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
         } else {
             tensor(b("ffn_norm"), &[h], QuantKind::F32);
         }
-        // GLM-4.5's first layer has a dense MLP.
-        let experts = d.experts.filter(|_| !(glm && l == 0));
+        // GLM-4.5's and DeepSeek's first layer has a dense MLP.
+        let experts = d.experts.filter(|_| !((glm || deepseek) && l == 0));
         match experts {
             None => {
                 tensor(b("ffn_gate"), &[h, d.ffn], kind(Role::FfnGate, l, h));
@@ -574,12 +614,16 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
                         &[count],
                         QuantKind::F32,
                     );
+                }
+                if glm || deepseek {
+                    // GLM-4.5's one shared expert, DeepSeek-V2-Lite's two.
+                    let width = e.width * if deepseek { 2 } else { 1 };
                     let shared = |role, cols| kind(role, l, cols);
                     let (gate, up) = (shared(Role::FfnGate, h), shared(Role::FfnUp, h));
-                    tensor(b("ffn_gate_shexp"), &[h, e.width], gate);
-                    tensor(b("ffn_up_shexp"), &[h, e.width], up);
-                    let down = shared(Role::FfnDown, e.width);
-                    tensor(b("ffn_down_shexp"), &[e.width, h], down);
+                    tensor(b("ffn_gate_shexp"), &[h, width], gate);
+                    tensor(b("ffn_up_shexp"), &[h, width], up);
+                    let down = shared(Role::FfnDown, width);
+                    tensor(b("ffn_down_shexp"), &[width, h], down);
                 }
                 if oss {
                     let bias = |n: &str| format!("blk.{l}.{n}.bias");

@@ -6,7 +6,10 @@
 //! `\p{N}` is `char::is_numeric` (Nd, Nl, No) and `\s` is
 //! `char::is_whitespace` (White_Space), as in the reference's regex engine.
 //! The GPT-4o pattern also splits letters by case: [`is_upperish`] and
-//! [`is_lowerish`] are its two classes, from the same tables.
+//! [`is_lowerish`] are its two classes, from the same tables. DeepSeek's
+//! patterns name marks and punctuation or symbols ([`is_mark`],
+//! [`is_punctuation_or_symbol`]), and DeepSeek LLM's spells out its own
+//! list of letters ([`is_deepseek_llm_letter`]).
 
 use std::sync::OnceLock;
 
@@ -71,6 +74,43 @@ pub(crate) fn is_lowerish(c: char) -> bool {
     }
     within(
         RANGES.get_or_init(|| class_ranges(r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]")),
+        c,
+    )
+}
+
+/// `\p{M}`: the marks DeepSeek-V3's words may carry (`[\p{L}\p{M}]+`).
+pub(crate) fn is_mark(c: char) -> bool {
+    static RANGES: OnceLock<Vec<(char, char)>> = OnceLock::new();
+    !c.is_ascii() && within(RANGES.get_or_init(|| class_ranges(r"\p{M}")), c)
+}
+
+/// `[\p{P}\p{S}]`: what DeepSeek-V3 splits off as punctuation (an emoji
+/// is a symbol; a control character or an unassigned one is neither).
+pub(crate) fn is_punctuation_or_symbol(c: char) -> bool {
+    static RANGES: OnceLock<Vec<(char, char)>> = OnceLock::new();
+    if c.is_ascii() {
+        return c.is_ascii_punctuation();
+    }
+    within(RANGES.get_or_init(|| class_ranges(r"[\p{P}\p{S}]")), c)
+}
+
+/// DeepSeek LLM's letters: the ranges its pattern lists (the cased letters
+/// of the Unicode version it was written against, so no CJK, Arabic or
+/// Indic letters), parsed from the pattern's own text. The six characters
+/// that Unicode normalization would change (NFC maps the Ohm and Kelvin
+/// signs and four Greek letters to lookalikes, which would turn three
+/// ranges backwards) are written as escapes so no editor can alter them.
+pub(crate) fn is_deepseek_llm_letter(c: char) -> bool {
+    static RANGES: OnceLock<Vec<(char, char)>> = OnceLock::new();
+    if c.is_ascii() {
+        return c.is_ascii_alphabetic();
+    }
+    within(
+        RANGES.get_or_init(|| {
+            class_ranges(
+                "[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\u{1F7D}ᾀ-ᾴᾶ-ᾼ\u{1FBE}ῂ-ῄῆ-ῌῐ-\u{1FD3}ῖ-\u{1FDB}ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\u{2126}ℨ\u{212A}-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]",
+            )
+        }),
         c,
     )
 }

@@ -7,8 +7,17 @@
 //! ordered list of alternatives whose first match at a position is easy to
 //! state directly. Each function below mirrors its pattern's alternatives in
 //! order, including the backtracking the lookahead implies.
+//!
+//! DeepSeek's pre-tokenizers are not one pattern but a sequence of them
+//! (a `tokenizers` Sequence of Split steps, llama.cpp's list of regexes):
+//! each splits every piece the one before it left, its matches becoming
+//! pieces and so does the text between them. [`split_in_steps`] runs such
+//! a sequence; each step is again a function for its pattern.
 
-use super::chars::{class, is_lowerish, is_upperish, Class};
+use super::chars::{
+    class, is_deepseek_llm_letter, is_lowerish, is_mark, is_punctuation_or_symbol, is_upperish,
+    Class,
+};
 use super::error::TokenizerError;
 
 /// A pre-tokenizer llama.cpp knows by name (the names llama.cpp's
@@ -29,7 +38,8 @@ pub enum PreTokenizer {
     /// `dbrx`, `smaug-bpe`: the Llama 3 pattern, every word merged (no
     /// whole-word shortcut).
     Dbrx,
-    /// `qwen2`, `stablelm2`: the Llama 3 pattern with single digits.
+    /// `qwen2`, `stablelm2`, `deepseek-r1-qwen`: the Llama 3 pattern with
+    /// single digits.
     Qwen2,
     /// `gpt-4o`, `llama4`: tiktoken's o200k pattern (gpt-oss, Llama 4),
     /// which splits words at a change from small letters to capitals and
@@ -37,6 +47,20 @@ pub enum PreTokenizer {
     /// states it (marks and non-ASCII case included), not llama.cpp's
     /// ASCII-case approximation of it.
     Gpt4o,
+    /// `deepseek-v3` (DeepSeek-V3, DeepSeek-R1), and `joyai-llm`,
+    /// `hunyuan-dense`, `hy_v4`, which llama.cpp gives the same steps:
+    /// `\p{N}{1,3}`, then `[一-龥぀-ゟ゠-ヿ]+` (Han and kana runs), then
+    /// ``[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|
+    /// [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|
+    /// \s*[\r\n]+|\s+(?!\S)|\s+``. Every word merged.
+    DeepSeekV3,
+    /// `deepseek-llm` (DeepSeek LLM, DeepSeek-V2): `[\r\n]`, then
+    /// `\s?L+` with L the cased letters its pattern lists, then
+    /// `\s?[!-/:-~！-／：-～‘-‟　-。]+`, `\s+$`, `[一-龥ࠀ-一가-퟿]+`, and
+    /// every digit on its own (its tokenizer.json's `Digits`, where
+    /// llama.cpp writes `\p{N}+`: its vocabulary has no two digits in one
+    /// piece, so the ids agree). Every word merged.
+    DeepSeekLlm,
 }
 
 impl PreTokenizer {
@@ -49,8 +73,11 @@ impl PreTokenizer {
             | "minerva" => PreTokenizer::SmolLm,
             "llama-bpe" | "llama3" | "llama-v3" | "falcon3" | "glm4" => PreTokenizer::Llama3,
             "dbrx" | "smaug-bpe" => PreTokenizer::Dbrx,
-            "qwen2" | "stablelm2" => PreTokenizer::Qwen2,
+            // DeepSeek-R1's distillations into Qwen keep Qwen's pattern.
+            "qwen2" | "stablelm2" | "deepseek-r1-qwen" => PreTokenizer::Qwen2,
             "gpt-4o" | "llama4" => PreTokenizer::Gpt4o,
+            "deepseek-v3" | "joyai-llm" | "hunyuan-dense" | "hy_v4" => PreTokenizer::DeepSeekV3,
+            "deepseek-llm" => PreTokenizer::DeepSeekLlm,
             other => return Err(TokenizerError::UnsupportedPre(other.to_owned())),
         })
     }
@@ -73,6 +100,25 @@ impl PreTokenizer {
             }
             PreTokenizer::Qwen2 => scan(text, &chars, |c, i| llama3_match(c, i, 1), word),
             PreTokenizer::Gpt4o => scan(text, &chars, gpt4o_match, word),
+            PreTokenizer::DeepSeekV3 => split_in_steps(
+                text,
+                &chars,
+                &[digit_triple, han_or_kana_run, deepseek_v3_match],
+                word,
+            ),
+            PreTokenizer::DeepSeekLlm => split_in_steps(
+                text,
+                &chars,
+                &[
+                    line_break,
+                    deepseek_llm_word,
+                    deepseek_llm_punctuation,
+                    trailing_space,
+                    deepseek_llm_cjk_run,
+                    digit,
+                ],
+                word,
+            ),
             PreTokenizer::SmolLm => {
                 // Digits(individual_digits) first: each digit is a piece of
                 // its own and the GPT-2 pattern runs on what lies between.
@@ -232,14 +278,19 @@ fn punctuation_or_space(chars: &[(usize, char, Class)], i: usize, tail: fn(char)
         return n + more;
     }
     if cls(chars, i) == Some(Class::Space) {
-        // \s*[\r\n]+: through the last CR or LF of the whitespace run.
-        let n = run(chars, i, Class::Space);
-        if let Some(last) = (i..i + n).rev().find(|&k| is_crlf(ch(chars, k))) {
-            return last + 1 - i;
-        }
-        return whitespace(chars, i);
+        return line_break_or_space(chars, i);
     }
     1
+}
+
+/// `\s*[\r\n]+|\s+(?!\S)|\s+` at `i`, which is whitespace: through the
+/// last CR or LF of the whitespace run, else as [`whitespace`].
+fn line_break_or_space(chars: &[(usize, char, Class)], i: usize) -> usize {
+    let n = run(chars, i, Class::Space);
+    if let Some(last) = (i..i + n).rev().find(|&k| is_crlf(ch(chars, k))) {
+        return last + 1 - i;
+    }
+    whitespace(chars, i)
 }
 
 /// Length of the run from `i` of characters that pass `test`.
@@ -287,4 +338,277 @@ fn gpt4o_match(chars: &[(usize, char, Class)], i: usize) -> usize {
         return run(chars, i, Class::Number).min(3);
     }
     punctuation_or_space(chars, i, |c| matches!(c, '\r' | '\n' | '/'))
+}
+
+/// A step's pattern: the length of its match at a position, 0 for none.
+type Step = fn(&[(usize, char, Class)], usize) -> usize;
+
+/// Runs `steps` as a `tokenizers` Sequence of Split steps (behavior
+/// Isolated) does: the first splits `chars`, each later one splits
+/// every piece the one before it left, and the last one's pieces are the
+/// words. A step sees only its piece, so its lookaheads and anchors stop
+/// at the piece's end.
+fn split_in_steps<'t>(
+    text: &'t str,
+    chars: &[(usize, char, Class)],
+    steps: &[Step],
+    word: &mut dyn FnMut(&'t str),
+) {
+    match steps.split_first() {
+        None => {
+            if let (Some(&(from, _, _)), Some(&(at, c, _))) = (chars.first(), chars.last()) {
+                word(&text[from..at + c.len_utf8()]);
+            }
+        }
+        Some((step, rest)) => isolate(chars, *step, &mut |piece| {
+            split_in_steps(text, piece, rest, word)
+        }),
+    }
+}
+
+/// One Split step, behavior Isolated: each match of `step` (the leftmost
+/// first, as a regex search finds them) is a piece, and so is each stretch
+/// of characters between matches, however many it holds. No piece is
+/// empty.
+fn isolate<'c>(
+    chars: &'c [(usize, char, Class)],
+    step: Step,
+    piece: &mut dyn FnMut(&'c [(usize, char, Class)]),
+) {
+    let mut unmatched = 0;
+    let mut i = 0;
+    while i < chars.len() {
+        let n = step(chars, i).min(chars.len() - i);
+        if n == 0 {
+            i += 1;
+            continue;
+        }
+        if unmatched < i {
+            piece(&chars[unmatched..i]);
+        }
+        piece(&chars[i..i + n]);
+        i += n;
+        unmatched = i;
+    }
+    if unmatched < chars.len() {
+        piece(&chars[unmatched..]);
+    }
+}
+
+/// `\p{N}{1,3}`: a run of digits in threes from its start.
+fn digit_triple(chars: &[(usize, char, Class)], i: usize) -> usize {
+    if cls(chars, i) == Some(Class::Number) {
+        run(chars, i, Class::Number).min(3)
+    } else {
+        0
+    }
+}
+
+/// `[一-龥぀-ゟ゠-ヿ]+`: U+4E00 to U+9FA5 (the ideographs of Unicode 1.1's
+/// block, not those added up to U+9FFF since), and the whole Hiragana and
+/// Katakana blocks, their marks, `゠` and `・` included.
+fn han_or_kana_run(chars: &[(usize, char, Class)], i: usize) -> usize {
+    run_of(
+        chars,
+        i,
+        |c| matches!(c, '\u{4E00}'..='\u{9FA5}' | '\u{3040}'..='\u{30FF}'),
+    )
+}
+
+fn is_letter_or_mark(c: char) -> bool {
+    class(c) == Class::Letter || is_mark(c)
+}
+
+/// DeepSeek-V3's last step, ``[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|
+/// [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|
+/// \s*[\r\n]+|\s+(?!\S)|\s+``, at `i`. A digit or a character no
+/// alternative takes (a control character, an unassigned one) matches
+/// nothing here and stays in the piece between matches.
+fn deepseek_v3_match(chars: &[(usize, char, Class)], i: usize) -> usize {
+    let Some(c) = ch(chars, i) else {
+        return 0;
+    };
+    // An ASCII punctuation mark takes the ASCII letters after it: `.Net`,
+    // `'s`, `$HOME` (the bracket is exactly ASCII's punctuation).
+    if c.is_ascii_punctuation() {
+        let n = run_of(chars, i + 1, |c| c.is_ascii_alphabetic());
+        if n > 0 {
+            return 1 + n;
+        }
+    }
+    // [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+: from a letter or mark its
+    // whole run (a mark may lead, which comes to the same); else one
+    // character that is no CR, LF, punctuation or symbol, before a run.
+    let n = run_of(chars, i, is_letter_or_mark);
+    if n > 0 {
+        return n;
+    }
+    if !is_crlf(Some(c)) && !is_punctuation_or_symbol(c) {
+        let n = run_of(chars, i + 1, is_letter_or_mark);
+        if n > 0 {
+            return 1 + n;
+        }
+    }
+    //  ?[\p{P}\p{S}]+[\r\n]*
+    let lead = usize::from(c == ' ');
+    let n = run_of(chars, i + lead, is_punctuation_or_symbol);
+    if n > 0 {
+        return lead + n + run_of(chars, i + lead + n, |c| matches!(c, '\r' | '\n'));
+    }
+    if cls(chars, i) == Some(Class::Space) {
+        return line_break_or_space(chars, i);
+    }
+    0
+}
+
+/// `[\r\n]`: each CR and each LF on its own.
+fn line_break(chars: &[(usize, char, Class)], i: usize) -> usize {
+    usize::from(is_crlf(ch(chars, i)))
+}
+
+/// `\s?X+` at `i` for the characters X `test` passes: one whitespace
+/// character before a run, else the run from `i` itself.
+fn space_then_run(chars: &[(usize, char, Class)], i: usize, test: fn(char) -> bool) -> usize {
+    if cls(chars, i) == Some(Class::Space) {
+        let n = run_of(chars, i + 1, test);
+        if n > 0 {
+            return 1 + n;
+        }
+    }
+    run_of(chars, i, test)
+}
+
+/// `\s?L+`, L [`is_deepseek_llm_letter`].
+fn deepseek_llm_word(chars: &[(usize, char, Class)], i: usize) -> usize {
+    space_then_run(chars, i, is_deepseek_llm_letter)
+}
+
+/// `\s?[!-/:-~！-／：-～‘-‟　-。]+`: ASCII's printable characters but the
+/// space and the digits (its letters too, which the step before has
+/// already taken whole), their fullwidth forms, the curly quotes, and
+/// `　、。`.
+fn deepseek_llm_punctuation(chars: &[(usize, char, Class)], i: usize) -> usize {
+    space_then_run(chars, i, |c| {
+        matches!(c,
+            '!'..='/'
+            | ':'..='~'
+            | '\u{FF01}'..='\u{FF0F}'
+            | '\u{FF1A}'..='\u{FF5E}'
+            | '\u{2018}'..='\u{201F}'
+            | '\u{3000}'..='\u{3002}')
+    })
+}
+
+/// `\s+$`: the whitespace that ends a piece. (`$` would also match before
+/// an LF, but every LF is a piece of its own by now.)
+fn trailing_space(chars: &[(usize, char, Class)], i: usize) -> usize {
+    let n = run(chars, i, Class::Space);
+    if i + n == chars.len() {
+        n
+    } else {
+        0
+    }
+}
+
+/// `[一-龥ࠀ-一가-퟿]+`: U+0800 to U+9FA5 and U+AC00 to U+D7FF (Hangul).
+/// The middle range runs from U+0800 up to the first ideograph, so a run
+/// here is not only CJK: the Indic scripts, Thai, general punctuation,
+/// arrows, the Basic Multilingual Plane's symbols and emoji join it too
+/// (Hebrew and Arabic, below U+0800, do not).
+fn deepseek_llm_cjk_run(chars: &[(usize, char, Class)], i: usize) -> usize {
+    run_of(
+        chars,
+        i,
+        |c| matches!(c, '\u{0800}'..='\u{9FA5}' | '\u{AC00}'..='\u{D7FF}'),
+    )
+}
+
+/// `Digits(individual_digits=True)`: each digit (`\p{N}`) on its own.
+fn digit(chars: &[(usize, char, Class)], i: usize) -> usize {
+    usize::from(cls(chars, i) == Some(Class::Number))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The expected pieces are the Hugging Face `tokenizers` library's, from
+    // the pre-tokenizer tests/reference/tokenizer_ref.py builds for the name
+    // (the model's tokenizer.json: its Split steps, then byte-level):
+    //   p = tokenizer_ref.pre_tokenizer(name)
+    //   [text[a:b] for _, (a, b) in p.pre_tokenize_str(text)]
+    // The pieces test (tests/tokenizer_pre.rs) compares whole corpora so.
+    fn assert_splits(name: &str, cases: &[(&str, &[&str])]) {
+        let pre = PreTokenizer::from_name(name).unwrap();
+        for &(text, want) in cases {
+            let mut ours = Vec::new();
+            pre.split(text, &mut |p| ours.push(p));
+            assert_eq!(ours, want, "{name}: {text:?}");
+        }
+    }
+
+    /// Digits in threes, Han and kana runs re-split by the last step (`゠`
+    /// and `・` are punctuation there, a kana mark joins its word; U+9FA6
+    /// is past the Han range), marks in words, ASCII punctuation taking
+    /// the letters after it, and characters no alternative takes left
+    /// between matches.
+    #[test]
+    fn deepseek_v3_splits_as_the_reference_does() {
+        #[rustfmt::skip]
+        let cases: &[(&str, &[&str])] = &[
+            ("Hello, y'all! How are you 😁 ?我想在apple工作1314151天～", &["Hello", ",", " y", "'all", "!", " How", " are", " you", " 😁", " ?", "我想在", "apple", "工作", "131", "415", "1", "天", "～"]),
+            ("日本語のテキストとカタカナ。.Net $HOME 1234567", &["日本語のテキストとカタカナ", "。.", "Net", " $", "HOME", " ", "123", "456", "7"]),
+            ("゠アイ・ウー\u{3099} 한국어 龦龥", &["゠", "アイ", "・", "ウー\u{3099}", " 한국어", " 龦", "龥"]),
+            ("e\u{301}te\u{301} \u{301}x \u{1FD3}\tword  \n\n  end  ", &["e\u{301}te\u{301}", " \u{301}x", " \u{1FD3}", "\tword", "  \n\n", " ", " end", "  "]),
+            ("\u{0}\u{1}a 12\u{7} ٣٤٥٦", &["\u{0}", "\u{1}a", " ", "12", "\u{7}", " ", "٣٤٥", "٦"]),
+        ];
+        assert_splits("deepseek-v3", cases);
+    }
+
+    /// Each line break alone, letters only from the pattern's own list
+    /// (`ʰ` and Thai are not in it; the punctuation step, which takes ASCII
+    /// letters too, splits them off Greek ones), trailing spaces, fullwidth
+    /// and CJK punctuation, the wide CJK range (Thai is in it, Hebrew is
+    /// not), and single digits.
+    #[test]
+    fn deepseek_llm_splits_as_the_reference_does() {
+        #[rustfmt::skip]
+        let cases: &[(&str, &[&str])] = &[
+            ("Hello, y'all! How are you 😁 ?我想在apple工作1314151天～", &["Hello", ",", " y", "'", "all", "!", " How", " are", " you", " 😁", " ?", "我想在", "apple", "工作", "1", "3", "1", "4", "1", "5", "1", "天", "～"]),
+            ("日本語のテキスト  ", &["日本語のテキスト", "  "]),
+            ("Ωmega \u{2126}hm \u{1F7D} ß ǅ ʰx ﬁ Русский ไทย עברית", &["Ω", "mega", " ", "\u{2126}", "hm", " ", "\u{1F7D}", " ß", " ǅ", " ʰ", "x", " ﬁ", " Русский", " ", "ไทย", " עברית"]),
+            ("  a\r\n\n b \r\n 3.14 ١٢٣", &[" ", " a", "\r", "\n", "\n", " b", " ", "\r", "\n", " ", "3", ".", "1", "4", " ", "١", "٢", "٣"]),
+            ("（全角）：“引用”、。\u{3000}x", &["（", "全角", "）：", "“", "引用", "”、。", "\u{3000}", "x"]),
+        ];
+        assert_splits("deepseek-llm", cases);
+    }
+
+    /// The names llama.cpp gives these steps, none with the whole-word
+    /// shortcut.
+    #[test]
+    fn deepseek_names_map_to_their_steps_and_merge_every_word() {
+        for name in ["deepseek-v3", "joyai-llm", "hunyuan-dense", "hy_v4"] {
+            assert_eq!(
+                PreTokenizer::from_name(name).unwrap(),
+                PreTokenizer::DeepSeekV3
+            );
+        }
+        let llm = PreTokenizer::from_name("deepseek-llm").unwrap();
+        assert_eq!(llm, PreTokenizer::DeepSeekLlm);
+        assert!(!PreTokenizer::DeepSeekV3.ignore_merges() && !llm.ignore_merges());
+    }
+
+    /// DeepSeek LLM's letter list parsed (a pattern that failed to parse
+    /// would leave it empty), with the characters NFC would have changed.
+    #[test]
+    fn deepseek_llm_letters_are_the_patterns_list() {
+        for c in [
+            '\u{1F7D}', '\u{1FBE}', '\u{1FD3}', '\u{1FDB}', '\u{2126}', '\u{212A}', 'ß', 'Ж',
+        ] {
+            assert!(is_deepseek_llm_letter(c), "{c:?}");
+        }
+        for c in ['ʰ', '日', 'ก', 'א', '1', ' '] {
+            assert!(!is_deepseek_llm_letter(c), "{c:?}");
+        }
+    }
 }
