@@ -113,7 +113,11 @@ impl BackendKind {
     pub(crate) fn kernels(self, model: &Model) -> String {
         match self {
             Self::Cpu => model.kernels(),
-            Self::Vulkan => "vulkan: whole steps on the device".to_string(),
+            Self::Vulkan if model.whole_steps_on_device() => {
+                "vulkan: whole steps on the device".to_string()
+            }
+            Self::Vulkan => "vulkan: attention on the device, the rest of each step on the CPU"
+                .to_string(),
         }
     }
 

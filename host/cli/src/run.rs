@@ -107,10 +107,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
     let mut model =
         crate::open_chat_model(&args.model, &args.weights, &args.template, args.backend)?;
     let load_s = started.elapsed().as_secs_f64();
-    let kernels = match args.backend {
-        crate::args::BackendKind::Cpu => model.model.kernels(),
-        crate::args::BackendKind::Vulkan => "vulkan: whole steps on the device".to_string(),
-    };
+    let kernels = args.backend.kernels(&model.model);
     if !args.quiet && !args.json {
         eprintln!(
             "pagoda: {} ({}, {} layers, {:.0} M parameters) loaded in {:.2} s; kernels {}",

@@ -22,6 +22,10 @@ const VALUE: u64 = 128;
 /// The latent attention's metadata, DeepSeek-V2-Lite's (its YaRN and
 /// softmax routing included), under `key` (`deepseek2.…`).
 pub(crate) fn metadata(w: &mut GgufWriter, key: &dyn Fn(&str) -> String) {
+    // V2-Lite projects its queries directly: a low rank of 0, which
+    // llama.cpp requires of any file not 27 layers deep (a `--layers`
+    // cut) to take its direct `attn_q`.
+    w.u32(&key("attention.q_lora_rank"), 0);
     w.u32(&key("attention.kv_lora_rank"), RANK as u32);
     w.u32(&key("attention.key_length"), ROW as u32);
     w.u32(&key("attention.value_length"), RANK as u32);

@@ -317,6 +317,15 @@ impl Model {
         self.program.matrices()
     }
 
+    /// Whether the Vulkan backend runs this model's whole steps on the
+    /// device; `false`: only attention goes there, the rest of each step
+    /// (a mixture of experts, latent attention, Granite's scaled residual,
+    /// a weight type without device products) runs on the CPU, or (sinks,
+    /// latent attention's head width) the device refuses the model.
+    pub fn whole_steps_on_device(&self) -> bool {
+        super::device::lowers(&self.program)
+    }
+
     /// Which CPU kernels the products run: the instruction set, then each
     /// weight type the products read (the embedding lookup aside) and its
     /// layout, e.g. `avx2+fma+f16c: Q4_K interleaved, Q6_K interleaved`. Dense

@@ -89,7 +89,7 @@ fn make_resident(
 /// whose blocks are scaled (Granite; the device's add does not scale), and
 /// every matrix of a type the device's products read (BF16 is widened on
 /// upload).
-fn lowers(program: &Program) -> bool {
+pub(super) fn lowers(program: &Program) -> bool {
     program.experts().next().is_none()
         && program.latent.is_none()
         && !program.has_sinks()
