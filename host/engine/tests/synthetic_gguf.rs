@@ -585,6 +585,30 @@ fn deepseek2_latent_attention_and_its_routers_match_the_reference() {
 }
 
 #[test]
+fn deepseek2_in_the_engine_batches_as_each_prompt_runs_alone() {
+    // Continuous batching over prompts that share prefixes (the second
+    // and third extend the first) and the paged cache's one latent row per
+    // token: each greedy continuation is the one the prompt gets alone.
+    let Some(dir) = fixtures() else { return };
+    let base: Vec<u32> = (0..37).map(|i| (i * 53 + 7) % 256).collect();
+    let prompts = vec![
+        base.clone(),
+        [&base[..], &[9, 8, 7][..]].concat(),
+        [&base[..20], &[200, 100][..]].concat(),
+        vec![5, 4, 3],
+    ];
+    for name in ["deepseek2_lite", "deepseek2_v3"] {
+        let model = load(&dir.join(format!("{name}.gguf"))).unwrap();
+        let together = support::greedy_outputs(&model, KvDtype::F32, &prompts, 12);
+        for (prompt, batched) in prompts.iter().zip(&together) {
+            let alone =
+                support::greedy_outputs(&model, KvDtype::F32, std::slice::from_ref(prompt), 12);
+            assert_eq!(&alone[0], batched, "{name}: prompt {prompt:?}");
+        }
+    }
+}
+
+#[test]
 fn granite_with_its_multipliers_matches_the_reference() {
     // Embedding, attention, residual and logit scales all away from 1.
     if let Some(c) = agrees_with_reference("granite") {
