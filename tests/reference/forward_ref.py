@@ -335,6 +335,19 @@ class Model:
                 out[r] += weight * f
         return out
 
+    def swiglu_expert(self, p, e, h):
+        """Expert e's SwiGLU MLP of layer prefix p on rows h."""
+        g = h @ self.expert(p, "gate", e).T
+        u = h @ self.expert(p, "up", e).T
+        return (g / (1.0 + np.exp(-g)) * u) @ self.expert(p, "down", e).T
+
+    def shared_swiglu(self, p, h):
+        """The ungated shared expert's SwiGLU MLP of layer prefix p."""
+        w = self.t
+        g = h @ w[p + "ffn_gate_shexp.weight"].T
+        u = h @ w[p + "ffn_up_shexp.weight"].T
+        return (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down_shexp.weight"].T
+
     def glm_mixture(self, p, h):
         """GLM-4.5's mixture (HF's Glm4MoeMoE) for normed rows h."""
         w = self.t
@@ -347,12 +360,8 @@ class Model:
             if self.weights_norm:
                 weights = weights / (weights.sum() + 1e-20)
             for e, weight in zip(top, weights * self.weights_scale):
-                g = h[r] @ self.expert(p, "gate", e).T
-                u = h[r] @ self.expert(p, "up", e).T
-                out[r] += weight * ((g / (1.0 + np.exp(-g)) * u) @ self.expert(p, "down", e).T)
-        g = h @ w[p + "ffn_gate_shexp.weight"].T
-        u = h @ w[p + "ffn_up_shexp.weight"].T
-        return out + (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down_shexp.weight"].T
+                out[r] += weight * self.swiglu_expert(p, e, h[r])
+        return out + self.shared_swiglu(p, h)
 
     def deepseek_mixture(self, p, h):
         """DeepSeek's gate and experts (V2's and V3's) for normed rows h."""
@@ -382,12 +391,8 @@ class Model:
             if self.weights_norm:
                 weights = weights / weights.sum()
             for e, weight in zip(top, weights * self.weights_scale):
-                g = h[r] @ self.expert(p, "gate", e).T
-                u = h[r] @ self.expert(p, "up", e).T
-                out[r] += weight * ((g / (1.0 + np.exp(-g)) * u) @ self.expert(p, "down", e).T)
-        g = h @ w[p + "ffn_gate_shexp.weight"].T
-        u = h @ w[p + "ffn_up_shexp.weight"].T
-        return out + (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down_shexp.weight"].T
+                out[r] += weight * self.swiglu_expert(p, e, h[r])
+        return out + self.shared_swiglu(p, h)
 
     def deepseek_attention(self, p, h, positions, mask, cache, i):
         """Latent attention (decompressed) of normed rows h; the output
