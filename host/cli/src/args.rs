@@ -116,8 +116,9 @@ impl BackendKind {
             Self::Vulkan if model.whole_steps_on_device() => {
                 "vulkan: whole steps on the device".to_string()
             }
-            Self::Vulkan => "vulkan: attention on the device, the rest of each step on the CPU"
-                .to_string(),
+            Self::Vulkan => {
+                "vulkan: attention on the device, the rest of each step on the CPU".to_string()
+            }
         }
     }
 

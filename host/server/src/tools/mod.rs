@@ -75,6 +75,10 @@ pub enum ToolFormat {
     Harmony,
     /// GLM-4.5's `<tool_call>NAME<arg_key>..</arg_key><arg_value>..</arg_value></tool_call>`.
     Glm,
+    /// DeepSeek's `<｜tool▁calls▁begin｜>` section of
+    /// `<｜tool▁call▁begin｜>…<｜tool▁sep｜>…<｜tool▁call▁end｜>` blocks (V3's
+    /// and R1's fenced JSON, V3.1's bare).
+    DeepSeek,
 }
 
 impl ToolFormat {
@@ -82,6 +86,8 @@ impl ToolFormat {
     pub fn of(template: &str) -> Self {
         if crate::harmony::is_harmony(template) {
             Self::Harmony
+        } else if template.contains(crate::deepseek::CALLS_BEGIN) {
+            Self::DeepSeek
         } else if template.contains("<arg_key>") {
             Self::Glm
         } else if template.contains("<tool_call>") {
@@ -306,10 +312,11 @@ impl Tools {
                 };
                 Some(OutputSpec::JsonSchema(schema))
             }
-            // Harmony's calls are headers of special tokens, and GLM's
-            // arguments tagged text, which no grammar here writes: a
-            // required call is asked, not forced.
-            ToolFormat::Harmony | ToolFormat::Glm => None,
+            // Harmony's calls are headers of special tokens, GLM's
+            // arguments tagged text and DeepSeek's calls blocks of its
+            // own tokens, which no grammar here writes: a required call is
+            // asked, not forced.
+            ToolFormat::Harmony | ToolFormat::Glm | ToolFormat::DeepSeek => None,
             _ if !forced => None,
             ToolFormat::Llama3 => Some(OutputSpec::JsonSchema(self.call_schema("parameters"))),
             ToolFormat::Hermes => {
@@ -397,6 +404,7 @@ pub fn parse_output(format: ToolFormat, text: &str) -> (Option<String>, Vec<Tool
             (answer.content, answer.calls)
         }
         ToolFormat::Glm => crate::glm::calls(text, |_, _| false),
+        ToolFormat::DeepSeek => crate::deepseek::calls(text),
         ToolFormat::Hermes => {
             let (mut rest, mut calls, mut outside) = (text, Vec::new(), String::new());
             while let Some(start) = rest.find("<tool_call>") {
