@@ -455,5 +455,25 @@ fn think_tags_split_reasoning_from_content_streamed_or_not() {
     );
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["error"]["param"], "chat_template_kwargs");
+    // `separate_reasoning: false` (SGLang's): the reasoning stays in the
+    // content as the model wrote it.
+    let (status, v) = http(
+        &server.base,
+        "POST",
+        "/v1/chat/completions",
+        &ask(r#", "separate_reasoning": false"#),
+    );
+    assert_eq!(status, 200, "{v}");
+    let message = &v["choices"][0]["message"];
+    assert!(message.get("reasoning_content").is_none(), "{v}");
+    assert_eq!(message["content"].as_str(), Some(raw.as_str()), "{v}");
+    let (status, v) = http(
+        &server.base,
+        "POST",
+        "/v1/chat/completions",
+        &ask(r#", "separate_reasoning": "no""#),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["param"], "separate_reasoning");
     stop(server);
 }

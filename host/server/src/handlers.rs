@@ -249,7 +249,10 @@ pub(crate) fn chat_request(
     // are offered, from its text with the special tokens written out.
     let harmony = format == ToolFormat::Harmony;
     params.special_tokens = harmony;
-    let think = ThinkTags::of(template.source(), &text).filter(|_| !harmony);
+    // SGLang's `separate_reasoning` (default true): false leaves the
+    // reasoning in the content, as the model wrote it.
+    let separate = openai::boolean(map, "separate_reasoning")?.unwrap_or(true);
+    let think = ThinkTags::of(template.source(), &text).filter(|_| !harmony && separate);
     Ok(ChatRequest {
         think,
         prompt: state.vocab.encode(&text, false),
