@@ -3,7 +3,8 @@ included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
 `granite`, `granitemoe`, `smollm3`, `olmo2`, `gpt-oss`, `glm4`, `glm4moe` or
 `deepseek2` GGUF
 model in NumPy (float64), for
-host/engine/tests/real_model.rs, gemma_model.rs and synthetic_gguf.rs.
+host/engine/tests/real_model.rs, gemma_model.rs, synthetic_gguf.rs and
+experts_gguf.rs.
 
 Written from the architectures' definitions (and llama.cpp's reading of
 the GGUF files) over the tensors that `gguf.quants.dequantize` gives, not

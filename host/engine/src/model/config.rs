@@ -209,6 +209,18 @@ pub enum ModelError {
     /// matrices do not fit its spans.
     #[error("the model's program has spans that do not fit its buffers")]
     Span,
+    /// A rotary op's values reach past the end of a head.
+    #[error(
+        "the model's program rotates {rope_dim} values from {offset} of {head_dim}-value heads"
+    )]
+    RopeSpan {
+        /// Where the rotated values start in a head.
+        offset: u32,
+        /// Values rotated.
+        rope_dim: u32,
+        /// The head's width.
+        head_dim: u32,
+    },
     /// An op names a rotary table the program does not have.
     #[error("the model's program names rotary table {0}, which it does not have")]
     RopeTable(usize),

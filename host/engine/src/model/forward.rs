@@ -217,18 +217,8 @@ impl Model {
             attn_factor: 1.0,
             yarn: None,
         };
-        let program = Program {
-            embed,
-            embed_scale: 1.0,
-            layers,
-            final_norm: vec![1.0; h],
-            head,
-            head_softcap: 0.0,
-            logit_scale: 1.0,
-            residual_scale: 1.0,
-            ropes: vec![Rope::new(&rope, config.max_context)],
-            latent: None,
-        };
+        let ropes = vec![Rope::new(&rope, config.max_context)];
+        let program = Program::plain(embed, layers, vec![1.0; h], head, ropes);
         Ok(Self::new(config, program, Holding::Dense, "llama"))
     }
 

@@ -353,6 +353,29 @@ pub(crate) struct Program {
 }
 
 impl Program {
+    /// A program with no factors, caps or latent attention: what most
+    /// architectures build, the others changing a field or two of it.
+    pub(crate) fn plain(
+        embed: Matrix,
+        layers: Vec<Vec<Op>>,
+        final_norm: Vec<f32>,
+        head: Matrix,
+        ropes: Vec<Rope>,
+    ) -> Self {
+        Self {
+            embed,
+            embed_scale: 1.0,
+            layers,
+            final_norm,
+            head,
+            head_softcap: 0.0,
+            logit_scale: 1.0,
+            residual_scale: 1.0,
+            ropes,
+            latent: None,
+        }
+    }
+
     /// Every matrix the program reads, each once (a tied head is the
     /// embedding; views of one fused tensor count as their rows).
     pub(crate) fn matrices(&self) -> impl Iterator<Item = &Matrix> {

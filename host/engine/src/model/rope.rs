@@ -11,6 +11,8 @@
 //! between itself and itself divided by the extension factor, and
 //! multiplies the attention factor by `1 + 0.1 ln factor`.
 
+use super::config::ModelError;
+
 /// Which dimensions of a head rotate together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RopeMode {
@@ -185,9 +187,9 @@ impl Rope {
     /// Rotates the `dims` values from `offset` of each `head_dim`-wide
     /// head of each row (`heads` heads a row; `offset` 0 but for latent
     /// attention, whose rotary part follows its latent) by its row's angles
-    /// (from [`step_angles`](Self::step_angles) of the rows' positions). A
-    /// head too narrow for them is left as it is (the program's builder
-    /// checks they fit).
+    /// (from [`step_angles`](Self::step_angles) of the rows' positions).
+    /// Fails, touching nothing, where the rotated values do not fit in a
+    /// head.
     pub fn apply(
         &self,
         rows: &mut [f32],
@@ -195,10 +197,14 @@ impl Rope {
         head_dim: u32,
         offset: u32,
         angles: &StepAngles,
-    ) {
+    ) -> Result<(), ModelError> {
         let (d, half, at) = (head_dim as usize, self.half, offset as usize);
         if at + 2 * half > d {
-            return;
+            return Err(ModelError::RopeSpan {
+                offset,
+                rope_dim: 2 * half as u32,
+                head_dim,
+            });
         }
         let width = heads as usize * d;
         let per_row = angles
@@ -227,6 +233,7 @@ impl Rope {
                 }
             }
         }
+        Ok(())
     }
 
     /// Positions the model covers (the rows of [`tables`](Self::tables)).
@@ -264,8 +271,20 @@ mod tests {
         let mut b = [1.0, 3.0, 2.0, 4.0, 9.0];
         let mut step = StepAngles::default();
         neox.step_angles(&[6], &mut step);
-        neox.apply(&mut a[..4], 1, 4, 0, &step);
-        inter.apply(&mut b[..4], 1, 4, 0, &step);
+        neox.apply(&mut a[..4], 1, 4, 0, &step).unwrap();
+        inter.apply(&mut b[..4], 1, 4, 0, &step).unwrap();
+        // Rotating past a head's end is refused and changes nothing.
+        let before = a;
+        let err = neox.apply(&mut a[..4], 1, 4, 2, &step).unwrap_err();
+        assert!(matches!(
+            err,
+            ModelError::RopeSpan {
+                offset: 2,
+                rope_dim: 4,
+                head_dim: 4
+            }
+        ));
+        assert_eq!(a, before);
         for (i, &t) in angles.iter().enumerate() {
             let (x1, x2) = ([1.0, 2.0][i], [3.0, 4.0][i]);
             let (c, s) = (1.5 * t.cos(), 1.5 * t.sin());
@@ -287,7 +306,7 @@ mod tests {
         let positions = [5, 0, 7, 5];
         neox.step_angles(&positions, &mut step);
         let mut units = [1.0, 1.0, 0.0, 0.0].repeat(positions.len());
-        neox.apply(&mut units, 1, 4, 0, &step);
+        neox.apply(&mut units, 1, 4, 0, &step).unwrap();
         for (unit, &pos) in units.chunks_exact(4).zip(&positions) {
             let at = pos as usize * 2;
             assert_eq!([unit[0], unit[1]], [cos[at], cos[at + 1]]);

@@ -17,6 +17,8 @@ use pagoda_engine::{Engine, EngineConfig, EngineStorage, Event, GenRequest, Step
 mod env;
 pub use env::*;
 
+pub mod tiny;
+
 /// The tiny models make_tiny_gguf.py writes that every backend must run
 /// as the NumPy reference does (`{name}.gguf`): one per architecture and
 /// per feature of one (Llama 3 scaling, YaRN).

@@ -94,17 +94,11 @@ pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
         layers.push(ops);
     }
     let (embed, head) = l.embedding_and_head()?;
+    let final_norm = l.vector("output_norm.weight", h)?;
+    let ropes = vec![Rope::new(&spec, c.max_context)];
     Ok(Program {
-        embed,
-        embed_scale: 1.0,
-        layers,
-        final_norm: l.vector("output_norm.weight", h)?,
-        head,
-        head_softcap: 0.0,
-        logit_scale: 1.0,
-        residual_scale: 1.0,
-        ropes: vec![Rope::new(&spec, c.max_context)],
         latent: Some(shape.latent),
+        ..Program::plain(embed, layers, final_norm, head, ropes)
     })
 }
 

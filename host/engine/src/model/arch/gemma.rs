@@ -112,16 +112,10 @@ pub(super) fn build(l: &Loader<'_>, gen: Gemma) -> Result<Program, LoadError> {
         mlp_block(&mut ops, l.layer_vector(i, "ffn_norm.weight", h)?, mlp);
         layers.push(ops);
     }
+    let final_norm = l.vector("output_norm.weight", h)?;
     Ok(Program {
-        embed,
         embed_scale: (h as f32).sqrt(),
-        layers,
-        final_norm: l.vector("output_norm.weight", h)?,
-        head,
         head_softcap: softcap("final_logit_softcapping")?,
-        logit_scale: 1.0,
-        residual_scale: 1.0,
-        ropes,
-        latent: None,
+        ..Program::plain(embed, layers, final_norm, head, ropes)
     })
 }

@@ -71,16 +71,6 @@ pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
         experts_block(&mut ops, norm, experts);
         layers.push(ops);
     }
-    Ok(Program {
-        embed,
-        embed_scale: 1.0,
-        layers,
-        final_norm: l.vector("output_norm.weight", h)?,
-        head,
-        head_softcap: 0.0,
-        logit_scale: 1.0,
-        residual_scale: 1.0,
-        ropes,
-        latent: None,
-    })
+    let final_norm = l.vector("output_norm.weight", h)?;
+    Ok(Program::plain(embed, layers, final_norm, head, ropes))
 }

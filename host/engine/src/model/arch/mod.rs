@@ -596,18 +596,9 @@ impl Loader<'_> {
             }
             layers.push(ops);
         }
-        Ok(Program {
-            embed,
-            embed_scale: 1.0,
-            layers,
-            final_norm: self.vector("output_norm.weight", h)?,
-            head,
-            head_softcap: 0.0,
-            logit_scale: 1.0,
-            residual_scale: 1.0,
-            ropes: vec![Rope::new(rope, c.max_context)],
-            latent: None,
-        })
+        let final_norm = self.vector("output_norm.weight", h)?;
+        let ropes = vec![Rope::new(rope, c.max_context)];
+        Ok(Program::plain(embed, layers, final_norm, head, ropes))
     }
 
     /// Which layers attend over the sliding window:
