@@ -1,8 +1,8 @@
 """An independent forward pass of a `llama` (Mixtral's mixture of experts
 included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
-`granite`, `granitemoe`, `smollm3`, `olmo2`, `gpt-oss`, `glm4`, `glm4moe` or
-`deepseek2` GGUF
-model in NumPy (float64), for
+`granite`, `granitemoe`, `smollm3`, `olmo2`, `gpt-oss`, `glm4`, `glm4moe`,
+`deepseek2`, `qwen2vl`, `qwen3vl`, `qwen3vlmoe` (their text models),
+`ernie4_5` or `ernie4_5-moe` GGUF model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs, synthetic_gguf.rs and
 experts_gguf.rs.
 
@@ -199,7 +199,8 @@ class Model:
         self.arch = field(r, "general.architecture")
         if self.arch not in ("llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
                              "granite", "granitemoe", "smollm3", "olmo2", "gpt-oss", "glm4", "glm4moe",
-                             "deepseek2"):
+                             "deepseek2", "qwen2vl", "qwen3vl", "qwen3vlmoe", "ernie4_5",
+                             "ernie4_5-moe"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         # GLM-4.5's multi-token-prediction block follows the trunk (HF's
@@ -237,6 +238,13 @@ class Model:
         self.experts = int(field(r, f"{a}.expert_count", 0))
         self.experts_used = int(field(r, f"{a}.expert_used_count", 0))
         self.dense_lead = int(field(r, f"{a}.leading_dense_block_count", 0))
+        self.moe_step = int(field(r, f"{a}.interleave_moe_layer_step", 1))
+        # Qwen-VL's M-RoPE: the pairs of a head in sections turned by the
+        # temporal, height and width positions (HF's
+        # apply_multimodal_rotary_pos_emb; Qwen3-VL's interleaved, as its
+        # apply_interleaved_mrope).
+        sections = r.fields.get(f"{a}.rope.dimension_sections")
+        self.mrope = [int(sections.parts[i][0]) for i in sections.data][:3] if sections else None
         self.weights_norm = bool(field(r, f"{a}.expert_weights_norm", False))
         self.weights_scale = float(field(r, f"{a}.expert_weights_scale", 1.0))
         self.linear = 1.0
@@ -301,10 +309,24 @@ class Model:
             freq = freq / factor * (1.0 - extrapolation) + freq * extrapolation
             # DeepSeek's magnitude goes to the scores' scale instead.
             magnitude = 1.0 if self.deepseek else 0.1 * np.log(factor) + 1.0
-        angle = positions[:, None].astype(np.float64) / linear * freq[None, :]
+        if self.mrope is not None:
+            # A text token's temporal, height and width positions are all
+            # its position; pair j turns by the one its section names.
+            component = np.zeros(n // 2, dtype=int)
+            if self.arch == "qwen2vl":
+                component = np.repeat(np.arange(3), self.mrope)[: n // 2]
+            else:
+                for c, (offset, count) in enumerate([(1, self.mrope[1]), (2, self.mrope[2])], start=1):
+                    component[offset : 3 * count : 3] = c
+            by_component = np.stack([positions, positions, positions])
+            pos = by_component[component].T  # [tokens, n // 2]
+            angle = pos.astype(np.float64) / linear * freq[None, :]
+        else:
+            angle = positions[:, None].astype(np.float64) / linear * freq[None, :]
         cos = self.attn_factor * magnitude * np.cos(angle)[:, None, :]
         sin = self.attn_factor * magnitude * np.sin(angle)[:, None, :]
-        if self.arch in ("llama", "granite", "granitemoe", "smollm3", "glm4", "deepseek2"):
+        if self.arch in ("llama", "granite", "granitemoe", "smollm3", "glm4", "deepseek2", "ernie4_5",
+                         "ernie4_5-moe"):
             a, b = x[:, :, 0:n:2].copy(), x[:, :, 1:n:2].copy()
             x[:, :, 0:n:2] = a * cos - b * sin
             x[:, :, 1:n:2] = a * sin + b * cos
@@ -444,9 +466,11 @@ class Model:
         logits = h @ self.t[p + "ffn_gate_inp.weight"].T
         probs = np.exp(logits - logits.max(axis=1, keepdims=True))
         probs /= probs.sum(axis=1, keepdims=True)
+        # ERNIE's load-balancing bias moves the choice, not the weights.
+        choice = probs + self.t.get(p + "exp_probs_b.bias", 0.0)
         out = np.zeros_like(h)
         for r in range(h.shape[0]):
-            top = np.argsort(-probs[r], kind="stable")[: self.experts_used]
+            top = np.argsort(-choice[r], kind="stable")[: self.experts_used]
             weights = probs[r, top]
             if self.arch != "qwen2moe":  # norm_topk_prob
                 weights = weights / weights.sum()
@@ -517,7 +541,7 @@ class Model:
             q = q.reshape(t, self.heads, d)
             k = k.reshape(t, self.kv_heads, d)
             v = v.reshape(t, self.kv_heads, d)
-            if self.arch in ("qwen3", "qwen3moe", "gemma3") or p + "attn_q_norm.weight" in w and self.arch == "glm4moe":
+            if self.arch in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "gemma3") or p + "attn_q_norm.weight" in w and self.arch == "glm4moe":
                 q = self.norm(q, w[p + "attn_q_norm.weight"])
                 k = self.norm(k, w[p + "attn_k_norm.weight"])
             if not (self.arch == "smollm3" and (i + 1) % 4 == 0):
@@ -554,7 +578,7 @@ class Model:
             x = x + o
             ffn_norm = "post_attention_norm.weight" if self.oss or self.arch == "glm4moe" else "ffn_norm.weight"
             h = x if olmo2 else self.norm(x, w[p + ffn_norm])
-            if self.experts > 0 and i >= self.dense_lead:
+            if self.experts > 0 and i >= self.dense_lead and (i + 1) % self.moe_step == 0:
                 f = self.mixture(p, h)
                 x = x + (f * self.residual_scale if self.granite else f)
                 continue

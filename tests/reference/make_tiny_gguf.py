@@ -682,6 +682,7 @@ def main() -> None:
           experts=(count, 3, 128, set(range(glm_layers))), shared=128, shared_gate=False,
           layers=glm_layers, meta=glm4moe, skip=layer0_experts | norms, extra=moe_extra)
     write_deepseek2_files(out)
+    write_vl_and_ernie_files(out)
 
 def write_deepseek2(path, *, q_rank, legacy, yarn, router, types):
     """A `deepseek2` file: 4 heads of latent attention (a 512-wide latent
@@ -807,6 +808,53 @@ def write_deepseek2_files(out):
                     router=v3, types=DEEPSEEK2_TYPES)
     write_deepseek2(out / "deepseek2_legacy.gguf", q_rank=0, legacy=True, yarn=None,
                     router=softmax, types=DEEPSEEK2_TYPES)
+
+
+def write_vl_and_ernie_files(out):
+    """The text models of Qwen2-VL (qwen2vl.gguf: M-RoPE sections) and
+    Qwen3-VL (qwen3vl.gguf, qwen3vlmoe.gguf: interleaved sections and two
+    DeepStack layers), and ERNIE 4.5: dense (ernie4_5.gguf: interleaved
+    rotary, q/k/v and output biases) and a mixture (ernie4_5_moe.gguf:
+    four layers, the first dense, then experts on every second layer,
+    softmax routing with exp_probs_b on one of its mixtures, renormalized,
+    one ungated shared MLP)."""
+    def sections(arch, values, deepstack=0):
+        def meta(w):
+            w.add_rope_dimension_sections(values)
+            if deepstack:
+                w.add_uint32(f"{arch}.n_deepstack_layers", deepstack)
+        return meta
+    write(out / "qwen2vl.gguf", "qwen2vl", 4, 2, biases=True, tied=False, key_length=True,
+          types=QWEN_TYPES, meta=sections("qwen2vl", [8, 12, 12, 0]))
+    write(out / "qwen3vl.gguf", "qwen3vl", 4, 2, biases=False, tied=True, key_length=True,
+          qk_norm=True, qk_scale=4.0, types=QWEN3_TYPES,
+          meta=sections("qwen3vl", [12, 10, 10, 0], deepstack=2))
+    write(out / "qwen3vlmoe.gguf", "qwen3vlmoe", 4, 2, biases=False, tied=False, key_length=True,
+          qk_norm=True, qk_scale=4.0, types=QWEN3MOE_TYPES, experts=(8, 2, 128, {0, 1}),
+          meta=sections("qwen3vlmoe", [12, 10, 10, 0], deepstack=1))
+    output_biases = [(f"blk.{i}.attn_output.bias", rng.normal(0.0, 0.5, size=HIDDEN), Q.F32)
+                     for i in range(LAYERS)]
+    write(out / "ernie4_5.gguf", "ernie4_5", 4, 2, biases=True, tied=True, base=500000.0,
+          types=LLAMA_TYPES, extra=output_biases)
+    count, layers = 8, 4
+    def ernie_moe(w):
+        w.add_uint32("ernie4_5-moe.leading_dense_block_count", 1)
+        w.add_uint32("ernie4_5-moe.interleave_moe_layer_step", 2)
+    dense = [0, 2]
+    mixture_names = ("ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
+                     "ffn_down_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
+                     "ffn_down_shexp.weight")
+    skip = {f"blk.{i}.{n}" for i in dense for n in mixture_names}
+    extra = []
+    for i in dense:
+        t = QWEN3MOE_TYPES["layers"][i % 2]
+        extra += [(f"blk.{i}.ffn_gate.weight", matrix(FFN, HIDDEN), t["gate"]),
+                  (f"blk.{i}.ffn_up.weight", matrix(FFN, HIDDEN), t["up"]),
+                  (f"blk.{i}.ffn_down.weight", matrix(HIDDEN, FFN), t["down"])]
+    extra.append(("blk.1.exp_probs_b.bias", rng.normal(0.0, 0.3, size=count), Q.F32))
+    write(out / "ernie4_5_moe.gguf", "ernie4_5-moe", 4, 2, biases=False, tied=False,
+          base=500000.0, types=QWEN3MOE_TYPES, experts=(count, 3, 128, set(range(layers))),
+          shared=128, shared_gate=False, layers=layers, meta=ernie_moe, skip=skip, extra=extra)
 
 
 # GLM-4's fused ffn_up rows are 256 wide: any type; its q/k take K-quants

@@ -16,7 +16,7 @@ use pagoda_engine::model::Model;
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 15] = [
+const FILES: [&str; 16] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -32,6 +32,7 @@ const FILES: [&str; 15] = [
     "deepseek2_lite",
     "deepseek2_v3",
     "deepseek2_legacy",
+    "ernie4_5_moe",
 ];
 
 /// Mutants of each file.

@@ -18,7 +18,7 @@ use pagoda_engine::model::{Model, ModelConfig};
 use support::tiny::{self, load, loaders};
 
 /// The tiny models this file checks against the reference.
-const REFERENCE: [&str; 10] = tiny::MIXTURES;
+const REFERENCE: [&str; 12] = tiny::MIXTURES;
 
 fn fixtures() -> Option<&'static PathBuf> {
     tiny::fixtures(&REFERENCE)
@@ -155,6 +155,31 @@ fn deepseek2_in_the_engine_batches_as_each_prompt_runs_alone() {
 fn granitemoe_with_an_ungated_shared_expert_matches_the_reference() {
     if let Some(c) = agrees_with_reference("granitemoe") {
         assert_eq!((c.q_heads, c.kv_heads, c.ffn), (4, 2, 256));
+    }
+}
+
+#[test]
+fn qwen3vlmoe_text_model_matches_the_reference() {
+    if let Some(c) = agrees_with_reference("qwen3vlmoe") {
+        assert_eq!((c.q_heads, c.kv_heads, c.ffn), (4, 2, 128));
+    }
+}
+
+#[test]
+fn ernie4_5_moe_with_interleaved_mixtures_and_a_selection_bias_matches_the_reference() {
+    // Layer 0 dense (leading_dense_block_count 1), then experts on every
+    // second layer (interleave_moe_layer_step 2: layers 1 and 3, layer 2
+    // dense), softmax scores chosen with exp_probs_b on layer 1 only,
+    // renormalized, plus one ungated shared MLP.
+    if let Some(c) = agrees_with_reference("ernie4_5_moe") {
+        assert_eq!((c.layers, c.q_heads, c.kv_heads), (4, 4, 2));
+        let model = Model::load(fixtures().unwrap().join("ernie4_5_moe.gguf")).unwrap();
+        // Embedding and head; q, k, v and output a layer; layers 0 and 2's
+        // MLPs; layers 1 and 3's router, 8 × 3 experts and 3 shared.
+        assert_eq!(
+            model.matrices().count(),
+            2 + 4 * 4 + 2 * 3 + 2 * (1 + 8 * 3 + 3)
+        );
     }
 }
 

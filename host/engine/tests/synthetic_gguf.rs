@@ -33,7 +33,7 @@ use pagoda_engine::model::{
 use support::tiny::{self, loaders, prompts, repacks, Loader};
 
 /// The tiny models this file checks against the reference.
-const REFERENCE: [&str; 14] = tiny::DENSE;
+const REFERENCE: [&str; 17] = tiny::DENSE;
 
 fn fixtures() -> Option<&'static PathBuf> {
     tiny::fixtures(&REFERENCE)
@@ -327,6 +327,34 @@ fn glm4_with_post_norms_biases_and_a_fused_mlp_matches_the_reference() {
     // The same layer with the projections fused too, with one fused bias.
     if let Some(c) = agrees_with_reference("glm4_fused") {
         assert_eq!((c.q_heads, c.kv_heads, c.rope_dim), (4, 2, 32));
+    }
+}
+
+#[test]
+fn qwen_vl_text_models_with_m_rope_sections_match_the_reference() {
+    // Qwen2-VL's sections and Qwen3-VL's interleaved ones with DeepStack
+    // layers: on text, the plain NeoX rotary of qwen2 and qwen3.
+    if let Some(c) = agrees_with_reference("qwen2vl") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
+    }
+    if let Some(c) = agrees_with_reference("qwen3vl") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
+        let dir = fixtures().unwrap();
+        let vl = Model::load(dir.join("qwen3vl.gguf")).unwrap();
+        assert_eq!(
+            (vl.architecture(), vl.rope_mode(), vl.is_tied()),
+            ("qwen3vl", RopeMode::Neox, true)
+        );
+    }
+}
+
+#[test]
+fn ernie4_5_with_attention_biases_matches_the_reference() {
+    // Interleaved rotary, q/k/v and output biases (HF's use_bias).
+    if let Some(c) = agrees_with_reference("ernie4_5") {
+        assert_eq!((c.q_heads, c.kv_heads, c.rope_theta), (4, 2, 500_000.0));
+        let model = Model::load(fixtures().unwrap().join("ernie4_5.gguf")).unwrap();
+        assert!(model.has_biases() && model.rope_mode() == RopeMode::Interleaved);
     }
 }
 

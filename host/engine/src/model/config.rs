@@ -22,6 +22,11 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "glm4",
     "glm4moe",
     "deepseek2",
+    "qwen2vl",
+    "qwen3vl",
+    "qwen3vlmoe",
+    "ernie4_5",
+    "ernie4_5-moe",
 ];
 
 /// The widest row (hidden size, MLP width, all query heads) a model may

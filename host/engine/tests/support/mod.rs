@@ -22,7 +22,7 @@ pub mod tiny;
 /// The tiny models make_tiny_gguf.py writes that every backend must run
 /// as the NumPy reference does (`{name}.gguf`): one per architecture and
 /// per feature of one (Llama 3 scaling, YaRN).
-pub const TINY_MODELS: [&str; 20] = [
+pub const TINY_MODELS: [&str; 25] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -43,6 +43,11 @@ pub const TINY_MODELS: [&str; 20] = [
     "glm4",
     "glm4_fused",
     "glm4moe",
+    "qwen2vl",
+    "qwen3vl",
+    "qwen3vlmoe",
+    "ernie4_5",
+    "ernie4_5_moe",
 ];
 
 /// A scratch folder named `name` holding every file make_tiny_gguf.py

@@ -11,7 +11,7 @@ use pagoda_cpu::Isa;
 use pagoda_engine::model::{ActPrecision, Holding, LoadError, Model, ModelConfig, ModelFile};
 
 /// The dense tiny models synthetic_gguf.rs checks against the reference.
-pub const DENSE: [&str; 14] = [
+pub const DENSE: [&str; 17] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -26,11 +26,14 @@ pub const DENSE: [&str; 14] = [
     "lowbits",
     "glm4",
     "glm4_fused",
+    "qwen2vl",
+    "qwen3vl",
+    "ernie4_5",
 ];
 
 /// The tiny mixtures of experts (and DeepSeek's latent attention)
 /// experts_gguf.rs checks against the reference.
-pub const MIXTURES: [&str; 10] = [
+pub const MIXTURES: [&str; 12] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -41,6 +44,8 @@ pub const MIXTURES: [&str; 10] = [
     "deepseek2_lite",
     "deepseek2_v3",
     "deepseek2_legacy",
+    "qwen3vlmoe",
+    "ernie4_5_moe",
 ];
 
 /// Tiny models only the CPU backend runs (Vulkan has no attention sinks,

@@ -14,6 +14,7 @@
 //! `make_tiny_gguf.py`; `docs/ARCHITECTURE.md` walks through it.
 
 mod deepseek2;
+mod ernie4_5;
 mod gemma;
 mod glm4;
 mod gpt_oss;
@@ -735,17 +736,28 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
     // have them.
     if !matches!(
         arch,
-        "llama" | "qwen2moe" | "qwen3moe" | "granitemoe" | "gpt-oss" | "glm4moe" | "deepseek2"
+        "llama"
+            | "qwen2moe"
+            | "qwen3moe"
+            | "qwen3vlmoe"
+            | "granitemoe"
+            | "gpt-oss"
+            | "glm4moe"
+            | "deepseek2"
+            | "ernie4_5-moe"
     ) {
         loader.refuse_experts()?;
     }
     let mut config = config;
     let program = match arch {
         "llama" => llama::build(&loader)?,
-        "qwen2" => qwen2::build(&loader, false)?,
+        // The vision-language files' text models: a text token's three
+        // M-RoPE positions are its position, which turns every pair as
+        // the plain NeoX rotary does.
+        "qwen2" | "qwen2vl" => qwen2::build(&loader, false)?,
         "qwen2moe" => qwen2::build(&loader, true)?,
-        "qwen3" => qwen3::build(&loader, false)?,
-        "qwen3moe" => qwen3::build(&loader, true)?,
+        "qwen3" | "qwen3vl" => qwen3::build(&loader, false)?,
+        "qwen3moe" | "qwen3vlmoe" => qwen3::build(&loader, true)?,
         "phi3" => phi3::build(&loader)?,
         "smollm3" => smollm3::build(&loader)?,
         "olmo2" => olmo2::build(&loader)?,
@@ -757,6 +769,8 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "glm4" => glm4::build(&loader)?,
         "glm4moe" => glm4::build_moe(&loader)?,
         "deepseek2" => deepseek2::build(&loader)?,
+        "ernie4_5" => ernie4_5::build(&loader, false)?,
+        "ernie4_5-moe" => ernie4_5::build(&loader, true)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
     if let Source::Interleaved(file, _) = &loader.source {

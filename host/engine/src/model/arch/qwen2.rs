@@ -6,6 +6,13 @@
 //! ones (`norm_topk_prob` false, as llama.cpp builds it), plus a shared
 //! expert `expert_shared_feed_forward_length` wide that every token goes
 //! through, scaled by the sigmoid of its gate.
+//!
+//! `qwen2vl` (Qwen2-VL, Qwen2.5-VL) is the `qwen2` text model with M-RoPE:
+//! each pair of a head turns by the temporal, height or width position its
+//! section (`rope.dimension_sections`) names, and a text token's three are
+//! its position, so its pairs turn as the plain NeoX rotary turns them.
+//! Pagoda runs these files on text; images (the separate `mmproj` file)
+//! are not read.
 
 use super::super::load_error::LoadError;
 use super::super::meta::uint;
