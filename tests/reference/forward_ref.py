@@ -2,7 +2,8 @@
 included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
 `granite`, `granitemoe`, `smollm3`, `olmo2`, `gpt-oss`, `glm4`, `glm4moe`,
 `deepseek2`, `qwen2vl`, `qwen3vl`, `qwen3vlmoe` (their text models),
-`ernie4_5` or `ernie4_5-moe` GGUF model in NumPy (float64), for
+`ernie4_5`, `ernie4_5-moe`, `seed_oss` or `olmoe` GGUF model in NumPy
+(float64), for
 host/engine/tests/real_model.rs, gemma_model.rs, synthetic_gguf.rs and
 experts_gguf.rs.
 
@@ -200,7 +201,7 @@ class Model:
         if self.arch not in ("llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
                              "granite", "granitemoe", "smollm3", "olmo2", "gpt-oss", "glm4", "glm4moe",
                              "deepseek2", "qwen2vl", "qwen3vl", "qwen3vlmoe", "ernie4_5",
-                             "ernie4_5-moe"):
+                             "ernie4_5-moe", "seed_oss", "olmoe"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         # GLM-4.5's multi-token-prediction block follows the trunk (HF's
@@ -472,7 +473,7 @@ class Model:
         for r in range(h.shape[0]):
             top = np.argsort(-choice[r], kind="stable")[: self.experts_used]
             weights = probs[r, top]
-            if self.arch != "qwen2moe":  # norm_topk_prob
+            if self.arch not in ("qwen2moe", "olmoe"):  # norm_topk_prob
                 weights = weights / weights.sum()
             for e, weight in zip(top, weights):
                 g = h[r] @ self.expert(p, "gate", e).T
@@ -535,7 +536,7 @@ class Model:
                 q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0.0)
                 k = h @ w[p + "attn_k.weight"].T + w.get(p + "attn_k.bias", 0.0)
                 v = h @ w[p + "attn_v.weight"].T + w.get(p + "attn_v.bias", 0.0)
-            if olmo2:
+            if olmo2 or self.arch == "olmoe":
                 q = self.norm(q, w[p + "attn_q_norm.weight"])
                 k = self.norm(k, w[p + "attn_k_norm.weight"])
             q = q.reshape(t, self.heads, d)
@@ -552,7 +553,7 @@ class Model:
                 k, v = cache.extend(i, k, v)
             out = np.empty((t, self.heads, d))
             scale = self.query_scale if self.gemma else 1.0 / np.sqrt(d)
-            if self.granite and self.attention_scale > 0:
+            if (self.granite or self.arch == "seed_oss") and self.attention_scale > 0:
                 scale = self.attention_scale
             for hq in range(self.heads):
                 hk = hq // group
@@ -576,7 +577,8 @@ class Model:
             if self.granite:
                 o = o * self.residual_scale
             x = x + o
-            ffn_norm = "post_attention_norm.weight" if self.oss or self.arch == "glm4moe" else "ffn_norm.weight"
+            ffn_norm = ("post_attention_norm.weight" if self.oss or self.arch in ("glm4moe", "seed_oss")
+                        else "ffn_norm.weight")
             h = x if olmo2 else self.norm(x, w[p + ffn_norm])
             if self.experts > 0 and i >= self.dense_lead and (i + 1) % self.moe_step == 0:
                 f = self.mixture(p, h)

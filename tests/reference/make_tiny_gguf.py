@@ -683,6 +683,19 @@ def main() -> None:
           layers=glm_layers, meta=glm4moe, skip=layer0_experts | norms, extra=moe_extra)
     write_deepseek2_files(out)
     write_vl_and_ernie_files(out)
+    # Seed-OSS: q/k/v and output biases, the MLP's norm named
+    # post_attention_norm, the scores scaled by attention.scale.
+    no_ffn_norms = {f"blk.{i}.ffn_norm.weight" for i in range(LAYERS)}
+    seed_extra = [(f"blk.{i}.{name}", rng.normal(0.0, 0.5, size=HIDDEN) if name.endswith("bias")
+                   else gain(HIDDEN), Q.F32)
+                  for i in range(LAYERS) for name in ("attn_output.bias", "post_attention_norm.weight")]
+    write(out / "seed_oss.gguf", "seed_oss", 4, 2, biases=True, tied=False, key_length=True,
+          base=10000000.0, types=QWEN_TYPES, skip=no_ffn_norms, extra=seed_extra,
+          meta=lambda w: w.add_float32("seed_oss.attention.scale", 0.09))
+    # OLMoE: q and k normed across all their heads, 8 experts as wide as
+    # feed_forward_length (no width key), 3 a token, not renormalized.
+    write(out / "olmoe.gguf", "olmoe", 4, 2, biases=False, tied=False, key_length=True,
+          qk_norm="full", qk_scale=4.0, types=QWEN3MOE_TYPES, experts=(8, 3, FFN, {0, 1}))
 
 def write_deepseek2(path, *, q_rank, legacy, yarn, router, types):
     """A `deepseek2` file: 4 heads of latent attention (a 512-wide latent

@@ -38,6 +38,11 @@ LLAMA3_PATTERN = (
     r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+# Seed-Coder's (and Seed-OSS's) tokenizer.json.
+SEED_CODER_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}|"""
+    r""" ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 # tiktoken's o200k pattern, as gpt-oss's (and Llama 4's) tokenizer.json
 # states it.
 GPT4O_PATTERN = (
@@ -117,8 +122,9 @@ def pre_tokenizer(pre):
     if pre in ("gpt-2", "default", "mpt", "olmo"):
         return byte_level
     # Llama 3's and DBRX's (tiktoken's cl100k pattern), Qwen2's.
-    if pre in ("llama-bpe", "dbrx", "qwen2", "gpt-4o"):
-        pattern = {"qwen2": QWEN2_PATTERN, "gpt-4o": GPT4O_PATTERN}.get(pre, LLAMA3_PATTERN)
+    if pre in ("llama-bpe", "dbrx", "qwen2", "gpt-4o", "seed-coder"):
+        pattern = {"qwen2": QWEN2_PATTERN, "gpt-4o": GPT4O_PATTERN,
+                   "seed-coder": SEED_CODER_PATTERN}.get(pre, LLAMA3_PATTERN)
         return pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
@@ -160,7 +166,7 @@ def pre(outdir):
     texts = corpus() + deepseek_texts()
     runs = {}
     for name in ("smollm", "gpt-2", "llama-bpe", "qwen2", "starcoder", "refact", "mpt",
-                 "olmo", "dbrx", "gpt-4o", "deepseek-v3", "deepseek-llm"):
+                 "olmo", "dbrx", "gpt-4o", "deepseek-v3", "deepseek-llm", "seed-coder"):
         p = pre_tokenizer(name)
         rows = []
         for t in texts:

@@ -16,7 +16,7 @@ use pagoda_engine::model::Model;
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 16] = [
+const FILES: [&str; 17] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -33,6 +33,7 @@ const FILES: [&str; 16] = [
     "deepseek2_v3",
     "deepseek2_legacy",
     "ernie4_5_moe",
+    "seed_oss",
 ];
 
 /// Mutants of each file.

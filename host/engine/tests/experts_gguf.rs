@@ -18,7 +18,7 @@ use pagoda_engine::model::{Model, ModelConfig};
 use support::tiny::{self, load, loaders};
 
 /// The tiny models this file checks against the reference.
-const REFERENCE: [&str; 12] = tiny::MIXTURES;
+const REFERENCE: [&str; 13] = tiny::MIXTURES;
 
 fn fixtures() -> Option<&'static PathBuf> {
     tiny::fixtures(&REFERENCE)
@@ -180,6 +180,14 @@ fn ernie4_5_moe_with_interleaved_mixtures_and_a_selection_bias_matches_the_refer
             model.matrices().count(),
             2 + 4 * 4 + 2 * 3 + 2 * (1 + 8 * 3 + 3)
         );
+    }
+}
+
+#[test]
+fn olmoe_with_whole_width_qk_norm_and_unrenormalized_experts_matches_the_reference() {
+    // Experts as wide as feed_forward_length (the file has no width key).
+    if let Some(c) = agrees_with_reference("olmoe") {
+        assert_eq!((c.q_heads, c.kv_heads, c.ffn), (4, 2, 256));
     }
 }
 

@@ -33,7 +33,7 @@ use pagoda_engine::model::{
 use support::tiny::{self, loaders, prompts, repacks, Loader};
 
 /// The tiny models this file checks against the reference.
-const REFERENCE: [&str; 17] = tiny::DENSE;
+const REFERENCE: [&str; 18] = tiny::DENSE;
 
 fn fixtures() -> Option<&'static PathBuf> {
     tiny::fixtures(&REFERENCE)
@@ -355,6 +355,16 @@ fn ernie4_5_with_attention_biases_matches_the_reference() {
         assert_eq!((c.q_heads, c.kv_heads, c.rope_theta), (4, 2, 500_000.0));
         let model = Model::load(fixtures().unwrap().join("ernie4_5.gguf")).unwrap();
         assert!(model.has_biases() && model.rope_mode() == RopeMode::Interleaved);
+    }
+}
+
+#[test]
+fn seed_oss_with_biases_and_its_attention_scale_matches_the_reference() {
+    if let Some(c) = agrees_with_reference("seed_oss") {
+        assert_eq!(
+            (c.q_heads, c.kv_heads, c.head_dim, c.rope_theta),
+            (4, 2, 64, 1e7)
+        );
     }
 }
 

@@ -140,6 +140,7 @@ fn other_pre_tokenizers_match_reference() {
         "dbrx",
         "deepseek-v3",
         "deepseek-llm",
+        "seed-coder",
     ] {
         check_pre(&model, &python, pre);
     }

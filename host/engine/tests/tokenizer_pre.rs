@@ -34,6 +34,7 @@ fn pieces_match_reference() {
         "gpt-4o",
         "deepseek-v3",
         "deepseek-llm",
+        "seed-coder",
     ] {
         let pre = PreTokenizer::from_name(name).unwrap();
         let want = std::fs::read_to_string(dir.join(format!("pieces_{name}.txt"))).unwrap();

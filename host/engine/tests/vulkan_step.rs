@@ -298,12 +298,12 @@ fn biases_an_untied_head_and_rope_factors_step_on_the_device_as_on_the_cpu() {
 /// with QK-norm, Llama 3 scaling with attention wider than the hidden size,
 /// phi3 with fused tensors and LongRoPE, Gemma 2 and 3, YaRN, SmolLM3's
 /// unrotated layers, OLMo 2's post-norms, GLM-4, the Qwen-VL text models,
-/// ERNIE 4.5), its program
+/// ERNIE 4.5, Seed-OSS), its program
 /// lowered to the device, against the CPU backend (which the
 /// synthetic_gguf tests hold to the NumPy reference): a 12-token prompt
 /// (the prefill product) and two decode steps. The mixtures of experts
 /// (Mixtral-style llama, qwen3moe, qwen2moe, granitemoe, glm4moe,
-/// qwen3vlmoe, ernie4_5-moe) and Granite's
+/// qwen3vlmoe, ernie4_5-moe, olmoe) and Granite's
 /// scaled residual stream have no device lowering: their products run on
 /// the host, attention on the device, with the same logits. The Q2_K, Q3_K
 /// and IQ4 matrices (lowbits) run on the device's products.
@@ -344,6 +344,7 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
                 | "glm4moe"
                 | "qwen3vlmoe"
                 | "ernie4_5_moe"
+                | "olmoe"
         );
         assert_eq!(on_device, !host, "{arch}");
         eprintln!("{arch}, F32 KV: worst logit difference / range {worst:.2e}");

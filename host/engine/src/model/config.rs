@@ -27,6 +27,8 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "qwen3vlmoe",
     "ernie4_5",
     "ernie4_5-moe",
+    "seed_oss",
+    "olmoe",
 ];
 
 /// The widest row (hidden size, MLP width, all query heads) a model may

@@ -489,7 +489,9 @@ pub(crate) struct AttentionBlock {
     pub v: Matrix,
     /// Query, key and value biases (qwen2).
     pub biases: [Option<Vec<f32>>; 3],
-    /// Per-head RMS norm gains of q and k (qwen3, gemma3).
+    /// RMS norm gains of q and k: `head_dim` long, each head normed on
+    /// its own (qwen3, gemma3); else as wide as all of q's or k's heads,
+    /// normed together (olmoe).
     pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     pub output: Matrix,
     /// The output product's bias (gpt-oss).
@@ -539,11 +541,12 @@ pub(crate) fn attention_block(
     });
     if let Some((qn, kn)) = a.qk_norm {
         for (buf, gain) in [(Buf::Q, qn), (Buf::K, kn)] {
+            let per_head = (gain.len() == c.head_dim as usize).then_some(c.head_dim);
             ops.push(Op::Norm {
                 src: buf,
                 dst: buf,
                 gain,
-                per_head: Some(c.head_dim),
+                per_head,
             });
         }
     }

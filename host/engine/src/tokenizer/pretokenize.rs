@@ -41,6 +41,10 @@ pub enum PreTokenizer {
     /// `qwen2`, `stablelm2`, `deepseek-r1-qwen`: the Llama 3 pattern with
     /// single digits.
     Qwen2,
+    /// `seed-coder` (Seed-Coder, Seed-OSS): Qwen2's pattern without the
+    /// line breaks a run of punctuation takes after it
+    /// (` ?[^\s\p{L}\p{N}\r\n]+`).
+    SeedCoder,
     /// `gpt-4o`, `llama4`: tiktoken's o200k pattern (gpt-oss, Llama 4),
     /// which splits words at a change from small letters to capitals and
     /// keeps a `/` or line break after punctuation. As its tokenizer.json
@@ -75,6 +79,7 @@ impl PreTokenizer {
             "dbrx" | "smaug-bpe" => PreTokenizer::Dbrx,
             // DeepSeek-R1's distillations into Qwen keep Qwen's pattern.
             "qwen2" | "stablelm2" | "deepseek-r1-qwen" => PreTokenizer::Qwen2,
+            "seed-coder" => PreTokenizer::SeedCoder,
             "gpt-4o" | "llama4" => PreTokenizer::Gpt4o,
             "deepseek-v3" | "joyai-llm" | "hunyuan-dense" | "hy_v4" => PreTokenizer::DeepSeekV3,
             "deepseek-llm" => PreTokenizer::DeepSeekLlm,
@@ -95,10 +100,21 @@ impl PreTokenizer {
             text.char_indices().map(|(i, c)| (i, c, class(c))).collect();
         match self {
             PreTokenizer::Gpt2 => scan(text, &chars, gpt2_match, word),
-            PreTokenizer::Llama3 | PreTokenizer::Dbrx => {
-                scan(text, &chars, |c, i| llama3_match(c, i, 3), word)
+            PreTokenizer::Llama3 | PreTokenizer::Dbrx => scan(
+                text,
+                &chars,
+                |c, i| llama3_match(c, i, 3, is_line_break),
+                word,
+            ),
+            PreTokenizer::Qwen2 => scan(
+                text,
+                &chars,
+                |c, i| llama3_match(c, i, 1, is_line_break),
+                word,
+            ),
+            PreTokenizer::SeedCoder => {
+                scan(text, &chars, |c, i| llama3_match(c, i, 1, |_| false), word)
             }
-            PreTokenizer::Qwen2 => scan(text, &chars, |c, i| llama3_match(c, i, 1), word),
             PreTokenizer::Gpt4o => scan(text, &chars, gpt4o_match, word),
             PreTokenizer::DeepSeekV3 => split_in_steps(
                 text,
@@ -233,15 +249,26 @@ fn gpt2_match(chars: &[(usize, char, Class)], i: usize) -> usize {
 }
 
 fn is_crlf(c: Option<char>) -> bool {
-    matches!(c, Some('\r' | '\n'))
+    c.is_some_and(is_line_break)
+}
+
+fn is_line_break(c: char) -> bool {
+    c == '\r' || c == '\n'
 }
 
 /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,digits}|
-/// ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`.
+/// ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`, the
+/// punctuation run followed by what `punctuation_tail` takes (`[\r\n]*`;
+/// Seed-Coder's nothing).
 ///
 /// The case folding is ASCII only: Unicode folding would also let `ſ`
 /// (U+017F) stand for `s`, which no contraction in real text uses.
-fn llama3_match(chars: &[(usize, char, Class)], i: usize, digits: usize) -> usize {
+fn llama3_match(
+    chars: &[(usize, char, Class)],
+    i: usize,
+    digits: usize,
+    punctuation_tail: fn(char) -> bool,
+) -> usize {
     let n = contraction(chars, i, true);
     if n > 0 {
         return n;
@@ -261,7 +288,7 @@ fn llama3_match(chars: &[(usize, char, Class)], i: usize, digits: usize) -> usiz
     if c == Some(Class::Number) {
         return run(chars, i, Class::Number).min(digits);
     }
-    punctuation_or_space(chars, i, |c| c == '\r' || c == '\n')
+    punctuation_or_space(chars, i, punctuation_tail)
 }
 
 /// The alternatives the Llama 3 and GPT-4o patterns end with, at `i`:

@@ -11,7 +11,7 @@ use pagoda_cpu::Isa;
 use pagoda_engine::model::{ActPrecision, Holding, LoadError, Model, ModelConfig, ModelFile};
 
 /// The dense tiny models synthetic_gguf.rs checks against the reference.
-pub const DENSE: [&str; 17] = [
+pub const DENSE: [&str; 18] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -29,11 +29,12 @@ pub const DENSE: [&str; 17] = [
     "qwen2vl",
     "qwen3vl",
     "ernie4_5",
+    "seed_oss",
 ];
 
 /// The tiny mixtures of experts (and DeepSeek's latent attention)
 /// experts_gguf.rs checks against the reference.
-pub const MIXTURES: [&str; 12] = [
+pub const MIXTURES: [&str; 13] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -46,6 +47,7 @@ pub const MIXTURES: [&str; 12] = [
     "deepseek2_legacy",
     "qwen3vlmoe",
     "ernie4_5_moe",
+    "olmoe",
 ];
 
 /// Tiny models only the CPU backend runs (Vulkan has no attention sinks,

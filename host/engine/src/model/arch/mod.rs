@@ -21,10 +21,12 @@ mod gpt_oss;
 mod granite;
 mod llama;
 mod olmo2;
+mod olmoe;
 mod phi3;
 mod qwen2;
 mod qwen3;
 mod router;
+mod seed_oss;
 mod smollm3;
 
 use std::ops::Range;
@@ -745,6 +747,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
             | "glm4moe"
             | "deepseek2"
             | "ernie4_5-moe"
+            | "olmoe"
     ) {
         loader.refuse_experts()?;
     }
@@ -771,6 +774,8 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "deepseek2" => deepseek2::build(&loader)?,
         "ernie4_5" => ernie4_5::build(&loader, false)?,
         "ernie4_5-moe" => ernie4_5::build(&loader, true)?,
+        "seed_oss" => seed_oss::build(&loader)?,
+        "olmoe" => olmoe::build(&loader)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
     if let Source::Interleaved(file, _) = &loader.source {
