@@ -2,8 +2,8 @@
 included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
 `granite`, `granitemoe`, `smollm3`, `olmo2`, `gpt-oss`, `glm4`, `glm4moe`,
 `deepseek2`, `qwen2vl`, `qwen3vl`, `qwen3vlmoe` (their text models),
-`ernie4_5`, `ernie4_5-moe`, `seed_oss` or `olmoe` GGUF model in NumPy
-(float64), for
+`ernie4_5`, `ernie4_5-moe`, `seed_oss`, `olmoe`, `exaone` or `exaone4` GGUF
+model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs, synthetic_gguf.rs and
 experts_gguf.rs.
 
@@ -144,6 +144,30 @@ expert_group_used_count best; top = the expert_used_count best choices;
 w = s[top] (renormalized where expert_weights_norm) * expert_weights_scale;
 x += sum w_e * swiglu_e(h) + the shared experts' swiglu(h).
 
+qwen2vl, qwen3vl and qwen3vlmoe, from HF's Qwen2VL / Qwen3VL text
+models: qwen2's, qwen3's and qwen3moe's layers with M-RoPE, each pair j
+of a head turned by the temporal, height or width position its section
+names (rope.dimension_sections: consecutive runs for qwen2vl,
+apply_multimodal_rotary_pos_emb; for Qwen3-VL pair j is height where j % 3
+== 1 and j < 3 * sections[1], width where j % 3 == 2 and j < 3 *
+sections[2], else temporal, apply_interleaved_mrope), a text token's
+three positions its position; DeepStack adds image features only.
+ernie4_5, from HF's Ernie4_5: the llama layer (interleaved pairs) with
+q/k/v and output biases where the file has them. ernie4_5-moe, from HF's
+Ernie4_5_Moe: layer i a mixture where i >= leading_dense_block_count and
+(i + 1) % interleave_moe_layer_step == 0, else SwiGLU: p = softmax(h @
+ffn_gate_inp.T), top = the expert_used_count largest of p + exp_probs_b
+(where present), w = p[top] / sum, plus the ungated shared MLP.
+seed_oss, from HF's SeedOss: qwen2's layer, output bias where present,
+the MLP's norm post_attention_norm, scores scaled by attention.scale.
+olmoe, from HF's Olmoe: the pre-norm layer, q and k normed over their
+whole width (as olmo2's) before NeoX rotary, softmax experts, w = p[top]
+not renormalized. exaone, from HF's Exaone: the llama layer with NeoX
+rotary (rope_freqs factors). exaone4, from HF's Exaone4DecoderLayer:
+olmo2's post-norm layer with q and k normed per head; local layers
+(the sliding_window_pattern array) attend over the window, and where
+any layer is local the global ones have no rotary ("global NoPE").
+
 The norm gains are used as the file stores them (llama.cpp's converter
 stores Gemma's 1 + w). Local layers: attention.sliding_window_pattern, a
 number n (layer i local unless i % n == n - 1) or a bool per layer;
@@ -201,7 +225,7 @@ class Model:
         if self.arch not in ("llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
                              "granite", "granitemoe", "smollm3", "olmo2", "gpt-oss", "glm4", "glm4moe",
                              "deepseek2", "qwen2vl", "qwen3vl", "qwen3vlmoe", "ernie4_5",
-                             "ernie4_5-moe", "seed_oss", "olmoe"):
+                             "ernie4_5-moe", "seed_oss", "olmoe", "exaone", "exaone4"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         # GLM-4.5's multi-token-prediction block follows the trunk (HF's
@@ -266,7 +290,7 @@ class Model:
             default = 6 if a == "gemma3" else 2
             n = int(field(r, f"{a}.attention.sliding_window_pattern", default))
             self.local = [i % n < n - 1 for i in range(self.layers)]
-        windowed = self.gemma or self.oss
+        windowed = self.gemma or self.oss or a == "exaone4"
         self.local = [windowed and self.window > 0 and l for l in self.local]
         self.attn_cap = float(field(r, f"{a}.attn_logit_softcapping", 0.0))
         self.final_cap = float(field(r, f"{a}.final_logit_softcapping", 0.0))
@@ -526,7 +550,9 @@ class Model:
                     u = h @ w[p + "ffn_up.weight"].T
                     x = x + (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
                 continue
-            olmo2 = self.arch == "olmo2"
+            # OLMo 2's and EXAONE 4's: no norm before either block, one
+            # after each (HF's Olmo2DecoderLayer, Exaone4DecoderLayer).
+            olmo2 = self.arch in ("olmo2", "exaone4")
             h = x if olmo2 else self.norm(x, w[p + "attn_norm.weight"])
             if p + "attn_qkv.weight" in w:
                 qkv = h @ w[p + "attn_qkv.weight"].T + w.get(p + "attn_qkv.bias", 0.0)
@@ -536,16 +562,19 @@ class Model:
                 q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0.0)
                 k = h @ w[p + "attn_k.weight"].T + w.get(p + "attn_k.bias", 0.0)
                 v = h @ w[p + "attn_v.weight"].T + w.get(p + "attn_v.bias", 0.0)
-            if olmo2 or self.arch == "olmoe":
+            if self.arch in ("olmo2", "olmoe"):
                 q = self.norm(q, w[p + "attn_q_norm.weight"])
                 k = self.norm(k, w[p + "attn_k_norm.weight"])
             q = q.reshape(t, self.heads, d)
             k = k.reshape(t, self.kv_heads, d)
             v = v.reshape(t, self.kv_heads, d)
-            if self.arch in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "gemma3") or p + "attn_q_norm.weight" in w and self.arch == "glm4moe":
+            if self.arch in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "gemma3", "exaone4") or p + "attn_q_norm.weight" in w and self.arch == "glm4moe":
                 q = self.norm(q, w[p + "attn_q_norm.weight"])
                 k = self.norm(k, w[p + "attn_k_norm.weight"])
-            if not (self.arch == "smollm3" and (i + 1) % 4 == 0):
+            # EXAONE 4's hybrid models: no rotary on the global layers
+            # (HF's "global NoPE").
+            nope = self.arch == "exaone4" and any(self.local) and not local
+            if not (self.arch == "smollm3" and (i + 1) % 4 == 0) and not nope:
                 # Only Gemma 3's local layers rotate differently.
                 self.rope(q, positions, local and self.gemma)
                 self.rope(k, positions, local and self.gemma)

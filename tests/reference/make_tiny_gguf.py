@@ -696,6 +696,21 @@ def main() -> None:
     # feed_forward_length (no width key), 3 a token, not renormalized.
     write(out / "olmoe.gguf", "olmoe", 4, 2, biases=False, tied=False, key_length=True,
           qk_norm="full", qk_scale=4.0, types=QWEN3MOE_TYPES, experts=(8, 3, FFN, {0, 1}))
+    # EXAONE 3.5: the llama layer, NeoX rotary with rope_freqs factors.
+    write(out / "exaone.gguf", "exaone", 4, 2, biases=False, tied=False, types=LLAMA3_TYPES,
+          extra=[("rope_freqs.weight", rng.uniform(1.0, 4.0, size=HEAD_DIM // 2), Q.F32)])
+    # EXAONE 4: post-norms only, q and k normed per head; the hybrid file
+    # with a 5-token window on layers 0-2 and layer 3 global and unrotated,
+    # the other (1.2B's shape) rotating every layer over the whole context.
+    def exaone4(w):
+        w.add_sliding_window(5)
+        w.add_sliding_window_pattern([True, True, True, False])
+    no_pre_norms4 = {f"blk.{i}.{n}.weight" for i in range(4) for n in ("attn_norm", "ffn_norm")}
+    write(out / "exaone4.gguf", "exaone4", 4, 2, biases=False, tied=True, key_length=True,
+          qk_norm=True, qk_scale=4.0, post_norms=True, skip=no_pre_norms4, types=QWEN3_TYPES,
+          layers=4, meta=exaone4)
+    write(out / "exaone4_full.gguf", "exaone4", 4, 2, biases=False, tied=True, key_length=True,
+          qk_norm=True, qk_scale=4.0, post_norms=True, skip=no_pre_norms, types=QWEN3_TYPES)
 
 def write_deepseek2(path, *, q_rank, legacy, yarn, router, types):
     """A `deepseek2` file: 4 heads of latent attention (a 512-wide latent

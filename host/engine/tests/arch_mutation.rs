@@ -16,7 +16,7 @@ use pagoda_engine::model::Model;
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 17] = [
+const FILES: [&str; 18] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -34,6 +34,7 @@ const FILES: [&str; 17] = [
     "deepseek2_legacy",
     "ernie4_5_moe",
     "seed_oss",
+    "exaone4",
 ];
 
 /// Mutants of each file.

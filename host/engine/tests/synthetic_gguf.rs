@@ -33,7 +33,7 @@ use pagoda_engine::model::{
 use support::tiny::{self, loaders, prompts, repacks, Loader};
 
 /// The tiny models this file checks against the reference.
-const REFERENCE: [&str; 18] = tiny::DENSE;
+const REFERENCE: [&str; 21] = tiny::DENSE;
 
 fn fixtures() -> Option<&'static PathBuf> {
     tiny::fixtures(&REFERENCE)
@@ -365,6 +365,23 @@ fn seed_oss_with_biases_and_its_attention_scale_matches_the_reference() {
             (c.q_heads, c.kv_heads, c.head_dim, c.rope_theta),
             (4, 2, 64, 1e7)
         );
+    }
+}
+
+#[test]
+fn exaone_and_exaone4_with_windows_and_global_nope_match_the_reference() {
+    // EXAONE 3.5: NeoX rotary with rope_freqs factors.
+    if let Some(c) = agrees_with_reference("exaone") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
+    }
+    // EXAONE 4's hybrid shape: the 40-token prompt crosses the 5-token
+    // window of layers 0-2; layer 3 attends over all of it unrotated.
+    if let Some(c) = agrees_with_reference("exaone4") {
+        assert_eq!((c.layers, c.q_heads, c.kv_heads), (4, 4, 2));
+    }
+    // And the 1.2B's: every layer rotated, over the whole context.
+    if let Some(c) = agrees_with_reference("exaone4_full") {
+        assert_eq!((c.layers, c.q_heads, c.kv_heads), (2, 4, 2));
     }
 }
 

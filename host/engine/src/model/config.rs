@@ -29,6 +29,8 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "ernie4_5-moe",
     "seed_oss",
     "olmoe",
+    "exaone",
+    "exaone4",
 ];
 
 /// The widest row (hidden size, MLP width, all query heads) a model may

@@ -24,7 +24,7 @@ use super::error::TokenizerError;
 /// `llm_tokenizer_bpe` gives one pattern map to one variant).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum PreTokenizer {
-    /// `gpt-2`, `default`, `mpt`, `olmo`: the GPT-2 pattern
+    /// `gpt-2`, `default`, `mpt`, `olmo`, `exaone4`: the GPT-2 pattern
     /// `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
     Gpt2,
     /// `smollm`, `starcoder`, `refact`, `command-r`, `codeshell`,
@@ -72,7 +72,8 @@ impl PreTokenizer {
     /// error rather than a guess.
     pub fn from_name(name: &str) -> Result<PreTokenizer, TokenizerError> {
         Ok(match name {
-            "default" | "gpt-2" | "gpt2" | "mpt" | "olmo" => PreTokenizer::Gpt2,
+            // llama.cpp splits EXAONE 4's text by GPT-2's pattern.
+            "default" | "gpt-2" | "gpt2" | "mpt" | "olmo" | "exaone4" => PreTokenizer::Gpt2,
             "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone"
             | "minerva" => PreTokenizer::SmolLm,
             "llama-bpe" | "llama3" | "llama-v3" | "falcon3" | "glm4" => PreTokenizer::Llama3,

@@ -22,7 +22,7 @@ pub mod tiny;
 /// The tiny models make_tiny_gguf.py writes that every backend must run
 /// as the NumPy reference does (`{name}.gguf`): one per architecture and
 /// per feature of one (Llama 3 scaling, YaRN).
-pub const TINY_MODELS: [&str; 27] = [
+pub const TINY_MODELS: [&str; 30] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -50,6 +50,9 @@ pub const TINY_MODELS: [&str; 27] = [
     "ernie4_5_moe",
     "seed_oss",
     "olmoe",
+    "exaone",
+    "exaone4",
+    "exaone4_full",
 ];
 
 /// A scratch folder named `name` holding every file make_tiny_gguf.py

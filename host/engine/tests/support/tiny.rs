@@ -11,7 +11,7 @@ use pagoda_cpu::Isa;
 use pagoda_engine::model::{ActPrecision, Holding, LoadError, Model, ModelConfig, ModelFile};
 
 /// The dense tiny models synthetic_gguf.rs checks against the reference.
-pub const DENSE: [&str; 18] = [
+pub const DENSE: [&str; 21] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -30,6 +30,9 @@ pub const DENSE: [&str; 18] = [
     "qwen3vl",
     "ernie4_5",
     "seed_oss",
+    "exaone",
+    "exaone4",
+    "exaone4_full",
 ];
 
 /// The tiny mixtures of experts (and DeepSeek's latent attention)

@@ -15,6 +15,7 @@
 
 mod deepseek2;
 mod ernie4_5;
+mod exaone;
 mod gemma;
 mod glm4;
 mod gpt_oss;
@@ -776,6 +777,8 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "ernie4_5-moe" => ernie4_5::build(&loader, true)?,
         "seed_oss" => seed_oss::build(&loader)?,
         "olmoe" => olmoe::build(&loader)?,
+        "exaone" => exaone::build(&loader)?,
+        "exaone4" => exaone::build_v4(&loader)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
     if let Source::Interleaved(file, _) = &loader.source {
