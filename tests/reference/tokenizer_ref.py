@@ -50,6 +50,12 @@ GPT4O_PATTERN = (
     r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"""
     r"""\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
+# Mistral's Tekken tokenizer.json (Mistral-Nemo, Mistral Small 3.x).
+TEKKEN_PATTERN = (
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"""
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|"""
+    r"""\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 # DeepSeek-V3's (and R1's) tokenizer.json: three Split steps, as its JSON
 # strings read (so "[\r\n]" holds a real CR and LF).
 DEEPSEEK_V3_SPLITS = [
@@ -122,8 +128,8 @@ def pre_tokenizer(pre):
     if pre in ("gpt-2", "default", "mpt", "olmo"):
         return byte_level
     # Llama 3's and DBRX's (tiktoken's cl100k pattern), Qwen2's.
-    if pre in ("llama-bpe", "dbrx", "qwen2", "gpt-4o", "seed-coder"):
-        pattern = {"qwen2": QWEN2_PATTERN, "gpt-4o": GPT4O_PATTERN,
+    if pre in ("llama-bpe", "dbrx", "qwen2", "gpt-4o", "seed-coder", "tekken"):
+        pattern = {"qwen2": QWEN2_PATTERN, "gpt-4o": GPT4O_PATTERN, "tekken": TEKKEN_PATTERN,
                    "seed-coder": SEED_CODER_PATTERN}.get(pre, LLAMA3_PATTERN)
         return pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
@@ -166,7 +172,8 @@ def pre(outdir):
     texts = corpus() + deepseek_texts()
     runs = {}
     for name in ("smollm", "gpt-2", "llama-bpe", "qwen2", "starcoder", "refact", "mpt",
-                 "olmo", "dbrx", "gpt-4o", "deepseek-v3", "deepseek-llm", "seed-coder"):
+                 "olmo", "dbrx", "gpt-4o", "deepseek-v3", "deepseek-llm", "seed-coder",
+                 "tekken"):
         p = pre_tokenizer(name)
         rows = []
         for t in texts:
@@ -183,7 +190,7 @@ def bpe(path, pre, outdir):
     vocab = {t: i for i, t in reversed(list(enumerate(tokens)))}
 
     def build(parse_special):
-        model = models.BPE(vocab=vocab, merges=merges, ignore_merges=(pre == "llama-bpe"))
+        model = models.BPE(vocab=vocab, merges=merges, ignore_merges=(pre in ("llama-bpe", "tekken")))
         tok = Tokenizer(model)
         tok.pre_tokenizer = pre_tokenizer(pre)
         tok.decoder = decoders.ByteLevel()

@@ -141,6 +141,7 @@ fn other_pre_tokenizers_match_reference() {
         "deepseek-v3",
         "deepseek-llm",
         "seed-coder",
+        "tekken",
     ] {
         check_pre(&model, &python, pre);
     }

@@ -78,6 +78,13 @@ fn well_formed_files_load() {
     for pre in ["default", "gpt-2", "smollm", "llama-bpe", "qwen2"] {
         build(&gpt2(pre)).unwrap();
     }
+    // Byte-level files get no BOS unless they ask, but Tekken's do (as
+    // llama.cpp reads them), and any file's own key decides.
+    assert!(!build(&gpt2("qwen2")).unwrap().add_bos());
+    assert!(build(&gpt2("tekken")).unwrap().add_bos());
+    let asks = |pre, add| set(gpt2(pre), "tokenizer.ggml.add_bos_token", Meta::Bool(add));
+    assert!(!build(&asks("tekken", false)).unwrap().add_bos());
+    assert!(build(&asks("qwen2", true)).unwrap().add_bos());
     let tok = build(&spm()).unwrap();
     // SentencePiece defaults when the file is silent: BOS added, space prefix.
     assert!(tok.add_bos());

@@ -35,6 +35,7 @@ fn pieces_match_reference() {
         "deepseek-v3",
         "deepseek-llm",
         "seed-coder",
+        "tekken",
     ] {
         let pre = PreTokenizer::from_name(name).unwrap();
         let want = std::fs::read_to_string(dir.join(format!("pieces_{name}.txt"))).unwrap();

@@ -51,6 +51,11 @@ pub enum PreTokenizer {
     /// states it (marks and non-ASCII case included), not llama.cpp's
     /// ASCII-case approximation of it.
     Gpt4o,
+    /// `tekken` (Mistral-Nemo, Mistral Small 3.x, Ministral, Pixtral):
+    /// the o200k pattern without its contractions and with single digits,
+    /// as its tokenizer.json states it; whole words in the vocabulary
+    /// skip merging.
+    Tekken,
     /// `deepseek-v3` (DeepSeek-V3, DeepSeek-R1), and `joyai-llm`,
     /// `hunyuan-dense`, `hy_v4`, which llama.cpp gives the same steps:
     /// `\p{N}{1,3}`, then `[一-龥぀-ゟ゠-ヿ]+` (Han and kana runs), then
@@ -82,6 +87,7 @@ impl PreTokenizer {
             "qwen2" | "stablelm2" | "deepseek-r1-qwen" => PreTokenizer::Qwen2,
             "seed-coder" => PreTokenizer::SeedCoder,
             "gpt-4o" | "llama4" => PreTokenizer::Gpt4o,
+            "tekken" => PreTokenizer::Tekken,
             "deepseek-v3" | "joyai-llm" | "hunyuan-dense" | "hy_v4" => PreTokenizer::DeepSeekV3,
             "deepseek-llm" => PreTokenizer::DeepSeekLlm,
             other => return Err(TokenizerError::UnsupportedPre(other.to_owned())),
@@ -91,7 +97,7 @@ impl PreTokenizer {
     /// Whether a word that is itself a token is taken whole (Llama 3's
     /// `ignore_merges`).
     pub(crate) fn ignore_merges(self) -> bool {
-        self == PreTokenizer::Llama3
+        matches!(self, PreTokenizer::Llama3 | PreTokenizer::Tekken)
     }
 
     /// Calls `word` with each piece of `text`, in order; the pieces
@@ -116,7 +122,8 @@ impl PreTokenizer {
             PreTokenizer::SeedCoder => {
                 scan(text, &chars, |c, i| llama3_match(c, i, 1, |_| false), word)
             }
-            PreTokenizer::Gpt4o => scan(text, &chars, gpt4o_match, word),
+            PreTokenizer::Gpt4o => scan(text, &chars, |c, i| o200k_match(c, i, true, 3), word),
+            PreTokenizer::Tekken => scan(text, &chars, |c, i| o200k_match(c, i, false, 1), word),
             PreTokenizer::DeepSeekV3 => split_in_steps(
                 text,
                 &chars,
@@ -346,10 +353,16 @@ fn capitals_and_smalls(chars: &[(usize, char, Class)], j: usize) -> Option<usize
     (capitals > 0).then(|| capitals + run_of(chars, j + capitals, is_lowerish))
 }
 
-/// `[^\r\n\p{L}\p{N}]?U*L+C?|[^\r\n\p{L}\p{N}]?U+L*C?|\p{N}{1,3}|
+/// `[^\r\n\p{L}\p{N}]?U*L+C?|[^\r\n\p{L}\p{N}]?U+L*C?|\p{N}{1,digits}|
 /// ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`, with C the
-/// case-insensitive contractions and U, L as in [`capitals_then_smalls`].
-fn gpt4o_match(chars: &[(usize, char, Class)], i: usize) -> usize {
+/// case-insensitive contractions (none without `contractions`: Tekken's)
+/// and U, L as in [`capitals_then_smalls`].
+fn o200k_match(
+    chars: &[(usize, char, Class)],
+    i: usize,
+    contractions: bool,
+    digits: usize,
+) -> usize {
     let c = cls(chars, i);
     // The optional lead: a character that is no letter, digit, CR or LF.
     let lead = !matches!(c, Some(Class::Letter | Class::Number)) && !is_crlf(ch(chars, i));
@@ -358,12 +371,17 @@ fn gpt4o_match(chars: &[(usize, char, Class)], i: usize) -> usize {
         for j in starts.into_iter().flatten() {
             if let Some(n) = word(chars, j) {
                 let end = j + n;
-                return end - i + contraction(chars, end, true);
+                let tail = if contractions {
+                    contraction(chars, end, true)
+                } else {
+                    0
+                };
+                return end - i + tail;
             }
         }
     }
     if c == Some(Class::Number) {
-        return run(chars, i, Class::Number).min(3);
+        return run(chars, i, Class::Number).min(digits);
     }
     punctuation_or_space(chars, i, |c| matches!(c, '\r' | '\n' | '/'))
 }
