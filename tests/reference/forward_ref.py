@@ -2,8 +2,8 @@
 included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
 `granite`, `granitemoe`, `smollm3`, `olmo2`, `gpt-oss`, `glm4`, `glm4moe`,
 `deepseek2`, `qwen2vl`, `qwen3vl`, `qwen3vlmoe` (their text models),
-`ernie4_5`, `ernie4_5-moe`, `seed_oss`, `olmoe`, `exaone` or `exaone4` GGUF
-model in NumPy (float64), for
+`ernie4_5`, `ernie4_5-moe`, `seed_oss`, `olmoe`, `exaone`, `exaone4` or
+`mistral3` GGUF model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs, synthetic_gguf.rs and
 experts_gguf.rs.
 
@@ -167,6 +167,11 @@ rotary (rope_freqs factors). exaone4, from HF's Exaone4DecoderLayer:
 olmo2's post-norm layer with q and k normed per head; local layers
 (the sliding_window_pattern array) attend over the window, and where
 any layer is local the global ones have no rotary ("global NoPE").
+mistral3, from HF's Ministral3: the llama layer (interleaved pairs of the
+converter's rows), output bias where present; YaRN's magnitude
+get_mscale(factor) / get_mscale(factor, mscale_all_dim) (the file's
+yarn_log_multiplier); queries times 1 + beta * log(1 + floor(p /
+original_context_length)) (attention.temperature_scale).
 
 The norm gains are used as the file stores them (llama.cpp's converter
 stores Gemma's 1 + w). Local layers: attention.sliding_window_pattern, a
@@ -225,7 +230,8 @@ class Model:
         if self.arch not in ("llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
                              "granite", "granitemoe", "smollm3", "olmo2", "gpt-oss", "glm4", "glm4moe",
                              "deepseek2", "qwen2vl", "qwen3vl", "qwen3vlmoe", "ernie4_5",
-                             "ernie4_5-moe", "seed_oss", "olmoe", "exaone", "exaone4"):
+                             "ernie4_5-moe", "seed_oss", "olmoe", "exaone", "exaone4",
+                             "mistral3"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         # GLM-4.5's multi-token-prediction block follows the trunk (HF's
@@ -253,6 +259,10 @@ class Model:
         self.context = int(field(r, f"{a}.context_length", 0))
         self.orig_context = int(field(r, f"{a}.rope.scaling.original_context_length", self.context))
         self.attn_factor = float(field(r, f"{a}.rope.scaling.attn_factor", 1.0))
+        # Ministral 3's: YaRN's mscale_all_dim, and Llama 4's attention
+        # temperature.
+        self.mscale_all_dim = float(field(r, f"{a}.rope.scaling.yarn_log_multiplier", 0.0))
+        self.temperature = float(field(r, f"{a}.attention.temperature_scale", 0.0))
         self.gemma = a in ("gemma2", "gemma3")
         self.oss = a == "gpt-oss"
         self.granite = a in ("granite", "granitemoe")
@@ -332,8 +342,12 @@ class Model:
                 high += 0.001
             extrapolation = 1.0 - np.clip((j - low) / (high - low), 0.0, 1.0)
             freq = freq / factor * (1.0 - extrapolation) + freq * extrapolation
-            # DeepSeek's magnitude goes to the scores' scale instead.
+            # DeepSeek's magnitude goes to the scores' scale instead;
+            # Ministral 3's is HF's get_mscale(factor) / get_mscale(factor,
+            # mscale_all_dim).
             magnitude = 1.0 if self.deepseek else 0.1 * np.log(factor) + 1.0
+            if self.arch == "mistral3" and self.mscale_all_dim > 0:
+                magnitude /= 0.1 * self.mscale_all_dim * np.log(factor) + 1.0
         if self.mrope is not None:
             # A text token's temporal, height and width positions are all
             # its position; pair j turns by the one its section names.
@@ -351,7 +365,7 @@ class Model:
         cos = self.attn_factor * magnitude * np.cos(angle)[:, None, :]
         sin = self.attn_factor * magnitude * np.sin(angle)[:, None, :]
         if self.arch in ("llama", "granite", "granitemoe", "smollm3", "glm4", "deepseek2", "ernie4_5",
-                         "ernie4_5-moe"):
+                         "ernie4_5-moe", "mistral3"):
             a, b = x[:, :, 0:n:2].copy(), x[:, :, 1:n:2].copy()
             x[:, :, 0:n:2] = a * cos - b * sin
             x[:, :, 1:n:2] = a * sin + b * cos
@@ -578,11 +592,16 @@ class Model:
                 # Only Gemma 3's local layers rotate differently.
                 self.rope(q, positions, local and self.gemma)
                 self.rope(k, positions, local and self.gemma)
+            if self.arch == "mistral3" and self.temperature > 0:
+                # HF's get_llama_4_attn_scale: 1 + beta * log(1 + floor(p /
+                # original_max_position_embeddings)), on the queries.
+                steps = np.floor(positions / self.orig_context)
+                q = q * (1.0 + self.temperature * np.log1p(steps))[:, None, None]
             if cache is not None:
                 k, v = cache.extend(i, k, v)
             out = np.empty((t, self.heads, d))
             scale = self.query_scale if self.gemma else 1.0 / np.sqrt(d)
-            if (self.granite or self.arch == "seed_oss") and self.attention_scale > 0:
+            if (self.granite or self.arch in ("seed_oss", "mistral3")) and self.attention_scale > 0:
                 scale = self.attention_scale
             for hq in range(self.heads):
                 hk = hq // group

@@ -711,6 +711,20 @@ def main() -> None:
           layers=4, meta=exaone4)
     write(out / "exaone4_full.gguf", "exaone4", 4, 2, biases=False, tied=True, key_length=True,
           qk_norm=True, qk_scale=4.0, post_norms=True, skip=no_pre_norms, types=QWEN3_TYPES)
+    # Ministral 3: YaRN over an original context of 8 with mscale_all_dim
+    # 0.5, and the attention temperature, which the 40-token prompt's
+    # positions from 8 on feel; an output bias.
+    def mistral3(w):
+        w.add_string("mistral3.rope.scaling.type", "yarn")
+        w.add_float32("mistral3.rope.scaling.factor", 4.0)
+        w.add_uint32("mistral3.rope.scaling.original_context_length", 8)
+        w.add_float32("mistral3.rope.scaling.yarn_beta_fast", 16.0)
+        w.add_float32("mistral3.rope.scaling.yarn_log_multiplier", 0.5)
+        w.add_float32("mistral3.attention.temperature_scale", 0.3)
+    out_bias = [(f"blk.{i}.attn_output.bias", rng.normal(0.0, 0.5, size=HIDDEN), Q.F32)
+                for i in range(LAYERS)]
+    write(out / "mistral3.gguf", "mistral3", 4, 2, biases=False, tied=True, types=LLAMA_TYPES,
+          base=1000000.0, meta=mistral3, extra=out_bias)
 
 def write_deepseek2(path, *, q_rank, legacy, yarn, router, types):
     """A `deepseek2` file: 4 heads of latent attention (a 512-wide latent

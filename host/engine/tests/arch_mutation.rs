@@ -16,7 +16,7 @@ use pagoda_engine::model::Model;
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 18] = [
+const FILES: [&str; 19] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -35,6 +35,7 @@ const FILES: [&str; 18] = [
     "ernie4_5_moe",
     "seed_oss",
     "exaone4",
+    "mistral3",
 ];
 
 /// Mutants of each file.

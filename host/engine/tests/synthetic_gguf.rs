@@ -33,7 +33,7 @@ use pagoda_engine::model::{
 use support::tiny::{self, loaders, prompts, repacks, Loader};
 
 /// The tiny models this file checks against the reference.
-const REFERENCE: [&str; 21] = tiny::DENSE;
+const REFERENCE: [&str; 22] = tiny::DENSE;
 
 fn fixtures() -> Option<&'static PathBuf> {
     tiny::fixtures(&REFERENCE)
@@ -382,6 +382,15 @@ fn exaone_and_exaone4_with_windows_and_global_nope_match_the_reference() {
     // And the 1.2B's: every layer rotated, over the whole context.
     if let Some(c) = agrees_with_reference("exaone4_full") {
         assert_eq!((c.layers, c.q_heads, c.kv_heads), (2, 4, 2));
+    }
+}
+
+#[test]
+fn mistral3_with_yarn_s_mscale_ratio_and_the_attention_temperature_matches_the_reference() {
+    // The 40-token prompt runs past the original context of 8, where the
+    // queries' temperature rises above 1.
+    if let Some(c) = agrees_with_reference("mistral3") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
     }
 }
 

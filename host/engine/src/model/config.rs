@@ -31,6 +31,7 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "olmoe",
     "exaone",
     "exaone4",
+    "mistral3",
 ];
 
 /// The widest row (hidden size, MLP width, all query heads) a model may

@@ -59,6 +59,11 @@ pub struct Yarn {
     pub beta_fast: f32,
     /// Turns below which a pair interpolates.
     pub beta_slow: f32,
+    /// HF's `mscale_all_dim` (`rope.scaling.yarn_log_multiplier`, as
+    /// Ministral 3's files carry it), with `mscale` 1: the magnitude
+    /// becomes `(1 + 0.1 ln factor) / (1 + 0.1 mscale_all_dim ln factor)`;
+    /// 0 for none.
+    pub mscale_all_dim: f32,
 }
 
 impl Yarn {
@@ -84,9 +89,14 @@ impl Yarn {
         interpolated * (1.0 - extrapolate) + freq * extrapolate
     }
 
-    /// The factor on cosines and sines.
+    /// The factor on cosines and sines (HF's `get_mscale` of the factor,
+    /// over that of `mscale_all_dim` where set).
     fn magnitude(&self) -> f64 {
-        1.0 + 0.1 * f64::from(self.factor).ln()
+        let mscale = |m: f64| 1.0 + 0.1 * m * f64::from(self.factor).ln();
+        match self.mscale_all_dim {
+            0.0 => mscale(1.0),
+            all => mscale(1.0) / mscale(f64::from(all)),
+        }
     }
 }
 
@@ -106,7 +116,27 @@ pub struct Rope {
     freqs: Vec<f64>,
     scale: f64,
     attn_factor: f64,
+    /// Llama 4's attention temperature, on the queries' rotary only.
+    temperature: Option<Temperature>,
     positions: u32,
+}
+
+/// Llama 4's (and Ministral 3's) attention temperature: the queries at
+/// position `p` are multiplied by `1 + beta ln(1 + floor(p / floor))`, so
+/// that scores stay sharp past the trained context; 1 below `floor`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Temperature {
+    /// `llama_4_scaling_beta` (`attention.temperature_scale`).
+    pub beta: f32,
+    /// Positions per step of the logarithm (the original context).
+    pub floor: u32,
+}
+
+impl Temperature {
+    fn at(&self, pos: u32) -> f64 {
+        let steps = f64::from(pos / self.floor.max(1));
+        1.0 + f64::from(self.beta) * steps.ln_1p()
+    }
 }
 
 /// One step's cosines and sines under one [`Rope`]: `[rows, dims/2]` each,
@@ -142,17 +172,31 @@ impl Rope {
             freqs,
             scale: f64::from(spec.scale),
             attn_factor: f64::from(spec.attn_factor) * magnitude,
+            temperature: None,
             positions,
+        }
+    }
+
+    /// This rotary with `temperature`'s factor on its cosines and sines:
+    /// the queries' table of a model with an attention temperature (its
+    /// keys keep the plain one). Scaling the rotation scales the rotated
+    /// values only, so it stands for the temperature where the rotary
+    /// spans the whole head.
+    pub fn with_temperature(self, temperature: Temperature) -> Self {
+        Self {
+            temperature: Some(temperature),
+            ..self
         }
     }
 
     /// The cosines and sines of position `pos`'s angles, `half` each.
     fn angles(&self, pos: u32, cos: &mut [f32], sin: &mut [f32]) {
         let scaled = f64::from(pos) / self.scale;
+        let factor = self.attn_factor * self.temperature.map_or(1.0, |t| t.at(pos));
         for ((c, s), &freq) in cos.iter_mut().zip(sin.iter_mut()).zip(&self.freqs) {
             let (sine, cosine) = (scaled * freq).sin_cos();
-            *c = (cosine * self.attn_factor) as f32;
-            *s = (sine * self.attn_factor) as f32;
+            *c = (cosine * factor) as f32;
+            *s = (sine * factor) as f32;
         }
     }
 

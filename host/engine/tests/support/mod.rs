@@ -22,7 +22,7 @@ pub mod tiny;
 /// The tiny models make_tiny_gguf.py writes that every backend must run
 /// as the NumPy reference does (`{name}.gguf`): one per architecture and
 /// per feature of one (Llama 3 scaling, YaRN).
-pub const TINY_MODELS: [&str; 30] = [
+pub const TINY_MODELS: [&str; 31] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -53,6 +53,7 @@ pub const TINY_MODELS: [&str; 30] = [
     "exaone",
     "exaone4",
     "exaone4_full",
+    "mistral3",
 ];
 
 /// A scratch folder named `name` holding every file make_tiny_gguf.py

@@ -21,6 +21,7 @@ mod glm4;
 mod gpt_oss;
 mod granite;
 mod llama;
+mod mistral3;
 mod olmo2;
 mod olmoe;
 mod phi3;
@@ -334,7 +335,19 @@ impl Loader<'_> {
             original_context,
             beta_fast,
             beta_slow,
+            mscale_all_dim: 0.0,
         })
+    }
+
+    /// The scores' scale: `attention.scale` where the file sets it (0 or
+    /// absent: `1/√head_dim`, as llama.cpp reads it).
+    pub fn attention_scale(&self) -> Result<f32, LoadError> {
+        let key = self.key("attention.scale");
+        let plain = 1.0 / (self.config.head_dim as f32).sqrt();
+        match float(self.g, &key)? {
+            Some(0.0) => Ok(plain),
+            _ => positive_float(self.g, &key, plain),
+        }
     }
 
     /// Layer `i`'s separate q, k, v and output projections (no biases).
@@ -779,6 +792,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "olmoe" => olmoe::build(&loader)?,
         "exaone" => exaone::build(&loader)?,
         "exaone4" => exaone::build_v4(&loader)?,
+        "mistral3" => mistral3::build(&loader)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
     if let Source::Interleaved(file, _) = &loader.source {

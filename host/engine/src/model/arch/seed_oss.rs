@@ -5,7 +5,6 @@
 //! `attention.scale` where the file sets it (0 or absent: `1/√head_dim`).
 
 use super::super::load_error::LoadError;
-use super::super::meta::{float, positive_float};
 use super::super::program::{Attend, AttentionBlock, Program};
 use super::super::rope::RopeMode;
 use super::Loader;
@@ -13,12 +12,7 @@ use super::Loader;
 /// The model of a `seed_oss` file.
 pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
     let h = l.config.hidden as usize;
-    let key = l.key("attention.scale");
-    let plain = 1.0 / (l.config.head_dim as f32).sqrt();
-    let scale = match float(l.g, &key)? {
-        Some(0.0) => plain,
-        _ => positive_float(l.g, &key, plain)?,
-    };
+    let scale = l.attention_scale()?;
     l.decoder(
         "post_attention_norm.weight",
         &l.rope(RopeMode::Neox)?,
