@@ -20,6 +20,7 @@ pub mod kv_events;
 pub mod kv_wire;
 pub mod logprobs;
 pub mod metrics;
+pub mod mistral;
 pub mod openai;
 pub mod reasoning;
 pub mod responses;

@@ -79,6 +79,9 @@ pub enum ToolFormat {
     /// `<｜tool▁call▁begin｜>…<｜tool▁sep｜>…<｜tool▁call▁end｜>` blocks (V3's
     /// and R1's fenced JSON, V3.1's bare).
     DeepSeek,
+    /// Mistral's `[TOOL_CALLS]` control token before a JSON array of calls
+    /// or each `NAME[ARGS]{...}`; call ids of nine letters and digits.
+    Mistral,
 }
 
 impl ToolFormat {
@@ -88,6 +91,8 @@ impl ToolFormat {
             Self::Harmony
         } else if template.contains(crate::deepseek::CALLS_BEGIN) {
             Self::DeepSeek
+        } else if template.contains(crate::mistral::TOOL_CALLS) {
+            Self::Mistral
         } else if template.contains("<arg_key>") {
             Self::Glm
         } else if template.contains("<tool_call>") {
@@ -313,10 +318,12 @@ impl Tools {
                 Some(OutputSpec::JsonSchema(schema))
             }
             // Harmony's calls are headers of special tokens, GLM's
-            // arguments tagged text and DeepSeek's calls blocks of its
-            // own tokens, which no grammar here writes: a required call is
-            // asked, not forced.
-            ToolFormat::Harmony | ToolFormat::Glm | ToolFormat::DeepSeek => None,
+            // arguments tagged text and DeepSeek's and Mistral's calls
+            // follow tokens of their own, which no grammar here writes: a
+            // required call is asked, not forced.
+            ToolFormat::Harmony | ToolFormat::Glm | ToolFormat::DeepSeek | ToolFormat::Mistral => {
+                None
+            }
             _ if !forced => None,
             ToolFormat::Llama3 => Some(OutputSpec::JsonSchema(self.call_schema("parameters"))),
             ToolFormat::Hermes => {
@@ -338,8 +345,15 @@ impl Tools {
                 ToolFormat::Generic => (generic_history(messages), None),
                 ToolFormat::Harmony => (harmony_history(messages), None),
                 ToolFormat::Glm => (object_arguments(messages), None),
+                ToolFormat::Mistral => (crate::mistral::history(messages), None),
                 _ => (messages, None),
             };
+        }
+        if format == ToolFormat::Mistral {
+            return (
+                crate::mistral::history(messages),
+                Some(Value::Array(self.list.clone())),
+            );
         }
         if format == ToolFormat::Glm {
             return (
@@ -405,6 +419,7 @@ pub fn parse_output(format: ToolFormat, text: &str) -> (Option<String>, Vec<Tool
         }
         ToolFormat::Glm => crate::glm::calls(text, |_, _| false),
         ToolFormat::DeepSeek => crate::deepseek::calls(text),
+        ToolFormat::Mistral => crate::mistral::calls(text),
         ToolFormat::Hermes => {
             let (mut rest, mut calls, mut outside) = (text, Vec::new(), String::new());
             while let Some(start) = rest.find("<tool_call>") {
