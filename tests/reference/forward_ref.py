@@ -2,8 +2,8 @@
 included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
 `granite`, `granitemoe`, `smollm3`, `olmo2`, `gpt-oss`, `glm4`, `glm4moe`,
 `deepseek2`, `qwen2vl`, `qwen3vl`, `qwen3vlmoe` (their text models),
-`ernie4_5`, `ernie4_5-moe`, `seed_oss`, `olmoe`, `exaone`, `exaone4` or
-`mistral3` GGUF model in NumPy (float64), for
+`ernie4_5`, `ernie4_5-moe`, `seed_oss`, `olmoe`, `exaone`, `exaone4`,
+`mistral3` or `hunyuan-dense` GGUF model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs, synthetic_gguf.rs and
 experts_gguf.rs.
 
@@ -172,6 +172,9 @@ converter's rows), output bias where present; YaRN's magnitude
 get_mscale(factor) / get_mscale(factor, mscale_all_dim) (the file's
 yarn_log_multiplier); queries times 1 + beta * log(1 + floor(p /
 original_context_length)) (attention.temperature_scale).
+hunyuan-dense, from HF's HunYuanDenseV1: the llama layer with NeoX rotary
+and q and k normed per head after it; rope.scaling.alpha, where the file
+has it, multiplies the base by alpha^(head_dim / (head_dim - 2)).
 
 The norm gains are used as the file stores them (llama.cpp's converter
 stores Gemma's 1 + w). Local layers: attention.sliding_window_pattern, a
@@ -231,7 +234,7 @@ class Model:
                              "granite", "granitemoe", "smollm3", "olmo2", "gpt-oss", "glm4", "glm4moe",
                              "deepseek2", "qwen2vl", "qwen3vl", "qwen3vlmoe", "ernie4_5",
                              "ernie4_5-moe", "seed_oss", "olmoe", "exaone", "exaone4",
-                             "mistral3"):
+                             "mistral3", "hunyuan-dense"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         # GLM-4.5's multi-token-prediction block follows the trunk (HF's
@@ -255,6 +258,10 @@ class Model:
             sys.exit("value_length != key_length is not supported")
         self.rope_dim = int(field(r, f"{a}.rope.dimension_count", self.head_dim))
         self.base = float(field(r, f"{a}.rope.freq_base", 10000.0))
+        # Hunyuan's NTK-aware alpha, where the file has it unfolded.
+        alpha = float(field(r, f"{a}.rope.scaling.alpha", 0.0))
+        if a == "hunyuan-dense" and alpha > 0:
+            self.base *= alpha ** (self.head_dim / (self.head_dim - 2))
         self.eps = float(field(r, f"{a}.attention.layer_norm_rms_epsilon"))
         self.context = int(field(r, f"{a}.context_length", 0))
         self.orig_context = int(field(r, f"{a}.rope.scaling.original_context_length", self.context))
@@ -592,6 +599,11 @@ class Model:
                 # Only Gemma 3's local layers rotate differently.
                 self.rope(q, positions, local and self.gemma)
                 self.rope(k, positions, local and self.gemma)
+            if self.arch == "hunyuan-dense":
+                # HunYuanDenseV1Attention: query_layernorm and
+                # key_layernorm after the rotary.
+                q = self.norm(q, w[p + "attn_q_norm.weight"])
+                k = self.norm(k, w[p + "attn_k_norm.weight"])
             if self.arch == "mistral3" and self.temperature > 0:
                 # HF's get_llama_4_attn_scale: 1 + beta * log(1 + floor(p /
                 # original_max_position_embeddings)), on the queries.

@@ -725,6 +725,10 @@ def main() -> None:
                 for i in range(LAYERS)]
     write(out / "mistral3.gguf", "mistral3", 4, 2, biases=False, tied=True, types=LLAMA_TYPES,
           base=1000000.0, meta=mistral3, extra=out_bias)
+    # Hunyuan dense: QK-norm after the rotary, NTK alpha on the base.
+    write(out / "hunyuan_dense.gguf", "hunyuan-dense", 4, 2, biases=False, tied=True,
+          key_length=True, qk_norm=True, qk_scale=4.0, base=10000.0, types=QWEN3_TYPES,
+          meta=lambda w: w.add_float32("hunyuan-dense.rope.scaling.alpha", 3.0))
 
 def write_deepseek2(path, *, q_rank, legacy, yarn, router, types):
     """A `deepseek2` file: 4 heads of latent attention (a 512-wide latent

@@ -16,7 +16,7 @@ use pagoda_engine::model::Model;
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 19] = [
+const FILES: [&str; 20] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -36,6 +36,7 @@ const FILES: [&str; 19] = [
     "seed_oss",
     "exaone4",
     "mistral3",
+    "hunyuan_dense",
 ];
 
 /// Mutants of each file.

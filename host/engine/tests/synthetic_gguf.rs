@@ -33,7 +33,7 @@ use pagoda_engine::model::{
 use support::tiny::{self, loaders, prompts, repacks, Loader};
 
 /// The tiny models this file checks against the reference.
-const REFERENCE: [&str; 22] = tiny::DENSE;
+const REFERENCE: [&str; 23] = tiny::DENSE;
 
 fn fixtures() -> Option<&'static PathBuf> {
     tiny::fixtures(&REFERENCE)
@@ -390,6 +390,13 @@ fn mistral3_with_yarn_s_mscale_ratio_and_the_attention_temperature_matches_the_r
     // The 40-token prompt runs past the original context of 8, where the
     // queries' temperature rises above 1.
     if let Some(c) = agrees_with_reference("mistral3") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
+    }
+}
+
+#[test]
+fn hunyuan_dense_with_qk_norm_after_the_rotary_and_ntk_alpha_matches_the_reference() {
+    if let Some(c) = agrees_with_reference("hunyuan_dense") {
         assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
     }
 }

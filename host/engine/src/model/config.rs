@@ -32,6 +32,7 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "exaone",
     "exaone4",
     "mistral3",
+    "hunyuan-dense",
 ];
 
 /// The widest row (hidden size, MLP width, all query heads) a model may

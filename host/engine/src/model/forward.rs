@@ -188,6 +188,7 @@ impl Model {
                 v: matrix(h, kv)?,
                 biases: biases(),
                 qk_norm: None,
+                qk_norm_after_rope: false,
                 output: matrix(q, h)?,
                 output_bias: None,
                 post_norm: None,

@@ -493,6 +493,9 @@ pub(crate) struct AttentionBlock {
     /// its own (qwen3, gemma3); else as wide as all of q's or k's heads,
     /// normed together (olmoe).
     pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
+    /// Whether q and k are normed after their rotary (Hunyuan's) rather
+    /// than before it.
+    pub qk_norm_after_rope: bool,
     pub output: Matrix,
     /// The output product's bias (gpt-oss).
     pub output_bias: Option<Vec<f32>>,
@@ -539,30 +542,37 @@ pub(crate) fn attention_block(
             },
         ],
     });
-    if let Some((qn, kn)) = a.qk_norm {
-        for (buf, gain) in [(Buf::Q, qn), (Buf::K, kn)] {
-            let per_head = (gain.len() == c.head_dim as usize).then_some(c.head_dim);
-            ops.push(Op::Norm {
-                src: buf,
-                dst: buf,
-                gain,
-                per_head,
-            });
-        }
-    }
-    if let Some(table) = a.rope {
-        ops.push(Op::Rope {
-            buf: Buf::Q,
-            heads: c.q_heads,
-            table,
-            offset: 0,
-        });
-        ops.push(Op::Rope {
-            buf: Buf::K,
-            heads: c.kv_heads,
-            table,
-            offset: 0,
-        });
+    let norms: Vec<Op> = a
+        .qk_norm
+        .into_iter()
+        .flat_map(|(qn, kn)| {
+            [(Buf::Q, qn), (Buf::K, kn)].map(|(buf, gain)| {
+                let per_head = (gain.len() == c.head_dim as usize).then_some(c.head_dim);
+                Op::Norm {
+                    src: buf,
+                    dst: buf,
+                    gain,
+                    per_head,
+                }
+            })
+        })
+        .collect();
+    let ropes: Vec<Op> = a
+        .rope
+        .into_iter()
+        .flat_map(|table| {
+            [(Buf::Q, c.q_heads), (Buf::K, c.kv_heads)].map(|(buf, heads)| Op::Rope {
+                buf,
+                heads,
+                table,
+                offset: 0,
+            })
+        })
+        .collect();
+    if a.qk_norm_after_rope {
+        ops.extend(ropes.into_iter().chain(norms));
+    } else {
+        ops.extend(norms.into_iter().chain(ropes));
     }
     ops.push(Op::Attention(a.attend));
     ops.push(Op::Linear {

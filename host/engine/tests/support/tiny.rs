@@ -11,7 +11,7 @@ use pagoda_cpu::Isa;
 use pagoda_engine::model::{ActPrecision, Holding, LoadError, Model, ModelConfig, ModelFile};
 
 /// The dense tiny models synthetic_gguf.rs checks against the reference.
-pub const DENSE: [&str; 22] = [
+pub const DENSE: [&str; 23] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -34,6 +34,7 @@ pub const DENSE: [&str; 22] = [
     "exaone4",
     "exaone4_full",
     "mistral3",
+    "hunyuan_dense",
 ];
 
 /// The tiny mixtures of experts (and DeepSeek's latent attention)

@@ -20,6 +20,7 @@ mod gemma;
 mod glm4;
 mod gpt_oss;
 mod granite;
+mod hunyuan;
 mod llama;
 mod mistral3;
 mod olmo2;
@@ -375,6 +376,7 @@ impl Loader<'_> {
             v,
             biases,
             qk_norm: None,
+            qk_norm_after_rope: false,
             output: self.layer_matrix(i, "attn_output", c.q_dim(), c.hidden as usize)?,
             output_bias: None,
             post_norm: None,
@@ -793,6 +795,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "exaone" => exaone::build(&loader)?,
         "exaone4" => exaone::build_v4(&loader)?,
         "mistral3" => mistral3::build(&loader)?,
+        "hunyuan-dense" => hunyuan::build(&loader)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
     if let Source::Interleaved(file, _) = &loader.source {
