@@ -7,7 +7,7 @@
 //! letters and digits, which [`history`] gives every call of a
 //! conversation.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Deserializer, Value};
 
@@ -89,53 +89,78 @@ fn first_json(text: &str) -> Option<(Value, &str)> {
 /// A conversation as Mistral's templates read it: the calls' arguments as
 /// objects, and every call id (an assistant's `tool_calls[].id`, a tool
 /// message's `tool_call_id`) nine letters and digits, the same id for
-/// the same call; a call without one gets one by its place.
+/// the same call; a call without one gets one by its place. Ids already
+/// of that shape stay, and no new one repeats them.
 pub fn history(messages: impl IntoIterator<Item = Value>) -> Vec<Value> {
-    let mut ids: HashMap<String, String> = HashMap::new();
     let mut out = object_arguments(messages);
+    let mut ids = Renamer::default();
+    for m in &out {
+        let calls = m.get("tool_calls").and_then(Value::as_array);
+        let call_ids = calls.into_iter().flatten().filter_map(|c| c.get("id"));
+        let result_id = m.get("tool_call_id");
+        for id in call_ids.chain(result_id).filter_map(Value::as_str) {
+            if is_mistral_id(id) {
+                ids.taken.insert(id.to_string());
+            }
+        }
+    }
     for m in &mut out {
         if let Some(calls) = m.get_mut("tool_calls").and_then(Value::as_array_mut) {
             for call in calls {
-                let id = nine(call.get("id").and_then(Value::as_str), &mut ids);
+                let id = ids.rename(call.get("id").and_then(Value::as_str));
                 call["id"] = Value::String(id);
             }
         }
         if let Some(id) = m.get("tool_call_id").and_then(Value::as_str) {
-            let id = nine(Some(id), &mut ids);
+            let id = ids.rename(Some(id));
             m["tool_call_id"] = Value::String(id);
         }
     }
     out
 }
 
-/// `id` as Mistral's templates want it: kept where it is already nine
-/// letters and digits, else the one `ids` gave it or a new one.
-fn nine(id: Option<&str>, ids: &mut HashMap<String, String>) -> String {
-    let next = ids.len();
-    match id {
-        Some(id) if is_mistral_id(id) => id.to_string(),
-        Some(id) => ids
-            .entry(id.to_string())
-            .or_insert_with(|| numbered(next))
-            .clone(),
-        None => {
-            let fresh = numbered(next);
-            // Under a key no client id can be (ids are text, not empty).
-            ids.insert(format!("\0{next}"), fresh.clone());
-            fresh
+/// The ids of one conversation: each client id's new one, and every id in
+/// use.
+#[derive(Default)]
+struct Renamer {
+    given: HashMap<String, String>,
+    taken: HashSet<String>,
+}
+
+impl Renamer {
+    /// `id` as Mistral's templates want it: kept where it is already nine
+    /// letters and digits, else the one given it before or a new one
+    /// (`None`, a call without an id: always a new one).
+    fn rename(&mut self, id: Option<&str>) -> String {
+        match id {
+            Some(id) if is_mistral_id(id) => id.to_string(),
+            Some(id) => match self.given.get(id) {
+                Some(new) => new.clone(),
+                None => {
+                    let new = self.fresh();
+                    self.given.insert(id.to_string(), new.clone());
+                    new
+                }
+            },
+            None => self.fresh(),
         }
+    }
+
+    /// The first `cNNNNNNNN` not in use (a finite search: a conversation
+    /// holds far fewer than 10^8 ids).
+    fn fresh(&mut self) -> String {
+        let new = (self.taken.len()..100_000_000)
+            .map(|n| format!("c{n:08}"))
+            .find(|id| !self.taken.contains(id))
+            .unwrap_or_default();
+        self.taken.insert(new.clone());
+        new
     }
 }
 
 /// Whether `id` is already as Mistral's templates want it.
 fn is_mistral_id(id: &str) -> bool {
     id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric())
-}
-
-/// The `n`th id a conversation's renamed calls get: `call` and five
-/// digits, nine characters.
-fn numbered(n: usize) -> String {
-    format!("call{:05}", n % 100_000)
 }
 
 #[cfg(test)]
@@ -259,6 +284,19 @@ mod tests {
         assert_eq!(
             history[0]["tool_calls"][0]["function"]["arguments"],
             json!({})
+        );
+        // A kept id of the new ids' own shape is not given again.
+        let history = super::history(vec![json!({"role": "assistant", "tool_calls": [
+            {"id": "x", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "c00000000", "function": {"name": "g", "arguments": "{}"}},
+            {"id": "c00000001", "function": {"name": "h", "arguments": "{}"}},
+        ]})]);
+        let ids: Vec<&str> = (0..3)
+            .map(|i| history[0]["tool_calls"][i]["id"].as_str().unwrap())
+            .collect();
+        assert!(
+            is_mistral_id(ids[0]) && !ids[1..].contains(&ids[0]),
+            "{ids:?}"
         );
     }
 }
