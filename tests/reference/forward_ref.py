@@ -3,7 +3,7 @@ included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
 `granite`, `granitemoe`, `smollm3`, `olmo2`, `gpt-oss`, `glm4`, `glm4moe`,
 `deepseek2`, `qwen2vl`, `qwen3vl`, `qwen3vlmoe` (their text models),
 `ernie4_5`, `ernie4_5-moe`, `seed_oss`, `olmoe`, `exaone`, `exaone4`,
-`mistral3` or `hunyuan-dense` GGUF model in NumPy (float64), for
+`mistral3`, `hunyuan-dense`, `command-r` or `cohere2` GGUF model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs, synthetic_gguf.rs and
 experts_gguf.rs.
 
@@ -175,6 +175,15 @@ original_context_length)) (attention.temperature_scale).
 hunyuan-dense, from HF's HunYuanDenseV1: the llama layer with NeoX rotary
 and q and k normed per head after it; rope.scaling.alpha, where the file
 has it, multiplies the base by alpha^(head_dim / (head_dim - 2)).
+command-r and cohere2, from HF's CohereDecoderLayer and Cohere2DecoderLayer:
+one LayerNorm without a bias (CohereLayerNorm: x - mean, over the variance
++ layer_norm_epsilon, times the gain) of x feeds both the attention and
+the SwiGLU MLP: x += attn(h) + mlp(h); q and k LayerNormed per head with
+[heads, head_dim] gains where the file has them (Command R+); pairs
+interleaved (rotate_half of even and odd lanes); logits times
+logit_scale. cohere2: local layers (sliding_window_pattern, default 4)
+attend over the window with rotary positions, the others over the whole
+context without.
 
 The norm gains are used as the file stores them (llama.cpp's converter
 stores Gemma's 1 + w). Local layers: attention.sliding_window_pattern, a
@@ -234,7 +243,7 @@ class Model:
                              "granite", "granitemoe", "smollm3", "olmo2", "gpt-oss", "glm4", "glm4moe",
                              "deepseek2", "qwen2vl", "qwen3vl", "qwen3vlmoe", "ernie4_5",
                              "ernie4_5-moe", "seed_oss", "olmoe", "exaone", "exaone4",
-                             "mistral3", "hunyuan-dense"):
+                             "mistral3", "hunyuan-dense", "command-r", "cohere2"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         # GLM-4.5's multi-token-prediction block follows the trunk (HF's
@@ -262,7 +271,10 @@ class Model:
         alpha = float(field(r, f"{a}.rope.scaling.alpha", 0.0))
         if a == "hunyuan-dense" and alpha > 0:
             self.base *= alpha ** (self.head_dim / (self.head_dim - 2))
-        self.eps = float(field(r, f"{a}.attention.layer_norm_rms_epsilon"))
+        # Cohere's norms are LayerNorms, their epsilon named for that.
+        self.cohere = a in ("command-r", "cohere2")
+        eps_key = "layer_norm_epsilon" if self.cohere else "layer_norm_rms_epsilon"
+        self.eps = float(field(r, f"{a}.attention.{eps_key}"))
         self.context = int(field(r, f"{a}.context_length", 0))
         self.orig_context = int(field(r, f"{a}.rope.scaling.original_context_length", self.context))
         self.attn_factor = float(field(r, f"{a}.rope.scaling.attn_factor", 1.0))
@@ -304,10 +316,10 @@ class Model:
         if pattern is not None and pattern.types[0] == GGUFValueType.ARRAY:
             self.local = [bool(pattern.parts[i][0]) for i in pattern.data]
         else:
-            default = 6 if a == "gemma3" else 2
+            default = {"gemma3": 6, "cohere2": 4}.get(a, 2)
             n = int(field(r, f"{a}.attention.sliding_window_pattern", default))
             self.local = [i % n < n - 1 for i in range(self.layers)]
-        windowed = self.gemma or self.oss or a == "exaone4"
+        windowed = self.gemma or self.oss or a in ("exaone4", "cohere2")
         self.local = [windowed and self.window > 0 and l for l in self.local]
         self.attn_cap = float(field(r, f"{a}.attn_logit_softcapping", 0.0))
         self.final_cap = float(field(r, f"{a}.final_logit_softcapping", 0.0))
@@ -372,7 +384,7 @@ class Model:
         cos = self.attn_factor * magnitude * np.cos(angle)[:, None, :]
         sin = self.attn_factor * magnitude * np.sin(angle)[:, None, :]
         if self.arch in ("llama", "granite", "granitemoe", "smollm3", "glm4", "deepseek2", "ernie4_5",
-                         "ernie4_5-moe", "mistral3"):
+                         "ernie4_5-moe", "mistral3", "command-r", "cohere2"):
             a, b = x[:, :, 0:n:2].copy(), x[:, :, 1:n:2].copy()
             x[:, :, 0:n:2] = a * cos - b * sin
             x[:, :, 1:n:2] = a * sin + b * cos
@@ -536,6 +548,9 @@ class Model:
         return out
 
     def norm(self, x, gain):
+        if self.cohere:
+            # CohereLayerNorm: the mean taken off, no bias.
+            x = x - np.mean(x, axis=-1, keepdims=True)
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * gain
 
     def forward(self, tokens, last_only=False, tail=0, cache=None):
@@ -589,12 +604,14 @@ class Model:
             q = q.reshape(t, self.heads, d)
             k = k.reshape(t, self.kv_heads, d)
             v = v.reshape(t, self.kv_heads, d)
-            if self.arch in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "gemma3", "exaone4") or p + "attn_q_norm.weight" in w and self.arch == "glm4moe":
+            if self.arch in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "gemma3", "exaone4") or p + "attn_q_norm.weight" in w and self.arch in ("glm4moe", "command-r"):
+                # Command R+'s gains are [heads, head_dim]: each head its own.
                 q = self.norm(q, w[p + "attn_q_norm.weight"])
                 k = self.norm(k, w[p + "attn_k_norm.weight"])
             # EXAONE 4's hybrid models: no rotary on the global layers
             # (HF's "global NoPE").
-            nope = self.arch == "exaone4" and any(self.local) and not local
+            # Command R7B's: none on its full-attention layers.
+            nope = (self.arch == "exaone4" and any(self.local) or self.arch == "cohere2") and not local
             if not (self.arch == "smollm3" and (i + 1) % 4 == 0) and not nope:
                 # Only Gemma 3's local layers rotate differently.
                 self.rope(q, positions, local and self.gemma)
@@ -639,7 +656,10 @@ class Model:
             x = x + o
             ffn_norm = ("post_attention_norm.weight" if self.oss or self.arch in ("glm4moe", "seed_oss")
                         else "ffn_norm.weight")
-            h = x if olmo2 else self.norm(x, w[p + ffn_norm])
+            # Cohere's parallel layer: the MLP reads the attention's normed
+            # rows (CohereDecoderLayer adds both blocks to the residual).
+            if not self.cohere:
+                h = x if olmo2 else self.norm(x, w[p + ffn_norm])
             if self.experts > 0 and i >= self.dense_lead and (i + 1) % self.moe_step == 0:
                 f = self.mixture(p, h)
                 x = x + (f * self.residual_scale if self.granite else f)
@@ -670,6 +690,8 @@ class Model:
         logits = self.norm(x, w["output_norm.weight"]) @ self.head.T
         if self.granite:
             logits = logits / self.logit_scale
+        if self.cohere:
+            logits = logits * self.logit_scale
         if self.final_cap > 0:
             logits = self.final_cap * np.tanh(logits / self.final_cap)
         return logits

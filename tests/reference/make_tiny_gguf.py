@@ -210,7 +210,8 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
     (a count of None: no expert_count key); shared: a shared expert's
     width (0: none), shared_gate: with ffn_gate_inp_shexp;
     qk_norm: per-layer attn_q_norm / attn_k_norm gains [HEAD_DIM] (or,
-    "full", over every head: [heads * HEAD_DIM] and [kv_heads * HEAD_DIM]);
+    "full", over every head: [heads * HEAD_DIM] and [kv_heads * HEAD_DIM];
+    "heads", a row per head: [heads, HEAD_DIM] and [kv_heads, HEAD_DIM]);
     layers: how many (their types repeat every two); width_keys: the
     experts' and shared expert's widths written as metadata (else left to
     the loader's defaults);
@@ -227,7 +228,10 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
     w.add_head_count_kv(kv_heads)
     if eps is None:
         eps = 1e-5 if arch == "llama" else 1e-6
-    w.add_layer_norm_rms_eps(eps)
+    if arch in ("command-r", "cohere2"):
+        w.add_layer_norm_eps(eps)  # Cohere's LayerNorms
+    else:
+        w.add_layer_norm_rms_eps(eps)
     if base is None:
         base = 10000.0 if arch == "llama" else 1000000.0
     w.add_rope_freq_base(base)
@@ -297,6 +301,11 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
             tensors += [
                 (p + "attn_q_norm.weight", gain(q), Q.F32),
                 (p + "attn_k_norm.weight", gain(kv), Q.F32),
+            ]
+        elif qk_norm == "heads":
+            tensors += [
+                (p + "attn_q_norm.weight", gain(q).reshape(heads, HEAD_DIM), Q.F32),
+                (p + "attn_k_norm.weight", gain(kv).reshape(kv_heads, HEAD_DIM), Q.F32),
             ]
         elif qk_norm:
             tensors += [
@@ -729,6 +738,7 @@ def main() -> None:
     write(out / "hunyuan_dense.gguf", "hunyuan-dense", 4, 2, biases=False, tied=True,
           key_length=True, qk_norm=True, qk_scale=4.0, base=10000.0, types=QWEN3_TYPES,
           meta=lambda w: w.add_float32("hunyuan-dense.rope.scaling.alpha", 3.0))
+    write_cohere_files(out)
 
 def write_deepseek2(path, *, q_rank, legacy, yarn, router, types):
     """A `deepseek2` file: 4 heads of latent attention (a 512-wide latent
@@ -901,6 +911,26 @@ def write_vl_and_ernie_files(out):
     write(out / "ernie4_5_moe.gguf", "ernie4_5-moe", 4, 2, biases=False, tied=False,
           base=500000.0, types=QWEN3MOE_TYPES, experts=(count, 3, 128, set(range(layers))),
           shared=128, shared_gate=False, layers=layers, meta=ernie_moe, skip=skip, extra=extra)
+
+
+def write_cohere_files(out):
+    """Cohere's parallel layers, one LayerNorm before both blocks (no
+    ffn_norm), the logits times logit_scale (0.3, not a power of two):
+    command_r.gguf (Command R+'s shape: q and k LayerNormed per head, each
+    head by gains of its own) and cohere2.gguf (Command R7B's: four layers,
+    a 5-token window with rotary positions on the first three, the fourth
+    over the whole context without; the default pattern)."""
+    def cohere(arch, window=0):
+        def meta(w):
+            w.add_float32(f"{arch}.logit_scale", 0.3)
+            if window:
+                w.add_sliding_window(window)
+        return meta
+    ffn_norms = {f"blk.{i}.ffn_norm.weight" for i in range(4)}
+    write(out / "command_r.gguf", "command-r", 4, 2, biases=False, tied=True, qk_norm="heads",
+          qk_scale=4.0, base=8000000.0, types=QWEN3_TYPES, skip=ffn_norms, meta=cohere("command-r"))
+    write(out / "cohere2.gguf", "cohere2", 4, 2, biases=False, tied=True, base=50000.0,
+          types=LLAMA_TYPES, skip=ffn_norms, layers=4, meta=cohere("cohere2", 5))
 
 
 # GLM-4's fused ffn_up rows are 256 wide: any type; its q/k take K-quants

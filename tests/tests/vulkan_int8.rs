@@ -94,6 +94,7 @@ fn norm_and_gated_unit_round_the_rows_their_8_bit_products_read() {
             y: n,
             y_stride: cols as u32,
             eps: 1e-5,
+            centered: false,
         },
         product(n, y1),
         Op::Glu {

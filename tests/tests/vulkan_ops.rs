@@ -214,11 +214,15 @@ fn norm_rope_swiglu_add_and_argmax_match_plain_references() {
     let x: Vec<f32> = (0..batch * cols).map(|_| rng.value()).collect();
     let positions = [5u32, 0, 39];
 
-    // Rotary in both pair orders, gating with both activations.
-    for (interleaved, activation) in [
-        (false, GluActivation::Silu),
-        (true, GluActivation::GeluTanh),
+    // Rotary in both pair orders, gating with both activations, RMSNorm
+    // and LayerNorm.
+    for (interleaved, activation, centered) in [
+        (false, GluActivation::Silu, false),
+        (true, GluActivation::GeluTanh, true),
     ] {
+        // Rows off zero on average, so that taking the mean off matters.
+        let offset = if centered { 0.75 } else { 0.0 };
+        let x: Vec<f32> = x.iter().map(|v| v + offset).collect();
         // act: x | normed | up | product
         let mut act = x.clone();
         act.extend((0..batch * cols).map(|_| 0.0));
@@ -238,6 +242,7 @@ fn norm_rope_swiglu_add_and_argmax_match_plain_references() {
                 y: n,
                 y_stride: cols as u32,
                 eps: 1e-5,
+                centered,
             },
             Op::Rope {
                 cos: cos_at,
@@ -288,12 +293,14 @@ fn norm_rope_swiglu_add_and_argmax_match_plain_references() {
                 .iter()
                 .map(|&v| f64::from(v))
                 .collect();
-            let ms = xb.iter().map(|v| v * v).sum::<f64>() / cols as f64;
+            let mean = xb.iter().sum::<f64>() / cols as f64;
+            let shift = if centered { mean } else { 0.0 };
+            let ms = xb.iter().map(|v| (v - shift).powi(2)).sum::<f64>() / cols as f64;
             let inv = 1.0 / (ms + 1e-5f64).sqrt();
             let mut h: Vec<f64> = xb
                 .iter()
                 .zip(&gains)
-                .map(|(v, &g)| v * inv * f64::from(g))
+                .map(|(v, &g)| (v - shift) * inv * f64::from(g))
                 .collect();
             let p = positions[b] as usize;
             for head in 0..heads {
@@ -399,6 +406,7 @@ fn norm_and_argmax_cover_long_rows() {
                 y: n,
                 y_stride: cols as u32,
                 eps: 1e-6,
+                centered: false,
             },
             Op::Argmax {
                 cols: cols as u32,
@@ -550,6 +558,7 @@ fn matmul_refuses_mismatched_operands_and_unsupported_types() {
         y: 0,
         y_stride: 4,
         eps: 1e-5,
+        centered: false,
     };
     assert!(matches!(
         err(backend

@@ -253,6 +253,7 @@ impl Layout {
                 y: self.h(),
                 y_stride: hid,
                 eps: EPS,
+                centered: false,
             }),
             matmul(b.at[0], q_row, hid, self.h(), self.q(), q_row),
             matmul(b.at[1], kv_row, hid, self.h(), self.kv(), 2 * kv_row),

@@ -95,7 +95,8 @@ pub enum Op {
         scale: f32,
     },
     /// `y[b] = x[b] / sqrt(mean(x[b]²) + eps) · g`, the gains `g` as `cols`
-    /// f32 from byte `gains` (4-byte aligned).
+    /// f32 from byte `gains` (4-byte aligned); `centered`, LayerNorm
+    /// without a bias: `(x[b] − mean) / sqrt(var + eps) · g` (Cohere's).
     RmsNorm {
         /// First byte of the gains.
         gains: u64,
@@ -111,8 +112,10 @@ pub enum Op {
         y: u32,
         /// Elements between output rows.
         y_stride: u32,
-        /// Added to the mean square.
+        /// Added to the mean square (the variance where `centered`).
         eps: f32,
+        /// Whether each row's mean is taken off first.
+        centered: bool,
     },
     /// Rotary embedding in place over `batch` rows of `heads` heads of
     /// `head_dim`: the first `2 · half` elements of each head rotate by the
@@ -445,6 +448,7 @@ impl Op {
                 y,
                 y_stride,
                 eps,
+                centered,
             } => {
                 if gains % 4 != 0 {
                     return Err(shape(format!(
@@ -468,6 +472,7 @@ impl Op {
                     y_offset: y,
                     y_stride,
                     eps,
+                    aux0: u32::from(centered),
                     ..base
                 };
                 Ok((Kernel::RmsNorm, params, batch.clamp(1, MAX_GROUPS)))

@@ -178,7 +178,8 @@ pub(crate) struct RunArgs {
     /// Mixtral included, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma2,
     /// gemma3, granite, granitemoe, smollm3, olmo2, gpt-oss, glm4, glm4moe,
     /// deepseek2, the Qwen-VL text models, ernie4_5, ernie4_5-moe,
-    /// seed_oss, olmoe, exaone, exaone4, mistral3, hunyuan-dense).
+    /// seed_oss, olmoe, exaone, exaone4, mistral3, hunyuan-dense,
+    /// command-r, cohere2).
     #[arg(long, value_name = "FILE.gguf")]
     pub(crate) model: PathBuf,
     #[command(flatten)]

@@ -2,7 +2,7 @@
 //! of the tiny models make_tiny_gguf.py writes (bytes of their
 //! `{arch}.*` metadata values flipped, zeroed or saturated: expert counts and
 //! widths, Granite's multipliers, YaRN's parameters, windows, soft caps,
-//! rotary bases, latent ranks, expert groups) go through the loader, and every model that loads runs a
+//! rotary bases, latent ranks, expert groups, logit scales) go through the loader, and every model that loads runs a
 //! short prompt through the paged forward pass. None may panic: each load
 //! builds a model or returns its typed error, and a model that loads runs.
 
@@ -16,7 +16,7 @@ use pagoda_engine::model::Model;
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 20] = [
+const FILES: [&str; 22] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -37,6 +37,8 @@ const FILES: [&str; 20] = [
     "exaone4",
     "mistral3",
     "hunyuan_dense",
+    "command_r",
+    "cohere2",
 ];
 
 /// Mutants of each file.

@@ -33,7 +33,7 @@ use pagoda_engine::model::{
 use support::tiny::{self, loaders, prompts, repacks, Loader};
 
 /// The tiny models this file checks against the reference.
-const REFERENCE: [&str; 23] = tiny::DENSE;
+const REFERENCE: [&str; 25] = tiny::DENSE;
 
 fn fixtures() -> Option<&'static PathBuf> {
     tiny::fixtures(&REFERENCE)
@@ -398,6 +398,20 @@ fn mistral3_with_yarn_s_mscale_ratio_and_the_attention_temperature_matches_the_r
 fn hunyuan_dense_with_qk_norm_after_the_rotary_and_ntk_alpha_matches_the_reference() {
     if let Some(c) = agrees_with_reference("hunyuan_dense") {
         assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
+    }
+}
+
+#[test]
+fn command_r_and_cohere2_with_parallel_layers_and_layer_norms_match_the_reference() {
+    // Command R+'s shape: one LayerNorm before both blocks, q and k
+    // LayerNormed per head by gains of their own, logits times 0.3.
+    if let Some(c) = agrees_with_reference("command_r") {
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, 2, 64));
+    }
+    // Command R7B's: the 40-token prompt crosses the 5-token window of
+    // layers 0-2; layer 3 attends over all of it unrotated.
+    if let Some(c) = agrees_with_reference("cohere2") {
+        assert_eq!((c.layers, c.q_heads, c.kv_heads), (4, 4, 2));
     }
 }
 

@@ -33,6 +33,8 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "exaone4",
     "mistral3",
     "hunyuan-dense",
+    "command-r",
+    "cohere2",
 ];
 
 /// The widest row (hidden size, MLP width, all query heads) a model may
@@ -63,7 +65,8 @@ pub struct ModelConfig {
     pub ffn: u32,
     /// Base of the rotary position embedding.
     pub rope_theta: f32,
-    /// RMSNorm epsilon.
+    /// The norms' epsilon (RMSNorm's, or LayerNorm's where the program's
+    /// norms are).
     pub rms_eps: f32,
     /// Longest sequence (prompt plus output) the model serves.
     pub max_context: u32,

@@ -189,6 +189,7 @@ impl Model {
                 biases: biases(),
                 qk_norm: None,
                 qk_norm_after_rope: false,
+                qk_norm_per_head: false,
                 output: matrix(q, h)?,
                 output_bias: None,
                 post_norm: None,

@@ -150,15 +150,21 @@ impl ModelConfig {
         }
         let rope_dim = uint(g, &key("rope.dimension_count"))?.unwrap_or(head_dim);
         let rope_theta = float(g, &key("rope.freq_base"))?.unwrap_or(10_000.0);
+        // The LayerNorm architectures (Cohere's) name their epsilon
+        // without "rms".
         let rms_key = key("attention.layer_norm_rms_epsilon");
-        let rms_eps = float(g, &rms_key)?.ok_or_else(|| {
-            meta(
-                &rms_key,
-                GgufError::MissingKey {
-                    key: pagoda_core::gguf::Name::new(rms_key.as_bytes()),
-                },
-            )
-        })?;
+        let layer_key = key("attention.layer_norm_epsilon");
+        let rms_eps = match float(g, &rms_key)? {
+            Some(eps) => eps,
+            None => float(g, &layer_key)?.ok_or_else(|| {
+                meta(
+                    &rms_key,
+                    GgufError::MissingKey {
+                        key: pagoda_core::gguf::Name::new(rms_key.as_bytes()),
+                    },
+                )
+            })?,
+        };
         let max_context = required_uint(g, &key("context_length"))?;
         let embed = g
             .tensor("token_embd.weight")

@@ -142,6 +142,17 @@ impl Gating {
     pub(crate) const OAI_ALPHA: f32 = 1.702;
 }
 
+/// How a program's norms normalize a row before its gains scale it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NormKind {
+    /// `x / sqrt(mean(x²) + eps)` (RMSNorm; every architecture but
+    /// Cohere's).
+    Rms,
+    /// `(x − mean(x)) / sqrt(var(x) + eps)`: LayerNorm without a bias
+    /// (Cohere's Command-R and Command R7B).
+    Layer,
+}
+
 /// How one layer's attention reads the cache.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Attend {
@@ -171,8 +182,10 @@ impl Attend {
 /// One operation of a layer.
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
-    /// `dst = rmsnorm(src) × gain`, over whole rows, or with `per_head`
-    /// over each head of that many values (QK-norm; `gain` is one head).
+    /// `dst = norm(src) × gain` (the program's [`NormKind`]), over whole
+    /// rows, or with `per_head` over each head of that many values
+    /// (QK-norm; `gain` is one head, or one head's after another: each
+    /// head its own).
     Norm {
         src: Buf,
         dst: Buf,
@@ -334,14 +347,17 @@ pub(crate) struct Program {
     pub embed_scale: f32,
     /// Each layer's operations.
     pub layers: Vec<Vec<Op>>,
-    /// Final RMS norm gain.
+    /// Final norm gain.
     pub final_norm: Vec<f32>,
+    /// How every [`Op::Norm`] and the final norm normalize their rows.
+    pub norm: NormKind,
     /// Output head, `vocab` rows of `hidden` (the embedding when tied).
     pub head: Matrix,
     /// Soft cap of the logits, `cap × tanh(logit / cap)`; 0 for none.
     pub head_softcap: f32,
-    /// Divisor of the logits (Granite's `logit_scale`; 1 elsewhere).
-    pub logit_scale: f32,
+    /// Factor on the logits (Cohere's `logit_scale`, the inverse of
+    /// Granite's; 1 elsewhere).
+    pub logit_factor: f32,
     /// Factor on each block's output before it joins the residual stream
     /// (Granite's `residual_scale`; 1 elsewhere).
     pub residual_scale: f32,
@@ -367,9 +383,10 @@ impl Program {
             embed_scale: 1.0,
             layers,
             final_norm,
+            norm: NormKind::Rms,
             head,
             head_softcap: 0.0,
-            logit_scale: 1.0,
+            logit_factor: 1.0,
             residual_scale: 1.0,
             ropes,
             latent: None,
@@ -410,14 +427,14 @@ impl Program {
         layers.chain(std::iter::once(self.final_norm.as_slice()))
     }
 
-    /// Divides the head's logits by the logit scale and soft-caps them in
-    /// place where the program says (Granite; `cap × tanh(logit / cap)`,
-    /// Gemma 2). Every backend applies it to the logits it hands back: it
-    /// keeps their order, so an argmax needs none.
+    /// Scales the head's logits by the logit factor and soft-caps them in
+    /// place where the program says (Granite, Cohere; `cap × tanh(logit /
+    /// cap)`, Gemma 2). Every backend applies it to the logits it hands
+    /// back: it keeps their order, so an argmax needs none.
     pub(crate) fn cap_logits(&self, logits: &mut [f32]) {
-        if self.logit_scale != 1.0 {
-            let inverse = 1.0 / self.logit_scale;
-            logits.iter_mut().for_each(|v| *v *= inverse);
+        if self.logit_factor != 1.0 {
+            let factor = self.logit_factor;
+            logits.iter_mut().for_each(|v| *v *= factor);
         }
         let cap = self.head_softcap;
         if cap > 0.0 {
@@ -489,13 +506,17 @@ pub(crate) struct AttentionBlock {
     pub v: Matrix,
     /// Query, key and value biases (qwen2).
     pub biases: [Option<Vec<f32>>; 3],
-    /// RMS norm gains of q and k: `head_dim` long, each head normed on
+    /// Norm gains of q and k: `head_dim` long, each head normed on
     /// its own (qwen3, gemma3); else as wide as all of q's or k's heads,
     /// normed together (olmoe).
     pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     /// Whether q and k are normed after their rotary (Hunyuan's) rather
     /// than before it.
     pub qk_norm_after_rope: bool,
+    /// Whether gains as wide as all the heads still norm each head on its
+    /// own, each by its own `head_dim` of them (Command R+'s) rather than
+    /// all of them together.
+    pub qk_norm_per_head: bool,
     pub output: Matrix,
     /// The output product's bias (gpt-oss).
     pub output_bias: Option<Vec<f32>>,
@@ -547,7 +568,8 @@ pub(crate) fn attention_block(
         .into_iter()
         .flat_map(|(qn, kn)| {
             [(Buf::Q, qn), (Buf::K, kn)].map(|(buf, gain)| {
-                let per_head = (gain.len() == c.head_dim as usize).then_some(c.head_dim);
+                let per_head =
+                    (a.qk_norm_per_head || gain.len() == c.head_dim as usize).then_some(c.head_dim);
                 Op::Norm {
                     src: buf,
                     dst: buf,
@@ -618,6 +640,14 @@ pub(crate) fn mlp_block(ops: &mut Vec<Op>, norm: Vec<f32>, m: MlpBlock) {
         gain: norm,
         per_head: None,
     });
+    mlp(ops, m);
+}
+
+/// Pushes the [`MlpBlock`] of the rows [`Buf::H`] holds and its residual
+/// add onto `ops`, with no norm before it: after an [`attention_block`],
+/// which leaves `H` as its norm wrote it, a parallel layer's MLP (Cohere's:
+/// both blocks of one normed row, added together).
+pub(crate) fn mlp(ops: &mut Vec<Op>, m: MlpBlock) {
     ops.push(Op::Linear {
         src: Buf::H,
         projs: vec![

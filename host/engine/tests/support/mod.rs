@@ -22,7 +22,7 @@ pub mod tiny;
 /// The tiny models make_tiny_gguf.py writes that every backend must run
 /// as the NumPy reference does (`{name}.gguf`): one per architecture and
 /// per feature of one (Llama 3 scaling, YaRN).
-pub const TINY_MODELS: [&str; 32] = [
+pub const TINY_MODELS: [&str; 34] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -55,6 +55,8 @@ pub const TINY_MODELS: [&str; 32] = [
     "exaone4_full",
     "mistral3",
     "hunyuan_dense",
+    "command_r",
+    "cohere2",
 ];
 
 /// A scratch folder named `name` holding every file make_tiny_gguf.py

@@ -11,7 +11,7 @@ use pagoda_cpu::Isa;
 use pagoda_engine::model::{ActPrecision, Holding, LoadError, Model, ModelConfig, ModelFile};
 
 /// The dense tiny models synthetic_gguf.rs checks against the reference.
-pub const DENSE: [&str; 23] = [
+pub const DENSE: [&str; 25] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -35,6 +35,8 @@ pub const DENSE: [&str; 23] = [
     "exaone4_full",
     "mistral3",
     "hunyuan_dense",
+    "command_r",
+    "cohere2",
 ];
 
 /// The tiny mixtures of experts (and DeepSeek's latent attention)

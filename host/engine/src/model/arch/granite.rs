@@ -70,6 +70,6 @@ pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError>
     })?;
     program.embed_scale = embed_scale;
     program.residual_scale = residual_scale;
-    program.logit_scale = logit_scale;
+    program.logit_factor = 1.0 / logit_scale;
     Ok(program)
 }

@@ -14,6 +14,7 @@
 //! (`tests/reference/forward_ref.py`) and a tiny file in
 //! `make_tiny_gguf.py`; `docs/ARCHITECTURE.md` walks through it.
 
+mod cohere;
 mod deepseek2;
 mod ernie4_5;
 mod exaone;
@@ -222,16 +223,30 @@ impl Loader<'_> {
     /// Vector `name` of `len` values, in f32.
     pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, LoadError> {
         let values = dequant::vector(self.g, name, len)?;
+        self.release_vector(name);
+        Ok(values)
+    }
+
+    /// Layer `i`'s gains `blk.{i}.{name}`, a `head_dim` row for each of
+    /// `heads` heads (GGUF dimensions `[head_dim, heads]`), head after head.
+    pub fn layer_head_gains(&self, i: u32, name: &str, heads: u32) -> Result<Vec<f32>, LoadError> {
+        let name = format!("blk.{i}.{name}");
+        let dims = [u64::from(self.config.head_dim), u64::from(heads)];
+        let values = dequant::stacked(self.g, &name, &dims)?;
+        self.release_vector(&name);
+        Ok(values)
+    }
+
+    /// Lets go of vector `name`'s pages of the map where the matrices are
+    /// copied out: reading it mapped its page's whole page-cache folio (up
+    /// to 2 MiB, mostly matrices already copied), or a 1B file's norms hold
+    /// 61 MiB at the end of the load, its peak.
+    fn release_vector(&self, name: &str) {
         if let Source::Interleaved(file, _) = &self.source {
-            // Reading the vector mapped its page's whole page-cache folio
-            // (up to 2 MiB, mostly matrices already copied): let it go now,
-            // or a 1B file's norms hold 61 MiB at the end of the load, its
-            // peak.
             if let Some(range) = self.g.tensor(name).and_then(|t| map_range(file, t.data())) {
                 file.release(range);
             }
         }
-        Ok(values)
     }
 
     /// Layer `i`'s vector `blk.{i}.{name}`.
@@ -379,6 +394,7 @@ impl Loader<'_> {
             biases,
             qk_norm: None,
             qk_norm_after_rope: false,
+            qk_norm_per_head: false,
             output: self.layer_matrix(i, "attn_output", c.q_dim(), c.hidden as usize)?,
             output_bias: None,
             post_norm: None,
@@ -633,6 +649,8 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "exaone4" => exaone::build_v4(&loader)?,
         "mistral3" => mistral3::build(&loader)?,
         "hunyuan-dense" => hunyuan::build(&loader)?,
+        "command-r" => cohere::build(&loader, false)?,
+        "cohere2" => cohere::build(&loader, true)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
     if let Source::Interleaved(file, _) = &loader.source {

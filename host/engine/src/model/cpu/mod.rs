@@ -26,14 +26,16 @@ use pagoda_cpu::{
 use super::config::{ModelConfig, ModelError};
 use super::input::{ForwardError, StepInput};
 use super::precision::ActPrecision;
-use super::program::{Buf, Experts, Gating, Op, Program, Proj};
+use super::program::{Buf, Experts, Gating, NormKind, Op, Program, Proj};
 use super::rope::StepAngles;
 use super::tensors::Matrix;
 
 mod experts;
+mod norm;
 mod spans;
 
 use experts::{mixture, Routing};
+use norm::{normalize, normalize_in_place, Gains};
 
 fn index(b: Buf) -> usize {
     b as usize
@@ -206,7 +208,9 @@ impl Run<'_> {
                         dst,
                         gain,
                         per_head,
-                    } => self.norm(*src, *dst, gain, *per_head).map_err(model)?,
+                    } => self
+                        .norm(program.norm, *src, *dst, gain, *per_head)
+                        .map_err(model)?,
                     Op::Linear { src, projs } => self.linear(*src, projs).map_err(model)?,
                     Op::Rope {
                         buf,
@@ -308,13 +312,14 @@ impl Run<'_> {
             let start = r as usize * hidden;
             row.copy_from_slice(&x[start..start + hidden]);
         }
-        rms_norm(
+        normalize(
             self.team,
+            program.norm,
             &act.rows,
             &mut act.last,
             s,
             hidden,
-            &program.final_norm,
+            Gains::new(&program.final_norm, hidden),
             self.c.rms_eps,
         )?;
         let vocab = self.c.vocab as usize;
@@ -343,9 +348,10 @@ impl Run<'_> {
         result
     }
 
-    /// `dst = rmsnorm(src) × gain`, over rows or each head of them.
+    /// `dst = norm(src) × gain`, over rows or each head of them.
     fn norm(
         &mut self,
+        kind: NormKind,
         src: Buf,
         dst: Buf,
         gain: &[f32],
@@ -357,16 +363,21 @@ impl Run<'_> {
             Some(d) => (d as usize, self.t * src_width / d as usize),
             None => (src_width, self.t),
         };
+        let gains = Gains::new(gain, width);
         let bufs = &mut self.act.bufs;
         if src == dst {
-            let x = &mut bufs[index(src)][..rows * width];
-            for row in x.chunks_exact_mut(width) {
-                rms_norm_in_place(row, gain, eps);
-            }
+            normalize_in_place(
+                kind,
+                &mut bufs[index(src)][..rows * width],
+                width,
+                gains,
+                eps,
+            );
             return Ok(());
         }
         let x = std::mem::take(&mut bufs[index(src)]);
-        let result = rms_norm(self.team, &x, &mut bufs[index(dst)], rows, width, gain, eps);
+        let out = &mut bufs[index(dst)];
+        let result = normalize(self.team, kind, &x, out, rows, width, gains, eps);
         bufs[index(src)] = x;
         result
     }
@@ -618,64 +629,6 @@ fn general_on_team(
 fn grow(buf: &mut Vec<f32>, len: usize) {
     if buf.len() < len {
         buf.resize(len, 0.0);
-    }
-}
-
-/// `out`'s first `rows` rows of `width` = `x`'s RMS-normed by `gain`
-/// ([`rms_norm_row`]), one row per piece on the team from two rows (a
-/// single row is not worth a hand-off).
-fn rms_norm(
-    team: &mut Team,
-    x: &[f32],
-    out: &mut Vec<f32>,
-    rows: usize,
-    width: usize,
-    gain: &[f32],
-    eps: f32,
-) -> Result<(), ModelError> {
-    grow(out, rows * width);
-    let out = &mut out[..rows * width];
-    if rows < 2 {
-        for (src, dst) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
-            rms_norm_row(src, dst, gain, eps);
-        }
-        return Ok(());
-    }
-    team.for_each_chunk(out, width, &|i, dst| {
-        rms_norm_row(&x[i * width..(i + 1) * width], dst, gain, eps)
-    })
-    .map_err(|e| ModelError::Kernel(QMatError::Team(e)))
-}
-
-/// `1 / rms(src)`, the squares summed in eight running lanes, which the
-/// compiler keeps in vector registers (one running sum is a chain of
-/// dependent adds).
-fn inverse_rms(src: &[f32], eps: f32) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let eights = src.chunks_exact(8);
-    let rest: f32 = eights.remainder().iter().map(|v| v * v).sum();
-    for c in eights {
-        for (l, v) in lanes.iter_mut().zip(c) {
-            *l += v * v;
-        }
-    }
-    let mean_square = (lanes.iter().sum::<f32>() + rest) / src.len() as f32;
-    1.0 / (mean_square + eps).sqrt()
-}
-
-/// One row of [`rms_norm`]: `dst = src / rms(src) × gain`.
-fn rms_norm_row(src: &[f32], dst: &mut [f32], gain: &[f32], eps: f32) {
-    let inv = inverse_rms(src, eps);
-    for ((d, s), g) in dst.iter_mut().zip(src).zip(gain) {
-        *d = s * inv * g;
-    }
-}
-
-/// [`rms_norm_row`] in place (a head of q or k).
-fn rms_norm_in_place(row: &mut [f32], gain: &[f32], eps: f32) {
-    let inv = inverse_rms(row, eps);
-    for (v, g) in row.iter_mut().zip(gain) {
-        *v *= inv * g;
     }
 }
 

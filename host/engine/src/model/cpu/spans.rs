@@ -8,7 +8,8 @@
 use super::super::config::ModelError;
 use super::super::program::Span;
 use super::super::tensors::Matrix;
-use super::{grow, index, project, rms_norm_in_place, Run};
+use super::norm::rms_norm_in_place;
+use super::{grow, index, project, Run};
 
 impl Run<'_> {
     /// Where the spans of `span` lie in its buffer: head `i` (row by row,

@@ -14,7 +14,7 @@ use pagoda_vulkan::{GluActivation, Op as DeviceOp, StepOp, VulkanError};
 
 use super::super::config::ModelConfig;
 use super::super::input::StepInput;
-use super::super::program::{Buf, Gating, Op, Program};
+use super::super::program::{Buf, Gating, NormKind, Op, Program};
 use super::image::{Image, Placed, Placement};
 
 /// A step's ops and buffers.
@@ -137,16 +137,17 @@ fn add(cols: u32, batch: u32, x: u32, x_stride: u32, y: u32, y_stride: u32) -> S
     })
 }
 
-fn norm(gains: u64, cols: u32, batch: u32, x: u32, y: u32, eps: f32) -> StepOp {
+fn norm(gains: u64, cols: u32, x: u32, y: u32, eps: f32, centered: bool) -> StepOp {
     StepOp::Op(DeviceOp::RmsNorm {
         gains,
         cols,
-        batch,
+        batch: 1,
         x,
         x_stride: cols,
         y,
         y_stride: cols,
         eps,
+        centered,
     })
 }
 
@@ -174,6 +175,7 @@ pub(crate) fn build(
             VulkanError::Unsupported(format!("a step of {t} tokens needs over 2^32 activations"))
         })?;
     let hidden = c.hidden;
+    let centered = program.norm == NormKind::Layer;
     let mut ops = vec![StepOp::Op(DeviceOp::Embed {
         kind: image.embed.kind,
         weights: image.embed.at,
@@ -195,7 +197,8 @@ pub(crate) fn build(
                 i += 2;
                 continue;
             }
-            lower(&mut ops, &layer_ops[i], &placed[i], layer, &r, image, c, t)?;
+            let at = Lowering { layer, centered, t };
+            lower(&mut ops, &layer_ops[i], &placed[i], &at, &r, image, c)?;
             i += 1;
         }
     }
@@ -204,10 +207,10 @@ pub(crate) fn build(
         ops.push(norm(
             image.final_norm,
             hidden,
-            1,
             r.x + row * hidden,
             r.last + i * hidden,
             c.rms_eps,
+            centered,
         ));
     }
     if samples > 0 {
@@ -271,67 +274,72 @@ fn fused_residual(
     Some(matmul(m, t, x, r.x, c.hidden, true))
 }
 
+/// Where a program op is lowered: its layer, the step's rows, and whether
+/// the program's norms take each row's mean off (LayerNorm).
+#[derive(Clone, Copy)]
+struct Lowering {
+    layer: u32,
+    centered: bool,
+    t: u32,
+}
+
 /// The step ops of one program op.
-#[allow(clippy::too_many_arguments)]
 fn lower(
     ops: &mut Vec<StepOp>,
     op: &Op,
     placement: &Placement,
-    layer: u32,
+    at: &Lowering,
     r: &Regions,
     image: &Image,
     c: &ModelConfig,
-    t: u32,
 ) -> Result<(), VulkanError> {
+    let Lowering { layer, centered, t } = *at;
     let misplaced =
         || VulkanError::Unsupported("the weight image does not match the program".into());
     match (op, placement) {
         (
             Op::Norm {
-                src, dst, per_head, ..
+                src,
+                dst,
+                per_head,
+                gain,
             },
             Placement::Gains(gains),
         ) => {
             let ((x, x_stride), (y, y_stride)) = (r.of(*src, c), r.of(*dst, c));
             let width = src.width(c, None) as u32;
-            match per_head {
-                None => ops.push(StepOp::Op(DeviceOp::RmsNorm {
-                    gains: *gains,
-                    cols: width,
-                    batch: t,
+            let norm = |gains, cols, batch, x, x_stride, y, y_stride| {
+                StepOp::Op(DeviceOp::RmsNorm {
+                    gains,
+                    cols,
+                    batch,
                     x,
                     x_stride,
                     y,
                     y_stride,
                     eps: c.rms_eps,
-                })),
-                // Contiguous heads: one norm over every head of every row.
-                Some(d) if x_stride == width && y_stride == width => {
-                    ops.push(StepOp::Op(DeviceOp::RmsNorm {
-                        gains: *gains,
-                        cols: *d,
-                        batch: t * (width / d),
-                        x,
-                        x_stride: *d,
-                        y,
-                        y_stride: *d,
-                        eps: c.rms_eps,
-                    }))
+                    centered,
+                })
+            };
+            match per_head {
+                None => ops.push(norm(*gains, width, t, x, x_stride, y, y_stride)),
+                // Contiguous heads sharing one head's gains: one norm over
+                // every head of every row.
+                Some(d) if x_stride == width && y_stride == width && gain.len() == *d as usize => {
+                    ops.push(norm(*gains, *d, t * (width / d), x, *d, y, *d))
                 }
-                // Heads of rows spaced apart (keys beside values): one norm
-                // per head position.
+                // Heads of rows spaced apart (keys beside values), or each
+                // head with gains of its own (Command R+): one norm per
+                // head position.
                 Some(d) => {
+                    let own = gain.len() > *d as usize;
                     for h in 0..width / d {
-                        ops.push(StepOp::Op(DeviceOp::RmsNorm {
-                            gains: *gains,
-                            cols: *d,
-                            batch: t,
-                            x: x + h * d,
-                            x_stride,
-                            y: y + h * d,
-                            y_stride,
-                            eps: c.rms_eps,
-                        }));
+                        let at = if own {
+                            gains + 4 * u64::from(h * d)
+                        } else {
+                            *gains
+                        };
+                        ops.push(norm(at, *d, t, x + h * d, x_stride, y + h * d, y_stride));
                     }
                 }
             }
