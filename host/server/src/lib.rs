@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod access;
+pub mod cohere;
 pub mod deepseek;
 pub mod error;
 pub mod generate;

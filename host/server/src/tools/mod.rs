@@ -19,6 +19,11 @@
 //! - **Harmony** (gpt-oss; templates that write `<|channel|>`): each call a
 //!   message to `functions.NAME` whose body is the arguments, read with
 //!   the answer's reasoning and content by [`crate::harmony`].
+//! - **Mistral** (`[TOOL_CALLS]`) and **DeepSeek** (`<｜tool▁calls▁begin｜>`):
+//!   see [`crate::mistral`] and [`crate::deepseek`].
+//! - **Cohere** (Command R7B, Command A; templates that write
+//!   `<|START_ACTION|>`): a plan, then a JSON array of calls, each block
+//!   between control tokens ([`crate::cohere`]).
 //! - **Generic**, for templates that know no tools (llama.cpp's fallback):
 //!   the tools are described in a system message, and the answer is
 //!   constrained to JSON, `{"tool_calls": [{"name", "arguments"}]}` or
@@ -82,6 +87,9 @@ pub enum ToolFormat {
     /// Mistral's `[TOOL_CALLS]` control token before a JSON array of calls
     /// or each `NAME[ARGS]{...}`; call ids of nine letters and digits.
     Mistral,
+    /// Cohere's (Command R7B, Command A) `<|START_ACTION|>` block of a JSON
+    /// array of calls, after a plan in `<|START_THINKING|>`.
+    Cohere,
 }
 
 impl ToolFormat {
@@ -93,6 +101,8 @@ impl ToolFormat {
             Self::DeepSeek
         } else if template.contains(crate::mistral::TOOL_CALLS) {
             Self::Mistral
+        } else if template.contains(crate::cohere::ACTION_START) {
+            Self::Cohere
         } else if template.contains("<arg_key>") {
             Self::Glm
         } else if template.contains("<tool_call>") {
@@ -318,12 +328,14 @@ impl Tools {
                 Some(OutputSpec::JsonSchema(schema))
             }
             // Harmony's calls are headers of special tokens, GLM's
-            // arguments tagged text and DeepSeek's and Mistral's calls
-            // follow tokens of their own, which no grammar here writes: a
-            // required call is asked, not forced.
-            ToolFormat::Harmony | ToolFormat::Glm | ToolFormat::DeepSeek | ToolFormat::Mistral => {
-                None
-            }
+            // arguments tagged text and DeepSeek's, Mistral's and Cohere's
+            // calls follow tokens of their own, which no grammar here
+            // writes: a required call is asked, not forced.
+            ToolFormat::Harmony
+            | ToolFormat::Glm
+            | ToolFormat::DeepSeek
+            | ToolFormat::Mistral
+            | ToolFormat::Cohere => None,
             _ if !forced => None,
             ToolFormat::Llama3 => Some(OutputSpec::JsonSchema(self.call_schema("parameters"))),
             ToolFormat::Hermes => {
@@ -346,8 +358,15 @@ impl Tools {
                 ToolFormat::Harmony => (harmony_history(messages), None),
                 ToolFormat::Glm => (object_arguments(messages), None),
                 ToolFormat::Mistral => (crate::mistral::history(messages), None),
+                ToolFormat::Cohere => (crate::cohere::history(messages), None),
                 _ => (messages, None),
             };
+        }
+        if format == ToolFormat::Cohere {
+            return (
+                crate::cohere::history(messages),
+                Some(Value::Array(self.list.clone())),
+            );
         }
         if format == ToolFormat::Mistral {
             return (
@@ -420,6 +439,7 @@ pub fn parse_output(format: ToolFormat, text: &str) -> (Option<String>, Vec<Tool
         ToolFormat::Glm => crate::glm::calls(text, |_, _| false),
         ToolFormat::DeepSeek => crate::deepseek::calls(text),
         ToolFormat::Mistral => crate::mistral::calls(text),
+        ToolFormat::Cohere => crate::cohere::calls(text),
         ToolFormat::Hermes => {
             let (mut rest, mut calls, mut outside) = (text, Vec::new(), String::new());
             while let Some(start) = rest.find("<tool_call>") {
@@ -479,10 +499,11 @@ pub fn parse_output(format: ToolFormat, text: &str) -> (Option<String>, Vec<Tool
 }
 
 /// The reasoning of a model's answer in `format`, where the format
-/// separates it (harmony's `analysis` channel).
+/// separates it (harmony's `analysis` channel, Cohere's plan).
 pub fn reasoning_of(format: ToolFormat, text: &str) -> Option<String> {
     match format {
         ToolFormat::Harmony => crate::harmony::parse(text).reasoning,
+        ToolFormat::Cohere => crate::cohere::reasoning(text),
         _ => None,
     }
 }
