@@ -253,11 +253,13 @@ pub(crate) fn chat_request(
     // Mistral's `[TOOL_CALLS]` and `[ARGS]` and Cohere's blocks' markers
     // are control tokens: written out where calls are read.
     let marked = matches!(format, ToolFormat::Mistral | ToolFormat::Cohere);
-    params.special_tokens = harmony || (marked && active.is_some());
     // SGLang's `separate_reasoning` (default true): false leaves the
     // reasoning in the content, as the model wrote it.
     let separate = openai::boolean(map, "separate_reasoning")?.unwrap_or(true);
     let think = ThinkTags::of(template.source(), &text).filter(|_| !harmony && separate);
+    // So are Magistral's `[THINK]` tags, written out to be split off.
+    let special_think = think.is_some_and(|t| t.tags.special);
+    params.special_tokens = harmony || (marked && active.is_some()) || special_think;
     Ok(ChatRequest {
         think,
         prompt: state.vocab.encode(&text, false),

@@ -5,6 +5,10 @@
 //! llama.cpp's server does by default, and vLLM's and SGLang's reasoning
 //! parsers do), streamed as it comes.
 //!
+//! Magistral thinks inside `[THINK]…[/THINK]`, control tokens of Mistral's
+//! tokenizer: a template that writes `[/THINK]` has its answers decoded
+//! with the special tokens written out, so the tags reach the splitter.
+//!
 //! A template may open the tag itself at the end of its prompt
 //! (DeepSeek-R1's, QwQ's: the answer then starts inside its reasoning and
 //! only closes it), or close an empty one (Qwen3's and GLM-4.5's with
@@ -12,32 +16,64 @@
 
 use crate::harmony::Piece;
 
-const OPEN: &str = "<think>";
-const CLOSE: &str = "</think>";
+/// A pair of think tags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tags {
+    pub open: &'static str,
+    pub close: &'static str,
+    /// Whether they are control tokens, which the decoder writes out only
+    /// when asked to.
+    pub special: bool,
+}
+
+/// `<think>…</think>` (Qwen3, DeepSeek-R1, GLM-4.5, SmolLM3).
+pub const THINK: Tags = Tags {
+    open: "<think>",
+    close: "</think>",
+    special: false,
+};
+
+/// `[THINK]…[/THINK]` (Magistral).
+pub const MISTRAL_THINK: Tags = Tags {
+    open: "[THINK]",
+    close: "[/THINK]",
+    special: true,
+};
 
 /// Where an answer's reasoning is, from its template and prompt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ThinkTags {
-    /// The prompt left `<think>` open: the answer starts inside its
+    /// The prompt left the tag open: the answer starts inside its
     /// reasoning.
     pub open: bool,
+    /// Which tags.
+    pub tags: Tags,
 }
 
 impl ThinkTags {
-    /// The tags of a template whose source writes `</think>`, for the
+    /// The tags of a template whose source writes a closing tag, for the
     /// `prompt` it rendered; `None` for a template without them, or a
     /// prompt that closed its think tags already (thinking off).
     pub fn of(template: &str, prompt: &str) -> Option<Self> {
-        if !template.contains(CLOSE) {
-            return None;
-        }
+        let tags = [THINK, MISTRAL_THINK]
+            .into_iter()
+            .find(|t| template.contains(t.close))?;
         let end = prompt.trim_end();
-        if end.ends_with(CLOSE) {
+        if end.ends_with(tags.close) {
             return None;
         }
         Some(Self {
-            open: end.ends_with(OPEN),
+            open: end.ends_with(tags.open),
+            tags,
         })
+    }
+
+    /// An answer's `<think>` tags, none open.
+    pub fn closed() -> Self {
+        Self {
+            open: false,
+            tags: THINK,
+        }
     }
 
     /// A whole answer's reasoning (`None` where it has none) and content.
@@ -62,9 +98,9 @@ impl ThinkTags {
 enum Place {
     /// Before the answer's first text: it may open the tag.
     Start,
-    /// Inside the reasoning, until `</think>`.
+    /// Inside the reasoning, until the closing tag.
     Reasoning,
-    /// Just past `</think>`: the blank lines before the content go.
+    /// Just past the closing tag: the blank lines before the content go.
     Closed,
     /// The content.
     Content,
@@ -76,6 +112,7 @@ enum Place {
 pub struct ThinkSplitter {
     place: Place,
     held: String,
+    tags: Tags,
 }
 
 impl ThinkSplitter {
@@ -88,30 +125,32 @@ impl ThinkSplitter {
                 Place::Start
             },
             held: String::new(),
+            tags: tags.tags,
         }
     }
 
     /// The pieces `text` completes.
     pub fn push(&mut self, text: &str) -> Vec<Piece> {
         self.held.push_str(text);
+        let (open, close) = (self.tags.open, self.tags.close);
         let mut out = Vec::new();
         loop {
             match self.place {
                 Place::Start => {
                     let rest = self.held.trim_start();
-                    if let Some(after) = rest.strip_prefix(OPEN) {
+                    if let Some(after) = rest.strip_prefix(open) {
                         self.held = after.to_string();
                         self.place = Place::Reasoning;
-                    } else if OPEN.starts_with(rest) {
+                    } else if open.starts_with(rest) {
                         // Blank, or a tag still arriving.
                         return out;
                     } else {
                         self.place = Place::Content;
                     }
                 }
-                Place::Reasoning => match self.held.find(CLOSE) {
+                Place::Reasoning => match self.held.find(close) {
                     Some(at) => {
-                        let reasoning: String = self.held.drain(..at + CLOSE.len()).collect();
+                        let reasoning: String = self.held.drain(..at + close.len()).collect();
                         let reasoning = &reasoning[..at];
                         if !reasoning.is_empty() {
                             out.push(Piece::Reasoning(reasoning.to_string()));
@@ -119,8 +158,8 @@ impl ThinkSplitter {
                         self.place = Place::Closed;
                     }
                     None => {
-                        // All but what may begin `</think>` goes out.
-                        let keep = partial_suffix(&self.held, CLOSE);
+                        // All but what may begin the closing tag goes out.
+                        let keep = partial_suffix(&self.held, close);
                         let sent: String = self.held.drain(..self.held.len() - keep).collect();
                         if !sent.is_empty() {
                             out.push(Piece::Reasoning(sent));
@@ -188,21 +227,39 @@ mod tests {
         let qwen3 = "{{ '<think>\\n\\n</think>\\n\\n' if enable_thinking is false }}";
         assert_eq!(
             ThinkTags::of(qwen3, "<|im_start|>assistant\n"),
-            Some(ThinkTags { open: false })
+            Some(ThinkTags::closed())
         );
         // Thinking switched off: the prompt closed an empty think.
         let off = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
         assert_eq!(ThinkTags::of(qwen3, off), None);
         // DeepSeek-R1 opens the tag in its prompt.
         let r1 = "<｜Assistant｜><think>\n";
-        assert_eq!(ThinkTags::of(qwen3, r1), Some(ThinkTags { open: true }));
+        assert_eq!(
+            ThinkTags::of(qwen3, r1),
+            Some(ThinkTags {
+                open: true,
+                tags: THINK
+            })
+        );
         assert_eq!(ThinkTags::of("{{ messages }}", "anything"), None);
+        // Magistral's control-token tags.
+        let magistral = "{% if c.type == 'thinking' %}[THINK]{{ c.thinking }}[/THINK]{% endif %}";
+        let tags = ThinkTags::of(magistral, "[INST]Why?[/INST]").unwrap();
+        assert_eq!(tags.tags, MISTRAL_THINK);
+        assert!(tags.tags.special && !tags.open);
+        assert_eq!(
+            tags.split("[THINK]Because.[/THINK]It is."),
+            (Some("Because.".into()), "It is.".into())
+        );
     }
 
     #[test]
     fn whole_answers_split_into_reasoning_and_content() {
-        let closed = ThinkTags { open: false };
-        let open = ThinkTags { open: true };
+        let closed = ThinkTags::closed();
+        let open = ThinkTags {
+            open: true,
+            tags: THINK,
+        };
         let split = |t: ThinkTags, s: &str| t.split(s);
         assert_eq!(
             split(closed, "<think>\nWeigh it.\n</think>\n\nYes."),
@@ -234,15 +291,31 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(5);
         let answers = [
             (
-                ThinkTags { open: false },
+                ThinkTags::closed(),
                 "<think>\nA < B, and </thin is not the end.\n</think>\n\nSo: <b>yes</b>.",
             ),
             (
-                ThinkTags { open: true },
+                ThinkTags {
+                    open: true,
+                    tags: THINK,
+                },
                 "Only reasoning, never closed </thi",
             ),
-            (ThinkTags { open: false }, "  \n<thinking> is not the tag"),
-            (ThinkTags { open: true }, "r</think>"),
+            (ThinkTags::closed(), "  \n<thinking> is not the tag"),
+            (
+                ThinkTags {
+                    open: true,
+                    tags: THINK,
+                },
+                "r</think>",
+            ),
+            (
+                ThinkTags {
+                    open: false,
+                    tags: MISTRAL_THINK,
+                },
+                "[THINK]a [/THIN b[/THINK]\n[THINK] stays.",
+            ),
         ];
         for (tags, answer) in answers {
             let (want_r, want_c) = tags.split(answer);
@@ -261,7 +334,10 @@ mod tests {
                 let (r, c) = joined(&pieces);
                 assert_eq!(r.trim(), want_r.clone().unwrap_or_default(), "{answer:?}");
                 assert_eq!(c, want_c, "{answer:?}");
-                assert!(!r.contains(CLOSE) && !r.starts_with(OPEN), "{r:?}");
+                assert!(
+                    !r.contains(tags.tags.close) && !r.starts_with(tags.tags.open),
+                    "{r:?}"
+                );
             }
         }
     }

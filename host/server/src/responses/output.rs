@@ -274,7 +274,7 @@ mod tests {
     #[test]
     fn think_tags_give_a_reasoning_item_before_the_message_or_call() {
         let shell = Shell::new(&Map::new(), "m", 1);
-        let tags = Some(ThinkTags { open: false });
+        let tags = Some(ThinkTags::closed());
         let items = output_items(
             &shell,
             None,
