@@ -19,7 +19,9 @@ use crate::harmony::Piece;
 /// A pair of think tags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tags {
+    /// The opening tag.
     pub open: &'static str,
+    /// The closing tag.
     pub close: &'static str,
     /// Whether they are control tokens, which the decoder writes out only
     /// when asked to.
