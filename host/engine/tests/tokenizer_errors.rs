@@ -78,10 +78,14 @@ fn well_formed_files_load() {
     for pre in ["default", "gpt-2", "smollm", "llama-bpe", "qwen2"] {
         build(&gpt2(pre)).unwrap();
     }
-    // Byte-level files get no BOS unless they ask, but Tekken's do (as
-    // llama.cpp reads them), and any file's own key decides.
+    // Byte-level files get no BOS unless they ask, but Tekken's and Llama
+    // 3's do (as llama.cpp reads them), and any file's own key decides.
     assert!(!build(&gpt2("qwen2")).unwrap().add_bos());
     assert!(build(&gpt2("tekken")).unwrap().add_bos());
+    assert!(build(&gpt2("pixtral")).unwrap().add_bos());
+    assert!(build(&gpt2("llama-bpe")).unwrap().add_bos());
+    // GLM's, split as Llama 3's, never.
+    assert!(!build(&gpt2("glm4")).unwrap().add_bos());
     let asks = |pre, add| set(gpt2(pre), "tokenizer.ggml.add_bos_token", Meta::Bool(add));
     assert!(!build(&asks("tekken", false)).unwrap().add_bos());
     assert!(build(&asks("qwen2", true)).unwrap().add_bos());

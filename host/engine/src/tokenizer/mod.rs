@@ -115,10 +115,10 @@ impl Tokenizer {
                 // llama.cpp never adds a BOS for its files whatever they
                 // say (their BOS is `[gMASK]`).
                 never_bos = pre == "glm4";
-                // llama.cpp adds a BOS to Tekken's files unless they say
-                // otherwise.
-                let bos_default = pre == "tekken";
                 let pre = PreTokenizer::from_name(pre)?;
+                // llama.cpp adds a BOS to Tekken's and Llama 3's files
+                // unless they say otherwise.
+                let bos_default = matches!(pre, PreTokenizer::Tekken | PreTokenizer::Llama3);
                 (
                     Model::Bpe(Box::new(Bpe::from_gguf(gguf, &vocab, pre)?)),
                     bos_default,
