@@ -175,6 +175,10 @@ original_context_length)) (attention.temperature_scale).
 hunyuan-dense, from HF's HunYuanDenseV1: the llama layer with NeoX rotary
 and q and k normed per head after it; rope.scaling.alpha, where the file
 has it, multiplies the base by alpha^(head_dim / (head_dim - 2)).
+olmo2 with attention.sliding_window (OLMo 3, from HF's Olmo3): the layers
+the sliding_window_pattern marks (default: all but every fourth) attend
+over the window and rotate by the default rotary of rope.freq_base_swa
+(else rope_theta), without the YaRN the others take.
 command-r and cohere2, from HF's CohereDecoderLayer and Cohere2DecoderLayer:
 one LayerNorm without a bias (CohereLayerNorm: x - mean, over the variance
 + layer_norm_epsilon, times the gain) of x feeds both the attention and
@@ -275,6 +279,7 @@ class Model:
         self.cohere = a in ("command-r", "cohere2")
         eps_key = "layer_norm_epsilon" if self.cohere else "layer_norm_rms_epsilon"
         self.eps = float(field(r, f"{a}.attention.{eps_key}"))
+        self.base_swa = float(field(r, f"{a}.rope.freq_base_swa", self.base))
         self.context = int(field(r, f"{a}.context_length", 0))
         self.orig_context = int(field(r, f"{a}.rope.scaling.original_context_length", self.context))
         self.attn_factor = float(field(r, f"{a}.rope.scaling.attn_factor", 1.0))
@@ -316,10 +321,10 @@ class Model:
         if pattern is not None and pattern.types[0] == GGUFValueType.ARRAY:
             self.local = [bool(pattern.parts[i][0]) for i in pattern.data]
         else:
-            default = {"gemma3": 6, "cohere2": 4}.get(a, 2)
+            default = {"gemma3": 6, "cohere2": 4, "olmo2": 4}.get(a, 2)
             n = int(field(r, f"{a}.attention.sliding_window_pattern", default))
             self.local = [i % n < n - 1 for i in range(self.layers)]
-        windowed = self.gemma or self.oss or a in ("exaone4", "cohere2")
+        windowed = self.gemma or self.oss or a in ("exaone4", "cohere2", "olmo2")
         self.local = [windowed and self.window > 0 and l for l in self.local]
         self.attn_cap = float(field(r, f"{a}.attn_logit_softcapping", 0.0))
         self.final_cap = float(field(r, f"{a}.final_logit_softcapping", 0.0))
@@ -339,10 +344,13 @@ class Model:
 
     def rope(self, x, positions, local=False):
         """x: [tokens, heads, head_dim], rotated in place; `local`: a Gemma 3
-        sliding-window layer (base 10000, unscaled)."""
+        sliding-window layer (base 10000, unscaled) or an OLMo 3 one (HF's
+        default rotary of rope_theta: no YaRN)."""
         n = self.rope_dim
         j = np.arange(n // 2, dtype=np.float64)
         base, linear = (10000.0, 1.0) if local and self.arch == "gemma3" else (self.base, self.linear)
+        if local and self.arch == "olmo2":
+            base = float(self.base_swa)
         freq = base ** (-2.0 * j / n)
         if self.rope_factors is not None:
             freq = freq / self.rope_factors
@@ -381,8 +389,9 @@ class Model:
             angle = pos.astype(np.float64) / linear * freq[None, :]
         else:
             angle = positions[:, None].astype(np.float64) / linear * freq[None, :]
-        cos = self.attn_factor * magnitude * np.cos(angle)[:, None, :]
-        sin = self.attn_factor * magnitude * np.sin(angle)[:, None, :]
+        attn_factor = 1.0 if local and self.arch == "olmo2" else self.attn_factor
+        cos = attn_factor * magnitude * np.cos(angle)[:, None, :]
+        sin = attn_factor * magnitude * np.sin(angle)[:, None, :]
         if self.arch in ("llama", "granite", "granitemoe", "smollm3", "glm4", "deepseek2", "ernie4_5",
                          "ernie4_5-moe", "mistral3", "command-r", "cohere2"):
             a, b = x[:, :, 0:n:2].copy(), x[:, :, 1:n:2].copy()
@@ -614,8 +623,8 @@ class Model:
             nope = (self.arch == "exaone4" and any(self.local) or self.arch == "cohere2") and not local
             if not (self.arch == "smollm3" and (i + 1) % 4 == 0) and not nope:
                 # Only Gemma 3's local layers rotate differently.
-                self.rope(q, positions, local and self.gemma)
-                self.rope(k, positions, local and self.gemma)
+                self.rope(q, positions, local and (self.gemma or self.arch == "olmo2"))
+                self.rope(k, positions, local and (self.gemma or self.arch == "olmo2"))
             if self.arch == "hunyuan-dense":
                 # HunYuanDenseV1Attention: query_layernorm and
                 # key_layernorm after the rotary.

@@ -82,7 +82,7 @@ metadata that lies: moe_used.gguf (expert_used_count 9 of 8 experts),
 moe_width.gguf (expert_feed_forward_length 64 for experts 128 wide),
 moe_count.gguf (no expert_count) and moe_fewer.gguf (expert_count 4 for
 stacks of 8); and, after Granite's, olmo3.gguf (`olmo2` with
-attention.sliding_window 4, as OLMo 3 is written), scaling.gguf
+attention.sliding_window 4, as OLMo 3 is written; it runs), scaling.gguf
 (rope.scaling.type "dynamic") and llama_shexp.gguf (a `llama` mixture with
 shared experts). Then lowbits.gguf: `llama`, untied, every matrix Q2_K,
 Q3_K, IQ4_NL or IQ4_XS (each type on both layers), as Q2_K, Q3_K_M and
@@ -593,7 +593,8 @@ def main() -> None:
     no_pre_norms = {f"blk.{i}.{n}.weight" for i in range(LAYERS) for n in ("attn_norm", "ffn_norm")}
     write(out / "olmo2.gguf", "olmo2", 4, 2, biases=False, tied=False, key_length=True,
           qk_norm="full", qk_scale=4.0, post_norms=True, skip=no_pre_norms, types=QWEN3_TYPES)
-    # OLMo 3, written as `olmo2` with sliding-window layers: refused.
+    # OLMo 3, written as `olmo2` with sliding-window layers (no pattern:
+    # both layers local).
     write(out / "olmo3.gguf", "olmo2", 4, 2, biases=False, tied=False, key_length=True,
           qk_norm="full", post_norms=True, skip=no_pre_norms, types=QWEN3_TYPES,
           meta=lambda w: w.add_sliding_window(4))
@@ -739,6 +740,7 @@ def main() -> None:
           key_length=True, qk_norm=True, qk_scale=4.0, base=10000.0, types=QWEN3_TYPES,
           meta=lambda w: w.add_float32("hunyuan-dense.rope.scaling.alpha", 3.0))
     write_cohere_files(out)
+    write_olmo3_file(out)
 
 def write_deepseek2(path, *, q_rank, legacy, yarn, router, types):
     """A `deepseek2` file: 4 heads of latent attention (a 512-wide latent
@@ -931,6 +933,24 @@ def write_cohere_files(out):
           qk_scale=4.0, base=8000000.0, types=QWEN3_TYPES, skip=ffn_norms, meta=cohere("command-r"))
     write(out / "cohere2.gguf", "cohere2", 4, 2, biases=False, tied=True, base=50000.0,
           types=LLAMA_TYPES, skip=ffn_norms, layers=4, meta=cohere("cohere2", 5))
+
+
+def write_olmo3_file(out):
+    """olmo3_yarn.gguf: OLMo 3 as its converter writes it, `olmo2` with a
+    5-token window on the layers its pattern marks (0-2; layer 3 global)
+    and YaRN (factor 4 over an original context of 16) that only the
+    global layer takes, the local ones rotating by rope.freq_base_swa."""
+    def olmo3(w):
+        w.add_sliding_window(5)
+        w.add_sliding_window_pattern([True, True, True, False])
+        w.add_string("olmo2.rope.scaling.type", "yarn")
+        w.add_float32("olmo2.rope.scaling.factor", 4.0)
+        w.add_uint32("olmo2.rope.scaling.original_context_length", 16)
+        w.add_float32("olmo2.rope.freq_base_swa", 20000.0)
+    no_pre_norms = {f"blk.{i}.{n}.weight" for i in range(4) for n in ("attn_norm", "ffn_norm")}
+    write(out / "olmo3_yarn.gguf", "olmo2", 4, 2, biases=False, tied=False, key_length=True,
+          qk_norm="full", qk_scale=4.0, post_norms=True, skip=no_pre_norms, types=QWEN3_TYPES,
+          layers=4, meta=olmo3)
 
 
 # GLM-4's fused ffn_up rows are 256 wide: any type; its q/k take K-quants

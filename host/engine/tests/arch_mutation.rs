@@ -16,7 +16,7 @@ use pagoda_engine::model::Model;
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 22] = [
+const FILES: [&str; 23] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -39,6 +39,7 @@ const FILES: [&str; 22] = [
     "hunyuan_dense",
     "command_r",
     "cohere2",
+    "olmo3_yarn",
 ];
 
 /// Mutants of each file.

@@ -300,7 +300,7 @@ fn biases_an_untied_head_and_rope_factors_step_on_the_device_as_on_the_cpu() {
 /// unrotated layers, OLMo 2's post-norms, GLM-4, the Qwen-VL text models,
 /// ERNIE 4.5, Seed-OSS, EXAONE 3.5 and 4, Ministral 3's temperature,
 /// Hunyuan's QK-norm after the rotary, Cohere's LayerNorms and parallel
-/// layers), its program
+/// layers, OLMo 3's windows and two rotary tables), its program
 /// lowered to the device, against the CPU backend (which the
 /// synthetic_gguf tests hold to the NumPy reference): a 12-token prompt
 /// (the prefill product) and two decode steps. The mixtures of experts

@@ -22,7 +22,7 @@ pub mod tiny;
 /// The tiny models make_tiny_gguf.py writes that every backend must run
 /// as the NumPy reference does (`{name}.gguf`): one per architecture and
 /// per feature of one (Llama 3 scaling, YaRN).
-pub const TINY_MODELS: [&str; 34] = [
+pub const TINY_MODELS: [&str; 36] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -57,6 +57,8 @@ pub const TINY_MODELS: [&str; 34] = [
     "hunyuan_dense",
     "command_r",
     "cohere2",
+    "olmo3",
+    "olmo3_yarn",
 ];
 
 /// A scratch folder named `name` holding every file make_tiny_gguf.py

@@ -11,7 +11,7 @@ use pagoda_cpu::Isa;
 use pagoda_engine::model::{ActPrecision, Holding, LoadError, Model, ModelConfig, ModelFile};
 
 /// The dense tiny models synthetic_gguf.rs checks against the reference.
-pub const DENSE: [&str; 25] = [
+pub const DENSE: [&str; 27] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -37,6 +37,8 @@ pub const DENSE: [&str; 25] = [
     "hunyuan_dense",
     "command_r",
     "cohere2",
+    "olmo3",
+    "olmo3_yarn",
 ];
 
 /// The tiny mixtures of experts (and DeepSeek's latent attention)

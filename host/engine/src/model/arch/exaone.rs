@@ -52,12 +52,12 @@ pub(super) fn build_v4(l: &Loader<'_>) -> Result<Program, LoadError> {
     };
     let hybrid = local.contains(&true);
     let full = Attend::full(c);
-    post_norm_decoder(l, &l.rope(RopeMode::Neox)?, QkNorm::PerHead, |i| {
+    post_norm_decoder(l, &[l.rope(RopeMode::Neox)?], QkNorm::PerHead, |i| {
         let is_local = local[i as usize];
         let attend = Attend {
             window: if is_local { window } else { 0 },
             ..full.clone()
         };
-        (attend, is_local || !hybrid)
+        (attend, (is_local || !hybrid).then_some(0))
     })
 }

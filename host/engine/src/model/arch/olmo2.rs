@@ -1,28 +1,51 @@
-//! `olmo2`: AI2's OLMo 2. Norms after each block only: the residual
-//! stream feeds the q/k/v and gate/up products directly, and each block's
-//! output is RMS-normed (`post_attention_norm`, `post_ffw_norm`) before it
-//! is added. The queries and keys are RMS-normed across all their heads
-//! together (`attn_q_norm` of `heads × head_dim`, `attn_k_norm` of the KV
-//! width) before NeoX rotary (llama.cpp's `olmo2.cpp`). EXAONE 4 builds
-//! on the same layer ([`post_norm_decoder`]), its q and k normed per head.
+//! `olmo2`: AI2's OLMo 2 and OLMo 3. Norms after each block only: the
+//! residual stream feeds the q/k/v and gate/up products directly, and each
+//! block's output is RMS-normed (`post_attention_norm`, `post_ffw_norm`)
+//! before it is added. The queries and keys are RMS-normed across all
+//! their heads together (`attn_q_norm` of `heads × head_dim`,
+//! `attn_k_norm` of the KV width) before NeoX rotary (llama.cpp's
+//! `olmo2.cpp`). OLMo 3's files add `attention.sliding_window`: the layers
+//! the pattern marks (three of every four by default) attend over the
+//! window and rotate by the plain rotary of `rope.freq_base_swa` (the base
+//! where absent), without the file's YaRN, which only the global layers
+//! take (HF's `Olmo3` keeps a default rotary for its sliding layers).
+//! EXAONE 4 builds on the same layer ([`post_norm_decoder`]), its q and k
+//! normed per head.
 
 use super::super::load_error::LoadError;
-use super::super::meta::uint;
+use super::super::meta::{float, uint};
 use super::super::program::{Attend, Buf, Op, Program, Proj};
 use super::super::rope::{Rope, RopeMode, RopeSpec};
 use super::Loader;
 
 /// The model of an `olmo2` file.
 pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
-    // OLMo 3 is written as `olmo2` with sliding-window layers that rotate
-    // without the file's YaRN: not built, so refused rather than run wrong.
-    let window_key = l.key("attention.sliding_window");
-    if uint(l.g, &window_key)?.is_some_and(|w| w > 0) {
-        return Err(l.unsupported("sliding-window layers (OLMo 3)".into()));
+    let c = &l.config;
+    let global = l.rope(RopeMode::Neox)?;
+    let full = Attend::full(c);
+    let window = uint(l.g, &l.key("attention.sliding_window"))?.unwrap_or(0);
+    if window == 0 {
+        return post_norm_decoder(l, &[global], QkNorm::AcrossHeads, |_| {
+            (full.clone(), Some(0))
+        });
     }
-    let full = Attend::full(&l.config);
-    post_norm_decoder(l, &l.rope(RopeMode::Neox)?, QkNorm::AcrossHeads, |_| {
-        (full.clone(), true)
+    let local = l.local_layers(4)?;
+    let base = float(l.g, &l.key("rope.freq_base_swa"))?.unwrap_or(global.base);
+    let plain = RopeSpec {
+        base,
+        factors: None,
+        scale: 1.0,
+        attn_factor: 1.0,
+        yarn: None,
+        ..global.clone()
+    };
+    post_norm_decoder(l, &[global, plain], QkNorm::AcrossHeads, |i| {
+        let is_local = local[i as usize];
+        let attend = Attend {
+            window: if is_local { window } else { 0 },
+            ..full.clone()
+        };
+        (attend, Some(usize::from(is_local)))
     })
 }
 
@@ -39,12 +62,13 @@ pub(super) enum QkNorm {
 /// gate/up products directly, q and k are RMS-normed as `qk` says, and
 /// each block's output is RMS-normed (`post_attention_norm`,
 /// `post_ffw_norm`) before it is added. `layer(i)` gives layer `i`'s
-/// attention and whether it rotates its queries and keys.
+/// attention and which of the `ropes` rotates its queries and keys (`None`:
+/// none does).
 pub(super) fn post_norm_decoder(
     l: &Loader<'_>,
-    rope: &RopeSpec,
+    ropes: &[RopeSpec],
     qk: QkNorm,
-    layer: impl Fn(u32) -> (Attend, bool),
+    layer: impl Fn(u32) -> (Attend, Option<usize>),
 ) -> Result<Program, LoadError> {
     let c = &l.config;
     let h = c.hidden as usize;
@@ -81,12 +105,12 @@ pub(super) fn post_norm_decoder(
                 per_head,
             ),
         ];
-        if rotary {
+        if let Some(table) = rotary {
             for (buf, heads) in [(Buf::Q, c.q_heads), (Buf::K, c.kv_heads)] {
                 ops.push(Op::Rope {
                     buf,
                     heads,
-                    table: 0,
+                    table,
                     offset: 0,
                 });
             }
@@ -122,6 +146,6 @@ pub(super) fn post_norm_decoder(
         layers.push(ops);
     }
     let final_norm = l.vector("output_norm.weight", h)?;
-    let ropes = vec![Rope::new(rope, c.max_context)];
+    let ropes = ropes.iter().map(|r| Rope::new(r, c.max_context)).collect();
     Ok(Program::plain(embed, layers, final_norm, head, ropes))
 }
