@@ -291,3 +291,67 @@ impl ConstraintState for Run {
         self.matcher.is_stopped()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A vocabulary of every byte and two control tokens (ids 256, 257),
+    /// and an end token (258).
+    fn with_markers() -> Structured {
+        let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        for name in [
+            "<|START_ACTION|>",
+            "<|END_ACTION|>",
+            "<|END_OF_TURN_TOKEN|>",
+        ] {
+            let mut w = vec![TokTrie::SPECIAL_TOKEN_MARKER];
+            w.extend_from_slice(name.as_bytes());
+            words.push(w);
+        }
+        Structured::build(words, Some(258), &[258], 259).unwrap()
+    }
+
+    /// A grammar that names control tokens allows those tokens only where
+    /// it names them, never their text spelled out in bytes.
+    #[test]
+    fn control_tokens_named_in_a_grammar_are_tokens_not_text() {
+        let compiler = with_markers();
+        // By name, and by id as the server names them.
+        for (open, close) in [
+            ("<|START_ACTION|>", "<|END_ACTION|>"),
+            ("<[256]>", "<[257]>"),
+        ] {
+            let grammar = format!(
+                "start: {open} %json {{\"type\": \"array\", \"items\": {{\"type\": \
+                 \"integer\", \"minimum\": 0, \"maximum\": 9}}, \"minItems\": 1, \
+                 \"maxItems\": 1}} {close}\n"
+            );
+            let constraint = compiler.compile(&OutputSpec::Lark(grammar)).unwrap();
+            walk(constraint);
+        }
+        // A name the vocabulary lacks is refused when compiled.
+        let unknown = "start: <|NOT_A_TOKEN|>\n";
+        assert!(compiler.compile(&OutputSpec::Lark(unknown.into())).is_err());
+    }
+
+    /// Runs the action grammar's constraint through `[7]`: only the
+    /// markers' tokens where they stand.
+    fn walk(constraint: Constraint) {
+        let mut state = constraint.0.start();
+        let allowed = |state: &mut Box<dyn ConstraintState>| -> Vec<u32> {
+            let mut logits = vec![0.0f32; 259];
+            state.mask(&mut logits).unwrap();
+            (0..259).filter(|&t| logits[t as usize] == 0.0).collect()
+        };
+        assert_eq!(allowed(&mut state), [256]);
+        state.accept(256).unwrap();
+        for b in *b"[7]" {
+            assert!(allowed(&mut state).contains(&u32::from(b)));
+            state.accept(u32::from(b)).unwrap();
+        }
+        assert_eq!(allowed(&mut state), [257]);
+        state.accept(257).unwrap();
+        assert!(state.is_finished());
+    }
+}

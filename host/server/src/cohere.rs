@@ -17,7 +17,8 @@ use crate::tools::{object_arguments, ToolCall};
 
 /// Opens a block of calls; a template that writes it writes Cohere's.
 pub const ACTION_START: &str = "<|START_ACTION|>";
-const ACTION_END: &str = "<|END_ACTION|>";
+/// Closes it.
+pub const ACTION_END: &str = "<|END_ACTION|>";
 const THINKING_START: &str = "<|START_THINKING|>";
 const THINKING_END: &str = "<|END_THINKING|>";
 const RESPONSE_START: &str = "<|START_RESPONSE|>";

@@ -229,7 +229,11 @@ pub(crate) fn chat_request(
     };
     let active = tools.as_ref().filter(|t| t.active());
     if let Some(t) = active {
-        if let Some(spec) = t.constraint(format) {
+        let model = tools::GrammarModel {
+            control: &|text| state.vocab.control_id(text),
+            template: template.source(),
+        };
+        if let Some(spec) = t.constraint(format, &model) {
             if params.output.is_some() {
                 return Err(ApiError::invalid(
                     "tools",

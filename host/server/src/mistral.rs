@@ -9,9 +9,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde_json::{Deserializer, Value};
+use serde_json::{json, Deserializer, Value};
 
-use crate::tools::{object_arguments, ToolCall};
+use crate::tools::{object_arguments, GrammarModel, ToolCall};
 
 /// Opens each call (or the array of them).
 pub const TOOL_CALLS: &str = "[TOOL_CALLS]";
@@ -84,6 +84,43 @@ fn first_json(text: &str) -> Option<(Value, &str)> {
     let mut values = Deserializer::from_str(text).into_iter::<Value>();
     let value = values.next()?.ok()?;
     Some((value, &text[values.byte_offset()..]))
+}
+
+/// The grammar of a required or named call of `callable` (name and
+/// parameters schema each), one call or (`parallel`) more, in the syntax
+/// the model's template writes: `[TOOL_CALLS]NAME[ARGS]{...}` per call
+/// where it writes `[ARGS]`, else `[TOOL_CALLS]` and a JSON array of
+/// `{"name", "arguments"}` objects.
+pub fn forced(callable: &[(&str, Value)], parallel: bool, model: &GrammarModel<'_>) -> String {
+    let calls = model.marker(TOOL_CALLS);
+    if model.template.contains(ARGS) {
+        let args = model.marker(ARGS);
+        let each: Vec<String> = callable
+            .iter()
+            .map(|(name, params)| {
+                let name = serde_json::to_string(name).unwrap_or_default();
+                format!("{calls} {name} {args} %json {params}")
+            })
+            .collect();
+        let repeat = if parallel { "+" } else { "" };
+        return format!("start: call{repeat}\ncall: {}\n", each.join(" | "));
+    }
+    let items: Vec<Value> = callable
+        .iter()
+        .map(|(name, params)| {
+            json!({
+                "type": "object",
+                "properties": {"name": {"const": name}, "arguments": params},
+                "required": ["name", "arguments"],
+                "additionalProperties": false,
+            })
+        })
+        .collect();
+    let mut array = json!({"type": "array", "items": {"anyOf": items}, "minItems": 1});
+    if !parallel {
+        array["maxItems"] = json!(1);
+    }
+    format!("start: {calls} %json {array}\n")
 }
 
 /// A conversation as Mistral's templates read it: the calls' arguments as
@@ -243,6 +280,54 @@ mod tests {
             let id = history[1]["tool_calls"][0]["id"].as_str().unwrap();
             assert!(is_mistral_id(id));
             assert_eq!(history[2]["tool_call_id"], id);
+        }
+    }
+
+    /// The forced grammar of each syntax: markers by id where they are
+    /// control tokens, as text where not; over bytes, the path of the
+    /// highest allowed byte reads back as one call.
+    #[test]
+    fn forced_calls_follow_the_template_s_syntax() {
+        use pagoda_engine::structured::Structured;
+        let callable = [(
+            "go",
+            json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
+                "maximum": 9}}, "required": ["n"], "additionalProperties": false}),
+        )];
+        let ids = |text: &str| match text {
+            TOOL_CALLS => Some(5),
+            ARGS => Some(32),
+            _ => None,
+        };
+        let by_id = GrammarModel {
+            control: &ids,
+            template: V11_TEMPLATE,
+        };
+        let grammar = forced(&callable, true, &by_id);
+        assert!(grammar.contains("<[5]> \"go\" <[32]>"), "{grammar}");
+        let compiler = Structured::for_bytes(256).unwrap();
+        for template in [V7_TEMPLATE, V11_TEMPLATE] {
+            let model = GrammarModel {
+                control: &|_| None,
+                template,
+            };
+            let grammar = forced(&callable, false, &model);
+            let constraint = compiler
+                .compile(&pagoda_engine::structured::OutputSpec::Lark(grammar))
+                .unwrap();
+            let mut state = constraint.0.start();
+            let mut text = Vec::new();
+            while !state.is_finished() && text.len() < 200 {
+                let mut logits = vec![0.0f32; 256];
+                state.mask(&mut logits).unwrap();
+                let t = (0..256).rev().find(|&t| logits[t] == 0.0).unwrap() as u32;
+                state.accept(t).unwrap();
+                text.push(t as u8);
+            }
+            let text = String::from_utf8(text).unwrap();
+            let (_, calls) = calls(&text);
+            assert_eq!(calls.len(), 1, "{text}");
+            assert_eq!(calls[0].name, "go");
         }
     }
 

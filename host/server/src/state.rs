@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use pagoda_engine::chat::{ChatTemplate, StopStrings};
 use pagoda_engine::structured::{Structured, StructuredError};
-use pagoda_engine::tokenizer::Tokenizer;
+use pagoda_engine::tokenizer::{TokenType, Tokenizer};
 use pagoda_engine::{EngineClient, TextStream};
 
 use crate::access::Access;
@@ -56,6 +56,18 @@ impl Vocab {
                 String::from_utf8_lossy(&bytes).into_owned()
             }
             Self::Model { tokenizer, .. } => tokenizer.decode(ids, false),
+        }
+    }
+
+    /// The id of `text` where it is one control token of the vocabulary
+    /// (a marker a grammar names as a token, not as text).
+    pub fn control_id(&self, text: &str) -> Option<u32> {
+        match self {
+            Self::Bytes => None,
+            Self::Model { tokenizer, .. } => match tokenizer.encode(text, false, true)[..] {
+                [id] => (tokenizer.token_type(id) == Some(TokenType::Control)).then_some(id),
+                _ => None,
+            },
         }
     }
 

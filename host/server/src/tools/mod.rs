@@ -117,6 +117,27 @@ impl ToolFormat {
     }
 }
 
+/// What a forced call's grammar needs to know of the model beyond its
+/// format: which markers are control tokens, and its template's source
+/// (which of Mistral's syntaxes it writes).
+pub struct GrammarModel<'a> {
+    /// The id of `text` where it is one control token of the vocabulary.
+    pub control: &'a dyn Fn(&str) -> Option<u32>,
+    /// The chat template's source.
+    pub template: &'a str,
+}
+
+impl GrammarModel<'_> {
+    /// `text` in a Lark grammar: its control token by id (`<[id]>`), or
+    /// the text itself as a string literal where it is no such token.
+    pub fn marker(&self, text: &str) -> String {
+        match (self.control)(text) {
+            Some(id) => format!("<[{id}]>"),
+            None => serde_json::to_string(text).unwrap_or_default(),
+        }
+    }
+}
+
 /// One parsed tool call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCall {
@@ -258,7 +279,7 @@ impl Tools {
     }
 
     /// The functions a call may name, as (name, parameters schema).
-    fn callable(&self) -> Vec<(&str, Value)> {
+    pub(crate) fn callable(&self) -> Vec<(&str, Value)> {
         self.list
             .iter()
             .filter_map(|t| {
@@ -293,9 +314,31 @@ impl Tools {
         json!({"anyOf": calls})
     }
 
+    /// The schema of one of Cohere's calls: a short numeric id, the
+    /// function's name and its parameters.
+    fn cohere_call_schema(&self) -> Value {
+        let calls: Vec<Value> = self
+            .callable()
+            .into_iter()
+            .map(|(name, params)| {
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "tool_call_id": {"type": "string", "pattern": "^[0-9]{1,4}$"},
+                        "tool_name": {"const": name},
+                        "parameters": params,
+                    },
+                    "required": ["tool_call_id", "tool_name", "parameters"],
+                    "additionalProperties": false,
+                })
+            })
+            .collect();
+        json!({"anyOf": calls})
+    }
+
     /// The grammar the output must follow, if any: always for the generic
     /// format; for the others when a call is required or named.
-    pub fn constraint(&self, format: ToolFormat) -> Option<OutputSpec> {
+    pub fn constraint(&self, format: ToolFormat, model: &GrammarModel<'_>) -> Option<OutputSpec> {
         if !self.active() {
             return None;
         }
@@ -328,15 +371,31 @@ impl Tools {
                 Some(OutputSpec::JsonSchema(schema))
             }
             // Harmony's calls are headers of special tokens, GLM's
-            // arguments tagged text and DeepSeek's, Mistral's and Cohere's
-            // calls follow tokens of their own, which no grammar here
-            // writes: a required call is asked, not forced.
-            ToolFormat::Harmony
-            | ToolFormat::Glm
-            | ToolFormat::DeepSeek
-            | ToolFormat::Mistral
-            | ToolFormat::Cohere => None,
+            // arguments tagged text and DeepSeek's calls follow tokens of
+            // their own, which no grammar here writes: a required call is
+            // asked, not forced.
+            ToolFormat::Harmony | ToolFormat::Glm | ToolFormat::DeepSeek => None,
             _ if !forced => None,
+            // The action block at once (a required call skips the plan):
+            // a JSON array of calls between the markers.
+            ToolFormat::Cohere => {
+                let mut calls =
+                    json!({"type": "array", "items": self.cohere_call_schema(), "minItems": 1});
+                if !max.is_null() {
+                    calls["maxItems"] = max;
+                }
+                let (start, end) = (crate::cohere::ACTION_START, crate::cohere::ACTION_END);
+                Some(OutputSpec::Lark(format!(
+                    "start: {} %json {calls} {}\n",
+                    model.marker(start),
+                    model.marker(end)
+                )))
+            }
+            ToolFormat::Mistral => Some(OutputSpec::Lark(crate::mistral::forced(
+                &self.callable(),
+                self.parallel,
+                model,
+            ))),
             ToolFormat::Llama3 => Some(OutputSpec::JsonSchema(self.call_schema("parameters"))),
             ToolFormat::Hermes => {
                 let schema = self.call_schema("arguments");
@@ -666,6 +725,9 @@ mod tests {
         }
     }
 
+    /// A template that writes Mistral's `NAME[ARGS]` calls.
+    const MISTRAL_V11: &str = "{{ '[TOOL_CALLS]' + name + '[ARGS]' }}";
+
     /// Every format's grammar for `required`, a named call and (generic)
     /// `auto` compiles, and what it allows parses back into calls: the
     /// lowest allowed byte at each step until the grammar ends.
@@ -679,7 +741,13 @@ mod tests {
                 "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
                 "required": ["n"], "additionalProperties": false}}})
         };
-        for format in [ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Generic] {
+        for format in [
+            ToolFormat::Hermes,
+            ToolFormat::Llama3,
+            ToolFormat::Generic,
+            ToolFormat::Cohere,
+            ToolFormat::Mistral,
+        ] {
             for choice in [
                 ToolChoice::Required,
                 ToolChoice::Named("go".into()),
@@ -690,7 +758,13 @@ mod tests {
                     choice: choice.clone(),
                     parallel: false,
                 };
-                let Some(spec) = tools.constraint(format) else {
+                // Markers as text: the byte vocabulary has no control
+                // tokens.
+                let model = GrammarModel {
+                    control: &|_| None,
+                    template: MISTRAL_V11,
+                };
+                let Some(spec) = tools.constraint(format, &model) else {
                     assert_eq!(choice, ToolChoice::Auto, "{format:?}");
                     assert_ne!(format, ToolFormat::Generic);
                     continue;
