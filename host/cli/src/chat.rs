@@ -6,7 +6,9 @@
 //! each answer says how many prompt tokens were cached). `/reset` starts
 //! over (the system message stays), `/exit` or end of input quits, Ctrl-C
 //! stops the current answer and keeps the chat. Works on stdin that is not
-//! a terminal: each line is a turn, the answers go to stdout.
+//! a terminal: each line is a turn, the answers go to stdout. A model's
+//! reasoning (harmony's analysis channel, the text between think tags) goes
+//! to stderr and stays out of the conversation.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -19,7 +21,9 @@ use pagoda_engine::{
     Engine, EngineConfig, EngineStorage, Event, GenRequest, Priority, SchedulerConfig, StepBackend,
     TextModel, TextStream, WithBackend,
 };
-use pagoda_server::harmony::{is_harmony, Piece, Splitter};
+use pagoda_server::harmony::Piece;
+
+use crate::answer::Reader;
 
 use crate::args::{BackendKind, TemplateArgs, WeightArgs};
 use crate::error::CliError;
@@ -230,17 +234,17 @@ impl WithBackend for ChatJob<'_> {
             let handle = engine
                 .submit(request, Priority::Normal, engine.now())
                 .map_err(CliError::Rejected)?;
-            // A harmony answer (gpt-oss) is read by its channels: the
-            // reasoning goes to stderr, the answer to stdout and the
-            // conversation.
-            let harmony = is_harmony(template.source());
-            let mut stream = if harmony {
+            // A harmony answer (gpt-oss) is read by its channels, and a
+            // thinking model's between its think tags: the reasoning goes
+            // to stderr, the answer to stdout and the conversation.
+            let mut reader = Reader::of(template.source(), &rendered);
+            let mut stream = if reader.special() {
                 TextStream::with_special_tokens(&[])
             } else {
                 TextStream::new(&[])
             };
-            let mut splitter = Splitter::default();
             let (mut answer, mut first, mut tokens, mut cached) = (String::new(), None, 0, 0);
+            let mut thought = String::new();
             let mut stopped = false;
             while !engine.is_idle() {
                 if INTERRUPTED.swap(false, Ordering::SeqCst) && !stopped {
@@ -254,26 +258,16 @@ impl WithBackend for ChatJob<'_> {
                             first.get_or_insert_with(Instant::now);
                             tokens += 1;
                             let piece = stream.push(tokenizer, token);
-                            let pieces = if harmony {
-                                splitter.push(&piece.text)
-                            } else {
-                                vec![Piece::Content(piece.text)]
-                            };
-                            show(pieces, &mut answer, &mut stdout)?;
+                            let pieces = reader.push(&piece.text);
+                            show(pieces, &mut answer, &mut thought, &mut stdout)?;
                         }
                         Event::PromptLogprobs(_) => {}
                         Event::Finished(done) => {
                             cached = done.cached_tokens;
                             let rest = stream.finish();
-                            let mut pieces = if harmony {
-                                splitter.push(&rest)
-                            } else {
-                                vec![Piece::Content(rest)]
-                            };
-                            if harmony {
-                                pieces.extend(splitter.finish());
-                            }
-                            show(pieces, &mut answer, &mut stdout)?;
+                            let mut pieces = reader.push(&rest);
+                            pieces.extend(reader.finish());
+                            show(pieces, &mut answer, &mut thought, &mut stdout)?;
                         }
                         Event::Cancelled => {}
                         Event::Rejected(reason) => return Err(CliError::Rejected(reason)),
@@ -283,6 +277,10 @@ impl WithBackend for ChatJob<'_> {
             }
             writeln!(stdout).map_err(CliError::Stdout)?;
             stdout.flush().map_err(CliError::Stdout)?;
+            // The status line on a line of its own after the reasoning.
+            if !thought.is_empty() && !thought.ends_with('\n') {
+                eprintln!();
+            }
             // The answer so far stays in the conversation, stopped or not.
             messages.push(ChatMessage {
                 role: "assistant".into(),
@@ -300,15 +298,23 @@ impl WithBackend for ChatJob<'_> {
 }
 
 /// Prints an answer's pieces as they come: its text to `out` (and the
-/// answer), a harmony answer's reasoning to stderr.
-fn show(pieces: Vec<Piece>, answer: &mut String, out: &mut impl Write) -> Result<(), CliError> {
+/// answer), its reasoning to stderr.
+fn show(
+    pieces: Vec<Piece>,
+    answer: &mut String,
+    thought: &mut String,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
     for piece in pieces {
         match piece {
             Piece::Content(text) => {
                 answer.push_str(&text);
                 write!(out, "{text}").map_err(CliError::Stdout)?;
             }
-            Piece::Reasoning(text) => eprint!("{text}"),
+            Piece::Reasoning(text) => {
+                thought.push_str(&text);
+                eprint!("{text}");
+            }
         }
     }
     out.flush().map_err(CliError::Stdout)

@@ -21,6 +21,7 @@ use crate::report::BenchReport;
 use crate::trace::{parse_trace, write_trace, Vocabulary};
 use crate::workload::{Arrivals, WorkloadSpec};
 
+mod answer;
 mod args;
 mod bench;
 mod chat;

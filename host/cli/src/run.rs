@@ -12,7 +12,9 @@ use pagoda_engine::{
     Engine, EngineConfig, EngineStorage, Event, GenRequest, Priority, SchedulerConfig, StepBackend,
     StopReason, TextModel, TextStream, WithBackend,
 };
-use pagoda_server::harmony::{Piece, Splitter};
+use pagoda_server::harmony::Piece;
+
+use crate::answer::Reader;
 use serde::Serialize;
 
 use crate::args::RunArgs;
@@ -22,6 +24,8 @@ use crate::error::CliError;
 struct Prepared {
     /// What the user gave (before any chat template).
     text: String,
+    /// The chat template's rendering of it (`--chat`).
+    rendered: Option<String>,
     ids: Vec<u32>,
     max_new_tokens: u32,
 }
@@ -78,8 +82,8 @@ struct Timings {
 /// One request's generation: its text so far, its tokens and its times.
 struct Generation {
     stream: TextStream,
-    /// A harmony answer's channels (`RunJob::harmony`).
-    splitter: Option<Splitter>,
+    /// How its text splits into reasoning and content.
+    reader: Reader,
     text: String,
     output: Vec<u32>,
     submitted: Instant,
@@ -127,7 +131,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
     let context = model.model.config().max_context;
     let mut prepared = Vec::with_capacity(texts.len());
     for text in texts {
-        let ids = encode_prompt(&model, &args, &text)?;
+        let (ids, rendered) = encode_prompt(&model, &args, &text)?;
         if ids.is_empty() {
             return Err(CliError::EmptyPrompt);
         }
@@ -140,6 +144,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         }
         prepared.push(Prepared {
             text,
+            rendered,
             max_new_tokens: args.max_tokens.min(room),
             ids,
         });
@@ -175,9 +180,10 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         seed: args.seed,
         stops: &args.stop,
         stream: prepared.len() == 1 && !args.json,
-        harmony: args.chat
-            && crate::template_of(&model)
-                .is_ok_and(|t| pagoda_server::harmony::is_harmony(t.source())),
+        template: match args.chat {
+            true => Some(crate::template_of(&model)?.source().to_string()),
+            false => None,
+        },
     };
     let backend = args.backend.choice(args.threads);
     let (results, kv_pool_bytes) = backend.open(job).map_err(|error| CliError::Backend {
@@ -265,10 +271,15 @@ fn prompt_texts(args: &RunArgs) -> Result<Vec<String>, CliError> {
 }
 
 /// The prompt's ids: the raw text, or the chat template's rendering of one
-/// user turn (after `--system` if given) with the assistant's turn opened.
-fn encode_prompt(model: &TextModel, args: &RunArgs, text: &str) -> Result<Vec<u32>, CliError> {
+/// user turn (after `--system` if given) with the assistant's turn opened
+/// (and that rendering).
+fn encode_prompt(
+    model: &TextModel,
+    args: &RunArgs,
+    text: &str,
+) -> Result<(Vec<u32>, Option<String>), CliError> {
     if !args.chat {
-        return Ok(model.tokenizer.encode(text, true, true));
+        return Ok((model.tokenizer.encode(text, true, true), None));
     }
     let template = crate::template_of(model)?;
     let mut messages = Vec::new();
@@ -284,7 +295,10 @@ fn encode_prompt(model: &TextModel, args: &RunArgs, text: &str) -> Result<Vec<u3
     });
     let rendered = template.render(&messages, true)?;
     // The template writes BOS itself where the model wants one.
-    Ok(model.tokenizer.encode(&rendered, false, true))
+    Ok((
+        model.tokenizer.encode(&rendered, false, true),
+        Some(rendered),
+    ))
 }
 
 /// The engine's part of a run, generic over the backend.
@@ -297,9 +311,10 @@ struct RunJob<'a> {
     stops: &'a [String],
     /// Print text to stdout as it is sampled (one prompt, not `--json`).
     stream: bool,
-    /// A chat answer in harmony (gpt-oss): read by its channels, its
+    /// The chat template's source (`--chat`): an answer in harmony
+    /// (gpt-oss) is read by its channels, one with think tags by them, its
     /// reasoning on stderr and out of the text.
-    harmony: bool,
+    template: Option<String>,
 }
 
 impl Generation {
@@ -357,13 +372,17 @@ impl WithBackend for RunJob<'_> {
                 .submit(request, Priority::Normal, engine.now())
                 .map_err(CliError::Rejected)?;
             handles.push(Some(handle));
+            let reader = match (&self.template, &p.rendered) {
+                (Some(template), Some(rendered)) => Reader::of(template, rendered),
+                _ => Reader::Plain,
+            };
             running.push(Generation {
-                stream: if self.harmony {
+                stream: if reader.special() {
                     TextStream::with_special_tokens(self.stops)
                 } else {
                     TextStream::new(self.stops)
                 },
-                splitter: self.harmony.then(Splitter::default),
+                reader,
                 text: String::new(),
                 output: Vec::new(),
                 submitted: Instant::now(),
@@ -409,15 +428,12 @@ impl RunJob<'_> {
         text: &str,
         out: &mut impl Write,
     ) -> Result<(), CliError> {
-        let pieces = match &mut state.splitter {
-            Some(splitter) => splitter.push(text),
-            None => vec![Piece::Content(text.to_string())],
-        };
+        let pieces = state.reader.push(text);
         self.show(state, pieces, out)
     }
 
     /// Adds pieces of the answer to the request's text (and prints them
-    /// when streaming); a harmony answer's reasoning goes to stderr.
+    /// when streaming); its reasoning goes to stderr.
     fn show(
         &self,
         state: &mut Generation,
@@ -451,10 +467,8 @@ impl RunJob<'_> {
             Event::Finished(done) if state.finished.is_none() => {
                 let rest = state.stream.finish();
                 self.emit(state, &rest, out)?;
-                if let Some(splitter) = &mut state.splitter {
-                    let pieces = splitter.finish();
-                    self.show(state, pieces, out)?;
-                }
+                let pieces = state.reader.finish();
+                self.show(state, pieces, out)?;
                 let why = match done.stop {
                     StopReason::StopToken => "end_of_generation",
                     StopReason::Length => "length",

@@ -106,3 +106,51 @@ fn a_model_without_a_chat_template_is_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("chat template"), "{stderr}");
 }
+
+/// A template that opens a think tag at the end of its prompt (as
+/// DeepSeek-R1's does): SmolLM2's answer, which never closes it, is all
+/// reasoning, on stderr, and the answer on stdout is empty.
+#[test]
+fn reasoning_between_think_tags_goes_to_stderr() {
+    let Some(model) = env::require_model("reasoning_between_think_tags") else {
+        return;
+    };
+    let dir = env::scratch_dir("chat_cli_think");
+    let template = dir.join("think.jinja");
+    std::fs::write(
+        &template,
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+         {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n\
+         {% endif %}{# an answer closes it with </think> #}",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pagoda"))
+        .args(["chat", "--model"])
+        .arg(&model)
+        .args(["--temperature", "0", "--max-tokens", "16", "--threads", "1"])
+        .arg("--chat-template")
+        .arg(&template)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pagoda chat starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(b"What is the capital of France?\n")
+        .expect("write the turn");
+    drop(stdin);
+    let out = child.wait_with_output().expect("pagoda chat ends");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.trim().is_empty(), "no content: {stdout:?}");
+    let reasoning: String = stderr
+        .lines()
+        .filter(|l| !l.starts_with('[') && !l.starts_with("pagoda"))
+        .collect();
+    assert!(!reasoning.trim().is_empty(), "{stderr}");
+    assert_eq!(status(&stderr).len(), 1, "{stderr}");
+}
