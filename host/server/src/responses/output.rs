@@ -98,6 +98,22 @@ impl Shell {
     pub(super) fn message_id(&self) -> String {
         format!("msg_{}", &self.id["resp_".len()..])
     }
+
+    /// The reasoning item's id.
+    pub(super) fn reasoning_id(&self) -> String {
+        format!("rs_{}", &self.id["resp_".len()..])
+    }
+}
+
+/// The reasoning item holding `text`, in `status`.
+pub(super) fn reasoning_item(shell: &Shell, text: &str, status: &str) -> Value {
+    json!({
+        "type": "reasoning",
+        "id": shell.reasoning_id(),
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+        "status": status,
+    })
 }
 
 /// `completed`, or `incomplete` when the answer ran into its token limit.
@@ -152,15 +168,7 @@ pub(super) fn output_items(
     // The reasoning first, as a reasoning item (vLLM's shape: its text as
     // `reasoning_text` content).
     let harmony = reader.and_then(|r| tools::reasoning_of(r.format, text));
-    let reasoning = thought.or(harmony).map(|r| {
-        json!({
-            "type": "reasoning",
-            "id": format!("rs_{}", &shell.id["resp_".len()..]),
-            "summary": [],
-            "content": [{"type": "reasoning_text", "text": r}],
-            "status": done,
-        })
-    });
+    let reasoning = thought.or(harmony).map(|r| reasoning_item(shell, &r, done));
     let mut items: Vec<Value> = reasoning.into_iter().collect();
     items.extend(content.map(|c| message(shell, &c, kept, done)));
     let ids = tools::calls_json(&calls, false);

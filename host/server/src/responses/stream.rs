@@ -8,9 +8,10 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use super::output::{output_items, status, Shell};
+use super::output::{output_items, reasoning_item, status, Shell};
 use crate::generate::Generation;
-use crate::reasoning::ThinkTags;
+use crate::harmony::Piece;
+use crate::reasoning::{ThinkSplitter, ThinkTags};
 use crate::tools::CallReader;
 
 /// The events of a streamed response, numbered as they are sent.
@@ -81,15 +82,18 @@ impl Events {
     }
 }
 
-/// Where a stream is: text streams as it comes; with tools the answer is
-/// held until it ends (a call is parsed once it is whole), then its items
-/// are sent whole.
+/// Where a stream is: text streams as it comes, reasoning between think
+/// tags as a reasoning item before the message's; with tools the answer
+/// is held until it ends (a call is parsed once it is whole), then its
+/// items are sent whole.
 struct Streaming {
     generation: Generation,
     shell: Shell,
     tools: Option<CallReader>,
     /// Where the answer's reasoning is, for a template with think tags.
     think: Option<ThinkTags>,
+    /// Without tools: the answer's reasoning and content as they stream.
+    thinker: Option<Thinking>,
     events: Events,
     text: String,
     /// The answer's tokens' log probabilities so far (when asked for).
@@ -111,7 +115,10 @@ impl Streaming {
                     crate::logprobs::entries_of(self.generation.vocab(), &delta.logprobs);
                 self.logprobs.extend(logprobs.iter().cloned());
                 let something = !(delta.text.is_empty() && logprobs.is_empty());
-                if something && !self.holds() {
+                if let Some(thinking) = &mut self.thinker {
+                    let pieces = thinking.splitter.push(&delta.text);
+                    thinking.send(pieces, &self.shell, &mut self.events);
+                } else if something && !self.holds() {
                     let item_id = self.shell.message_id();
                     self.events.push("response.output_text.delta", json!({"item_id": item_id, "output_index": 0, "content_index": 0, "delta": delta.text, "logprobs": logprobs}));
                 }
@@ -141,10 +148,9 @@ impl Streaming {
     }
 
     /// Whether the answer is held until it ends, then sent as whole items:
-    /// with tools (a call is parsed once it is whole) or reasoning (its
-    /// item comes before the message's).
+    /// with tools (a call is parsed once it is whole).
     fn holds(&self) -> bool {
-        self.tools.is_some() || self.think.is_some()
+        self.tools.is_some()
     }
 
     fn finish(&mut self, reason: Option<&str>) {
@@ -160,7 +166,11 @@ impl Streaming {
             &self.logprobs,
             reason,
         );
-        if self.holds() {
+        if let Some(mut thinking) = self.thinker.take() {
+            let pieces = thinking.splitter.finish();
+            thinking.send(pieces, &self.shell, &mut self.events);
+            thinking.close(&items, &mut self.events);
+        } else if self.holds() {
             for (index, item) in items.iter().enumerate() {
                 self.events.whole_item(index, item);
             }
@@ -183,6 +193,117 @@ impl Streaming {
             "response.completed"
         };
         self.events.push(kind, json!({"response": done}));
+    }
+}
+
+/// Whether a stream's reasoning item is opened yet, and closed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opened {
+    No,
+    Open,
+    Closed,
+}
+
+/// An answer with think tags and no tools, streamed as it comes: its
+/// reasoning as a reasoning item (output 0, `reasoning_text` deltas),
+/// closed when the content starts, then the message (output 1).
+struct Thinking {
+    splitter: ThinkSplitter,
+    reasoning: Opened,
+    /// The reasoning streamed so far.
+    thought: String,
+    message: bool,
+}
+
+impl Thinking {
+    /// The events of `pieces`: each opens its item where it is the first
+    /// of its kind (the content closing the reasoning first), then its
+    /// delta.
+    fn send(&mut self, pieces: Vec<Piece>, shell: &Shell, events: &mut Events) {
+        for piece in pieces {
+            match piece {
+                Piece::Reasoning(text) if !self.message => {
+                    self.thought.push_str(&text);
+                    let id = json!(shell.reasoning_id());
+                    if self.reasoning == Opened::No {
+                        self.reasoning = Opened::Open;
+                        let item = json!({"type": "reasoning", "id": id, "summary": [], "content": [], "status": "in_progress"});
+                        let added = json!({"output_index": 0, "item": item});
+                        events.push("response.output_item.added", added);
+                        let part = json!({"type": "reasoning_text", "text": ""});
+                        events.push("response.content_part.added", json!({"item_id": id, "output_index": 0, "content_index": 0, "part": part}));
+                    }
+                    events.push("response.reasoning_text.delta", json!({"item_id": id, "output_index": 0, "content_index": 0, "delta": text}));
+                }
+                // Reasoning after the content started (never, from the
+                // splitter) stays out of the stream; the items have it.
+                Piece::Reasoning(_) => {}
+                Piece::Content(text) => {
+                    if !self.message {
+                        // The reasoning is whole once the content starts.
+                        if self.reasoning == Opened::Open {
+                            let item = reasoning_item(shell, self.thought.trim(), "completed");
+                            self.close_reasoning(&item, events);
+                        }
+                        self.message = true;
+                        let index = self.message_index();
+                        let id = json!(shell.message_id());
+                        let item = json!({"type": "message", "id": id, "status": "in_progress", "role": "assistant", "content": []});
+                        let added = json!({"output_index": index, "item": item});
+                        events.push("response.output_item.added", added);
+                        let part = json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []});
+                        events.push("response.content_part.added", json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}));
+                    }
+                    if !text.is_empty() {
+                        let id = json!(shell.message_id());
+                        events.push("response.output_text.delta", json!({"item_id": id, "output_index": self.message_index(), "content_index": 0, "delta": text, "logprobs": []}));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Where the message goes: after the reasoning item, if there is one.
+    fn message_index(&self) -> usize {
+        usize::from(self.reasoning != Opened::No)
+    }
+
+    /// The reasoning item's `done` events, `item` its final form.
+    fn close_reasoning(&mut self, item: &Value, events: &mut Events) {
+        self.reasoning = Opened::Closed;
+        let text = item["content"][0]["text"].clone();
+        events.push(
+            "response.reasoning_text.done",
+            json!({"item_id": item["id"], "output_index": 0, "content_index": 0, "text": text}),
+        );
+        let part = json!({"type": "reasoning_text", "text": text});
+        events.push(
+            "response.content_part.done",
+            json!({"item_id": item["id"], "output_index": 0, "content_index": 0, "part": part}),
+        );
+        let done = json!({"output_index": 0, "item": item});
+        events.push("response.output_item.done", done);
+    }
+
+    /// The `done` events of the items still open, each in its final form
+    /// from `items`.
+    fn close(&mut self, items: &[Value], events: &mut Events) {
+        let of = |kind: &str| items.iter().find(|i| i["type"] == kind);
+        if self.reasoning == Opened::Open {
+            if let Some(item) = of("reasoning") {
+                self.close_reasoning(item, events);
+            }
+        }
+        if self.message {
+            if let Some(item) = of("message") {
+                let index = self.message_index();
+                let (text, logprobs) =
+                    (&item["content"][0]["text"], &item["content"][0]["logprobs"]);
+                events.text_done(index, &item["id"], text, logprobs);
+                let done = json!({"output_index": index, "item": item});
+                events.push("response.output_item.done", done);
+            }
+        }
     }
 }
 
@@ -215,11 +336,21 @@ pub(super) fn response(
             json!({"item_id": id, "output_index": 0, "content_index": 0, "part": part}),
         );
     }
+    let thinker = match (&tools, think) {
+        (None, Some(tags)) => Some(Thinking {
+            splitter: ThinkSplitter::new(tags),
+            reasoning: Opened::No,
+            thought: String::new(),
+            message: false,
+        }),
+        _ => None,
+    };
     let state = Streaming {
         generation,
         shell,
         tools,
         think,
+        thinker,
         events,
         text: String::new(),
         logprobs: Vec::new(),
@@ -248,6 +379,82 @@ pub(super) fn response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The events queued so far, as values.
+    fn sent(events: &Events) -> Vec<Value> {
+        events
+            .queue
+            .iter()
+            .map(|b| {
+                let text = std::str::from_utf8(b).unwrap();
+                let data = text.split("\ndata: ").nth(1).unwrap();
+                serde_json::from_str(data.trim_end()).unwrap()
+            })
+            .collect()
+    }
+
+    /// An answer with think tags streams its reasoning item, closed when
+    /// the content starts, then its message; the deltas add up to the
+    /// items the response ends with, streamed in pieces of any size.
+    #[test]
+    fn reasoning_streams_as_its_own_item_before_the_message() {
+        let shell = Shell::new(&serde_json::Map::new(), "m", 1);
+        let tags = ThinkTags::closed();
+        let answer = "<think>\nWeigh A, then B.\n</think>\n\nB it is.";
+        let mut rng = fastrand::Rng::with_seed(3);
+        for _ in 0..50 {
+            let mut events = Events {
+                queue: VecDeque::new(),
+                next: 0,
+            };
+            let mut thinking = Thinking {
+                splitter: ThinkSplitter::new(tags),
+                reasoning: Opened::No,
+                thought: String::new(),
+                message: false,
+            };
+            let chars: Vec<char> = answer.chars().collect();
+            let mut i = 0;
+            while i < chars.len() {
+                let n = rng.usize(1..=5).min(chars.len() - i);
+                let piece: String = chars[i..i + n].iter().collect();
+                let pieces = thinking.splitter.push(&piece);
+                thinking.send(pieces, &shell, &mut events);
+                i += n;
+            }
+            let pieces = thinking.splitter.finish();
+            thinking.send(pieces, &shell, &mut events);
+            let items = output_items(&shell, None, Some(tags), answer, &[], Some("stop"));
+            thinking.close(&items, &mut events);
+            let sent = sent(&events);
+            let kinds: Vec<&str> = sent.iter().map(|e| e["type"].as_str().unwrap()).collect();
+            let first = |kind: &str| kinds.iter().position(|k| *k == kind).unwrap();
+            // The reasoning item is done before the message is added.
+            let dones: Vec<usize> = (0..kinds.len())
+                .filter(|&i| kinds[i] == "response.output_item.done")
+                .collect();
+            let added: Vec<usize> = (0..kinds.len())
+                .filter(|&i| kinds[i] == "response.output_item.added")
+                .collect();
+            assert_eq!((added.len(), dones.len()), (2, 2), "{kinds:?}");
+            assert!(dones[0] < added[1], "{kinds:?}");
+            assert!(first("response.reasoning_text.done") < first("response.output_text.delta"));
+            let joined = |kind: &str| -> String {
+                sent.iter()
+                    .filter(|e| e["type"] == kind)
+                    .map(|e| e["delta"].as_str().unwrap().to_string())
+                    .collect()
+            };
+            assert_eq!(
+                joined("response.reasoning_text.delta").trim(),
+                "Weigh A, then B."
+            );
+            assert_eq!(joined("response.output_text.delta"), "B it is.");
+            assert_eq!(sent[dones[0]]["item"], items[0]);
+            assert_eq!(sent[dones[1]]["item"], items[1]);
+            assert_eq!(sent[dones[1]]["output_index"], 1);
+        }
+    }
 
     #[test]
     fn a_whole_item_streams_from_empty_to_done() {
