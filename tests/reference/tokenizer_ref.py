@@ -50,6 +50,14 @@ GPT4O_PATTERN = (
     r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"""
     r"""\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
+# Kimi K2's tiktoken pattern (tokenization_kimi.py): Han runs first, the
+# o200k letter classes without Han, no "/" after punctuation.
+KIMI_K2_PATTERN = (
+    r"""[\p{Han}]+|"""
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"""
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"""
+    r"""\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 # Mistral's Tekken tokenizer.json (Mistral-Nemo, Mistral Small 3.x).
 TEKKEN_PATTERN = (
     r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"""
@@ -128,9 +136,9 @@ def pre_tokenizer(pre):
     if pre in ("gpt-2", "default", "mpt", "olmo"):
         return byte_level
     # Llama 3's and DBRX's (tiktoken's cl100k pattern), Qwen2's.
-    if pre in ("llama-bpe", "dbrx", "qwen2", "gpt-4o", "seed-coder", "tekken"):
+    if pre in ("llama-bpe", "dbrx", "qwen2", "gpt-4o", "seed-coder", "tekken", "kimi-k2"):
         pattern = {"qwen2": QWEN2_PATTERN, "gpt-4o": GPT4O_PATTERN, "tekken": TEKKEN_PATTERN,
-                   "seed-coder": SEED_CODER_PATTERN}.get(pre, LLAMA3_PATTERN)
+                   "seed-coder": SEED_CODER_PATTERN, "kimi-k2": KIMI_K2_PATTERN}.get(pre, LLAMA3_PATTERN)
         return pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
@@ -173,7 +181,7 @@ def pre(outdir):
     runs = {}
     for name in ("smollm", "gpt-2", "llama-bpe", "qwen2", "starcoder", "refact", "mpt",
                  "olmo", "dbrx", "gpt-4o", "deepseek-v3", "deepseek-llm", "seed-coder",
-                 "tekken"):
+                 "tekken", "kimi-k2"):
         p = pre_tokenizer(name)
         rows = []
         for t in texts:

@@ -142,6 +142,7 @@ fn other_pre_tokenizers_match_reference() {
         "deepseek-llm",
         "seed-coder",
         "tekken",
+        "kimi-k2",
     ] {
         check_pre(&model, &python, pre);
     }

@@ -36,6 +36,7 @@ fn pieces_match_reference() {
         "deepseek-llm",
         "seed-coder",
         "tekken",
+        "kimi-k2",
     ] {
         let pre = PreTokenizer::from_name(name).unwrap();
         let want = std::fs::read_to_string(dir.join(format!("pieces_{name}.txt"))).unwrap();

@@ -78,6 +78,23 @@ pub(crate) fn is_lowerish(c: char) -> bool {
     )
 }
 
+/// `\p{Han}`: the Han script, which Kimi K2's pattern splits off as runs
+/// of their own.
+pub(crate) fn is_han(c: char) -> bool {
+    static RANGES: OnceLock<Vec<(char, char)>> = OnceLock::new();
+    !c.is_ascii() && within(RANGES.get_or_init(|| class_ranges(r"\p{Han}")), c)
+}
+
+/// [`is_upperish`] but not [`is_han`] (Kimi K2's capitals).
+pub(crate) fn is_upperish_not_han(c: char) -> bool {
+    is_upperish(c) && !is_han(c)
+}
+
+/// [`is_lowerish`] but not [`is_han`] (Kimi K2's small letters).
+pub(crate) fn is_lowerish_not_han(c: char) -> bool {
+    is_lowerish(c) && !is_han(c)
+}
+
 /// `\p{M}`: the marks DeepSeek-V3's words may carry (`[\p{L}\p{M}]+`).
 pub(crate) fn is_mark(c: char) -> bool {
     static RANGES: OnceLock<Vec<(char, char)>> = OnceLock::new();

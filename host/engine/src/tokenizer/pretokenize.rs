@@ -15,8 +15,8 @@
 //! a sequence; each step is again a function for its pattern.
 
 use super::chars::{
-    class, is_deepseek_llm_letter, is_lowerish, is_mark, is_punctuation_or_symbol, is_upperish,
-    Class,
+    class, is_deepseek_llm_letter, is_han, is_lowerish, is_lowerish_not_han, is_mark,
+    is_punctuation_or_symbol, is_upperish, is_upperish_not_han, Class,
 };
 use super::error::TokenizerError;
 
@@ -56,6 +56,10 @@ pub enum PreTokenizer {
     /// as its tokenizer.json states it; whole words in the vocabulary
     /// skip merging.
     Tekken,
+    /// `kimi-k2` (Kimi K2): the o200k pattern with Han runs split off
+    /// first and kept out of its words, and no `/` after punctuation, as
+    /// its tiktoken pattern states it.
+    KimiK2,
     /// `deepseek-v3` (DeepSeek-V3, DeepSeek-R1), and `joyai-llm`,
     /// `hunyuan-dense`, `hy_v4`, which llama.cpp gives the same steps:
     /// `\p{N}{1,3}`, then `[一-龥぀-ゟ゠-ヿ]+` (Han and kana runs), then
@@ -92,6 +96,7 @@ impl PreTokenizer {
             "seed-coder" => PreTokenizer::SeedCoder,
             "gpt-4o" | "llama4" => PreTokenizer::Gpt4o,
             "tekken" => PreTokenizer::Tekken,
+            "kimi-k2" => PreTokenizer::KimiK2,
             "deepseek-v3" | "joyai-llm" | "hunyuan-dense" | "hy_v4" => PreTokenizer::DeepSeekV3,
             "deepseek-llm" => PreTokenizer::DeepSeekLlm,
             other => return Err(TokenizerError::UnsupportedPre(other.to_owned())),
@@ -126,8 +131,13 @@ impl PreTokenizer {
             PreTokenizer::SeedCoder => {
                 scan(text, &chars, |c, i| llama3_match(c, i, 1, |_| false), word)
             }
-            PreTokenizer::Gpt4o => scan(text, &chars, |c, i| o200k_match(c, i, true, 3), word),
-            PreTokenizer::Tekken => scan(text, &chars, |c, i| o200k_match(c, i, false, 1), word),
+            PreTokenizer::Gpt4o => scan(text, &chars, |c, i| o200k_match(c, i, O200k::GPT4O), word),
+            PreTokenizer::Tekken => {
+                scan(text, &chars, |c, i| o200k_match(c, i, O200k::TEKKEN), word)
+            }
+            PreTokenizer::KimiK2 => {
+                scan(text, &chars, |c, i| o200k_match(c, i, O200k::KIMI_K2), word)
+            }
             PreTokenizer::DeepSeekV3 => split_in_steps(
                 text,
                 &chars,
@@ -340,42 +350,95 @@ fn run_of(chars: &[(usize, char, Class)], i: usize, test: fn(char) -> bool) -> u
         .count()
 }
 
-/// `U*L+` at `j` (U: [`is_upperish`], L: [`is_lowerish`]), as a
-/// backtracking engine finds it: the most capitals that still leave a
-/// small letter after them, then every small letter.
-fn capitals_then_smalls(chars: &[(usize, char, Class)], j: usize) -> Option<usize> {
-    let capitals = run_of(chars, j, is_upperish);
+/// The tests of a capital and of a small letter.
+type Cases = (fn(char) -> bool, fn(char) -> bool);
+
+/// Tiktoken's o200k pattern as a vocabulary words it.
+#[derive(Clone, Copy)]
+struct O200k {
+    /// Case-insensitive contractions after a word (none: Tekken's).
+    contractions: bool,
+    /// Digits a number piece holds at most.
+    digits: usize,
+    /// A `/` may end a punctuation run (not in Kimi K2's).
+    slash: bool,
+    /// Han runs are pieces of their own, and no word holds Han (Kimi
+    /// K2's `[\p{Han}]+` first, its letter classes `&&[^\p{Han}]`).
+    han_apart: bool,
+}
+
+impl O200k {
+    const GPT4O: Self = Self {
+        contractions: true,
+        digits: 3,
+        slash: true,
+        han_apart: false,
+    };
+    const TEKKEN: Self = Self {
+        contractions: false,
+        digits: 1,
+        ..Self::GPT4O
+    };
+    const KIMI_K2: Self = Self {
+        slash: false,
+        han_apart: true,
+        ..Self::GPT4O
+    };
+
+    /// The capitals' and the small letters' tests.
+    fn cases(self) -> Cases {
+        if self.han_apart {
+            (is_upperish_not_han, is_lowerish_not_han)
+        } else {
+            (is_upperish, is_lowerish)
+        }
+    }
+}
+
+/// `U*L+` at `j` (U: [`is_upperish`], L: [`is_lowerish`], or as `cases`
+/// says), as a backtracking engine finds it: the most capitals that still
+/// leave a small letter after them, then every small letter.
+fn capitals_then_smalls(
+    chars: &[(usize, char, Class)],
+    j: usize,
+    (upper, lower): Cases,
+) -> Option<usize> {
+    let capitals = run_of(chars, j, upper);
     (0..=capitals).rev().find_map(|k| {
-        let smalls = run_of(chars, j + k, is_lowerish);
+        let smalls = run_of(chars, j + k, lower);
         (smalls > 0).then_some(k + smalls)
     })
 }
 
 /// `U+L*` at `j`.
-fn capitals_and_smalls(chars: &[(usize, char, Class)], j: usize) -> Option<usize> {
-    let capitals = run_of(chars, j, is_upperish);
-    (capitals > 0).then(|| capitals + run_of(chars, j + capitals, is_lowerish))
+fn capitals_and_smalls(
+    chars: &[(usize, char, Class)],
+    j: usize,
+    (upper, lower): Cases,
+) -> Option<usize> {
+    let capitals = run_of(chars, j, upper);
+    (capitals > 0).then(|| capitals + run_of(chars, j + capitals, lower))
 }
 
 /// `[^\r\n\p{L}\p{N}]?U*L+C?|[^\r\n\p{L}\p{N}]?U+L*C?|\p{N}{1,digits}|
 /// ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`, with C the
-/// case-insensitive contractions (none without `contractions`: Tekken's)
-/// and U, L as in [`capitals_then_smalls`].
-fn o200k_match(
-    chars: &[(usize, char, Class)],
-    i: usize,
-    contractions: bool,
-    digits: usize,
-) -> usize {
+/// case-insensitive contractions and U, L as in [`capitals_then_smalls`]
+/// (each as `o` says; Kimi K2's with `[\p{Han}]+` first).
+fn o200k_match(chars: &[(usize, char, Class)], i: usize, o: O200k) -> usize {
+    if o.han_apart && ch(chars, i).is_some_and(is_han) {
+        return run_of(chars, i, is_han);
+    }
     let c = cls(chars, i);
     // The optional lead: a character that is no letter, digit, CR or LF.
     let lead = !matches!(c, Some(Class::Letter | Class::Number)) && !is_crlf(ch(chars, i));
     let starts = [(lead && i + 1 < chars.len()).then_some(i + 1), Some(i)];
-    for word in [capitals_then_smalls, capitals_and_smalls] {
+    type Word = fn(&[(usize, char, Class)], usize, Cases) -> Option<usize>;
+    let words: [Word; 2] = [capitals_then_smalls, capitals_and_smalls];
+    for word in words {
         for j in starts.into_iter().flatten() {
-            if let Some(n) = word(chars, j) {
+            if let Some(n) = word(chars, j, o.cases()) {
                 let end = j + n;
-                let tail = if contractions {
+                let tail = if o.contractions {
                     contraction(chars, end, true)
                 } else {
                     0
@@ -385,9 +448,18 @@ fn o200k_match(
         }
     }
     if c == Some(Class::Number) {
-        return run(chars, i, Class::Number).min(digits);
+        return run(chars, i, Class::Number).min(o.digits);
     }
-    punctuation_or_space(chars, i, |c| matches!(c, '\r' | '\n' | '/'))
+    if o.slash {
+        punctuation_or_space(chars, i, |c| matches!(c, '\r' | '\n' | '/'))
+    } else {
+        punctuation_or_space(chars, i, is_crlf_char)
+    }
+}
+
+/// A CR or an LF.
+fn is_crlf_char(c: char) -> bool {
+    matches!(c, '\r' | '\n')
 }
 
 /// A step's pattern: the length of its match at a position, 0 for none.
