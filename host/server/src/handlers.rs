@@ -225,6 +225,7 @@ pub(crate) fn chat_request(
         (None, ToolFormat::Glm) => (tools::object_arguments(messages), None),
         (None, ToolFormat::Mistral) => (crate::mistral::history(messages), None),
         (None, ToolFormat::Cohere) => (crate::cohere::history(messages), None),
+        (None, ToolFormat::Kimi) => (crate::kimi::history(messages), None),
         (None, _) => (messages, None),
     };
     let active = tools.as_ref().filter(|t| t.active());
@@ -254,9 +255,13 @@ pub(crate) fn chat_request(
     // A harmony answer is parsed for its channels whether or not tools
     // are offered, from its text with the special tokens written out.
     let harmony = format == ToolFormat::Harmony;
-    // Mistral's `[TOOL_CALLS]` and `[ARGS]` and Cohere's blocks' markers
-    // are control tokens: written out where calls are read.
-    let marked = matches!(format, ToolFormat::Mistral | ToolFormat::Cohere);
+    // Mistral's `[TOOL_CALLS]` and `[ARGS]`, Cohere's blocks' markers and
+    // Kimi's call tokens are control tokens: written out where calls are
+    // read.
+    let marked = matches!(
+        format,
+        ToolFormat::Mistral | ToolFormat::Cohere | ToolFormat::Kimi
+    );
     // SGLang's `separate_reasoning` (default true): false leaves the
     // reasoning in the content, as the model wrote it.
     let separate = openai::boolean(map, "separate_reasoning")?.unwrap_or(true);

@@ -17,6 +17,7 @@ pub mod generate;
 pub mod glm;
 pub mod handlers;
 pub mod harmony;
+pub mod kimi;
 pub mod kv_events;
 pub mod kv_wire;
 pub mod logprobs;

@@ -24,6 +24,7 @@
 //! - **Cohere** (Command R7B, Command A; templates that write
 //!   `<|START_ACTION|>`): a plan, then a JSON array of calls, each block
 //!   between control tokens ([`crate::cohere`]).
+//! - **Kimi K2** (`<|tool_calls_section_begin|>`): see [`crate::kimi`].
 //! - **Generic**, for templates that know no tools (llama.cpp's fallback):
 //!   the tools are described in a system message, and the answer is
 //!   constrained to JSON, `{"tool_calls": [{"name", "arguments"}]}` or
@@ -90,6 +91,9 @@ pub enum ToolFormat {
     /// Cohere's (Command R7B, Command A) `<|START_ACTION|>` block of a JSON
     /// array of calls, after a plan in `<|START_THINKING|>`.
     Cohere,
+    /// Kimi K2's `<|tool_calls_section_begin|>` section of calls, each id
+    /// `functions.NAME:INDEX`.
+    Kimi,
 }
 
 impl ToolFormat {
@@ -103,6 +107,8 @@ impl ToolFormat {
             Self::Mistral
         } else if template.contains(crate::cohere::ACTION_START) {
             Self::Cohere
+        } else if template.contains(crate::kimi::SECTION_BEGIN) {
+            Self::Kimi
         } else if template.contains("<arg_key>") {
             Self::Glm
         } else if template.contains("<tool_call>") {
@@ -396,6 +402,11 @@ impl Tools {
                 self.parallel,
                 model,
             ))),
+            ToolFormat::Kimi => Some(OutputSpec::Lark(crate::kimi::forced(
+                &self.callable(),
+                self.parallel,
+                model,
+            ))),
             ToolFormat::Llama3 => Some(OutputSpec::JsonSchema(self.call_schema("parameters"))),
             ToolFormat::Hermes => {
                 let schema = self.call_schema("arguments");
@@ -418,8 +429,15 @@ impl Tools {
                 ToolFormat::Glm => (object_arguments(messages), None),
                 ToolFormat::Mistral => (crate::mistral::history(messages), None),
                 ToolFormat::Cohere => (crate::cohere::history(messages), None),
+                ToolFormat::Kimi => (crate::kimi::history(messages), None),
                 _ => (messages, None),
             };
+        }
+        if format == ToolFormat::Kimi {
+            return (
+                crate::kimi::history(messages),
+                Some(Value::Array(self.list.clone())),
+            );
         }
         if format == ToolFormat::Cohere {
             return (
@@ -499,6 +517,7 @@ pub fn parse_output(format: ToolFormat, text: &str) -> (Option<String>, Vec<Tool
         ToolFormat::DeepSeek => crate::deepseek::calls(text),
         ToolFormat::Mistral => crate::mistral::calls(text),
         ToolFormat::Cohere => crate::cohere::calls(text),
+        ToolFormat::Kimi => crate::kimi::calls(text),
         ToolFormat::Hermes => {
             let (mut rest, mut calls, mut outside) = (text, Vec::new(), String::new());
             while let Some(start) = rest.find("<tool_call>") {
@@ -747,6 +766,7 @@ mod tests {
             ToolFormat::Generic,
             ToolFormat::Cohere,
             ToolFormat::Mistral,
+            ToolFormat::Kimi,
         ] {
             for choice in [
                 ToolChoice::Required,
