@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::tools::ToolCall;
+use crate::tools::{GrammarModel, ToolCall};
 
 /// Opens the section of calls.
 pub const CALLS_BEGIN: &str = "<｜tool▁calls▁begin｜>";
@@ -79,6 +79,33 @@ fn call(body: &str) -> Option<ToolCall> {
     })
 }
 
+/// The grammar of a required or named call of `callable` (name and
+/// parameters schema each), one call or (`parallel`) more, in the syntax
+/// the model's template writes: V3's fenced JSON after `function` and the
+/// name where it writes a fence, else V3.1's bare JSON after the name.
+pub fn forced(callable: &[(&str, Value)], parallel: bool, model: &GrammarModel<'_>) -> String {
+    let [begin, end, call, sep, call_end] =
+        [CALLS_BEGIN, CALLS_END, CALL_BEGIN, SEP, CALL_END].map(|m| model.marker(m));
+    let fenced = model.template.contains("```json");
+    let each: Vec<String> = callable
+        .iter()
+        .map(|(name, params)| {
+            let quoted = serde_json::to_string(name).unwrap_or_default();
+            if fenced {
+                let open = serde_json::to_string(&format!("{name}\n```json\n")).unwrap_or_default();
+                format!("{call} \"function\" {sep} {open} %json {params} \"\\n```\" {call_end}")
+            } else {
+                format!("{call} {quoted} {sep} %json {params} {call_end}")
+            }
+        })
+        .collect();
+    let repeat = if parallel { "+" } else { "" };
+    format!(
+        "start: {begin} call{repeat} {end}\ncall: {}\n",
+        each.join(" | ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -145,6 +172,42 @@ mod tests {
             let rendered = template.render_with(&history, None, false).unwrap();
             let (_, again) = parse_output(ToolFormat::DeepSeek, &rendered);
             assert_eq!(again, calls, "{rendered}");
+        }
+    }
+
+    /// Over bytes (markers as text), the highest allowed byte's path
+    /// through each syntax's forced grammar (one call) reads back as it.
+    #[test]
+    fn forced_calls_follow_the_template_s_syntax() {
+        use pagoda_engine::structured::{OutputSpec, Structured};
+        let callable = [(
+            "go",
+            json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
+                "maximum": 9}}, "required": ["n"], "additionalProperties": false}),
+        )];
+        let compiler = Structured::for_bytes(256).unwrap();
+        for template in [V3_TEMPLATE, V31_TEMPLATE] {
+            let model = GrammarModel {
+                control: &|_| None,
+                template,
+            };
+            let grammar = forced(&callable, false, &model);
+            let constraint = compiler.compile(&OutputSpec::Lark(grammar)).unwrap();
+            let mut state = constraint.0.start();
+            let mut text = Vec::new();
+            // The highest allowed byte: quotes over JSON's white space.
+            while !state.is_finished() && text.len() < 300 {
+                let mut logits = vec![0.0f32; 256];
+                state.mask(&mut logits).unwrap();
+                let t = (0..256).rev().find(|&t| logits[t] == 0.0).unwrap() as u32;
+                state.accept(t).unwrap();
+                text.push(t as u8);
+            }
+            let text = String::from_utf8(text).unwrap();
+            assert!(state.is_finished(), "{text}");
+            let (_, calls) = calls(&text);
+            assert_eq!(calls.len(), 1, "{text}");
+            assert_eq!(calls[0].name, "go");
         }
     }
 

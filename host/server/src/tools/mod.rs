@@ -376,11 +376,10 @@ impl Tools {
                 };
                 Some(OutputSpec::JsonSchema(schema))
             }
-            // Harmony's calls are headers of special tokens, GLM's
-            // arguments tagged text and DeepSeek's calls follow tokens of
-            // their own, which no grammar here writes: a required call is
-            // asked, not forced.
-            ToolFormat::Harmony | ToolFormat::Glm | ToolFormat::DeepSeek => None,
+            // Harmony's calls are headers of special tokens and GLM's
+            // arguments tagged text, which no grammar here writes: a
+            // required call is asked, not forced.
+            ToolFormat::Harmony | ToolFormat::Glm => None,
             _ if !forced => None,
             // The action block at once (a required call skips the plan):
             // a JSON array of calls between the markers.
@@ -398,6 +397,11 @@ impl Tools {
                 )))
             }
             ToolFormat::Mistral => Some(OutputSpec::Lark(crate::mistral::forced(
+                &self.callable(),
+                self.parallel,
+                model,
+            ))),
+            ToolFormat::DeepSeek => Some(OutputSpec::Lark(crate::deepseek::forced(
                 &self.callable(),
                 self.parallel,
                 model,
