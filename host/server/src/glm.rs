@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::tools::ToolCall;
+use crate::tools::{GrammarModel, ToolCall};
 
 /// GLM's calls out of `text`: each `<tool_call>` block whose body is a
 /// name and tagged arguments; an argument `is_string` says is a string is
@@ -76,6 +76,72 @@ fn call(body: &str, is_string: &impl Fn(&str, &str) -> bool) -> Option<ToolCall>
     })
 }
 
+/// The grammar of a required or named call of `callable` (name and
+/// parameters schema each), one call or (`parallel`) more, as GLM's
+/// template writes them: each property of the schema in its order (the
+/// required ones always, the others where the model writes them) as a
+/// tagged pair, a string property's value bare (one of its `enum` where
+/// it has one; no `<` in it, which would read as a tag), any other's as
+/// JSON of its schema.
+pub fn forced(callable: &[(&str, Value)], parallel: bool, model: &GrammarModel<'_>) -> String {
+    let [open, close, key_open, key_close, value_open, value_close] = [
+        "<tool_call>",
+        "</tool_call>",
+        "<arg_key>",
+        "</arg_key>",
+        "<arg_value>",
+        "</arg_value>",
+    ]
+    .map(|m| model.marker(m));
+    let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let mut rules = Vec::new();
+    for (i, (name, params)) in callable.iter().enumerate() {
+        let required: Vec<&str> = params["required"]
+            .as_array()
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut args = String::new();
+        let properties = params["properties"].as_object().into_iter().flatten();
+        for (key, schema) in properties {
+            let value = if schema["type"] == "string" {
+                match schema["enum"].as_array() {
+                    Some(options) => {
+                        let options: Vec<String> = options
+                            .iter()
+                            .filter_map(Value::as_str)
+                            .map(quote)
+                            .collect();
+                        format!("({})", options.join(" | "))
+                    }
+                    None => "BARE".to_string(),
+                }
+            } else {
+                format!("%json {schema}")
+            };
+            let pair = format!(
+                "{key_open} {} {key_close} \"\\n\" {value_open} {value} {value_close} \"\\n\"",
+                quote(key)
+            );
+            if required.contains(&key.as_str()) {
+                args.push_str(&format!(" {pair}"));
+            } else {
+                args.push_str(&format!(" ({pair})?"));
+            }
+        }
+        rules.push(format!(
+            "call_{i}: {open} {} \"\\n\"{args} {close}",
+            quote(name)
+        ));
+    }
+    let names: Vec<String> = (0..callable.len()).map(|i| format!("call_{i}")).collect();
+    let repeat = if parallel { "+" } else { "" };
+    format!(
+        "start: call{repeat}\ncall: {}\n{}\nBARE: /[^<]*/\n",
+        names.join(" | "),
+        rules.join("\n")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -91,6 +157,64 @@ mod tests {
         {% for k, v in tc.function.arguments.items() %}<arg_key>{{ k }}</arg_key>\n\
         <arg_value>{{ v if v is string else v | tojson }}</arg_value>\n{% endfor %}\
         </tool_call>{% endfor %}{% endfor %}<|assistant|>\n";
+
+    /// Over bytes, the lowest allowed byte's path through the forced
+    /// grammar (the optional pairs left out, a bare string empty) reads
+    /// back, by the schemas, as one call with its required arguments.
+    #[test]
+    fn forced_calls_read_back_by_their_schemas() {
+        use pagoda_engine::structured::{OutputSpec, Structured};
+        let params = json!({"type": "object", "properties": {
+            "city": {"type": "string"}, "unit": {"type": "string", "enum": ["C", "F"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 9},
+            "note": {"type": "string"}},
+            "required": ["city", "unit", "days"]});
+        let offered = json!({"tools": [{"type": "function", "function": {
+            "name": "get_weather", "parameters": params}}], "tool_choice": "required",
+            "parallel_tool_calls": false});
+        let tools = crate::tools::parse(offered.as_object().unwrap())
+            .unwrap()
+            .unwrap();
+        let model = GrammarModel {
+            control: &|_| None,
+            template: GLM_TEMPLATE,
+        };
+        let Some(OutputSpec::Lark(grammar)) = tools.constraint(ToolFormat::Glm, &model) else {
+            panic!("a required GLM call is forced");
+        };
+        let compiler = Structured::for_bytes(256).unwrap();
+        let constraint = compiler.compile(&OutputSpec::Lark(grammar)).unwrap();
+        let mut state = constraint.0.start();
+        let mut text = Vec::new();
+        while !state.is_finished() && text.len() < 400 {
+            let mut logits = vec![0.0f32; 256];
+            state.mask(&mut logits).unwrap();
+            // A tag where one may come (closing a value as soon as it
+            // may end), else a digit (a JSON value, not its white space),
+            // else the lowest byte.
+            let allowed: Vec<u32> = (0..256u32).filter(|&t| logits[t as usize] == 0.0).collect();
+            let tag = allowed.iter().copied().find(|&t| t == u32::from(b'<'));
+            let digit = allowed
+                .iter()
+                .copied()
+                .find(|t| (b'1'..=b'9').contains(&(*t as u8)));
+            let t = tag.or(digit).unwrap_or(allowed[0]);
+            state.accept(t).unwrap();
+            text.push(t as u8);
+        }
+        let text = String::from_utf8(text).unwrap();
+        assert!(state.is_finished(), "{text}");
+        let reader = CallReader::new(ToolFormat::Glm, Some(&tools));
+        let (_, calls) = reader.parse(&text);
+        assert_eq!(calls.len(), 1, "{text}");
+        let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
+        assert_eq!(args["unit"], "C", "{text}");
+        assert!(
+            args["days"].as_i64().is_some_and(|d| (1..=9).contains(&d)),
+            "{text}"
+        );
+        assert!(args.get("note").is_none(), "{text}");
+    }
 
     #[test]
     fn glm_calls_parse_by_their_schemas_and_render_back() {

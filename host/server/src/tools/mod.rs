@@ -376,10 +376,9 @@ impl Tools {
                 };
                 Some(OutputSpec::JsonSchema(schema))
             }
-            // Harmony's calls are headers of special tokens and GLM's
-            // arguments tagged text, which no grammar here writes: a
-            // required call is asked, not forced.
-            ToolFormat::Harmony | ToolFormat::Glm => None,
+            // Harmony's calls are headers of special tokens, which no
+            // grammar here writes: a required call is asked, not forced.
+            ToolFormat::Harmony => None,
             _ if !forced => None,
             // The action block at once (a required call skips the plan):
             // a JSON array of calls between the markers.
@@ -397,6 +396,11 @@ impl Tools {
                 )))
             }
             ToolFormat::Mistral => Some(OutputSpec::Lark(crate::mistral::forced(
+                &self.callable(),
+                self.parallel,
+                model,
+            ))),
+            ToolFormat::Glm => Some(OutputSpec::Lark(crate::glm::forced(
                 &self.callable(),
                 self.parallel,
                 model,
