@@ -9,7 +9,7 @@
 //! `commentary` without a recipient, the model's preambles) the content,
 //! each message to `functions.NAME` a call whose body is its arguments.
 
-use crate::tools::ToolCall;
+use crate::tools::{GrammarModel, ToolCall};
 
 /// What a harmony answer holds.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -243,6 +243,25 @@ pub fn parse(text: &str) -> Answer {
         reasoning: trimmed(&reasoning),
         calls,
     }
+}
+
+/// The grammar of a required or named call of `callable` (name and
+/// parameters schema each): the answer's first message a call, its header
+/// `<|channel|>commentary to=functions.NAME <|constrain|>json`, its body
+/// the arguments (the analysis skipped; the end-of-generation token the
+/// model writes after the body ends the call).
+pub fn forced(callable: &[(&str, serde_json::Value)], model: &GrammarModel<'_>) -> String {
+    let [channel, constrain, message] =
+        [CHANNEL, "<|constrain|>", MESSAGE].map(|m| model.marker(m));
+    let each: Vec<String> = callable
+        .iter()
+        .map(|(name, params)| {
+            let to = serde_json::to_string(&format!("commentary to=functions.{name} "))
+                .unwrap_or_default();
+            format!("{channel} {to} {constrain} \"json\" {message} %json {params}")
+        })
+        .collect();
+    format!("start: {}\n", each.join(" | "))
 }
 
 #[cfg(test)]

@@ -376,10 +376,11 @@ impl Tools {
                 };
                 Some(OutputSpec::JsonSchema(schema))
             }
-            // Harmony's calls are headers of special tokens, which no
-            // grammar here writes: a required call is asked, not forced.
-            ToolFormat::Harmony => None,
             _ if !forced => None,
+            ToolFormat::Harmony => Some(OutputSpec::Lark(crate::harmony::forced(
+                &self.callable(),
+                model,
+            ))),
             // The action block at once (a required call skips the plan):
             // a JSON array of calls between the markers.
             ToolFormat::Cohere => {
@@ -775,6 +776,7 @@ mod tests {
             ToolFormat::Cohere,
             ToolFormat::Mistral,
             ToolFormat::Kimi,
+            ToolFormat::Harmony,
         ] {
             for choice in [
                 ToolChoice::Required,
