@@ -111,6 +111,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::tools::walk;
     use crate::tools::{parse_output, ToolFormat};
 
     /// Templates of DeepSeek's two call syntaxes, written for this test
@@ -179,32 +180,16 @@ mod tests {
     /// through each syntax's forced grammar (one call) reads back as it.
     #[test]
     fn forced_calls_follow_the_template_s_syntax() {
-        use pagoda_engine::structured::{OutputSpec, Structured};
-        let callable = [(
-            "go",
-            json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
-                "maximum": 9}}, "required": ["n"], "additionalProperties": false}),
-        )];
-        let compiler = Structured::for_bytes(256).unwrap();
+        use pagoda_engine::structured::OutputSpec;
+        let callable = [("go", walk::one_digit())];
         for template in [V3_TEMPLATE, V31_TEMPLATE] {
             let model = GrammarModel {
                 control: &|_| None,
                 template,
             };
             let grammar = forced(&callable, false, &model);
-            let constraint = compiler.compile(&OutputSpec::Lark(grammar)).unwrap();
-            let mut state = constraint.0.start();
-            let mut text = Vec::new();
-            // The highest allowed byte: quotes over JSON's white space.
-            while !state.is_finished() && text.len() < 300 {
-                let mut logits = vec![0.0f32; 256];
-                state.mask(&mut logits).unwrap();
-                let t = (0..256).rev().find(|&t| logits[t] == 0.0).unwrap() as u32;
-                state.accept(t).unwrap();
-                text.push(t as u8);
-            }
-            let text = String::from_utf8(text).unwrap();
-            assert!(state.is_finished(), "{text}");
+            let (text, ended) = walk::path(&OutputSpec::Lark(grammar), 300, walk::highest);
+            assert!(ended, "{text}");
             let (_, calls) = calls(&text);
             assert_eq!(calls.len(), 1, "{text}");
             assert_eq!(calls[0].name, "go");

@@ -147,6 +147,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::tools::walk;
     use crate::tools::{parse_output, CallReader, ToolFormat};
 
     /// A template of GLM-4.5's call syntax, written for this test: calls
@@ -163,7 +164,7 @@ mod tests {
     /// back, by the schemas, as one call with its required arguments.
     #[test]
     fn forced_calls_read_back_by_their_schemas() {
-        use pagoda_engine::structured::{OutputSpec, Structured};
+        use pagoda_engine::structured::OutputSpec;
         let params = json!({"type": "object", "properties": {
             "city": {"type": "string"}, "unit": {"type": "string", "enum": ["C", "F"]},
             "days": {"type": "integer", "minimum": 1, "maximum": 9},
@@ -182,28 +183,19 @@ mod tests {
         let Some(OutputSpec::Lark(grammar)) = tools.constraint(ToolFormat::Glm, &model) else {
             panic!("a required GLM call is forced");
         };
-        let compiler = Structured::for_bytes(256).unwrap();
-        let constraint = compiler.compile(&OutputSpec::Lark(grammar)).unwrap();
-        let mut state = constraint.0.start();
-        let mut text = Vec::new();
-        while !state.is_finished() && text.len() < 400 {
-            let mut logits = vec![0.0f32; 256];
-            state.mask(&mut logits).unwrap();
-            // A tag where one may come (closing a value as soon as it
-            // may end), else a digit (a JSON value, not its white space),
-            // else the lowest byte.
-            let allowed: Vec<u32> = (0..256u32).filter(|&t| logits[t as usize] == 0.0).collect();
+        // A tag where one may come (closing a value as soon as it may
+        // end), else a digit (a JSON value, not its white space), else the
+        // lowest byte.
+        let pick = |allowed: &[u32]| {
             let tag = allowed.iter().copied().find(|&t| t == u32::from(b'<'));
             let digit = allowed
                 .iter()
                 .copied()
                 .find(|t| (b'1'..=b'9').contains(&(*t as u8)));
-            let t = tag.or(digit).unwrap_or(allowed[0]);
-            state.accept(t).unwrap();
-            text.push(t as u8);
-        }
-        let text = String::from_utf8(text).unwrap();
-        assert!(state.is_finished(), "{text}");
+            tag.or(digit).unwrap_or(allowed[0])
+        };
+        let (text, ended) = walk::path(&OutputSpec::Lark(grammar), 400, pick);
+        assert!(ended, "{text}");
         let reader = CallReader::new(ToolFormat::Glm, Some(&tools));
         let (_, calls) = reader.parse(&text);
         assert_eq!(calls.len(), 1, "{text}");

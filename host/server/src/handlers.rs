@@ -215,18 +215,11 @@ pub(crate) fn chat_request(
     // Tools: handed to the template (or described in a system message for
     // one that knows none), a grammar where a call is required.
     let format = ToolFormat::of(template.source());
-    let (messages, tool_list) = match (&tools, format) {
-        (Some(t), _) => t.prepare(format, messages),
+    let (messages, tool_list) = match &tools {
+        Some(t) => t.prepare(format, messages),
         // No tools offered now, but maybe earlier calls in the history:
-        // written as the generic format writes them, for a template
-        // without tools.
-        (None, ToolFormat::Generic) => (tools::generic_history(messages), None),
-        (None, ToolFormat::Harmony) => (tools::harmony_history(messages), None),
-        (None, ToolFormat::Glm) => (tools::object_arguments(messages), None),
-        (None, ToolFormat::Mistral) => (crate::mistral::history(messages), None),
-        (None, ToolFormat::Cohere) => (crate::cohere::history(messages), None),
-        (None, ToolFormat::Kimi) => (crate::kimi::history(messages), None),
-        (None, _) => (messages, None),
+        // written as the format writes them.
+        None => (format.history(messages), None),
     };
     let active = tools.as_ref().filter(|t| t.active());
     if let Some(t) = active {

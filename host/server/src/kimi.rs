@@ -143,6 +143,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::tools::walk;
     use crate::tools::{parse_output, ToolFormat};
 
     /// A template of Kimi K2's calls and tool results, written for this
@@ -219,30 +220,15 @@ mod tests {
     /// through the forced grammar reads back as one call of the function.
     #[test]
     fn forced_calls_read_back() {
-        use pagoda_engine::structured::{OutputSpec, Structured};
-        let callable = [(
-            "go",
-            json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
-                "maximum": 9}}, "required": ["n"], "additionalProperties": false}),
-        )];
+        use pagoda_engine::structured::OutputSpec;
+        let callable = [("go", walk::one_digit())];
         let model = GrammarModel {
             control: &|_| None,
             template: TEMPLATE,
         };
         let grammar = forced(&callable, false, &model);
-        let compiler = Structured::for_bytes(256).unwrap();
-        let constraint = compiler.compile(&OutputSpec::Lark(grammar)).unwrap();
-        let mut state = constraint.0.start();
-        let mut text = Vec::new();
-        while !state.is_finished() && text.len() < 300 {
-            let mut logits = vec![0.0f32; 256];
-            state.mask(&mut logits).unwrap();
-            let t = (0..256).rev().find(|&t| logits[t] == 0.0).unwrap() as u32;
-            state.accept(t).unwrap();
-            text.push(t as u8);
-        }
-        let text = String::from_utf8(text).unwrap();
-        assert!(state.is_finished(), "{text}");
+        let (text, ended) = walk::path(&OutputSpec::Lark(grammar), 300, walk::highest);
+        assert!(ended, "{text}");
         let (_, calls) = calls(&text);
         assert_eq!(calls.len(), 1, "{text}");
         assert_eq!(calls[0].name, "go");

@@ -205,7 +205,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::tools::walk;
     use crate::tools::{parse_output, ToolFormat};
+    use pagoda_engine::structured::OutputSpec;
 
     /// Templates of Mistral's two call syntaxes, written for this test
     /// (their tokens and checks as Mistral Small 3.1's and 3.2's templates
@@ -288,12 +290,7 @@ mod tests {
     /// highest allowed byte reads back as one call.
     #[test]
     fn forced_calls_follow_the_template_s_syntax() {
-        use pagoda_engine::structured::Structured;
-        let callable = [(
-            "go",
-            json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
-                "maximum": 9}}, "required": ["n"], "additionalProperties": false}),
-        )];
+        let callable = [("go", walk::one_digit())];
         let ids = |text: &str| match text {
             TOOL_CALLS => Some(5),
             ARGS => Some(32),
@@ -305,26 +302,14 @@ mod tests {
         };
         let grammar = forced(&callable, true, &by_id);
         assert!(grammar.contains("<[5]> \"go\" <[32]>"), "{grammar}");
-        let compiler = Structured::for_bytes(256).unwrap();
         for template in [V7_TEMPLATE, V11_TEMPLATE] {
             let model = GrammarModel {
                 control: &|_| None,
                 template,
             };
             let grammar = forced(&callable, false, &model);
-            let constraint = compiler
-                .compile(&pagoda_engine::structured::OutputSpec::Lark(grammar))
-                .unwrap();
-            let mut state = constraint.0.start();
-            let mut text = Vec::new();
-            while !state.is_finished() && text.len() < 200 {
-                let mut logits = vec![0.0f32; 256];
-                state.mask(&mut logits).unwrap();
-                let t = (0..256).rev().find(|&t| logits[t] == 0.0).unwrap() as u32;
-                state.accept(t).unwrap();
-                text.push(t as u8);
-            }
-            let text = String::from_utf8(text).unwrap();
+            let (text, ended) = walk::path(&OutputSpec::Lark(grammar), 200, walk::highest);
+            assert!(ended, "{text}");
             let (_, calls) = calls(&text);
             assert_eq!(calls.len(), 1, "{text}");
             assert_eq!(calls[0].name, "go");

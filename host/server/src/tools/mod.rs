@@ -97,6 +97,22 @@ pub enum ToolFormat {
 }
 
 impl ToolFormat {
+    /// A conversation's earlier calls as this format's templates read them
+    /// (the generic format's as the JSON it asks for; harmony's, GLM's,
+    /// Mistral's, Cohere's and Kimi's with their arguments as objects, and
+    /// ids or plans as each wants them).
+    pub fn history(self, messages: Vec<Value>) -> Vec<Value> {
+        match self {
+            ToolFormat::Generic => generic_history(messages),
+            ToolFormat::Harmony => harmony_history(messages),
+            ToolFormat::Glm => object_arguments(messages),
+            ToolFormat::Mistral => crate::mistral::history(messages),
+            ToolFormat::Cohere => crate::cohere::history(messages),
+            ToolFormat::Kimi => crate::kimi::history(messages),
+            ToolFormat::Hermes | ToolFormat::Llama3 | ToolFormat::DeepSeek => messages,
+        }
+    }
+
     /// The format a chat template's source writes.
     pub fn of(template: &str) -> Self {
         if crate::harmony::is_harmony(template) {
@@ -143,6 +159,11 @@ impl GrammarModel<'_> {
         }
     }
 }
+
+/// A format's grammar of a required or named call of the callable
+/// functions (name and parameters schema each), one call or (parallel)
+/// more.
+type ForcedGrammar = fn(&[(&str, Value)], bool, &GrammarModel<'_>) -> String;
 
 /// One parsed tool call.
 #[derive(Debug, Clone, PartialEq)]
@@ -320,6 +341,11 @@ impl Tools {
         json!({"anyOf": calls})
     }
 
+    /// The grammar `format` writes for this request's callable functions.
+    fn forced(&self, format: ForcedGrammar, model: &GrammarModel<'_>) -> OutputSpec {
+        OutputSpec::Lark(format(&self.callable(), self.parallel, model))
+    }
+
     /// The schema of one of Cohere's calls: a short numeric id, the
     /// function's name and its parameters.
     fn cohere_call_schema(&self) -> Value {
@@ -396,26 +422,10 @@ impl Tools {
                     model.marker(end)
                 )))
             }
-            ToolFormat::Mistral => Some(OutputSpec::Lark(crate::mistral::forced(
-                &self.callable(),
-                self.parallel,
-                model,
-            ))),
-            ToolFormat::Glm => Some(OutputSpec::Lark(crate::glm::forced(
-                &self.callable(),
-                self.parallel,
-                model,
-            ))),
-            ToolFormat::DeepSeek => Some(OutputSpec::Lark(crate::deepseek::forced(
-                &self.callable(),
-                self.parallel,
-                model,
-            ))),
-            ToolFormat::Kimi => Some(OutputSpec::Lark(crate::kimi::forced(
-                &self.callable(),
-                self.parallel,
-                model,
-            ))),
+            ToolFormat::Mistral => Some(self.forced(crate::mistral::forced, model)),
+            ToolFormat::Glm => Some(self.forced(crate::glm::forced, model)),
+            ToolFormat::DeepSeek => Some(self.forced(crate::deepseek::forced, model)),
+            ToolFormat::Kimi => Some(self.forced(crate::kimi::forced, model)),
             ToolFormat::Llama3 => Some(OutputSpec::JsonSchema(self.call_schema("parameters"))),
             ToolFormat::Hermes => {
                 let schema = self.call_schema("arguments");
@@ -432,48 +442,11 @@ impl Tools {
     /// earlier calls as the JSON it asks for.
     pub fn prepare(&self, format: ToolFormat, messages: Vec<Value>) -> (Vec<Value>, Option<Value>) {
         if !self.active() {
-            return match format {
-                ToolFormat::Generic => (generic_history(messages), None),
-                ToolFormat::Harmony => (harmony_history(messages), None),
-                ToolFormat::Glm => (object_arguments(messages), None),
-                ToolFormat::Mistral => (crate::mistral::history(messages), None),
-                ToolFormat::Cohere => (crate::cohere::history(messages), None),
-                ToolFormat::Kimi => (crate::kimi::history(messages), None),
-                _ => (messages, None),
-            };
-        }
-        if format == ToolFormat::Kimi {
-            return (
-                crate::kimi::history(messages),
-                Some(Value::Array(self.list.clone())),
-            );
-        }
-        if format == ToolFormat::Cohere {
-            return (
-                crate::cohere::history(messages),
-                Some(Value::Array(self.list.clone())),
-            );
-        }
-        if format == ToolFormat::Mistral {
-            return (
-                crate::mistral::history(messages),
-                Some(Value::Array(self.list.clone())),
-            );
-        }
-        if format == ToolFormat::Glm {
-            return (
-                object_arguments(messages),
-                Some(Value::Array(self.list.clone())),
-            );
-        }
-        if format == ToolFormat::Harmony {
-            return (
-                harmony_history(messages),
-                Some(Value::Array(self.list.clone())),
-            );
+            return (format.history(messages), None);
         }
         if format != ToolFormat::Generic {
-            return (messages, Some(Value::Array(self.list.clone())));
+            let tools = Some(Value::Array(self.list.clone()));
+            return (format.history(messages), tools);
         }
         let functions: Vec<Value> = self
             .list
@@ -622,6 +595,48 @@ pub fn calls_json(calls: &[ToolCall], indexed: bool) -> Value {
     Value::Array(calls)
 }
 
+/// Grammars walked over a byte vocabulary, for the formats' tests.
+#[cfg(test)]
+pub(crate) mod walk {
+    use pagoda_engine::structured::{OutputSpec, Structured};
+    use serde_json::{json, Value};
+
+    /// The text of a path through `spec` over one token per byte, `pick`
+    /// choosing among the allowed bytes at each step, for at most `cap`
+    /// bytes; and whether the grammar ended there.
+    pub(crate) fn path(
+        spec: &OutputSpec,
+        cap: usize,
+        pick: impl Fn(&[u32]) -> u32,
+    ) -> (String, bool) {
+        let compiler = Structured::for_bytes(256).unwrap();
+        let constraint = compiler.compile(spec).unwrap_or_else(|e| panic!("{e}"));
+        let mut state = constraint.0.start();
+        let mut text = Vec::new();
+        while !state.is_finished() && text.len() < cap {
+            let mut logits = vec![0.0f32; 256];
+            state.mask(&mut logits).unwrap();
+            let allowed: Vec<u32> = (0..256u32).filter(|&t| logits[t as usize] == 0.0).collect();
+            let t = pick(&allowed);
+            state.accept(t).unwrap();
+            text.push(t as u8);
+        }
+        (String::from_utf8(text).unwrap(), state.is_finished())
+    }
+
+    /// The highest allowed byte: letters over punctuation, quotes over
+    /// JSON's white space, so a path runs through names and keys.
+    pub(crate) fn highest(allowed: &[u32]) -> u32 {
+        allowed[allowed.len() - 1]
+    }
+
+    /// A function's parameters: one integer `n` from 0 to 9.
+    pub(crate) fn one_digit() -> Value {
+        json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
+            "maximum": 9}}, "required": ["n"], "additionalProperties": false})
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -761,8 +776,6 @@ mod tests {
     /// lowest allowed byte at each step until the grammar ends.
     #[test]
     fn forced_calls_compile_and_parse_back() {
-        use pagoda_engine::structured::Structured;
-        let compiler = Structured::for_bytes(256).unwrap();
         let tool = |name: &str| {
             json!({"type": "function", "function": {"name": name, "parameters": {
                 "type": "object",
@@ -799,25 +812,8 @@ mod tests {
                     assert_ne!(format, ToolFormat::Generic);
                     continue;
                 };
-                let constraint = compiler
-                    .compile(&spec)
-                    .unwrap_or_else(|e| panic!("{format:?} {choice:?}: {e}"));
-                let mut state = constraint.0.start();
-                let mut text = Vec::new();
-                for _ in 0..200 {
-                    if state.is_finished() {
-                        break;
-                    }
-                    let mut logits = vec![0.0f32; 256];
-                    state.mask(&mut logits).unwrap();
-                    // The highest allowed byte: letters over punctuation,
-                    // so the path runs through names and keys.
-                    let t = (0..256).rev().find(|&t| logits[t] == 0.0).unwrap() as u32;
-                    state.accept(t).unwrap();
-                    text.push(t as u8);
-                }
-                let text = String::from_utf8(text).unwrap();
-                assert!(state.is_finished(), "{format:?} {choice:?}: {text:?}");
+                let (text, ended) = walk::path(&spec, 200, walk::highest);
+                assert!(ended, "{format:?} {choice:?}: {text:?}");
                 let (_, calls) = parse_output(format, &text);
                 if choice == ToolChoice::Auto {
                     continue;
