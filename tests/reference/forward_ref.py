@@ -699,7 +699,7 @@ class Model:
         logits = self.norm(x, w["output_norm.weight"]) @ self.head.T
         if self.granite:
             logits = logits / self.logit_scale
-        if self.cohere:
+        if self.cohere and self.logit_scale != 0:  # 0: unset, as llama.cpp reads it
             logits = logits * self.logit_scale
         if self.final_cap > 0:
             logits = self.final_cap * np.tanh(logits / self.final_cap)

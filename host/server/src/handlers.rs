@@ -253,7 +253,11 @@ pub(crate) fn chat_request(
     // read.
     let marked = matches!(
         format,
-        ToolFormat::Mistral | ToolFormat::Cohere | ToolFormat::Kimi
+        ToolFormat::Mistral
+            | ToolFormat::Cohere
+            | ToolFormat::Kimi
+            | ToolFormat::Glm
+            | ToolFormat::DeepSeek
     );
     // SGLang's `separate_reasoning` (default true): false leaves the
     // reasoning in the content, as the model wrote it.

@@ -157,7 +157,7 @@ pub(super) fn output_items(
     };
     let (content, calls) = match reader {
         Some(reader) => reader.parse(&answer),
-        None if thought.is_none() => return vec![message(shell, text, logprobs, done)],
+        None if think.is_none() => return vec![message(shell, text, logprobs, done)],
         None => (
             (!answer.trim().is_empty()).then(|| answer.trim().to_string()),
             Vec::new(),

@@ -225,7 +225,14 @@ impl Thinking {
                 Piece::Reasoning(text) if !self.message => {
                     self.thought.push_str(&text);
                     let id = json!(shell.reasoning_id());
+                    // Blank reasoning (an empty think block) opens no item:
+                    // the response's items have none for it.
+                    let mut text = text;
                     if self.reasoning == Opened::No {
+                        if self.thought.trim().is_empty() {
+                            continue;
+                        }
+                        text = self.thought.clone();
                         self.reasoning = Opened::Open;
                         let item = json!({"type": "reasoning", "id": id, "summary": [], "content": [], "status": "in_progress"});
                         let added = json!({"output_index": 0, "item": item});
@@ -294,8 +301,14 @@ impl Thinking {
                 self.close_reasoning(item, events);
             }
         }
-        if self.message {
+        if !self.message {
+            // A message never streamed (an answer with no content): whole.
             if let Some(item) = of("message") {
+                let index = self.message_index();
+                events.whole_item(index, item);
+            }
+        } else if let Some(item) = of("message") {
+            {
                 let index = self.message_index();
                 let (text, logprobs) =
                     (&item["content"][0]["text"], &item["content"][0]["logprobs"]);
@@ -391,6 +404,44 @@ mod tests {
                 serde_json::from_str(data.trim_end()).unwrap()
             })
             .collect()
+    }
+
+    /// An empty think block (Qwen3's `/no_think`) opens no reasoning item:
+    /// the stream's items are the response's, the message at output 0.
+    #[test]
+    fn an_empty_think_block_streams_only_the_message() {
+        let shell = Shell::new(&serde_json::Map::new(), "m", 1);
+        let tags = ThinkTags::closed();
+        for answer in ["<think>\n\n</think>\n\nYes.", "<think>\n"] {
+            let mut events = Events {
+                queue: VecDeque::new(),
+                next: 0,
+            };
+            let mut thinking = Thinking {
+                splitter: ThinkSplitter::new(tags),
+                reasoning: Opened::No,
+                thought: String::new(),
+                message: false,
+            };
+            let pieces = thinking.splitter.push(answer);
+            thinking.send(pieces, &shell, &mut events);
+            let pieces = thinking.splitter.finish();
+            thinking.send(pieces, &shell, &mut events);
+            let items = output_items(&shell, None, Some(tags), answer, &[], Some("stop"));
+            thinking.close(&items, &mut events);
+            let sent = sent(&events);
+            let done: Vec<&Value> = sent
+                .iter()
+                .filter(|e| e["type"] == "response.output_item.done")
+                .map(|e| &e["item"])
+                .collect();
+            assert_eq!(done, items.iter().collect::<Vec<_>>(), "{answer:?}");
+            assert_eq!(items.len(), 1);
+            assert_eq!(items[0]["type"], "message");
+            assert!(!sent
+                .iter()
+                .any(|e| e["type"] == "response.reasoning_text.delta"));
+        }
     }
 
     /// An answer with think tags streams its reasoning item, closed when

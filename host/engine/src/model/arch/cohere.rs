@@ -43,7 +43,8 @@ pub(super) fn build(l: &Loader<'_>, cohere2: bool) -> Result<Program, LoadError>
     let mut layers = Vec::with_capacity(c.layers as usize);
     for i in 0..c.layers {
         let is_local = local[i as usize];
-        let qk_norm = match l.has(&format!("blk.{i}.attn_q_norm.weight")) {
+        // Command R+'s; Cohere2 has none (HF's and llama.cpp's).
+        let qk_norm = match !cohere2 && l.has(&format!("blk.{i}.attn_q_norm.weight")) {
             true => Some((
                 l.layer_head_gains(i, "attn_q_norm.weight", c.q_heads)?,
                 l.layer_head_gains(i, "attn_k_norm.weight", c.kv_heads)?,

@@ -333,6 +333,12 @@ fn lower(
                 // head position.
                 Some(d) => {
                     let own = gain.len() > *d as usize;
+                    if own && gain.len() != width as usize {
+                        return Err(VulkanError::Unsupported(format!(
+                            "{} norm gains for heads of {d} in rows of {width}",
+                            gain.len()
+                        )));
+                    }
                     for h in 0..width / d {
                         let at = if own {
                             gains + 4 * u64::from(h * d)
