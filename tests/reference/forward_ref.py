@@ -3,7 +3,8 @@ included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
 `granite`, `granitemoe`, `smollm3`, `olmo2`, `gpt-oss`, `glm4`, `glm4moe`,
 `deepseek2`, `qwen2vl`, `qwen3vl`, `qwen3vlmoe` (their text models),
 `ernie4_5`, `ernie4_5-moe`, `seed_oss`, `olmoe`, `exaone`, `exaone4`,
-`mistral3`, `hunyuan-dense`, `command-r` or `cohere2` GGUF model in NumPy (float64), for
+`mistral3`, `hunyuan-dense`, `command-r`, `cohere2`, `lfm2` or `lfm2moe` GGUF
+model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs, synthetic_gguf.rs and
 experts_gguf.rs.
 
@@ -188,6 +189,15 @@ interleaved (rotate_half of even and odd lanes); logits times
 logit_scale. cohere2: local layers (sliding_window_pattern, default 4)
 attend over the window with rotary positions, the others over the whole
 context without.
+lfm2 and lfm2moe, from HF's Lfm2DecoderLayer and Lfm2MoeDecoderLayer: a
+layer whose attention.head_count_kv is 0 convolves (Lfm2ShortConv's
+slow_forward): B, C, x = chunks of h @ in_proj.T; y = C * conv(B * x),
+conv a depthwise Conv1d of shortconv.l_cache taps padded by taps - 1 and
+cut to the sequence (causal); x += y @ out_proj.T. The other layers are
+qwen3's (q and k normed per head, NeoX rotary). Final norm
+token_embd_norm. lfm2moe: layers from leading_dense_block_count take
+sigmoid-scored experts, chosen by score + exp_probs_b, renormalized (as
+llama.cpp always does) and times expert_weights_scale.
 
 The norm gains are used as the file stores them (llama.cpp's converter
 stores Gemma's 1 + w). Local layers: attention.sliding_window_pattern, a
@@ -247,7 +257,8 @@ class Model:
                              "granite", "granitemoe", "smollm3", "olmo2", "gpt-oss", "glm4", "glm4moe",
                              "deepseek2", "qwen2vl", "qwen3vl", "qwen3vlmoe", "ernie4_5",
                              "ernie4_5-moe", "seed_oss", "olmoe", "exaone", "exaone4",
-                             "mistral3", "hunyuan-dense", "command-r", "cohere2"):
+                             "mistral3", "hunyuan-dense", "command-r", "cohere2", "lfm2",
+                             "lfm2moe"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         # GLM-4.5's multi-token-prediction block follows the trunk (HF's
@@ -255,7 +266,13 @@ class Model:
         self.layers = int(field(r, f"{a}.block_count")) - int(field(r, f"{a}.nextn_predict_layers", 0))
         self.hidden = int(field(r, f"{a}.embedding_length"))
         self.heads = int(field(r, f"{a}.attention.head_count"))
-        self.kv_heads = int(field(r, f"{a}.attention.head_count_kv", self.heads))
+        # LFM2's: one per layer, 0 on its convolution layers.
+        kv_field = r.fields.get(f"{a}.attention.head_count_kv")
+        per_layer = (np.array([int(kv_field.parts[j][0]) for j in kv_field.data])
+                     if kv_field is not None else np.array([self.heads]))
+        self.kv_heads = int(per_layer.max())
+        self.convolves = [len(per_layer) > 1 and int(k) == 0 for k in per_layer] + [False] * self.layers
+        self.taps = int(field(r, f"{a}.shortconv.l_cache", 0))
         self.head_dim = int(field(r, f"{a}.attention.key_length", self.hidden // self.heads))
         self.deepseek = a == "deepseek2"
         if self.deepseek:
@@ -304,7 +321,7 @@ class Model:
         # apply_interleaved_mrope).
         sections = r.fields.get(f"{a}.rope.dimension_sections")
         self.mrope = [int(sections.parts[i][0]) for i in sections.data][:3] if sections else None
-        self.weights_norm = bool(field(r, f"{a}.expert_weights_norm", False))
+        self.weights_norm = bool(field(r, f"{a}.expert_weights_norm", a == "lfm2moe"))
         self.weights_scale = float(field(r, f"{a}.expert_weights_scale", 1.0))
         self.linear = 1.0
         self.yarn = None
@@ -451,6 +468,8 @@ class Model:
                 weights = weights / (weights.sum() + 1e-20)
             for e, weight in zip(top, weights * self.weights_scale):
                 out[r] += weight * self.swiglu_expert(p, e, h[r])
+        if p + "ffn_gate_shexp.weight" not in w:  # LFM2-MoE's: no shared expert
+            return out
         return out + self.shared_swiglu(p, h)
 
     def deepseek_mixture(self, p, h):
@@ -528,7 +547,7 @@ class Model:
         """The mixture of experts' output for normed rows h [tokens, hidden]."""
         if self.oss:
             return self.oss_mixture(p, h)
-        if self.arch == "glm4moe":
+        if self.arch in ("glm4moe", "lfm2moe"):
             return self.glm_mixture(p, h)
         logits = h @ self.t[p + "ffn_gate_inp.weight"].T
         probs = np.exp(logits - logits.max(axis=1, keepdims=True))
@@ -555,6 +574,22 @@ class Model:
             else:
                 out += f / (1.0 + np.exp(-(h @ gate_inp.reshape(-1))))[:, None]
         return out
+
+    def short_conv(self, p, h, cache, i):
+        """LFM2's convolution block of normed rows h, which follow the
+        tokens whose B * x `cache` keeps: the output projection's rows."""
+        w, hidden, taps = self.t, self.hidden, self.taps
+        bcx = h @ w[p + "shortconv.in_proj.weight"].T
+        b, c, xs = bcx[:, :hidden], bcx[:, hidden : 2 * hidden], bcx[:, 2 * hidden :]
+        bx = b * xs
+        if cache is not None:
+            bx = cache.extend_conv(i, bx)
+        kernel = w[p + "shortconv.conv.weight"]  # [hidden, taps]
+        # Conv1d(padding=taps - 1)[..., :len]: taps - 1 zeros before the
+        # first token; output t reads inputs t - taps + 1 ..= t.
+        padded = np.concatenate([np.zeros((taps - 1, hidden)), bx])
+        conv = sum(kernel[:, k] * padded[k : k + len(bx)] for k in range(taps))
+        return (c * conv[-len(h):]) @ w[p + "shortconv.out_proj.weight"].T
 
     def norm(self, x, gain):
         if self.cohere:
@@ -584,6 +619,16 @@ class Model:
             local = self.local[i]
             mask = windowed if local else causal
             p = f"blk.{i}."
+            if self.convolves[i]:
+                x = x + self.short_conv(p, self.norm(x, w[p + "attn_norm.weight"]), cache, i)
+                h = self.norm(x, w[p + "ffn_norm.weight"])
+                if self.experts > 0 and i >= self.dense_lead:
+                    x = x + self.mixture(p, h)
+                else:
+                    g = h @ w[p + "ffn_gate.weight"].T
+                    u = h @ w[p + "ffn_up.weight"].T
+                    x = x + (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
+                continue
             if self.deepseek:
                 x = x + self.deepseek_attention(p, self.norm(x, w[p + "attn_norm.weight"]),
                                                 positions, causal, cache, i)
@@ -613,7 +658,8 @@ class Model:
             q = q.reshape(t, self.heads, d)
             k = k.reshape(t, self.kv_heads, d)
             v = v.reshape(t, self.kv_heads, d)
-            if self.arch in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "gemma3", "exaone4") or p + "attn_q_norm.weight" in w and self.arch in ("glm4moe", "command-r"):
+            if self.arch in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "gemma3", "exaone4", "lfm2",
+                             "lfm2moe") or p + "attn_q_norm.weight" in w and self.arch in ("glm4moe", "command-r"):
                 # Command R+'s gains are [heads, head_dim]: each head its own.
                 q = self.norm(q, w[p + "attn_q_norm.weight"])
                 k = self.norm(k, w[p + "attn_k_norm.weight"])
@@ -696,7 +742,8 @@ class Model:
             x = x[-1:]
         elif tail > 0:
             x = x[-tail:]
-        logits = self.norm(x, w["output_norm.weight"]) @ self.head.T
+        final_norm = "token_embd_norm.weight" if self.arch in ("lfm2", "lfm2moe") else "output_norm.weight"
+        logits = self.norm(x, w[final_norm]) @ self.head.T
         if self.granite:
             logits = logits / self.logit_scale
         if self.cohere and self.logit_scale != 0:  # 0: unset, as llama.cpp reads it
@@ -713,6 +760,7 @@ class KvCache:
         self.length = 0
         self.k = [None] * layers
         self.v = [None] * layers
+        self.conv = [None] * layers
 
     def extend(self, layer, k, v):
         """Appends `k`, `v` ([tokens, kv_heads, head_dim]) to layer's and
@@ -722,6 +770,14 @@ class KvCache:
             v = np.concatenate([self.v[layer], v])
         self.k[layer], self.v[layer] = k, v
         return k, v
+
+
+    def extend_conv(self, layer, bx):
+        """Appends LFM2's B * x rows to layer's and returns them all."""
+        if self.conv[layer] is not None:
+            bx = np.concatenate([self.conv[layer], bx])
+        self.conv[layer] = bx
+        return bx
 
 
 def run(model, out, prompts_file, greedy, count, tail) -> None:

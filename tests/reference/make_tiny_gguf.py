@@ -225,7 +225,10 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
     w.add_embedding_length(HIDDEN)
     w.add_feed_forward_length(FFN)
     w.add_head_count(heads if meta_heads is None else meta_heads)
+    # A list: one per layer (LFM2's, 0 on its convolution layers).
     w.add_head_count_kv(kv_heads)
+    if isinstance(kv_heads, list):
+        kv_heads = max(kv_heads)
     if eps is None:
         eps = 1e-5 if arch == "llama" else 1e-6
     if arch in ("command-r", "cohere2"):
@@ -741,6 +744,7 @@ def main() -> None:
           meta=lambda w: w.add_float32("hunyuan-dense.rope.scaling.alpha", 3.0))
     write_cohere_files(out)
     write_olmo3_file(out)
+    write_lfm2_files(out)
 
 def write_deepseek2(path, *, q_rank, legacy, yarn, router, types):
     """A `deepseek2` file: 4 heads of latent attention (a 512-wide latent
@@ -933,6 +937,51 @@ def write_cohere_files(out):
           qk_scale=4.0, base=8000000.0, types=QWEN3_TYPES, skip=ffn_norms, meta=cohere("command-r"))
     write(out / "cohere2.gguf", "cohere2", 4, 2, biases=False, tied=True, base=50000.0,
           types=LLAMA_TYPES, skip=ffn_norms, layers=4, meta=cohere("cohere2", 5))
+
+
+def write_lfm2_files(out):
+    """LFM2's hybrids: lfm2.gguf (four layers: convolutions on 0, 1 and 3,
+    attention on 2, as attention.head_count_kv [0, 0, 2, 0] says; 3 taps,
+    q and k normed per head, the final norm named token_embd_norm, a tied
+    head) and lfm2moe.gguf (attention on layer 1 only; layer 0 dense, then
+    8 experts of 128 of which 2 are used, sigmoid scores, a selection bias,
+    renormalized, times 1.5; 4 taps)."""
+    def hybrid(path, arch, kv_heads, taps, experts=None, lead=0):
+        conv_layers = [i for i, k in enumerate(kv_heads) if k == 0]
+        attention_names = ("attn_q", "attn_k", "attn_v", "attn_output", "attn_q_norm", "attn_k_norm")
+        skip = {f"blk.{i}.{n}.weight" for i in conv_layers for n in attention_names}
+        skip.add("output_norm.weight")
+        extra = []
+        for i in conv_layers:
+            t = QWEN3_TYPES["layers"][i % 2]
+            p = f"blk.{i}.shortconv."
+            extra += [(p + "in_proj.weight", matrix(3 * HIDDEN, HIDDEN), t["gate"]),
+                      (p + "conv.weight", rng.normal(0.0, 0.5, size=(HIDDEN, taps)), Q.F32),
+                      (p + "out_proj.weight", matrix(HIDDEN, HIDDEN), t["o"])]
+        if experts is not None:
+            names = ("ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
+                     "ffn_down_exps.weight")
+            skip |= {f"blk.{i}.{n}" for i in range(lead) for n in names}
+            for i in range(len(kv_heads)):
+                if i < lead:
+                    t = QWEN3_TYPES["layers"][i % 2]
+                    extra += [(f"blk.{i}.ffn_gate.weight", matrix(FFN, HIDDEN), t["gate"]),
+                              (f"blk.{i}.ffn_up.weight", matrix(FFN, HIDDEN), t["up"]),
+                              (f"blk.{i}.ffn_down.weight", matrix(HIDDEN, FFN), t["down"])]
+                else:
+                    extra.append((f"blk.{i}.exp_probs_b.bias", rng.normal(0.0, 0.3, size=experts[0]), Q.F32))
+        extra.append(("token_embd_norm.weight", gain(HIDDEN), Q.F32))
+        def meta(w):
+            w.add_uint32(f"{arch}.shortconv.l_cache", taps)
+            if experts is not None:
+                w.add_uint32(f"{arch}.leading_dense_block_count", lead)
+                w.add_uint32(f"{arch}.expert_gating_func", 2)
+                w.add_float32(f"{arch}.expert_weights_scale", 1.5)
+        write(path, arch, 4, kv_heads, biases=False, tied=True, key_length=True, qk_norm=True,
+              qk_scale=4.0, types=QWEN3_TYPES, layers=len(kv_heads), skip=skip, extra=extra,
+              meta=meta, experts=None if experts is None else experts + (set(range(4)),))
+    hybrid(out / "lfm2.gguf", "lfm2", [0, 0, 2, 0], 3)
+    hybrid(out / "lfm2moe.gguf", "lfm2moe", [0, 2, 0, 0], 4, experts=(8, 2, 128), lead=1)
 
 
 def write_olmo3_file(out):

@@ -247,8 +247,17 @@ impl<'s, B: StepBackend> Engine<'s, B> {
         events: Events,
     ) -> Result<RequestId, Rejection> {
         self.check(&request)?;
+        let prefix_reusable = !self.model.program().is_recurrent();
         self.queue
-            .enqueue(Queued { request, events }, priority, arrived)
+            .enqueue(
+                Queued {
+                    request,
+                    events,
+                    prefix_reusable,
+                },
+                priority,
+                arrived,
+            )
             .map_err(|rejected| rejected.error.into())
     }
 

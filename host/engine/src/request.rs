@@ -38,6 +38,9 @@ pub struct GenRequest {
 pub(crate) struct Queued {
     pub(crate) request: GenRequest,
     pub(crate) events: Events,
+    /// Whether the model lets a request start on a cached prefix: not a
+    /// recurrent one, whose state no cached page holds.
+    pub(crate) prefix_reusable: bool,
 }
 
 /// Where a request's events go: a [`RequestHandle`]'s channel or a caller's
@@ -92,7 +95,7 @@ impl Request for Queued {
     }
     fn reuses_prefix(&self) -> bool {
         // Scoring the prompt needs every prompt row's logits.
-        self.request.sampling.prompt_logprobs.is_none()
+        self.prefix_reusable && self.request.sampling.prompt_logprobs.is_none()
     }
 }
 

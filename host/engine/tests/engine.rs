@@ -206,6 +206,7 @@ fn paged_chunked_forward_matches_the_dense_reference() {
                 positions: &positions,
                 slots: &slots,
                 seqs: &seqs,
+                states: &[],
                 sample_rows: &rows,
                 prompt_rows: chunk,
             };
@@ -595,6 +596,7 @@ fn a_step_past_the_batch_is_a_typed_model_error() {
         positions: &[0],
         slots: &slots,
         seqs: &seqs,
+        states: &[],
         sample_rows: &[0, 0],
         prompt_rows: 1,
     };

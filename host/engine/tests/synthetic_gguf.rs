@@ -43,11 +43,15 @@ fn agrees_with_reference(arch: &str) -> Option<ModelConfig> {
     Some(tiny::agrees_with_reference(fixtures()?, arch))
 }
 
-/// Every tiny model is checked against the reference, here or in
-/// experts_gguf.rs.
+/// Every tiny model is checked against the reference, here, in
+/// experts_gguf.rs or in hybrid_gguf.rs.
 #[test]
 fn every_tiny_model_is_checked_against_the_reference() {
-    let mut checked: Vec<&str> = tiny::DENSE.into_iter().chain(tiny::MIXTURES).collect();
+    let mut checked: Vec<&str> = tiny::DENSE
+        .into_iter()
+        .chain(tiny::MIXTURES)
+        .chain(tiny::HYBRIDS)
+        .collect();
     let mut written: Vec<&str> = support::TINY_MODELS
         .into_iter()
         .chain(tiny::CPU_ONLY)

@@ -18,7 +18,7 @@ use pagoda_core::backend::SeqAttention;
 use pagoda_core::{KvDtype, PageId, Priority, Slot, PAGE_SIZE};
 use pagoda_cpu::CpuBackend;
 use pagoda_engine::model::{
-    argmax, Activations, Model, ModelConfig, ModelFile, SamplingParams, Seeded, StepInput,
+    argmax, Activations, Model, ModelConfig, ModelFile, SamplingParams, Seeded, StateRow, StepInput,
 };
 use pagoda_engine::{
     DeviceProgram, Engine, EngineConfig, EngineStorage, Event, GenRequest, StepBackend,
@@ -128,6 +128,7 @@ impl<B: StepBackend> Run<B> {
             positions: &positions,
             slots: &slots,
             seqs: &seqs,
+            states: &[StateRow { row: 0, owner: 1 }],
             sample_rows: &rows,
             prompt_rows: tokens.len(),
         };

@@ -35,6 +35,8 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "hunyuan-dense",
     "command-r",
     "cohere2",
+    "lfm2",
+    "lfm2moe",
 ];
 
 /// The widest row (hidden size, MLP width, all query heads) a model may
@@ -303,6 +305,25 @@ pub enum ModelError {
         row: u32,
         /// Tokens in the step.
         tokens: usize,
+    },
+    /// A step that would continue a recurrent state its sequence did not
+    /// leave at that position: another sequence's, or one that skips
+    /// tokens (a recurrent model's sequences start at position 0 and
+    /// continue where they left off).
+    #[error("no recurrent state in row {row} continues at position {position}")]
+    StateGap {
+        /// The state's row.
+        row: u32,
+        /// The step's first position there.
+        position: u32,
+    },
+    /// A step of a recurrent model without a state row per sequence.
+    #[error("a recurrent model's step needs one state row per sequence: {rows} for {seqs}")]
+    StateRows {
+        /// State rows given.
+        rows: usize,
+        /// Sequences in the step.
+        seqs: usize,
     },
     /// A position past the model's context.
     #[error("position {position} is past the model's context of {max_context}")]

@@ -422,6 +422,12 @@ impl Model {
                 _ => return Err(ModelError::KvPlace(layer)),
             }
         }
+        if self.program.is_recurrent() && input.states.len() != input.seqs.len() {
+            return Err(ModelError::StateRows {
+                rows: input.states.len(),
+                seqs: input.seqs.len(),
+            });
+        }
         if let Some(&token) = input.tokens.iter().find(|&&x| x >= c.vocab) {
             return Err(ModelError::Token {
                 token,

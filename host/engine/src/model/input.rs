@@ -5,6 +5,7 @@ use pagoda_core::backend::SeqAttention;
 use pagoda_core::{LayerPlace, Slot};
 
 use super::config::ModelError;
+use super::recurrent::StateRow;
 
 /// The new tokens of one step, packed: row `i` is token `tokens[i]` at
 /// `positions[i]`, whose keys and values go to `slots[i]`. `seqs` says which
@@ -27,6 +28,9 @@ pub struct StepInput<'a> {
     /// The slots and page rows of groups `1..`, in order; empty with one
     /// group.
     pub groups: &'a [GroupRows<'a>],
+    /// Each sequence's recurrent state, in the order of `seqs`; may be
+    /// empty for a model without recurrent layers (see [`StateRow`]).
+    pub states: &'a [StateRow],
     /// Rows whose logits are wanted.
     pub sample_rows: &'a [u32],
     /// How many of the rows are prompt tokens (prefill); 0 for a step that

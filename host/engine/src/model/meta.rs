@@ -35,24 +35,97 @@ pub(super) fn bad(key: &str, value: impl ToString, reason: &'static str) -> Load
     }
 }
 
+/// An integer value of any integer type.
+fn integer(value: &Value<'_>) -> Option<i128> {
+    Some(match *value {
+        Value::U8(v) => v.into(),
+        Value::U16(v) => v.into(),
+        Value::U32(v) => v.into(),
+        Value::U64(v) => v.into(),
+        Value::I8(v) => v.into(),
+        Value::I16(v) => v.into(),
+        Value::I32(v) => v.into(),
+        Value::I64(v) => v.into(),
+        _ => return None,
+    })
+}
+
+/// `value` under `key` as a u32.
+fn to_u32(key: &str, value: i128) -> Result<u32, LoadError> {
+    u32::try_from(value).map_err(|_| bad(key, value, "must fit an unsigned 32-bit integer"))
+}
+
 /// An unsigned integer under `key` (any integer type that fits a u32), or
 /// `None` when absent.
 pub(super) fn uint(g: &Gguf<'_>, key: &str) -> Result<Option<u32>, LoadError> {
-    let value: i128 = match g.get(key) {
-        None => return Ok(None),
-        Some(Value::U8(v)) => v.into(),
-        Some(Value::U16(v)) => v.into(),
-        Some(Value::U32(v)) => v.into(),
-        Some(Value::U64(v)) => v.into(),
-        Some(Value::I8(v)) => v.into(),
-        Some(Value::I16(v)) => v.into(),
-        Some(Value::I32(v)) => v.into(),
-        Some(Value::I64(v)) => v.into(),
-        Some(_) => return g.get_u32(key).map(Some).map_err(|e| meta(key, e)),
+    let Some(value) = g.get(key) else {
+        return Ok(None);
     };
-    u32::try_from(value)
+    match integer(&value) {
+        Some(v) => to_u32(key, v).map(Some),
+        None => g.get_u32(key).map(Some).map_err(|e| meta(key, e)),
+    }
+}
+
+/// One unsigned integer per layer under `key`: an array of `layers` of
+/// them (llama.cpp's `get_key_or_arr`: LFM2's `attention.head_count_kv`,
+/// 0 on its recurrent layers), or one for every layer; `None` when absent.
+pub(super) fn layer_uints(
+    g: &Gguf<'_>,
+    key: &str,
+    layers: u32,
+) -> Result<Option<Vec<u32>>, LoadError> {
+    let Some(Value::Array(values)) = g.get(key) else {
+        return Ok(uint(g, key)?.map(|v| vec![v; layers as usize]));
+    };
+    if values.len() != u64::from(layers) {
+        return Err(bad(key, values.len(), "must hold one value per layer"));
+    }
+    values
+        .iter()
+        .map(|v| match integer(&v) {
+            Some(v) => to_u32(key, v),
+            None => Err(bad(key, "an array", "must hold integers")),
+        })
+        .collect::<Result<Vec<_>, _>>()
         .map(Some)
-        .map_err(|_| bad(key, value, "must fit an unsigned 32-bit integer"))
+}
+
+/// The architectures whose layers without KV heads are recurrent ones.
+const RECURRENT: &[&str] = &["lfm2", "lfm2moe"];
+
+/// The KV heads of every attention layer, from `attention.head_count_kv`
+/// (`None`: as many as query heads), one value or one per layer: the
+/// attention layers must agree, and only a recurrent architecture has
+/// layers with none.
+fn kv_heads(
+    arch: &str,
+    key: &str,
+    per_layer: Option<Vec<u32>>,
+    q_heads: u32,
+) -> Result<u32, LoadError> {
+    let Some(per_layer) = per_layer else {
+        return Ok(q_heads);
+    };
+    let mut attention = per_layer.iter().copied().filter(|&n| n > 0);
+    let Some(first) = attention.next() else {
+        return Err(bad(key, 0, "at least one layer must have KV heads"));
+    };
+    if attention.any(|n| n != first) {
+        return Err(bad(
+            key,
+            "an array",
+            "the attention layers must have as many KV heads",
+        ));
+    }
+    if per_layer.contains(&0) && !RECURRENT.contains(&arch) {
+        return Err(bad(
+            key,
+            0,
+            "a layer without KV heads is a recurrent one, which this architecture has not",
+        ));
+    }
+    Ok(first)
 }
 
 pub(super) fn required_uint(g: &Gguf<'_>, key: &str) -> Result<u32, LoadError> {
@@ -116,7 +189,8 @@ impl ModelConfig {
         if q_heads == 0 {
             return Err(super::config::ModelError::ZeroSize("q_heads").into());
         }
-        let mut kv_heads = uint(g, &key("attention.head_count_kv"))?.unwrap_or(q_heads);
+        let kv_key = key("attention.head_count_kv");
+        let mut kv_heads = kv_heads(a, &kv_key, layer_uints(g, &kv_key, blocks)?, q_heads)?;
         let mut head_dim = match uint(g, &key("attention.key_length"))? {
             Some(d) => d,
             None if hidden % q_heads == 0 => hidden / q_heads,

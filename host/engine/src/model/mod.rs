@@ -22,6 +22,7 @@ mod load_error;
 mod meta;
 mod precision;
 mod program;
+mod recurrent;
 mod repack_cache;
 mod rope;
 mod sampling;
@@ -36,6 +37,7 @@ pub use forward::{Holding, Model, Seeded};
 pub use input::{ForwardError, GroupRows, StepInput};
 pub use load_error::LoadError;
 pub use precision::ActPrecision;
+pub use recurrent::StateRow;
 pub use repack_cache::{RepackCacheHandle, RepackCacheUse};
 pub use rope::RopeMode;
 pub use sampling::{

@@ -49,11 +49,15 @@ pub(crate) enum Buf {
     /// Latent attention's values, each head's taken out of the latent:
     /// `q_heads ×` [`Latent::v_head`].
     VHeads,
+    /// A short convolution's input projection: its gate `B`, its output
+    /// gate `C` and its input `x`, each `hidden` wide, side by side (0
+    /// wide in a program without one).
+    Conv,
 }
 
 impl Buf {
     /// Every buffer, in declaration order (so `b as usize` is its place).
-    pub(crate) const ALL: [Buf; 12] = [
+    pub(crate) const ALL: [Buf; 13] = [
         Buf::X,
         Buf::H,
         Buf::Q,
@@ -66,6 +70,7 @@ impl Buf {
         Buf::QLatent,
         Buf::QHeads,
         Buf::VHeads,
+        Buf::Conv,
     ];
 
     /// Values per row of a model of shape `c` whose program has `latent`
@@ -80,6 +85,8 @@ impl Buf {
             Buf::QLatent => latent.map_or(0, |l| l.q_rank as usize),
             Buf::QHeads => latent.map_or(0, |l| heads * l.q_head as usize),
             Buf::VHeads => latent.map_or(0, |l| heads * l.v_head as usize),
+            // Sized by the program, which knows whether it convolves.
+            Buf::Conv => 0,
         }
     }
 }
@@ -218,6 +225,10 @@ pub(crate) enum Op {
     NormSpan { span: Span, gain: Vec<f32> },
     /// Each head's span of `from` copied to the same head's span of `to`.
     Copy { from: Span, to: Span },
+    /// [`Buf::H`] = `C × conv(B × x)` of the `B`, `C` and `x` of each row
+    /// of [`Buf::Conv`]: a causal convolution over each channel, along the
+    /// sequence, from the recurrent state of its last tokens (LFM2's).
+    ShortConv(ShortConv),
     /// Head `h`'s span of `to` = `heads[h] · (head h's span of from)`: a
     /// product per head, each of its own matrix (latent attention's
     /// absorbed key products and its values out of the latent).
@@ -226,6 +237,20 @@ pub(crate) enum Op {
         to: Span,
         heads: Vec<Matrix>,
     },
+}
+
+/// A short convolution ([`Op::ShortConv`]): each channel's output is the
+/// dot product of its `taps` weights with its last `taps` inputs, the
+/// current one last, so its recurrent state is the `taps − 1` inputs
+/// before the current one.
+#[derive(Debug, Clone)]
+pub(crate) struct ShortConv {
+    /// Taps per channel (LFM2's `shortconv.l_cache`, 3).
+    pub taps: u32,
+    /// `hidden` channels of `taps` weights each, channel after channel.
+    pub weights: Vec<f32>,
+    /// Which of the program's recurrent states the op reads and writes.
+    pub state: u32,
 }
 
 /// One expert of an [`Experts`] op: a gated MLP of its own width.
@@ -410,6 +435,7 @@ impl Program {
     pub(crate) fn vectors(&self) -> impl Iterator<Item = &[f32]> {
         let layers = self.layers.iter().flatten().flat_map(|op| match op {
             Op::Norm { gain, .. } | Op::NormSpan { gain, .. } => vec![gain.as_slice()],
+            Op::ShortConv(conv) => vec![conv.weights.as_slice()],
             Op::Linear { projs, .. } => projs.iter().filter_map(|p| p.bias.as_deref()).collect(),
             Op::Attention(a) => a.sinks.as_deref().into_iter().collect(),
             Op::Experts(e) => {
@@ -486,9 +512,21 @@ impl Program {
             .any(|op| matches!(op, Op::Attention(a) if a.sinks.is_some()))
     }
 
+    /// Whether any layer carries recurrent state (a short convolution), so
+    /// its steps need each sequence's [`StateRow`](super::recurrent::StateRow).
+    pub(crate) fn is_recurrent(&self) -> bool {
+        self.layers
+            .iter()
+            .flatten()
+            .any(|op| matches!(op, Op::ShortConv(_)))
+    }
+
     /// Values per row of buffer `b` for a model of shape `c`.
     pub(crate) fn width(&self, b: Buf, c: &ModelConfig) -> usize {
-        b.width(c, self.latent.as_ref())
+        match b {
+            Buf::Conv if self.is_recurrent() => 3 * c.hidden as usize,
+            _ => b.width(c, self.latent.as_ref()),
+        }
     }
 
     /// Whether the output head is the embedding.

@@ -85,11 +85,10 @@ impl PreTokenizer {
             "default" | "gpt-2" | "gpt2" | "mpt" | "olmo" | "exaone4" => PreTokenizer::Gpt2,
             "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone"
             | "minerva" => PreTokenizer::SmolLm,
-            // Pixtral's and Mi:dm 2.0's files split as Llama 3's, as
-            // llama.cpp reads them.
-            "llama-bpe" | "llama3" | "llama-v3" | "falcon3" | "glm4" | "pixtral" | "midm-2.0" => {
-                PreTokenizer::Llama3
-            }
+            // Pixtral's, Mi:dm 2.0's and LFM2's files split as Llama 3's,
+            // as llama.cpp reads them.
+            "llama-bpe" | "llama3" | "llama-v3" | "falcon3" | "glm4" | "pixtral" | "midm-2.0"
+            | "lfm2" => PreTokenizer::Llama3,
             "dbrx" | "smaug-bpe" => PreTokenizer::Dbrx,
             // DeepSeek-R1's distillations into Qwen keep Qwen's pattern.
             "qwen2" | "stablelm2" | "deepseek-r1-qwen" => PreTokenizer::Qwen2,

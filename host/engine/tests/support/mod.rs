@@ -10,7 +10,7 @@ use std::path::Path;
 use pagoda_core::backend::{Backend, SeqAttention};
 use pagoda_core::{KvDtype, PageId, Priority, Slot, PAGE_SIZE};
 use pagoda_cpu::CpuBackend;
-use pagoda_engine::model::{Model, SamplingParams, StepInput};
+use pagoda_engine::model::{Model, SamplingParams, StateRow, StepInput};
 use pagoda_engine::{Engine, EngineConfig, EngineStorage, Event, GenRequest, StepBackend};
 
 #[path = "../../../../tests/support/env.rs"]
@@ -22,7 +22,7 @@ pub mod tiny;
 /// The tiny models make_tiny_gguf.py writes that every backend must run
 /// as the NumPy reference does (`{name}.gguf`): one per architecture and
 /// per feature of one (Llama 3 scaling, YaRN).
-pub const TINY_MODELS: [&str; 36] = [
+pub const TINY_MODELS: [&str; 38] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -59,6 +59,8 @@ pub const TINY_MODELS: [&str; 36] = [
     "cohere2",
     "olmo3",
     "olmo3_yarn",
+    "lfm2",
+    "lfm2moe",
 ];
 
 /// A scratch folder named `name` holding every file make_tiny_gguf.py
@@ -141,6 +143,7 @@ pub fn logits_of_last(
             positions: &positions,
             slots: &slots,
             seqs: &seqs,
+            states: &[StateRow { row: 0, owner: 1 }],
             sample_rows: &rows,
             prompt_rows: end - start,
         };

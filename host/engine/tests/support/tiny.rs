@@ -59,6 +59,10 @@ pub const MIXTURES: [&str; 13] = [
     "olmoe",
 ];
 
+/// The tiny hybrids of attention and recurrent layers (LFM2's)
+/// hybrid_gguf.rs checks against the reference.
+pub const HYBRIDS: [&str; 2] = ["lfm2", "lfm2moe"];
+
 /// Tiny models only the CPU backend runs (Vulkan has no attention sinks,
 /// and its kernels stop short of latent attention's head of 576): the
 /// rest of the files are [`super::TINY_MODELS`].

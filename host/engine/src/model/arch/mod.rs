@@ -23,6 +23,7 @@ mod glm4;
 mod gpt_oss;
 mod granite;
 mod hunyuan;
+mod lfm2;
 mod llama;
 mod mistral3;
 mod mixture;
@@ -234,6 +235,15 @@ impl Loader<'_> {
         let dims = [u64::from(self.config.head_dim), u64::from(heads)];
         let values = dequant::stacked(self.g, &name, &dims)?;
         self.release_vector(&name);
+        Ok(values)
+    }
+
+    /// Tensor `name`, `out` rows of `inp` values (GGUF dimensions `[inp,
+    /// out]`), in f32 row after row: a small table an op reads whole (a
+    /// short convolution's taps).
+    pub fn matrix_values(&self, name: &str, inp: usize, out: usize) -> Result<Vec<f32>, LoadError> {
+        let values = dequant::stacked(self.g, name, &[inp as u64, out as u64])?;
+        self.release_vector(name);
         Ok(values)
     }
 
@@ -617,6 +627,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
             | "deepseek2"
             | "ernie4_5-moe"
             | "olmoe"
+            | "lfm2moe"
     ) {
         loader.refuse_experts()?;
     }
@@ -651,6 +662,8 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "hunyuan-dense" => hunyuan::build(&loader)?,
         "command-r" => cohere::build(&loader, false)?,
         "cohere2" => cohere::build(&loader, true)?,
+        "lfm2" => lfm2::build(&loader, false)?,
+        "lfm2moe" => lfm2::build(&loader, true)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
     if let Source::Interleaved(file, _) = &loader.source {

@@ -83,6 +83,14 @@ impl Router {
         Ok(Some(ExpertGroups { count, used }))
     }
 
+    /// The rule with the chosen experts' weights renormalized.
+    pub fn normalized(self) -> Self {
+        Self {
+            normalize: true,
+            ..self
+        }
+    }
+
     /// `experts` routed by this rule.
     pub fn apply(&self, experts: &mut Experts) {
         experts.scoring = self.scoring;

@@ -27,9 +27,11 @@ use super::config::{ModelConfig, ModelError};
 use super::input::{ForwardError, StepInput};
 use super::precision::ActPrecision;
 use super::program::{Buf, Experts, Gating, NormKind, Op, Program, Proj};
+use super::recurrent::RecurrentStates;
 use super::rope::StepAngles;
 use super::tensors::Matrix;
 
+mod conv;
 mod experts;
 mod norm;
 mod spans;
@@ -60,6 +62,10 @@ pub struct Activations {
     angles: Vec<StepAngles>,
     /// A mixture of experts' routing and rows.
     moe: Routing,
+    /// Each sequence's recurrent state (a hybrid model's), the one thing
+    /// here that outlives its step, and a short convolution's window.
+    states: RecurrentStates,
+    conv_window: Vec<f32>,
     /// Workers for the products; started on first use when built by
     /// [`Default`].
     team: Option<Team>,
@@ -87,6 +93,8 @@ impl Activations {
             qx: Default::default(),
             angles: Vec::new(),
             moe: Routing::default(),
+            states: RecurrentStates::default(),
+            conv_window: Vec::new(),
             team: None,
             threads: threads.max(1),
             isa: Isa::detect(),
@@ -278,6 +286,25 @@ impl Run<'_> {
                         result.map_err(ForwardError::Backend)?;
                     }
                     Op::Glu(gating) => self.gate(*gating).map_err(model)?,
+                    Op::ShortConv(conv) => {
+                        let act = &mut *self.act;
+                        let mix = std::mem::take(&mut act.bufs[index(Buf::Conv)]);
+                        let rows = conv::ConvRows {
+                            mix: &mix[..t * 3 * hidden],
+                            out: &mut act.bufs[index(Buf::H)][..t * hidden],
+                            hidden,
+                        };
+                        let seqs = (input.seqs, input.states, input.positions);
+                        let result = conv::short_conv(
+                            conv,
+                            rows,
+                            seqs,
+                            &mut act.states,
+                            &mut act.conv_window,
+                        );
+                        act.bufs[index(Buf::Conv)] = mix;
+                        result.map_err(model)?;
+                    }
                     Op::Experts(experts) => self.experts(experts).map_err(model)?,
                     Op::Residual { src } => {
                         let n = t * hidden;

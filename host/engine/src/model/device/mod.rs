@@ -85,13 +85,15 @@ fn make_resident(
 
 /// Whether the step program can run `program` whole: not a mixture of
 /// experts (the routing has no device lowering) nor latent attention (its
-/// per-head products and spans have none), not a residual stream
+/// per-head products and spans have none) nor a short convolution (its
+/// recurrent state stays on the host), not a residual stream
 /// whose blocks are scaled (Granite; the device's add does not scale), and
 /// every matrix of a type the device's products read (BF16 is widened on
 /// upload).
 pub(super) fn lowers(program: &Program) -> bool {
     program.experts().next().is_none()
         && program.latent.is_none()
+        && !program.is_recurrent()
         && !program.has_sinks()
         && program.residual_scale == 1.0
         && program.matrices().all(|m| {

@@ -104,8 +104,9 @@ impl Regions {
             Buf::V => (self.kv + kv, 2 * kv),
             Buf::Gate => (self.gate, ffn),
             Buf::Up => (self.up, ffn),
-            // No regions: `build` refuses a program with latent attention.
-            Buf::QLatent | Buf::QHeads | Buf::VHeads => (self.end, 0),
+            // No regions: `build` refuses a program with latent attention
+            // or a short convolution.
+            Buf::QLatent | Buf::QHeads | Buf::VHeads | Buf::Conv => (self.end, 0),
         }
     }
 }

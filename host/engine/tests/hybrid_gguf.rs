@@ -1,0 +1,152 @@
+//! The tiny hybrids of attention and short convolutions (LFM2's, written
+//! by tests/reference/make_tiny_gguf.py) against the independent NumPy
+//! forward pass (forward_ref.py, from HF's LFM2 layers): dense, quantized
+//! and repacked, each prompt in chunks of 7 so the recurrent state carries
+//! across steps. Then the engine: sequences whose prompts share prefixes,
+//! batched, chunked and preempted, each continue as the prompt does alone
+//! (a recurrent state is never taken from the prefix cache).
+
+mod support;
+
+use std::path::PathBuf;
+
+use pagoda_core::scheduler::{Fcfs, Policy, SchedulerConfig};
+use pagoda_core::KvDtype;
+use pagoda_core::Priority;
+use pagoda_cpu::CpuBackend;
+use pagoda_engine::model::{Model, ModelConfig, SamplingParams};
+use pagoda_engine::{Engine, EngineConfig, EngineStorage, Event, GenRequest};
+use support::tiny;
+
+const REFERENCE: [&str; 2] = tiny::HYBRIDS;
+
+fn fixtures() -> Option<&'static PathBuf> {
+    tiny::fixtures(&REFERENCE)
+}
+
+fn agrees_with_reference(arch: &str) -> Option<ModelConfig> {
+    Some(tiny::agrees_with_reference(fixtures()?, arch))
+}
+
+#[test]
+fn lfm2_with_convolution_and_attention_layers_matches_the_reference() {
+    // Layers 0, 1 and 3 convolve (3 taps), layer 2 attends.
+    if let Some(c) = agrees_with_reference("lfm2") {
+        assert_eq!((c.layers, c.q_heads, c.kv_heads), (4, 4, 2));
+        let model = Model::load(fixtures().unwrap().join("lfm2.gguf")).unwrap();
+        // The embedding (the tied head); q, k, v and output on layer 2;
+        // in and out projections on the others; an MLP a layer.
+        assert_eq!(model.matrices().count(), 1 + 4 + 3 * 2 + 4 * 3);
+    }
+}
+
+#[test]
+fn lfm2moe_with_sigmoid_routing_and_a_selection_bias_matches_the_reference() {
+    // Layer 1 attends; layer 0's MLP is dense, the others' are 8 experts
+    // of 128 (2 used), chosen by sigmoid score plus exp_probs_b,
+    // renormalized, times 1.5; 4 taps.
+    if let Some(c) = agrees_with_reference("lfm2moe") {
+        assert_eq!((c.layers, c.kv_heads, c.ffn), (4, 2, 256));
+    }
+}
+
+/// Greedy continuations of `prompts` in one engine under `config`, and
+/// the prompt tokens the prefix cache served and the preemptions seen.
+fn run(
+    model: &Model,
+    config: &EngineConfig,
+    prompts: &[Vec<u32>],
+    tokens: u32,
+) -> (Vec<Vec<u32>>, u32, u32) {
+    let mut storage = EngineStorage::for_model(config, model, true);
+    let mut engine = Engine::new(model, CpuBackend::new(), config, &mut storage).unwrap();
+    let handles: Vec<_> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, prompt)| {
+            let request = GenRequest {
+                tag: i as u64,
+                prompt: prompt.clone(),
+                max_new_tokens: tokens,
+                sampling: SamplingParams::GREEDY,
+                seed: 0,
+                stop_tokens: Vec::new(),
+            };
+            let now = engine.now();
+            engine.submit(request, Priority::Normal, now).unwrap()
+        })
+        .collect();
+    let (mut cached, mut preempted, mut steps) = (0, 0, 0);
+    while !engine.is_idle() {
+        let report = engine.step().unwrap();
+        cached += report.plan.cached_tokens;
+        preempted += report.plan.preempted;
+        steps += 1;
+        assert!(steps < 10_000, "no progress");
+    }
+    let outputs = handles
+        .iter()
+        .map(|handle| {
+            let mut output = None;
+            while let Some(event) = handle.try_recv() {
+                if let Event::Finished(done) = event {
+                    output = Some(done.output);
+                }
+            }
+            output.expect("the request finished")
+        })
+        .collect();
+    (outputs, cached, preempted)
+}
+
+#[test]
+fn lfm2_in_the_engine_batches_chunks_and_preempts_as_each_prompt_runs_alone() {
+    let Some(dir) = fixtures() else { return };
+    let base: Vec<u32> = (0..37).map(|i| (i * 53 + 7) % 256).collect();
+    // The second and third extend the first, the fourth repeats it: a
+    // model without recurrent layers would start them on its cached pages.
+    let prompts = vec![
+        base.clone(),
+        [&base[..], &[9, 8, 7][..]].concat(),
+        [&base[..20], &[200, 100][..]].concat(),
+        base.clone(),
+        vec![5, 4, 3],
+    ];
+    let config = |kv_pages, token_budget| EngineConfig {
+        scheduler: SchedulerConfig {
+            max_batch: 8,
+            token_budget,
+            // No wall-clock fairness: the same schedule on every run.
+            fairness_threshold_us: None,
+            ..SchedulerConfig::default()
+        },
+        policy: Policy::Fcfs(Fcfs),
+        kv_pages,
+        kv_dtype: KvDtype::F32,
+        ..EngineConfig::default()
+    };
+    let roomy = config(256, 64);
+    // Eight sequences of up to 100 tokens need about 56 pages: 24 forces
+    // preemption, and the 64-token budget chunks the prompts.
+    let tight = config(24, 64);
+    let many: Vec<Vec<u32>> = (0..8)
+        .map(|i| {
+            (0..40 + 3 * i)
+                .map(|j| (j * 31 + 17 * i + 3) % 256)
+                .collect()
+        })
+        .collect();
+    for name in REFERENCE {
+        let model = Model::load(dir.join(format!("{name}.gguf"))).unwrap();
+        let alone = |prompts: &[Vec<u32>]| -> Vec<Vec<u32>> {
+            let one = |p: &Vec<u32>| run(&model, &roomy, std::slice::from_ref(p), 40).0.remove(0);
+            prompts.iter().map(one).collect()
+        };
+        let (together, cached, _) = run(&model, &roomy, &prompts, 40);
+        assert_eq!(together, alone(&prompts), "{name}: batched");
+        assert_eq!(cached, 0, "{name}: no prompt starts on cached pages");
+        let (squeezed, _, preempted) = run(&model, &tight, &many, 40);
+        assert!(preempted > 0, "{name}: the small pool preempts");
+        assert_eq!(squeezed, alone(&many), "{name}: chunked and preempted");
+    }
+}
