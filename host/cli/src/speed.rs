@@ -162,12 +162,9 @@ pub(crate) fn speed(args: &BenchArgs, model: &Model, file: Option<&Path>) -> Res
     })??;
 
     let weight_bytes = model.weight_bytes();
-    let geometry = model
-        .config()
-        .kv_geometry(args.kv_dtype)
-        .map_err(CliError::Model)?;
+    let geometry = model.kv_geometry(args.kv_dtype).map_err(CliError::Model)?;
     let kv_bytes_per_token = geometry.bytes_per_token();
-    let layers = u64::from(model.config().layers);
+    let layers = u64::from(model.cache_layers().max(1));
     let windows = model.layer_windows();
     let device_gib_s = runs.device_copy.map(|b| b / f64::from(1u32 << 30));
     let baseline_gib_s = device_gib_s.unwrap_or(bandwidth.gib_s());
@@ -531,7 +528,7 @@ impl WithBackend for SpeedJob<'_> {
             storage
                 .layout()
                 .per_group()
-                .unwrap_or(self.model.config().layers),
+                .unwrap_or(self.model.cache_layers()),
         );
         let mut engine = Engine::new(self.model, backend, self.config, &mut storage)
             .map_err(|e| CliError::Engine(Box::new(e)))?;

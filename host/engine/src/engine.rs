@@ -104,7 +104,7 @@ impl<'s, B: StepBackend> Engine<'s, B> {
         storage: &'s mut EngineStorage,
     ) -> Result<Self, EngineError<B::Error>> {
         let mc = model.config();
-        let geometry = mc.kv_geometry(config.kv_dtype)?;
+        let geometry = model.kv_geometry(config.kv_dtype)?;
         config.scheduler.validate()?;
         let (
             kv,

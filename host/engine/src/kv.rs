@@ -111,7 +111,7 @@ impl EngineStorage {
         } else {
             KvLayout::single()
         };
-        let pool_pages = layout.pool_pages(config.kv_pages, model.config().layers);
+        let pool_pages = layout.pool_pages(config.kv_pages, model.cache_layers());
         Self::with_layout(config, model.config().max_context, layout, pool_pages)
     }
 

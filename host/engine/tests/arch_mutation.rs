@@ -2,7 +2,8 @@
 //! of the tiny models make_tiny_gguf.py writes (bytes of their
 //! `{arch}.*` metadata values flipped, zeroed or saturated: expert counts and
 //! widths, Granite's multipliers, YaRN's parameters, windows, soft caps,
-//! rotary bases, latent ranks, expert groups, logit scales) go through the loader, and every model that loads runs a
+//! rotary bases, latent ranks, expert groups, logit scales, convolution
+//! taps and per-layer KV heads) go through the loader, and every model that loads runs a
 //! short prompt through the paged forward pass. None may panic: each load
 //! builds a model or returns its typed error, and a model that loads runs.
 
@@ -16,7 +17,7 @@ use pagoda_engine::model::Model;
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 23] = [
+const FILES: [&str; 25] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -40,6 +41,8 @@ const FILES: [&str; 23] = [
     "command_r",
     "cohere2",
     "olmo3_yarn",
+    "lfm2",
+    "lfm2moe",
 ];
 
 /// Mutants of each file.

@@ -306,8 +306,9 @@ fn biases_an_untied_head_and_rope_factors_step_on_the_device_as_on_the_cpu() {
 /// synthetic_gguf tests hold to the NumPy reference): a 12-token prompt
 /// (the prefill product) and two decode steps. The mixtures of experts
 /// (Mixtral-style llama, qwen3moe, qwen2moe, granitemoe, glm4moe,
-/// qwen3vlmoe, ernie4_5-moe, olmoe) and Granite's
-/// scaled residual stream have no device lowering: their products run on
+/// qwen3vlmoe, ernie4_5-moe, olmoe), Granite's scaled residual stream and
+/// LFM2's hybrids (their convolutions' recurrent state is the host's)
+/// have no device lowering: their products run on
 /// the host, attention on the device, with the same logits. The Q2_K, Q3_K
 /// and IQ4 matrices (lowbits) run on the device's products.
 #[test]
@@ -335,7 +336,8 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
             2,
             TOLERANCE_COOPMAT_RANDOM,
         );
-        // Granite's scaled residual adds are not lowered either.
+        // Granite's scaled residual adds are not lowered either, nor LFM2's
+        // convolutions (their recurrent state stays on the host).
         let host = matches!(
             arch,
             "mixtral"
@@ -348,6 +350,8 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
                 | "qwen3vlmoe"
                 | "ernie4_5_moe"
                 | "olmoe"
+                | "lfm2"
+                | "lfm2moe"
         );
         assert_eq!(on_device, !host, "{arch}");
         eprintln!("{arch}, F32 KV: worst logit difference / range {worst:.2e}");

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use pagoda_core::backend::Backend;
 use pagoda_core::gguf::Gguf;
+use pagoda_core::{KvDtype, KvGeometry};
 
 use super::arch::{self, Source};
 use super::config::{ModelConfig, ModelError};
@@ -234,21 +235,38 @@ impl Model {
         &self.program
     }
 
-    /// Each layer's attention window in tokens (0: the whole context), as
-    /// the layer program says.
+    /// Each cached layer's attention window in tokens (0: the whole
+    /// context), as the layer program says: one per layer that attends,
+    /// in order (a hybrid's recurrent layers cache nothing).
     pub fn layer_windows(&self) -> Vec<u32> {
         self.program
             .layers
             .iter()
-            .map(|ops| {
-                ops.iter()
-                    .find_map(|op| match op {
-                        Op::Attention(attend) => Some(attend.window),
-                        _ => None,
-                    })
-                    .unwrap_or(0)
+            .filter_map(|ops| {
+                ops.iter().find_map(|op| match op {
+                    Op::Attention(attend) => Some(attend.window),
+                    _ => None,
+                })
             })
             .collect()
+    }
+
+    /// Layers whose keys and values the cache holds: every layer but a
+    /// hybrid's recurrent ones (LFM2-1.2B: 6 of 16).
+    pub fn cache_layers(&self) -> u32 {
+        self.program.cache_layers()
+    }
+
+    /// The KV cache's geometry for this model: its [`cache_layers`](Self::cache_layers)'
+    /// keys and values.
+    pub fn kv_geometry(&self, dtype: KvDtype) -> Result<KvGeometry, ModelError> {
+        let c = &self.config;
+        Ok(KvGeometry::new(
+            self.cache_layers(),
+            c.kv_heads,
+            c.head_dim,
+            dtype,
+        )?)
     }
 
     /// The model's configuration.
@@ -416,7 +434,7 @@ impl Model {
                 slots: input.slots.len(),
             });
         }
-        for layer in 0..c.layers {
+        for layer in 0..self.cache_layers() {
             match input.layer_kv(layer) {
                 Some((_, slots, _)) if slots.len() == t => {}
                 _ => return Err(ModelError::KvPlace(layer)),

@@ -5,7 +5,9 @@
 //! and sampling.
 //!
 //! Supported: `llama` (Llama 1-3.x, Mistral, Mistral-Nemo, SmolLM,
-//! TinyLlama), `qwen2`, `qwen3`, `phi3`, `gemma2` and `gemma3` GGUF files, with their matrices
+//! TinyLlama), `qwen2`, `qwen3`, `phi3`, `gemma2`, `gemma3` and the other
+//! [`SUPPORTED_ARCHITECTURES`]' GGUF files (LFM2's hybrids with their
+//! recurrent state, `recurrent.rs`), with their matrices
 //! quantized in the memory map or dequantized to f32, and a seeded model of
 //! any Llama shape.
 

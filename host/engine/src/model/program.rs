@@ -512,6 +512,16 @@ impl Program {
             .any(|op| matches!(op, Op::Attention(a) if a.sinks.is_some()))
     }
 
+    /// Layers whose keys and values the cache holds: those that attend, in
+    /// order (a hybrid's recurrent layers hold none). The attention of the
+    /// `n`th of them reads and writes cache layer `n`.
+    pub(crate) fn cache_layers(&self) -> u32 {
+        self.layers
+            .iter()
+            .filter(|ops| ops.iter().any(|op| matches!(op, Op::Attention(_))))
+            .count() as u32
+    }
+
     /// Whether any layer carries recurrent state (a short convolution), so
     /// its steps need each sequence's [`StateRow`](super::recurrent::StateRow).
     pub(crate) fn is_recurrent(&self) -> bool {

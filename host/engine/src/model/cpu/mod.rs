@@ -208,7 +208,9 @@ impl Run<'_> {
         for (rope, angles) in program.ropes.iter().zip(angles.iter_mut()) {
             rope.step_angles(input.positions, angles);
         }
-        for (layer, ops) in (0u32..).zip(&program.layers) {
+        // The cache holds the attending layers' keys and values, in order.
+        let mut cache_layer = 0;
+        for ops in &program.layers {
             for op in ops {
                 match op {
                     Op::Norm {
@@ -241,6 +243,8 @@ impl Run<'_> {
                         self.head_linear(*from, *to, heads).map_err(model)?
                     }
                     Op::Attention(attend) => {
+                        let layer = cache_layer;
+                        cache_layer += 1;
                         let (kv_layer, slots, seqs) = input
                             .layer_kv(layer)
                             .ok_or(model(ModelError::KvPlace(layer)))?;
