@@ -156,8 +156,16 @@ fn gemma3_windowed_pages_leave_the_pool_and_change_no_token() {
     };
     let model = &f.quantized;
     let prompts = std::slice::from_ref(&f.long);
-    let (grouped, held) = support::greedy_run(model, &config, true, prompts, 8);
-    let (every_layer, held_full) = support::greedy_run(model, &config, false, prompts, 8);
+    let support::GreedyRun {
+        outputs: grouped,
+        decoding_peak: held,
+        ..
+    } = support::greedy_run(model, &config, true, prompts, 8);
+    let support::GreedyRun {
+        outputs: every_layer,
+        decoding_peak: held_full,
+        ..
+    } = support::greedy_run(model, &config, false, prompts, 8);
     // The same arithmetic over the same keys, from other pages.
     assert_eq!(grouped, every_layer);
     let layout = KvLayout::for_model(model);

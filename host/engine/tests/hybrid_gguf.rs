@@ -12,10 +12,8 @@ use std::path::PathBuf;
 
 use pagoda_core::scheduler::{Fcfs, Policy, SchedulerConfig};
 use pagoda_core::KvDtype;
-use pagoda_core::Priority;
-use pagoda_cpu::CpuBackend;
-use pagoda_engine::model::{Model, ModelConfig, SamplingParams};
-use pagoda_engine::{Engine, EngineConfig, EngineStorage, Event, GenRequest};
+use pagoda_engine::model::{Model, ModelConfig};
+use pagoda_engine::EngineConfig;
 use support::tiny;
 
 const REFERENCE: [&str; 2] = tiny::HYBRIDS;
@@ -58,45 +56,8 @@ fn run(
     prompts: &[Vec<u32>],
     tokens: u32,
 ) -> (Vec<Vec<u32>>, u32, u32) {
-    let mut storage = EngineStorage::for_model(config, model, true);
-    let mut engine = Engine::new(model, CpuBackend::new(), config, &mut storage).unwrap();
-    let handles: Vec<_> = prompts
-        .iter()
-        .enumerate()
-        .map(|(i, prompt)| {
-            let request = GenRequest {
-                tag: i as u64,
-                prompt: prompt.clone(),
-                max_new_tokens: tokens,
-                sampling: SamplingParams::GREEDY,
-                seed: 0,
-                stop_tokens: Vec::new(),
-            };
-            let now = engine.now();
-            engine.submit(request, Priority::Normal, now).unwrap()
-        })
-        .collect();
-    let (mut cached, mut preempted, mut steps) = (0, 0, 0);
-    while !engine.is_idle() {
-        let report = engine.step().unwrap();
-        cached += report.plan.cached_tokens;
-        preempted += report.plan.preempted;
-        steps += 1;
-        assert!(steps < 10_000, "no progress");
-    }
-    let outputs = handles
-        .iter()
-        .map(|handle| {
-            let mut output = None;
-            while let Some(event) = handle.try_recv() {
-                if let Event::Finished(done) = event {
-                    output = Some(done.output);
-                }
-            }
-            output.expect("the request finished")
-        })
-        .collect();
-    (outputs, cached, preempted)
+    let run = support::greedy_run(model, config, true, prompts, tokens);
+    (run.outputs, run.cached_tokens, run.preempted)
 }
 
 #[test]

@@ -200,19 +200,30 @@ pub fn greedy_outputs(
         ..EngineConfig::default()
     };
     // Grouped by windows, as `pagoda run` pages a model on the CPU.
-    greedy_run(model, &config, true, prompts, tokens).0
+    greedy_run(model, &config, true, prompts, tokens).outputs
+}
+
+/// What [`greedy_run`] saw.
+pub struct GreedyRun {
+    /// Each prompt's continuation.
+    pub outputs: Vec<Vec<u32>>,
+    /// The most pages the pool held at the end of a step that only decoded.
+    pub decoding_peak: u32,
+    /// Prompt tokens the prefix cache served.
+    pub cached_tokens: u32,
+    /// Sequences preempted.
+    pub preempted: u32,
 }
 
 /// Greedy continuations on the CPU backend under `config`, the cache's
-/// layers grouped by their windows or not; and the most pages the pool
-/// held at the end of a step that only decoded.
+/// layers grouped by their windows or not.
 pub fn greedy_run(
     model: &Model,
     config: &EngineConfig,
     grouped: bool,
     prompts: &[Vec<u32>],
     tokens: u32,
-) -> (Vec<Vec<u32>>, u32) {
+) -> GreedyRun {
     let mut storage = EngineStorage::for_model(config, model, grouped);
     let mut engine = Engine::new(model, CpuBackend::new(), config, &mut storage).unwrap();
     let handles: Vec<_> = prompts
@@ -231,9 +242,11 @@ pub fn greedy_run(
             engine.submit(request, Priority::Normal, now).unwrap()
         })
         .collect();
-    let (mut steps, mut decoding_peak) = (0, 0);
+    let (mut steps, mut decoding_peak, mut cached_tokens, mut preempted) = (0, 0, 0, 0);
     while !engine.is_idle() {
         let report = engine.step().unwrap();
+        cached_tokens += report.plan.cached_tokens;
+        preempted += report.plan.preempted;
         if report.plan.prefill_tokens == 0 && engine.running() == prompts.len() as u32 {
             decoding_peak = decoding_peak.max(engine.pool_stats().referenced_pages);
         }
@@ -252,7 +265,12 @@ pub fn greedy_run(
             output.expect("the request finished")
         })
         .collect();
-    (outputs, decoding_peak)
+    GreedyRun {
+        outputs,
+        decoding_peak,
+        cached_tokens,
+        preempted,
+    }
 }
 
 /// forward_ref.py's greedy continuation: each step's token and the gap
