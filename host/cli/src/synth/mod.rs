@@ -6,13 +6,15 @@
 //!
 //! Each file is a `llama` model (Mixtral's mixture included; a `qwen3moe`
 //! one for Qwen3's, a `gpt-oss` one for gpt-oss, `glm4moe` and `deepseek2`
-//! ones for GLM-4.5's and DeepSeek's) with a byte-level `gpt2` tokenizer (one token per byte,
+//! ones for GLM-4.5's and DeepSeek's, an `lfm2` one for LFM2's hybrid of
+//! attention and short convolutions) with a byte-level `gpt2` tokenizer (one token per byte,
 //! then filler tokens up to the vocabulary size), so `pagoda run`,
 //! `bench --model` and `serve --model` take it like any other. `--layers`
 //! keeps the first layers of a shape only: a file that fits a small
 //! machine, each step's work per layer the real model's.
 
 mod blocks;
+mod hybrid;
 mod latent;
 mod writer;
 
@@ -100,6 +102,11 @@ pub(crate) enum Shape {
     /// shared experts.
     #[value(name = "deepseek-v2-lite")]
     DeepseekV2Lite,
+    /// LFM2-1.2B (`lfm2`): 16 layers, hidden 2048; layers 2, 5, 8, 10, 12
+    /// and 14 attend (32 heads over 8, QK-norm), the others run a short
+    /// convolution of 3 taps; SwiGLU of 8192, tied.
+    #[value(name = "lfm2-1.2b")]
+    Lfm2_1_2b,
 }
 
 /// Weight block types `pagoda synth` writes.
@@ -288,6 +295,8 @@ pub(crate) struct Dims {
     pub head_dim: u64,
     /// A mixture of experts in place of each MLP.
     pub experts: Option<ExpertDims>,
+    /// LFM2's hybrid: short convolutions on the layers that do not attend.
+    pub hybrid: bool,
 }
 
 /// A mixture of experts' shape.
@@ -332,6 +341,7 @@ impl Shape {
             Self::GptOss20b => "gpt-oss-20b",
             Self::Glm45Air => "glm-4.5-air",
             Self::DeepseekV2Lite => "deepseek-v2-lite",
+            Self::Lfm2_1_2b => "lfm2-1.2b",
         }
     }
 
@@ -348,6 +358,7 @@ impl Shape {
             tied,
             head_dim: hidden / u64::from(heads),
             experts: None,
+            hybrid: false,
         };
         match self {
             Self::Tiny => d(256, 2, 4, 2, 768, 512, 1024, 10_000.0, false),
@@ -423,6 +434,10 @@ impl Shape {
                 }),
                 ..d(2048, 27, 16, 1, 10_944, 102_400, 163_840, 10_000.0, false)
             },
+            Self::Lfm2_1_2b => Dims {
+                hybrid: true,
+                ..d(2048, 16, 32, 8, 8192, 65_536, 128_000, 1_000_000.0, true)
+            },
         }
     }
 }
@@ -469,6 +484,7 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
         Some(ExpertLayer::GptOss) => "gpt-oss",
         Some(ExpertLayer::Glm45) => "glm4moe",
         Some(ExpertLayer::DeepSeek2) => "deepseek2",
+        _ if d.hybrid => "lfm2",
         _ => "llama",
     };
     let q_width = d.head_dim * u64::from(d.heads);
@@ -486,7 +502,11 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
     w.u32(&key("block_count"), d.layers);
     w.u32(&key("feed_forward_length"), d.ffn as u32);
     w.u32(&key("attention.head_count"), d.heads);
-    w.u32(&key("attention.head_count_kv"), d.kv_heads);
+    if d.hybrid {
+        hybrid::metadata(&mut w, &key, d.layers, d.kv_heads);
+    } else {
+        w.u32(&key("attention.head_count_kv"), d.kv_heads);
+    }
     // GLM rotates half of each head, DeepSeek 64 dims.
     let rope_dim = match () {
         _ if glm => d.head_dim / 2,
@@ -559,12 +579,18 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
         tensor(b("attn_norm"), &[h], QuantKind::F32);
         if deepseek {
             latent::tensors(&mut tensor, l, u64::from(d.heads), h, &kind);
+        } else if d.hybrid && !hybrid::attends(l) {
+            hybrid::conv_tensors(&mut tensor, l, h, &kind);
         } else {
             tensor(b("attn_q"), &[h, q_width], kind(Role::AttnQ, l, h));
             tensor(b("attn_k"), &[h, kv_width], kind(Role::AttnK, l, h));
             tensor(b("attn_v"), &[h, kv_width], kind(Role::AttnV, l, h));
             let attn_output = kind(Role::AttnOutput, l, q_width);
             tensor(b("attn_output"), &[q_width, h], attn_output);
+            if d.hybrid {
+                tensor(b("attn_q_norm"), &[d.head_dim], QuantKind::F32);
+                tensor(b("attn_k_norm"), &[d.head_dim], QuantKind::F32);
+            }
         }
         if oss || glm {
             let bias = |n: &str| format!("blk.{l}.{n}.bias");
@@ -594,7 +620,8 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
                 tensor(b("ffn_down"), &[d.ffn, h], kind(Role::FfnDown, l, d.ffn));
             }
             Some(e) => {
-                // Qwen3's QK-norm, and the router, which llama.cpp's
+                // Qwen3's QK-norm (LFM2's is written with its attention),
+                // and the router, which llama.cpp's
                 // quantizer leaves in f32.
                 if e.layer == ExpertLayer::Qwen3 {
                     tensor(b("attn_q_norm"), &[d.head_dim], QuantKind::F32);
@@ -635,7 +662,13 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
             }
         }
     }
-    tensor("output_norm.weight".into(), &[h], QuantKind::F32);
+    // LFM2's converter names its final norm after the embedding.
+    let final_norm = if d.hybrid {
+        "token_embd_norm.weight"
+    } else {
+        "output_norm.weight"
+    };
+    tensor(final_norm.into(), &[h], QuantKind::F32);
     if !d.tied {
         let output = kind(Role::Output, 0, h);
         tensor("output.weight".into(), &[h, d.vocab], output);

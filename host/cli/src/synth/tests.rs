@@ -95,3 +95,27 @@ fn mixtral_layers_hold_stacked_experts_and_no_qk_norm() {
             + 3 * 4096
     );
 }
+
+/// LFM2-1.2B's shape: layers 0, 1 and 3 convolve, layer 2 attends with
+/// QK-norm; the final norm is named after the embedding, the head tied.
+#[test]
+fn lfm2_layers_convolve_but_where_they_attend() {
+    let w = describe(Shape::Lfm2_1_2b, WeightType::Q4_K_M, 4);
+    let find = |name: &str| w.tensors().iter().find(|t| t.name == name);
+    let dims = |name: &str| find(name).map(|t| t.dims.clone());
+    assert_eq!(
+        dims("blk.0.shortconv.in_proj.weight"),
+        Some(vec![2048, 6144])
+    );
+    assert_eq!(dims("blk.1.shortconv.conv.weight"), Some(vec![3, 2048]));
+    assert_eq!(
+        dims("blk.3.shortconv.out_proj.weight"),
+        Some(vec![2048, 2048])
+    );
+    assert!(find("blk.0.attn_q.weight").is_none());
+    assert_eq!(dims("blk.2.attn_k.weight"), Some(vec![2048, 512]));
+    assert_eq!(dims("blk.2.attn_q_norm.weight"), Some(vec![64]));
+    assert!(find("blk.2.shortconv.in_proj.weight").is_none());
+    assert!(find("token_embd_norm.weight").is_some());
+    assert!(find("output_norm.weight").is_none() && find("output.weight").is_none());
+}
