@@ -10,7 +10,8 @@
 # 3. Runs both engines on each file, alternating, ROUNDS times: llama-bench
 #    (decode of 128 tokens, prefill of 512, flash attention on) and
 #    llama-batched-bench -pps (16 sequences decoding 64 tokens after a
-#    shared 128-token prompt) against `pagoda bench --suite speed`'s
+#    shared 128-token prompt; without -pps for a hybrid such as LFM2,
+#    whose shared prompt llama.cpp refuses) against `pagoda bench --suite speed`'s
 #    matching figures (decode at batch 1, prefill of 512, 16 sequences after
 #    a shared 128-token prompt).
 # 4. Then, per file, PAIRS decode-only pairs back to back (llama-bench's
@@ -114,6 +115,14 @@ for round in $(seq "$rounds"); do
     "$llama/build/bin/llama-batched-bench" -m "$file" -t "$threads" -fa on -c 4096 -b 2048 -ub 512 \
       -npp 128 -ntg 64 -npl 16 -pps --output-format jsonl 2>/dev/null |
       grep '^{' >"$out/batched-$tag.jsonl" || true
+    # A hybrid's recurrent state cannot be shared (llama.cpp refuses the
+    # shared prompt's copy): each sequence then computes its own prompt,
+    # as Pagoda computes a hybrid's.
+    if [[ ! -s $out/batched-$tag.jsonl ]]; then
+      "$llama/build/bin/llama-batched-bench" -m "$file" -t "$threads" -fa on -c 4096 -b 2048 -ub 512 \
+        -npp 128 -ntg 64 -npl 16 --output-format jsonl 2>/dev/null |
+        grep '^{' >"$out/batched-$tag.jsonl" || true
+    fi
     say "round $round/$rounds: $shape $type: pagoda"
     "$pagoda" bench --model "$file" --suite speed --threads "$threads" --speed-depth "$depth" --quiet \
       --json "$out/pagoda-$tag.json" >/dev/null
