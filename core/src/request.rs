@@ -63,6 +63,14 @@ pub trait Request {
     fn reuses_prefix(&self) -> bool {
         true
     }
+
+    /// Whether its computed pages enter the prefix cache for later
+    /// requests (the default). A request no later one could start from
+    /// says no: a recurrent model's, whose state no page holds. Its pages
+    /// are then released unpublished, as a cancelled request's are.
+    fn shares_pages(&self) -> bool {
+        true
+    }
 }
 
 impl<R: Request + ?Sized> Request for &R {
@@ -76,5 +84,9 @@ impl<R: Request + ?Sized> Request for &R {
 
     fn reuses_prefix(&self) -> bool {
         (**self).reuses_prefix()
+    }
+
+    fn shares_pages(&self) -> bool {
+        (**self).shares_pages()
     }
 }

@@ -274,6 +274,7 @@ mod issue_duties {
                 tag: 9,
                 prompt: vec![1; 1024],
                 max_new: 1,
+                shares_pages: true,
             },
             pagoda_core::RequestId::from_bits(9),
             Priority::Normal,
@@ -340,6 +341,7 @@ mod caller_input {
                 tag: 1,
                 prompt: Vec::new(),
                 max_new: 4,
+                shares_pages: true,
             },
             RequestId::from_bits(1),
             Priority::Normal,
@@ -364,6 +366,37 @@ mod caller_input {
         assert_eq!(e.run_to_idle(STEP), vec![1]);
         assert_eq!(e.sched.metrics().cached_tokens, 64);
         assert_eq!(e.kv.pool().referenced_pages(), 0);
+    }
+
+    /// A request that does not share its pages (a recurrent model's)
+    /// neither starts on cached pages nor leaves any: a later request of
+    /// the same prompt finds nothing, while one that shares leaves its
+    /// pages for the next.
+    #[test]
+    fn a_request_that_does_not_share_its_pages_caches_none() {
+        let mut e = Engine::new(64, config(), lpm());
+        warm(&mut e, 0, prompt(7, 64, 0, 8));
+        let cached = e.kv.pool().evictable_pages();
+        assert!(cached >= 4, "a shared prompt's pages are cached");
+        let private = |tag| Req {
+            tag,
+            prompt: prompt(7, 64, tag, 40),
+            max_new: 20,
+            shares_pages: false,
+        };
+        e.add_request(private(1), Priority::Normal);
+        assert_eq!(e.run_to_idle(STEP), vec![1]);
+        assert_eq!(
+            e.sched.metrics().cached_tokens,
+            0,
+            "no cached prefix served"
+        );
+        assert_eq!(e.kv.pool().evictable_pages(), cached, "nothing new cached");
+        assert_eq!(e.kv.pool().referenced_pages(), 0);
+        e.add_request(private(2), Priority::Normal);
+        e.run_to_idle(STEP);
+        assert_eq!(e.sched.metrics().cached_tokens, 0);
+        assert_eq!(e.kv.pool().evictable_pages(), cached);
     }
 
     /// A request whose prompt shrinks after it was added.

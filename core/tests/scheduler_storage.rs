@@ -84,6 +84,7 @@ mod free_slots {
                     tag,
                     prompt: prompt(0, 0, tag, 20),
                     max_new: 4,
+                    shares_pages: true,
                 },
                 RequestId::from_bits(u64::from(tag)),
                 Priority::Normal,

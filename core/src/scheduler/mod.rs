@@ -398,9 +398,10 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
     }
 
     /// Finishes a running request: caches its full pages under `tokens`
-    /// (prompt then generated tokens), releases its sequence and records its
-    /// latencies. The pages are released even if `tokens` are not the
-    /// sequence's ([`Finished::cached`] says so).
+    /// (prompt then generated tokens; none for a request that does not
+    /// [share its pages](Request::shares_pages)), releases its sequence and
+    /// records its latencies. The pages are released even if `tokens` are
+    /// not the sequence's ([`Finished::cached`] says so).
     pub fn finish(
         &mut self,
         entry: EntryId,
@@ -413,7 +414,13 @@ impl<'s, R: Request, P: SchedulerPolicy> Scheduler<'s, R, P> {
             return Err(SchedError::NotRunning);
         }
         let seq = slot.seq.ok_or(SchedError::NotRunning)?;
-        let cached = kv.finish(seq, tokens);
+        let cached = if slot.shares_pages() {
+            kv.finish(seq, tokens)
+        } else {
+            kv.release(seq)
+                .map(|()| Inserted::default())
+                .map_err(KvError::from)
+        };
         let slot = &self.slots[entry.slot as usize];
         let (arrived, first, generated) = (slot.arrived_at, slot.first_token_at, slot.generated);
         self.metrics.e2e.record(now.micros_since(arrived));

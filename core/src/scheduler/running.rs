@@ -73,7 +73,7 @@ impl<R: Request, P: SchedulerPolicy> Scheduler<'_, R, P> {
             if let (Some(seq), Some(computed), true) = (
                 slot.seq,
                 slot.prompt().get(..done as usize),
-                done > slot.cached_upto,
+                done > slot.cached_upto && slot.shares_pages(),
             ) {
                 let cached = kv.cache(seq, computed);
                 debug_assert!(cached.is_ok(), "{cached:?}");

@@ -167,6 +167,11 @@ impl<R: Request> SchedSlot<R> {
     pub(super) fn reuses_prefix(&self) -> bool {
         self.request.as_ref().is_none_or(|r| r.reuses_prefix())
     }
+
+    /// Whether the request's computed pages enter the prefix cache.
+    pub(super) fn shares_pages(&self) -> bool {
+        self.request.as_ref().is_none_or(|r| r.shares_pages())
+    }
 }
 
 impl<R, P> Scheduler<'_, R, P> {

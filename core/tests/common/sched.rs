@@ -16,6 +16,9 @@ pub struct Req {
     pub tag: u32,
     pub prompt: Vec<u32>,
     pub max_new: u32,
+    /// Whether its pages enter the prefix cache (a recurrent model's do
+    /// not).
+    pub shares_pages: bool,
 }
 
 impl Request for Req {
@@ -24,6 +27,12 @@ impl Request for Req {
     }
     fn max_output_tokens(&self) -> u32 {
         self.max_new
+    }
+    fn reuses_prefix(&self) -> bool {
+        self.shares_pages
+    }
+    fn shares_pages(&self) -> bool {
+        self.shares_pages
     }
 }
 
@@ -99,15 +108,25 @@ impl<P: SchedulerPolicy> Engine<P> {
     }
 
     pub fn add(&mut self, tag: u32, prompt: Vec<u32>, max_new: u32, priority: Priority) -> EntryId {
+        self.add_request(
+            Req {
+                tag,
+                prompt,
+                max_new,
+                shares_pages: true,
+            },
+            priority,
+        )
+    }
+
+    /// Adds `request` (its tag its id) now.
+    pub fn add_request(&mut self, request: Req, priority: Priority) -> EntryId {
         let arrival = self.next_arrival;
         self.next_arrival += 1;
+        let tag = request.tag;
         self.sched
             .add(
-                Req {
-                    tag,
-                    prompt,
-                    max_new,
-                },
+                request,
                 RequestId::from_bits(u64::from(tag)),
                 priority,
                 arrival,

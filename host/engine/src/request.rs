@@ -38,8 +38,9 @@ pub struct GenRequest {
 pub(crate) struct Queued {
     pub(crate) request: GenRequest,
     pub(crate) events: Events,
-    /// Whether the model lets a request start on a cached prefix: not a
-    /// recurrent one, whose state no cached page holds.
+    /// Whether the model lets a request start on a cached prefix, and
+    /// so whether its pages are worth caching: not a recurrent one, whose
+    /// state no cached page holds.
     pub(crate) prefix_reusable: bool,
 }
 
@@ -96,6 +97,9 @@ impl Request for Queued {
     fn reuses_prefix(&self) -> bool {
         // Scoring the prompt needs every prompt row's logits.
         self.prefix_reusable && self.request.sampling.prompt_logprobs.is_none()
+    }
+    fn shares_pages(&self) -> bool {
+        self.prefix_reusable
     }
 }
 
