@@ -10,7 +10,8 @@ use super::super::config::ModelError;
 use super::super::program::ShortConv;
 use super::super::recurrent::{RecurrentStates, StateRow};
 
-/// One step's rows of one sequence through a short convolution.
+/// A step's rows through a short convolution, every sequence's side by
+/// side.
 pub(super) struct ConvRows<'a> {
     /// The step's rows of [`Buf::Conv`](super::Buf::Conv): `B`, `C`, `x`.
     pub mix: &'a [f32],
