@@ -549,6 +549,8 @@ class Model:
             return self.oss_mixture(p, h)
         if self.arch in ("glm4moe", "lfm2moe"):
             return self.glm_mixture(p, h)
+        if self.deepseek:
+            return self.deepseek_mixture(p, h)
         logits = h @ self.t[p + "ffn_gate_inp.weight"].T
         probs = np.exp(logits - logits.max(axis=1, keepdims=True))
         probs /= probs.sum(axis=1, keepdims=True)
@@ -619,22 +621,17 @@ class Model:
             local = self.local[i]
             mask = windowed if local else causal
             p = f"blk.{i}."
-            if self.convolves[i]:
-                x = x + self.short_conv(p, self.norm(x, w[p + "attn_norm.weight"]), cache, i)
+            # LFM2's convolution layers and DeepSeek's latent attention:
+            # the operator, then a dense MLP or the mixture, each pre-norm.
+            if self.convolves[i] or self.deepseek:
+                h = self.norm(x, w[p + "attn_norm.weight"])
+                if self.convolves[i]:
+                    x = x + self.short_conv(p, h, cache, i)
+                else:
+                    x = x + self.deepseek_attention(p, h, positions, causal, cache, i)
                 h = self.norm(x, w[p + "ffn_norm.weight"])
                 if self.experts > 0 and i >= self.dense_lead:
                     x = x + self.mixture(p, h)
-                else:
-                    g = h @ w[p + "ffn_gate.weight"].T
-                    u = h @ w[p + "ffn_up.weight"].T
-                    x = x + (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
-                continue
-            if self.deepseek:
-                x = x + self.deepseek_attention(p, self.norm(x, w[p + "attn_norm.weight"]),
-                                                positions, causal, cache, i)
-                h = self.norm(x, w[p + "ffn_norm.weight"])
-                if i >= self.dense_lead:
-                    x = x + self.deepseek_mixture(p, h)
                 else:
                     g = h @ w[p + "ffn_gate.weight"].T
                     u = h @ w[p + "ffn_up.weight"].T

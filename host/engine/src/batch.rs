@@ -7,6 +7,7 @@ use pagoda_core::{PageCopy, Slot, Timestamp};
 
 use crate::engine::Live;
 use crate::error::EngineError;
+use crate::model::StateRow;
 use crate::request::Queued;
 use pagoda_core::KvCache;
 
@@ -21,6 +22,9 @@ pub(crate) struct Batch {
     pub(crate) group_slots: Vec<Vec<Slot>>,
     /// Per sequence: work index, query start, query length, context length.
     pub(crate) seqs: Vec<(usize, u32, u32, u32)>,
+    /// Per sequence, its recurrent state: its page-table row, tagged with
+    /// its request (read only by a recurrent model).
+    pub(crate) states: Vec<StateRow>,
     /// The rows whose logits the step computes: each sampling row, and
     /// the prompt rows of requests that score their prompt.
     pub(crate) sample_rows: Vec<u32>,
@@ -54,6 +58,7 @@ impl Batch {
         self.group_slots.resize_with(groups - 1, Vec::new);
         self.group_slots.iter_mut().for_each(Vec::clear);
         self.seqs.clear();
+        self.states.clear();
         self.sample_rows.clear();
         self.prompt_rows = 0;
         self.samplers.clear();
@@ -129,6 +134,10 @@ impl Batch {
                 kv.group_slot_mapping(w.seq, g, first_position, &mut slots[at..])?;
             }
             self.seqs.push((i, query_start, len, first_position + len));
+            self.states.push(StateRow {
+                row: w.seq.row(),
+                owner: live.id.to_bits(),
+            });
             if samples {
                 self.sampler_rows.push(self.sample_rows.len());
                 self.sample_rows.push(query_start + len - 1);

@@ -22,7 +22,7 @@ use pagoda_core::Timestamp;
 use crate::engine::{Engine, Live};
 use crate::error::{EngineError, Rejection};
 use crate::metrics::StepReport;
-use crate::model::{ForwardError, GroupRows, StateRow, StepInput, TokenLogprobs};
+use crate::model::{ForwardError, GroupRows, StepInput, TokenLogprobs};
 use crate::request::{Completion, Event, StopReason};
 
 impl<B: StepBackend> Engine<'_, B> {
@@ -141,19 +141,6 @@ impl<B: StepBackend> Engine<'_, B> {
             }
             group_seqs.push(seqs);
         }
-        // Each sequence's recurrent state: its page-table row, tagged with
-        // its request (read only by a recurrent model).
-        let mut states = Vec::with_capacity(b.seqs.len());
-        for &(i, ..) in &b.seqs {
-            let w = &self.plan[i];
-            let live = self.live[w.entry.index() as usize]
-                .as_ref()
-                .ok_or(EngineError::Invariant("planned entry has no state"))?;
-            states.push(StateRow {
-                row: w.seq.row(),
-                owner: live.id.to_bits(),
-            });
-        }
         let group_rows: Vec<GroupRows<'_>> = group_seqs[1..]
             .iter()
             .zip(&b.group_slots)
@@ -166,7 +153,7 @@ impl<B: StepBackend> Engine<'_, B> {
             seqs: &group_seqs[0],
             places: &self.places,
             groups: &group_rows,
-            states: &states,
+            states: &b.states,
             sample_rows: &b.sample_rows,
             prompt_rows: b.prompt_rows,
         };

@@ -4,8 +4,9 @@
 //! token; cancellation, preemption and rejection without a leaked page or a
 //! lost request.
 
+mod support;
+
 use pagoda_core::backend::{Backend, SeqAttention};
-use pagoda_core::scheduler::{Fcfs, Policy, SchedulerConfig};
 use pagoda_core::{KvDtype, PageId, Priority, Slot, PAGE_SIZE};
 use pagoda_cpu::CpuBackend;
 use pagoda_engine::model::{
@@ -14,6 +15,7 @@ use pagoda_engine::model::{
 use pagoda_engine::{
     Engine, EngineConfig, EngineStorage, Event, GenRequest, Rejection, RequestHandle, StopReason,
 };
+use support::dense_ref;
 
 const CONFIG: ModelConfig = ModelConfig {
     vocab: 97,
@@ -33,131 +35,6 @@ fn model() -> Model {
     Model::seeded(CONFIG, 42).unwrap()
 }
 
-/// Logits of every position of `tokens`, by a dense f64 forward pass with
-/// plain loops: the definition the engine must match.
-fn reference_logits(model: &Model, tokens: &[u32]) -> Vec<Vec<f64>> {
-    let c = model.config();
-    // The seeded model's matrices in the order it reads them: the
-    // embedding, each layer's q, k, v, output, gate, up and down, the head
-    // (`out` rows of `in`); its norm gains are all one.
-    let matrices: Vec<(usize, Vec<f32>)> = model
-        .matrices()
-        .map(|m| (m.cols(), m.to_f32().unwrap()))
-        .collect();
-    assert_eq!(matrices.len(), 2 + 7 * c.layers as usize);
-    let (n, hd, d) = (tokens.len(), c.hidden as usize, c.head_dim as usize);
-    let group = (c.q_heads / c.kv_heads) as usize;
-    let matmul = |x: &[Vec<f64>], m: &(usize, Vec<f32>)| -> Vec<Vec<f64>> {
-        let (inp, w) = m;
-        x.iter()
-            .map(|row| {
-                w.chunks_exact(*inp)
-                    .map(|wrow| row.iter().zip(wrow).map(|(v, w)| v * f64::from(*w)).sum())
-                    .collect()
-            })
-            .collect()
-    };
-    let norm = |x: &[Vec<f64>]| -> Vec<Vec<f64>> {
-        x.iter()
-            .map(|row| {
-                let ms = row.iter().map(|v| v * v).sum::<f64>() / row.len() as f64;
-                let inv = 1.0 / (ms + f64::from(c.rms_eps)).sqrt();
-                row.iter().map(|v| v * inv).collect()
-            })
-            .collect()
-    };
-    let rope = |x: &mut [Vec<f64>], heads: usize| {
-        for (pos, row) in x.iter_mut().enumerate() {
-            for h in 0..heads {
-                for i in 0..d / 2 {
-                    let freq = f64::from(c.rope_theta).powf(-2.0 * i as f64 / d as f64);
-                    let (sin, cos) = (pos as f64 * freq).sin_cos();
-                    let (a, b) = (row[h * d + i], row[h * d + i + d / 2]);
-                    row[h * d + i] = a * cos - b * sin;
-                    row[h * d + i + d / 2] = b * cos + a * sin;
-                }
-            }
-        }
-    };
-    let embed = &matrices[0].1;
-    let mut x: Vec<Vec<f64>> = tokens
-        .iter()
-        .map(|&t| {
-            embed[t as usize * hd..][..hd]
-                .iter()
-                .map(|&v| f64::from(v))
-                .collect()
-        })
-        .collect();
-    for layer in matrices[1..matrices.len() - 1].chunks_exact(7) {
-        let h = norm(&x);
-        let mut q = matmul(&h, &layer[0]);
-        let mut k = matmul(&h, &layer[1]);
-        let v = matmul(&h, &layer[2]);
-        rope(&mut q, c.q_heads as usize);
-        rope(&mut k, c.kv_heads as usize);
-        let scale = 1.0 / (d as f64).sqrt();
-        let mut attn = vec![vec![0.0; c.q_dim()]; n];
-        for i in 0..n {
-            for qh in 0..c.q_heads as usize {
-                let kh = qh / group;
-                let scores: Vec<f64> = (0..=i)
-                    .map(|j| {
-                        (0..d)
-                            .map(|e| q[i][qh * d + e] * k[j][kh * d + e])
-                            .sum::<f64>()
-                            * scale
-                    })
-                    .collect();
-                let max = scores.iter().cloned().fold(f64::MIN, f64::max);
-                let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                let total: f64 = weights.iter().sum();
-                for (j, wj) in weights.iter().enumerate() {
-                    for e in 0..d {
-                        attn[i][qh * d + e] += wj / total * v[j][kh * d + e];
-                    }
-                }
-            }
-        }
-        let o = matmul(&attn, &layer[3]);
-        for (xr, or) in x.iter_mut().zip(&o) {
-            for (a, b) in xr.iter_mut().zip(or) {
-                *a += b;
-            }
-        }
-        let h = norm(&x);
-        let gate = matmul(&h, &layer[4]);
-        let up = matmul(&h, &layer[5]);
-        let act: Vec<Vec<f64>> = gate
-            .iter()
-            .zip(&up)
-            .map(|(g, u)| {
-                g.iter()
-                    .zip(u)
-                    .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
-                    .collect()
-            })
-            .collect();
-        let down = matmul(&act, &layer[6]);
-        for (xr, dr) in x.iter_mut().zip(&down) {
-            for (a, b) in xr.iter_mut().zip(dr) {
-                *a += b;
-            }
-        }
-    }
-    matmul(&norm(&x), &matrices[matrices.len() - 1])
-}
-
-fn argmax(row: &[f64]) -> u32 {
-    let mut best = 0;
-    for (i, v) in row.iter().enumerate() {
-        if *v > row[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
 fn prompt(seed: u64, len: usize) -> Vec<u32> {
     let mut rng = fastrand::Rng::with_seed(seed);
     (0..len).map(|_| rng.u32(0..CONFIG.vocab)).collect()
@@ -175,7 +52,7 @@ fn paged_chunked_forward_matches_the_dense_reference() {
         let geometry = CONFIG.kv_geometry(dtype).unwrap();
         let mut store = backend.create_kv_store(geometry, 64).unwrap();
         let tokens = prompt(1, 45);
-        let expected = reference_logits(&model, &tokens);
+        let expected = dense_ref::logits(&model, &tokens);
         // Scattered physical pages: the sequence's pages are 40, 7, 33.
         let pages = [
             PageId::from_index(40),
@@ -227,25 +104,6 @@ fn paged_chunked_forward_matches_the_dense_reference() {
             }
             start = end;
         }
-    }
-}
-
-fn engine_config(kv_pages: u32, token_budget: u32) -> EngineConfig {
-    EngineConfig {
-        scheduler: SchedulerConfig {
-            max_batch: 8,
-            token_budget,
-            // No wall-clock fairness: the schedule, and so the output, is
-            // the same on every run.
-            fairness_threshold_us: None,
-            ..SchedulerConfig::default()
-        },
-        policy: Policy::Fcfs(Fcfs),
-        kv_pages,
-        kv_dtype: KvDtype::F32,
-        queue_capacity: 64,
-        scheduler_slots: 32,
-        cache_events: 0,
     }
 }
 
@@ -352,13 +210,13 @@ fn batched_greedy_generation_matches_the_reference() {
         .enumerate()
         .map(|(i, p)| request(i as u64, p.clone(), 6))
         .collect();
-    let (outcomes, _, clean) = run(&engine_config(64, 24), requests);
+    let (outcomes, _, clean) = run(&support::fcfs_config(64, 24), requests);
     assert!(clean);
     for (p, o) in prompts.iter().zip(&outcomes) {
         let mut tokens = p.clone();
         for _ in 0..6 {
-            let logits = reference_logits(&model, &tokens);
-            tokens.push(argmax(logits.last().unwrap()));
+            let logits = dense_ref::logits(&model, &tokens);
+            tokens.push(dense_ref::argmax(logits.last().unwrap()));
         }
         assert_eq!(output(o), &tokens[p.len()..]);
         if let Event::Finished(c) = o {
@@ -374,12 +232,12 @@ fn preemption_under_page_pressure_recomputes_the_same_tokens() {
     let requests: Vec<GenRequest> = (0..8)
         .map(|i| request(i, prompt(200 + i, 40 + 3 * i as usize), 40))
         .collect();
-    let (roomy, roomy_preempted, clean) = run(&engine_config(256, 64), requests.clone());
+    let (roomy, roomy_preempted, clean) = run(&support::fcfs_config(256, 64), requests.clone());
     assert!(clean);
     assert_eq!(roomy_preempted, 0);
     // 8 sequences of up to 100 tokens need about 56 pages: 24 forces
     // preemption.
-    let (tight, tight_preempted, clean) = run(&engine_config(24, 64), requests);
+    let (tight, tight_preempted, clean) = run(&support::fcfs_config(24, 64), requests);
     assert!(clean, "pages leaked under preemption");
     assert!(tight_preempted > 0, "the small pool should preempt");
     assert_eq!(roomy.len(), tight.len());
@@ -419,7 +277,7 @@ fn bad_requests_are_refused_with_a_reason_and_leak_nothing() {
         // Needs more pages than the whole pool.
         request(6, prompt(9, 200), 4),
     ];
-    let (outcomes, _, clean) = run(&engine_config(8, 64), requests);
+    let (outcomes, _, clean) = run(&support::fcfs_config(8, 64), requests);
     assert!(clean);
     assert_eq!(outcomes.len(), 7, "every request accounted for once");
     let reason = |i: usize| match &outcomes[i] {
@@ -456,7 +314,7 @@ fn bad_requests_are_refused_with_a_reason_and_leak_nothing() {
 #[test]
 fn cancellation_at_any_moment_frees_everything() {
     let model = model();
-    let config = engine_config(48, 32);
+    let config = support::fcfs_config(48, 32);
     for seed in 0..12u64 {
         let mut rng = fastrand::Rng::with_seed(seed);
         let mut storage = EngineStorage::new(&config, CONFIG.max_context);
@@ -518,7 +376,7 @@ fn cancellation_at_any_moment_frees_everything() {
 #[test]
 fn a_handle_cancelled_from_another_thread_frees_its_pages_before_the_next_step() {
     let model = model();
-    let config = engine_config(48, 32);
+    let config = support::fcfs_config(48, 32);
     let mut storage = EngineStorage::new(&config, CONFIG.max_context);
     let mut engine = Engine::new(&model, CpuBackend::new(), &config, &mut storage).unwrap();
     let now = engine.now();
@@ -554,7 +412,7 @@ fn a_handle_cancelled_from_another_thread_frees_its_pages_before_the_next_step()
 #[test]
 fn tokens_stream_as_they_are_sampled() {
     let model = model();
-    let config = engine_config(48, 256);
+    let config = support::fcfs_config(48, 256);
     let mut storage = EngineStorage::new(&config, CONFIG.max_context);
     let mut engine = Engine::new(&model, CpuBackend::new(), &config, &mut storage).unwrap();
     let now = engine.now();
@@ -632,7 +490,7 @@ fn log_softmax_at(row: &[f64], token: u32) -> f64 {
 fn prompt_scores_match_the_dense_reference_and_never_come_from_the_cache() {
     let model = model();
     let p = prompt(91, 45);
-    let expected = reference_logits(&model, &p);
+    let expected = dense_ref::logits(&model, &p);
     let scoring = |tag: u64| GenRequest {
         sampling: SamplingParams {
             prompt_logprobs: Some(3),
@@ -641,7 +499,7 @@ fn prompt_scores_match_the_dense_reference_and_never_come_from_the_cache() {
         ..request(tag, p.clone(), 2)
     };
     // A token budget of 16: the 45-token prompt takes three steps.
-    let config = engine_config(64, 16);
+    let config = support::fcfs_config(64, 16);
     let mut storage = EngineStorage::new(&config, CONFIG.max_context);
     let mut engine = Engine::new(&model, CpuBackend::new(), &config, &mut storage).unwrap();
     // Cached first by a plain request, then scored, then served again.
@@ -685,7 +543,11 @@ fn prompt_scores_match_the_dense_reference_and_never_come_from_the_cache() {
                 s.logprob
             );
             assert_eq!(s.top.len(), 3);
-            assert_eq!(s.top[0].0, argmax(row), "position {i}'s most likely token");
+            assert_eq!(
+                s.top[0].0,
+                dense_ref::argmax(row),
+                "position {i}'s most likely token"
+            );
             for &(token, lp) in &s.top {
                 assert!((f64::from(lp) - log_softmax_at(row, token)).abs() < 2e-3);
             }
@@ -711,9 +573,9 @@ fn prompt_scores_match_the_dense_reference_and_never_come_from_the_cache() {
             ..request(i, prompt(400 + i, 40 + 3 * i as usize), 40)
         })
         .collect();
-    let (roomy, _, clean) = run(&engine_config(256, 64), requests.clone());
+    let (roomy, _, clean) = run(&support::fcfs_config(256, 64), requests.clone());
     assert!(clean);
-    let (tight, preempted, clean) = run(&engine_config(20, 64), requests);
+    let (tight, preempted, clean) = run(&support::fcfs_config(20, 64), requests);
     assert!(clean, "pages leaked under preemption");
     assert!(preempted > 0, "the small pool should preempt");
     for (a, b) in roomy.iter().zip(&tight) {
@@ -724,7 +586,7 @@ fn prompt_scores_match_the_dense_reference_and_never_come_from_the_cache() {
 #[test]
 fn a_shared_prefix_is_computed_once() {
     let model = model();
-    let config = engine_config(64, 256);
+    let config = support::fcfs_config(64, 256);
     let mut storage = EngineStorage::new(&config, CONFIG.max_context);
     let mut engine = Engine::new(&model, CpuBackend::new(), &config, &mut storage).unwrap();
     let shared = prompt(77, 64);
@@ -788,9 +650,9 @@ fn constrained_outputs_match_their_grammar_and_survive_preemption() {
             ..request(i, prompt(300 + i, 40 + 3 * i as usize), 64)
         })
         .collect();
-    let (roomy, _, clean) = run_on(&model, &engine_config(256, 64), requests.clone());
+    let (roomy, _, clean) = run_on(&model, &support::fcfs_config(256, 64), requests.clone());
     assert!(clean);
-    let (tight, tight_preempted, clean) = run_on(&model, &engine_config(16, 64), requests);
+    let (tight, tight_preempted, clean) = run_on(&model, &support::fcfs_config(16, 64), requests);
     assert!(clean, "pages leaked under preemption");
     assert!(tight_preempted > 0, "the small pool should preempt");
     for (i, (a, b)) in roomy.iter().zip(&tight).enumerate() {

@@ -10,8 +10,6 @@ mod support;
 
 use std::path::PathBuf;
 
-use pagoda_core::scheduler::{Fcfs, Policy, SchedulerConfig};
-use pagoda_core::KvDtype;
 use pagoda_engine::model::{Model, ModelConfig};
 use pagoda_engine::EngineConfig;
 use support::tiny;
@@ -48,18 +46,6 @@ fn lfm2moe_with_sigmoid_routing_and_a_selection_bias_matches_the_reference() {
     }
 }
 
-/// Greedy continuations of `prompts` in one engine under `config`, and
-/// the prompt tokens the prefix cache served and the preemptions seen.
-fn run(
-    model: &Model,
-    config: &EngineConfig,
-    prompts: &[Vec<u32>],
-    tokens: u32,
-) -> (Vec<Vec<u32>>, u32, u32) {
-    let run = support::greedy_run(model, config, true, prompts, tokens);
-    (run.outputs, run.cached_tokens, run.preempted)
-}
-
 #[test]
 fn lfm2_in_the_engine_batches_chunks_and_preempts_as_each_prompt_runs_alone() {
     let Some(dir) = fixtures() else { return };
@@ -73,23 +59,10 @@ fn lfm2_in_the_engine_batches_chunks_and_preempts_as_each_prompt_runs_alone() {
         base.clone(),
         vec![5, 4, 3],
     ];
-    let config = |kv_pages, token_budget| EngineConfig {
-        scheduler: SchedulerConfig {
-            max_batch: 8,
-            token_budget,
-            // No wall-clock fairness: the same schedule on every run.
-            fairness_threshold_us: None,
-            ..SchedulerConfig::default()
-        },
-        policy: Policy::Fcfs(Fcfs),
-        kv_pages,
-        kv_dtype: KvDtype::F32,
-        ..EngineConfig::default()
-    };
-    let roomy = config(256, 64);
+    let roomy = support::fcfs_config(256, 64);
     // Eight sequences of up to 100 tokens need about 56 pages: 24 forces
     // preemption, and the 64-token budget chunks the prompts.
-    let tight = config(24, 64);
+    let tight = support::fcfs_config(24, 64);
     let many: Vec<Vec<u32>> = (0..8)
         .map(|i| {
             (0..40 + 3 * i)
@@ -99,15 +72,25 @@ fn lfm2_in_the_engine_batches_chunks_and_preempts_as_each_prompt_runs_alone() {
         .collect();
     for name in REFERENCE {
         let model = Model::load(dir.join(format!("{name}.gguf"))).unwrap();
+        let run = |config: &EngineConfig, prompts: &[Vec<u32>]| {
+            support::greedy_run(&model, config, true, prompts, 40)
+        };
         let alone = |prompts: &[Vec<u32>]| -> Vec<Vec<u32>> {
-            let one = |p: &Vec<u32>| run(&model, &roomy, std::slice::from_ref(p), 40).0.remove(0);
+            let one = |p: &Vec<u32>| run(&roomy, std::slice::from_ref(p)).outputs.remove(0);
             prompts.iter().map(one).collect()
         };
-        let (together, cached, _) = run(&model, &roomy, &prompts, 40);
-        assert_eq!(together, alone(&prompts), "{name}: batched");
-        assert_eq!(cached, 0, "{name}: no prompt starts on cached pages");
-        let (squeezed, _, preempted) = run(&model, &tight, &many, 40);
-        assert!(preempted > 0, "{name}: the small pool preempts");
-        assert_eq!(squeezed, alone(&many), "{name}: chunked and preempted");
+        let together = run(&roomy, &prompts);
+        assert_eq!(together.outputs, alone(&prompts), "{name}: batched");
+        assert_eq!(
+            together.cached_tokens, 0,
+            "{name}: no prompt starts on cached pages"
+        );
+        let squeezed = run(&tight, &many);
+        assert!(squeezed.preempted > 0, "{name}: the small pool preempts");
+        assert_eq!(
+            squeezed.outputs,
+            alone(&many),
+            "{name}: chunked and preempted"
+        );
     }
 }

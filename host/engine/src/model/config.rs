@@ -325,6 +325,14 @@ pub enum ModelError {
         /// Sequences in the step.
         seqs: usize,
     },
+    /// A recurrent state's row past the most a state store holds.
+    #[error("recurrent state row {row} is past the limit of {max} rows")]
+    StateRowRange {
+        /// The row.
+        row: u32,
+        /// Rows a store holds at most.
+        max: u32,
+    },
     /// A position past the model's context.
     #[error("position {position} is past the model's context of {max_context}")]
     Position {

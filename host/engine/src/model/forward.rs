@@ -19,6 +19,7 @@ use super::precision::ActPrecision;
 use super::program::{
     attention_block, mlp_block, Attend, AttentionBlock, Gating, MlpBlock, Op, Program,
 };
+use super::recurrent::MAX_STATE_ROWS;
 use super::repack_cache::{RepackCache, RepackCacheHandle};
 use super::rope::{Rope, RopeMode, RopeSpec};
 use super::tensors::Matrix;
@@ -440,11 +441,19 @@ impl Model {
                 _ => return Err(ModelError::KvPlace(layer)),
             }
         }
-        if self.program.is_recurrent() && input.states.len() != input.seqs.len() {
-            return Err(ModelError::StateRows {
-                rows: input.states.len(),
-                seqs: input.seqs.len(),
-            });
+        if self.program.is_recurrent() {
+            if input.states.len() != input.seqs.len() {
+                return Err(ModelError::StateRows {
+                    rows: input.states.len(),
+                    seqs: input.seqs.len(),
+                });
+            }
+            if let Some(s) = input.states.iter().find(|s| s.row >= MAX_STATE_ROWS) {
+                return Err(ModelError::StateRowRange {
+                    row: s.row,
+                    max: MAX_STATE_ROWS,
+                });
+            }
         }
         if let Some(&token) = input.tokens.iter().find(|&&x| x >= c.vocab) {
             return Err(ModelError::Token {

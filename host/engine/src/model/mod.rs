@@ -39,7 +39,7 @@ pub use forward::{Holding, Model, Seeded};
 pub use input::{ForwardError, GroupRows, StepInput};
 pub use load_error::LoadError;
 pub use precision::ActPrecision;
-pub use recurrent::StateRow;
+pub use recurrent::{StateRow, MAX_STATE_ROWS};
 pub use repack_cache::{RepackCacheHandle, RepackCacheUse};
 pub use rope::RopeMode;
 pub use sampling::{

@@ -25,6 +25,11 @@ pub struct StateRow {
     pub owner: u64,
 }
 
+/// Rows a state store holds at most: far past any engine's sequences (a
+/// page-table row each), so a row past it is a caller's mistake, refused
+/// before the store grows to it.
+pub const MAX_STATE_ROWS: u32 = 1 << 16;
+
 /// One recurrent layer's state in one row.
 #[derive(Debug, Default)]
 struct LayerState {
@@ -57,6 +62,12 @@ impl RecurrentStates {
         position: u32,
         tokens: u32,
     ) -> Result<&mut [f32], ModelError> {
+        if seq.row >= MAX_STATE_ROWS {
+            return Err(ModelError::StateRowRange {
+                row: seq.row,
+                max: MAX_STATE_ROWS,
+            });
+        }
         let (row, layer_index) = (seq.row as usize, layer as usize);
         if self.rows.len() <= row {
             self.rows.resize_with(row + 1, Vec::new);
@@ -117,5 +128,18 @@ mod tests {
         let other = StateRow { owner: 9, ..A };
         assert_eq!(states.continue_at(other, 1, 4, 0, 2).unwrap(), [0.0; 4]);
         assert!(states.continue_at(A, 1, 4, 5, 1).is_err());
+        // A row past the store's limit is refused before it grows.
+        let far = StateRow {
+            row: MAX_STATE_ROWS,
+            owner: 1,
+        };
+        assert_eq!(
+            states.continue_at(far, 0, 4, 0, 1),
+            Err(ModelError::StateRowRange {
+                row: MAX_STATE_ROWS,
+                max: MAX_STATE_ROWS
+            })
+        );
+        assert_eq!(states.rows.len(), 3);
     }
 }

@@ -8,6 +8,7 @@
 use std::path::Path;
 
 use pagoda_core::backend::{Backend, SeqAttention};
+use pagoda_core::scheduler::{Fcfs, Policy, SchedulerConfig};
 use pagoda_core::{KvDtype, PageId, Priority, Slot, PAGE_SIZE};
 use pagoda_cpu::CpuBackend;
 use pagoda_engine::model::{Model, SamplingParams, StateRow, StepInput};
@@ -17,6 +18,7 @@ use pagoda_engine::{Engine, EngineConfig, EngineStorage, Event, GenRequest, Step
 mod env;
 pub use env::*;
 
+pub mod dense_ref;
 pub mod tiny;
 
 /// The tiny models make_tiny_gguf.py writes that every backend must run
@@ -184,6 +186,27 @@ pub fn top_two(logits: &[f32]) -> (u32, f32) {
         }
     }
     (best as u32, first - second)
+}
+
+/// An engine of `kv_pages` pages and a step budget of `token_budget`
+/// tokens, first come first served, up to 8 sequences at once, with no
+/// wall-clock fairness: the same schedule, and so the same output, on every
+/// run.
+pub fn fcfs_config(kv_pages: u32, token_budget: u32) -> EngineConfig {
+    EngineConfig {
+        scheduler: SchedulerConfig {
+            max_batch: 8,
+            token_budget,
+            fairness_threshold_us: None,
+            ..SchedulerConfig::default()
+        },
+        policy: Policy::Fcfs(Fcfs),
+        kv_pages,
+        kv_dtype: KvDtype::F32,
+        queue_capacity: 64,
+        scheduler_slots: 32,
+        cache_events: 0,
+    }
 }
 
 /// Greedy continuations of `prompts`, `tokens` each, batched in one

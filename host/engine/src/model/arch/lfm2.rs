@@ -43,8 +43,10 @@ pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError>
     if !(2..=MAX_TAPS).contains(&taps) {
         return Err(bad(&taps_key, taps, "must be between 2 and 64"));
     }
+    // One entry per block of the file, as the configuration read them.
     let kv_key = l.key("attention.head_count_kv");
-    let kv_per_layer = layer_uints(l.g, &kv_key, c.layers)?.unwrap_or_default();
+    let blocks = required_uint(l.g, &l.key("block_count"))?;
+    let kv_per_layer = layer_uints(l.g, &kv_key, blocks)?.unwrap_or_default();
     let convolves = |i: u32| kv_per_layer.get(i as usize) == Some(&0);
     let mixture = if mixture {
         // llama.cpp renormalizes LFM2-MoE's weights whatever the file says.
