@@ -3,8 +3,8 @@ included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
 `granite`, `granitemoe`, `smollm3`, `olmo2`, `gpt-oss`, `glm4`, `glm4moe`,
 `deepseek2`, `qwen2vl`, `qwen3vl`, `qwen3vlmoe` (their text models),
 `ernie4_5`, `ernie4_5-moe`, `seed_oss`, `olmoe`, `exaone`, `exaone4`,
-`mistral3`, `hunyuan-dense`, `command-r`, `cohere2`, `lfm2` or `lfm2moe` GGUF
-model in NumPy (float64), for
+`mistral3`, `hunyuan-dense`, `command-r`, `cohere2`, `lfm2`, `lfm2moe`,
+`qwen35` or `qwen35moe` GGUF model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs, synthetic_gguf.rs and
 experts_gguf.rs.
 
@@ -198,6 +198,10 @@ qwen3's (q and k normed per head, NeoX rotary). Final norm
 token_embd_norm. lfm2moe: layers from leading_dense_block_count take
 sigmoid-scored experts, chosen by score + exp_probs_b, renormalized (as
 llama.cpp always does) and times expert_weights_scale.
+qwen35 and qwen35moe: delta_ref.py's gated delta nets and gated
+attention (from HF's Qwen3_5 layers), the MLP's norm named
+post_attention_norm; qwen35moe's experts softmax-routed, renormalized,
+plus the shared expert scaled by the sigmoid of its gate.
 
 The norm gains are used as the file stores them (llama.cpp's converter
 stores Gemma's 1 + w). Local layers: attention.sliding_window_pattern, a
@@ -236,6 +240,8 @@ from gguf import GGUFReader  # noqa: E402
 from gguf.constants import GGUFValueType  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402
 
+import delta_ref  # noqa: E402
+
 
 def field(reader, key, default=None):
     f = reader.fields.get(key)
@@ -258,7 +264,7 @@ class Model:
                              "deepseek2", "qwen2vl", "qwen3vl", "qwen3vlmoe", "ernie4_5",
                              "ernie4_5-moe", "seed_oss", "olmoe", "exaone", "exaone4",
                              "mistral3", "hunyuan-dense", "command-r", "cohere2", "lfm2",
-                             "lfm2moe"):
+                             "lfm2moe", "qwen35", "qwen35moe"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         # GLM-4.5's multi-token-prediction block follows the trunk (HF's
@@ -275,6 +281,11 @@ class Model:
         self.taps = int(field(r, f"{a}.shortconv.l_cache", 0))
         self.head_dim = int(field(r, f"{a}.attention.key_length", self.hidden // self.heads))
         self.deepseek = a == "deepseek2"
+        # Qwen3.5's delta nets and gated attention (delta_ref.py).
+        self.qwen35 = a in ("qwen35", "qwen35moe")
+        if self.qwen35:
+            self.recurrent = delta_ref.recurrent_flags(r, a, self.layers, field)
+            self.delta_shape = delta_ref.DeltaShape(r, a, field)
         if self.deepseek:
             self.kv_rank = int(field(r, f"{a}.attention.kv_lora_rank"))
             self.q_head = int(field(r, f"{a}.attention.key_length_mla", self.head_dim))
@@ -621,15 +632,20 @@ class Model:
             local = self.local[i]
             mask = windowed if local else causal
             p = f"blk.{i}."
-            # LFM2's convolution layers and DeepSeek's latent attention:
-            # the operator, then a dense MLP or the mixture, each pre-norm.
-            if self.convolves[i] or self.deepseek:
+            # LFM2's convolution layers, DeepSeek's latent attention and
+            # Qwen3.5's layers: the operator, then a dense MLP or the
+            # mixture, each pre-norm.
+            if self.convolves[i] or self.deepseek or self.qwen35:
                 h = self.norm(x, w[p + "attn_norm.weight"])
                 if self.convolves[i]:
                     x = x + self.short_conv(p, h, cache, i)
+                elif self.qwen35 and self.recurrent[i]:
+                    x = x + delta_ref.delta_net(self, self.delta_shape, p, h, cache, i)
+                elif self.qwen35:
+                    x = x + delta_ref.gated_attention(self, p, h, positions, causal, cache, i)
                 else:
                     x = x + self.deepseek_attention(p, h, positions, causal, cache, i)
-                h = self.norm(x, w[p + "ffn_norm.weight"])
+                h = self.norm(x, w[p + ("post_attention_norm.weight" if self.qwen35 else "ffn_norm.weight")])
                 if self.experts > 0 and i >= self.dense_lead:
                     x = x + self.mixture(p, h)
                 else:
@@ -770,7 +786,8 @@ class KvCache:
 
 
     def extend_conv(self, layer, bx):
-        """Appends LFM2's B * x rows to layer's and returns them all."""
+        """Appends a recurrent layer's input rows (LFM2's B * x, Qwen3.5's
+        delta-net inputs) to layer's and returns them all."""
         if self.conv[layer] is not None:
             bx = np.concatenate([self.conv[layer], bx])
         self.conv[layer] = bx

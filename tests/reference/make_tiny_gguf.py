@@ -106,6 +106,7 @@ tensors present and unread; layer 0 dense (leading_dense_block_count 1);
 scaled by 2.5, one ungated shared expert 128 wide (expert_shared_count
 1); QK-norm, q/k/v biases, the MLP's norm named post_attention_norm).
 
+After LFM2's, tiny_qwen35.py's Qwen3.5 hybrids (qwen35.gguf, qwen35moe.gguf).
 The Q/K rows are random, so they need no converter permutation: a `llama`
 file's rows are simply taken as already permuted for the interleaved-pair
 rotary, which is how llama.cpp and forward_ref.py read them.
@@ -124,6 +125,8 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFWriter, quant_shape_to_byte_shape
 from gguf.quants import quantize
+
+import tiny_qwen35
 
 HIDDEN, FFN, LAYERS, VOCAB, HEAD_DIM = 256, 256, 2, 256, 64
 
@@ -203,7 +206,7 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
           key_length=False, types, skip=(), meta_heads=None, eps=None,
           base=None, qk_norm=False, qk_scale=1.0, fused=False, meta=None, extra=(),
           post_norms=False, experts=None, claimed=None, shared=0, shared_gate=True,
-          layers=LAYERS, width_keys=True):
+          layers=LAYERS, width_keys=True, ffn_length=True):
     """experts: (count, used, width, stacked layers): a mixture in place of
     each MLP (stacked tensors on those layers, one per expert elsewhere);
     claimed: the (count, used, width) the metadata says, where it lies
@@ -214,7 +217,7 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
     "heads", a row per head: [heads, HEAD_DIM] and [kv_heads, HEAD_DIM]);
     layers: how many (their types repeat every two); width_keys: the
     experts' and shared expert's widths written as metadata (else left to
-    the loader's defaults);
+    the loader's defaults); ffn_length: feed_forward_length written;
     qk_scale: attn_q and attn_k values scaled by it (legacy and float types);
     fused: phi3's attn_qkv and gate+up ffn_up instead of separate matrices;
     meta: a function adding more metadata; extra: (name, values, type)
@@ -223,7 +226,8 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
     w.add_block_count(layers)
     w.add_context_length(512)
     w.add_embedding_length(HIDDEN)
-    w.add_feed_forward_length(FFN)
+    if ffn_length:
+        w.add_feed_forward_length(FFN)
     w.add_head_count(heads if meta_heads is None else meta_heads)
     # A list: one per layer (LFM2's, 0 on its convolution layers).
     w.add_head_count_kv(kv_heads)
@@ -326,10 +330,9 @@ def write(path, arch, heads, kv_heads, *, biases, tied, rope_dim=None,
         tensors.append(("output.weight", matrix(VOCAB, HIDDEN), types["output"]))
     if arch == "llama" and rope_dim is not None:
         tensors.append(("rope_freqs.weight", rng.uniform(1.0, 4.0, size=rope_dim // 2), Q.F32))
-    tensors += list(extra)
+    # `skip` leaves out the writer's own tensors, which `extra` may replace.
+    tensors = [x for x in tensors if x[0] not in skip] + list(extra)
     for name, values, qtype in tensors:
-        if name in skip:
-            continue
         if callable(qtype):
             qtype(w, name, values)
         else:
@@ -745,6 +748,7 @@ def main() -> None:
     write_cohere_files(out)
     write_olmo3_file(out)
     write_lfm2_files(out)
+    tiny_qwen35.write_files(out, sys.modules[__name__])
 
 def write_deepseek2(path, *, q_rank, legacy, yarn, router, types):
     """A `deepseek2` file: 4 heads of latent attention (a 512-wide latent

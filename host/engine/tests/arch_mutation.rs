@@ -17,7 +17,7 @@ use pagoda_engine::model::Model;
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 25] = [
+const FILES: [&str; 27] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -43,6 +43,8 @@ const FILES: [&str; 25] = [
     "olmo3_yarn",
     "lfm2",
     "lfm2moe",
+    "qwen35",
+    "qwen35moe",
 ];
 
 /// Mutants of each file.

@@ -1,6 +1,7 @@
-//! The tiny hybrids of attention and short convolutions (LFM2's, written
-//! by tests/reference/make_tiny_gguf.py) against the independent NumPy
-//! forward pass (forward_ref.py, from HF's LFM2 layers): dense, quantized
+//! The tiny hybrids of attention and recurrent layers (LFM2's short
+//! convolutions and Qwen3.5's gated delta nets, written by
+//! tests/reference/make_tiny_gguf.py) against the independent NumPy forward
+//! pass (forward_ref.py and delta_ref.py, from HF's layers): dense, quantized
 //! and repacked, each prompt in chunks of 7 so the recurrent state carries
 //! across steps. Then the engine: sequences whose prompts share prefixes,
 //! batched, chunked and preempted, each continue as the prompt does alone
@@ -14,7 +15,7 @@ use pagoda_engine::model::{Model, ModelConfig};
 use pagoda_engine::EngineConfig;
 use support::tiny;
 
-const REFERENCE: [&str; 2] = tiny::HYBRIDS;
+const REFERENCE: [&str; 4] = tiny::HYBRIDS;
 
 fn fixtures() -> Option<&'static PathBuf> {
     tiny::fixtures(&REFERENCE)
@@ -47,7 +48,30 @@ fn lfm2moe_with_sigmoid_routing_and_a_selection_bias_matches_the_reference() {
 }
 
 #[test]
-fn lfm2_in_the_engine_batches_chunks_and_preempts_as_each_prompt_runs_alone() {
+fn qwen35_with_delta_nets_and_gated_attention_matches_the_reference() {
+    // Layers 0-2 are delta nets (4 taps, 2 key heads of 32 serving 4 value
+    // heads of 64), layer 3 gated attention with rotary on 16 of 64 dims.
+    if let Some(c) = agrees_with_reference("qwen35") {
+        assert_eq!((c.layers, c.q_heads, c.kv_heads, c.head_dim), (4, 4, 2, 64));
+        let model = Model::load(fixtures().unwrap().join("qwen35.gguf")).unwrap();
+        // The tied head; qkv, gate, beta, alpha and out on the delta nets;
+        // q, k, v and output on layer 3; an MLP a layer.
+        assert_eq!(model.matrices().count(), 1 + 5 * 3 + 4 + 3 * 4);
+    }
+}
+
+#[test]
+fn qwen35moe_with_flagged_layers_and_a_gated_shared_expert_matches_the_reference() {
+    // attention.recurrent_layers puts attention on layer 1; 8 experts of
+    // 128 (2 used, renormalized) and a shared expert gated by its sigmoid;
+    // no feed_forward_length, so the MLP width is the experts'.
+    if let Some(c) = agrees_with_reference("qwen35moe") {
+        assert_eq!((c.layers, c.ffn), (4, 128));
+    }
+}
+
+#[test]
+fn hybrids_in_the_engine_batch_chunk_and_preempt_as_each_prompt_runs_alone() {
     let Some(dir) = fixtures() else { return };
     let base: Vec<u32> = (0..37).map(|i| (i * 53 + 7) % 256).collect();
     // The second and third extend the first, the fourth repeats it: a

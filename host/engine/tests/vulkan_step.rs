@@ -352,6 +352,8 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
                 | "olmoe"
                 | "lfm2"
                 | "lfm2moe"
+                | "qwen35"
+                | "qwen35moe"
         );
         assert_eq!(on_device, !host, "{arch}");
         eprintln!("{arch}, F32 KV: worst logit difference / range {worst:.2e}");

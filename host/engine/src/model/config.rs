@@ -37,6 +37,8 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "cohere2",
     "lfm2",
     "lfm2moe",
+    "qwen35",
+    "qwen35moe",
 ];
 
 /// The widest row (hidden size, MLP width, all query heads) a model may

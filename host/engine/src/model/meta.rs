@@ -184,7 +184,11 @@ impl ModelConfig {
         }
         let layers = blocks - nextn.min(blocks);
         let hidden = required_uint(g, &key("embedding_length"))?;
-        let ffn = required_uint(g, &key("feed_forward_length"))?;
+        // A mixture's file may give only its experts' width (Qwen3.5's).
+        let ffn = match uint(g, &key("expert_feed_forward_length"))? {
+            Some(width) => uint(g, &key("feed_forward_length"))?.unwrap_or(width),
+            None => required_uint(g, &key("feed_forward_length"))?,
+        };
         let q_heads = required_uint(g, &key("attention.head_count"))?;
         if q_heads == 0 {
             return Err(super::config::ModelError::ZeroSize("q_heads").into());

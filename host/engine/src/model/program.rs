@@ -15,6 +15,7 @@
 //! written once.
 
 use super::config::ModelConfig;
+pub(crate) use super::recurrent::{DeltaNet, ShortConv};
 use super::rope::Rope;
 use super::tensors::Matrix;
 
@@ -50,14 +51,26 @@ pub(crate) enum Buf {
     /// `q_heads ×` [`Latent::v_head`].
     VHeads,
     /// A short convolution's input projection: its gate `B`, its output
-    /// gate `C` and its input `x`, each `hidden` wide, side by side (0
-    /// wide in a program without one).
+    /// gate `C` and its input `x`, each `hidden` wide, side by side; or a
+    /// gated delta net's queries, keys and values before their
+    /// convolution (0 wide in a program without either).
     Conv,
+    /// Gated attention's queries, each head's `head_dim` followed by its
+    /// output gate's (Qwen3.5's): `2 × q_dim` wide where a layer gates.
+    QGate,
+    /// A gated delta net's output gate `z`, then its gated output:
+    /// [`DeltaNet::value_width`] wide.
+    OutGate,
+    /// A gated delta net's write strength per value head, before its
+    /// sigmoid.
+    Beta,
+    /// A gated delta net's decay per value head, before its softplus.
+    Alpha,
 }
 
 impl Buf {
     /// Every buffer, in declaration order (so `b as usize` is its place).
-    pub(crate) const ALL: [Buf; 13] = [
+    pub(crate) const ALL: [Buf; 17] = [
         Buf::X,
         Buf::H,
         Buf::Q,
@@ -71,6 +84,10 @@ impl Buf {
         Buf::QHeads,
         Buf::VHeads,
         Buf::Conv,
+        Buf::QGate,
+        Buf::OutGate,
+        Buf::Beta,
+        Buf::Alpha,
     ];
 
     /// Values per row of a model of shape `c` whose program has `latent`
@@ -85,8 +102,8 @@ impl Buf {
             Buf::QLatent => latent.map_or(0, |l| l.q_rank as usize),
             Buf::QHeads => latent.map_or(0, |l| heads * l.q_head as usize),
             Buf::VHeads => latent.map_or(0, |l| heads * l.v_head as usize),
-            // Sized by the program, which knows whether it convolves.
-            Buf::Conv => 0,
+            // Sized by the program, which knows its recurrent layers.
+            Buf::Conv | Buf::QGate | Buf::OutGate | Buf::Beta | Buf::Alpha => 0,
         }
     }
 }
@@ -229,6 +246,14 @@ pub(crate) enum Op {
     /// of [`Buf::Conv`]: a causal convolution over each channel, along the
     /// sequence, from the recurrent state of its last tokens (LFM2's).
     ShortConv(ShortConv),
+    /// A gated delta net (Qwen3.5's linear attention) over the rows of
+    /// [`Buf::Conv`], [`Buf::Beta`] and [`Buf::Alpha`], its gated output
+    /// into [`Buf::OutGate`] in place of the gate, from and into the
+    /// recurrent state of its convolution and of each value head.
+    DeltaNet(Box<DeltaNet>),
+    /// Each span of `to` times the sigmoid of the same head's span of
+    /// `gate` (gated attention's output gate).
+    SigmoidGate { to: Span, gate: Span },
     /// Head `h`'s span of `to` = `heads[h] · (head h's span of from)`: a
     /// product per head, each of its own matrix (latent attention's
     /// absorbed key products and its values out of the latent).
@@ -237,20 +262,6 @@ pub(crate) enum Op {
         to: Span,
         heads: Vec<Matrix>,
     },
-}
-
-/// A short convolution ([`Op::ShortConv`]): each channel's output is the
-/// dot product of its `taps` weights with its last `taps` inputs, the
-/// current one last, so its recurrent state is the `taps − 1` inputs
-/// before the current one.
-#[derive(Debug, Clone)]
-pub(crate) struct ShortConv {
-    /// Taps per channel (LFM2's `shortconv.l_cache`, 3).
-    pub taps: u32,
-    /// `hidden` channels of `taps` weights each, channel after channel.
-    pub weights: Vec<f32>,
-    /// Which of the program's recurrent states the op reads and writes.
-    pub state: u32,
 }
 
 /// One expert of an [`Experts`] op: a gated MLP of its own width.
@@ -436,6 +447,7 @@ impl Program {
         let layers = self.layers.iter().flatten().flat_map(|op| match op {
             Op::Norm { gain, .. } | Op::NormSpan { gain, .. } => vec![gain.as_slice()],
             Op::ShortConv(conv) => vec![conv.weights.as_slice()],
+            Op::DeltaNet(d) => d.vectors().collect(),
             Op::Linear { projs, .. } => projs.iter().filter_map(|p| p.bias.as_deref()).collect(),
             Op::Attention(a) => a.sinks.as_deref().into_iter().collect(),
             Op::Experts(e) => {
@@ -522,19 +534,37 @@ impl Program {
             .count() as u32
     }
 
-    /// Whether any layer carries recurrent state (a short convolution), so
-    /// its steps need each sequence's [`StateRow`](super::recurrent::StateRow).
+    /// Whether any layer carries recurrent state (a short convolution or
+    /// a delta net), so its steps need each sequence's
+    /// [`StateRow`](super::recurrent::StateRow).
     pub(crate) fn is_recurrent(&self) -> bool {
         self.layers
             .iter()
             .flatten()
-            .any(|op| matches!(op, Op::ShortConv(_)))
+            .any(|op| matches!(op, Op::ShortConv(_) | Op::DeltaNet(_)))
     }
 
-    /// Values per row of buffer `b` for a model of shape `c`.
+    /// Values per row of buffer `b` for a model of shape `c`: the
+    /// recurrent and gating buffers as wide as the widest op that reads
+    /// them needs (0 in a program without one).
     pub(crate) fn width(&self, b: Buf, c: &ModelConfig) -> usize {
+        let widest =
+            |need: &dyn Fn(&Op) -> usize| self.layers.iter().flatten().map(need).max().unwrap_or(0);
         match b {
-            Buf::Conv if self.is_recurrent() => 3 * c.hidden as usize,
+            Buf::Conv => widest(&|op| match op {
+                Op::ShortConv(_) => 3 * c.hidden as usize,
+                Op::DeltaNet(d) => d.conv_width(),
+                _ => 0,
+            }),
+            Buf::OutGate | Buf::Beta | Buf::Alpha => widest(&|op| match op {
+                Op::DeltaNet(d) if b == Buf::OutGate => d.value_width(),
+                Op::DeltaNet(d) => d.value_heads as usize,
+                _ => 0,
+            }),
+            Buf::QGate => widest(&|op| match op {
+                Op::SigmoidGate { gate, .. } if gate.buf == Buf::QGate => 2 * c.q_dim(),
+                _ => 0,
+            }),
             _ => b.width(c, self.latent.as_ref()),
         }
     }

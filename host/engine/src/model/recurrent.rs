@@ -1,6 +1,7 @@
-//! Recurrent state: what a hybrid model's recurrent layers (LFM2's short
-//! convolutions) carry from one step of a sequence to the next, in place of
-//! keys and values in the paged cache.
+//! Recurrent layers: the ops of a hybrid model's layers that carry state
+//! from one step of a sequence to the next in place of keys and values in
+//! the paged cache (LFM2's short convolutions, Qwen3.5's gated delta
+//! nets), and the store of those states.
 //!
 //! A state summarizes every token of its sequence so far, so it cannot be
 //! shared as a prefix the way pages are: an engine of a recurrent model
@@ -12,6 +13,87 @@
 //! ([`ModelError::StateGap`]) instead of computing from the wrong state.
 
 use super::config::ModelError;
+
+/// A short convolution ([`Op::ShortConv`](super::program::Op::ShortConv)): each channel's output is the
+/// dot product of its `taps` weights with its last `taps` inputs, the
+/// current one last, so its recurrent state is the `taps − 1` inputs
+/// before the current one.
+#[derive(Debug, Clone)]
+pub(crate) struct ShortConv {
+    /// Taps per channel (LFM2's `shortconv.l_cache`, 3).
+    pub taps: u32,
+    /// `hidden` channels of `taps` weights each, channel after channel.
+    pub weights: Vec<f32>,
+    /// Which of the program's recurrent states the op reads and writes.
+    pub state: u32,
+}
+
+/// A gated delta net ([`Op::DeltaNet`](super::program::Op::DeltaNet)),
+/// Qwen3.5's linear attention, after HF's `Qwen3_5GatedDeltaNet`: the
+/// queries, keys and values of a row go through a causal convolution of
+/// `taps` taps per channel and a SiLU; each query and key head is
+/// L2-normed (the query then scaled by `1 / sqrt(key_dim)`). Each value
+/// head `h` keeps a `key_dim × value_dim` state `S`, reading key head
+/// `h mod key_heads` (llama.cpp's converter tiles the value heads so): per
+/// token, `S ← g·S`, `S ← S + k ⊗ β(v − Sᵀk)`, output `Sᵀq`, with `g =
+/// exp(decay · softplus(α + dt_bias))` and `β = sigmoid(beta)`. Each
+/// head's output is RMS-normed by `norm`, then times `silu(z)`.
+#[derive(Debug, Clone)]
+pub(crate) struct DeltaNet {
+    /// Taps of the convolution (`ssm.conv_kernel`, 4).
+    pub taps: u32,
+    /// [`conv_width`](Self::conv_width) channels of `taps` weights each.
+    pub conv: Vec<f32>,
+    /// Query and key heads (`ssm.group_count`).
+    pub key_heads: u32,
+    /// Value heads (`ssm.time_step_rank`), a multiple of the key heads.
+    pub value_heads: u32,
+    /// A query or key head's width (`ssm.state_size`).
+    pub key_dim: u32,
+    /// A value head's width (`ssm.inner_size / value_heads`).
+    pub value_dim: u32,
+    /// Added to `α` before its softplus, one per value head.
+    pub dt_bias: Vec<f32>,
+    /// `−exp(A_log)` as the converter stores it (`ssm_a`), one per value
+    /// head.
+    pub decay: Vec<f32>,
+    /// The gated norm's gain, `value_dim` long.
+    pub norm: Vec<f32>,
+    /// Which of the program's recurrent states the op reads and writes.
+    pub state: u32,
+}
+
+impl DeltaNet {
+    /// Channels of the convolution: every query, key and value.
+    pub(crate) fn conv_width(&self) -> usize {
+        2 * self.key_width() + self.value_width()
+    }
+
+    /// Every query (or key) head's values side by side.
+    pub(crate) fn key_width(&self) -> usize {
+        self.key_heads as usize * self.key_dim as usize
+    }
+
+    /// Every value head's values side by side.
+    pub(crate) fn value_width(&self) -> usize {
+        self.value_heads as usize * self.value_dim as usize
+    }
+
+    /// Values of one sequence's state: the convolution's last `taps − 1`
+    /// inputs, then each value head's `key_dim × value_dim` matrix.
+    pub(crate) fn state_len(&self) -> usize {
+        let kept = self.taps.saturating_sub(1) as usize;
+        let heads = self.value_heads as usize;
+        kept * self.conv_width() + heads * self.key_dim as usize * self.value_dim as usize
+    }
+
+    /// Its f32 vectors.
+    pub(crate) fn vectors(&self) -> impl Iterator<Item = &[f32]> {
+        [&self.conv, &self.dt_bias, &self.decay, &self.norm]
+            .into_iter()
+            .map(Vec::as_slice)
+    }
+}
 
 /// Where one sequence of a step keeps its recurrent state: a row of the
 /// model's state store (the engine's page-table row of the sequence) and a

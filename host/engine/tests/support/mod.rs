@@ -24,7 +24,7 @@ pub mod tiny;
 /// The tiny models make_tiny_gguf.py writes that every backend must run
 /// as the NumPy reference does (`{name}.gguf`): one per architecture and
 /// per feature of one (Llama 3 scaling, YaRN).
-pub const TINY_MODELS: [&str; 38] = [
+pub const TINY_MODELS: [&str; 40] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -63,6 +63,8 @@ pub const TINY_MODELS: [&str; 38] = [
     "olmo3_yarn",
     "lfm2",
     "lfm2moe",
+    "qwen35",
+    "qwen35moe",
 ];
 
 /// A scratch folder named `name` holding every file make_tiny_gguf.py

@@ -59,9 +59,9 @@ pub const MIXTURES: [&str; 13] = [
     "olmoe",
 ];
 
-/// The tiny hybrids of attention and recurrent layers (LFM2's)
-/// hybrid_gguf.rs checks against the reference.
-pub const HYBRIDS: [&str; 2] = ["lfm2", "lfm2moe"];
+/// The tiny hybrids of attention and recurrent layers (LFM2's and
+/// Qwen3.5's) hybrid_gguf.rs checks against the reference.
+pub const HYBRIDS: [&str; 4] = ["lfm2", "lfm2moe", "qwen35", "qwen35moe"];
 
 /// Tiny models only the CPU backend runs (Vulkan has no attention sinks,
 /// and its kernels stop short of latent attention's head of 576): the
@@ -91,12 +91,15 @@ pub const TOLERANCE_F16: f32 = 5e-3;
 /// range.
 const TOLERANCE_REPACKED: f32 = 1e-2;
 
-/// The repacked tolerance of the tiny DeepSeek files, whose 8-bit logits
-/// are the most sensitive of all: each layout alone is 0.9e-2 to 1.4e-1 of
-/// the range from the f64 reference (0.2e-2 to 4e-2 for the other
-/// mixtures), the two alike, and the layouts measured up to 3.3e-2 apart.
-/// Their f32 logits, repacked or not, are held to [`TOLERANCE_F32`].
-const TOLERANCE_REPACKED_DEEPSEEK: f32 = 6e-2;
+/// The repacked tolerance of the tiny DeepSeek and Qwen3.5 files, whose
+/// 8-bit logits are the most sensitive of all: each layout alone is 0.9e-2
+/// to 1.4e-1 of the range from the f64 reference (Qwen3.5's 0.9e-2 to
+/// 1.35e-1, where LFM2's are 0.6e-2 to 4.3e-2 and the other mixtures' 0.2e-2
+/// to 4e-2), the two alike, and the layouts measured up to 3.3e-2 apart
+/// (Qwen3.5's 2.4e-2: a rounding step taken differently carries on in the
+/// delta nets' states). Their f32 logits, repacked or not, are held to
+/// [`TOLERANCE_F32`].
+const TOLERANCE_REPACKED_SENSITIVE: f32 = 6e-2;
 
 /// The prompts every tiny model runs: 14 tokens, 40 (past Gemma's 5-token
 /// windows) and one.
@@ -222,8 +225,8 @@ fn repacked_agrees(arch: &str, path: &Path, reference: &Path) {
         "{arch}: {interleaved} matrices interleaved"
     );
     assert_eq!(packed.parameters(), plain.parameters());
-    let tolerance = if arch.starts_with("deepseek2") {
-        TOLERANCE_REPACKED_DEEPSEEK
+    let tolerance = if arch.starts_with("deepseek2") || arch.starts_with("qwen35") {
+        TOLERANCE_REPACKED_SENSITIVE
     } else {
         TOLERANCE_REPACKED
     };

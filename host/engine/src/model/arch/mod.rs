@@ -32,6 +32,7 @@ mod olmoe;
 mod phi3;
 mod qwen2;
 mod qwen3;
+mod qwen35;
 mod router;
 mod seed_oss;
 mod smollm3;
@@ -628,6 +629,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
             | "ernie4_5-moe"
             | "olmoe"
             | "lfm2moe"
+            | "qwen35moe"
     ) {
         loader.refuse_experts()?;
     }
@@ -664,6 +666,8 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "cohere2" => cohere::build(&loader, true)?,
         "lfm2" => lfm2::build(&loader, false)?,
         "lfm2moe" => lfm2::build(&loader, true)?,
+        "qwen35" => qwen35::build(&loader, false)?,
+        "qwen35moe" => qwen35::build(&loader, true)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
     if let Source::Interleaved(file, _) = &loader.source {

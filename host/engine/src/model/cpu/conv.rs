@@ -70,21 +70,35 @@ pub(super) fn short_conv(
             .zip(out.chunks_exact_mut(hidden))
             .enumerate()
         {
+            convolve_row(&conv.weights, taps, hidden, window, t, out);
             let c = &row[hidden..2 * hidden];
-            let inputs = &window[t * hidden..(t + taps) * hidden];
-            for (ch, (o, gate)) in out.iter_mut().zip(c).enumerate() {
-                let weights = &conv.weights[ch * taps..(ch + 1) * taps];
-                let mut sum = 0.0f32;
-                for (k, w) in weights.iter().enumerate() {
-                    sum += w * inputs[k * hidden + ch];
-                }
-                *o = gate * sum;
-            }
+            out.iter_mut().zip(c).for_each(|(o, gate)| *o *= gate);
         }
         // The state the next step reads: the window's last inputs.
         state.copy_from_slice(&window[len * hidden..]);
     }
     Ok(())
+}
+
+/// Row `t` of a causal convolution: `out[ch] = Σ_k weights[ch × taps + k]
+/// × window[(t + k) × channels + ch]`, the window holding `taps − 1` rows of
+/// earlier inputs before the step's (LFM2's and Qwen3.5's).
+pub(super) fn convolve_row(
+    weights: &[f32],
+    taps: usize,
+    channels: usize,
+    window: &[f32],
+    t: usize,
+    out: &mut [f32],
+) {
+    let inputs = &window[t * channels..(t + taps) * channels];
+    for (ch, (o, weights)) in out.iter_mut().zip(weights.chunks_exact(taps)).enumerate() {
+        *o = weights
+            .iter()
+            .enumerate()
+            .map(|(k, w)| w * inputs[k * channels + ch])
+            .sum();
+    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ use super::rope::StepAngles;
 use super::tensors::Matrix;
 
 mod conv;
+mod delta;
 mod experts;
 mod norm;
 mod spans;
@@ -63,9 +64,11 @@ pub struct Activations {
     /// A mixture of experts' routing and rows.
     moe: Routing,
     /// Each sequence's recurrent state (a hybrid model's), the one thing
-    /// here that outlives its step, and a short convolution's window.
+    /// here that outlives its step, a short convolution's window and a
+    /// delta net's.
     states: RecurrentStates,
     conv_window: Vec<f32>,
+    delta: delta::DeltaScratch,
     /// Workers for the products; started on first use when built by
     /// [`Default`].
     team: Option<Team>,
@@ -95,6 +98,7 @@ impl Activations {
             moe: Routing::default(),
             states: RecurrentStates::default(),
             conv_window: Vec::new(),
+            delta: delta::DeltaScratch::default(),
             team: None,
             threads: threads.max(1),
             isa: Isa::detect(),
@@ -309,6 +313,8 @@ impl Run<'_> {
                         act.bufs[index(Buf::Conv)] = mix;
                         result.map_err(model)?;
                     }
+                    Op::DeltaNet(net) => self.delta_net(net, input).map_err(model)?,
+                    Op::SigmoidGate { to, gate } => self.sigmoid_gate(*to, *gate).map_err(model)?,
                     Op::Experts(experts) => self.experts(experts).map_err(model)?,
                     Op::Residual { src } => {
                         let n = t * hidden;

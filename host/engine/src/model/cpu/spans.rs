@@ -67,6 +67,27 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// Each head's span of `to` times the sigmoid of the same head's span
+    /// of `gate`.
+    pub(super) fn sigmoid_gate(&mut self, to: Span, gate: Span) -> Result<(), ModelError> {
+        let heads = self.heads_of(to)?;
+        if heads != self.heads_of(gate)? || to.width != gate.width || to.buf == gate.buf {
+            return Err(ModelError::Span);
+        }
+        let ((t_stride, t_off, len), (g_stride, g_off, _)) = (span_range(to), span_range(gate));
+        let bufs = &mut self.act.bufs;
+        let gates = std::mem::take(&mut bufs[index(gate.buf)]);
+        let y = &mut bufs[index(to.buf)];
+        for i in 0..self.t * heads {
+            let (d, g) = (i * t_stride + t_off, i * g_stride + g_off);
+            for (v, &z) in y[d..d + len].iter_mut().zip(&gates[g..g + len]) {
+                *v /= 1.0 + (-z).exp();
+            }
+        }
+        bufs[index(gate.buf)] = gates;
+        Ok(())
+    }
+
     /// Head `h`'s span of `to` = `heads[h] · (head h's span of from)`, for
     /// every row: each head's rows gathered, one product, scattered back.
     pub(super) fn head_linear(

@@ -105,8 +105,15 @@ impl Regions {
             Buf::Gate => (self.gate, ffn),
             Buf::Up => (self.up, ffn),
             // No regions: `build` refuses a program with latent attention
-            // or a short convolution.
-            Buf::QLatent | Buf::QHeads | Buf::VHeads | Buf::Conv => (self.end, 0),
+            // or a recurrent or gated layer.
+            Buf::QLatent
+            | Buf::QHeads
+            | Buf::VHeads
+            | Buf::Conv
+            | Buf::QGate
+            | Buf::OutGate
+            | Buf::Beta
+            | Buf::Alpha => (self.end, 0),
         }
     }
 }
