@@ -245,3 +245,221 @@ fn softplus(x: f32) -> f32 {
         x.exp().ln_1p()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(rng: &mut fastrand::Rng) -> DeltaNet {
+        let mut v = |n: usize, scale: f32| -> Vec<f32> {
+            (0..n).map(|_| (rng.f32() * 2.0 - 1.0) * scale).collect()
+        };
+        let (taps, key_heads, value_heads, key_dim, value_dim) = (3, 2, 4, 3, 5);
+        let width = 2 * key_heads * key_dim + value_heads * value_dim;
+        DeltaNet {
+            taps: taps as u32,
+            conv: v(width * taps, 0.8),
+            key_heads: key_heads as u32,
+            value_heads: value_heads as u32,
+            key_dim: key_dim as u32,
+            value_dim: value_dim as u32,
+            dt_bias: v(value_heads, 1.0),
+            decay: v(value_heads, 1.0).iter().map(|x| -1.5 - x).collect(),
+            norm: v(value_dim, 0.3).iter().map(|x| 1.0 + x).collect(),
+            state: 2,
+        }
+    }
+
+    /// A sequence's rows: `mixed`, `beta`, `alpha` and `z` of each token.
+    struct Seq {
+        mixed: Vec<f32>,
+        beta: Vec<f32>,
+        alpha: Vec<f32>,
+        z: Vec<f32>,
+    }
+
+    /// The whole sequence from its definition, in f64: each channel's
+    /// convolution over the inputs before it (zero before the first), then
+    /// each value head's state from zero, token by token.
+    fn plain(net: &DeltaNet, seq: &Seq, len: usize) -> Vec<f64> {
+        let (taps, width) = (net.taps as usize, net.conv_width());
+        let (kh, vh) = (net.key_heads as usize, net.value_heads as usize);
+        let (kd, vd) = (net.key_dim as usize, net.value_dim as usize);
+        let mut states = vec![vec![vec![0.0f64; vd]; kd]; vh];
+        let mut out = Vec::new();
+        let silu = |x: f64| x / (1.0 + (-x).exp());
+        for t in 0..len {
+            let conv: Vec<f64> = (0..width)
+                .map(|ch| {
+                    let mut sum = 0.0;
+                    for k in 0..taps {
+                        if let Some(s) = (t + k).checked_sub(taps - 1) {
+                            sum += f64::from(net.conv[ch * taps + k])
+                                * f64::from(seq.mixed[s * width + ch]);
+                        }
+                    }
+                    silu(sum)
+                })
+                .collect();
+            let head = |base: usize, i: usize, scale: f64| -> Vec<f64> {
+                let h = &conv[base + i * kd..base + (i + 1) * kd];
+                let norm = (h.iter().map(|x| x * x).sum::<f64>() + 1e-6).sqrt();
+                h.iter().map(|x| x / norm * scale).collect()
+            };
+            for (h, s) in states.iter_mut().enumerate() {
+                let q = head(0, h % kh, 1.0 / (kd as f64).sqrt());
+                let k = head(kh * kd, h % kh, 1.0);
+                let v = &conv[2 * kh * kd + h * vd..2 * kh * kd + (h + 1) * vd];
+                let a = f64::from(seq.alpha[t * vh + h] + net.dt_bias[h]);
+                let g = (f64::from(net.decay[h]) * (1.0 + a.exp()).ln()).exp();
+                let beta = 1.0 / (1.0 + (-f64::from(seq.beta[t * vh + h])).exp());
+                for row in s.iter_mut() {
+                    row.iter_mut().for_each(|x| *x *= g);
+                }
+                let sk: Vec<f64> = (0..vd)
+                    .map(|j| (0..kd).map(|i| s[i][j] * k[i]).sum())
+                    .collect();
+                for i in 0..kd {
+                    for j in 0..vd {
+                        s[i][j] += k[i] * beta * (v[j] - sk[j]);
+                    }
+                }
+                let o: Vec<f64> = (0..vd)
+                    .map(|j| (0..kd).map(|i| s[i][j] * q[i]).sum())
+                    .collect();
+                let rms = (o.iter().map(|x| x * x).sum::<f64>() / vd as f64 + 1e-5).sqrt();
+                for j in 0..vd {
+                    let z = f64::from(seq.z[t * vh * vd + h * vd + j]);
+                    out.push(o[j] / rms * f64::from(net.norm[j]) * silu(z));
+                }
+            }
+        }
+        out
+    }
+
+    /// Two sequences, each cut into random chunks, interleaved in steps as
+    /// an engine batches them: every row as the whole sequence computes it.
+    #[test]
+    fn chunked_steps_of_two_sequences_match_the_whole_sequence() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        let net = net(&mut rng);
+        let (width, vh, vw) = (
+            net.conv_width(),
+            net.value_heads as usize,
+            net.value_width(),
+        );
+        let lens = [19usize, 11];
+        let seqs: Vec<Seq> = lens
+            .iter()
+            .map(|&n| {
+                let mut v =
+                    |k: usize| -> Vec<f32> { (0..k).map(|_| rng.f32() * 4.0 - 2.0).collect() };
+                Seq {
+                    mixed: v(n * width),
+                    beta: v(n * vh),
+                    alpha: v(n * vh),
+                    z: v(n * vw),
+                }
+            })
+            .collect();
+        let rows = [StateRow { row: 1, owner: 5 }, StateRow { row: 4, owner: 6 }];
+        let mut got: Vec<Vec<f32>> = lens.iter().map(|&n| vec![0.0; n * vw]).collect();
+        let (mut states, mut scratch) = (RecurrentStates::default(), DeltaScratch::default());
+        let mut done = [0usize; 2];
+        while done != lens {
+            let (mut mixed, mut beta, mut alpha, mut z) = (vec![], vec![], vec![], vec![]);
+            let (mut positions, mut spans) = (Vec::new(), Vec::new());
+            for s in [1, 0] {
+                let n = (1 + rng.usize(..6)).min(lens[s] - done[s]);
+                if n > 0 {
+                    let (from, to) = (done[s], done[s] + n);
+                    spans.push((s, positions.len(), n));
+                    mixed.extend_from_slice(&seqs[s].mixed[from * width..to * width]);
+                    beta.extend_from_slice(&seqs[s].beta[from * vh..to * vh]);
+                    alpha.extend_from_slice(&seqs[s].alpha[from * vh..to * vh]);
+                    z.extend_from_slice(&seqs[s].z[from * vw..to * vw]);
+                    positions.extend(from as u32..to as u32);
+                }
+            }
+            let attention: Vec<SeqAttention<'_>> = spans
+                .iter()
+                .map(|&(_, start, n)| SeqAttention {
+                    pages: &[],
+                    context_len: 0,
+                    query_start: start as u32,
+                    query_len: n as u32,
+                })
+                .collect();
+            let seq_rows: Vec<StateRow> = spans.iter().map(|&(s, _, _)| rows[s]).collect();
+            let step = DeltaRows {
+                mixed: &mixed,
+                beta: &beta,
+                alpha: &alpha,
+                gate_out: &mut z,
+                eps: 1e-5,
+            };
+            let seqs_in = (&attention[..], &seq_rows[..], &positions[..]);
+            delta_net(&net, step, seqs_in, &mut states, &mut scratch).unwrap();
+            for &(s, start, n) in &spans {
+                got[s][done[s] * vw..(done[s] + n) * vw]
+                    .copy_from_slice(&z[start * vw..(start + n) * vw]);
+                done[s] += n;
+            }
+        }
+        for (s, seq) in seqs.iter().enumerate() {
+            let want = plain(&net, seq, lens[s]);
+            for (g, w) in got[s].iter().zip(&want) {
+                assert!(
+                    (f64::from(*g) - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                    "{g} vs {w}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_inconsistent_net_or_a_missing_state_row_is_refused() {
+        let mut rng = fastrand::Rng::with_seed(2);
+        let good = net(&mut rng);
+        let seqs = [SeqAttention {
+            pages: &[],
+            context_len: 1,
+            query_start: 0,
+            query_len: 1,
+        }];
+        let (width, vh, vw) = (
+            good.conv_width(),
+            good.value_heads as usize,
+            good.value_width(),
+        );
+        let (mixed, beta, alpha) = (vec![0.5; width], vec![0.0; vh], vec![0.0; vh]);
+        let mut run = |net: &DeltaNet, rows: &[StateRow]| {
+            let mut z = vec![1.0; vw];
+            let step = DeltaRows {
+                mixed: &mixed,
+                beta: &beta,
+                alpha: &alpha,
+                gate_out: &mut z,
+                eps: 1e-5,
+            };
+            let (mut states, mut scratch) = (RecurrentStates::default(), DeltaScratch::default());
+            delta_net(net, step, (&seqs, rows, &[0]), &mut states, &mut scratch)
+        };
+        let row = [StateRow { row: 0, owner: 1 }];
+        assert_eq!(run(&good, &row), Ok(()));
+        assert_eq!(
+            run(&good, &[]),
+            Err(ModelError::StateRows { rows: 0, seqs: 1 })
+        );
+        let uneven = DeltaNet {
+            key_heads: 3,
+            ..good.clone()
+        };
+        assert_eq!(run(&uneven, &row), Err(ModelError::Span));
+        let short = DeltaNet {
+            norm: vec![1.0; 2],
+            ..good
+        };
+        assert_eq!(run(&short, &row), Err(ModelError::Span));
+    }
+}
