@@ -38,6 +38,11 @@ LLAMA3_PATTERN = (
     r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+# Qwen3.5's tokenizer.json: marks in words, none in punctuation runs.
+QWEN35_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"""
+    r""" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 # Seed-Coder's (and Seed-OSS's) tokenizer.json.
 SEED_CODER_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}|"""
@@ -136,8 +141,9 @@ def pre_tokenizer(pre):
     if pre in ("gpt-2", "default", "mpt", "olmo"):
         return byte_level
     # Llama 3's and DBRX's (tiktoken's cl100k pattern), Qwen2's.
-    if pre in ("llama-bpe", "dbrx", "qwen2", "gpt-4o", "seed-coder", "tekken", "kimi-k2"):
-        pattern = {"qwen2": QWEN2_PATTERN, "gpt-4o": GPT4O_PATTERN, "tekken": TEKKEN_PATTERN,
+    if pre in ("llama-bpe", "dbrx", "qwen2", "qwen35", "gpt-4o", "seed-coder", "tekken", "kimi-k2"):
+        pattern = {"qwen2": QWEN2_PATTERN, "qwen35": QWEN35_PATTERN, "gpt-4o": GPT4O_PATTERN,
+                   "tekken": TEKKEN_PATTERN,
                    "seed-coder": SEED_CODER_PATTERN, "kimi-k2": KIMI_K2_PATTERN}.get(pre, LLAMA3_PATTERN)
         return pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
@@ -179,7 +185,7 @@ def pre(outdir):
     """Each pre-tokenizer's pieces of every text, as substrings of it."""
     texts = corpus() + deepseek_texts()
     runs = {}
-    for name in ("smollm", "gpt-2", "llama-bpe", "qwen2", "starcoder", "refact", "mpt",
+    for name in ("smollm", "gpt-2", "llama-bpe", "qwen2", "qwen35", "starcoder", "refact", "mpt",
                  "olmo", "dbrx", "gpt-4o", "deepseek-v3", "deepseek-llm", "seed-coder",
                  "tekken", "kimi-k2"):
         p = pre_tokenizer(name)

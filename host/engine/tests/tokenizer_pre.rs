@@ -26,6 +26,7 @@ fn pieces_match_reference() {
         "gpt-2",
         "llama-bpe",
         "qwen2",
+        "qwen35",
         "starcoder",
         "refact",
         "mpt",

@@ -41,6 +41,11 @@ pub enum PreTokenizer {
     /// `qwen2`, `stablelm2`, `deepseek-r1-qwen`: the Llama 3 pattern with
     /// single digits.
     Qwen2,
+    /// `qwen35` (Qwen3.5): Qwen2's pattern with marks in its words
+    /// (`[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+`) and none in its punctuation
+    /// runs (` ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*`), as its tokenizer.json
+    /// states it.
+    Qwen35,
     /// `seed-coder` (Seed-Coder, Seed-OSS): Qwen2's pattern without the
     /// line breaks a run of punctuation takes after it
     /// (` ?[^\s\p{L}\p{N}\r\n]+`).
@@ -92,6 +97,7 @@ impl PreTokenizer {
             "dbrx" | "smaug-bpe" => PreTokenizer::Dbrx,
             // DeepSeek-R1's distillations into Qwen keep Qwen's pattern.
             "qwen2" | "stablelm2" | "deepseek-r1-qwen" => PreTokenizer::Qwen2,
+            "qwen35" => PreTokenizer::Qwen35,
             "seed-coder" => PreTokenizer::SeedCoder,
             "gpt-4o" | "llama4" => PreTokenizer::Gpt4o,
             "tekken" => PreTokenizer::Tekken,
@@ -127,6 +133,7 @@ impl PreTokenizer {
                 |c, i| llama3_match(c, i, 1, is_line_break),
                 word,
             ),
+            PreTokenizer::Qwen35 => scan(text, &chars, qwen35_match, word),
             PreTokenizer::SeedCoder => {
                 scan(text, &chars, |c, i| llama3_match(c, i, 1, |_| false), word)
             }
@@ -310,6 +317,46 @@ fn llama3_match(
         return run(chars, i, Class::Number).min(digits);
     }
     punctuation_or_space(chars, i, punctuation_tail)
+}
+
+/// Qwen3.5's pattern at `i`: `(?i:'s|'t|'re|'ve|'m|'ll|'d)|
+/// [^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|
+/// \s*[\r\n]+|\s+(?!\S)|\s+`.
+fn qwen35_match(chars: &[(usize, char, Class)], i: usize) -> usize {
+    let n = contraction(chars, i, true);
+    if n > 0 {
+        return n;
+    }
+    let in_word = |&(_, c, class): &(usize, char, Class)| class == Class::Letter || is_mark(c);
+    let word_from = |k: usize| {
+        chars
+            .get(k..)
+            .map_or(0, |r| r.iter().take_while(|x| in_word(x)).count())
+    };
+    let c = cls(chars, i);
+    if chars.get(i).is_some_and(in_word) {
+        return word_from(i);
+    }
+    if c != Some(Class::Number) && !is_crlf(ch(chars, i)) && chars.get(i + 1).is_some_and(in_word) {
+        return 1 + word_from(i + 1);
+    }
+    if c == Some(Class::Number) {
+        return 1;
+    }
+    let lead = usize::from(ch(chars, i) == Some(' '));
+    let punctuation = chars.get(i + lead..).map_or(0, |r| {
+        r.iter()
+            .take_while(|&&(_, c, class)| class == Class::Other && !is_mark(c))
+            .count()
+    });
+    if punctuation > 0 {
+        let n = lead + punctuation;
+        return n + run_of(chars, i + n, is_line_break);
+    }
+    if c == Some(Class::Space) {
+        return line_break_or_space(chars, i);
+    }
+    1
 }
 
 /// The alternatives the Llama 3 and GPT-4o patterns end with, at `i`:
