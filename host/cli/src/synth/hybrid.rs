@@ -48,3 +48,74 @@ pub(crate) fn conv_tensors(
     tensor(b("conv"), &[TAPS, h], QuantKind::F32);
     tensor(b("out_proj"), &[h, h], kind(Role::AttnQ, l, h));
 }
+
+/// Qwen3.5's gated delta nets: the widths of every one of a shape's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeltaDims {
+    /// Query and key heads (`ssm.group_count`).
+    pub key_heads: u32,
+    /// Value heads (`ssm.time_step_rank`).
+    pub value_heads: u32,
+}
+
+/// Every delta net's head width, keys and values alike (`ssm.state_size`).
+const DELTA_HEAD: u64 = 128;
+/// Taps of each delta net's convolution (`ssm.conv_kernel`).
+const DELTA_TAPS: u64 = 4;
+
+/// Whether Qwen3.5's layer `l` is a delta net: all but every fourth.
+pub(crate) fn recurs(l: u32) -> bool {
+    (l + 1) % 4 != 0
+}
+
+/// Qwen3.5's metadata under `key` (`qwen35.…`) for its first `layers`
+/// layers: the delta nets' widths and which layers they are, as the
+/// converter writes them.
+pub(crate) fn delta_metadata(
+    w: &mut GgufWriter,
+    key: &dyn Fn(&str) -> String,
+    layers: u32,
+    d: DeltaDims,
+) {
+    w.u32(&key("ssm.conv_kernel"), DELTA_TAPS as u32);
+    w.u32(&key("ssm.state_size"), DELTA_HEAD as u32);
+    w.u32(&key("ssm.group_count"), d.key_heads);
+    w.u32(&key("ssm.time_step_rank"), d.value_heads);
+    w.u32(&key("ssm.inner_size"), d.value_heads * DELTA_HEAD as u32);
+    w.u32(&key("full_attention_interval"), 4);
+    let flags: Vec<bool> = (0..layers).map(recurs).collect();
+    w.bool_array(&key("attention.recurrent_layers"), &flags);
+    w.i32_array(&key("rope.dimension_sections"), &[11, 11, 10, 0]);
+}
+
+/// Layer `l`'s delta-net tensors over a residual stream `h` wide (the
+/// products take the attention's roles, the convolution stays f32 as
+/// llama.cpp's quantizer leaves it).
+pub(crate) fn delta_tensors(
+    tensor: &mut dyn FnMut(String, &[u64], QuantKind),
+    l: u32,
+    h: u64,
+    d: DeltaDims,
+    kind: &dyn Fn(Role, u32, u64) -> QuantKind,
+) {
+    let (keys, values) = (
+        u64::from(d.key_heads) * DELTA_HEAD,
+        u64::from(d.value_heads) * DELTA_HEAD,
+    );
+    let heads = u64::from(d.value_heads);
+    let conv = 2 * keys + values;
+    let b = |n: &str| format!("blk.{l}.{n}");
+    tensor(b("attn_qkv.weight"), &[h, conv], kind(Role::AttnQ, l, h));
+    tensor(b("attn_gate.weight"), &[h, values], kind(Role::AttnQ, l, h));
+    tensor(b("ssm_beta.weight"), &[h, heads], kind(Role::AttnK, l, h));
+    tensor(b("ssm_alpha.weight"), &[h, heads], kind(Role::AttnK, l, h));
+    tensor(b("ssm_conv1d.weight"), &[DELTA_TAPS, conv], QuantKind::F32);
+    tensor(b("ssm_dt.bias"), &[heads], QuantKind::F32);
+    tensor(b("ssm_a"), &[heads], QuantKind::F32);
+    tensor(b("ssm_norm.weight"), &[DELTA_HEAD], QuantKind::F32);
+    tensor(
+        b("ssm_out.weight"),
+        &[values, h],
+        kind(Role::AttnOutput, l, values),
+    );
+}

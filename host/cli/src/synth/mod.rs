@@ -7,7 +7,8 @@
 //! Each file is a `llama` model (Mixtral's mixture included; a `qwen3moe`
 //! one for Qwen3's, a `gpt-oss` one for gpt-oss, `glm4moe` and `deepseek2`
 //! ones for GLM-4.5's and DeepSeek's, an `lfm2` one for LFM2's hybrid of
-//! attention and short convolutions) with a byte-level `gpt2` tokenizer (one token per byte,
+//! attention and short convolutions, a `qwen35` one for Qwen3.5's of gated
+//! attention and gated delta nets) with a byte-level `gpt2` tokenizer (one token per byte,
 //! then filler tokens up to the vocabulary size), so `pagoda run`,
 //! `bench --model` and `serve --model` take it like any other. `--layers`
 //! keeps the first layers of a shape only: a file that fits a small
@@ -107,6 +108,17 @@ pub(crate) enum Shape {
     /// convolution of 3 taps; SwiGLU of 8192, tied.
     #[value(name = "lfm2-1.2b")]
     Lfm2_1_2b,
+    /// Qwen3.5-2B (`qwen35`): 24 layers, hidden 2048; every fourth layer
+    /// gated attention (8 heads of 256 over 2, rotary on 64 dims), the
+    /// others gated delta nets (16 key and 16 value heads of 128, 4
+    /// taps); SwiGLU of 6144, a tied vocabulary of 248,320.
+    #[value(name = "qwen3.5-2b")]
+    Qwen35_2b,
+    /// Qwen3.5-9B (`qwen35`): 32 layers, hidden 4096; every fourth layer
+    /// gated attention (16 heads of 256 over 4), the others delta nets (16
+    /// key heads and 32 value heads of 128); SwiGLU of 12,288, untied.
+    #[value(name = "qwen3.5-9b")]
+    Qwen35_9b,
 }
 
 /// Weight block types `pagoda synth` writes.
@@ -295,8 +307,19 @@ pub(crate) struct Dims {
     pub head_dim: u64,
     /// A mixture of experts in place of each MLP.
     pub experts: Option<ExpertDims>,
-    /// LFM2's hybrid: short convolutions on the layers that do not attend.
-    pub hybrid: bool,
+    /// A hybrid's recurrent layers: LFM2's short convolutions or Qwen3.5's
+    /// delta nets on the layers that do not attend.
+    pub hybrid: Option<Hybrid>,
+}
+
+/// The recurrent layers of a hybrid shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hybrid {
+    /// `lfm2`: short convolutions but on [`hybrid::attends`]'s layers.
+    Lfm2,
+    /// `qwen35`: gated delta nets on [`hybrid::recurs`]'s layers, gated
+    /// attention on the rest.
+    Qwen35(hybrid::DeltaDims),
 }
 
 /// A mixture of experts' shape.
@@ -342,6 +365,8 @@ impl Shape {
             Self::Glm45Air => "glm-4.5-air",
             Self::DeepseekV2Lite => "deepseek-v2-lite",
             Self::Lfm2_1_2b => "lfm2-1.2b",
+            Self::Qwen35_2b => "qwen3.5-2b",
+            Self::Qwen35_9b => "qwen3.5-9b",
         }
     }
 
@@ -358,7 +383,7 @@ impl Shape {
             tied,
             head_dim: hidden / u64::from(heads),
             experts: None,
-            hybrid: false,
+            hybrid: None,
         };
         match self {
             Self::Tiny => d(256, 2, 4, 2, 768, 512, 1024, 10_000.0, false),
@@ -435,8 +460,34 @@ impl Shape {
                 ..d(2048, 27, 16, 1, 10_944, 102_400, 163_840, 10_000.0, false)
             },
             Self::Lfm2_1_2b => Dims {
-                hybrid: true,
+                hybrid: Some(Hybrid::Lfm2),
                 ..d(2048, 16, 32, 8, 8192, 65_536, 128_000, 1_000_000.0, true)
+            },
+            Self::Qwen35_2b => Dims {
+                head_dim: 256,
+                hybrid: Some(Hybrid::Qwen35(hybrid::DeltaDims {
+                    key_heads: 16,
+                    value_heads: 16,
+                })),
+                ..d(2048, 24, 8, 2, 6144, 248_320, 262_144, 10_000_000.0, true)
+            },
+            Self::Qwen35_9b => Dims {
+                head_dim: 256,
+                hybrid: Some(Hybrid::Qwen35(hybrid::DeltaDims {
+                    key_heads: 16,
+                    value_heads: 32,
+                })),
+                ..d(
+                    4096,
+                    32,
+                    16,
+                    4,
+                    12_288,
+                    248_320,
+                    262_144,
+                    10_000_000.0,
+                    false,
+                )
             },
         }
     }
@@ -484,7 +535,8 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
         Some(ExpertLayer::GptOss) => "gpt-oss",
         Some(ExpertLayer::Glm45) => "glm4moe",
         Some(ExpertLayer::DeepSeek2) => "deepseek2",
-        _ if d.hybrid => "lfm2",
+        _ if d.hybrid == Some(Hybrid::Lfm2) => "lfm2",
+        _ if d.hybrid.is_some() => "qwen35",
         _ => "llama",
     };
     let q_width = d.head_dim * u64::from(d.heads);
@@ -502,14 +554,24 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
     w.u32(&key("block_count"), d.layers);
     w.u32(&key("feed_forward_length"), d.ffn as u32);
     w.u32(&key("attention.head_count"), d.heads);
-    if d.hybrid {
-        hybrid::metadata(&mut w, &key, d.layers, d.kv_heads);
-    } else {
-        w.u32(&key("attention.head_count_kv"), d.kv_heads);
+    match d.hybrid {
+        Some(Hybrid::Lfm2) => hybrid::metadata(&mut w, &key, d.layers, d.kv_heads),
+        Some(Hybrid::Qwen35(delta)) => {
+            w.u32(&key("attention.head_count_kv"), d.kv_heads);
+            w.u32(&key("attention.key_length"), d.head_dim as u32);
+            w.u32(&key("attention.value_length"), d.head_dim as u32);
+            hybrid::delta_metadata(&mut w, &key, d.layers, delta);
+        }
+        None => w.u32(&key("attention.head_count_kv"), d.kv_heads),
     }
-    // GLM rotates half of each head, DeepSeek 64 dims.
+    let delta = match d.hybrid {
+        Some(Hybrid::Qwen35(delta)) => Some(delta),
+        _ => None,
+    };
+    // GLM rotates half of each head, Qwen3.5 a quarter, DeepSeek 64 dims.
     let rope_dim = match () {
         _ if glm => d.head_dim / 2,
+        _ if delta.is_some() => d.head_dim / 4,
         _ if deepseek => latent::ROPE,
         _ => d.head_dim,
     };
@@ -579,15 +641,19 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
         tensor(b("attn_norm"), &[h], QuantKind::F32);
         if deepseek {
             latent::tensors(&mut tensor, l, u64::from(d.heads), h, &kind);
-        } else if d.hybrid && !hybrid::attends(l) {
+        } else if d.hybrid == Some(Hybrid::Lfm2) && !hybrid::attends(l) {
             hybrid::conv_tensors(&mut tensor, l, h, &kind);
+        } else if let Some(delta) = delta.filter(|_| hybrid::recurs(l)) {
+            hybrid::delta_tensors(&mut tensor, l, h, delta, &kind);
         } else {
-            tensor(b("attn_q"), &[h, q_width], kind(Role::AttnQ, l, h));
+            // Qwen3.5's queries come with their gates.
+            let q_rows = q_width * if delta.is_some() { 2 } else { 1 };
+            tensor(b("attn_q"), &[h, q_rows], kind(Role::AttnQ, l, h));
             tensor(b("attn_k"), &[h, kv_width], kind(Role::AttnK, l, h));
             tensor(b("attn_v"), &[h, kv_width], kind(Role::AttnV, l, h));
             let attn_output = kind(Role::AttnOutput, l, q_width);
             tensor(b("attn_output"), &[q_width, h], attn_output);
-            if d.hybrid {
+            if d.hybrid.is_some() {
                 tensor(b("attn_q_norm"), &[d.head_dim], QuantKind::F32);
                 tensor(b("attn_k_norm"), &[d.head_dim], QuantKind::F32);
             }
@@ -606,7 +672,10 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
             for (name, len) in biased {
                 tensor(bias(name), &[len], QuantKind::F32);
             }
-            // gpt-oss and GLM-4.5 name the MLP's norm after the attention.
+        }
+        // gpt-oss, GLM-4.5 and Qwen3.5 name the MLP's norm after the
+        // attention.
+        if oss || glm || delta.is_some() {
             tensor(b("post_attention_norm"), &[h], QuantKind::F32);
         } else {
             tensor(b("ffn_norm"), &[h], QuantKind::F32);
@@ -663,7 +732,7 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
         }
     }
     // LFM2's converter names its final norm after the embedding.
-    let final_norm = if d.hybrid {
+    let final_norm = if d.hybrid == Some(Hybrid::Lfm2) {
         "token_embd_norm.weight"
     } else {
         "output_norm.weight"
@@ -716,6 +785,9 @@ pub(crate) fn synth(args: SynthArgs) -> Result<(), SynthError> {
         .write(&mut out, |_, t, sink| {
             let (center, spread) = if t.name.ends_with("norm.weight") {
                 (1.0, 0.1)
+            } else if t.name.ends_with(".ssm_a") {
+                // A delta net's −exp(A_log): every state decays.
+                (-1.0, 0.5)
             } else {
                 (0.0, 0.05)
             };

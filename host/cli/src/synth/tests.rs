@@ -119,3 +119,26 @@ fn lfm2_layers_convolve_but_where_they_attend() {
     assert!(find("token_embd_norm.weight").is_some());
     assert!(find("output_norm.weight").is_none() && find("output.weight").is_none());
 }
+
+/// Qwen3.5-9B's shape: layers 0-2 are delta nets (qkv of 2 × 16 key heads
+/// and 32 value heads of 128), layer 3 gated attention (queries with their
+/// gates, 16 heads of 256); the MLP's norm named after the attention.
+#[test]
+fn qwen35_layers_run_delta_nets_but_every_fourth() {
+    let w = describe(Shape::Qwen35_9b, WeightType::Q4_K_M, 4);
+    let find = |name: &str| w.tensors().iter().find(|t| t.name == name);
+    let dims = |name: &str| find(name).map(|t| t.dims.clone());
+    assert_eq!(dims("blk.0.attn_qkv.weight"), Some(vec![4096, 8192]));
+    assert_eq!(dims("blk.1.attn_gate.weight"), Some(vec![4096, 4096]));
+    assert_eq!(dims("blk.2.ssm_conv1d.weight"), Some(vec![4, 8192]));
+    assert_eq!(dims("blk.2.ssm_a"), Some(vec![32]));
+    assert_eq!(dims("blk.0.ssm_out.weight"), Some(vec![4096, 4096]));
+    assert!(find("blk.0.attn_q.weight").is_none());
+    assert_eq!(dims("blk.3.attn_q.weight"), Some(vec![4096, 8192]));
+    assert_eq!(dims("blk.3.attn_k.weight"), Some(vec![4096, 1024]));
+    assert_eq!(dims("blk.3.attn_q_norm.weight"), Some(vec![256]));
+    assert!(find("blk.3.attn_qkv.weight").is_none());
+    assert!(find("blk.0.post_attention_norm.weight").is_some());
+    assert!(find("blk.0.ffn_norm.weight").is_none());
+    assert!(find("output_norm.weight").is_some() && find("output.weight").is_some());
+}

@@ -103,6 +103,13 @@ impl GgufWriter {
         }
     }
 
+    pub(crate) fn bool_array(&mut self, key: &str, values: &[bool]) {
+        let out = self.key(key, ARRAY);
+        out.extend_from_slice(&BOOL.to_le_bytes());
+        out.extend_from_slice(&(values.len() as u64).to_le_bytes());
+        out.extend(values.iter().map(|&v| u8::from(v)));
+    }
+
     pub(crate) fn tensor(&mut self, spec: TensorSpec) {
         self.tensors.push(spec);
     }
