@@ -19,11 +19,15 @@ call (the cache keeps the layer's inputs, never a state).
 
 Value heads: HF groups them, each key head serving num_v / num_k
 consecutive value heads (repeat_interleave). llama.cpp's converter
-(_LinearAttentionVReorderBase) stores them tiled instead: file head
+(_LinearAttentionVReorderBase) stores Qwen3.5's tiled instead: file head
 j = v * num_k + g is HF's head g * (num_v / num_k) + v. The reference
 reads the file's value rows, z rows, beta and alpha rows, A, dt_bias,
 the conv's value channels and ssm_out's columns back into HF's order
 and then computes as HF does.
+
+qwen3next (HF's Qwen3NextGatedDeltaNet): the value heads stay grouped, and
+one product gives beta and alpha (ssm_beta_alpha: in_proj_ba, viewed
+[num_k, 2 * num_v / num_k], each group's betas then its alphas).
 """
 import numpy as np
 
@@ -46,10 +50,13 @@ class DeltaShape:
         self.nk = int(field(reader, f"{arch}.ssm.group_count"))
         self.nv = int(field(reader, f"{arch}.ssm.time_step_rank"))
         self.dv = int(field(reader, f"{arch}.ssm.inner_size")) // self.nv
+        self.grouped = arch == "qwen3next"
 
     def hf_heads(self):
         """hf[j]: HF's value head for the file's value head j."""
         per = self.nv // self.nk
+        if self.grouped:
+            return np.arange(self.nv)
         return np.array([(j % self.nk) * per + j // self.nk for j in range(self.nv)])
 
     def to_hf(self, x, width, axis=-1):
@@ -80,8 +87,13 @@ def delta_net(model, shape, p, h, cache, i):
     w, s = model.t, shape
     kw, vw = s.nk * s.dk, s.nv * s.dv
     mixed = h @ w[p + "attn_qkv.weight"].T
-    b = h @ w[p + "ssm_beta.weight"].T
-    a = h @ w[p + "ssm_alpha.weight"].T
+    if s.grouped:
+        ba = (h @ w[p + "ssm_beta_alpha.weight"].T).reshape(len(h), s.nk, -1)
+        per = s.nv // s.nk
+        b, a = ba[:, :, :per].reshape(len(h), s.nv), ba[:, :, per:].reshape(len(h), s.nv)
+    else:
+        b = h @ w[p + "ssm_beta.weight"].T
+        a = h @ w[p + "ssm_alpha.weight"].T
     rows = np.concatenate([mixed, b, a], axis=1)
     if cache is not None:
         rows = cache.extend_conv(i, rows)

@@ -4,7 +4,7 @@ included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
 `deepseek2`, `qwen2vl`, `qwen3vl`, `qwen3vlmoe` (their text models),
 `ernie4_5`, `ernie4_5-moe`, `seed_oss`, `olmoe`, `exaone`, `exaone4`,
 `mistral3`, `hunyuan-dense`, `command-r`, `cohere2`, `lfm2`, `lfm2moe`,
-`qwen35` or `qwen35moe` GGUF model in NumPy (float64), for
+`qwen35`, `qwen35moe` or `qwen3next` GGUF model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs, synthetic_gguf.rs and
 experts_gguf.rs.
 
@@ -198,7 +198,7 @@ qwen3's (q and k normed per head, NeoX rotary). Final norm
 token_embd_norm. lfm2moe: layers from leading_dense_block_count take
 sigmoid-scored experts, chosen by score + exp_probs_b, renormalized (as
 llama.cpp always does) and times expert_weights_scale.
-qwen35 and qwen35moe: delta_ref.py's gated delta nets and gated
+qwen35, qwen35moe and qwen3next: delta_ref.py's gated delta nets and gated
 attention (from HF's Qwen3_5 layers), the MLP's norm named
 post_attention_norm; qwen35moe's experts softmax-routed, renormalized,
 plus the shared expert scaled by the sigmoid of its gate.
@@ -264,7 +264,7 @@ class Model:
                              "deepseek2", "qwen2vl", "qwen3vl", "qwen3vlmoe", "ernie4_5",
                              "ernie4_5-moe", "seed_oss", "olmoe", "exaone", "exaone4",
                              "mistral3", "hunyuan-dense", "command-r", "cohere2", "lfm2",
-                             "lfm2moe", "qwen35", "qwen35moe"):
+                             "lfm2moe", "qwen35", "qwen35moe", "qwen3next"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         # GLM-4.5's multi-token-prediction block follows the trunk (HF's
@@ -282,7 +282,7 @@ class Model:
         self.head_dim = int(field(r, f"{a}.attention.key_length", self.hidden // self.heads))
         self.deepseek = a == "deepseek2"
         # Qwen3.5's delta nets and gated attention (delta_ref.py).
-        self.qwen35 = a in ("qwen35", "qwen35moe")
+        self.qwen35 = a in ("qwen35", "qwen35moe", "qwen3next")
         if self.qwen35:
             self.recurrent = delta_ref.recurrent_flags(r, a, self.layers, field)
             self.delta_shape = delta_ref.DeltaShape(r, a, field)

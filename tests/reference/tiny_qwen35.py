@@ -14,6 +14,11 @@ converter writes (value heads tiled, norm gains stored as 1 + w):
                   which 2 are used, renormalized, and a shared expert 128
                   wide gated by ffn_gate_inp_shexp; no feed_forward_length
                   (only expert_feed_forward_length); untied
+  qwen3next.gguf  qwen3next: qwen35moe.gguf's mixture, attention on layer 3
+                  (the default interval), value heads grouped by key head,
+                  beta and alpha from one ssm_beta_alpha [2 * 4, hidden]
+                  (each key head's two betas then its two alphas), no rope
+                  sections; tied
 """
 import numpy as np
 from gguf import GGMLQuantizationType as Q
@@ -29,6 +34,7 @@ def write_files(out, t):
     conv = 2 * kw + vw
 
     def hybrid(path, arch, recurrent, experts=None, flags=False, tied=True):
+        fused = arch == "qwen3next"
         layers = len(recurrent)
         names = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm")
         skip = {f"blk.{i}.{n}.weight" for i in range(layers) for n in names}
@@ -41,8 +47,15 @@ def write_files(out, t):
                 extra += [
                     (p + "attn_qkv.weight", matrix(conv, h), ty["q"]),
                     (p + "attn_gate.weight", matrix(vw, h), ty["gate"]),
-                    (p + "ssm_beta.weight", matrix(VALUE_HEADS, h) * 2.0, Q.F32),
-                    (p + "ssm_alpha.weight", matrix(VALUE_HEADS, h), Q.F16),
+                ]
+                if fused:
+                    extra.append((p + "ssm_beta_alpha.weight", matrix(2 * VALUE_HEADS, h) * 2.0, Q.F32))
+                else:
+                    extra += [
+                        (p + "ssm_beta.weight", matrix(VALUE_HEADS, h) * 2.0, Q.F32),
+                        (p + "ssm_alpha.weight", matrix(VALUE_HEADS, h), Q.F16),
+                    ]
+                extra += [
                     (p + "ssm_conv1d.weight", rng.normal(0.0, 0.5, size=(conv, TAPS)), Q.F32),
                     (p + "ssm_dt.bias", rng.normal(0.0, 1.0, size=VALUE_HEADS), Q.F32),
                     # -exp(A_log), A in [0.5, 4): states that keep a few
@@ -68,7 +81,8 @@ def write_files(out, t):
             w.add_uint32(f"{arch}.ssm.group_count", KEY_HEADS)
             w.add_uint32(f"{arch}.ssm.time_step_rank", VALUE_HEADS)
             w.add_uint32(f"{arch}.ssm.inner_size", vw)
-            w.add_array(f"{arch}.rope.dimension_sections", [3, 3, 2, 0])
+            if not fused:
+                w.add_array(f"{arch}.rope.dimension_sections", [3, 3, 2, 0])
             if flags:
                 w.add_array(f"{arch}.attention.recurrent_layers", recurrent)
         stacked = None if experts is None else experts + (set(range(layers)),)
@@ -79,3 +93,4 @@ def write_files(out, t):
     hybrid(out / "qwen35.gguf", "qwen35", [True, True, True, False])
     hybrid(out / "qwen35moe.gguf", "qwen35moe", [True, False, True, True], experts=(8, 2, 128),
            flags=True, tied=False)
+    hybrid(out / "qwen3next.gguf", "qwen3next", [True, True, True, False], experts=(8, 2, 128))

@@ -17,7 +17,7 @@ use pagoda_engine::model::Model;
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 27] = [
+const FILES: [&str; 28] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -45,6 +45,7 @@ const FILES: [&str; 27] = [
     "lfm2moe",
     "qwen35",
     "qwen35moe",
+    "qwen3next",
 ];
 
 /// Mutants of each file.

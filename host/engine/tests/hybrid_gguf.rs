@@ -15,7 +15,7 @@ use pagoda_engine::model::{Model, ModelConfig};
 use pagoda_engine::EngineConfig;
 use support::tiny;
 
-const REFERENCE: [&str; 4] = tiny::HYBRIDS;
+const REFERENCE: [&str; 5] = tiny::HYBRIDS;
 
 fn fixtures() -> Option<&'static PathBuf> {
     tiny::fixtures(&REFERENCE)
@@ -67,6 +67,24 @@ fn qwen35moe_with_flagged_layers_and_a_gated_shared_expert_matches_the_reference
     // no feed_forward_length, so the MLP width is the experts'.
     if let Some(c) = agrees_with_reference("qwen35moe") {
         assert_eq!((c.layers, c.ffn), (4, 128));
+    }
+}
+
+#[test]
+fn qwen3next_with_grouped_value_heads_and_fused_gates_matches_the_reference() {
+    // Value heads grouped by key head (each key head's two consecutive
+    // ones), beta and alpha from one ssm_beta_alpha; the mixture of
+    // qwen35moe.gguf; attention on layer 3.
+    if let Some(c) = agrees_with_reference("qwen3next") {
+        assert_eq!((c.layers, c.ffn), (4, 128));
+        let model = Model::load(fixtures().unwrap().join("qwen3next.gguf")).unwrap();
+        // The tied head; qkv, gate, the fused gates and out on the delta
+        // nets; q, k, v and output on layer 3; a router, 8 experts and a
+        // shared expert a layer.
+        assert_eq!(
+            model.matrices().count(),
+            1 + 4 * 3 + 4 + 4 * (1 + 3 * 8 + 3)
+        );
     }
 }
 

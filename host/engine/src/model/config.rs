@@ -39,6 +39,7 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "lfm2moe",
     "qwen35",
     "qwen35moe",
+    "qwen3next",
 ];
 
 /// The widest row (hidden size, MLP width, all query heads) a model may

@@ -15,7 +15,7 @@
 //! written once.
 
 use super::config::ModelConfig;
-pub(crate) use super::recurrent::{DeltaNet, ShortConv};
+pub(crate) use super::recurrent::{DeltaLayout, DeltaNet, ShortConv};
 use super::rope::Rope;
 use super::tensors::Matrix;
 
@@ -558,7 +558,8 @@ impl Program {
             }),
             Buf::OutGate | Buf::Beta | Buf::Alpha => widest(&|op| match op {
                 Op::DeltaNet(d) if b == Buf::OutGate => d.value_width(),
-                Op::DeltaNet(d) => d.value_heads as usize,
+                Op::DeltaNet(d) if b == Buf::Beta => d.gate_widths().0,
+                Op::DeltaNet(d) => d.gate_widths().1,
                 _ => 0,
             }),
             Buf::QGate => widest(&|op| match op {

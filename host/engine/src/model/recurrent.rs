@@ -33,9 +33,8 @@ pub(crate) struct ShortConv {
 /// queries, keys and values of a row go through a causal convolution of
 /// `taps` taps per channel and a SiLU; each query and key head is
 /// L2-normed (the query then scaled by `1 / sqrt(key_dim)`). Each value
-/// head `h` keeps a `key_dim × value_dim` state `S`, reading key head
-/// `h mod key_heads` (llama.cpp's converter tiles the value heads so): per
-/// token, `S ← g·S`, `S ← S + k ⊗ β(v − Sᵀk)`, output `Sᵀq`, with `g =
+/// head `h` keeps a `key_dim × value_dim` state `S`, reading the key head
+/// its [`DeltaLayout`] gives: per token, `S ← g·S`, `S ← S + k ⊗ β(v − Sᵀk)`, output `Sᵀq`, with `g =
 /// exp(decay · softplus(α + dt_bias))` and `β = sigmoid(beta)`. Each
 /// head's output is RMS-normed by `norm`, then times `silu(z)`.
 #[derive(Debug, Clone)]
@@ -61,9 +60,63 @@ pub(crate) struct DeltaNet {
     pub norm: Vec<f32>,
     /// Which of the program's recurrent states the op reads and writes.
     pub state: u32,
+    /// Where its value heads and gates sit, as the converter wrote them.
+    pub layout: DeltaLayout,
+}
+
+/// How a file lays out a delta net's value heads and per-head gates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeltaLayout {
+    /// Qwen3.5's: value head `h` reads key head `h mod key_heads` (the
+    /// converter tiles them), and `β` and `α` come from products of their
+    /// own ([`Buf::Beta`], [`Buf::Alpha`]).
+    ///
+    /// [`Buf::Beta`]: super::program::Buf::Beta
+    /// [`Buf::Alpha`]: super::program::Buf::Alpha
+    Tiled,
+    /// Qwen3-Next's: each key head serves its group of consecutive value
+    /// heads (`h / (value_heads / key_heads)`), and one product gives every
+    /// group's `β`s then its `α`s side by side in [`Buf::Beta`].
+    ///
+    /// [`Buf::Beta`]: super::program::Buf::Beta
+    Grouped,
 }
 
 impl DeltaNet {
+    /// The key head value head `h` reads.
+    pub(crate) fn key_head(&self, h: usize) -> usize {
+        let (keys, values) = (self.key_heads.max(1) as usize, self.value_heads as usize);
+        match self.layout {
+            DeltaLayout::Tiled => h % keys,
+            DeltaLayout::Grouped => h / (values / keys).max(1),
+        }
+    }
+
+    /// Values a row of [`Buf::Beta`](super::program::Buf::Beta) and of
+    /// [`Buf::Alpha`](super::program::Buf::Alpha) holds (the latter 0 where
+    /// `β` and `α` share a product).
+    pub(crate) fn gate_widths(&self) -> (usize, usize) {
+        let heads = self.value_heads as usize;
+        match self.layout {
+            DeltaLayout::Tiled => (heads, heads),
+            DeltaLayout::Grouped => (2 * heads, 0),
+        }
+    }
+
+    /// Where value head `h`'s `β` and `α` sit in their rows (both in the
+    /// `β` row where the layout fuses them).
+    pub(crate) fn gate_index(&self, h: usize) -> (usize, usize) {
+        let (keys, values) = (self.key_heads.max(1) as usize, self.value_heads as usize);
+        match self.layout {
+            DeltaLayout::Tiled => (h, h),
+            DeltaLayout::Grouped => {
+                let per = (values / keys).max(1);
+                let (group, j) = (h / per, h % per);
+                (group * 2 * per + j, group * 2 * per + per + j)
+            }
+        }
+    }
+
     /// Channels of the convolution: every query, key and value.
     pub(crate) fn conv_width(&self) -> usize {
         2 * self.key_width() + self.value_width()

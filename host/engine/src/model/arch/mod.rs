@@ -630,6 +630,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
             | "olmoe"
             | "lfm2moe"
             | "qwen35moe"
+            | "qwen3next"
     ) {
         loader.refuse_experts()?;
     }
@@ -666,8 +667,9 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "cohere2" => cohere::build(&loader, true)?,
         "lfm2" => lfm2::build(&loader, false)?,
         "lfm2moe" => lfm2::build(&loader, true)?,
-        "qwen35" => qwen35::build(&loader, false)?,
-        "qwen35moe" => qwen35::build(&loader, true)?,
+        "qwen35" => qwen35::build(&loader, qwen35::Qwen35::Dense)?,
+        "qwen35moe" => qwen35::build(&loader, qwen35::Qwen35::Mixture)?,
+        "qwen3next" => qwen35::build(&loader, qwen35::Qwen35::Next)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
     if let Source::Interleaved(file, _) = &loader.source {

@@ -27,6 +27,14 @@
 //! `expert_shared_feed_forward_length` wide scaled by the sigmoid of its
 //! gate. The multi-token-prediction block (`nextn_predict_layers`) is not
 //! part of the trunk.
+//!
+//! `qwen3next` (Qwen3-Next-80B-A3B, after llama.cpp's
+//! `models/qwen3next.cpp`) is `qwen35moe` as its converter writes it:
+//! each key head serves its group of consecutive value heads
+//! ([`DeltaLayout::Grouped`]), `β` and `α` come from one product
+//! (`ssm_beta_alpha`, each group's `β`s then `α`s), and its rotary has no
+//! sections. Files from before the converter split `ssm_in` into
+//! `attn_qkv` and `attn_gate` are refused by name.
 
 use pagoda_core::gguf::Value;
 
@@ -34,7 +42,7 @@ use super::super::config::ModelError;
 use super::super::load_error::LoadError;
 use super::super::meta::{bad, required_uint, uint};
 use super::super::program::{
-    experts_block, mlp_block, Attend, Buf, DeltaNet, Op, Program, Proj, Span,
+    experts_block, mlp_block, Attend, Buf, DeltaLayout, DeltaNet, Op, Program, Proj, Span,
 };
 use super::super::rope::{Rope, RopeMode};
 use super::Loader;
@@ -47,12 +55,23 @@ const MAX_HEAD_DIM: u32 = 256;
 /// The most value heads of a delta net (Qwen3.5's have 16 to 64).
 const MAX_VALUE_HEADS: u32 = 256;
 
-/// The model of a `qwen35` file, or (`mixture`) of a `qwen35moe` one.
-pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError> {
+/// Which of the architectures a file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Qwen35 {
+    Dense,
+    Mixture,
+    /// `qwen3next`: a mixture, its delta nets laid out as
+    /// [`DeltaLayout::Grouped`].
+    Next,
+}
+
+/// The model of a `qwen35`, `qwen35moe` or `qwen3next` file.
+pub(super) fn build(l: &Loader<'_>, arch: Qwen35) -> Result<Program, LoadError> {
     let c = &l.config;
     let h = c.hidden as usize;
     let recurrent = recurrent_layers(l)?;
-    let shape = DeltaShape::read(l)?;
+    let shape = DeltaShape::read(l, arch)?;
+    let mixture = arch != Qwen35::Dense;
     let widths = if mixture {
         let width = l.expert_width(l.ffn_per_used_expert()?)?;
         let shared_key = l.key("expert_shared_feed_forward_length");
@@ -128,6 +147,7 @@ fn recurrent_layers(l: &Loader<'_>) -> Result<Vec<bool>, LoadError> {
 
 /// The widths every delta net of a file shares.
 struct DeltaShape {
+    layout: DeltaLayout,
     taps: u32,
     key_heads: u32,
     value_heads: u32,
@@ -136,7 +156,7 @@ struct DeltaShape {
 }
 
 impl DeltaShape {
-    fn read(l: &Loader<'_>) -> Result<Self, LoadError> {
+    fn read(l: &Loader<'_>, arch: Qwen35) -> Result<Self, LoadError> {
         let taps_key = l.key("ssm.conv_kernel");
         let taps = required_uint(l.g, &taps_key)?;
         if !(2..=MAX_TAPS).contains(&taps) {
@@ -171,7 +191,13 @@ impl DeltaShape {
                 "must be ssm.time_step_rank heads of 1 to 256",
             ));
         }
+        let layout = if arch == Qwen35::Next {
+            DeltaLayout::Grouped
+        } else {
+            DeltaLayout::Tiled
+        };
         Ok(Self {
+            layout,
             taps,
             key_heads,
             value_heads,
@@ -202,6 +228,7 @@ fn delta_net(
         decay: Vec::new(),
         norm: Vec::new(),
         state,
+        layout: shape.layout,
     };
     let (width, heads) = (net.conv_width(), net.value_heads as usize);
     let (values, taps) = (net.value_width(), net.taps as usize);
@@ -212,21 +239,36 @@ fn delta_net(
             bias: None,
         })
     };
-    // Two ops: a linear op runs at most three products.
-    ops.push(Op::Linear {
-        src: Buf::H,
-        projs: vec![
-            product("attn_qkv", width, Buf::Conv)?,
-            product("attn_gate", values, Buf::OutGate)?,
-        ],
-    });
-    ops.push(Op::Linear {
-        src: Buf::H,
-        projs: vec![
-            product("ssm_beta", heads, Buf::Beta)?,
-            product("ssm_alpha", heads, Buf::Alpha)?,
-        ],
-    });
+    if l.has(&format!("blk.{i}.ssm_in.weight")) {
+        return Err(l.unsupported("the fused ssm_in of early conversions".into()));
+    }
+    let mixes = [
+        product("attn_qkv", width, Buf::Conv)?,
+        product("attn_gate", values, Buf::OutGate)?,
+    ];
+    match net.layout {
+        // One op: a linear op runs at most three products.
+        DeltaLayout::Grouped => {
+            let gates = product("ssm_beta_alpha", 2 * heads, Buf::Beta)?;
+            ops.push(Op::Linear {
+                src: Buf::H,
+                projs: mixes.into_iter().chain([gates]).collect(),
+            });
+        }
+        DeltaLayout::Tiled => {
+            ops.push(Op::Linear {
+                src: Buf::H,
+                projs: mixes.into(),
+            });
+            ops.push(Op::Linear {
+                src: Buf::H,
+                projs: vec![
+                    product("ssm_beta", heads, Buf::Beta)?,
+                    product("ssm_alpha", heads, Buf::Alpha)?,
+                ],
+            });
+        }
+    }
     net.conv = l.matrix_values(&format!("blk.{i}.ssm_conv1d.weight"), taps, width)?;
     net.dt_bias = l.layer_vector(i, "ssm_dt.bias", heads)?;
     net.decay = l.layer_vector(i, "ssm_a", heads)?;

@@ -3,15 +3,20 @@
 //! keys and values, then per value head a `key_dim × value_dim` state that
 //! decays, takes the delta rule's correction and is read by the query,
 //! then the gated norm. Token by token (the recurrence is sequential), as
-//! HF's `torch_recurrent_gated_delta_rule` writes it; each token reads and
-//! writes every head's state twice, `4 × key_dim × value_dim` multiply-adds
-//! a head: at Qwen3.5-9B's 32 heads of 128 × 128, 2 M a layer, against the
-//! 100 M of the layer's products, so it runs on the calling thread.
+//! HF's `torch_recurrent_gated_delta_rule` writes it, each value head on
+//! its own: the heads are shared out to the team, each through every token
+//! of its sequence. A token reads each head's state once and writes it
+//! once, `4 × key_dim × value_dim` multiply-adds: at Qwen3.5-9B's 32 heads
+//! of 128 × 128, 2 M a layer, against the 100 M of the layer's products.
 
 use pagoda_core::backend::SeqAttention;
 
+use pagoda_cpu::{QMatError, Team};
+
 use super::super::config::ModelError;
 use super::super::input::StepInput;
+#[cfg(test)]
+use super::super::program::DeltaLayout;
 use super::super::program::{Buf, DeltaNet};
 use super::super::recurrent::{RecurrentStates, StateRow};
 use super::conv::convolve_row;
@@ -24,7 +29,8 @@ const L2_EPS: f32 = 1e-6;
 pub(super) struct DeltaRows<'a> {
     /// Queries, keys and values before the convolution: `conv_width` a row.
     pub mixed: &'a [f32],
-    /// `value_heads` a row each.
+    /// Each value head's `β` and `α` where [`DeltaNet::gate_widths`] and
+    /// [`DeltaNet::gate_index`] put them.
     pub beta: &'a [f32],
     pub alpha: &'a [f32],
     /// The output gate `z` in, the gated output out: `value_width` a row.
@@ -38,11 +44,10 @@ pub(super) struct DeltaRows<'a> {
 pub(super) struct DeltaScratch {
     /// The convolution's inputs: the state's, then the step's.
     window: Vec<f32>,
-    /// One row after the convolution: queries, keys, values.
-    row: Vec<f32>,
-    /// One head's correction `β(v − Sᵀk)`, and its output.
-    delta: Vec<f32>,
-    out: Vec<f32>,
+    /// A sequence's rows after the convolution: queries, keys, values.
+    rows: Vec<f32>,
+    /// Each value head's outputs, head after head.
+    outs: Vec<f32>,
 }
 
 /// The delta net of every sequence of the step, each from and into its
@@ -51,8 +56,8 @@ pub(super) fn delta_net(
     net: &DeltaNet,
     rows: DeltaRows<'_>,
     (seqs, seq_states, positions): (&[SeqAttention<'_>], &[StateRow], &[u32]),
-    states: &mut RecurrentStates,
-    scratch: &mut DeltaScratch,
+    (states, scratch): (&mut RecurrentStates, &mut DeltaScratch),
+    team: &mut Team,
 ) -> Result<(), ModelError> {
     let DeltaRows {
         mixed,
@@ -71,12 +76,14 @@ pub(super) fn delta_net(
         net.value_dim as usize,
         net.value_width(),
     );
+    let (beta_width, alpha_width) = net.gate_widths();
     let consistent = taps > 0
         && net.key_heads > 0
         && net.value_heads.is_multiple_of(net.key_heads)
         && net.conv.len() == taps * width
         && [&net.dt_bias, &net.decay].iter().all(|v| v.len() == heads)
-        && net.norm.len() == vd;
+        && net.norm.len() == vd
+        && vd <= MAX_VALUE_DIM;
     if !consistent {
         return Err(ModelError::Span);
     }
@@ -87,20 +94,18 @@ pub(super) fn delta_net(
         });
     }
     let kept = (taps - 1) * width;
-    let query_scale = 1.0 / (kd as f32).sqrt();
     let DeltaScratch {
         window,
-        row,
-        delta,
-        out,
+        rows: conv_rows,
+        outs,
     } = scratch;
     for (seq, &state_row) in seqs.iter().zip(seq_states) {
         let (start, len) = (seq.query_start as usize, seq.query_len as usize);
         let end = start.checked_add(len).ok_or(ModelError::Span)?;
         let (Some(mixed), Some(beta), Some(alpha), Some(gate_out), Some(&position)) = (
             mixed.get(start * width..end * width),
-            beta.get(start * heads..end * heads),
-            alpha.get(start * heads..end * heads),
+            beta.get(start * beta_width..end * beta_width),
+            alpha.get(start * alpha_width..end * alpha_width),
             gate_out.get_mut(start * vw..end * vw),
             positions.get(start),
         ) else {
@@ -117,33 +122,34 @@ pub(super) fn delta_net(
         window.clear();
         window.extend_from_slice(conv_state);
         window.extend_from_slice(mixed);
-        for t in 0..len {
-            row.resize(width, 0.0);
-            convolve_row(&net.conv, taps, width, window, t, row);
-            row.iter_mut().for_each(|v| *v *= sigmoid(*v));
-            let (qk, values) = row.split_at_mut(2 * net.key_width());
-            for head in qk.chunks_exact_mut(kd) {
-                l2_normalize(head);
-            }
-            qk[..net.key_width()]
-                .iter_mut()
-                .for_each(|q| *q *= query_scale);
-            let (queries, keys) = qk.split_at(net.key_width());
-            let gates = &mut gate_out[t * vw..(t + 1) * vw];
-            for h in 0..heads {
-                let key_head = h % net.key_heads as usize;
-                let q = &queries[key_head * kd..(key_head + 1) * kd];
-                let k = &keys[key_head * kd..(key_head + 1) * kd];
-                let v = &values[h * vd..(h + 1) * vd];
-                let decay = (net.decay[h] * softplus(alpha[t * heads + h] + net.dt_bias[h])).exp();
-                let strength = sigmoid(beta[t * heads + h]);
-                let s = &mut head_states[h * kd * vd..(h + 1) * kd * vd];
-                update_head(s, (q, k, v), (decay, strength), delta, out);
-                gated_norm(out, &net.norm, &mut gates[h * vd..(h + 1) * vd], eps);
-            }
+        conv_rows.resize(len * width, 0.0);
+        for (t, row) in conv_rows.chunks_exact_mut(width).enumerate() {
+            convolve(net, window, t, row);
         }
         // The state the next step reads: the window's last inputs.
         conv_state.copy_from_slice(&window[len * width..]);
+        // Each value head through the sequence's tokens, the heads shared
+        // out to the team: `outs` holds head after head, token after token.
+        outs.resize(heads * len * vd, 0.0);
+        // One pair of slices a head (a small list a sequence and layer,
+        // against the megabytes of state the heads then read).
+        let mut work: Vec<(&mut [f32], &mut [f32])> = head_states
+            .chunks_exact_mut(kd * vd)
+            .zip(outs.chunks_exact_mut(len * vd))
+            .collect();
+        let (rows, shared) = (&conv_rows[..], (beta, alpha));
+        team.for_each_chunk(&mut work, 1, &|h, piece| {
+            for (s, out) in piece.iter_mut() {
+                run_head(net, h, (rows, shared), s, out);
+            }
+        })
+        .map_err(|e| ModelError::Kernel(QMatError::Team(e)))?;
+        for (t, gates) in gate_out.chunks_exact_mut(vw).enumerate() {
+            for (h, gates) in gates.chunks_exact_mut(vd).enumerate() {
+                let out = &outs[(h * len + t) * vd..(h * len + t + 1) * vd];
+                gated_norm(out, &net.norm, gates, eps);
+            }
+        }
     }
     Ok(())
 }
@@ -160,11 +166,11 @@ impl Run<'_> {
         let act = &mut *self.act;
         let [mixed, beta, alpha] =
             [Buf::Conv, Buf::Beta, Buf::Alpha].map(|b| std::mem::take(&mut act.bufs[index(b)]));
-        let (width, heads) = (net.conv_width(), net.value_heads as usize);
+        let (width, (beta_width, alpha_width)) = (net.conv_width(), net.gate_widths());
         let result = match (
             mixed.get(..t * width),
-            beta.get(..t * heads),
-            alpha.get(..t * heads),
+            beta.get(..t * beta_width),
+            alpha.get(..t * alpha_width),
             act.bufs[index(Buf::OutGate)].get_mut(..t * net.value_width()),
         ) {
             (Some(mixed), Some(beta), Some(alpha), Some(gate_out)) => {
@@ -176,7 +182,8 @@ impl Run<'_> {
                     eps: self.c.rms_eps,
                 };
                 let seqs = (input.seqs, input.states, input.positions);
-                delta_net(net, rows, seqs, &mut act.states, &mut act.delta)
+                let store = (&mut act.states, &mut act.delta);
+                delta_net(net, rows, seqs, store, self.team)
             }
             _ => Err(ModelError::Span),
         };
@@ -187,34 +194,90 @@ impl Run<'_> {
     }
 }
 
+/// Row `t` of the window through the convolution and SiLU, each query and
+/// key head L2-normed, the queries scaled by `1 / sqrt(key_dim)`.
+fn convolve(net: &DeltaNet, window: &[f32], t: usize, row: &mut [f32]) {
+    let (kd, kw) = (net.key_dim as usize, net.key_width());
+    convolve_row(&net.conv, net.taps as usize, row.len(), window, t, row);
+    row.iter_mut().for_each(|v| *v *= sigmoid(*v));
+    for head in row[..2 * kw].chunks_exact_mut(kd) {
+        l2_normalize(head);
+    }
+    let query_scale = 1.0 / (kd as f32).sqrt();
+    row[..kw].iter_mut().for_each(|q| *q *= query_scale);
+}
+
+/// Value head `h` through every token of a sequence: its convolved `rows`
+/// and its `(beta, alpha)` rows in, its state `s` carried, one output row
+/// of `value_dim` a token into `out`.
+fn run_head(
+    net: &DeltaNet,
+    h: usize,
+    (rows, (beta, alpha)): (&[f32], (&[f32], &[f32])),
+    s: &mut [f32],
+    out: &mut [f32],
+) {
+    let (kd, vd, kw) = (
+        net.key_dim as usize,
+        net.value_dim as usize,
+        net.key_width(),
+    );
+    let width = net.conv_width();
+    let key_head = net.key_head(h);
+    let (dt_bias, decay) = (net.dt_bias[h], net.decay[h]);
+    // `α` beside `β` where the layout fuses them.
+    let (beta_width, alpha_width) = net.gate_widths();
+    let (alpha, alpha_width) = if alpha_width == 0 {
+        (beta, beta_width)
+    } else {
+        (alpha, alpha_width)
+    };
+    let (b, a) = net.gate_index(h);
+    for (t, (row, out)) in rows
+        .chunks_exact(width)
+        .zip(out.chunks_exact_mut(vd))
+        .enumerate()
+    {
+        let q = &row[key_head * kd..(key_head + 1) * kd];
+        let k = &row[kw + key_head * kd..kw + (key_head + 1) * kd];
+        let v = &row[2 * kw + h * vd..2 * kw + (h + 1) * vd];
+        let g = (decay * softplus(alpha[t * alpha_width + a] + dt_bias)).exp();
+        let strength = sigmoid(beta[t * beta_width + b]);
+        update_head(s, (q, k, v), (g, strength), out);
+    }
+}
+
+/// The widest value head [`update_head`] takes (the loader's bound).
+const MAX_VALUE_DIM: usize = 256;
+
 /// One token through one head's state `s` (`key_dim` rows of `value_dim`):
-/// `s ← decay·s`, then `s += k ⊗ strength·(v − sᵀk)`; `out = sᵀq`.
-/// `delta` holds the correction.
+/// `s ← g·s + k ⊗ δ` with the correction `δ = strength·(v − g·sᵀk)`, and
+/// `out = sᵀq` of the new state, `g·(sᵀq) + δ·(k·q)` of the old: one pass
+/// reads `sᵀk` and `sᵀq`, one writes the state.
 fn update_head(
     s: &mut [f32],
     (q, k, v): (&[f32], &[f32], &[f32]),
-    (decay, strength): (f32, f32),
-    delta: &mut Vec<f32>,
-    out: &mut Vec<f32>,
+    (g, strength): (f32, f32),
+    out: &mut [f32],
 ) {
     let vd = v.len();
-    delta.clear();
-    delta.resize(vd, 0.0);
-    for (s_row, &ki) in s.chunks_exact_mut(vd).zip(k) {
-        for (m, sv) in delta.iter_mut().zip(s_row.iter_mut()) {
-            *sv *= decay;
-            *m += *sv * ki;
+    let mut delta = [0.0f32; MAX_VALUE_DIM];
+    let delta = &mut delta[..vd];
+    out.fill(0.0);
+    for ((s_row, &ki), &qi) in s.chunks_exact(vd).zip(k).zip(q) {
+        for ((d, o), &sv) in delta.iter_mut().zip(out.iter_mut()).zip(s_row) {
+            *d += sv * ki;
+            *o += sv * qi;
         }
     }
-    for (m, &vj) in delta.iter_mut().zip(v) {
-        *m = strength * (vj - *m);
+    let kq: f32 = k.iter().zip(q).map(|(a, b)| a * b).sum();
+    for ((d, o), &vj) in delta.iter_mut().zip(out.iter_mut()).zip(v) {
+        *d = strength * (vj - g * *d);
+        *o = g * *o + *d * kq;
     }
-    out.clear();
-    out.resize(vd, 0.0);
-    for ((s_row, &ki), &qi) in s.chunks_exact_mut(vd).zip(k).zip(q) {
-        for ((o, sv), d) in out.iter_mut().zip(s_row.iter_mut()).zip(delta.iter()) {
-            *sv += ki * d;
-            *o += *sv * qi;
+    for (s_row, &ki) in s.chunks_exact_mut(vd).zip(k) {
+        for (sv, &d) in s_row.iter_mut().zip(delta.iter()) {
+            *sv = g * *sv + ki * d;
         }
     }
 }
@@ -250,7 +313,7 @@ fn softplus(x: f32) -> f32 {
 mod tests {
     use super::*;
 
-    fn net(rng: &mut fastrand::Rng) -> DeltaNet {
+    fn net(rng: &mut fastrand::Rng, layout: DeltaLayout) -> DeltaNet {
         let mut v = |n: usize, scale: f32| -> Vec<f32> {
             (0..n).map(|_| (rng.f32() * 2.0 - 1.0) * scale).collect()
         };
@@ -267,6 +330,7 @@ mod tests {
             decay: v(value_heads, 1.0).iter().map(|x| -1.5 - x).collect(),
             norm: v(value_dim, 0.3).iter().map(|x| 1.0 + x).collect(),
             state: 2,
+            layout,
         }
     }
 
@@ -284,6 +348,20 @@ mod tests {
     fn plain(net: &DeltaNet, seq: &Seq, len: usize) -> Vec<f64> {
         let (taps, width) = (net.taps as usize, net.conv_width());
         let (kh, vh) = (net.key_heads as usize, net.value_heads as usize);
+        let per = vh / kh;
+        // Each value head's key head, and where its beta and alpha sit (a
+        // row of each, or one row of every group's betas then alphas).
+        let grouped = net.layout == DeltaLayout::Grouped;
+        let key_of = |h: usize| if grouped { h / per } else { h % kh };
+        let gates = |t: usize, h: usize| -> (f32, f32) {
+            if grouped {
+                let (g, j) = (h / per, h % per);
+                let row = &seq.beta[t * 2 * vh..(t + 1) * 2 * vh];
+                (row[g * 2 * per + j], row[g * 2 * per + per + j])
+            } else {
+                (seq.beta[t * vh + h], seq.alpha[t * vh + h])
+            }
+        };
         let (kd, vd) = (net.key_dim as usize, net.value_dim as usize);
         let mut states = vec![vec![vec![0.0f64; vd]; kd]; vh];
         let mut out = Vec::new();
@@ -307,12 +385,13 @@ mod tests {
                 h.iter().map(|x| x / norm * scale).collect()
             };
             for (h, s) in states.iter_mut().enumerate() {
-                let q = head(0, h % kh, 1.0 / (kd as f64).sqrt());
-                let k = head(kh * kd, h % kh, 1.0);
+                let q = head(0, key_of(h), 1.0 / (kd as f64).sqrt());
+                let k = head(kh * kd, key_of(h), 1.0);
                 let v = &conv[2 * kh * kd + h * vd..2 * kh * kd + (h + 1) * vd];
-                let a = f64::from(seq.alpha[t * vh + h] + net.dt_bias[h]);
+                let (b, a) = gates(t, h);
+                let a = f64::from(a + net.dt_bias[h]);
                 let g = (f64::from(net.decay[h]) * (1.0 + a.exp()).ln()).exp();
-                let beta = 1.0 / (1.0 + (-f64::from(seq.beta[t * vh + h])).exp());
+                let beta = 1.0 / (1.0 + (-f64::from(b)).exp());
                 for row in s.iter_mut() {
                     row.iter_mut().for_each(|x| *x *= g);
                 }
@@ -328,9 +407,9 @@ mod tests {
                     .map(|j| (0..kd).map(|i| s[i][j] * q[i]).sum())
                     .collect();
                 let rms = (o.iter().map(|x| x * x).sum::<f64>() / vd as f64 + 1e-5).sqrt();
-                for j in 0..vd {
+                for (j, oj) in o.iter().enumerate() {
                     let z = f64::from(seq.z[t * vh * vd + h * vd + j]);
-                    out.push(o[j] / rms * f64::from(net.norm[j]) * silu(z));
+                    out.push(oj / rms * f64::from(net.norm[j]) * silu(z));
                 }
             }
         }
@@ -341,13 +420,16 @@ mod tests {
     /// an engine batches them: every row as the whole sequence computes it.
     #[test]
     fn chunked_steps_of_two_sequences_match_the_whole_sequence() {
+        for layout in [DeltaLayout::Tiled, DeltaLayout::Grouped] {
+            chunked_steps_match(layout);
+        }
+    }
+
+    fn chunked_steps_match(layout: DeltaLayout) {
         let mut rng = fastrand::Rng::with_seed(11);
-        let net = net(&mut rng);
-        let (width, vh, vw) = (
-            net.conv_width(),
-            net.value_heads as usize,
-            net.value_width(),
-        );
+        let net = net(&mut rng, layout);
+        let (beta_width, alpha_width) = net.gate_widths();
+        let (width, vw) = (net.conv_width(), net.value_width());
         let lens = [19usize, 11];
         let seqs: Vec<Seq> = lens
             .iter()
@@ -356,8 +438,8 @@ mod tests {
                     |k: usize| -> Vec<f32> { (0..k).map(|_| rng.f32() * 4.0 - 2.0).collect() };
                 Seq {
                     mixed: v(n * width),
-                    beta: v(n * vh),
-                    alpha: v(n * vh),
+                    beta: v(n * beta_width),
+                    alpha: v(n * alpha_width),
                     z: v(n * vw),
                 }
             })
@@ -365,6 +447,8 @@ mod tests {
         let rows = [StateRow { row: 1, owner: 5 }, StateRow { row: 4, owner: 6 }];
         let mut got: Vec<Vec<f32>> = lens.iter().map(|&n| vec![0.0; n * vw]).collect();
         let (mut states, mut scratch) = (RecurrentStates::default(), DeltaScratch::default());
+        // Two workers: the value heads are shared out.
+        let mut team = Team::new(2).unwrap();
         let mut done = [0usize; 2];
         while done != lens {
             let (mut mixed, mut beta, mut alpha, mut z) = (vec![], vec![], vec![], vec![]);
@@ -375,8 +459,8 @@ mod tests {
                     let (from, to) = (done[s], done[s] + n);
                     spans.push((s, positions.len(), n));
                     mixed.extend_from_slice(&seqs[s].mixed[from * width..to * width]);
-                    beta.extend_from_slice(&seqs[s].beta[from * vh..to * vh]);
-                    alpha.extend_from_slice(&seqs[s].alpha[from * vh..to * vh]);
+                    beta.extend_from_slice(&seqs[s].beta[from * beta_width..to * beta_width]);
+                    alpha.extend_from_slice(&seqs[s].alpha[from * alpha_width..to * alpha_width]);
                     z.extend_from_slice(&seqs[s].z[from * vw..to * vw]);
                     positions.extend(from as u32..to as u32);
                 }
@@ -399,7 +483,7 @@ mod tests {
                 eps: 1e-5,
             };
             let seqs_in = (&attention[..], &seq_rows[..], &positions[..]);
-            delta_net(&net, step, seqs_in, &mut states, &mut scratch).unwrap();
+            delta_net(&net, step, seqs_in, (&mut states, &mut scratch), &mut team).unwrap();
             for &(s, start, n) in &spans {
                 got[s][done[s] * vw..(done[s] + n) * vw]
                     .copy_from_slice(&z[start * vw..(start + n) * vw]);
@@ -411,7 +495,7 @@ mod tests {
             for (g, w) in got[s].iter().zip(&want) {
                 assert!(
                     (f64::from(*g) - w).abs() <= 1e-4 * (1.0 + w.abs()),
-                    "{g} vs {w}"
+                    "{layout:?}: {g} vs {w}"
                 );
             }
         }
@@ -420,7 +504,7 @@ mod tests {
     #[test]
     fn an_inconsistent_net_or_a_missing_state_row_is_refused() {
         let mut rng = fastrand::Rng::with_seed(2);
-        let good = net(&mut rng);
+        let good = net(&mut rng, DeltaLayout::Tiled);
         let seqs = [SeqAttention {
             pages: &[],
             context_len: 1,
@@ -433,7 +517,7 @@ mod tests {
             good.value_width(),
         );
         let (mixed, beta, alpha) = (vec![0.5; width], vec![0.0; vh], vec![0.0; vh]);
-        let mut run = |net: &DeltaNet, rows: &[StateRow]| {
+        let run = |net: &DeltaNet, rows: &[StateRow]| {
             let mut z = vec![1.0; vw];
             let step = DeltaRows {
                 mixed: &mixed,
@@ -443,7 +527,8 @@ mod tests {
                 eps: 1e-5,
             };
             let (mut states, mut scratch) = (RecurrentStates::default(), DeltaScratch::default());
-            delta_net(net, step, (&seqs, rows, &[0]), &mut states, &mut scratch)
+            let store = (&mut states, &mut scratch);
+            delta_net(net, step, (&seqs, rows, &[0]), store, &mut Team::single())
         };
         let row = [StateRow { row: 0, owner: 1 }];
         assert_eq!(run(&good, &row), Ok(()));
