@@ -24,6 +24,7 @@ pub mod logprobs;
 pub mod metrics;
 pub mod mistral;
 pub mod openai;
+pub mod qwen_xml;
 pub mod reasoning;
 pub mod responses;
 pub mod sglang;

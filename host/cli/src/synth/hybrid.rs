@@ -65,7 +65,7 @@ const DELTA_TAPS: u64 = 4;
 
 /// Whether Qwen3.5's layer `l` is a delta net: all but every fourth.
 pub(crate) fn recurs(l: u32) -> bool {
-    (l + 1) % 4 != 0
+    !(l + 1).is_multiple_of(4)
 }
 
 /// Qwen3.5's metadata under `key` (`qwen35.…`) for its first `layers`

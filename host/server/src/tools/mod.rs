@@ -99,6 +99,9 @@ pub enum ToolFormat {
     /// Kimi K2's `<|tool_calls_section_begin|>` section of calls, each id
     /// `functions.NAME:INDEX`.
     Kimi,
+    /// Qwen3-Coder's and Qwen3.5's `<tool_call>` blocks of
+    /// `<function=NAME>` and `<parameter=KEY>` tags.
+    QwenXml,
 }
 
 impl ToolFormat {
@@ -110,7 +113,7 @@ impl ToolFormat {
         match self {
             ToolFormat::Generic => generic_history(messages),
             ToolFormat::Harmony => harmony_history(messages),
-            ToolFormat::Glm => object_arguments(messages),
+            ToolFormat::Glm | ToolFormat::QwenXml => object_arguments(messages),
             ToolFormat::Mistral => crate::mistral::history(messages),
             ToolFormat::Cohere => crate::cohere::history(messages),
             ToolFormat::Kimi => crate::kimi::history(messages),
@@ -132,6 +135,8 @@ impl ToolFormat {
             Self::Kimi
         } else if template.contains("<arg_key>") {
             Self::Glm
+        } else if template.contains(crate::qwen_xml::FUNCTION_OPEN) {
+            Self::QwenXml
         } else if template.contains("<tool_call>") {
             Self::Hermes
         } else if template.contains("<|python_tag|>")
@@ -183,6 +188,9 @@ impl CallReader {
     pub fn parse(&self, text: &str) -> (Option<String>, Vec<ToolCall>) {
         match self.format {
             ToolFormat::Glm => crate::glm::calls(text, |name, key| self.is_string(name, key)),
+            ToolFormat::QwenXml => {
+                crate::qwen_xml::calls(text, |name, key| self.is_string(name, key))
+            }
             format => parse_output(format, text),
         }
     }
@@ -403,6 +411,7 @@ impl Tools {
             }
             ToolFormat::Mistral => Some(self.forced(crate::mistral::forced, model)),
             ToolFormat::Glm => Some(self.forced(crate::glm::forced, model)),
+            ToolFormat::QwenXml => Some(self.forced(crate::qwen_xml::forced, model)),
             ToolFormat::DeepSeek => Some(self.forced(crate::deepseek::forced, model)),
             ToolFormat::Kimi => Some(self.forced(crate::kimi::forced, model)),
             ToolFormat::Llama3 => Some(OutputSpec::JsonSchema(self.call_schema("parameters"))),
@@ -475,6 +484,7 @@ pub fn parse_output(format: ToolFormat, text: &str) -> (Option<String>, Vec<Tool
             (answer.content, answer.calls)
         }
         ToolFormat::Glm => crate::glm::calls(text, |_, _| false),
+        ToolFormat::QwenXml => crate::qwen_xml::calls(text, |_, _| false),
         ToolFormat::DeepSeek => crate::deepseek::calls(text),
         ToolFormat::Mistral => crate::mistral::calls(text),
         ToolFormat::Cohere => crate::cohere::calls(text),
