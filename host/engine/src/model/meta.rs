@@ -182,6 +182,16 @@ impl ModelConfig {
         if nextn >= blocks && blocks > 0 {
             return Err(bad(&nextn_key, nextn, "must be fewer than block_count"));
         }
+        // Every block has tensors of its own, so a count past the file's
+        // tensors is a lie, refused before anything is sized by it (one
+        // value per block, say, of a per-layer key given once).
+        if blocks as usize > g.tensors().count() {
+            return Err(bad(
+                &key("block_count"),
+                blocks,
+                "more layers than the file has tensors",
+            ));
+        }
         let layers = blocks - nextn.min(blocks);
         let hidden = required_uint(g, &key("embedding_length"))?;
         // A mixture's file may give only its experts' width (Qwen3.5's).
