@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::tools::{GrammarModel, ToolCall};
+use crate::tools::{tagged, GrammarModel, ToolCall};
 
 /// GLM's calls out of `text`: each `<tool_call>` block whose body is a
 /// name and tagged arguments; an argument `is_string` says is a string is
@@ -16,26 +16,9 @@ pub fn calls(
     text: &str,
     is_string: impl Fn(&str, &str) -> bool,
 ) -> (Option<String>, Vec<ToolCall>) {
-    const OPEN: &str = "<tool_call>";
-    const CLOSE: &str = "</tool_call>";
-    let (mut rest, mut calls, mut outside) = (text, Vec::new(), String::new());
-    while let Some(start) = rest.find(OPEN) {
-        let after = &rest[start + OPEN.len()..];
-        let Some(end) = after.find(CLOSE) else {
-            break;
-        };
-        match call(&after[..end], &is_string) {
-            Some(c) => {
-                outside.push_str(&rest[..start]);
-                calls.push(c);
-            }
-            None => outside.push_str(&rest[..start + OPEN.len() + end + CLOSE.len()]),
-        }
-        rest = &after[end + CLOSE.len()..];
-    }
-    outside.push_str(rest);
-    let content = outside.trim();
-    ((!content.is_empty()).then(|| content.to_string()), calls)
+    tagged::block_calls(text, ("<tool_call>", "</tool_call>"), |body| {
+        call(body, &is_string)
+    })
 }
 
 /// One GLM call's body: `NAME`, then `<arg_key>K</arg_key>` and
@@ -63,11 +46,7 @@ fn call(body: &str, is_string: &impl Fn(&str, &str) -> bool) -> Option<ToolCall>
         let (raw, used) = tagged(rest, "<arg_value>", "</arg_value>")?;
         rest = &rest[used..];
         let key = key.trim().to_string();
-        let value = if is_string(name, &key) {
-            Value::String(raw)
-        } else {
-            serde_json::from_str(raw.trim()).unwrap_or(Value::String(raw))
-        };
+        let value = tagged::argument(&raw, is_string(name, &key));
         args.insert(key, value);
     }
     Some(ToolCall {
@@ -94,52 +73,20 @@ pub fn forced(callable: &[(&str, Value)], parallel: bool, model: &GrammarModel<'
     ]
     .map(|m| model.marker(m));
     let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
-    let mut rules = Vec::new();
-    for (i, (name, params)) in callable.iter().enumerate() {
-        let required: Vec<&str> = params["required"]
-            .as_array()
-            .map(|r| r.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        let mut args = String::new();
-        let properties = params["properties"].as_object().into_iter().flatten();
-        for (key, schema) in properties {
-            let value = if schema["type"] == "string" {
-                match schema["enum"].as_array() {
-                    Some(options) => {
-                        let options: Vec<String> = options
-                            .iter()
-                            .filter_map(Value::as_str)
-                            .map(quote)
-                            .collect();
-                        format!("({})", options.join(" | "))
-                    }
-                    None => "BARE".to_string(),
-                }
-            } else {
-                format!("%json {schema}")
-            };
-            let pair = format!(
-                "{key_open} {} {key_close} \"\\n\" {value_open} {value} {value_close} \"\\n\"",
-                quote(key)
-            );
-            if required.contains(&key.as_str()) {
-                args.push_str(&format!(" {pair}"));
-            } else {
-                args.push_str(&format!(" ({pair})?"));
-            }
-        }
-        rules.push(format!(
-            "call_{i}: {open} {} \"\\n\"{args} {close}",
-            quote(name)
-        ));
-    }
-    let names: Vec<String> = (0..callable.len()).map(|i| format!("call_{i}")).collect();
-    let repeat = if parallel { "+" } else { "" };
-    format!(
-        "start: call{repeat}\ncall: {}\n{}\nBARE: /[^<]*/\n",
-        names.join(" | "),
-        rules.join("\n")
-    )
+    let rules: Vec<String> = callable
+        .iter()
+        .enumerate()
+        .map(|(i, (name, params))| {
+            let args = tagged::tagged_arguments(params, |key, value, _| {
+                format!(
+                    "{key_open} {} {key_close} \"\\n\" {value_open} {value} {value_close} \"\\n\"",
+                    quote(key)
+                )
+            });
+            format!("call_{i}: {open} {} \"\\n\"{args} {close}", quote(name))
+        })
+        .collect();
+    tagged::any_call(&rules, parallel)
 }
 
 #[cfg(test)]

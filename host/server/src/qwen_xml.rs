@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::tools::{GrammarModel, ToolCall};
+use crate::tools::{tagged, GrammarModel, ToolCall};
 
 /// What a template holding this syntax writes: [`ToolFormat::of`]
 /// (crate::tools::ToolFormat::of) looks for it.
@@ -22,26 +22,9 @@ pub fn calls(
     text: &str,
     is_string: impl Fn(&str, &str) -> bool,
 ) -> (Option<String>, Vec<ToolCall>) {
-    const OPEN: &str = "<tool_call>";
-    const CLOSE: &str = "</tool_call>";
-    let (mut rest, mut calls, mut outside) = (text, Vec::new(), String::new());
-    while let Some(start) = rest.find(OPEN) {
-        let after = &rest[start + OPEN.len()..];
-        let Some(end) = after.find(CLOSE) else {
-            break;
-        };
-        match call(&after[..end], &is_string) {
-            Some(c) => {
-                outside.push_str(&rest[..start]);
-                calls.push(c);
-            }
-            None => outside.push_str(&rest[..start + OPEN.len() + end + CLOSE.len()]),
-        }
-        rest = &after[end + CLOSE.len()..];
-    }
-    outside.push_str(rest);
-    let content = outside.trim();
-    ((!content.is_empty()).then(|| content.to_string()), calls)
+    tagged::block_calls(text, ("<tool_call>", "</tool_call>"), |body| {
+        call(body, &is_string)
+    })
 }
 
 /// One block's body: `<function=NAME>`, its parameters, `</function>`,
@@ -72,11 +55,7 @@ fn call(body: &str, is_string: &impl Fn(&str, &str) -> bool) -> Option<ToolCall>
             .unwrap_or(&value_and_rest[..value_end]);
         let raw = raw.strip_suffix('\n').unwrap_or(raw);
         rest = &value_and_rest[value_end + "</parameter>".len()..];
-        let value = if is_string(name, &key) {
-            Value::String(raw.to_string())
-        } else {
-            serde_json::from_str(raw.trim()).unwrap_or_else(|_| Value::String(raw.to_string()))
-        };
+        let value = tagged::argument(raw, is_string(name, &key));
         args.insert(key, value);
     }
     Some(ToolCall {
@@ -96,53 +75,22 @@ fn call(body: &str, is_string: &impl Fn(&str, &str) -> bool) -> Option<ToolCall>
 pub fn forced(callable: &[(&str, Value)], parallel: bool, model: &GrammarModel<'_>) -> String {
     let (open, close) = (model.marker("<tool_call>"), model.marker("</tool_call>"));
     let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
-    let mut rules = Vec::new();
-    for (i, (name, params)) in callable.iter().enumerate() {
-        let required: Vec<&str> = params["required"]
-            .as_array()
-            .map(|r| r.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        let mut args = String::new();
-        let properties = params["properties"].as_object().into_iter().flatten();
-        for (key, schema) in properties {
-            let value = if schema["type"] == "string" {
-                match schema["enum"].as_array() {
-                    Some(options) => {
-                        let options: Vec<String> = options
-                            .iter()
-                            .filter_map(Value::as_str)
-                            .map(quote)
-                            .collect();
-                        format!("({})", options.join(" | "))
-                    }
-                    None => "BARE".to_string(),
-                }
-            } else {
-                format!("%json {schema}")
-            };
-            // A bare string takes its line break into its terminal, which
-            // would read the closing tag's as its own.
-            let close = if value == "BARE" { "" } else { "\\n" };
-            let tag = quote(&format!("<parameter={key}>\n"));
-            let pair = format!("{tag} {value} \"{close}</parameter>\\n\"");
-            if required.contains(&key.as_str()) {
-                args.push_str(&format!(" {pair}"));
-            } else {
-                args.push_str(&format!(" ({pair})?"));
-            }
-        }
-        let function = quote(&format!("\n<function={name}>\n"));
-        rules.push(format!(
-            "call_{i}: {open} {function}{args} \"</function>\\n\" {close}"
-        ));
-    }
-    let names: Vec<String> = (0..callable.len()).map(|i| format!("call_{i}")).collect();
-    let repeat = if parallel { "+" } else { "" };
-    format!(
-        "start: call{repeat}\ncall: {}\n{}\nBARE: /[^<]*/\n",
-        names.join(" | "),
-        rules.join("\n")
-    )
+    let rules: Vec<String> = callable
+        .iter()
+        .enumerate()
+        .map(|(i, (name, params))| {
+            let args = tagged::tagged_arguments(params, |key, value, bare| {
+                // A bare string takes its line break into its terminal,
+                // which would read the closing tag's as its own.
+                let close = if bare { "" } else { "\\n" };
+                let tag = quote(&format!("<parameter={key}>\n"));
+                format!("{tag} {value} \"{close}</parameter>\\n\"")
+            });
+            let function = quote(&format!("\n<function={name}>\n"));
+            format!("call_{i}: {open} {function}{args} \"</function>\\n\" {close}")
+        })
+        .collect();
+    tagged::any_call(&rules, parallel)
 }
 
 #[cfg(test)]

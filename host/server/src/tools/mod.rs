@@ -41,6 +41,7 @@ use crate::error::ApiError;
 
 mod grammar;
 mod history;
+pub(crate) mod tagged;
 
 #[cfg(test)]
 pub(crate) use grammar::walk;

@@ -538,14 +538,7 @@ impl Loader<'_> {
     pub fn local_layers(&self, default: u32) -> Result<Vec<bool>, LoadError> {
         let layers = self.config.layers as usize;
         let key = self.key("attention.sliding_window_pattern");
-        if let Some(Value::Array(flags)) = self.g.get(&key) {
-            let flags: Vec<bool> = flags
-                .iter()
-                .map(|v| match v {
-                    Value::Bool(b) => Ok(b),
-                    _ => Err(bad(&key, "an array", "must hold one bool per layer")),
-                })
-                .collect::<Result<_, _>>()?;
+        if let Some(flags) = self.layer_flags(&key)? {
             if flags.len() != layers {
                 return Err(bad(&key, flags.len(), "must hold one bool per layer"));
             }
@@ -556,6 +549,19 @@ impl Loader<'_> {
             return Err(bad(&key, n, "must be positive"));
         }
         Ok((0..layers as u32).map(|i| i % n < n - 1).collect())
+    }
+
+    /// The bools of array `key`, if the file has one there (one a layer, as
+    /// the caller checks).
+    pub fn layer_flags(&self, key: &str) -> Result<Option<Vec<bool>>, LoadError> {
+        let Some(Value::Array(flags)) = self.g.get(key) else {
+            return Ok(None);
+        };
+        let flags = flags.iter().map(|v| match v {
+            Value::Bool(b) => Ok(b),
+            _ => Err(bad(key, "an array", "must hold one bool per layer")),
+        });
+        flags.collect::<Result<_, _>>().map(Some)
     }
 
     /// A refusal naming a feature of this architecture that is not built.

@@ -36,8 +36,6 @@
 //! sections. Files from before the converter split `ssm_in` into
 //! `attn_qkv` and `attn_gate` are refused by name.
 
-use pagoda_core::gguf::Value;
-
 use super::super::config::ModelError;
 use super::super::load_error::LoadError;
 use super::super::meta::{bad, required_uint, uint};
@@ -119,14 +117,7 @@ pub(super) fn build(l: &Loader<'_>, arch: Qwen35) -> Result<Program, LoadError> 
 fn recurrent_layers(l: &Loader<'_>) -> Result<Vec<bool>, LoadError> {
     let layers = l.config.layers as usize;
     let key = l.key("attention.recurrent_layers");
-    let flags = if let Some(Value::Array(flags)) = l.g.get(&key) {
-        let flags: Vec<bool> = flags
-            .iter()
-            .map(|v| match v {
-                Value::Bool(b) => Ok(b),
-                _ => Err(bad(&key, "an array", "must hold one bool per layer")),
-            })
-            .collect::<Result<_, _>>()?;
+    let flags = if let Some(flags) = l.layer_flags(&key)? {
         if flags.len() < layers {
             return Err(bad(&key, flags.len(), "must hold one bool per layer"));
         }

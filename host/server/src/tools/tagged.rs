@@ -1,0 +1,101 @@
+//! What the formats that tag each argument share (GLM's `<arg_key>` pairs,
+//! Qwen's `<parameter=KEY>`): calls found as blocks between two markers,
+//! each value a string by the function's schema or else JSON, and a forced
+//! grammar that writes each property of the schema in its order.
+
+use serde_json::Value;
+
+use super::ToolCall;
+
+/// The calls of `text` in its `open` … `close` blocks, each body read by
+/// `call`; a block it does not read stays content, as does the text
+/// around the blocks.
+pub(crate) fn block_calls(
+    text: &str,
+    (open, close): (&str, &str),
+    call: impl Fn(&str) -> Option<ToolCall>,
+) -> (Option<String>, Vec<ToolCall>) {
+    let (mut rest, mut calls, mut outside) = (text, Vec::new(), String::new());
+    while let Some(start) = rest.find(open) {
+        let after = &rest[start + open.len()..];
+        let Some(end) = after.find(close) else {
+            break;
+        };
+        match call(&after[..end]) {
+            Some(c) => {
+                outside.push_str(&rest[..start]);
+                calls.push(c);
+            }
+            None => outside.push_str(&rest[..start + open.len() + end + close.len()]),
+        }
+        rest = &after[end + close.len()..];
+    }
+    outside.push_str(rest);
+    let content = outside.trim();
+    ((!content.is_empty()).then(|| content.to_string()), calls)
+}
+
+/// An argument as written: the text itself where the schema makes it a
+/// string, else its JSON where it parses (else the text).
+pub(crate) fn argument(raw: &str, string: bool) -> Value {
+    if string {
+        return Value::String(raw.to_string());
+    }
+    serde_json::from_str(raw.trim()).unwrap_or_else(|_| Value::String(raw.to_string()))
+}
+
+/// The grammar of one call's arguments as tagged pairs: `pair(key, value,
+/// bare)` writes one (`value` the rule of its value; `bare` where that is
+/// the `BARE` terminal of a string without `<`), each property of the
+/// schema `params` in its order, the required ones always and the others
+/// where the model writes them. A string property's value is one of its
+/// `enum` where it has one, any other property's JSON of its schema.
+pub(crate) fn tagged_arguments(
+    params: &Value,
+    pair: impl Fn(&str, &str, bool) -> String,
+) -> String {
+    let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let required: Vec<&str> = params["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut args = String::new();
+    let properties = params["properties"].as_object().into_iter().flatten();
+    for (key, schema) in properties {
+        let value = if schema["type"] == "string" {
+            match schema["enum"].as_array() {
+                Some(options) => {
+                    let options: Vec<String> = options
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(quote)
+                        .collect();
+                    format!("({})", options.join(" | "))
+                }
+                None => "BARE".to_string(),
+            }
+        } else {
+            format!("%json {schema}")
+        };
+        let pair = pair(key, &value, value == "BARE");
+        if required.contains(&key.as_str()) {
+            args.push_str(&format!(" {pair}"));
+        } else {
+            args.push_str(&format!(" ({pair})?"));
+        }
+    }
+    args
+}
+
+/// The grammar of one call (`parallel`: one or more) among `rules`, each
+/// `call_{i}`, with the `BARE` string terminal (no `<`, which would read
+/// as a tag).
+pub(crate) fn any_call(rules: &[String], parallel: bool) -> String {
+    let names: Vec<String> = (0..rules.len()).map(|i| format!("call_{i}")).collect();
+    let repeat = if parallel { "+" } else { "" };
+    format!(
+        "start: call{repeat}\ncall: {}\n{}\nBARE: /[^<]*/\n",
+        names.join(" | "),
+        rules.join("\n")
+    )
+}
