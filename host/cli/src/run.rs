@@ -54,6 +54,10 @@ struct Memory {
     model_file_bytes: u64,
     /// The KV pool the engine allocated.
     kv_pool_bytes: u64,
+    /// A hybrid's recurrent state a sequence holds on the host (absent
+    /// for a model without recurrent layers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recurrent_state_bytes_per_sequence: Option<u64>,
     /// The process's peak resident set so far (Linux; absent elsewhere).
     peak_resident_bytes: Option<u64>,
 }
@@ -202,6 +206,8 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
     let memory = Memory {
         model_file_bytes: model.info.file_bytes,
         kv_pool_bytes,
+        recurrent_state_bytes_per_sequence: Some(model.model.recurrent_state_bytes())
+            .filter(|&b| b > 0),
         peak_resident_bytes: peak_resident_bytes(),
     };
     let mut stdout = std::io::stdout().lock();

@@ -183,6 +183,16 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), CliError> {
                         .ok();
                 }
             }
+            let state = text.model.recurrent_state_bytes();
+            if state > 0 {
+                let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+                eprintln!(
+                    "pagoda serve: recurrent state {:.1} MiB a sequence on the host, up to {:.0} MiB for --max-batch {}",
+                    mib(state),
+                    mib(state.saturating_mul(u64::from(args.max_batch))),
+                    args.max_batch
+                );
+            }
             if let Some(error) = &text.chat_error {
                 eprintln!("pagoda serve: the model file's chat template does not compile ({error}): chat is refused; give one with --chat-template FILE");
             }

@@ -34,6 +34,8 @@ fn lfm2_with_convolution_and_attention_layers_matches_the_reference() {
         // The embedding (the tied head); q, k, v and output on layer 2;
         // in and out projections on the others; an MLP a layer.
         assert_eq!(model.matrices().count(), 1 + 4 + 3 * 2 + 4 * 3);
+        // Each convolution's last 2 inputs of 256 channels, in f32.
+        assert_eq!(model.recurrent_state_bytes(), 3 * 2 * 256 * 4);
     }
 }
 
@@ -57,6 +59,14 @@ fn qwen35_with_delta_nets_and_gated_attention_matches_the_reference() {
         // The tied head; qkv, gate, beta, alpha and out on the delta nets;
         // q, k, v and output on layer 3; an MLP a layer.
         assert_eq!(model.matrices().count(), 1 + 5 * 3 + 4 + 3 * 4);
+        // A sequence's state: each delta net's last 3 inputs of its 384
+        // channels, and 4 heads of 32 × 64, in f32.
+        assert_eq!(
+            model.recurrent_state_bytes(),
+            3 * (3 * 384 + 4 * 32 * 64) * 4
+        );
+        let plain = Model::load(fixtures().unwrap().join("qwen3.gguf")).unwrap();
+        assert_eq!(plain.recurrent_state_bytes(), 0);
     }
 }
 

@@ -258,6 +258,14 @@ impl Model {
         self.program.cache_layers()
     }
 
+    /// Bytes of recurrent state (f32) one sequence holds on the host, in
+    /// place of keys and values for a hybrid's recurrent layers; 0 for a
+    /// model without them. An engine holds one per row of its page table,
+    /// `max_batch` at most.
+    pub fn recurrent_state_bytes(&self) -> u64 {
+        self.program.state_bytes()
+    }
+
     /// The KV cache's geometry for this model: its [`cache_layers`](Self::cache_layers)'
     /// keys and values.
     pub fn kv_geometry(&self, dtype: KvDtype) -> Result<KvGeometry, ModelError> {

@@ -544,6 +544,25 @@ impl Program {
             .any(|op| matches!(op, Op::ShortConv(_) | Op::DeltaNet(_)))
     }
 
+    /// Bytes of recurrent state one sequence holds: every short
+    /// convolution's and delta net's (0 in a program without one).
+    pub(crate) fn state_bytes(&self) -> u64 {
+        let values: usize = self
+            .layers
+            .iter()
+            .flatten()
+            .map(|op| match op {
+                Op::ShortConv(conv) => {
+                    let taps = conv.taps.max(1) as usize;
+                    (taps - 1) * (conv.weights.len() / taps)
+                }
+                Op::DeltaNet(d) => d.state_len(),
+                _ => 0,
+            })
+            .sum();
+        values as u64 * 4
+    }
+
     /// Values per row of buffer `b` for a model of shape `c`: the
     /// recurrent and gating buffers as wide as the widest op that reads
     /// them needs (0 in a program without one).
