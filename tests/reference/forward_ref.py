@@ -4,7 +4,7 @@ included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
 `deepseek2`, `qwen2vl`, `qwen3vl`, `qwen3vlmoe` (their text models),
 `ernie4_5`, `ernie4_5-moe`, `seed_oss`, `olmoe`, `exaone`, `exaone4`,
 `mistral3`, `hunyuan-dense`, `command-r`, `cohere2`, `lfm2`, `lfm2moe`,
-`qwen35`, `qwen35moe` or `qwen3next` GGUF model in NumPy (float64), for
+`qwen35`, `qwen35moe`, `qwen3next` or `minimax-m2` GGUF model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs, synthetic_gguf.rs and
 experts_gguf.rs.
 
@@ -198,6 +198,10 @@ qwen3's (q and k normed per head, NeoX rotary). Final norm
 token_embd_norm. lfm2moe: layers from leading_dense_block_count take
 sigmoid-scored experts, chosen by score + exp_probs_b, renormalized (as
 llama.cpp always does) and times expert_weights_scale.
+minimax-m2, from HF's MiniMaxM2: q and k RMS-normed across all their
+heads (OLMoE's), NeoX rotary on rope.dimension_count, sigmoid experts
+chosen by score + exp_probs_b, renormalized, times expert_weights_scale
+(glm_mixture).
 qwen35, qwen35moe and qwen3next: delta_ref.py's gated delta nets and gated
 attention (from HF's Qwen3_5 layers), the MLP's norm named
 post_attention_norm; qwen35moe's experts softmax-routed, renormalized,
@@ -264,7 +268,7 @@ class Model:
                              "deepseek2", "qwen2vl", "qwen3vl", "qwen3vlmoe", "ernie4_5",
                              "ernie4_5-moe", "seed_oss", "olmoe", "exaone", "exaone4",
                              "mistral3", "hunyuan-dense", "command-r", "cohere2", "lfm2",
-                             "lfm2moe", "qwen35", "qwen35moe", "qwen3next"):
+                             "lfm2moe", "qwen35", "qwen35moe", "qwen3next", "minimax-m2"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         # GLM-4.5's multi-token-prediction block follows the trunk (HF's
@@ -332,7 +336,7 @@ class Model:
         # apply_interleaved_mrope).
         sections = r.fields.get(f"{a}.rope.dimension_sections")
         self.mrope = [int(sections.parts[i][0]) for i in sections.data][:3] if sections else None
-        self.weights_norm = bool(field(r, f"{a}.expert_weights_norm", a == "lfm2moe"))
+        self.weights_norm = bool(field(r, f"{a}.expert_weights_norm", a in ("lfm2moe", "minimax-m2")))
         self.weights_scale = float(field(r, f"{a}.expert_weights_scale", 1.0))
         self.linear = 1.0
         self.yarn = None
@@ -558,7 +562,7 @@ class Model:
         """The mixture of experts' output for normed rows h [tokens, hidden]."""
         if self.oss:
             return self.oss_mixture(p, h)
-        if self.arch in ("glm4moe", "lfm2moe"):
+        if self.arch in ("glm4moe", "lfm2moe", "minimax-m2"):
             return self.glm_mixture(p, h)
         if self.deepseek:
             return self.deepseek_mixture(p, h)
@@ -665,7 +669,7 @@ class Model:
                 q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0.0)
                 k = h @ w[p + "attn_k.weight"].T + w.get(p + "attn_k.bias", 0.0)
                 v = h @ w[p + "attn_v.weight"].T + w.get(p + "attn_v.bias", 0.0)
-            if self.arch in ("olmo2", "olmoe"):
+            if self.arch in ("olmo2", "olmoe", "minimax-m2"):
                 q = self.norm(q, w[p + "attn_q_norm.weight"])
                 k = self.norm(k, w[p + "attn_k_norm.weight"])
             q = q.reshape(t, self.heads, d)

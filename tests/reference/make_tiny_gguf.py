@@ -106,7 +106,10 @@ tensors present and unread; layer 0 dense (leading_dense_block_count 1);
 scaled by 2.5, one ungated shared expert 128 wide (expert_shared_count
 1); QK-norm, q/k/v biases, the MLP's norm named post_attention_norm).
 
-After LFM2's, tiny_qwen35.py's Qwen3.5 hybrids (qwen35.gguf, qwen35moe.gguf).
+After LFM2's, tiny_qwen35.py's Qwen3.5 and Qwen3-Next hybrids (qwen35.gguf,
+qwen35moe.gguf, qwen3next.gguf), then minimax_m2.gguf (`minimax-m2`: q and
+k normed across all heads, rotary on 32 of 64 dims, 8 sigmoid-scored
+experts of 128 with exp_probs_b, 2 a token, renormalized, times 1.5).
 The Q/K rows are random, so they need no converter permutation: a `llama`
 file's rows are simply taken as already permuted for the interleaved-pair
 rotary, which is how llama.cpp and forward_ref.py read them.
@@ -749,6 +752,16 @@ def main() -> None:
     write_olmo3_file(out)
     write_lfm2_files(out)
     tiny_qwen35.write_files(out, sys.modules[__name__])
+    # MiniMax-M2: q and k normed across all their heads, NeoX rotary on 32
+    # of 64 dims, 8 sigmoid-scored experts of 128 (2 a token) chosen with
+    # exp_probs_b, renormalized (always, as llama.cpp builds it) and times 1.5.
+    def minimax_m2(w):
+        w.add_uint32("minimax-m2.expert_gating_func", 2)
+        w.add_float32("minimax-m2.expert_weights_scale", 1.5)
+    bias = [(f"blk.{i}.exp_probs_b.bias", rng.normal(0.0, 0.3, size=8), Q.F32) for i in range(LAYERS)]
+    write(out / "minimax_m2.gguf", "minimax-m2", 4, 2, biases=False, tied=False, key_length=True,
+          rope_dim=32, qk_norm="full", qk_scale=4.0, types=QWEN3MOE_TYPES,
+          experts=(8, 2, 128, {0, 1}), meta=minimax_m2, extra=bias)
 
 def write_deepseek2(path, *, q_rank, legacy, yarn, router, types):
     """A `deepseek2` file: 4 heads of latent attention (a 512-wide latent

@@ -141,8 +141,11 @@ def pre_tokenizer(pre):
     if pre in ("gpt-2", "default", "mpt", "olmo"):
         return byte_level
     # Llama 3's and DBRX's (tiktoken's cl100k pattern), Qwen2's.
-    if pre in ("llama-bpe", "dbrx", "qwen2", "qwen35", "gpt-4o", "seed-coder", "tekken", "kimi-k2"):
+    if pre in ("llama-bpe", "dbrx", "qwen2", "qwen35", "gpt-4o", "minimax-m2", "seed-coder", "tekken",
+               "kimi-k2"):
+        # MiniMax-M2's tokenizer.json states o200k's pattern as it is.
         pattern = {"qwen2": QWEN2_PATTERN, "qwen35": QWEN35_PATTERN, "gpt-4o": GPT4O_PATTERN,
+                   "minimax-m2": GPT4O_PATTERN,
                    "tekken": TEKKEN_PATTERN,
                    "seed-coder": SEED_CODER_PATTERN, "kimi-k2": KIMI_K2_PATTERN}.get(pre, LLAMA3_PATTERN)
         return pre_tokenizers.Sequence([
@@ -186,7 +189,7 @@ def pre(outdir):
     texts = corpus() + deepseek_texts()
     runs = {}
     for name in ("smollm", "gpt-2", "llama-bpe", "qwen2", "qwen35", "starcoder", "refact", "mpt",
-                 "olmo", "dbrx", "gpt-4o", "deepseek-v3", "deepseek-llm", "seed-coder",
+                 "olmo", "dbrx", "gpt-4o", "minimax-m2", "deepseek-v3", "deepseek-llm", "seed-coder",
                  "tekken", "kimi-k2"):
         p = pre_tokenizer(name)
         rows = []

@@ -17,7 +17,7 @@ use pagoda_engine::model::{Model, ModelConfig};
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 28] = [
+const FILES: [&str; 29] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -46,6 +46,7 @@ const FILES: [&str; 28] = [
     "qwen35",
     "qwen35moe",
     "qwen3next",
+    "minimax_m2",
 ];
 
 /// Mutants of each file.

@@ -18,7 +18,7 @@ use pagoda_engine::model::{Model, ModelConfig};
 use support::tiny::{self, load, loaders};
 
 /// The tiny models this file checks against the reference.
-const REFERENCE: [&str; 13] = tiny::MIXTURES;
+const REFERENCE: [&str; 14] = tiny::MIXTURES;
 
 fn fixtures() -> Option<&'static PathBuf> {
     tiny::fixtures(&REFERENCE)
@@ -188,6 +188,15 @@ fn olmoe_with_whole_width_qk_norm_and_unrenormalized_experts_matches_the_referen
     // Experts as wide as feed_forward_length (the file has no width key).
     if let Some(c) = agrees_with_reference("olmoe") {
         assert_eq!((c.q_heads, c.kv_heads, c.ffn), (4, 2, 256));
+    }
+}
+
+#[test]
+fn minimax_m2_with_whole_width_qk_norm_and_biased_sigmoid_experts_matches_the_reference() {
+    // Rotary on 32 of 64 dims; 8 experts of 128, 2 a token, by sigmoid
+    // score plus exp_probs_b, renormalized, times 1.5.
+    if let Some(c) = agrees_with_reference("minimax_m2") {
+        assert_eq!((c.q_heads, c.kv_heads, c.ffn), (4, 2, 128));
     }
 }
 

@@ -33,6 +33,7 @@ fn pieces_match_reference() {
         "olmo",
         "dbrx",
         "gpt-4o",
+        "minimax-m2",
         "deepseek-v3",
         "deepseek-llm",
         "seed-coder",

@@ -40,6 +40,7 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "qwen35",
     "qwen35moe",
     "qwen3next",
+    "minimax-m2",
 ];
 
 /// The widest row (hidden size, MLP width, all query heads) a model may

@@ -50,7 +50,8 @@ pub enum PreTokenizer {
     /// line breaks a run of punctuation takes after it
     /// (` ?[^\s\p{L}\p{N}\r\n]+`).
     SeedCoder,
-    /// `gpt-4o`, `llama4`: tiktoken's o200k pattern (gpt-oss, Llama 4),
+    /// `gpt-4o`, `llama4`, `minimax-m2`: tiktoken's o200k pattern (gpt-oss,
+    /// Llama 4, MiniMax-M2),
     /// which splits words at a change from small letters to capitals and
     /// keeps a `/` or line break after punctuation. As its tokenizer.json
     /// states it (marks and non-ASCII case included), not llama.cpp's
@@ -99,7 +100,8 @@ impl PreTokenizer {
             "qwen2" | "stablelm2" | "deepseek-r1-qwen" => PreTokenizer::Qwen2,
             "qwen35" => PreTokenizer::Qwen35,
             "seed-coder" => PreTokenizer::SeedCoder,
-            "gpt-4o" | "llama4" => PreTokenizer::Gpt4o,
+            // MiniMax-M2's tokenizer.json states o200k's pattern.
+            "gpt-4o" | "llama4" | "minimax-m2" => PreTokenizer::Gpt4o,
             "tekken" => PreTokenizer::Tekken,
             "kimi-k2" => PreTokenizer::KimiK2,
             "deepseek-v3" | "joyai-llm" | "hunyuan-dense" | "hy_v4" => PreTokenizer::DeepSeekV3,

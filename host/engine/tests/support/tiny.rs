@@ -43,7 +43,7 @@ pub const DENSE: [&str; 27] = [
 
 /// The tiny mixtures of experts (and DeepSeek's latent attention)
 /// experts_gguf.rs checks against the reference.
-pub const MIXTURES: [&str; 13] = [
+pub const MIXTURES: [&str; 14] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -57,6 +57,7 @@ pub const MIXTURES: [&str; 13] = [
     "qwen3vlmoe",
     "ernie4_5_moe",
     "olmoe",
+    "minimax_m2",
 ];
 
 /// The tiny hybrids of attention and recurrent layers (LFM2's, Qwen3.5's

@@ -23,7 +23,6 @@
 
 use pagoda_core::gguf::Value;
 
-use super::super::config::ModelError;
 use super::super::load_error::LoadError;
 use super::super::meta::uint;
 use super::super::program::{AttentionBlock, Program, Scoring};
@@ -72,14 +71,7 @@ pub(super) fn build_moe(l: &Loader<'_>) -> Result<Program, LoadError> {
             if i < dense_lead {
                 return Ok((attention, Ffn::Dense(l.swiglu(i)?)));
             }
-            let mut experts = l.experts(i, width, false)?;
-            router.apply(&mut experts);
-            let n = experts.experts.len();
-            let bias = l.layer_vector(i, "exp_probs_b.bias", n)?;
-            if !bias.iter().all(|b| b.is_finite()) {
-                return Err(ModelError::NonFinite.into());
-            }
-            experts.selection_bias = Some(bias);
+            let mut experts = router.biased_experts(l, i, width)?;
             if shared_count > 0 {
                 experts.shared = Some(l.shared_expert(i, width * shared_count, false)?);
             }

@@ -86,13 +86,7 @@ pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError>
         let norm = l.layer_vector(i, "ffn_norm.weight", h)?;
         match &mixture {
             Some((router, width, dense_lead)) if i >= *dense_lead => {
-                let mut experts = l.experts(i, *width, true)?;
-                router.apply(&mut experts);
-                let bias = l.layer_vector(i, "exp_probs_b.bias", experts.experts.len())?;
-                if !bias.iter().all(|b| b.is_finite()) {
-                    return Err(ModelError::NonFinite.into());
-                }
-                experts.selection_bias = Some(bias);
+                let experts = router.biased_experts(l, i, *width)?;
                 experts_block(&mut ops, norm, experts);
             }
             _ => mlp_block(&mut ops, norm, l.swiglu(i)?),

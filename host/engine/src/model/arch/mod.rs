@@ -25,6 +25,7 @@ mod granite;
 mod hunyuan;
 mod lfm2;
 mod llama;
+mod minimax_m2;
 mod mistral3;
 mod mixture;
 mod olmo2;
@@ -628,6 +629,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
             | "lfm2moe"
             | "qwen35moe"
             | "qwen3next"
+            | "minimax-m2"
     ) {
         loader.refuse_experts()?;
     }
@@ -667,6 +669,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "qwen35" => qwen35::build(&loader, qwen35::Qwen35::Dense)?,
         "qwen35moe" => qwen35::build(&loader, qwen35::Qwen35::Mixture)?,
         "qwen3next" => qwen35::build(&loader, qwen35::Qwen35::Next)?,
+        "minimax-m2" => minimax_m2::build(&loader)?,
         other => return Err(LoadError::UnsupportedArchitecture(other.to_string())),
     };
     if let Source::Interleaved(file, _) = &loader.source {

@@ -2,6 +2,7 @@
 //! `expert_*` metadata of GLM-4.5's and DeepSeek's files says it: the
 //! scoring function, renormalization, a scale, and group-limited routing.
 
+use super::super::config::ModelError;
 use super::super::load_error::LoadError;
 use super::super::meta::{bad, boolean, float, uint};
 use super::super::program::{ExpertGroups, Experts, Scoring};
@@ -97,5 +98,23 @@ impl Router {
         experts.normalize = self.normalize;
         experts.weight_scale = self.scale;
         experts.groups = self.groups;
+    }
+    /// Layer `i`'s experts, `width` wide, routed by this rule and chosen
+    /// with the selection bias `exp_probs_b` (GLM-4.5's, LFM2-MoE's and
+    /// MiniMax-M2's: it moves the choice, not the weights).
+    pub fn biased_experts(
+        &self,
+        l: &Loader<'_>,
+        i: u32,
+        width: usize,
+    ) -> Result<Experts, LoadError> {
+        let mut experts = l.experts(i, width, self.normalize)?;
+        self.apply(&mut experts);
+        let bias = l.layer_vector(i, "exp_probs_b.bias", experts.experts.len())?;
+        if !bias.iter().all(|b| b.is_finite()) {
+            return Err(ModelError::NonFinite.into());
+        }
+        experts.selection_bias = Some(bias);
+        Ok(experts)
     }
 }
