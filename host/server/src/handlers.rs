@@ -258,6 +258,7 @@ pub(crate) fn chat_request(
             | ToolFormat::Kimi
             | ToolFormat::Glm
             | ToolFormat::DeepSeek
+            | ToolFormat::MiniMax
     );
     // SGLang's `separate_reasoning` (default true): false leaves the
     // reasoning in the content, as the model wrote it.

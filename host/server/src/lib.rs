@@ -22,6 +22,7 @@ pub mod kv_events;
 pub mod kv_wire;
 pub mod logprobs;
 pub mod metrics;
+pub mod minimax;
 pub mod mistral;
 pub mod openai;
 pub mod qwen_xml;

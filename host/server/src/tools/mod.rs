@@ -103,6 +103,9 @@ pub enum ToolFormat {
     /// Qwen3-Coder's and Qwen3.5's `<tool_call>` blocks of
     /// `<function=NAME>` and `<parameter=KEY>` tags.
     QwenXml,
+    /// MiniMax-M2's `<minimax:tool_call>` section of `<invoke name=...>`
+    /// blocks of `<parameter name=...>` tags.
+    MiniMax,
 }
 
 impl ToolFormat {
@@ -114,7 +117,9 @@ impl ToolFormat {
         match self {
             ToolFormat::Generic => generic_history(messages),
             ToolFormat::Harmony => harmony_history(messages),
-            ToolFormat::Glm | ToolFormat::QwenXml => object_arguments(messages),
+            ToolFormat::Glm | ToolFormat::QwenXml | ToolFormat::MiniMax => {
+                object_arguments(messages)
+            }
             ToolFormat::Mistral => crate::mistral::history(messages),
             ToolFormat::Cohere => crate::cohere::history(messages),
             ToolFormat::Kimi => crate::kimi::history(messages),
@@ -134,6 +139,8 @@ impl ToolFormat {
             Self::Cohere
         } else if template.contains(crate::kimi::SECTION_BEGIN) {
             Self::Kimi
+        } else if template.contains(crate::minimax::SECTION_BEGIN) {
+            Self::MiniMax
         } else if template.contains("<arg_key>") {
             Self::Glm
         } else if template.contains(crate::qwen_xml::FUNCTION_OPEN) {
@@ -191,6 +198,9 @@ impl CallReader {
             ToolFormat::Glm => crate::glm::calls(text, |name, key| self.is_string(name, key)),
             ToolFormat::QwenXml => {
                 crate::qwen_xml::calls(text, |name, key| self.is_string(name, key))
+            }
+            ToolFormat::MiniMax => {
+                crate::minimax::calls(text, |name, key| self.is_string(name, key))
             }
             format => parse_output(format, text),
         }
@@ -413,6 +423,7 @@ impl Tools {
             ToolFormat::Mistral => Some(self.forced(crate::mistral::forced, model)),
             ToolFormat::Glm => Some(self.forced(crate::glm::forced, model)),
             ToolFormat::QwenXml => Some(self.forced(crate::qwen_xml::forced, model)),
+            ToolFormat::MiniMax => Some(self.forced(crate::minimax::forced, model)),
             ToolFormat::DeepSeek => Some(self.forced(crate::deepseek::forced, model)),
             ToolFormat::Kimi => Some(self.forced(crate::kimi::forced, model)),
             ToolFormat::Llama3 => Some(OutputSpec::JsonSchema(self.call_schema("parameters"))),
@@ -486,6 +497,7 @@ pub fn parse_output(format: ToolFormat, text: &str) -> (Option<String>, Vec<Tool
         }
         ToolFormat::Glm => crate::glm::calls(text, |_, _| false),
         ToolFormat::QwenXml => crate::qwen_xml::calls(text, |_, _| false),
+        ToolFormat::MiniMax => crate::minimax::calls(text, |_, _| false),
         ToolFormat::DeepSeek => crate::deepseek::calls(text),
         ToolFormat::Mistral => crate::mistral::calls(text),
         ToolFormat::Cohere => crate::cohere::calls(text),

@@ -12,27 +12,38 @@ use super::ToolCall;
 /// around the blocks.
 pub(crate) fn block_calls(
     text: &str,
-    (open, close): (&str, &str),
-    call: impl Fn(&str) -> Option<ToolCall>,
+    markers: (&str, &str),
+    call: impl FnMut(&str) -> Option<ToolCall>,
 ) -> (Option<String>, Vec<ToolCall>) {
-    let (mut rest, mut calls, mut outside) = (text, Vec::new(), String::new());
+    let (outside, calls) = blocks(text, markers, call);
+    let content = outside.trim();
+    ((!content.is_empty()).then(|| content.to_string()), calls)
+}
+
+/// What `read` makes of each `open` … `close` block of `text`, and the
+/// text outside the blocks it reads (a block it does not read included).
+pub(crate) fn blocks<T>(
+    text: &str,
+    (open, close): (&str, &str),
+    mut read: impl FnMut(&str) -> Option<T>,
+) -> (String, Vec<T>) {
+    let (mut rest, mut found, mut outside) = (text, Vec::new(), String::new());
     while let Some(start) = rest.find(open) {
         let after = &rest[start + open.len()..];
         let Some(end) = after.find(close) else {
             break;
         };
-        match call(&after[..end]) {
-            Some(c) => {
+        match read(&after[..end]) {
+            Some(item) => {
                 outside.push_str(&rest[..start]);
-                calls.push(c);
+                found.push(item);
             }
             None => outside.push_str(&rest[..start + open.len() + end + close.len()]),
         }
         rest = &after[end + close.len()..];
     }
     outside.push_str(rest);
-    let content = outside.trim();
-    ((!content.is_empty()).then(|| content.to_string()), calls)
+    (outside, found)
 }
 
 /// An argument as written: the text itself where the schema makes it a
