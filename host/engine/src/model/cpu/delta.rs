@@ -5,9 +5,10 @@
 //! then the gated norm. Token by token (the recurrence is sequential), as
 //! HF's `torch_recurrent_gated_delta_rule` writes it, each value head on
 //! its own: the heads are shared out to the team, each through every token
-//! of its sequence. A token reads each head's state once and writes it
-//! once, `4 × key_dim × value_dim` multiply-adds: at Qwen3.5-9B's 32 heads
-//! of 128 × 128, 2 M a layer, against the 100 M of the layer's products.
+//! of its sequence. A token takes two passes over each head's state (one
+//! reads `sᵀk` and `sᵀq`, one writes the state), `4 × key_dim ×
+//! value_dim` multiply-adds: at Qwen3.5-9B's 32 heads of 128 × 128, 2 M a
+//! layer, against the 100 M of the layer's products.
 
 use pagoda_core::backend::SeqAttention;
 
