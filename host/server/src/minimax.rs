@@ -101,7 +101,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::tools::walk;
     use crate::tools::{parse_output, CallReader, ToolFormat};
 
     /// A template of MiniMax-M2's call syntax, written for this test.
@@ -167,45 +166,6 @@ mod tests {
     /// schemas, as one call with its required arguments.
     #[test]
     fn forced_calls_read_back_by_their_schemas() {
-        use pagoda_engine::structured::OutputSpec;
-        let params = json!({"type": "object", "properties": {
-            "city": {"type": "string"}, "unit": {"type": "string", "enum": ["C", "F"]},
-            "days": {"type": "integer", "minimum": 1, "maximum": 9},
-            "note": {"type": "string"}},
-            "required": ["city", "unit", "days"]});
-        let offered = json!({"tools": [{"type": "function", "function": {
-            "name": "get_weather", "parameters": params}}], "tool_choice": "required",
-            "parallel_tool_calls": false});
-        let tools = crate::tools::parse(offered.as_object().unwrap())
-            .unwrap()
-            .unwrap();
-        let model = GrammarModel {
-            control: &|_| None,
-            template: MINIMAX_TEMPLATE,
-        };
-        let Some(OutputSpec::Lark(grammar)) = tools.constraint(ToolFormat::MiniMax, &model) else {
-            panic!("a required call is forced");
-        };
-        // A tag where one may come, else a digit, else the lowest byte.
-        let pick = |allowed: &[u32]| {
-            let tag = allowed.iter().copied().find(|&t| t == u32::from(b'<'));
-            let digit = allowed
-                .iter()
-                .copied()
-                .find(|t| (b'1'..=b'9').contains(&(*t as u8)));
-            tag.or(digit).unwrap_or(allowed[0])
-        };
-        let (text, ended) = walk::path(&OutputSpec::Lark(grammar), 400, pick);
-        assert!(ended, "{text}");
-        let reader = CallReader::new(ToolFormat::MiniMax, Some(&tools));
-        let (_, calls) = reader.parse(&text);
-        assert_eq!(calls.len(), 1, "{text}");
-        let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
-        assert_eq!(args["unit"], "C", "{text}");
-        assert!(
-            args["days"].as_i64().is_some_and(|d| (1..=9).contains(&d)),
-            "{text}"
-        );
-        assert!(args.get("note").is_none(), "{text}");
+        tagged::check_forced_call(ToolFormat::MiniMax, MINIMAX_TEMPLATE, tagged::tag_first);
     }
 }

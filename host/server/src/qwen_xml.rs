@@ -98,7 +98,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::tools::walk;
     use crate::tools::{parse_output, CallReader, ToolFormat};
 
     /// A template of Qwen3.5's call syntax, written for this test (its
@@ -169,25 +168,6 @@ mod tests {
     /// back, by the schemas, as one call with its required arguments.
     #[test]
     fn forced_calls_read_back_by_their_schemas() {
-        use pagoda_engine::structured::OutputSpec;
-        let params = json!({"type": "object", "properties": {
-            "city": {"type": "string"}, "unit": {"type": "string", "enum": ["C", "F"]},
-            "days": {"type": "integer", "minimum": 1, "maximum": 9},
-            "note": {"type": "string"}},
-            "required": ["city", "unit", "days"]});
-        let offered = json!({"tools": [{"type": "function", "function": {
-            "name": "get_weather", "parameters": params}}], "tool_choice": "required",
-            "parallel_tool_calls": false});
-        let tools = crate::tools::parse(offered.as_object().unwrap())
-            .unwrap()
-            .unwrap();
-        let model = GrammarModel {
-            control: &|_| None,
-            template: QWEN_TEMPLATE,
-        };
-        let Some(OutputSpec::Lark(grammar)) = tools.constraint(ToolFormat::QwenXml, &model) else {
-            panic!("a required call is forced");
-        };
         // A tag where one may come, else a line break where one may end a
         // value (not two in a row), else a digit (a JSON value, not its
         // white space), else the lowest byte.
@@ -208,17 +188,6 @@ mod tests {
             last.set(t as u8);
             t
         };
-        let (text, ended) = walk::path(&OutputSpec::Lark(grammar), 400, pick);
-        assert!(ended, "{text}");
-        let reader = CallReader::new(ToolFormat::QwenXml, Some(&tools));
-        let (_, calls) = reader.parse(&text);
-        assert_eq!(calls.len(), 1, "{text}");
-        let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
-        assert_eq!(args["unit"], "C", "{text}");
-        assert!(
-            args["days"].as_i64().is_some_and(|d| (1..=9).contains(&d)),
-            "{text}"
-        );
-        assert!(args.get("note").is_none(), "{text}");
+        tagged::check_forced_call(ToolFormat::QwenXml, QWEN_TEMPLATE, pick);
     }
 }

@@ -110,3 +110,57 @@ pub(crate) fn any_call(rules: &[String], parallel: bool) -> String {
         rules.join("\n")
     )
 }
+
+/// For the tagged formats' tests: a required call of one function (a free
+/// string, a string `enum`, an integer in 1..=9 and an optional string),
+/// forced in `format` for `template`, walked over bytes by `pick` (which
+/// leaves the optional pair out and the free string short), reads back by
+/// the schemas as one call with its required arguments.
+#[cfg(test)]
+pub(crate) fn check_forced_call(
+    format: super::ToolFormat,
+    template: &str,
+    pick: impl Fn(&[u32]) -> u32,
+) {
+    use pagoda_engine::structured::OutputSpec;
+    use serde_json::json;
+    let params = json!({"type": "object", "properties": {
+        "city": {"type": "string"}, "unit": {"type": "string", "enum": ["C", "F"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 9},
+        "note": {"type": "string"}},
+        "required": ["city", "unit", "days"]});
+    let offered = json!({"tools": [{"type": "function", "function": {
+        "name": "get_weather", "parameters": params}}], "tool_choice": "required",
+        "parallel_tool_calls": false});
+    let tools = super::parse(offered.as_object().unwrap()).unwrap().unwrap();
+    let model = super::GrammarModel {
+        control: &|_| None,
+        template,
+    };
+    let Some(OutputSpec::Lark(grammar)) = tools.constraint(format, &model) else {
+        panic!("{format:?}: a required call is forced");
+    };
+    let (text, ended) = super::walk::path(&OutputSpec::Lark(grammar), 400, pick);
+    assert!(ended, "{text}");
+    let (_, calls) = super::CallReader::new(format, Some(&tools)).parse(&text);
+    assert_eq!(calls.len(), 1, "{text}");
+    let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
+    assert_eq!(args["unit"], "C", "{text}");
+    assert!(
+        args["days"].as_i64().is_some_and(|d| (1..=9).contains(&d)),
+        "{text}"
+    );
+    assert!(args.get("note").is_none(), "{text}");
+}
+
+/// A tag where one may come (closing a value as soon as it may end), else
+/// a digit (a JSON value, not its white space), else the lowest byte.
+#[cfg(test)]
+pub(crate) fn tag_first(allowed: &[u32]) -> u32 {
+    let tag = allowed.iter().copied().find(|&t| t == u32::from(b'<'));
+    let digit = allowed
+        .iter()
+        .copied()
+        .find(|t| (b'1'..=b'9').contains(&(*t as u8)));
+    tag.or(digit).unwrap_or(allowed[0])
+}
