@@ -15,7 +15,7 @@
 //! written once.
 
 use super::config::ModelConfig;
-pub(crate) use super::recurrent::{DeltaLayout, DeltaNet, ShortConv};
+pub(crate) use super::recurrent::{DeltaLayout, DeltaNet, ShortConv, StateSpace};
 use super::rope::Rope;
 use super::tensors::Matrix;
 
@@ -53,13 +53,15 @@ pub(crate) enum Buf {
     /// A short convolution's input projection: its gate `B`, its output
     /// gate `C` and its input `x`, each `hidden` wide, side by side; or a
     /// gated delta net's queries, keys and values before their
-    /// convolution (0 wide in a program without either).
+    /// convolution; or a Mamba-2 mixer's whole input product
+    /// ([`StateSpace::input_width`]) (0 wide in a program without any).
     Conv,
     /// Gated attention's queries, each head's `head_dim` followed by its
     /// output gate's (Qwen3.5's): `2 × q_dim` wide where a layer gates.
     QGate,
     /// A gated delta net's output gate `z`, then its gated output:
-    /// [`DeltaNet::value_width`] wide.
+    /// [`DeltaNet::value_width`] wide; a Mamba-2 mixer's gated output,
+    /// [`StateSpace::inner`] wide.
     OutGate,
     /// A gated delta net's write strength per value head, before its
     /// sigmoid.
@@ -251,6 +253,11 @@ pub(crate) enum Op {
     /// into [`Buf::OutGate`] in place of the gate, from and into the
     /// recurrent state of its convolution and of each value head.
     DeltaNet(Box<DeltaNet>),
+    /// A Mamba-2 mixer's state space over the rows of [`Buf::Conv`] (its
+    /// input product), its gated, normed output into [`Buf::OutGate`],
+    /// from and into the recurrent state of its convolution and of each
+    /// head.
+    StateSpace(Box<StateSpace>),
     /// Each span of `to` times the sigmoid of the same head's span of
     /// `gate` (gated attention's output gate).
     SigmoidGate { to: Span, gate: Span },
@@ -448,6 +455,7 @@ impl Program {
             Op::Norm { gain, .. } | Op::NormSpan { gain, .. } => vec![gain.as_slice()],
             Op::ShortConv(conv) => vec![conv.weights.as_slice()],
             Op::DeltaNet(d) => d.vectors().collect(),
+            Op::StateSpace(s) => s.vectors().collect(),
             Op::Linear { projs, .. } => projs.iter().filter_map(|p| p.bias.as_deref()).collect(),
             Op::Attention(a) => a.sinks.as_deref().into_iter().collect(),
             Op::Experts(e) => {
@@ -534,18 +542,19 @@ impl Program {
             .count() as u32
     }
 
-    /// Whether any layer carries recurrent state (a short convolution or
-    /// a delta net), so its steps need each sequence's
+    /// Whether any layer carries recurrent state (a short convolution, a
+    /// delta net or a state space), so its steps need each sequence's
     /// [`StateRow`](super::recurrent::StateRow).
     pub(crate) fn is_recurrent(&self) -> bool {
         self.layers
             .iter()
             .flatten()
-            .any(|op| matches!(op, Op::ShortConv(_) | Op::DeltaNet(_)))
+            .any(|op| matches!(op, Op::ShortConv(_) | Op::DeltaNet(_) | Op::StateSpace(_)))
     }
 
     /// Bytes of recurrent state one sequence holds: every short
-    /// convolution's and delta net's (0 in a program without one).
+    /// convolution's, delta net's and state space's (0 in a program
+    /// without one).
     pub(crate) fn state_bytes(&self) -> u64 {
         let values: usize = self
             .layers
@@ -557,6 +566,7 @@ impl Program {
                     (taps - 1) * (conv.weights.len() / taps)
                 }
                 Op::DeltaNet(d) => d.state_len(),
+                Op::StateSpace(s) => s.state_len(),
                 _ => 0,
             })
             .sum();
@@ -573,10 +583,12 @@ impl Program {
             Buf::Conv => widest(&|op| match op {
                 Op::ShortConv(_) => 3 * c.hidden as usize,
                 Op::DeltaNet(d) => d.conv_width(),
+                Op::StateSpace(s) => s.input_width(),
                 _ => 0,
             }),
             Buf::OutGate | Buf::Beta | Buf::Alpha => widest(&|op| match op {
                 Op::DeltaNet(d) if b == Buf::OutGate => d.value_width(),
+                Op::StateSpace(s) if b == Buf::OutGate => s.inner(),
                 Op::DeltaNet(d) if b == Buf::Beta => d.gate_widths().0,
                 Op::DeltaNet(d) => d.gate_widths().1,
                 _ => 0,

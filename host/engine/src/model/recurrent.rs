@@ -1,7 +1,8 @@
 //! Recurrent layers: the ops of a hybrid model's layers that carry state
 //! from one step of a sequence to the next in place of keys and values in
 //! the paged cache (LFM2's short convolutions, Qwen3.5's gated delta
-//! nets), and the store of those states.
+//! nets, the Mamba-2 state spaces of Granite 4.0-H and Nemotron-H), and
+//! the store of those states.
 //!
 //! A state summarizes every token of its sequence so far, so it cannot be
 //! shared as a prefix the way pages are: an engine of a recurrent model
@@ -145,6 +146,86 @@ impl DeltaNet {
         [&self.conv, &self.dt_bias, &self.decay, &self.norm]
             .into_iter()
             .map(Vec::as_slice)
+    }
+}
+
+/// A Mamba-2 mixer's selective state space ([`Op::StateSpace`](super::program::Op::StateSpace)),
+/// after llama.cpp's `build_mamba2_layer` and HF's `Mamba2Mixer`: one
+/// product makes each row's output gate `z`, its `x`, `B` and `C` and a
+/// step size per head. `x`, `B` and `C` go through a causal convolution of
+/// `taps` taps per channel (plus its bias) and a SiLU. Each head `h` keeps
+/// a `head_dim × state_dim` state `S` and reads the `B` and `C` of its
+/// group (`h / (heads / groups)`): per token, with `Δ = softplus(dt +
+/// dt_bias)`, `S ← exp(Δ · decay)·S + Δ · x ⊗ B`, output `S·C + skip · x`.
+/// The output is multiplied by `silu(z)` and RMS-normed over each group's
+/// share of it by `norm`.
+#[derive(Debug, Clone)]
+pub(crate) struct StateSpace {
+    /// Taps of the convolution (`ssm.conv_kernel`, 4).
+    pub taps: u32,
+    /// [`conv_width`](Self::conv_width) channels of `taps` weights each.
+    pub conv: Vec<f32>,
+    /// The convolution's bias, one per channel (zeros where the file has
+    /// none).
+    pub conv_bias: Vec<f32>,
+    /// Heads (`ssm.time_step_rank`), a multiple of the groups.
+    pub heads: u32,
+    /// A head's width (`ssm.inner_size / heads`).
+    pub head_dim: u32,
+    /// Groups of heads that share a `B` and a `C` (`ssm.group_count`).
+    pub groups: u32,
+    /// The width of `B`, `C` and each row of a head's state
+    /// (`ssm.state_size`).
+    pub state_dim: u32,
+    /// Added to the step size before its softplus, one per head.
+    pub dt_bias: Vec<f32>,
+    /// `−exp(A_log)` as the converter stores it (`ssm_a`), one per head.
+    pub decay: Vec<f32>,
+    /// The skip connection's factor `D`, one per head.
+    pub skip: Vec<f32>,
+    /// The gated norm's gain, [`inner`](Self::inner) long.
+    pub norm: Vec<f32>,
+    /// Which of the program's recurrent states the op reads and writes.
+    pub state: u32,
+}
+
+impl StateSpace {
+    /// Every head's values side by side (`ssm.inner_size`).
+    pub(crate) fn inner(&self) -> usize {
+        self.heads as usize * self.head_dim as usize
+    }
+
+    /// Channels of the convolution: `x`, then every group's `B`, then its
+    /// `C`.
+    pub(crate) fn conv_width(&self) -> usize {
+        self.inner() + 2 * self.groups as usize * self.state_dim as usize
+    }
+
+    /// Values of the input product's row: `z`, the convolution's channels,
+    /// a step size per head.
+    pub(crate) fn input_width(&self) -> usize {
+        self.inner() + self.conv_width() + self.heads as usize
+    }
+
+    /// Values of one sequence's state: the convolution's last `taps − 1`
+    /// inputs, then each head's `head_dim × state_dim` matrix.
+    pub(crate) fn state_len(&self) -> usize {
+        let kept = self.taps.saturating_sub(1) as usize;
+        kept * self.conv_width() + self.inner() * self.state_dim as usize
+    }
+
+    /// Its f32 vectors.
+    pub(crate) fn vectors(&self) -> impl Iterator<Item = &[f32]> {
+        [
+            &self.conv,
+            &self.conv_bias,
+            &self.dt_bias,
+            &self.decay,
+            &self.skip,
+            &self.norm,
+        ]
+        .into_iter()
+        .map(Vec::as_slice)
     }
 }
 

@@ -40,15 +40,16 @@ pub(super) struct DeltaRows<'a> {
     pub eps: f32,
 }
 
-/// What a delta net reuses from step to step.
+/// What a delta net or a state space reuses from step to step.
 #[derive(Debug, Default)]
-pub(super) struct DeltaScratch {
+pub(super) struct RecurrentScratch {
     /// The convolution's inputs: the state's, then the step's.
-    window: Vec<f32>,
-    /// A sequence's rows after the convolution: queries, keys, values.
-    rows: Vec<f32>,
-    /// Each value head's outputs, head after head.
-    outs: Vec<f32>,
+    pub window: Vec<f32>,
+    /// A sequence's rows after the convolution (a delta net's queries,
+    /// keys and values; a state space's `x`, `B` and `C`).
+    pub rows: Vec<f32>,
+    /// Each head's outputs, head after head.
+    pub outs: Vec<f32>,
 }
 
 /// The delta net of every sequence of the step, each from and into its
@@ -57,7 +58,7 @@ pub(super) fn delta_net(
     net: &DeltaNet,
     rows: DeltaRows<'_>,
     (seqs, seq_states, positions): (&[SeqAttention<'_>], &[StateRow], &[u32]),
-    (states, scratch): (&mut RecurrentStates, &mut DeltaScratch),
+    (states, scratch): (&mut RecurrentStates, &mut RecurrentScratch),
     team: &mut Team,
 ) -> Result<(), ModelError> {
     let DeltaRows {
@@ -95,7 +96,7 @@ pub(super) fn delta_net(
         });
     }
     let kept = (taps - 1) * width;
-    let DeltaScratch {
+    let RecurrentScratch {
         window,
         rows: conv_rows,
         outs,
@@ -297,12 +298,12 @@ fn l2_normalize(head: &mut [f32]) {
     head.iter_mut().for_each(|v| *v *= inv);
 }
 
-fn sigmoid(x: f32) -> f32 {
+pub(super) fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
 /// `ln(1 + eˣ)`, as torch's (linear past 20).
-fn softplus(x: f32) -> f32 {
+pub(super) fn softplus(x: f32) -> f32 {
     if x > 20.0 {
         x
     } else {
@@ -447,7 +448,7 @@ mod tests {
             .collect();
         let rows = [StateRow { row: 1, owner: 5 }, StateRow { row: 4, owner: 6 }];
         let mut got: Vec<Vec<f32>> = lens.iter().map(|&n| vec![0.0; n * vw]).collect();
-        let (mut states, mut scratch) = (RecurrentStates::default(), DeltaScratch::default());
+        let (mut states, mut scratch) = (RecurrentStates::default(), RecurrentScratch::default());
         // Two workers: the value heads are shared out.
         let mut team = Team::new(2).unwrap();
         let mut done = [0usize; 2];
@@ -527,7 +528,7 @@ mod tests {
                 gate_out: &mut z,
                 eps: 1e-5,
             };
-            let (mut states, mut scratch) = (RecurrentStates::default(), DeltaScratch::default());
+            let (mut states, mut scratch) = (RecurrentStates::default(), RecurrentScratch::default());
             let store = (&mut states, &mut scratch);
             delta_net(net, step, (&seqs, rows, &[0]), store, &mut Team::single())
         };

@@ -36,6 +36,7 @@ mod delta;
 mod experts;
 mod norm;
 mod spans;
+mod ssm;
 
 use experts::{mixture, Routing};
 use norm::{normalize, normalize_in_place, Gains};
@@ -64,11 +65,11 @@ pub struct Activations {
     /// A mixture of experts' routing and rows.
     moe: Routing,
     /// Each sequence's recurrent state (a hybrid model's), the one thing
-    /// here that outlives its step, a short convolution's window and a
-    /// delta net's.
+    /// here that outlives its step, a short convolution's window and what
+    /// a delta net or a state space reuses.
     states: RecurrentStates,
     conv_window: Vec<f32>,
-    delta: delta::DeltaScratch,
+    delta: delta::RecurrentScratch,
     /// Workers for the products; started on first use when built by
     /// [`Default`].
     team: Option<Team>,
@@ -98,7 +99,7 @@ impl Activations {
             moe: Routing::default(),
             states: RecurrentStates::default(),
             conv_window: Vec::new(),
-            delta: delta::DeltaScratch::default(),
+            delta: delta::RecurrentScratch::default(),
             team: None,
             threads: threads.max(1),
             isa: Isa::detect(),
@@ -314,6 +315,7 @@ impl Run<'_> {
                         result.map_err(model)?;
                     }
                     Op::DeltaNet(net) => self.delta_net(net, input).map_err(model)?,
+                    Op::StateSpace(ssm) => self.state_space(ssm, input).map_err(model)?,
                     Op::SigmoidGate { to, gate } => self.sigmoid_gate(*to, *gate).map_err(model)?,
                     Op::Experts(experts) => self.experts(experts).map_err(model)?,
                     Op::Residual { src } => {
