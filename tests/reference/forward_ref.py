@@ -4,7 +4,8 @@ included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
 `deepseek2`, `qwen2vl`, `qwen3vl`, `qwen3vlmoe` (their text models),
 `ernie4_5`, `ernie4_5-moe`, `seed_oss`, `olmoe`, `exaone`, `exaone4`,
 `mistral3`, `hunyuan-dense`, `command-r`, `cohere2`, `lfm2`, `lfm2moe`,
-`qwen35`, `qwen35moe`, `qwen3next` or `minimax-m2` GGUF model in NumPy (float64), for
+`qwen35`, `qwen35moe`, `qwen3next`, `minimax-m2` or `granitehybrid` GGUF model in NumPy
+(float64), for
 host/engine/tests/real_model.rs, gemma_model.rs, synthetic_gguf.rs and
 experts_gguf.rs.
 
@@ -206,6 +207,10 @@ qwen35, qwen35moe and qwen3next: delta_ref.py's gated delta nets and gated
 attention (from HF's Qwen3_5 layers), the MLP's norm named
 post_attention_norm; qwen35moe's experts softmax-routed, renormalized,
 plus the shared expert scaled by the sigmoid of its gate.
+granitehybrid, from HF's GraniteMoeHybridDecoderLayer: a layer whose
+attention.head_count_kv is 0 is ssm_ref.py's Mamba-2 mixer (the chunked
+SSD scan), the others granite's attention, without rotary positions where
+rope.scaling.finetuned is false; granite's multipliers throughout.
 
 The norm gains are used as the file stores them (llama.cpp's converter
 stores Gemma's 1 + w). Local layers: attention.sliding_window_pattern, a
@@ -245,6 +250,7 @@ from gguf.constants import GGUFValueType  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402
 
 import delta_ref  # noqa: E402
+import ssm_ref  # noqa: E402
 
 
 def field(reader, key, default=None):
@@ -268,7 +274,8 @@ class Model:
                              "deepseek2", "qwen2vl", "qwen3vl", "qwen3vlmoe", "ernie4_5",
                              "ernie4_5-moe", "seed_oss", "olmoe", "exaone", "exaone4",
                              "mistral3", "hunyuan-dense", "command-r", "cohere2", "lfm2",
-                             "lfm2moe", "qwen35", "qwen35moe", "qwen3next", "minimax-m2"):
+                             "lfm2moe", "qwen35", "qwen35moe", "qwen3next", "minimax-m2",
+                             "granitehybrid"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         # GLM-4.5's multi-token-prediction block follows the trunk (HF's
@@ -290,6 +297,11 @@ class Model:
         if self.qwen35:
             self.recurrent = delta_ref.recurrent_flags(r, a, self.layers, field)
             self.delta_shape = delta_ref.DeltaShape(r, a, field)
+        self.mamba = a == "granitehybrid"
+        if self.mamba:
+            self.ssm_shape = ssm_ref.MixerShape(r, a, field)
+            finetuned = r.fields.get(f"{a}.rope.scaling.finetuned")
+            self.rotates = finetuned is None or bool(finetuned.parts[finetuned.data[0]][0])
         if self.deepseek:
             self.kv_rank = int(field(r, f"{a}.attention.kv_lora_rank"))
             self.q_head = int(field(r, f"{a}.attention.key_length_mla", self.head_dim))
@@ -321,7 +333,7 @@ class Model:
         self.temperature = float(field(r, f"{a}.attention.temperature_scale", 0.0))
         self.gemma = a in ("gemma2", "gemma3")
         self.oss = a == "gpt-oss"
-        self.granite = a in ("granite", "granitemoe")
+        self.granite = a in ("granite", "granitemoe", "granitehybrid")
         self.embedding_scale = float(field(r, f"{a}.embedding_scale", 1.0))
         self.residual_scale = float(field(r, f"{a}.residual_scale", 1.0))
         self.logit_scale = float(field(r, f"{a}.logit_scale", 1.0))
@@ -424,8 +436,8 @@ class Model:
         attn_factor = 1.0 if local and self.arch == "olmo2" else self.attn_factor
         cos = attn_factor * magnitude * np.cos(angle)[:, None, :]
         sin = attn_factor * magnitude * np.sin(angle)[:, None, :]
-        if self.arch in ("llama", "granite", "granitemoe", "smollm3", "glm4", "deepseek2", "ernie4_5",
-                         "ernie4_5-moe", "mistral3", "command-r", "cohere2"):
+        if self.arch in ("llama", "granite", "granitemoe", "granitehybrid", "smollm3", "glm4", "deepseek2",
+                         "ernie4_5", "ernie4_5-moe", "mistral3", "command-r", "cohere2"):
             a, b = x[:, :, 0:n:2].copy(), x[:, :, 1:n:2].copy()
             x[:, :, 0:n:2] = a * cos - b * sin
             x[:, :, 1:n:2] = a * sin + b * cos
@@ -636,6 +648,17 @@ class Model:
             local = self.local[i]
             mask = windowed if local else causal
             p = f"blk.{i}."
+            if self.mamba and self.convolves[i]:
+                h = self.norm(x, w[p + "attn_norm.weight"])
+                x = x + self.residual_scale * ssm_ref.mamba2(self, self.ssm_shape, p, h, cache, i)
+                h = self.norm(x, w[p + "ffn_norm.weight"])
+                if self.experts > 0:
+                    f = self.mixture(p, h)
+                else:
+                    g = h @ w[p + "ffn_gate.weight"].T
+                    f = (g / (1.0 + np.exp(-g)) * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
+                x = x + self.residual_scale * f
+                continue
             # LFM2's convolution layers, DeepSeek's latent attention and
             # Qwen3.5's layers: the operator, then a dense MLP or the
             # mixture, each pre-norm.
@@ -684,6 +707,7 @@ class Model:
             # (HF's "global NoPE").
             # Command R7B's: none on its full-attention layers.
             nope = (self.arch == "exaone4" and any(self.local) or self.arch == "cohere2") and not local
+            nope = nope or self.mamba and not self.rotates
             if not (self.arch == "smollm3" and (i + 1) % 4 == 0) and not nope:
                 # Only Gemma 3's local layers rotate differently.
                 self.rope(q, positions, local and (self.gemma or self.arch == "olmo2"))

@@ -107,7 +107,8 @@ scaled by 2.5, one ungated shared expert 128 wide (expert_shared_count
 1); QK-norm, q/k/v biases, the MLP's norm named post_attention_norm).
 
 After LFM2's, tiny_qwen35.py's Qwen3.5 and Qwen3-Next hybrids (qwen35.gguf,
-qwen35moe.gguf, qwen3next.gguf), then minimax_m2.gguf (`minimax-m2`: q and
+qwen35moe.gguf, qwen3next.gguf), tiny_mamba2.py's Granite 4.0-H hybrids
+(granite_hybrid.gguf, granite_hybrid_moe.gguf), then minimax_m2.gguf (`minimax-m2`: q and
 k normed across all heads, rotary on 32 of 64 dims, 8 sigmoid-scored
 experts of 128 with exp_probs_b, 2 a token, renormalized, times 1.5).
 The Q/K rows are random, so they need no converter permutation: a `llama`
@@ -129,6 +130,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFWriter, quant_shape_to_byte_shape
 from gguf.quants import quantize
 
+import tiny_mamba2
 import tiny_qwen35
 
 HIDDEN, FFN, LAYERS, VOCAB, HEAD_DIM = 256, 256, 2, 256, 64
@@ -752,6 +754,7 @@ def main() -> None:
     write_olmo3_file(out)
     write_lfm2_files(out)
     tiny_qwen35.write_files(out, sys.modules[__name__])
+    tiny_mamba2.write_files(out, sys.modules[__name__])
     # MiniMax-M2: q and k normed across all their heads, NeoX rotary on 32
     # of 64 dims, 8 sigmoid-scored experts of 128 (2 a token) chosen with
     # exp_probs_b, renormalized (always, as llama.cpp builds it) and times 1.5.

@@ -1,7 +1,8 @@
 //! The tiny hybrids of attention and recurrent layers (LFM2's short
-//! convolutions and Qwen3.5's gated delta nets, written by
+//! convolutions, Qwen3.5's gated delta nets and Granite 4.0-H's Mamba-2
+//! mixers, written by
 //! tests/reference/make_tiny_gguf.py) against the independent NumPy forward
-//! pass (forward_ref.py and delta_ref.py, from HF's layers): dense, quantized
+//! pass (forward_ref.py, delta_ref.py and ssm_ref.py, from HF's layers): dense, quantized
 //! and repacked, each prompt in chunks of 7 so the recurrent state carries
 //! across steps. Then the engine: sequences whose prompts share prefixes,
 //! batched, chunked and preempted, each continue as the prompt does alone
@@ -15,7 +16,7 @@ use pagoda_engine::model::{Model, ModelConfig};
 use pagoda_engine::EngineConfig;
 use support::tiny;
 
-const REFERENCE: [&str; 5] = tiny::HYBRIDS;
+const REFERENCE: [&str; 7] = tiny::HYBRIDS;
 
 fn fixtures() -> Option<&'static PathBuf> {
     tiny::fixtures(&REFERENCE)
@@ -94,6 +95,44 @@ fn qwen3next_with_grouped_value_heads_and_fused_gates_matches_the_reference() {
         assert_eq!(
             model.matrices().count(),
             1 + 4 * 3 + 4 + 4 * (1 + 3 * 8 + 3)
+        );
+    }
+}
+
+#[test]
+fn granite_hybrid_with_mamba2_mixers_and_rotary_attention_matches_the_reference() {
+    // Layers 0, 1 and 3 are Mamba-2 mixers (8 heads of 64, 2 groups of
+    // state 32, 4 taps with a bias), layer 2 attends with the rotary;
+    // Granite's multipliers.
+    if let Some(c) = agrees_with_reference("granite_hybrid") {
+        assert_eq!((c.layers, c.q_heads, c.kv_heads), (4, 4, 2));
+        let model = Model::load(fixtures().unwrap().join("granite_hybrid.gguf")).unwrap();
+        // The tied head; in and out on the mixers; q, k, v and output on
+        // layer 2; an MLP a layer.
+        assert_eq!(model.matrices().count(), 1 + 2 * 3 + 4 + 3 * 4);
+        // A sequence's state: each mixer's last 3 inputs of its 640
+        // channels, and 8 heads of 64 × 32, in f32.
+        assert_eq!(
+            model.recurrent_state_bytes(),
+            3 * (3 * 640 + 8 * 64 * 32) * 4
+        );
+    }
+}
+
+#[test]
+fn granite_hybrid_moe_with_unrotated_attention_and_a_shared_expert_matches_the_reference() {
+    // Attention on layer 1 without rotary positions; one group, no conv
+    // bias; 8 experts of 128 (2 used, renormalized) and an ungated shared
+    // expert; untied.
+    if let Some(c) = agrees_with_reference("granite_hybrid_moe") {
+        assert_eq!((c.layers, c.ffn), (4, 128));
+        let model = Model::load(fixtures().unwrap().join("granite_hybrid_moe.gguf")).unwrap();
+        // The embedding and head; in and out on the mixers; q, k, v and
+        // output on layer 1; a router, 8 experts and the shared expert a
+        // layer.
+        assert_eq!(
+            model.matrices().count(),
+            2 + 2 * 3 + 4 + 4 * (1 + 3 * 8 + 3)
         );
     }
 }

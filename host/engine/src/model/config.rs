@@ -41,6 +41,7 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "qwen35moe",
     "qwen3next",
     "minimax-m2",
+    "granitehybrid",
 ];
 
 /// The widest row (hidden size, MLP width, all query heads) a model may

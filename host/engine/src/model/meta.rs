@@ -92,7 +92,7 @@ pub(super) fn layer_uints(
 }
 
 /// The architectures whose layers without KV heads are recurrent ones.
-const RECURRENT: &[&str] = &["lfm2", "lfm2moe"];
+const RECURRENT: &[&str] = &["lfm2", "lfm2moe", "granitehybrid"];
 
 /// The KV heads of every attention layer, from `attention.head_count_kv`
 /// (`None`: as many as query heads), one value or one per layer: the

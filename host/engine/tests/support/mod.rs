@@ -24,7 +24,7 @@ pub mod tiny;
 /// The tiny models make_tiny_gguf.py writes that every backend must run
 /// as the NumPy reference does (`{name}.gguf`): one per architecture and
 /// per feature of one (Llama 3 scaling, YaRN).
-pub const TINY_MODELS: [&str; 42] = [
+pub const TINY_MODELS: [&str; 44] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -67,6 +67,8 @@ pub const TINY_MODELS: [&str; 42] = [
     "qwen35moe",
     "qwen3next",
     "minimax_m2",
+    "granite_hybrid",
+    "granite_hybrid_moe",
 ];
 
 /// A scratch folder named `name` holding every file make_tiny_gguf.py

@@ -62,7 +62,15 @@ pub const MIXTURES: [&str; 14] = [
 
 /// The tiny hybrids of attention and recurrent layers (LFM2's, Qwen3.5's
 /// and Qwen3-Next's) hybrid_gguf.rs checks against the reference.
-pub const HYBRIDS: [&str; 5] = ["lfm2", "lfm2moe", "qwen35", "qwen35moe", "qwen3next"];
+pub const HYBRIDS: [&str; 7] = [
+    "lfm2",
+    "lfm2moe",
+    "qwen35",
+    "qwen35moe",
+    "qwen3next",
+    "granite_hybrid",
+    "granite_hybrid_moe",
+];
 
 /// Tiny models only the CPU backend runs (Vulkan has no attention sinks,
 /// and its kernels stop short of latent attention's head of 576): the

@@ -22,9 +22,11 @@ mod gemma;
 mod glm4;
 mod gpt_oss;
 mod granite;
+mod granite_hybrid;
 mod hunyuan;
 mod lfm2;
 mod llama;
+mod mamba2;
 mod minimax_m2;
 mod mistral3;
 mod mixture;
@@ -621,6 +623,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
             | "qwen3moe"
             | "qwen3vlmoe"
             | "granitemoe"
+            | "granitehybrid"
             | "gpt-oss"
             | "glm4moe"
             | "deepseek2"
@@ -648,6 +651,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "olmo2" => olmo2::build(&loader)?,
         "granite" => granite::build(&loader, false)?,
         "granitemoe" => granite::build(&loader, true)?,
+        "granitehybrid" => granite_hybrid::build(&loader)?,
         "gemma2" => gemma::build(&loader, gemma::Gemma::Two)?,
         "gemma3" => gemma::build(&loader, gemma::Gemma::Three)?,
         "gpt-oss" => gpt_oss::build(&loader)?,

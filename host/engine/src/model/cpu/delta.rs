@@ -528,7 +528,8 @@ mod tests {
                 gate_out: &mut z,
                 eps: 1e-5,
             };
-            let (mut states, mut scratch) = (RecurrentStates::default(), RecurrentScratch::default());
+            let (mut states, mut scratch) =
+                (RecurrentStates::default(), RecurrentScratch::default());
             let store = (&mut states, &mut scratch);
             delta_net(net, step, (&seqs, rows, &[0]), store, &mut Team::single())
         };

@@ -176,11 +176,7 @@ fn run_head(
     s: &mut [f32],
     out: &mut [f32],
 ) {
-    let (hd, ds, inner) = (
-        ssm.head_dim as usize,
-        ssm.state_dim as usize,
-        ssm.inner(),
-    );
+    let (hd, ds, inner) = (ssm.head_dim as usize, ssm.state_dim as usize, ssm.inner());
     let (width, iw) = (ssm.conv_width(), ssm.input_width());
     let group = h / (ssm.heads / ssm.groups).max(1) as usize;
     let b_at = inner + group * ds;
@@ -211,11 +207,12 @@ fn run_head(
 /// each of the `groups` equal shares of the row (HF's
 /// `MambaRMSNormGated`, the gate before the norm).
 fn gated_norm(y: &mut [f32], z: &[f32], gain: &[f32], groups: usize, eps: f32) {
-    y.iter_mut()
-        .zip(z)
-        .for_each(|(v, &g)| *v *= g * sigmoid(g));
+    y.iter_mut().zip(z).for_each(|(v, &g)| *v *= g * sigmoid(g));
     let share = y.len() / groups.max(1);
-    for (part, gain) in y.chunks_exact_mut(share.max(1)).zip(gain.chunks_exact(share.max(1))) {
+    for (part, gain) in y
+        .chunks_exact_mut(share.max(1))
+        .zip(gain.chunks_exact(share.max(1)))
+    {
         let mean = part.iter().map(|v| v * v).sum::<f32>() / part.len() as f32;
         let inv = 1.0 / (mean + eps).sqrt();
         part.iter_mut().zip(gain).for_each(|(v, g)| *v *= inv * g);
