@@ -3,7 +3,7 @@
 //! `{arch}.*` metadata values flipped, zeroed or saturated: expert counts and
 //! widths, Granite's multipliers, YaRN's parameters, windows, soft caps,
 //! rotary bases, latent ranks, expert groups, logit scales, convolution
-//! taps and per-layer KV heads) go through the loader, and every model that loads runs a
+//! taps, state-space widths and per-layer KV heads) go through the loader, and every model that loads runs a
 //! short prompt through the paged forward pass. None may panic: each load
 //! builds a model or returns its typed error, and a model that loads runs.
 
@@ -17,7 +17,7 @@ use pagoda_engine::model::{Model, ModelConfig};
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 29] = [
+const FILES: [&str; 31] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -47,6 +47,8 @@ const FILES: [&str; 29] = [
     "qwen35moe",
     "qwen3next",
     "minimax_m2",
+    "granite_hybrid",
+    "granite_hybrid_moe",
 ];
 
 /// Mutants of each file.
