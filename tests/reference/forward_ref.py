@@ -4,8 +4,8 @@ included), `qwen2`, `qwen2moe`, `qwen3`, `qwen3moe`, `phi3`, `gemma2`, `gemma3`,
 `deepseek2`, `qwen2vl`, `qwen3vl`, `qwen3vlmoe` (their text models),
 `ernie4_5`, `ernie4_5-moe`, `seed_oss`, `olmoe`, `exaone`, `exaone4`,
 `mistral3`, `hunyuan-dense`, `command-r`, `cohere2`, `lfm2`, `lfm2moe`,
-`qwen35`, `qwen35moe`, `qwen3next`, `minimax-m2` or `granitehybrid` GGUF model in NumPy
-(float64), for
+`qwen35`, `qwen35moe`, `qwen3next`, `minimax-m2`, `granitehybrid`, `nemotron_h` or
+`nemotron_h_moe` GGUF model in NumPy (float64), for
 host/engine/tests/real_model.rs, gemma_model.rs, synthetic_gguf.rs and
 experts_gguf.rs.
 
@@ -211,6 +211,10 @@ granitehybrid, from HF's GraniteMoeHybridDecoderLayer: a layer whose
 attention.head_count_kv is 0 is ssm_ref.py's Mamba-2 mixer (the chunked
 SSD scan), the others granite's attention, without rotary positions where
 rope.scaling.finetuned is false; granite's multipliers throughout.
+nemotron_h and nemotron_h_moe, from HF's NemotronHBlock: one block a
+layer, pre-norm (attn_norm) and added to the residual stream: the Mamba-2
+mixer, attention without rotary positions, or (ssm_ref.py) the ungated
+relu^2 MLP or its experts.
 
 The norm gains are used as the file stores them (llama.cpp's converter
 stores Gemma's 1 + w). Local layers: attention.sliding_window_pattern, a
@@ -275,7 +279,7 @@ class Model:
                              "ernie4_5-moe", "seed_oss", "olmoe", "exaone", "exaone4",
                              "mistral3", "hunyuan-dense", "command-r", "cohere2", "lfm2",
                              "lfm2moe", "qwen35", "qwen35moe", "qwen3next", "minimax-m2",
-                             "granitehybrid"):
+                             "granitehybrid", "nemotron_h", "nemotron_h_moe"):
             sys.exit(f"unsupported architecture {self.arch}")
         a = self.arch
         # GLM-4.5's multi-token-prediction block follows the trunk (HF's
@@ -298,6 +302,10 @@ class Model:
             self.recurrent = delta_ref.recurrent_flags(r, a, self.layers, field)
             self.delta_shape = delta_ref.DeltaShape(r, a, field)
         self.mamba = a == "granitehybrid"
+        self.nemotron = a in ("nemotron_h", "nemotron_h_moe")
+        if self.nemotron:
+            self.ssm_shape = ssm_ref.MixerShape(r, a, field)
+            self.blocks = ssm_ref.block_kinds(r, a, self.layers)
         if self.mamba:
             self.ssm_shape = ssm_ref.MixerShape(r, a, field)
             finetuned = r.fields.get(f"{a}.rope.scaling.finetuned")
@@ -648,6 +656,15 @@ class Model:
             local = self.local[i]
             mask = windowed if local else causal
             p = f"blk.{i}."
+            if self.nemotron and self.blocks[i] != "*":
+                h = self.norm(x, w[p + "attn_norm.weight"])
+                if self.blocks[i] == "M":
+                    x = x + ssm_ref.mamba2(self, self.ssm_shape, p, h, cache, i)
+                elif self.experts > 0:
+                    x = x + ssm_ref.relu2_mixture(self, p, h)
+                else:
+                    x = x + ssm_ref.relu2_mlp(self, p, h)
+                continue
             if self.mamba and self.convolves[i]:
                 h = self.norm(x, w[p + "attn_norm.weight"])
                 x = x + self.residual_scale * ssm_ref.mamba2(self, self.ssm_shape, p, h, cache, i)
@@ -707,7 +724,7 @@ class Model:
             # (HF's "global NoPE").
             # Command R7B's: none on its full-attention layers.
             nope = (self.arch == "exaone4" and any(self.local) or self.arch == "cohere2") and not local
-            nope = nope or self.mamba and not self.rotates
+            nope = nope or self.mamba and not self.rotates or self.nemotron
             if not (self.arch == "smollm3" and (i + 1) % 4 == 0) and not nope:
                 # Only Gemma 3's local layers rotate differently.
                 self.rope(q, positions, local and (self.gemma or self.arch == "olmo2"))
@@ -726,7 +743,7 @@ class Model:
                 k, v = cache.extend(i, k, v)
             out = np.empty((t, self.heads, d))
             scale = self.query_scale if self.gemma else 1.0 / np.sqrt(d)
-            if (self.granite or self.arch in ("seed_oss", "mistral3")) and self.attention_scale > 0:
+            if (self.granite or self.nemotron or self.arch in ("seed_oss", "mistral3")) and self.attention_scale > 0:
                 scale = self.attention_scale
             for hq in range(self.heads):
                 hk = hq // group
@@ -750,6 +767,8 @@ class Model:
             if self.granite:
                 o = o * self.residual_scale
             x = x + o
+            if self.nemotron:  # attention is the layer's one block
+                continue
             ffn_norm = ("post_attention_norm.weight" if self.oss or self.arch in ("glm4moe", "seed_oss")
                         else "ffn_norm.weight")
             # Cohere's parallel layer: the MLP reads the attention's normed

@@ -109,3 +109,47 @@ def mamba2(model, shape, p, h, cache, i):
     groups = groups / np.sqrt(np.mean(groups * groups, axis=-1, keepdims=True) + model.eps)
     y = groups.reshape(n, s.inner) * w[p + "ssm_norm.weight"].reshape(s.inner)
     return (y @ w[p + "ssm_out.weight"].T)[-len(h):]
+
+
+def block_kinds(reader, arch, layers):
+    """Nemotron-H's layer kinds, from the converter's per-layer arrays
+    (HF's hybrid_override_pattern): "M" where head_count_kv and
+    feed_forward_length are both 0, "*" (attention) where head_count_kv is
+    not, "-" (an MLP or experts) elsewhere."""
+    def per_layer(key):
+        f = reader.fields[f"{arch}.{key}"]
+        return [int(f.parts[j][0]) for j in f.data]
+    kv, ffn = per_layer("attention.head_count_kv"), per_layer("feed_forward_length")
+    return ["*" if kv[i] > 0 else "-" if ffn[i] > 0 else "M" for i in range(layers)]
+
+
+def relu2(x):
+    return np.maximum(x, 0.0) ** 2
+
+
+def relu2_mlp(model, p, h, name=""):
+    """HF's NemotronHMLP of normed rows h: down(relu(up(h))^2), of the
+    layer's MLP or (name "_shexp") its shared expert."""
+    w = model.t
+    return relu2(h @ w[p + f"ffn_up{name}.weight"].T) @ w[p + f"ffn_down{name}.weight"].T
+
+
+def relu2_mixture(model, p, h):
+    """HF's NemotronHMOE of normed rows h: sigmoid scores, the top
+    expert_used_count by score + e_score_correction_bias (exp_probs_b),
+    their scores renormalized where norm_topk_prob (expert_weights_norm),
+    times routed_scaling_factor (expert_weights_scale); each expert a
+    NemotronHMLP; plus the shared expert."""
+    w = model.t
+    scores = 1.0 / (1.0 + np.exp(-(h @ w[p + "ffn_gate_inp.weight"].T)))
+    choice = scores + w[p + "exp_probs_b.bias"]
+    out = np.zeros_like(h)
+    for r in range(h.shape[0]):
+        top = np.argsort(-choice[r], kind="stable")[: model.experts_used]
+        weights = scores[r, top]
+        if model.weights_norm:
+            weights = weights / (weights.sum() + 1e-20)
+        for e, weight in zip(top, weights * model.weights_scale):
+            up, down = w[p + "ffn_up_exps.weight"][e], w[p + "ffn_down_exps.weight"][e]
+            out[r] += weight * (relu2(h[r] @ up.T) @ down.T)
+    return out + relu2_mlp(model, p, h, "_shexp")

@@ -17,7 +17,7 @@ use pagoda_engine::model::{Model, ModelConfig};
 
 /// The tiny models mutated: every architecture whose builder reads
 /// metadata of its own.
-const FILES: [&str; 31] = [
+const FILES: [&str; 33] = [
     "mixtral",
     "qwen3moe",
     "qwen2moe",
@@ -49,6 +49,8 @@ const FILES: [&str; 31] = [
     "minimax_m2",
     "granite_hybrid",
     "granite_hybrid_moe",
+    "nemotron_h",
+    "nemotron_h_moe",
 ];
 
 /// Mutants of each file.

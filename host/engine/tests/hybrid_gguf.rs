@@ -1,6 +1,6 @@
 //! The tiny hybrids of attention and recurrent layers (LFM2's short
-//! convolutions, Qwen3.5's gated delta nets and Granite 4.0-H's Mamba-2
-//! mixers, written by
+//! convolutions, Qwen3.5's gated delta nets, the Mamba-2 mixers of
+//! Granite 4.0-H and Nemotron-H, written by
 //! tests/reference/make_tiny_gguf.py) against the independent NumPy forward
 //! pass (forward_ref.py, delta_ref.py and ssm_ref.py, from HF's layers): dense, quantized
 //! and repacked, each prompt in chunks of 7 so the recurrent state carries
@@ -16,7 +16,7 @@ use pagoda_engine::model::{Model, ModelConfig};
 use pagoda_engine::EngineConfig;
 use support::tiny;
 
-const REFERENCE: [&str; 7] = tiny::HYBRIDS;
+const REFERENCE: [&str; 9] = tiny::HYBRIDS;
 
 fn fixtures() -> Option<&'static PathBuf> {
     tiny::fixtures(&REFERENCE)
@@ -133,6 +133,37 @@ fn granite_hybrid_moe_with_unrotated_attention_and_a_shared_expert_matches_the_r
         assert_eq!(
             model.matrices().count(),
             2 + 2 * 3 + 4 + 4 * (1 + 3 * 8 + 3)
+        );
+    }
+}
+
+#[test]
+fn nemotron_h_with_mixers_unrotated_attention_and_relu_squared_mlps_matches_the_reference() {
+    // Pattern M-M*-: mixers on 0 and 2, attention on 3, ungated relu²
+    // MLPs of 256 and 192 on 1 and 4 (feed_forward_length per layer).
+    if let Some(c) = agrees_with_reference("nemotron_h") {
+        assert_eq!((c.layers, c.kv_heads, c.ffn), (5, 2, 256));
+        let model = Model::load(fixtures().unwrap().join("nemotron_h.gguf")).unwrap();
+        // The tied head; in and out on the mixers; q, k, v and output on
+        // layer 3; up and down on the MLPs.
+        assert_eq!(model.matrices().count(), 1 + 2 * 2 + 4 + 2 * 2);
+    }
+}
+
+#[test]
+fn nemotron_h_moe_with_ungated_experts_and_a_shared_expert_matches_the_reference() {
+    // Pattern ME*ME: 8 ungated relu² experts of 128 (2 used) by sigmoid
+    // score plus exp_probs_b, renormalized, times 2.5, and an ungated
+    // shared expert of 192; untied.
+    if let Some(c) = agrees_with_reference("nemotron_h_moe") {
+        assert_eq!((c.layers, c.ffn), (5, 192));
+        let model = Model::load(fixtures().unwrap().join("nemotron_h_moe.gguf")).unwrap();
+        // The embedding and head; in and out on the mixers; attention on
+        // layer 2; a router, 8 experts of two matrices and the shared
+        // expert on layers 1 and 4.
+        assert_eq!(
+            model.matrices().count(),
+            2 + 2 * 2 + 4 + 2 * (1 + 2 * 8 + 2)
         );
     }
 }

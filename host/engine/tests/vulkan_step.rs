@@ -358,6 +358,8 @@ fn every_architecture_steps_on_the_device_as_on_the_cpu() {
                 | "minimax_m2"
                 | "granite_hybrid"
                 | "granite_hybrid_moe"
+                | "nemotron_h"
+                | "nemotron_h_moe"
         );
         assert_eq!(on_device, !host, "{arch}");
         eprintln!("{arch}, F32 KV: worst logit difference / range {worst:.2e}");

@@ -42,6 +42,8 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "qwen3next",
     "minimax-m2",
     "granitehybrid",
+    "nemotron_h",
+    "nemotron_h_moe",
 ];
 
 /// The widest row (hidden size, MLP width, all query heads) a model may

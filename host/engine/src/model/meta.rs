@@ -92,7 +92,13 @@ pub(super) fn layer_uints(
 }
 
 /// The architectures whose layers without KV heads are recurrent ones.
-const RECURRENT: &[&str] = &["lfm2", "lfm2moe", "granitehybrid"];
+const RECURRENT: &[&str] = &[
+    "lfm2",
+    "lfm2moe",
+    "granitehybrid",
+    "nemotron_h",
+    "nemotron_h_moe",
+];
 
 /// The KV heads of every attention layer, from `attention.head_count_kv`
 /// (`None`: as many as query heads), one value or one per layer: the
@@ -194,10 +200,15 @@ impl ModelConfig {
         }
         let layers = blocks - nextn.min(blocks);
         let hidden = required_uint(g, &key("embedding_length"))?;
-        // A mixture's file may give only its experts' width (Qwen3.5's).
-        let ffn = match uint(g, &key("expert_feed_forward_length"))? {
-            Some(width) => uint(g, &key("feed_forward_length"))?.unwrap_or(width),
-            None => required_uint(g, &key("feed_forward_length"))?,
+        // A mixture's file may give only its experts' width (Qwen3.5's);
+        // a hybrid's may give one per layer, 0 on the layers without an
+        // MLP (Nemotron-H's): the widest is the model's.
+        let ffn_key = key("feed_forward_length");
+        let widest = layer_uints(g, &ffn_key, blocks)?.and_then(|w| w.into_iter().max());
+        let ffn = match (uint(g, &key("expert_feed_forward_length"))?, widest) {
+            (_, Some(width)) => width,
+            (Some(width), None) => width,
+            (None, None) => required_uint(g, &ffn_key)?,
         };
         let q_heads = required_uint(g, &key("attention.head_count"))?;
         if q_heads == 0 {

@@ -153,6 +153,10 @@ pub(crate) struct Proj {
 pub(crate) enum Gating {
     /// `silu(gate) × up` (SwiGLU).
     Silu,
+    /// `relu(x)²` of the up product alone, which [`Buf::Gate`] holds
+    /// (Nemotron-H's ungated MLP and experts: no gate matrix, [`Buf::Up`]
+    /// unread).
+    ReluSquared,
     /// `gelu(gate) × up` with GELU's tanh approximation (GeGLU; Gemma).
     GeluTanh,
     /// gpt-oss's clamped SwiGLU: `g = min(gate, 7)`, `u = clamp(up, −7, 7)`,
@@ -271,10 +275,12 @@ pub(crate) enum Op {
     },
 }
 
-/// One expert of an [`Experts`] op: a gated MLP of its own width.
+/// One expert of an [`Experts`] op: a gated MLP of its own width, or an
+/// ungated one ([`Gating::ReluSquared`], Nemotron-H's).
 #[derive(Debug, Clone)]
 pub(crate) struct Expert {
-    pub gate: Matrix,
+    /// `None` for an ungated expert.
+    pub gate: Option<Matrix>,
     pub up: Matrix,
     pub down: Matrix,
     /// Biases of the gate, up and down products (gpt-oss).
@@ -355,8 +361,8 @@ pub(crate) struct SharedExpert {
 }
 
 impl Expert {
-    fn matrices(&self) -> [&Matrix; 3] {
-        [&self.gate, &self.up, &self.down]
+    fn matrices(&self) -> impl Iterator<Item = &Matrix> {
+        self.gate.iter().chain([&self.up, &self.down])
     }
 }
 
@@ -367,7 +373,7 @@ impl Experts {
         self.experts
             .iter()
             .chain(shared)
-            .map(|e| e.gate.rows())
+            .map(|e| e.up.rows())
             .max()
             .unwrap_or(0)
     }

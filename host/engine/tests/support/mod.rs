@@ -24,7 +24,7 @@ pub mod tiny;
 /// The tiny models make_tiny_gguf.py writes that every backend must run
 /// as the NumPy reference does (`{name}.gguf`): one per architecture and
 /// per feature of one (Llama 3 scaling, YaRN).
-pub const TINY_MODELS: [&str; 44] = [
+pub const TINY_MODELS: [&str; 46] = [
     "qwen2",
     "llama",
     "qwen3",
@@ -69,6 +69,8 @@ pub const TINY_MODELS: [&str; 44] = [
     "minimax_m2",
     "granite_hybrid",
     "granite_hybrid_moe",
+    "nemotron_h",
+    "nemotron_h_moe",
 ];
 
 /// A scratch folder named `name` holding every file make_tiny_gguf.py

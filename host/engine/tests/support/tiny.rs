@@ -62,7 +62,7 @@ pub const MIXTURES: [&str; 14] = [
 
 /// The tiny hybrids of attention and recurrent layers (LFM2's, Qwen3.5's
 /// and Qwen3-Next's) hybrid_gguf.rs checks against the reference.
-pub const HYBRIDS: [&str; 7] = [
+pub const HYBRIDS: [&str; 9] = [
     "lfm2",
     "lfm2moe",
     "qwen35",
@@ -70,6 +70,8 @@ pub const HYBRIDS: [&str; 7] = [
     "qwen3next",
     "granite_hybrid",
     "granite_hybrid_moe",
+    "nemotron_h",
+    "nemotron_h_moe",
 ];
 
 /// Tiny models only the CPU backend runs (Vulkan has no attention sinks,

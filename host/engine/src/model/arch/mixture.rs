@@ -46,6 +46,24 @@ impl Loader<'_> {
     /// llama.cpp stacked them, one tensor each (`ffn_gate.{e}`, ...).
     /// `normalize`: the chosen experts' weights are renormalized.
     pub fn experts(&self, i: u32, width: usize, normalize: bool) -> Result<Experts, LoadError> {
+        self.mixture(i, width, normalize, true)
+    }
+
+    /// Layer `i`'s mixture of ungated experts, each `width` wide
+    /// (Nemotron-H's: stacks `ffn_up_exps` and `ffn_down_exps`,
+    /// [`Gating::ReluSquared`] between them), routed by softmax until the
+    /// caller says otherwise.
+    pub fn ungated_experts(&self, i: u32, width: usize) -> Result<Experts, LoadError> {
+        self.mixture(i, width, false, false)
+    }
+
+    fn mixture(
+        &self,
+        i: u32,
+        width: usize,
+        normalize: bool,
+        gated: bool,
+    ) -> Result<Experts, LoadError> {
         let h = self.config.hidden as usize;
         let count_key = self.key("expert_count");
         let count = required_uint(self.g, &count_key)?;
@@ -65,7 +83,19 @@ impl Loader<'_> {
         if self.has(&format!("blk.{i}.ffn_gate_up_exps.weight")) {
             return Err(self.unsupported("fused ffn_gate_up_exps experts".into()));
         }
-        let experts = if self.has(&format!("blk.{i}.ffn_gate_exps.weight")) {
+        let experts = if !gated {
+            let ups = self.layer_stack(i, "ffn_up_exps", (h, width), n)?;
+            let downs = self.layer_stack(i, "ffn_down_exps", (width, h), n)?;
+            ups.into_iter()
+                .zip(downs)
+                .map(|(up, down)| Expert {
+                    gate: None,
+                    up,
+                    down,
+                    biases: None,
+                })
+                .collect()
+        } else if self.has(&format!("blk.{i}.ffn_gate_exps.weight")) {
             let gates = self.layer_stack(i, "ffn_gate_exps", (h, width), n)?;
             let ups = self.layer_stack(i, "ffn_up_exps", (h, width), n)?;
             let downs = self.layer_stack(i, "ffn_down_exps", (width, h), n)?;
@@ -74,7 +104,7 @@ impl Loader<'_> {
                 .zip(ups)
                 .zip(downs)
                 .map(|((gate, up), down)| Expert {
-                    gate,
+                    gate: Some(gate),
                     up,
                     down,
                     biases: None,
@@ -84,7 +114,7 @@ impl Loader<'_> {
             (0..count)
                 .map(|e| {
                     Ok(Expert {
-                        gate: self.layer_matrix(i, &format!("ffn_gate.{e}"), h, width)?,
+                        gate: Some(self.layer_matrix(i, &format!("ffn_gate.{e}"), h, width)?),
                         up: self.layer_matrix(i, &format!("ffn_up.{e}"), h, width)?,
                         down: self.layer_matrix(i, &format!("ffn_down.{e}"), width, h)?,
                         biases: None,
@@ -102,7 +132,11 @@ impl Loader<'_> {
             groups: None,
             normalize,
             weight_scale: 1.0,
-            gating: Gating::Silu,
+            gating: if gated {
+                Gating::Silu
+            } else {
+                Gating::ReluSquared
+            },
             shared: None,
         })
     }
@@ -119,7 +153,7 @@ impl Loader<'_> {
     ) -> Result<SharedExpert, LoadError> {
         let h = self.config.hidden as usize;
         let expert = Expert {
-            gate: self.layer_matrix(i, "ffn_gate_shexp", h, width)?,
+            gate: Some(self.layer_matrix(i, "ffn_gate_shexp", h, width)?),
             up: self.layer_matrix(i, "ffn_up_shexp", h, width)?,
             down: self.layer_matrix(i, "ffn_down_shexp", width, h)?,
             biases: None,
@@ -132,6 +166,19 @@ impl Loader<'_> {
             Some(_) => Some(self.vector(&name, h)?),
         };
         Ok(SharedExpert { expert, gate })
+    }
+
+    /// Layer `i`'s ungated shared expert (`ffn_up_shexp`, `ffn_down_shexp`),
+    /// `width` wide, joined unscaled (Nemotron-H's).
+    pub fn ungated_shared_expert(&self, i: u32, width: usize) -> Result<SharedExpert, LoadError> {
+        let h = self.config.hidden as usize;
+        let expert = Expert {
+            gate: None,
+            up: self.layer_matrix(i, "ffn_up_shexp", h, width)?,
+            down: self.layer_matrix(i, "ffn_down_shexp", width, h)?,
+            biases: None,
+        };
+        Ok(SharedExpert { expert, gate: None })
     }
 
     /// Layer `i`'s stack `name` of `count` vectors of `len` values (GGUF

@@ -30,6 +30,7 @@ mod mamba2;
 mod minimax_m2;
 mod mistral3;
 mod mixture;
+mod nemotron_h;
 mod olmo2;
 mod olmoe;
 mod phi3;
@@ -624,6 +625,7 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
             | "qwen3vlmoe"
             | "granitemoe"
             | "granitehybrid"
+            | "nemotron_h_moe"
             | "gpt-oss"
             | "glm4moe"
             | "deepseek2"
@@ -652,6 +654,8 @@ pub(super) fn build(g: &Gguf<'_>, source: Source) -> Result<(ModelConfig, Progra
         "granite" => granite::build(&loader, false)?,
         "granitemoe" => granite::build(&loader, true)?,
         "granitehybrid" => granite_hybrid::build(&loader)?,
+        "nemotron_h" => nemotron_h::build(&loader, false)?,
+        "nemotron_h_moe" => nemotron_h::build(&loader, true)?,
         "gemma2" => gemma::build(&loader, gemma::Gemma::Two)?,
         "gemma3" => gemma::build(&loader, gemma::Gemma::Three)?,
         "gpt-oss" => gpt_oss::build(&loader)?,

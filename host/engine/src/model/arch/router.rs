@@ -108,7 +108,17 @@ impl Router {
         i: u32,
         width: usize,
     ) -> Result<Experts, LoadError> {
-        let mut experts = l.experts(i, width, self.normalize)?;
+        self.biased(l, i, l.experts(i, width, self.normalize)?)
+    }
+
+    /// Layer `i`'s `experts` routed by this rule and chosen with the
+    /// selection bias `exp_probs_b`.
+    pub fn biased(
+        &self,
+        l: &Loader<'_>,
+        i: u32,
+        mut experts: Experts,
+    ) -> Result<Experts, LoadError> {
         self.apply(&mut experts);
         let bias = l.layer_vector(i, "exp_probs_b.bias", experts.experts.len())?;
         if !bias.iter().all(|b| b.is_finite()) {

@@ -291,24 +291,39 @@ impl ExpertBufs<'_> {
         input: &[f32],
         hidden: usize,
     ) -> Result<&[f32], ModelError> {
-        let width = expert.gate.rows();
-        let ws = [&expert.gate, &expert.up];
-        project(
-            team,
-            isa,
-            qx,
-            feed,
-            input,
-            hidden,
-            &ws,
-            [&mut *self.gate, &mut *self.up],
-        )?;
+        let width = expert.up.rows();
+        // An ungated expert's up product takes the gate's buffer, which
+        // its activation reads alone.
+        match (&expert.gate, gating) {
+            (Some(g), Gating::Silu | Gating::GeluTanh | Gating::SwigluOai) => project(
+                team,
+                isa,
+                qx,
+                feed,
+                input,
+                hidden,
+                &[g, &expert.up],
+                [&mut *self.gate, &mut *self.up],
+            )?,
+            (None, Gating::ReluSquared) => project(
+                team,
+                isa,
+                qx,
+                feed,
+                input,
+                hidden,
+                &[&expert.up],
+                [&mut *self.gate],
+            )?,
+            _ => return Err(ModelError::Span),
+        }
         let len = feed.rows * width;
         if let Some(b) = &expert.biases {
             add_rows(&mut self.gate[..len], &b.gate);
             add_rows(&mut self.up[..len], &b.up);
         }
-        gate(team, isa, gating, &mut self.gate[..len], &self.up[..len])?;
+        let up = self.up.get(..len).unwrap_or_default();
+        gate(team, isa, gating, &mut self.gate[..len], up)?;
         let down = [&expert.down];
         project(
             team,

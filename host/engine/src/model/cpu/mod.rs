@@ -424,10 +424,16 @@ impl Run<'_> {
     /// Every projection of `projs` from `src`'s rows, then their biases.
     fn linear(&mut self, src: Buf, projs: &[Proj]) -> Result<(), ModelError> {
         let t = self.t;
-        let cols = self.widths[index(src)];
         let act = &mut *self.act;
         if projs.is_empty() || projs.len() > 3 {
             return Err(ModelError::Kernel(QMatError::Overflow));
+        }
+        // Rows are packed at the width their writer gave them: a product
+        // may read a buffer narrower than its widest (an MLP of its own
+        // width, Nemotron-H's), never wider.
+        let cols = projs[0].w.cols();
+        if cols > self.widths[index(src)] || projs.iter().any(|p| p.w.cols() != cols) {
+            return Err(ModelError::Span);
         }
         let n = projs.len();
         // Buffers taken out for the products and put back after: no
@@ -685,7 +691,7 @@ pub(super) fn add_rows(rows: &mut [f32], bias: &[f32]) {
 const GATE_PIECE: usize = 256;
 
 /// `gate = act(gate) × up` ([`silu_mul`], [`gelu_tanh_mul`],
-/// [`swiglu_oai_mul`]), in pieces across the team: with `f32::exp` on the
+/// [`swiglu_oai_mul`]), or `relu(gate)²` alone, in pieces across the team: with `f32::exp` on the
 /// caller alone, the gating cost a batch-16 SmolLM2 step about 7% of its
 /// time.
 fn gate(
@@ -697,10 +703,12 @@ fn gate(
 ) -> Result<(), ModelError> {
     let (alpha, limit) = (Gating::OAI_ALPHA, Gating::OAI_LIMIT);
     team.for_each_chunk(gate, GATE_PIECE, &|i, g| {
-        let up = &up[i * GATE_PIECE..];
+        // Empty for an ungated activation, which reads no up values.
+        let up = up.get(i * GATE_PIECE..).unwrap_or_default();
         match gating {
             Gating::Silu => silu_mul(isa, g, up),
             Gating::GeluTanh => gelu_tanh_mul(isa, g, up),
+            Gating::ReluSquared => g.iter_mut().for_each(|v| *v = v.max(0.0) * v.max(0.0)),
             Gating::SwigluOai => {
                 // The kernel rewrites its up values: a copy of the piece's.
                 let mut piece = [0.0f32; GATE_PIECE];

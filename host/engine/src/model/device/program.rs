@@ -409,7 +409,7 @@ fn lower(
                 Gating::Silu => GluActivation::Silu,
                 Gating::GeluTanh => GluActivation::GeluTanh,
                 // Only gpt-oss's experts gate so, and mixtures do not lower.
-                Gating::SwigluOai => return Err(misplaced()),
+                Gating::SwigluOai | Gating::ReluSquared => return Err(misplaced()),
             },
             cols: c.ffn,
             batch: t,
