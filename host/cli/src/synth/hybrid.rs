@@ -119,3 +119,85 @@ pub(crate) fn delta_tensors(
         kind(Role::AttnOutput, l, values),
     );
 }
+
+/// Granite 4.0-H's Mamba-2 mixers: the widths of every one of a shape's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MixerDims {
+    /// Heads (`ssm.time_step_rank`), each [`MIXER_HEAD`] wide.
+    pub heads: u32,
+}
+
+/// A mixer head's width (`mamba_d_head`).
+const MIXER_HEAD: u64 = 64;
+/// The width of `B`, `C` and a head state's rows (`ssm.state_size`).
+const MIXER_STATE: u64 = 128;
+/// Taps of a mixer's convolution (`ssm.conv_kernel`).
+const MIXER_TAPS: u64 = 4;
+
+/// The layers of Granite 4.0-H's 40 that attend, one in ten; the rest
+/// are mixers.
+const GRANITE_ATTENTION: [u32; 4] = [5, 15, 25, 35];
+
+/// Whether Granite 4.0-H's layer `l` attends.
+pub(crate) fn granite_attends(l: u32) -> bool {
+    GRANITE_ATTENTION.contains(&l)
+}
+
+/// Granite 4.0-H's metadata under `key` (`granitehybrid.…`) for its first
+/// `layers` layers, the attending ones with `kv_heads` KV heads: the
+/// mixers' widths (one group), attention without rotary positions, and
+/// Granite's muP multipliers, as the converter writes them.
+pub(crate) fn mixer_metadata(
+    w: &mut GgufWriter,
+    key: &dyn Fn(&str) -> String,
+    (layers, kv_heads): (u32, u32),
+    m: MixerDims,
+) {
+    let per_layer: Vec<i32> = (0..layers)
+        .map(|l| if granite_attends(l) { kv_heads as i32 } else { 0 })
+        .collect();
+    w.i32_array(&key("attention.head_count_kv"), &per_layer);
+    w.u32(&key("ssm.conv_kernel"), MIXER_TAPS as u32);
+    w.u32(&key("ssm.state_size"), MIXER_STATE as u32);
+    w.u32(&key("ssm.group_count"), 1);
+    w.u32(&key("ssm.time_step_rank"), m.heads);
+    w.u32(&key("ssm.inner_size"), m.heads * MIXER_HEAD as u32);
+    w.bool(&key("rope.scaling.finetuned"), false);
+    w.f32(&key("embedding_scale"), 12.0);
+    w.f32(&key("residual_scale"), 0.22);
+    w.f32(&key("logit_scale"), 8.0);
+    w.f32(&key("attention.scale"), 0.015625);
+}
+
+/// Layer `l`'s mixer tensors over a residual stream `h` wide (the products
+/// take the attention's roles, the convolution and per-head vectors stay
+/// f32 as llama.cpp's quantizer leaves them).
+pub(crate) fn mixer_tensors(
+    tensor: &mut dyn FnMut(String, &[u64], QuantKind),
+    l: u32,
+    h: u64,
+    m: MixerDims,
+    kind: &dyn Fn(Role, u32, u64) -> QuantKind,
+) {
+    let heads = u64::from(m.heads);
+    let inner = heads * MIXER_HEAD;
+    let conv = inner + 2 * MIXER_STATE;
+    let b = |n: &str| format!("blk.{l}.{n}");
+    let f32 = QuantKind::F32;
+    tensor(
+        b("ssm_in.weight"),
+        &[h, inner + conv + heads],
+        kind(Role::AttnQ, l, h),
+    );
+    tensor(b("ssm_conv1d.weight"), &[MIXER_TAPS, conv], f32);
+    tensor(b("ssm_conv1d.bias"), &[conv], f32);
+    tensor(b("ssm_dt.bias"), &[heads], f32);
+    tensor(b("ssm_a"), &[1, heads], f32);
+    tensor(b("ssm_d"), &[1, heads], f32);
+    tensor(b("ssm_norm.weight"), &[inner, 1], f32);
+    tensor(
+        b("ssm_out.weight"),
+        &[inner, h],
+        kind(Role::AttnOutput, l, inner),
+    );
+}

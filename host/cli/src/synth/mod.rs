@@ -273,6 +273,7 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
         Some(ExpertLayer::Glm45) => "glm4moe",
         Some(ExpertLayer::DeepSeek2) => "deepseek2",
         _ if d.hybrid == Some(Hybrid::Lfm2) => "lfm2",
+        _ if matches!(d.hybrid, Some(Hybrid::Granite(_))) => "granitehybrid",
         _ if d.hybrid.is_some() => "qwen35",
         _ => "llama",
     };
@@ -293,6 +294,7 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
     w.u32(&key("attention.head_count"), d.heads);
     match d.hybrid {
         Some(Hybrid::Lfm2) => hybrid::metadata(&mut w, &key, d.layers, d.kv_heads),
+        Some(Hybrid::Granite(m)) => hybrid::mixer_metadata(&mut w, &key, (d.layers, d.kv_heads), m),
         Some(Hybrid::Qwen35(delta)) => {
             w.u32(&key("attention.head_count_kv"), d.kv_heads);
             w.u32(&key("attention.key_length"), d.head_dim as u32);
@@ -301,9 +303,10 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
         }
         None => w.u32(&key("attention.head_count_kv"), d.kv_heads),
     }
-    let delta = match d.hybrid {
-        Some(Hybrid::Qwen35(delta)) => Some(delta),
-        _ => None,
+    let (delta, mixer) = match d.hybrid {
+        Some(Hybrid::Qwen35(delta)) => (Some(delta), None),
+        Some(Hybrid::Granite(m)) => (None, Some(m)),
+        _ => (None, None),
     };
     // GLM rotates half of each head, Qwen3.5 a quarter, DeepSeek 64 dims.
     let rope_dim = match () {
@@ -382,6 +385,8 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
             hybrid::conv_tensors(&mut tensor, l, h, &kind);
         } else if let Some(delta) = delta.filter(|_| hybrid::recurs(l)) {
             hybrid::delta_tensors(&mut tensor, l, h, delta, &kind);
+        } else if let Some(m) = mixer.filter(|_| !hybrid::granite_attends(l)) {
+            hybrid::mixer_tensors(&mut tensor, l, h, m, &kind);
         } else {
             // Qwen3.5's queries come with their gates.
             let q_rows = q_width * if delta.is_some() { 2 } else { 1 };
@@ -390,7 +395,7 @@ pub(crate) fn describe(shape: Shape, weight: WeightType, layers: u32) -> GgufWri
             tensor(b("attn_v"), &[h, kv_width], kind(Role::AttnV, l, h));
             let attn_output = kind(Role::AttnOutput, l, q_width);
             tensor(b("attn_output"), &[q_width, h], attn_output);
-            if d.hybrid.is_some() {
+            if d.hybrid.is_some() && mixer.is_none() {
                 tensor(b("attn_q_norm"), &[d.head_dim], QuantKind::F32);
                 tensor(b("attn_k_norm"), &[d.head_dim], QuantKind::F32);
             }

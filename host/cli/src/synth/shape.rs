@@ -66,6 +66,12 @@ pub(crate) enum Shape {
     /// key heads and 32 value heads of 128); SwiGLU of 12,288, untied.
     #[value(name = "qwen3.5-9b")]
     Qwen35_9b,
+    /// Granite-4.0-H-Micro (`granitehybrid`): 40 layers, hidden 2048; four
+    /// attend (32 heads of 64 over 8, no rotary), the others are Mamba-2
+    /// mixers (64 heads of 64, one group of state 128, 4 taps); SwiGLU of
+    /// 8192, a tied vocabulary of 100,352; Granite's multipliers.
+    #[value(name = "granite-4.0-h-micro")]
+    Granite4HMicro,
 }
 
 /// The hyper-parameters of a shape.
@@ -97,6 +103,9 @@ pub(crate) enum Hybrid {
     /// `qwen35`: gated delta nets on [`hybrid::recurs`]'s layers, gated
     /// attention on the rest.
     Qwen35(hybrid::DeltaDims),
+    /// `granitehybrid`: Mamba-2 mixers but on
+    /// [`hybrid::granite_attends`]'s layers, which attend without rotary.
+    Granite(hybrid::MixerDims),
 }
 
 /// A mixture of experts' shape.
@@ -144,6 +153,7 @@ impl Shape {
             Self::Lfm2_1_2b => "lfm2-1.2b",
             Self::Qwen35_2b => "qwen3.5-2b",
             Self::Qwen35_9b => "qwen3.5-9b",
+            Self::Granite4HMicro => "granite-4.0-h-micro",
         }
     }
 
@@ -247,6 +257,10 @@ impl Shape {
                     value_heads: 16,
                 })),
                 ..d(2048, 24, 8, 2, 6144, 248_320, 262_144, 10_000_000.0, true)
+            },
+            Self::Granite4HMicro => Dims {
+                hybrid: Some(Hybrid::Granite(hybrid::MixerDims { heads: 64 })),
+                ..d(2048, 40, 32, 8, 8192, 100_352, 131_072, 10_000.0, true)
             },
             Self::Qwen35_9b => Dims {
                 head_dim: 256,

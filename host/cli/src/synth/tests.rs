@@ -142,3 +142,23 @@ fn qwen35_layers_run_delta_nets_but_every_fourth() {
     assert!(find("blk.0.ffn_norm.weight").is_none());
     assert!(find("output_norm.weight").is_some() && find("output.weight").is_some());
 }
+
+/// Granite-4.0-H-Micro's shape: layer 5 attends without rotary (no
+/// QK-norm), the others are Mamba-2 mixers (ssm_in makes z, x, B, C and a
+/// step per head: 2 × 4096 + 2 × 128 + 64 rows); the MLP's norm ffn_norm.
+#[test]
+fn granite_hybrid_layers_are_mixers_but_one_in_ten() {
+    let w = describe(Shape::Granite4HMicro, WeightType::Q4_K_M, 6);
+    let find = |name: &str| w.tensors().iter().find(|t| t.name == name);
+    let dims = |name: &str| find(name).map(|t| t.dims.clone());
+    assert_eq!(dims("blk.0.ssm_in.weight"), Some(vec![2048, 8512]));
+    assert_eq!(dims("blk.4.ssm_conv1d.weight"), Some(vec![4, 4352]));
+    assert_eq!(dims("blk.1.ssm_a"), Some(vec![1, 64]));
+    assert_eq!(dims("blk.2.ssm_out.weight"), Some(vec![4096, 2048]));
+    assert!(find("blk.0.attn_q.weight").is_none());
+    assert_eq!(dims("blk.5.attn_k.weight"), Some(vec![2048, 512]));
+    assert!(find("blk.5.attn_q_norm.weight").is_none());
+    assert!(find("blk.5.ssm_in.weight").is_none());
+    assert!(find("blk.0.ffn_norm.weight").is_some());
+    assert!(find("output_norm.weight").is_some() && find("output.weight").is_none());
+}
