@@ -34,7 +34,9 @@
 #   (python3), LLAMA_CPP_PYTHON (0.3.36),
 #   PAGODA_CACHE (~/.cache/pagoda), MODEL_DIR ($PAGODA_CACHE/synth) and
 #   KEEP (a directory to keep every run's JSON in; by default they are
-#   written to a temporary one and deleted).
+#   written to a temporary one and deleted), and REPACK (1; 0 runs
+#   llama.cpp without its repacked and AMX weight layouts: its AMX
+#   products crash on some shapes, Granite 4.0-H's mixers among them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,6 +50,11 @@ cache=${PAGODA_CACHE:-$HOME/.cache/pagoda}
 models=${MODEL_DIR:-$cache/synth}
 llama=$cache/llama.cpp/$version
 files=("$@")
+# llama-bench takes `--repack 0`, llama-batched-bench `--no-repack`.
+bench_repack=() batched_repack=()
+if [[ ${REPACK:-1} == 0 ]]; then
+  bench_repack=(--repack 0) batched_repack=(--no-repack)
+fi
 ((${#files[@]})) || files=(llama3.2-1b:q4_k_m llama3.2-1b:q4_0 llama3.2-1b:q8_0 llama3-8b:q4_k_m llama3-8b:q4_0)
 
 say() { printf '== %s\n' "$*" >&2; }
@@ -111,16 +118,19 @@ for round in $(seq "$rounds"); do
     tag=$shape-$type-$round
     say "round $round/$rounds: $shape $type: llama.cpp"
     "$llama/build/bin/llama-bench" -m "$file" -t "$threads" -fa on -p 512 -n 128 -r 1 -o json \
+      ${bench_repack[@]+"${bench_repack[@]}"} \
       >"$out/llama-$tag.json" 2>/dev/null
     "$llama/build/bin/llama-batched-bench" -m "$file" -t "$threads" -fa on -c 4096 -b 2048 -ub 512 \
-      -npp 128 -ntg 64 -npl 16 -pps --output-format jsonl 2>/dev/null |
+      -npp 128 -ntg 64 -npl 16 -pps --output-format jsonl \
+      ${batched_repack[@]+"${batched_repack[@]}"} 2>/dev/null |
       grep '^{' >"$out/batched-$tag.jsonl" || true
     # A hybrid's recurrent state cannot be shared (llama.cpp refuses the
     # shared prompt's copy): each sequence then computes its own prompt,
     # as Pagoda computes a hybrid's.
     if [[ ! -s $out/batched-$tag.jsonl ]]; then
       "$llama/build/bin/llama-batched-bench" -m "$file" -t "$threads" -fa on -c 4096 -b 2048 -ub 512 \
-        -npp 128 -ntg 64 -npl 16 --output-format jsonl 2>/dev/null |
+        -npp 128 -ntg 64 -npl 16 --output-format jsonl \
+        ${batched_repack[@]+"${batched_repack[@]}"} 2>/dev/null |
         grep '^{' >"$out/batched-$tag.jsonl" || true
     fi
     say "round $round/$rounds: $shape $type: pagoda"
@@ -131,7 +141,8 @@ done
 
 # One engine's 128 decode tokens at batch 1 on FILE, into JSON file OUT.
 llama_decode() {
-  "$llama/build/bin/llama-bench" -m "$1" -t "$threads" -fa on -p 0 -n 128 -r 1 -o json >"$2" 2>/dev/null
+  "$llama/build/bin/llama-bench" -m "$1" -t "$threads" -fa on -p 0 -n 128 -r 1 -o json \
+    ${bench_repack[@]+"${bench_repack[@]}"} >"$2" 2>/dev/null
 }
 pagoda_decode() {
   "$pagoda" run --model "$1" --prompt "Once upon a time" --max-tokens 128 \

@@ -259,6 +259,7 @@ pub(crate) fn chat_request(
             | ToolFormat::Glm
             | ToolFormat::DeepSeek
             | ToolFormat::MiniMax
+            | ToolFormat::Nemotron
     );
     // SGLang's `separate_reasoning` (default true): false leaves the
     // reasoning in the content, as the model wrote it.

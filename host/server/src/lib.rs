@@ -24,6 +24,7 @@ pub mod logprobs;
 pub mod metrics;
 pub mod minimax;
 pub mod mistral;
+pub mod nemotron;
 pub mod openai;
 pub mod qwen_xml;
 pub mod reasoning;

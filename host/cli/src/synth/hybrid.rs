@@ -154,7 +154,13 @@ pub(crate) fn mixer_metadata(
     m: MixerDims,
 ) {
     let per_layer: Vec<i32> = (0..layers)
-        .map(|l| if granite_attends(l) { kv_heads as i32 } else { 0 })
+        .map(|l| {
+            if granite_attends(l) {
+                kv_heads as i32
+            } else {
+                0
+            }
+        })
         .collect();
     w.i32_array(&key("attention.head_count_kv"), &per_layer);
     w.u32(&key("ssm.conv_kernel"), MIXER_TAPS as u32);

@@ -106,6 +106,8 @@ pub enum ToolFormat {
     /// MiniMax-M2's `<minimax:tool_call>` section of `<invoke name=...>`
     /// blocks of `<parameter name=...>` tags.
     MiniMax,
+    /// Nemotron Nano 2's `<TOOLCALL>` block of a JSON array of calls.
+    Nemotron,
 }
 
 impl ToolFormat {
@@ -123,7 +125,10 @@ impl ToolFormat {
             ToolFormat::Mistral => crate::mistral::history(messages),
             ToolFormat::Cohere => crate::cohere::history(messages),
             ToolFormat::Kimi => crate::kimi::history(messages),
-            ToolFormat::Hermes | ToolFormat::Llama3 | ToolFormat::DeepSeek => messages,
+            ToolFormat::Hermes
+            | ToolFormat::Llama3
+            | ToolFormat::DeepSeek
+            | ToolFormat::Nemotron => messages,
         }
     }
 
@@ -139,6 +144,8 @@ impl ToolFormat {
             Self::Cohere
         } else if template.contains(crate::kimi::SECTION_BEGIN) {
             Self::Kimi
+        } else if template.contains(crate::nemotron::CALLS_OPEN) {
+            Self::Nemotron
         } else if template.contains(crate::minimax::SECTION_BEGIN) {
             Self::MiniMax
         } else if template.contains("<arg_key>") {
@@ -426,6 +433,7 @@ impl Tools {
             ToolFormat::MiniMax => Some(self.forced(crate::minimax::forced, model)),
             ToolFormat::DeepSeek => Some(self.forced(crate::deepseek::forced, model)),
             ToolFormat::Kimi => Some(self.forced(crate::kimi::forced, model)),
+            ToolFormat::Nemotron => Some(self.forced(crate::nemotron::forced, model)),
             ToolFormat::Llama3 => Some(OutputSpec::JsonSchema(self.call_schema("parameters"))),
             ToolFormat::Hermes => {
                 let schema = self.call_schema("arguments");
@@ -502,6 +510,7 @@ pub fn parse_output(format: ToolFormat, text: &str) -> (Option<String>, Vec<Tool
         ToolFormat::Mistral => crate::mistral::calls(text),
         ToolFormat::Cohere => crate::cohere::calls(text),
         ToolFormat::Kimi => crate::kimi::calls(text),
+        ToolFormat::Nemotron => crate::nemotron::calls(text),
         ToolFormat::Hermes => {
             let (mut rest, mut calls, mut outside) = (text, Vec::new(), String::new());
             while let Some(start) = rest.find("<tool_call>") {
