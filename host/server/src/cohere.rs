@@ -11,9 +11,9 @@
 //! objects, and the plan under both names the templates read it by
 //! (`tool_plan` in Cohere's, `reasoning_content` in llama.cpp's copy).
 
-use serde_json::{Deserializer, Value};
+use serde_json::Value;
 
-use crate::tools::{object_arguments, ToolCall};
+use crate::tools::{arrays, object_arguments, ToolCall};
 
 /// Opens a block of calls; a template that writes it writes Cohere's.
 pub const ACTION_START: &str = "<|START_ACTION|>";
@@ -79,28 +79,7 @@ fn blocks(text: &str) -> Blocks {
 /// The calls of one action block: a JSON array of objects each with a
 /// `tool_name` and object `parameters` (or JSON text of one).
 fn read_calls(body: &str) -> Option<Vec<ToolCall>> {
-    let mut values = Deserializer::from_str(body).into_iter::<Value>();
-    let array = values.next()?.ok()?;
-    if !body[values.byte_offset()..].trim().is_empty() {
-        return None;
-    }
-    let calls: Vec<ToolCall> = array
-        .as_array()?
-        .iter()
-        .map(|c| {
-            let name = c.get("tool_name")?.as_str()?;
-            let parameters = match c.get("parameters")? {
-                Value::String(text) => serde_json::from_str(text).ok()?,
-                other => other.clone(),
-            };
-            let named = !name.is_empty() && !name.contains(char::is_whitespace);
-            (named && parameters.is_object()).then(|| ToolCall {
-                name: name.to_string(),
-                arguments: parameters.to_string(),
-            })
-        })
-        .collect::<Option<_>>()?;
-    (!calls.is_empty()).then_some(calls)
+    arrays::read(body, ("tool_name", "parameters"))
 }
 
 /// The content and calls of a Cohere answer.

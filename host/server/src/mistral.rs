@@ -9,9 +9,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde_json::{json, Deserializer, Value};
+use serde_json::{Deserializer, Value};
 
-use crate::tools::{object_arguments, GrammarModel, ToolCall};
+use crate::tools::{arrays, object_arguments, GrammarModel, ToolCall};
 
 /// Opens each call (or the array of them).
 pub const TOOL_CALLS: &str = "[TOOL_CALLS]";
@@ -105,21 +105,7 @@ pub fn forced(callable: &[(&str, Value)], parallel: bool, model: &GrammarModel<'
         let repeat = if parallel { "+" } else { "" };
         return format!("start: call{repeat}\ncall: {}\n", each.join(" | "));
     }
-    let items: Vec<Value> = callable
-        .iter()
-        .map(|(name, params)| {
-            json!({
-                "type": "object",
-                "properties": {"name": {"const": name}, "arguments": params},
-                "required": ["name", "arguments"],
-                "additionalProperties": false,
-            })
-        })
-        .collect();
-    let mut array = json!({"type": "array", "items": {"anyOf": items}, "minItems": 1});
-    if !parallel {
-        array["maxItems"] = json!(1);
-    }
+    let array = arrays::schema(callable, parallel);
     format!("start: {calls} %json {array}\n")
 }
 

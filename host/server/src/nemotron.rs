@@ -4,9 +4,9 @@
 //! history's calls back the same way, their arguments as given (text or
 //! object), so the history needs no rewriting.
 
-use serde_json::{json, Deserializer, Value};
+use serde_json::Value;
 
-use crate::tools::{tagged, GrammarModel, ToolCall};
+use crate::tools::{arrays, tagged, GrammarModel, ToolCall};
 
 /// Opens a block of calls; a template that writes it writes this format.
 pub const CALLS_OPEN: &str = "<TOOLCALL>";
@@ -25,48 +25,13 @@ pub fn calls(text: &str) -> (Option<String>, Vec<ToolCall>) {
 /// One block's body: a JSON array of calls, each a non-empty name without
 /// spaces and object arguments, and nothing after it.
 fn read_calls(body: &str) -> Option<Vec<ToolCall>> {
-    let mut values = Deserializer::from_str(body).into_iter::<Value>();
-    let array = values.next()?.ok()?;
-    if !body[values.byte_offset()..].trim().is_empty() {
-        return None;
-    }
-    let calls: Vec<ToolCall> = array
-        .as_array()?
-        .iter()
-        .map(|c| {
-            let name = c.get("name")?.as_str()?;
-            let arguments = match c.get("arguments")? {
-                Value::String(text) => serde_json::from_str(text).ok()?,
-                other => other.clone(),
-            };
-            let named = !name.is_empty() && !name.contains(char::is_whitespace);
-            (named && arguments.is_object()).then(|| ToolCall {
-                name: name.to_string(),
-                arguments: arguments.to_string(),
-            })
-        })
-        .collect::<Option<_>>()?;
-    (!calls.is_empty()).then_some(calls)
+    arrays::read(body, ("name", "arguments"))
 }
 
 /// The grammar of a required or named call: one block of a JSON array of
 /// calls of the `callable` functions (one call, or more where `parallel`).
 pub fn forced(callable: &[(&str, Value)], parallel: bool, model: &GrammarModel<'_>) -> String {
-    let calls: Vec<Value> = callable
-        .iter()
-        .map(|(name, params)| {
-            json!({
-                "type": "object",
-                "properties": {"name": {"const": name}, "arguments": params},
-                "required": ["name", "arguments"],
-                "additionalProperties": false,
-            })
-        })
-        .collect();
-    let mut array = json!({"type": "array", "items": {"anyOf": calls}, "minItems": 1});
-    if !parallel {
-        array["maxItems"] = json!(1);
-    }
+    let array = arrays::schema(callable, parallel);
     format!(
         "start: {} %json {array} {}\n",
         model.marker(CALLS_OPEN),

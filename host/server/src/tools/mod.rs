@@ -39,6 +39,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
 
+pub(crate) mod arrays;
 mod grammar;
 mod history;
 pub(crate) mod tagged;
