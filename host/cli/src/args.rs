@@ -179,7 +179,8 @@ pub(crate) struct RunArgs {
     /// gemma3, granite, granitemoe, smollm3, olmo2, gpt-oss, glm4, glm4moe,
     /// deepseek2, the Qwen-VL text models, ernie4_5, ernie4_5-moe,
     /// seed_oss, olmoe, exaone, exaone4, mistral3, hunyuan-dense,
-    /// command-r, cohere2).
+    /// command-r, cohere2, lfm2, lfm2moe, qwen35, qwen35moe, qwen3next,
+    /// minimax-m2, granitehybrid, nemotron_h, nemotron_h_moe).
     #[arg(long, value_name = "FILE.gguf")]
     pub(crate) model: PathBuf,
     #[command(flatten)]
