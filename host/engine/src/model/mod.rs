@@ -17,6 +17,7 @@ mod constraint;
 mod cpu;
 mod dequant;
 mod device;
+mod experts;
 mod file;
 mod forward;
 mod input;

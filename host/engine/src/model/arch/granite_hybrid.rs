@@ -14,7 +14,7 @@
 use super::super::load_error::LoadError;
 use super::super::meta::{layer_uints, required_uint, uint};
 use super::super::program::{
-    attention_block, experts_block, mlp_block, Attend, AttentionBlock, Buf, Op, Program,
+    attention_block, experts_block, mlp_block, pre_norm, Attend, AttentionBlock, Program,
 };
 use super::super::rope::{Rope, RopeMode};
 use super::granite::{ffn, Multipliers};
@@ -55,12 +55,7 @@ pub(super) fn build(l: &Loader<'_>) -> Result<Program, LoadError> {
         let mut ops = Vec::new();
         let norm = l.layer_vector(i, "attn_norm.weight", h)?;
         if mixes(i) {
-            ops.push(Op::Norm {
-                src: Buf::X,
-                dst: Buf::H,
-                gain: norm,
-                per_head: None,
-            });
+            ops.push(pre_norm(norm));
             mixer(l, i, &shape, states, &mut ops)?;
             states += 1;
         } else {

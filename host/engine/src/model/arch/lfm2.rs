@@ -20,8 +20,8 @@ use super::super::config::ModelError;
 use super::super::load_error::LoadError;
 use super::super::meta::{bad, layer_uints, required_uint, uint};
 use super::super::program::{
-    attention_block, experts_block, mlp_block, AttentionBlock, Buf, Op, Program, Proj, Scoring,
-    ShortConv,
+    attention_block, experts_block, mlp_block, pre_norm, AttentionBlock, Buf, Op, Program, Proj,
+    Scoring, ShortConv,
 };
 use super::super::rope::{Rope, RopeMode};
 use super::router::Router;
@@ -65,12 +65,7 @@ pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError>
         let mut ops = Vec::new();
         let norm = l.layer_vector(i, "attn_norm.weight", h)?;
         if convolves(i) {
-            ops.push(Op::Norm {
-                src: Buf::X,
-                dst: Buf::H,
-                gain: norm,
-                per_head: None,
-            });
+            ops.push(pre_norm(norm));
             short_conv(l, i, taps, states, &mut ops)?;
             states += 1;
         } else {

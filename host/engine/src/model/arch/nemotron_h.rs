@@ -17,7 +17,8 @@
 use super::super::load_error::LoadError;
 use super::super::meta::{bad, float, layer_uints, required_uint};
 use super::super::program::{
-    attention_block, experts_block, Attend, AttentionBlock, Buf, Gating, Op, Program, Proj, Scoring,
+    attention_block, experts_block, pre_norm, Attend, AttentionBlock, Buf, Gating, Op, Program,
+    Proj, Scoring,
 };
 use super::mamba2::{mixer, MixerShape};
 use super::router::Router;
@@ -71,17 +72,9 @@ pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError>
     for i in 0..c.layers {
         let mut ops = Vec::new();
         let norm = l.layer_vector(i, "attn_norm.weight", h)?;
-        let normed = |ops: &mut Vec<Op>, gain: Vec<f32>| {
-            ops.push(Op::Norm {
-                src: Buf::X,
-                dst: Buf::H,
-                gain,
-                per_head: None,
-            });
-        };
         match block(i) {
             Block::Mixer => {
-                normed(&mut ops, norm);
+                ops.push(pre_norm(norm));
                 mixer(l, i, &shape, states, &mut ops)?;
                 states += 1;
             }
@@ -108,7 +101,7 @@ pub(super) fn build(l: &Loader<'_>, mixture: bool) -> Result<Program, LoadError>
                     experts_block(&mut ops, norm, experts);
                 }
                 None => {
-                    normed(&mut ops, norm);
+                    ops.push(pre_norm(norm));
                     relu_squared_mlp(l, i, ffn[i as usize] as usize, &mut ops)?;
                 }
             },

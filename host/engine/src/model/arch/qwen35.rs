@@ -40,7 +40,7 @@ use super::super::config::ModelError;
 use super::super::load_error::LoadError;
 use super::super::meta::{bad, required_uint, uint};
 use super::super::program::{
-    experts_block, mlp_block, Attend, Buf, DeltaLayout, DeltaNet, Op, Program, Proj, Span,
+    experts_block, mlp_block, pre_norm, Attend, Buf, DeltaLayout, DeltaNet, Op, Program, Proj, Span,
 };
 use super::super::rope::{Rope, RopeMode};
 use super::Loader;
@@ -83,12 +83,7 @@ pub(super) fn build(l: &Loader<'_>, arch: Qwen35) -> Result<Program, LoadError> 
     let mut layers = Vec::with_capacity(c.layers as usize);
     let mut states = 0;
     for (i, &recurs) in (0..c.layers).zip(&recurrent) {
-        let mut ops = vec![Op::Norm {
-            src: Buf::X,
-            dst: Buf::H,
-            gain: l.layer_vector(i, "attn_norm.weight", h)?,
-            per_head: None,
-        }];
+        let mut ops = vec![pre_norm(l.layer_vector(i, "attn_norm.weight", h)?)];
         if recurs {
             delta_net(l, i, &shape, states, &mut ops)?;
             states += 1;
